@@ -1,0 +1,5 @@
+"""Dialects ember defines (in Python, through IRDL). Imports nothing from passes or frontend."""
+from .ember import Ember, ExternOp, FusedOp, KERNEL_ATTR, EXTERN_TARGETS, load, make_context, verify_module
+
+__all__ = ["Ember", "ExternOp", "FusedOp", "KERNEL_ATTR", "EXTERN_TARGETS", "load",
+           "make_context", "verify_module"]

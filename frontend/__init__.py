@@ -1,0 +1,1 @@
+"""Dynamo/AOTAutograd glue, FX -> MLIR import, compile options, eager fallback."""

@@ -1,0 +1,30 @@
+"""The one map from pass flag to pass class. A test asserts each flag has a lit test file."""
+from .base import Pass
+
+_PASSES: dict[str, type[Pass]] = {}
+
+
+def register(cls: type[Pass]) -> type[Pass]:
+    if not cls.name or cls.name in _PASSES:
+        raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")
+    _PASSES[cls.name] = cls
+    return cls
+
+
+def _load_builtin() -> None:
+    # Importing a pass module registers it; kept here so that `registry` is the single entry.
+    from . import ember_fuse, ember_buffer_reuse, ember_lower_to_cpp  # noqa: F401
+    try:
+        from . import ember_lower_to_triton  # noqa: F401
+    except ImportError:
+        pass
+
+
+def all_passes() -> dict[str, type[Pass]]:
+    if not _PASSES:
+        _load_builtin()
+    return dict(sorted(_PASSES.items()))
+
+
+def lookup(flag: str) -> "type[Pass] | None":
+    return all_passes().get(flag)

@@ -1,0 +1,48 @@
+"""A compiled graph as plain data: what the runtime needs, and nothing of MLIR.
+
+The frontend builds a `Program` from the lowered IR (see docs/internals.md, stage 5); the runtime
+builds its source once (cached) and runs its steps in order with torch tensors.
+"""
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """One tensor of the host schedule. `offset` is its byte offset in the arena, or None when
+    the value is a graph input, a view, a constant, or escapes (own allocation)."""
+
+    shape: tuple[int, ...]
+    dtype: str                      # torch dtype name without "torch.", e.g. "float32"
+    offset: int | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One host-side action.
+
+    kind = "kernel": call generated kernel `name` with `inputs`, writing `outputs`.
+    kind = "extern": call library op `name` ("aten.mm", ...) with `params`.
+    kind = "view":   outputs[0] is inputs[0] reshaped to its shape (no copy).
+    kind = "const":  outputs[0] is the constant params["value"] (nested lists or a scalar).
+    kind = "empty":  outputs[0] is uninitialised memory of its shape.
+    """
+
+    kind: str
+    name: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Program:
+    target: str                     # "cpu" | "triton"
+    lang: str                       # "cpp" | "python"
+    source: str                     # one translation unit / one Python module
+    values: list[ValueInfo]         # value id -> info; ids 0..num_inputs-1 are graph inputs
+    num_inputs: int
+    steps: list[Step]
+    outputs: list[int]              # value ids returned, in order
+    arena_bytes: int = 0
+    kernel_names: list[str] = field(default_factory=list)
