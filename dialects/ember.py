@@ -1,19 +1,23 @@
 """The `ember` dialect, defined in Python through IRDL (`torch_mlir.dialects.ext`).
 
-It says what upstream dialects cannot: on the host side of a compiled graph, which values come
-from a fused kernel (`ember.fused`) and which from a vendor/library kernel (`ember.extern`).
+It says what upstream dialects cannot: which values of a compiled graph's host side come from
+a vendor/library kernel, and which functions are ember's fused kernels.
 
-    %r = "ember.fused"(%a, %b) {kernel = @ember_fused_add_gelu_0}
-           : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
     %m = "ember.extern"(%x, %w) {target = "aten.mm", params = {}}
            : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+    %r = func.call @ember_fused_add_gelu_0(%m, %b) : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+    func.func private @ember_fused_add_gelu_0(...) attributes {ember.kernel = "pointwise", ...}
 
-Kernels are private `func.func`s carrying the unit attribute `ember.kernel`; an `ember.fused`
-names one with `kernel` and must match its signature. Extensible (IRDL) dialects have no
-properties, so the attributes are written in the `{...}` dictionary.
+A fused kernel is a private `func.func` carrying `ember.kernel = "pointwise" | "reduction"`
+(checked by `verify_module`), launched by a plain `func.call`. Why not an `ember.fused` op with a
+variadic operand list: IRDL binds each constraint variable to the first type it verifies, so the
+values of one variadic field must all have the same type (llvm-project
+mlir/lib/Dialect/IRDL/IRDLLoading.cpp, `ConstraintVerifier`), and kernels take and return
+tensors of different shapes. `func.call` carries any signature and its callee is verified.
+Extensible (IRDL) dialects have no properties, so attributes go in the `{...}` dictionary.
 """
 
-from typing import Any, Sequence
+from typing import Any, Optional
 
 from torch_mlir import ir
 from torch_mlir.dialects.ext import Dialect, DialectAlreadyLoadedError, Operand, Result, result
@@ -27,7 +31,7 @@ EXTERN_TARGETS: dict[str, tuple[int, int]] = {
     "aten.bmm": (2, 2),           # batched
     "aten.baddbmm": (3, 3),
     "aten.convolution": (2, 3),   # input, weight[, bias]; params: stride, padding, dilation, groups
-    "aten.sdpa": (3, 4),          # scaled dot-product attention
+    "aten.sdpa": (3, 3),          # scaled dot-product attention (q, k, v)
 }
 
 
@@ -40,53 +44,17 @@ def _error(op, message: str) -> bool:
     return False
 
 
-def _find_symbol(op, name: str):
-    """Finds `func.func @name` in the module that encloses `op`."""
-    parent = op.parent
-    while parent is not None and parent.name != "builtin.module":
-        parent = parent.parent
-    if parent is None:
-        return None
-    for candidate in parent.regions[0].blocks[0].operations:
-        if candidate.operation.name == "func.func" and "sym_name" in candidate.attributes:
-            if ir.StringAttr(candidate.attributes["sym_name"]).value == name:
-                return candidate
-    return None
-
-
-class FusedOp(Ember.Operation, name="fused"):
-    """A launch of a fused kernel: `kernel` names a private func.func marked `ember.kernel`."""
-
-    kernel: ir.FlatSymbolRefAttr
-    inputs: Sequence[Operand[Any]]
-    outs: Sequence[Result[Any]] = result()
-
-    def verify_invariants(self) -> bool:
-        op = self.operation
-        if len(op.results) == 0:
-            return _error(op, "'ember.fused' must produce at least one result")
-        name = ir.FlatSymbolRefAttr(op.attributes["kernel"]).value
-        callee = _find_symbol(op, name)
-        if callee is None:
-            # Verification also runs on a detached op during parsing; the module-level check
-            # (`verify_module`) catches dangling references once the module is complete.
-            return True
-        ftype = ir.FunctionType(ir.TypeAttr(callee.attributes["function_type"]).value)
-        ins = [v.type for v in op.operands]
-        outs = [v.type for v in op.results]
-        if list(ftype.inputs) != ins or list(ftype.results) != outs:
-            return _error(op, f"'ember.fused' types do not match kernel @{name}: "
-                              f"expected {ftype}")
-        return True
-
-
 class ExternOp(Ember.Operation, name="extern"):
     """A call of a library kernel (matmul, batched matmul, convolution, attention)."""
 
     target: ir.StringAttr
     params: ir.DictAttr
-    inputs: Sequence[Operand[Any]]
-    outs: Sequence[Result[Any]] = result()
+    # One field per operand: IRDL binds a constraint variable to the first type it meets, so a
+    # single variadic field would force all operands to share one type (see module docstring).
+    a: Operand[Any]
+    b: Operand[Any]
+    out: Result[Any] = result()
+    c: Optional[Operand[Any]] = None
 
     def verify_invariants(self) -> bool:
         op = self.operation
@@ -121,22 +89,26 @@ def make_context() -> ir.Context:
     return ctx
 
 
+KERNEL_KINDS = ("pointwise", "reduction")
+
+
 def verify_module(module_op) -> None:
-    """Checks what op verifiers cannot see alone: every `ember.fused` names an existing kernel.
-
-    Raises `ValueError` after emitting a located diagnostic for the first dangling reference.
-    """
-    kernels = set()
+    """Checks what op verifiers cannot see alone: every function marked `ember.kernel` is private,
+    has a body and a known kind. Emits a located diagnostic and raises `ValueError`."""
     for op in module_op.regions[0].blocks[0].operations:
-        if op.operation.name == "func.func":
-            kernels.add(ir.StringAttr(op.attributes["sym_name"]).value)
-
-    def walk(op):
-        if op.name == "ember.fused":
-            name = ir.FlatSymbolRefAttr(op.attributes["kernel"]).value
-            if name not in kernels:
-                op.location.emit_error(f"'ember.fused' refers to unknown kernel @{name}")
-                raise ValueError(f"unknown kernel @{name}")
-        return ir.WalkResult.ADVANCE
-
-    module_op.walk(walk)
+        if op.operation.name != "func.func" or KERNEL_ATTR not in op.attributes:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        attr = op.attributes[KERNEL_ATTR]
+        kind = ir.StringAttr(attr).value if isinstance(attr, ir.StringAttr) else None
+        problem = None
+        if kind not in KERNEL_KINDS:
+            problem = f"kernel @{name}: 'ember.kernel' must be one of {', '.join(KERNEL_KINDS)}"
+        elif "sym_visibility" not in op.attributes or \
+                ir.StringAttr(op.attributes["sym_visibility"]).value != "private":
+            problem = f"kernel @{name} must be private"
+        elif len(op.regions[0].blocks) == 0:
+            problem = f"kernel @{name} has no body"
+        if problem:
+            op.location.emit_error(problem)
+            raise ValueError(problem)

@@ -1,0 +1,151 @@
+"""Timing and comparison helpers shared by ember's benchmarks and main.py.
+
+Times are wall-clock (`time.perf_counter`), medians of N repeats after warm-up; on CUDA tensors
+every repeat is bracketed by `torch.cuda.synchronize()` so asynchronous launches are counted.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+def sync(device: str | torch.device = "cpu") -> None:
+    if torch.device(device).type == "cuda" and torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def median_ms(fn, *args, warmup: int = 3, repeats: int = 20, device="cpu",
+              max_seconds: float | None = None) -> float:
+    """Median wall time of `fn(*args)` in milliseconds. `max_seconds` caps the repeats (at
+    least 3) for slow cases."""
+    for _ in range(warmup):
+        fn(*args)
+    sync(device)
+    times, start = [], time.perf_counter()
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        fn(*args)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+        if max_seconds is not None and i >= 2 and time.perf_counter() - start > max_seconds:
+            break
+    return statistics.median(times) * 1e3
+
+
+def timed_first_call(fn, *args, device="cpu"):
+    """(output, seconds) of the first call: for a compiled fn this includes the compile."""
+    t0 = time.perf_counter()
+    out = fn(*args)
+    sync(device)
+    return out, time.perf_counter() - t0
+
+
+def flatten(x) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (tuple, list)):
+        return [t for item in x for t in flatten(item)]
+    if isinstance(x, dict):
+        return [t for item in x.values() for t in flatten(item)]
+    return []
+
+
+def rel_err(out, ref) -> float:
+    """max over outputs of ||out - ref|| / ||ref|| in float64; NaN if shapes differ or NaN appears
+    where the reference has none."""
+    worst = 0.0
+    outs, refs = flatten(out), flatten(ref)
+    if len(outs) != len(refs):
+        return float("nan")
+    for o, r in zip(outs, refs):
+        if o.shape != r.shape:
+            return float("nan")
+        o64, r64 = o.detach().cpu().double(), r.detach().cpu().double()
+        if torch.isnan(o64).sum() > torch.isnan(r64).sum():
+            return float("nan")
+        den = torch.linalg.vector_norm(torch.nan_to_num(r64)).item()
+        num = torch.linalg.vector_norm(torch.nan_to_num(o64 - r64)).item()
+        worst = max(worst, num / den if den > 0 else num)
+    return worst
+
+
+def tolerance(dtype: torch.dtype, matmul: bool = False) -> float:
+    """DESIGN.md's numerics bar: fp32 1e-4 (1e-3 with matmuls), bf16/fp16 1e-2."""
+    if dtype in (torch.bfloat16, torch.float16):
+        return 1e-2
+    return 1e-3 if matmul else 1e-4
+
+
+@dataclass
+class Result:
+    case: str
+    backend: str
+    ms: float | None = None          # median steady-state time
+    compile_s: float | None = None   # first call (compile + run)
+    rel_err: float | None = None     # vs eager
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def run_backend(case: str, backend: str, fn, args, ref, device="cpu", options=None,
+                repeats: int = 20, max_seconds: float = 20.0) -> Result:
+    """Compiles `fn` with `backend` ("eager" runs it as is), checks it against `ref`, times it.
+    A failure is recorded in `Result.error`, not raised, so one broken case doesn't stop a table."""
+    res = Result(case, backend)
+    try:
+        torch._dynamo.reset()
+        if backend == "eager":
+            compiled = fn
+        else:
+            kwargs = {"options": options} if options else {}
+            compiled = torch.compile(fn, backend=backend, **kwargs)
+        with torch.no_grad():
+            out, res.compile_s = timed_first_call(compiled, *args, device=device)
+            res.rel_err = rel_err(out, ref) if ref is not None else 0.0
+            res.ms = median_ms(compiled, *args, repeats=repeats, device=device,
+                               max_seconds=max_seconds)
+    except Exception as err:  # noqa: BLE001 - a benchmark table reports, it doesn't crash
+        res.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        traceback.print_exc()
+    return res
+
+
+def format_table(results: list[Result]) -> str:
+    """Markdown table: one row per (case, backend), speed-up over the case's eager row."""
+    eager = {r.case: r.ms for r in results if r.backend == "eager" and r.ms}
+    lines = ["| case | backend | median ms | speed-up | first call s | rel. err vs eager |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        if r.error:
+            lines.append(f"| {r.case} | {r.backend} | failed | | | {r.error[:80]} |")
+            continue
+        base = eager.get(r.case)
+        speed = f"x{base / r.ms:.2f}" if base and r.ms else ""
+        err = "" if r.backend == "eager" else f"{r.rel_err:.1e}"
+        comp = f"{r.compile_s:.1f}" if r.compile_s is not None else ""
+        lines.append(f"| {r.case} | {r.backend} | {r.ms:.3f} | {speed} | {comp} | {err} |")
+    return "\n".join(lines)
+
+
+def write_json(path: str, results: list[Result], meta: dict | None = None) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta or {}, "results": [asdict(r) for r in results]}, f, indent=2)
+
+
+def machine_info() -> dict:
+    import os
+    import platform
+    info = {"torch": torch.__version__, "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+            "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+    try:
+        from importlib.metadata import version
+        info["ember"] = version("ember")
+    except Exception:  # noqa: BLE001
+        info["ember"] = None
+    return info

@@ -1,0 +1,188 @@
+"""eager vs inductor vs ember on a GPU: memory-bound kernels and three real models.
+
+    python benchmarks/gpu_bench.py --out results.json [--only kernels|models] [--reps 20]
+
+Prints one line per (case, backend): median milliseconds (triton.testing.do_bench, after
+warm-up), GB/s for the memory-bound cases (bytes read + written once, the ideal traffic), and
+the relative error ||out - eager|| / ||eager||. A backend that fails on a case is reported
+with its error and the run goes on. Sized to finish in about 6 minutes on an H100.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import traceback
+
+import torch
+
+
+def _median_ms(fn, reps: int) -> float:
+    from triton.testing import do_bench
+    # do_bench flushes L2 between runs and reports the median over `rep` milliseconds of runs;
+    # we ask for at least `reps` runs' worth.
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = max((time.perf_counter() - t0) * 1e3, 1e-3)
+    return float(do_bench(fn, warmup=max(25, int(3 * one)), rep=max(100, int(reps * one * 1.5)),
+                          return_mode="median"))
+
+
+def _rel_err(out, ref) -> float:
+    if isinstance(out, (tuple, list)):
+        errs = [_rel_err(o, r) for o, r in zip(out, ref) if torch.is_tensor(r)]
+        return max(errs) if errs else 0.0
+    if hasattr(out, "last_hidden_state"):
+        out, ref = out.last_hidden_state, ref.last_hidden_state
+    o, r = out.double(), ref.double()
+    if not torch.isfinite(o).all():
+        return float("nan")
+    return float((o - r).norm() / r.norm().clamp_min(1e-30))
+
+
+def _backends():
+    import ember  # noqa: F401  registers the "ember" dynamo backend when imported directly
+    return {
+        "eager": lambda f: f,
+        "inductor": lambda f: torch.compile(f, backend="inductor"),
+        "ember": lambda f: torch.compile(f, backend="ember"),
+    }
+
+
+def _run_case(name, fn, args, bytes_moved, reps, results, backends):
+    with torch.no_grad():
+        ref = fn(*args)
+    for bname, wrap in backends.items():
+        row = {"case": name, "backend": bname}
+        try:
+            t0 = time.perf_counter()
+            compiled = wrap(fn)
+            with torch.no_grad():
+                out = compiled(*args)
+                torch.cuda.synchronize()
+                row["compile_s"] = round(time.perf_counter() - t0, 2)
+                row["rel_err"] = _rel_err(out, ref)
+                row["ms"] = _median_ms(lambda: compiled(*args), reps)
+            if bytes_moved:
+                row["GB/s"] = round(bytes_moved / row["ms"] / 1e6, 1)
+            msg = f"{row['ms']:8.3f} ms" + (f" {row['GB/s']:8.1f} GB/s" if bytes_moved else "")
+            msg += f"  rel_err {row['rel_err']:.2e}  compile {row['compile_s']} s"
+        except Exception as err:  # a failing backend is a result, not a crash
+            row["error"] = f"{type(err).__name__}: {str(err)[:500]}"
+            msg = "FAILED " + row["error"].splitlines()[0][:200]
+            traceback.print_exc(limit=3, file=sys.stderr)
+        print(f"{name:34s} {bname:9s} {msg}", flush=True)
+        results.append(row)
+        torch._dynamo.reset()
+
+
+def kernel_cases(reps, results, backends):
+    dev = "cuda"
+    n = 1 << 28
+    x = torch.randn(n, device=dev)
+    _run_case("copy 2^28 fp32", lambda t: t.clone(), (x,), 2 * 4 * n, reps, results,
+              {"eager": backends["eager"]})
+    chain = lambda t: torch.nn.functional.gelu(t * 1.7 + 0.3) * torch.sigmoid(t)
+    _run_case("gelu-chain 2^28 fp32", chain, (x,), 2 * 4 * n, reps, results, backends)
+    del x
+    rows, cols = 8192, 4096
+    for dtype in (torch.float32, torch.bfloat16):
+        tag = str(dtype).replace("torch.", "")
+        a = torch.randn(rows, cols, device=dev, dtype=dtype)
+        w = torch.randn(cols, device=dev, dtype=dtype)
+        b = torch.randn(cols, device=dev, dtype=dtype)
+        nbytes = 2 * a.numel() * a.element_size()
+        _run_case(f"softmax {rows}x{cols} {tag}", lambda t: torch.softmax(t, -1), (a,),
+                  nbytes, reps, results, backends)
+        ln = lambda t, w, b: torch.nn.functional.layer_norm(t, (cols,), w, b)
+        _run_case(f"layer_norm {rows}x{cols} {tag}", ln, (a, w, b), nbytes, reps, results,
+                  backends)
+        del a, w, b
+
+
+def _models():
+    """(name, builder(dtype) -> (module, args)); imports are lazy so a missing package only
+    skips its model."""
+
+    def resnet18(dtype):
+        import torchvision
+        m = torchvision.models.resnet18().eval().cuda().to(dtype)
+        return m, (torch.randn(32, 3, 224, 224, device="cuda", dtype=dtype),)
+
+    def bert(dtype):
+        from transformers import BertConfig, BertModel
+        m = BertModel(BertConfig()).eval().cuda().to(dtype)
+        ids = torch.randint(0, 30522, (16, 128), device="cuda")
+        return m, (ids,)
+
+    def gpt2(dtype):
+        from transformers import GPT2Config, GPT2Model
+        m = GPT2Model(GPT2Config()).eval().cuda().to(dtype)
+        ids = torch.randint(0, 50257, (8, 256), device="cuda")
+        return m, (ids,)
+
+    return [("resnet18 (32)", resnet18), ("BERT-base (16x128)", bert),
+            ("GPT-2 small (8x256)", gpt2)]
+
+
+def model_cases(reps, results, backends):
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    for name, build in _models():
+        for dtype in (torch.float32, torch.bfloat16):
+            tag = str(dtype).replace("torch.", "")
+            try:
+                torch.manual_seed(0)
+                model, args = build(dtype)
+            except Exception as err:
+                print(f"{name} {tag}: skipped ({type(err).__name__}: {err})", flush=True)
+                results.append({"case": f"{name} {tag}", "error": f"skipped: {err}"})
+                continue
+            _run_case(f"{name} {tag}", model, args, 0, reps, results, backends)
+            del model
+            torch.cuda.empty_cache()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="JSON file for the results")
+    ap.add_argument("--only", choices=["kernels", "models"], default=None)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--backends", default="eager,inductor,ember")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("gpu_bench.py needs a GPU")
+    try:
+        backends = _backends()
+    except Exception as err:
+        print(f"ember failed to import ({err}); benchmarking eager and inductor only")
+        backends = {"eager": lambda f: f, "inductor": lambda f: torch.compile(f)}
+    backends = {k: v for k, v in backends.items() if k in args.backends.split(",")}
+    results: list[dict] = []
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
+    try:
+        import triton
+        meta["triton"] = triton.__version__
+    except ImportError:
+        pass
+    start = time.perf_counter()
+    try:
+        if args.only in (None, "kernels"):
+            kernel_cases(args.reps, results, backends)
+        if args.only in (None, "models"):
+            model_cases(args.reps, results, backends)
+    finally:
+        meta["total_s"] = round(time.perf_counter() - start, 1)
+        with open(args.out, "w") as f:
+            json.dump({"meta": meta, "results": results}, f, indent=1,
+                      default=lambda v: None if isinstance(v, float) and math.isnan(v) else str(v))
+        print(f"wrote {args.out} ({meta['total_s']} s)")
+
+
+if __name__ == "__main__":
+    main()

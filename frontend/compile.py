@@ -1,0 +1,193 @@
+"""One FX graph through ember: specialize -> prep -> import -> pipeline -> Program -> runtime.
+
+`EmberGraph` is the callable handed back to AOTAutograd. It compiles lazily, per concrete input
+signature (shapes, dtypes, devices, contiguity, scalar values), because ember's IR is static
+(docs/internals.md, stage 1) and only real inputs say which device/target to build for. Any
+failure inside ember falls back to eager torch (a partition, or the whole graph) with one
+warning; the user's program never breaks because ember cannot compile something.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from . import fx_prep
+from .options import CompileOptions, default_pipeline, resolve_target
+from .report import DebugDump, new_graph_id, record
+
+
+class EmberCompileError(RuntimeError):
+    """ember could not compile a graph (and fallback is off)."""
+
+
+def _devices(tensors) -> list[torch.device]:
+    return [t.device for t in tensors if isinstance(t, torch.Tensor)]
+
+
+def stage_label(element: str) -> str:
+    from ..passes.pipeline import parse_element
+    return parse_element(element)[0]
+
+
+def run_pipeline(module, pipeline: str, dump: DebugDump | None = None) -> None:
+    """Runs `pipeline` element by element so that the IR after each one can be dumped."""
+    from ..passes.pipeline import build_pass_manager, split_top_level, strip_anchor
+    ctx = module.context
+    for element in split_top_level(strip_anchor(pipeline)):
+        pm = build_pass_manager(f"builtin.module({element})", context=ctx)
+        pm.run(module.operation)
+        if dump is not None:
+            dump.stage(stage_label(element), module)
+
+
+def _summary(module) -> dict[str, Any]:
+    from .schedule import find_funcs, kernel_funcs, kernel_ops, _int_attr
+    main = find_funcs(module).get("main")
+    externs = []
+    if main is not None:
+        for op in main.regions[0].blocks[0].operations:
+            if op.operation.name == "ember.extern":
+                externs.append(op.operation)
+    kernels = kernel_funcs(module)
+    return {
+        "num_kernels": len(kernels),
+        "num_externs": len(externs),
+        "fused_groups": [kernel_ops(k) for k in kernels],
+        "planned_peak_bytes": _int_attr(main, "ember.arena_bytes") if main else 0,
+        "unplanned_peak_bytes": _int_attr(main, "ember.unplanned_bytes") if main else 0,
+    }
+
+
+def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
+                   dump: DebugDump) -> tuple[Callable, dict[str, Any]]:
+    """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
+    failure. Returns the runtime's callable and the report fields it knows."""
+    from ..runtime.executor import load
+    from .importer import import_fx, new_context
+    from .schedule import export_program
+
+    ctx = new_context()
+    with ctx, torch.no_grad():
+        module = import_fx(gm, ctx)
+        dump.stage("import", module)
+        run_pipeline(module, default_pipeline(options, target), dump)
+        program = export_program(module)
+        summary = _summary(module)
+    dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
+    device = (_devices(tensors) or [torch.device("cpu")])[0]
+    compiled = load(program, device, cache=options.cache_dir)
+    return compiled, summary
+
+
+class EmberGraph:
+    """A compiled ATen graph: specializes and compiles per input signature, then runs."""
+
+    def __init__(self, gm: fx.GraphModule, options: CompileOptions, kind: str = "graph",
+                 allow_partition: bool = True, decompositions=None,
+                 graph_id: str | None = None):
+        self.gm = gm
+        self.options = options
+        self.kind = kind
+        self.allow_partition = allow_partition
+        self.decompositions = decompositions
+        self.graph_id = graph_id or new_graph_id(kind)
+        self._cache: dict[tuple, Callable] = {}
+        self.reports: list[dict[str, Any]] = []
+
+    def __call__(self, *args):
+        key = fx_prep.input_key(args)
+        fn = self._cache.get(key)
+        if fn is None:
+            fn = self._cache[key] = self._build(args)
+        return fn(*args)
+
+    @property
+    def report(self) -> dict[str, Any] | None:
+        return self.reports[-1] if self.reports else None
+
+    def _build(self, args) -> Callable:
+        t0 = time.perf_counter()
+        n = len(self._cache)
+        graph_id = self.graph_id if n == 0 else f"{self.graph_id}-s{n}"
+        gm, pos = self.gm, None
+        if fx_prep.needs_specialization(gm):
+            gm, pos = fx_prep.specialize(gm, args, self.decompositions)
+        tensors = list(args) if pos is None else [args[i] for i in pos]
+        target = resolve_target(self.options.target, _devices(tensors))
+        dump = DebugDump(self.options.debug_dir, graph_id)
+        dump.write("fx_graph.txt", gm.code)
+        prep = fx_prep.prepare(gm)
+
+        report: dict[str, Any] = {
+            "graph_id": graph_id, "target": target, "status": "compiled",
+            "input_shapes": [list(t.shape) for t in tensors if isinstance(t, torch.Tensor)],
+            "num_kernels": 0, "num_externs": 0, "fused_groups": [], "eager_fallback_ops": [],
+            "planned_peak_bytes": 0, "unplanned_peak_bytes": 0,
+        }
+        run: Callable | None = None
+        if prep.gm is not None:
+            try:
+                run, summary = compile_static(prep.gm, tensors, self.options, target, dump)
+                report.update(summary)
+            except Exception as err:
+                if not self.options.fallback:
+                    raise EmberCompileError(f"ember: compiling graph {graph_id} failed: "
+                                            f"{err}") from err
+                run = self._fallback(prep.gm, tensors, target, graph_id, err, report)
+        else:
+            report["status"] = "host-only"
+        report["compile_seconds"] = round(time.perf_counter() - t0, 4)
+        dump.report(report)
+        record(report)
+        self.reports.append(report)
+
+        host = prep.host_gm
+
+        def call(*call_args):
+            ts = call_args if pos is None else [call_args[i] for i in pos]
+            c = run(*ts) if run is not None else ()
+            h = host(*ts) if host is not None else ()
+            return fx_prep.assemble(prep, c, h)
+        return call
+
+    def _fallback(self, gm: fx.GraphModule, tensors, target: str, graph_id: str,
+                  err: Exception, report: dict[str, Any]) -> Callable:
+        from .partition import eager_ops, partition_graph
+        if self.allow_partition:
+            try:
+                split, ops = partition_graph(gm, self.options, target, graph_id,
+                                             self.decompositions)
+            except Exception as perr:  # probing itself failed: the whole graph runs eagerly
+                split, ops = None, None
+                err = perr
+            if split is not None:
+                report["status"] = "partitioned"
+                report["eager_fallback_ops"] = ops
+                report["error"] = _first_line(err)
+                warnings.warn(f"ember: graph {graph_id}: ops run by eager torch (ember cannot "
+                              f"compile them): {', '.join(ops)}", stacklevel=2)
+                return _as_list(split)
+        ops = eager_ops(gm)
+        report["status"] = "eager"
+        report["eager_fallback_ops"] = ops
+        report["error"] = _first_line(err)
+        warnings.warn(f"ember: graph {graph_id} runs by eager torch ({_first_line(err)}); "
+                      f"ops: {', '.join(ops)}", stacklevel=2)
+        return _as_list(gm)
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
+def _as_list(fn: Callable) -> Callable:
+    """Graph modules return a tuple (or one value); compiled programs return a list."""
+    def call(*args):
+        out = fn(*args)
+        return list(out) if isinstance(out, (tuple, list)) else [out]
+    return call

@@ -1,0 +1,109 @@
+"""`CompileOptions`: what `torch.compile(model, backend="ember", options={...})` may set.
+
+Environment variables are not read here: `runtime.env.get_env()` is the one place that reads
+them; `from_user` only takes their values as defaults, so a compile is reproducible from its
+`CompileOptions` alone.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+TARGETS = ("auto", "cpu", "cuda", "rocm", "triton")
+DEFAULT_MAX_GROUP_SIZE = 64
+
+
+class OptionsError(ValueError):
+    """A bad key or value in `torch.compile(..., options={...})`."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Options of one `torch.compile(backend="ember")` call.
+
+    target: "auto" picks cuda/rocm when the inputs live on a GPU, else cpu; "triton" forces
+      the Triton code path (on CPU tensors it needs TRITON_INTERPRET=1).
+    max_group_size: the most linalg ops ember-fuse puts in one kernel.
+    debug_dir: where each compiled graph dumps its FX graph, IR per stage, sources and report.
+    cache_dir: the runtime's build cache (None: the runtime's default).
+    fallback: run ops ember cannot compile with eager torch (with one warning per graph)
+      instead of raising.
+    pipeline: a full pass pipeline string replacing the default one.
+    """
+
+    target: str = "auto"
+    max_group_size: int = DEFAULT_MAX_GROUP_SIZE
+    debug_dir: str | None = None
+    cache_dir: str | None = None
+    fallback: bool = True
+    pipeline: str | None = None
+
+    def __post_init__(self):
+        if self.target not in TARGETS:
+            raise OptionsError(f"ember: option 'target' must be one of {', '.join(TARGETS)}; "
+                               f"got {self.target!r}")
+        if (not isinstance(self.max_group_size, int) or isinstance(self.max_group_size, bool)
+                or self.max_group_size < 1):
+            raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
+                               f"got {self.max_group_size!r}")
+        if not isinstance(self.fallback, bool):
+            raise OptionsError(f"ember: option 'fallback' must be True or False; "
+                               f"got {self.fallback!r}")
+        for name in ("debug_dir", "cache_dir", "pipeline"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                # Paths are accepted (os.PathLike) and stored as text so the dataclass stays
+                # hashable and printable in reports.
+                if hasattr(value, "__fspath__"):
+                    object.__setattr__(self, name, str(value.__fspath__()))
+                else:
+                    raise OptionsError(f"ember: option '{name}' must be a string; got {value!r}")
+
+    @classmethod
+    def valid_keys(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_user(cls, options: "Mapping[str, Any] | CompileOptions | None" = None,
+                  env=None) -> "CompileOptions":
+        """Builds options from the user's dict; unset fields take the environment's defaults
+        (EMBER_TARGET, EMBER_DEBUG_DIR, EMBER_CACHE_DIR through `runtime.env`)."""
+        if isinstance(options, CompileOptions):
+            return options
+        options = dict(options or {})
+        valid = cls.valid_keys()
+        unknown = sorted(k for k in options if k.replace("-", "_") not in valid)
+        if unknown:
+            raise OptionsError(f"ember: unknown option(s) {', '.join(map(repr, unknown))}; "
+                               f"valid options are: {', '.join(valid)}")
+        kwargs = {k.replace("-", "_"): v for k, v in options.items()}
+        if env is None:
+            from ..runtime.env import get_env
+            env = get_env()
+        if "target" not in kwargs and env.target:
+            kwargs["target"] = env.target
+        if "debug_dir" not in kwargs and env.debug_dir is not None:
+            kwargs["debug_dir"] = str(env.debug_dir)
+        if "cache_dir" not in kwargs and env.cache_dir is not None:
+            kwargs["cache_dir"] = str(env.cache_dir)
+        return cls(**kwargs)
+
+
+def resolve_target(target: str, devices) -> str:
+    """The concrete target for tensors on `devices` (torch.device objects): cpu | cuda | rocm |
+    triton."""
+    if target != "auto":
+        return target
+    import torch
+    if any(d.type == "cuda" for d in devices):
+        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
+    return "cpu"
+
+
+def default_pipeline(options: CompileOptions, target: str) -> str:
+    if options.pipeline:
+        return options.pipeline
+    lower = "ember-lower-to-cpp" if target == "cpu" else "ember-lower-to-triton"
+    return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size}}},"
+            f"canonicalize,ember-buffer-reuse,{lower})")

@@ -1,0 +1,147 @@
+"""Eager fallback: find the nodes ember cannot compile and run just those with eager torch.
+
+Each call_function node is probed alone (a one-node graph whose placeholders carry the node's
+input `meta['val']`, imported and run through the pipeline up to code generation; no build).
+Verdicts are cached per (op overload, input dtypes, ranks). Supported nodes are grouped by
+torch's CapabilityBasedPartitioner into submodules, each compiled lazily by ember (with no
+further partitioning: a submodule ember still fails on runs eagerly as a whole).
+"""
+from __future__ import annotations
+
+import operator
+import threading
+
+import torch
+import torch.fx as fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from . import fx_prep
+from .options import CompileOptions, default_pipeline
+
+_VERDICTS: dict[tuple, str | None] = {}    # key -> None (supported) or the reason it is not
+_LOCK = threading.Lock()
+
+
+def op_name(node: fx.Node) -> str:
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)                  # aten.sort.default
+    return getattr(target, "__name__", str(target))
+
+
+def eager_ops(gm: fx.GraphModule) -> list[str]:
+    return sorted({op_name(n) for n in gm.graph.nodes
+                   if n.op == "call_function" and n.target is not operator.getitem})
+
+
+def _val_key(v):
+    if isinstance(v, torch.Tensor):
+        return (str(v.dtype), v.dim())
+    return type(v).__name__
+
+
+def _probe_key(node: fx.Node, target: str, pipeline: str) -> tuple:
+    ins = tuple(_val_key(n.meta.get("val")) for n in node.all_input_nodes)
+    return (op_name(node), ins, target, pipeline)
+
+
+def _one_node_graph(node: fx.Node) -> fx.GraphModule:
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for i, inp in enumerate(node.all_input_nodes):
+        val = inp.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise TypeError(f"input {inp.name} of {node.name} is not a tensor ({type(val)})")
+        ph = graph.placeholder(f"in{i}")
+        ph.meta["val"] = val
+        env[inp] = ph
+    new = graph.node_copy(node, lambda n: env[n])
+    val = node.meta.get("val")
+    if isinstance(val, (tuple, list)):
+        outs = []
+        for i, v in enumerate(val):
+            if isinstance(v, torch.Tensor):
+                g = graph.call_function(operator.getitem, (new, i))
+                g.meta["val"] = v
+                outs.append(g)
+        graph.output(tuple(outs))
+    else:
+        graph.output((new,))
+    return fx.GraphModule(torch.nn.Module(), graph)
+
+
+def probe(node: fx.Node, options: CompileOptions, target: str) -> str | None:
+    """None when ember compiles `node` alone, else the reason it cannot."""
+    from .compile import run_pipeline
+    from .importer import import_fx, new_context
+    from .schedule import export_program
+
+    pipeline = default_pipeline(options, target)
+    key = _probe_key(node, target, pipeline)
+    with _LOCK:
+        if key in _VERDICTS:
+            return _VERDICTS[key]
+    try:
+        prep = fx_prep.prepare(_one_node_graph(node))
+        if prep.gm is not None:
+            ctx = new_context()
+            with ctx, torch.no_grad():
+                module = import_fx(prep.gm, ctx)
+                run_pipeline(module, pipeline)
+                export_program(module)
+        verdict = None
+    except Exception as err:  # any failure means: not this node through ember
+        lines = str(err).strip().splitlines()
+        verdict = f"{type(err).__name__}: {lines[0] if lines else ''}"
+    with _LOCK:
+        _VERDICTS[key] = verdict
+    return verdict
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, unsupported: set[fx.Node]):
+        self.unsupported = unsupported
+
+    def is_node_supported(self, submodules, node: fx.Node) -> bool:
+        if node.op != "call_function" or node in self.unsupported:
+            return False
+        if node.target is operator.getitem:
+            # A getitem belongs with its producer: a tuple cannot cross into a submodule.
+            return node.args[0] not in self.unsupported
+        return True
+
+
+class _Compiled(torch.nn.Module):
+    """Holds an EmberGraph where the split graph expects a submodule."""
+
+    def __init__(self, graph):
+        super().__init__()
+        self.graph_fn = graph
+
+    def forward(self, *args):
+        return self.graph_fn(*args)
+
+
+def partition_graph(gm: fx.GraphModule, options: CompileOptions, target: str, graph_id: str,
+                    decompositions=None) -> tuple[fx.GraphModule | None, list[str]]:
+    """The graph split into ember-compiled submodules and eager nodes, and the eager ops'
+    names; (None, []) when every node passes its probe alone (the failure is elsewhere)."""
+    from .compile import EmberGraph
+
+    unsupported = {n for n in gm.graph.nodes
+                   if n.op == "call_function" and n.target is not operator.getitem
+                   and probe(n, options, target) is not None}
+    if not unsupported:
+        return None, []
+    names = sorted({op_name(n) for n in unsupported})
+    partitioner = CapabilityBasedPartitioner(gm, _Support(unsupported),
+                                             allows_single_node_partition=True)
+    split = partitioner.fuse_partitions(partitioner.propose_partitions())
+    for i, node in enumerate(n for n in split.graph.nodes if n.op == "call_module"):
+        sub = split.get_submodule(node.target)
+        setattr(split, node.target, _Compiled(EmberGraph(
+            sub, options, graph_id=f"{graph_id}.p{i}", allow_partition=False,
+            decompositions=decompositions)))
+    split.recompile()
+    return split, names

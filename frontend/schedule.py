@@ -1,0 +1,221 @@
+"""Lowered module -> `runtime.Program` (docs/internals.md, stage 5): plain data, no MLIR.
+
+Walks `@main` in order. Block arguments are value ids 0..n-1; every host op result gets the next
+id. The host side holds only ember.fused / ember.extern / views / constants / tensor.empty.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+from torch_mlir import ir
+
+from ..runtime.program import Program, Step, ValueInfo
+
+_FLOAT_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+                "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2"}
+_INT_NAMES = {1: "bool", 8: "int8", 16: "int16", 32: "int32", 64: "int64"}
+_UINT_NAMES = {8: "uint8", 16: "uint16", 32: "uint32", 64: "uint64"}
+
+
+class ScheduleError(RuntimeError):
+    """The lowered module breaks the host-side contract (an op the runtime cannot run)."""
+
+
+def dtype_name(elem: ir.Type) -> str:
+    """MLIR element type -> torch dtype name without 'torch.' (i1 -> bool)."""
+    text = str(elem)
+    if text in _FLOAT_NAMES:
+        return _FLOAT_NAMES[text]
+    if isinstance(elem, ir.IntegerType):
+        it = elem
+        names = _UINT_NAMES if it.is_unsigned else _INT_NAMES
+        if it.width in names:
+            return names[it.width]
+    if isinstance(elem, ir.ComplexType):
+        inner = str(elem.element_type)
+        return {"f32": "complex64", "f64": "complex128"}.get(inner, f"complex_{inner}")
+    raise ScheduleError(f"element type {text} has no torch dtype")
+
+
+def value_info(ty: ir.Type, offset: int | None = None) -> ValueInfo:
+    if not isinstance(ty, ir.RankedTensorType):
+        raise ScheduleError(f"host value of type {ty} is not a ranked tensor")
+    t = ty
+    if not t.has_static_shape:
+        raise ScheduleError(f"host value of type {ty} has a dynamic shape (the frontend "
+                            f"specializes shapes before import)")
+    return ValueInfo(shape=tuple(t.shape), dtype=dtype_name(t.element_type), offset=offset)
+
+
+def attr_to_python(attr: ir.Attribute) -> Any:
+    """Extern params (DictAttr entries) -> plain Python values."""
+    for cls, conv in (
+        (ir.BoolAttr, lambda a: bool(a.value)),
+        (ir.IntegerAttr, lambda a: int(a.value)),
+        (ir.FloatAttr, lambda a: float(a.value)),
+        (ir.StringAttr, lambda a: a.value),
+        (ir.DenseI64ArrayAttr, lambda a: [int(x) for x in a]),
+        (ir.DenseI32ArrayAttr, lambda a: [int(x) for x in a]),
+        (ir.DenseF32ArrayAttr, lambda a: [float(x) for x in a]),
+        (ir.DenseF64ArrayAttr, lambda a: [float(x) for x in a]),
+        (ir.DenseBoolArrayAttr, lambda a: [bool(x) for x in a]),
+        (ir.ArrayAttr, lambda a: [attr_to_python(x) for x in a]),
+        (ir.DictAttr, lambda a: {na.name: attr_to_python(na.attr) for na in a}),
+        (ir.DenseElementsAttr, lambda a: dense_to_python(a)),
+        (ir.UnitAttr, lambda a: True),
+    ):
+        if isinstance(attr, cls):
+            return conv(attr)
+    return str(attr)
+
+
+def dense_to_python(attr) -> Any:
+    """A DenseElementsAttr -> nested lists (or a scalar for rank 0)."""
+    shape = list(attr.type.shape)
+    if attr.is_splat:
+        v = attr.get_splat_value()
+        scalar = attr_to_python(v)
+        return np.full(shape, scalar).tolist() if shape else scalar
+    try:
+        arr = np.array(attr)
+    except Exception:
+        # numpy's buffer protocol takes no f16/bf16 here, nor element access: read the text.
+        arr = _parse_half_dense(str(attr), str(attr.type.element_type)).reshape(shape)
+    return arr.tolist()
+
+
+def _half_bits_to_float(bits: np.ndarray, elem: str) -> np.ndarray:
+    bits = bits.astype(np.uint16)
+    if elem == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return bits.view(np.float16).astype(np.float32)
+
+
+def _parse_half_dense(text: str, elem: str) -> np.ndarray:
+    """`dense<[1.0, 0x7F80]> : tensor<2xbf16>` or `dense<"0x...">` -> float32 values."""
+    body = text[text.index("dense<") + 6:text.rindex(">", 0, text.rindex(":"))]
+    if body.startswith('"0x'):
+        raw = bytes.fromhex(body[3:-1])
+        return _half_bits_to_float(np.frombuffer(raw, dtype="<u2"), elem)
+    out = []
+    for tok in re.findall(r"0x[0-9A-Fa-f]+|[-+]?[0-9.]+(?:e[-+]?[0-9]+)?|inf|nan", body):
+        if tok.startswith("0x"):
+            out.append(float(_half_bits_to_float(np.array([int(tok, 16)]), elem)[0]))
+        else:
+            out.append(float(tok))
+    return np.array(out, dtype=np.float32)
+
+
+def _i64_array(op, name: str) -> list[int] | None:
+    if name not in op.attributes:
+        return None
+    return [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[name])]
+
+
+def _int_attr(op, name: str, default: int = 0) -> int:
+    if name not in op.attributes:
+        return default
+    return int(ir.IntegerAttr(op.attributes[name]).value)
+
+
+def _str_attr(op, name: str, default: str = "") -> str:
+    if name not in op.attributes:
+        return default
+    return ir.StringAttr(op.attributes[name]).value
+
+
+def find_funcs(module: ir.Module) -> dict[str, ir.Operation]:
+    funcs = {}
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            funcs[ir.StringAttr(op.attributes["sym_name"]).value] = op.operation
+    return funcs
+
+
+def kernel_funcs(module: ir.Module) -> list[ir.Operation]:
+    """The kernels, in module order (each carries `ember.kernel`)."""
+    return [f for f in find_funcs(module).values() if "ember.kernel" in f.attributes]
+
+
+def kernel_ops(func) -> list[str]:
+    if "ember.ops" not in func.attributes:
+        return []
+    return [attr_to_python(a) for a in ir.ArrayAttr(func.attributes["ember.ops"])]
+
+
+def export_program(module: ir.Module, func_name: str = "main") -> Program:
+    funcs = find_funcs(module)
+    if func_name not in funcs:
+        raise ScheduleError(f"lowered module has no @{func_name}")
+    main = funcs[func_name]
+    mod_op = module.operation
+    target = _str_attr(mod_op, "ember.target", "cpu")
+    block = main.regions[0].blocks[0]
+
+    ids: dict[Any, int] = {}
+    values: list[ValueInfo] = []
+
+    def new_value(v, offset=None) -> int:
+        ids[v] = len(values)
+        values.append(value_info(v.type, offset))
+        return ids[v]
+
+    def vid(v) -> int:
+        if v not in ids:
+            raise ScheduleError(f"host value {v.get_name()} is used before it is defined")
+        return ids[v]
+
+    for arg in block.arguments:
+        new_value(arg)
+    num_inputs = len(values)
+
+    steps: list[Step] = []
+    kernel_names: list[str] = []
+    outputs: list[int] = []
+    for op in block.operations:
+        name = op.operation.name
+        ins = tuple(vid(v) for v in op.operands)
+        if name == "func.return":
+            outputs = list(ins)
+            continue
+        if name == "arith.constant" and not isinstance(op.results[0].type, ir.RankedTensorType):
+            continue  # scalars on the host feed nothing the runtime runs
+        offsets = _i64_array(op, "ember.offsets") or [-1] * len(op.results)
+        outs = tuple(new_value(r, off if off >= 0 else None)
+                     for r, off in zip(op.results, offsets))
+        if name == "ember.fused":
+            callee = funcs.get(ir.FlatSymbolRefAttr(op.attributes["kernel"]).value)
+            if callee is None:
+                raise ScheduleError(f"{op.location}: ember.fused names an unknown kernel")
+            symbol = _str_attr(callee, "ember.symbol",
+                               ir.StringAttr(callee.attributes["sym_name"]).value)
+            if symbol not in kernel_names:
+                kernel_names.append(symbol)
+            steps.append(Step("kernel", symbol, ins, outs))
+        elif name == "ember.extern":
+            params = {}
+            if "params" in op.attributes:
+                params = attr_to_python(op.attributes["params"])
+            steps.append(Step("extern", _str_attr(op, "target"), ins, outs, params))
+        elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            steps.append(Step("view", name.split(".")[1], ins[:1], outs))
+        elif name == "arith.constant":
+            steps.append(Step("const", "constant", (), outs,
+                              {"value": dense_to_python(op.attributes["value"])}))
+        elif name == "tensor.empty":
+            steps.append(Step("empty", "empty", (), outs))
+        else:
+            raise ScheduleError(f"{op.location}: '{name}' cannot run on the host; every compute "
+                                f"op must be inside a kernel (ember-fuse's contract)")
+
+    prelude = _str_attr(mod_op, "ember.prelude")
+    sources = [_str_attr(f, "ember.source") for f in kernel_funcs(module)]
+    lang = "cpp" if target == "cpu" else "python"
+    return Program(
+        target=target, lang=lang,
+        source="\n".join([prelude] + [s for s in sources if s]),
+        values=values, num_inputs=num_inputs, steps=steps, outputs=outputs,
+        arena_bytes=_int_attr(main, "ember.arena_bytes"),
+        kernel_names=kernel_names)

@@ -1,0 +1,273 @@
+"""`ember-buffer-reuse`: plans one arena for the intermediates of `@main` (docs/internals.md,
+Stage 3).
+
+Invariant established: every result of an `ember.fused` / `ember.extern` in `@main` carries an
+entry of `ember.offsets = array<i64: ...>` on its op — a byte offset into one arena, a multiple
+of `alignment`, or -1 when the result gets its own allocation: it escapes (is returned, directly
+or through `tensor.expand_shape`/`collapse_shape` views) or its size is unknown (not a
+statically shaped tensor/memref; the frontend specializes shapes, so this is rare and stays
+correct, just unplanned). Two results whose live ranges overlap never share bytes, except
+in-place: a single-result pointwise kernel may write over an operand buffer that dies at that
+kernel and has the same shape and element size, when the kernel reads it only elementwise
+(identity indexing maps), so no element is overwritten before it is read. `@main` gets
+`ember.arena_bytes` (the arena's size) and `ember.unplanned_bytes` (the sum of the aligned
+sizes of the planned results: the memory without reuse).
+
+Live range of a buffer: from its defining op to the last op (in `@main`'s order) that uses it or
+a view of it, both ends inclusive (an op's inputs and outputs are live together).
+Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
+start), each at the lowest-waste gap between already placed buffers it overlaps in time.
+"""
+import dataclasses
+
+from torch_mlir import ir
+
+from .base import OptionError, Pass
+from .registry import register
+
+PRODUCERS = ("ember.fused", "ember.extern")
+VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
+@dataclasses.dataclass
+class Buffer:
+    op_index: int
+    result: int
+    nbytes: int          # exact
+    size: int            # rounded up to the alignment
+    start: int
+    end: int
+    escapes: bool = False
+    in_place_of: "Buffer | None" = None
+    offset: int = -1
+    name: str = ""
+
+
+def _element_bytes(t: ir.Type) -> int | None:
+    for cls in (ir.FloatType, ir.IntegerType):
+        try:
+            return (cls(t).width + 7) // 8
+        except (ValueError, TypeError):
+            pass
+    if ir.IndexType.isinstance(t):
+        return 8
+    try:
+        inner = _element_bytes(ir.ComplexType(t).element_type)
+        return None if inner is None else 2 * inner
+    except (ValueError, TypeError):
+        return None
+
+
+def byte_size(t: ir.Type) -> int | None:
+    """Bytes of a statically shaped tensor/memref, None when unknown."""
+    try:
+        shaped = ir.ShapedType(t)
+    except (ValueError, TypeError):
+        return None
+    if not shaped.has_rank or not shaped.has_static_shape:
+        return None
+    elem = _element_bytes(shaped.element_type)
+    if elem is None:
+        return None
+    n = 1
+    for d in shaped.shape:
+        n *= d
+    return n * elem
+
+
+def _find_func(module: ir.Operation, name: str):
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op
+    return None
+
+
+def _is_identity(attr) -> bool:
+    m = ir.AffineMapAttr(attr).value
+    return m == ir.AffineMap.get_identity(m.n_dims)
+
+
+def reads_elementwise(kernel, arg_index: int) -> bool:
+    """True if the kernel's only uses of argument `arg_index` are identity-map inputs of
+    all-identity linalg.generics (so writing result element i after reading input element i is
+    safe) and the kernel has one result (no later loop could read the overwritten input)."""
+    ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
+    if len(ftype.results) != 1 or not kernel.regions[0].blocks:
+        return False
+    arg = kernel.regions[0].blocks[0].arguments[arg_index]
+    ok = True
+    uses = 0
+
+    def visit(op):
+        nonlocal ok, uses
+        hits = [k for k, v in enumerate(op.operands) if v == arg]
+        if not hits:
+            return ir.WalkResult.ADVANCE
+        uses += len(hits)
+        if op.name != "linalg.generic":
+            ok = False
+            return ir.WalkResult.INTERRUPT
+        maps = list(ir.ArrayAttr(op.attributes["indexing_maps"]))
+        n_in = len(op.operands) - len(op.results)
+        outs_identity = all(_is_identity(m) for m in maps[n_in:])
+        if not outs_identity or any(k >= n_in or not _is_identity(maps[k]) for k in hits):
+            ok = False
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    kernel.operation.walk(visit)
+    return ok and uses > 0
+
+
+def _align(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def _place(groups: list[list[Buffer]], alignment: int) -> int:
+    """Best-fit offsets for groups (buffers sharing storage in place); returns the arena size."""
+    spans = []
+    for g in groups:
+        spans.append((min(b.start for b in g), max(b.end for b in g), max(b.size for b in g), g))
+    spans.sort(key=lambda s: (-s[2], s[0]))
+    placed: list[tuple[int, int, int, int]] = []   # start, end, offset, size
+    arena = 0
+    for start, end, size, group in spans:
+        busy = sorted((o, o + s) for (a, b, o, s) in placed if a <= end and start <= b and s > 0)
+        best, best_waste, cursor = None, None, 0
+        for lo, hi in busy:
+            gap = lo - cursor
+            if gap >= size and (best_waste is None or gap - size < best_waste):
+                best, best_waste = cursor, gap - size
+            cursor = max(cursor, hi)
+        offset = best if best is not None else cursor
+        offset = _align(offset, alignment)
+        placed.append((start, end, offset, size))
+        for b in group:
+            b.offset = offset
+        arena = max(arena, offset + size)
+    return arena
+
+
+def plan(module, alignment: int = 64, in_place: bool = True) -> dict:
+    """The arena plan of `module`'s @main, without changing the IR (plain data, for reports):
+    `arena_bytes`, `unplanned_bytes`, `alignment`, `buffers` (one dict per result of
+    ember.fused/ember.extern in op order: `op` (index in @main), `result`, `name`, `bytes`,
+    `offset` (-1: own allocation), `live` (first, last op index), `escapes`, `in_place_of`)."""
+    return _plan(module, alignment, in_place)[0]
+
+
+def _plan(module, alignment: int, in_place: bool):
+    module = getattr(module, "operation", module)
+    main = _find_func(module, "main")
+    if main is None or not main.regions[0].blocks:
+        return {"arena_bytes": 0, "unplanned_bytes": 0, "alignment": alignment, "buffers": []}, [], {}
+    ops = list(main.regions[0].blocks[0].operations)
+    root: dict = {}              # value -> Buffer it lives in (results and views of them)
+    buffers: list[Buffer] = []
+    per_op: dict[int, list[Buffer | None]] = {}
+    for i, op in enumerate(ops):
+        name = op.operation.name
+        operands = []
+
+        def collect(inner):
+            operands.extend(inner.operands)
+            return ir.WalkResult.ADVANCE
+
+        op.operation.walk(collect)
+        for v in operands:
+            buf = root.get(v)
+            if buf is not None:
+                buf.end = max(buf.end, i)
+                if name == "func.return":
+                    buf.escapes = True
+        if name in PRODUCERS:
+            per_op[i] = []
+            for k, r in enumerate(op.results):
+                nbytes = byte_size(r.type)
+                if nbytes is None:
+                    per_op[i].append(None)
+                    continue
+                buf = Buffer(i, k, nbytes, _align(nbytes, alignment), i, i,
+                             name=r.get_name() if hasattr(r, "get_name") else f"op{i}#{k}")
+                buffers.append(buf)
+                per_op[i].append(buf)
+                root[r] = buf
+        elif name in VIEWS and op.operands[0] in root:
+            root[op.results[0]] = root[op.operands[0]]
+
+    planned = [b for b in buffers if not b.escapes]
+    if in_place:
+        _match_in_place(module, ops, root, per_op)
+    # Union the in-place chains into groups that share one offset.
+    groups: dict[int, list[Buffer]] = {}
+    for b in planned:
+        head = b
+        while head.in_place_of is not None:
+            head = head.in_place_of
+        groups.setdefault(id(head), []).append(b)
+    arena = _align(_place(list(groups.values()), alignment), alignment)
+    unplanned = sum(b.size for b in planned)
+    rows = [{"op": b.op_index, "result": b.result, "name": b.name, "bytes": b.nbytes,
+             "offset": b.offset, "live": (b.start, b.end), "escapes": b.escapes,
+             "in_place_of": None if b.in_place_of is None else b.in_place_of.name}
+            for b in buffers]
+    report = {"arena_bytes": arena, "unplanned_bytes": unplanned, "alignment": alignment,
+              "buffers": rows}
+    return report, ops, per_op
+
+
+def _match_in_place(module, ops, root, per_op) -> None:
+    taken = set()
+    for i, outs in per_op.items():
+        op = ops[i]
+        if op.operation.name != "ember.fused" or len(outs) != 1 or outs[0] is None or outs[0].escapes:
+            continue
+        kernel = _find_func(module, ir.FlatSymbolRefAttr(op.attributes["kernel"]).value)
+        if kernel is None or "ember.kernel" not in kernel.attributes:
+            continue
+        if ir.StringAttr(kernel.attributes["ember.kernel"]).value != "pointwise":
+            continue
+        out = outs[0]
+        result_type = op.results[0].type
+        for k, v in enumerate(op.operands):
+            src = root.get(v)
+            if (src is None or src.escapes or src.end != i or id(src) in taken
+                    or v.type != result_type or src.nbytes != out.nbytes):
+                continue
+            # The same buffer read through a second operand (another view) is not elementwise.
+            if sum(1 for w in op.operands if root.get(w) is src) != 1:
+                continue
+            if reads_elementwise(kernel, k):
+                out.in_place_of = src
+                taken.add(id(src))
+                break
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class EmberBufferReuse(Pass):
+    """Assigns arena offsets to @main's intermediates (see the module docstring)."""
+
+    name = "ember-buffer-reuse"
+    summary = ("Assigns arena offsets (ember.offsets) to non-escaping kernel results by "
+               "liveness; sets ember.arena_bytes / ember.unplanned_bytes on @main")
+
+    alignment: int = 64
+    in_place: bool = True
+
+    def __post_init__(self):
+        if self.alignment <= 0 or self.alignment & (self.alignment - 1):
+            raise OptionError(f"{self.name}: option 'alignment' must be a positive power of "
+                              f"two, got {self.alignment}")
+
+    def run(self, module: ir.Operation) -> None:
+        result, ops, per_op = _plan(module, self.alignment, self.in_place)
+        if not ops:
+            return
+        for i, outs in per_op.items():
+            offsets = [-1 if b is None or b.escapes else b.offset for b in outs]
+            ops[i].attributes["ember.offsets"] = ir.DenseI64ArrayAttr.get(offsets)
+        main = ops[0].operation.parent
+        i64 = ir.IntegerType.get_signless(64)
+        main.attributes["ember.arena_bytes"] = ir.IntegerAttr.get(i64, result["arena_bytes"])
+        main.attributes["ember.unplanned_bytes"] = ir.IntegerAttr.get(i64, result["unplanned_bytes"])

@@ -1,0 +1,431 @@
+"""ember-fuse: decides fusion groups over the whole graph and outlines each into a kernel.
+
+Invariant established (docs/internals.md, stage 2): every public function holds only host-side
+ops (`func.call` of a kernel, `ember.extern`, views, constants, `tensor.empty`, `func.return`);
+every other
+computation sits in a private `func.func` marked `ember.kernel` ("pointwise" or "reduction") whose
+loop structure code generation can handle. Matmul, batched matmul and convolution become
+`ember.extern` calls of library kernels.
+
+How groups are chosen (a scheduler in the style of Inductor's): every compute op starts as its own
+group; producer->consumer edges are visited from the most bytes saved to the least, and the two
+groups merge when the merged group (a) stays acyclic with the rest of the graph, (b) has at most
+`max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
+Cheap producers (constants, `tensor.empty`, fills of a constant) are cloned into every kernel that
+reads them instead of being passed in. `explain(module)` lists each decision for reports.
+"""
+import dataclasses
+from collections import defaultdict
+
+from torch_mlir import ir
+from torch_mlir.dialects import func
+
+from ..dialects import KERNEL_ATTR
+from . import fusion_legality
+from .base import Pass, PassError
+from .graph_utils import (
+    bytes_of, defining_op, element_count, is_zero_constant, op_name, stable_topological_sort,
+    users,
+)
+from .registry import register
+
+HOST_OPS = {"func.call", "ember.extern", "func.return", "arith.constant", "tensor.empty"}
+VIEW_OPS = {"tensor.expand_shape", "tensor.collapse_shape"}
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class EmberFuse(Pass):
+    """Groups pointwise chains and reductions with their pointwise producers and consumers."""
+
+    name = "ember-fuse"
+    summary = ("Fuse pointwise chains and reductions (with their pointwise producers/consumers) "
+               "into kernels; matmul/conv become ember.extern")
+
+    max_group_size: int = 64
+    fuse_reductions: bool = True
+    externs: bool = True
+
+    def run(self, module: ir.Operation) -> None:
+        with module.context, ir.Location.unknown():
+            for fn in _public_functions(module):
+                if self.externs:
+                    _convert_externs(fn)
+                groups = self.plan(fn)
+                _outline(module, fn, groups)
+
+    def plan(self, fn) -> list[list]:
+        """The fusion groups of `fn`, each a list of ops in program order."""
+        block = fn.regions[0].blocks[0]
+        nodes = [op for op in block.operations if _is_compute(op)]
+        index = {op: i for i, op in enumerate(nodes)}
+        parent = list(range(len(nodes)))
+        members = {i: [op] for i, op in enumerate(nodes)}
+
+        def find(i):
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        edges = []
+        for op in nodes:
+            for res in op.results:
+                for user in users(res):
+                    if user in index:
+                        edges.append((bytes_of(res.type), index[op], index[user]))
+        # Most bytes saved first; ties in program order (stable).
+        edges.sort(key=lambda e: -e[0])
+
+        def group_succs(g):
+            out = set()
+            for op in members[g]:
+                for res in op.results:
+                    for user in users(res):
+                        if user in index:
+                            out.add(find(index[user]))
+            out.discard(g)
+            return out
+
+        def reaches(src, dst, avoid):
+            """Is there a path src -> ... -> dst through some group outside `avoid`?"""
+            stack = [s for s in group_succs(src) if s not in avoid]
+            seen = set(stack)
+            while stack:
+                g = stack.pop()
+                if g == dst:
+                    return True
+                for s in group_succs(g):
+                    if s == dst:
+                        return True
+                    if s not in seen and s not in avoid:
+                        seen.add(s)
+                        stack.append(s)
+            return False
+
+        for _, a, b in edges:
+            ga, gb = find(a), find(b)
+            if ga == gb:
+                continue
+            merged = sorted(members[ga] + members[gb], key=lambda o: index[o])
+            compute = [o for o in merged if op_name(o) not in VIEW_OPS]
+            if len(compute) > self.max_group_size:
+                continue
+            if reaches(ga, gb, {ga, gb}) or reaches(gb, ga, {ga, gb}):
+                continue
+            if not fusion_legality.is_legal(merged, fuse_reductions=self.fuse_reductions):
+                continue
+            parent[gb] = ga
+            members[ga] = merged
+            del members[gb]
+
+        groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
+        # A view that ends up alone stays a host-side view, not a kernel.
+        return [g for g in groups if not all(op_name(o) in VIEW_OPS for o in g)]
+
+
+def _public_functions(module):
+    for op in module.regions[0].blocks[0].operations:
+        if op_name(op) == "func.func" and KERNEL_ATTR not in op.attributes \
+                and "sym_visibility" not in op.attributes and len(op.regions[0].blocks) > 0:
+            yield op
+
+
+def _is_compute(op) -> bool:
+    name = op_name(op)
+    if name in HOST_OPS:
+        return False
+    if name == "linalg.fill" and _cloneable(op):
+        return False
+    return True
+
+
+_cloneable = fusion_legality.cloneable
+
+
+# ----------------------------------------------------------------------------- externs
+
+def _fill_is_zero(value) -> bool:
+    op = defining_op(value)
+    return op is not None and op_name(op) == "linalg.fill" and is_zero_constant(op.operands[0])
+
+
+def _transposed_source(value):
+    """If `value` is a 2-D transpose of X (last two dims swapped), returns X."""
+    op = defining_op(value)
+    if op is None or op_name(op) != "linalg.transpose":
+        return None
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    rank = len(perm)
+    if rank >= 2 and perm == list(range(rank - 2)) + [rank - 1, rank - 2]:
+        return op.operands[0]
+    return None
+
+
+def _bias_of_broadcast(value):
+    """Conv init `linalg.broadcast ins(%b : tensor<F>) dimensions = [0, 2, 3]` -> %b."""
+    op = defining_op(value)
+    if op is None or op_name(op) != "linalg.broadcast":
+        return None
+    if list(ir.DenseI64ArrayAttr(op.attributes["dimensions"])) == [0, 2, 3]:
+        return op.operands[0]
+    return None
+
+
+_DEFAULT_MAPS = {
+    "linalg.matmul": "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, "
+                     "affine_map<(d0, d1, d2) -> (d0, d1)>]",
+    "linalg.batch_matmul": "[affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, "
+                           "affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, "
+                           "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]",
+}
+
+
+def _default_matmul_maps(op) -> bool:
+    if "indexing_maps" not in op.attributes:
+        return True
+    return str(op.attributes["indexing_maps"]) == _DEFAULT_MAPS[op_name(op)]
+
+
+def _make_extern(target: str, operands, result_type, params: dict, anchor):
+    attrs = {"target": ir.StringAttr.get(target), "params": ir.DictAttr.get(params)}
+    with ir.InsertionPoint(anchor), anchor.location:
+        op = ir.Operation.create("ember.extern", results=[result_type],
+                                 operands=list(operands), attributes=attrs)
+    return op
+
+
+def _convert_externs(fn) -> None:
+    block = fn.regions[0].blocks[0]
+    for op in list(block.operations):
+        name = op_name(op)
+        if name in ("linalg.matmul", "linalg.batch_matmul"):
+            if not _default_matmul_maps(op):
+                continue  # transposed/broadcast variants stay generic code
+            a, b, init = op.operands[0], op.operands[1], op.operands[2]
+            params = {}
+            for key, val in (("transpose_a", a), ("transpose_b", b)):
+                src = _transposed_source(val)
+                if src is not None:
+                    params[key] = ir.BoolAttr.get(True)
+                    if key == "transpose_a":
+                        a = src
+                    else:
+                        b = src
+            batched = name == "linalg.batch_matmul"
+            if _fill_is_zero(init):
+                target, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]
+            else:
+                target, operands = ("aten.baddbmm" if batched else "aten.addmm"), [init, a, b]
+            new = _make_extern(target, operands, op.results[0].type, params, op)
+        elif name == "linalg.conv_2d_nchw_fchw":
+            x, w, init = op.operands[0], op.operands[1], op.operands[2]
+            x, padding = _absorb_zero_pad(x)
+            strides = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["strides"])]
+            dilations = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["dilations"])]
+            i64 = ir.IntegerType.get_signless(64)
+            params = {
+                "stride": ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in strides]),
+                "padding": ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in padding]),
+                "dilation": ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in dilations]),
+                "groups": ir.IntegerAttr.get(i64, 1),
+            }
+            bias = _bias_of_broadcast(init)
+            if bias is not None:
+                operands = [x, w, bias]
+            elif _fill_is_zero(init):
+                operands = [x, w]
+            else:
+                continue  # an arbitrary accumulator: keep as generic code
+            new = _make_extern("aten.convolution", operands, op.results[0].type, params, op)
+        else:
+            continue
+        op.results[0].replace_all_uses_with(new.results[0])
+        op.operation.erase()
+    _erase_dead(block)
+
+
+def _absorb_zero_pad(x):
+    """`tensor.pad` with zero padding only in the spatial dims becomes conv padding."""
+    op = defining_op(x)
+    if op is None or op_name(op) != "tensor.pad":
+        return x, [0, 0]
+    low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))
+    high = list(ir.DenseI64ArrayAttr(op.attributes["static_high"]))
+    yield_op = list(op.regions[0].blocks[0].operations)[-1]
+    if (len(low) != 4 or low != high or low[:2] != [0, 0] or len(op.operands) != 1
+            or not is_zero_constant(yield_op.operands[0])):
+        return x, [0, 0]
+    return op.operands[0], low[2:]
+
+
+def _erase_dead(block) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.operations)):
+            name = op_name(op)
+            if name == "func.return" or name.startswith("ember."):
+                continue
+            if all(len(list(r.uses)) == 0 for r in op.results) and len(op.results) > 0:
+                op.operation.erase()
+                changed = True
+
+
+# ----------------------------------------------------------------------------- outlining
+
+def kernel_tags(ops) -> list[str]:
+    """Readable names of what a group computes in order, e.g. ['add', 'gelu'] (broadcast copies
+    and repeats of the previous tag are left out)."""
+    tags = []
+    for op in ops:
+        tag = fusion_legality.describe(op)
+        if tag and tag != "copy" and (not tags or tags[-1] != tag):
+            tags.append(tag)
+    return tags or ["copy"]
+
+
+def kernel_name(tags: list[str], index: int) -> str:
+    """`ember_fused_<up to three distinct tags>_<index>`, e.g. ember_fused_add_gelu_0."""
+    distinct = list(dict.fromkeys(tags))
+    return f"ember_fused_{'_'.join(distinct[:3])}_{index}"
+
+
+def _outline(module, fn, groups) -> None:
+    block = fn.regions[0].blocks[0]
+    counter = _next_kernel_index(module)
+    module_block = module.regions[0].blocks[0]
+    for group in groups:
+        in_group = set(group)
+        inputs, seen = [], set()
+
+        def note_input(value):
+            if value in seen:
+                return
+            producer = defining_op(value)
+            if producer is not None and (producer in in_group or _clone_tree_ok(producer)):
+                return
+            seen.add(value)
+            inputs.append(value)
+
+        for op in group:
+            for operand in _all_operands(op):
+                note_input(operand)
+        outputs = []
+        for op in group:
+            for res in op.results:
+                if any(u not in in_group for u in users(res)) or _returned(res):
+                    outputs.append(res)
+        kind = "reduction" if any(fusion_legality.is_reduction(o) for o in group) else "pointwise"
+        tags = kernel_tags(group)
+        name = kernel_name(tags, counter)
+        counter += 1
+        with ir.InsertionPoint(module_block):
+            kernel = func.FuncOp(name, ([v.type for v in inputs], [v.type for v in outputs]))
+        kernel.attributes["sym_visibility"] = ir.StringAttr.get("private")
+        kernel.attributes[KERNEL_ATTR] = ir.StringAttr.get(kind)
+        kernel.attributes["ember.ops"] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in tags])
+        entry = kernel.add_entry_block()
+        mapping = {v: entry.arguments[i] for i, v in enumerate(inputs)}
+        with ir.InsertionPoint(entry):
+            for op in group:
+                _clone_into(op, mapping)
+            func.ReturnOp([mapping[v] for v in outputs])
+        fusion_legality.check_kernel(kernel)
+        last = group[-1]
+        with ir.InsertionPoint(last), last.location:
+            call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(name), inputs)
+        for old, new in zip(outputs, call.results):
+            old.replace_all_uses_with(new)
+        for op in reversed(group):
+            op.operation.erase()
+        stable_topological_sort(block)
+    _erase_dead(block)
+
+
+def _returned(value) -> bool:
+    return any(op_name(u) == "func.return" for u in users(value))
+
+
+def _clone_tree_ok(op) -> bool:
+    return _cloneable(op)
+
+
+def _all_operands(op):
+    """Operands of `op` and of ops nested in its regions that are defined outside `op`."""
+    result = list(op.operands)
+    inner = set()
+
+    def visit(o):
+        if o is op.operation:
+            return ir.WalkResult.ADVANCE
+        for r in o.results:
+            inner.add(r)
+        for region in o.regions:
+            for blk in region.blocks:
+                for arg in blk.arguments:
+                    inner.add(arg)
+        return ir.WalkResult.ADVANCE
+
+    for region in op.regions:
+        for blk in region.blocks:
+            for arg in blk.arguments:
+                inner.add(arg)
+    op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+
+    def visit_operands(o):
+        if o is not op.operation:
+            for v in o.operands:
+                if v not in inner:
+                    result.append(v)
+        return ir.WalkResult.ADVANCE
+
+    op.operation.walk(visit_operands, ir.WalkOrder.PRE_ORDER)
+    return result
+
+
+def _clone_into(op, mapping) -> None:
+    """Clones `op` at the current insertion point, remapping outside values through `mapping`
+    (cloning cheap producers such as constants on first use)."""
+    for value in _all_operands(op):
+        if value not in mapping:
+            producer = defining_op(value)
+            if producer is None or not _cloneable(producer):
+                raise PassError(f"ember-fuse: value used by {op_name(op)} has no mapping",
+                                op.location)
+            _clone_into(producer, mapping)
+    clone = op.operation.clone()
+    _remap(clone, mapping)
+    for old, new in zip(op.results, clone.results):
+        mapping[old] = new
+
+
+def _remap(clone, mapping) -> None:
+    def visit(o):
+        for i, v in enumerate(o.operands):
+            if v in mapping:
+                o.operands[i] = mapping[v]
+        return ir.WalkResult.ADVANCE
+
+    clone.walk(visit, ir.WalkOrder.PRE_ORDER)
+
+
+def _next_kernel_index(module) -> int:
+    n = 0
+    for op in module.regions[0].blocks[0].operations:
+        if op_name(op) == "func.func" and KERNEL_ATTR in op.attributes:
+            n += 1
+    return n
+
+
+def explain(module) -> list[dict]:
+    """One entry per kernel: its name, kind and the ops it fuses (for report.json)."""
+    out = []
+    for op in module.regions[0].blocks[0].operations:
+        if op_name(op) == "func.func" and KERNEL_ATTR in op.attributes:
+            out.append({
+                "kernel": ir.StringAttr(op.attributes["sym_name"]).value,
+                "kind": ir.StringAttr(op.attributes[KERNEL_ATTR]).value,
+                "ops": [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["ember.ops"])],
+            })
+    return out

@@ -1,0 +1,46 @@
+"""`ember-lower-to-cpp`: every ember kernel func gets its C++ source.
+
+Invariant after the pass: every `func.func` carrying `ember.kernel` also carries
+`ember.source` (an `extern "C"` function with the C++ kernel ABI of docs/internals.md, Stage 4:
+inputs, outputs as `__restrict__` pointers, then `const int64_t* sizes`) and `ember.symbol`
+(its name, the func's symbol); the module carries `ember.target = "cpu"` and `ember.prelude`,
+so that `prelude + "\\n".join(sources)` is one translation unit. Kernel bodies are kept.
+"""
+import dataclasses
+
+from torch_mlir import ir
+
+from .base import Pass, PassError
+from .cpp_emitter import PRELUDE, emit_kernel
+from .kernel_schedule import Unschedulable
+from .registry import register
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class EmberLowerToCpp(Pass):
+    """Lowers ember kernels to OpenMP C++ source text (attributes; IR otherwise unchanged)."""
+
+    name = "ember-lower-to-cpp"
+    summary = "Attach OpenMP C++ source (ember.source/ember.symbol) to each ember kernel"
+
+    # Kernels with fewer (static) elements of work than this run on one thread.
+    omp_min_elements: int = 32768
+    # Emit `#pragma omp simd` on inner loops and simd reductions.
+    vectorize: bool = True
+
+    def run(self, module: ir.Operation) -> None:
+        ctx = module.context
+        for op in module.regions[0].blocks[0].operations:
+            if op.operation.name != "func.func" or "ember.kernel" not in op.attributes:
+                continue
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            try:
+                src = emit_kernel(op, name, self.omp_min_elements, self.vectorize)
+            except Unschedulable as err:
+                raise PassError(f"cannot lower kernel @{name} to C++: {err.reason}",
+                                err.location or op.location) from None
+            op.attributes["ember.source"] = ir.StringAttr.get(src, ctx)
+            op.attributes["ember.symbol"] = ir.StringAttr.get(name, ctx)
+        module.attributes["ember.target"] = ir.StringAttr.get("cpu", ctx)
+        module.attributes["ember.prelude"] = ir.StringAttr.get(PRELUDE, ctx)

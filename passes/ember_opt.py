@@ -1,0 +1,320 @@
+"""`ember-opt`: mlir-opt for ember. Parses a .mlir file, runs a pipeline that mixes ember's
+Python passes and upstream passes, verifies, prints.
+
+    ember-opt in.mlir --pass-pipeline='builtin.module(ember-fuse{max-group-size=8},canonicalize)'
+    ember-opt --split-input-file --verify-diagnostics invalid.mlir
+    ember-opt --list-passes
+
+Diagnostics read `FILE:LINE:COL: error: MESSAGE` with FILE as given on the command line; a
+user mistake (bad IR, unknown pass, bad option) exits 1 without a Python traceback.
+"""
+import argparse
+import dataclasses
+import io
+import re
+import sys
+
+from torch_mlir import ir
+
+from ..dialects import make_context, verify_module
+from .pipeline import PipelineError, build_pass_manager
+from .registry import all_passes
+
+SPLIT_MARKER = "// -----"
+# The parser only takes a buffer name through Module.parse's fixed "-"; locations that carry
+# it are renamed to the real file name (see _rename_locations).
+_PARSE_BUFFER = "-"
+_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+_EXPECTED = re.compile(
+    r"expected-(error|warning|note|remark)(-re)?\s*(?:@([+-]\d+|above|below))?\s*\{\{(.*?)\}\}")
+
+
+@dataclasses.dataclass
+class Diag:
+    severity: str            # error | warning | note | remark
+    file: str | None
+    line: int
+    col: int
+    message: str
+    notes: list["Diag"] = dataclasses.field(default_factory=list)
+
+    def render(self) -> str:
+        where = f"{self.file}:{self.line}:{self.col}: " if self.file is not None else "ember-opt: "
+        text = f"{where}{self.severity}: {self.message}"
+        return "\n".join([text] + [n.render() for n in self.notes])
+
+
+def _convert(diag, filename: str) -> Diag:
+    severity = str(diag.severity).rsplit(".", 1)[-1].lower()
+    m = _FILE_LOC.search(str(diag.location))
+    if m:
+        file = filename if m.group(1) == _PARSE_BUFFER else m.group(1)
+        line, col = int(m.group(2)), int(m.group(3))
+    else:
+        file, line, col = None, 0, 0
+    notes = [_convert(n, filename) for n in diag.notes]
+    return Diag(severity, file, line, col, diag.message, notes)
+
+
+def _rename_locations(module: ir.Module, filename: str) -> None:
+    """Gives every parsed location the real file name (Module.parse names the buffer "-")."""
+
+    def renamed(loc):
+        m = _FILE_LOC.fullmatch(str(loc)[4:-1]) if str(loc).startswith("loc(") else None
+        if m and m.group(1) == _PARSE_BUFFER:
+            return ir.Location.file(filename, int(m.group(2)), int(m.group(3)))
+        return None
+
+    def visit(op):
+        new = renamed(op.location)
+        if new is not None:
+            op.location = new
+        for region in op.regions:
+            for block in region.blocks:
+                for arg in block.arguments:
+                    new = renamed(arg.location)
+                    if new is not None:
+                        arg.set_location(new)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+
+
+# --- --verify-diagnostics (mlir-opt's SourceMgrDiagnosticVerifierHandler semantics) ---------
+
+@dataclasses.dataclass
+class Expected:
+    severity: str
+    line: int           # where the diagnostic is expected
+    directive: tuple[int, int]  # line, col of the directive: where an unmet one is reported
+    text: str
+    regex: bool
+    matched: bool = False
+
+    def matches(self, d: Diag) -> bool:
+        if d.severity != self.severity or d.line != self.line:
+            return False
+        if self.regex:
+            return re.search(self.text, d.message) is not None
+        return self.text in d.message
+
+
+def parse_expectations(text: str) -> list[Expected]:
+    out, pending_below, last_plain = [], [], 0
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        found = list(_EXPECTED.finditer(line))
+        if not found:
+            for e in pending_below:
+                e.line = lineno
+            pending_below = []
+            last_plain = lineno
+            continue
+        for m in found:
+            kind, regex, offset, body = m.groups()
+            e = Expected(kind, lineno, (lineno, m.start() + 1), body, bool(regex))
+            if offset == "above":
+                e.line = last_plain
+            elif offset == "below":
+                pending_below.append(e)
+            elif offset:
+                e.line = lineno + int(offset)
+            out.append(e)
+        # A line holding only directives is no anchor for @above/@below.
+        if line.split("//", 1)[0].strip():
+            last_plain = lineno
+    return out
+
+
+def check_diagnostics(produced: list[Diag], text: str, filename: str) -> list[str]:
+    """Failures (rendered) of matching `produced` against the chunk's expected-* directives."""
+    expected = parse_expectations(text)
+    flat = []
+    for d in produced:
+        flat.append(d)
+        flat.extend(n for n in d.notes if not n.message.startswith("see current operation"))
+    failures = []
+    for d in flat:
+        hit = next((e for e in expected if not e.matched and e.matches(d)), None)
+        if hit is None:
+            hit = next((e for e in expected if e.matches(d)), None)
+        if hit is None:
+            where = f"{d.file or filename}:{d.line}:{d.col}"
+            failures.append(f"{where}: error: unexpected {d.severity}: {d.message}")
+        else:
+            hit.matched = True
+    for e in expected:
+        if not e.matched:
+            line, col = e.directive
+            failures.append(f'{filename}:{line}:{col}: error: expected {e.severity} '
+                            f'"{e.text}" was not produced')
+    return failures
+
+
+# --- driver ----------------------------------------------------------------------------------
+
+def split_chunks(text: str, split: bool) -> list[str]:
+    """Chunks padded with newlines so that line numbers stay those of the whole file."""
+    if not split:
+        return [text]
+    chunks, cur, start = [], [], 0
+    for i, line in enumerate(text.split("\n")):
+        if line.rstrip() == SPLIT_MARKER:
+            chunks.append("\n" * start + "\n".join(cur))
+            cur, start = [], i + 1
+        else:
+            cur.append(line)
+    chunks.append("\n" * start + "\n".join(cur))
+    return chunks
+
+
+class Driver:
+    def __init__(self, args: argparse.Namespace, filename: str):
+        self.args = args
+        self.filename = filename
+        self.ctx = make_context()
+        self.ctx.allow_unregistered_dialects = args.allow_unregistered_dialect
+        self.diags: list[Diag] = []
+        self.ctx.attach_diagnostic_handler(self._handle)
+        with self.ctx:
+            # Built before any parsing: a bad pipeline is one error, not one per chunk.
+            self.pm = build_pass_manager(args.pass_pipeline or "builtin.module()", self.ctx,
+                                         print_ir_after_all=args.mlir_print_ir_after_all)
+
+    def _handle(self, diag) -> bool:
+        self.diags.append(_convert(diag, self.filename))
+        return True
+
+    def _capture(self, err: ir.MLIRError) -> None:
+        found = [_convert(d, self.filename) for d in err.error_diagnostics]
+        self.diags.extend(found)
+        if not found:
+            self.diags.append(Diag("error", None, 0, 0, str(err).strip()))
+
+    def run_chunk(self, text: str) -> str | None:
+        """The printed module, or None after a failure (diagnostics are in self.diags)."""
+        with self.ctx:
+            try:
+                module = ir.Module.parse(text)
+            except ir.MLIRError as err:
+                self._capture(err)
+                return None
+            _rename_locations(module, self.filename)
+            try:
+                self.pm.run(module.operation)
+            except ir.MLIRError as err:
+                self._capture(err)
+                return None
+            try:
+                module.operation.verify()
+                verify_module(module.operation)
+            except ir.MLIRError as err:
+                self._capture(err)
+                return None
+            except (ValueError, RuntimeError):
+                # verify_module has already emitted the located diagnostic.
+                if not any(d.severity == "error" for d in self.diags):
+                    self.diags.append(Diag("error", None, 0, 0, "module verification failed"))
+                return None
+            out = io.StringIO()
+            module.operation.print(file=out, enable_debug_info=self.args.mlir_print_debuginfo,
+                                   print_generic_op_form=self.args.mlir_print_op_generic,
+                                   assume_verified=True)
+            return out.getvalue()
+
+
+def list_passes() -> str:
+    lines = []
+    for flag, cls in all_passes().items():
+        lines.append(f"  {flag:<28} {cls.summary}")
+        for opt, field in cls.options().items():
+            kind = getattr(field.type, "__name__", str(field.type))
+            default = field.default
+            if isinstance(default, bool):
+                default = "true" if default else "false"
+            lines.append(f"      {opt}={kind:<8} (default {default})")
+    return "\n".join(lines) + "\n"
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ember-opt", description=__doc__.split("\n")[0])
+    p.add_argument("input", nargs="?", default="-", help="input .mlir file ('-': stdin)")
+    p.add_argument("-o", dest="output", default="-", help="output file ('-': stdout)")
+    p.add_argument("--pass-pipeline", default="",
+                   help="e.g. 'builtin.module(ember-fuse{max-group-size=8},canonicalize)'")
+    p.add_argument("--list-passes", action="store_true", help="list ember's passes and options")
+    p.add_argument("--split-input-file", action="store_true",
+                   help=f"process each '{SPLIT_MARKER}'-separated chunk on its own")
+    p.add_argument("--verify-diagnostics", action="store_true",
+                   help="check diagnostics against expected-error/warning/note directives")
+    p.add_argument("--allow-unregistered-dialect", action="store_true")
+    p.add_argument("--mlir-print-ir-after-all", action="store_true", help="IR after each pass, to stderr")
+    p.add_argument("--mlir-print-debuginfo", action="store_true")
+    p.add_argument("--mlir-print-op-generic", action="store_true")
+    p.add_argument("--show-traceback", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def _read_input(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    with open(path, encoding="utf-8") as f:
+        return f.read(), path
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    if args.list_passes:
+        sys.stdout.write(list_passes())
+        return 0
+    try:
+        text, filename = _read_input(args.input)
+    except OSError as err:
+        print(f"ember-opt: error: cannot read '{args.input}': {err.strerror}", file=sys.stderr)
+        return 1
+    try:
+        driver = Driver(args, filename)
+    except PipelineError as err:
+        print(f"ember-opt: error: {err}", file=sys.stderr)
+        return 1
+
+    outputs, ok, chunks = [], True, split_chunks(text, args.split_input_file)
+    for chunk in chunks:
+        driver.diags = []
+        printed = driver.run_chunk(chunk)
+        if args.verify_diagnostics:
+            failures = check_diagnostics(driver.diags, chunk, filename)
+            for f in failures:
+                print(f, file=sys.stderr)
+            ok = ok and not failures
+        else:
+            for d in driver.diags:
+                print(d.render(), file=sys.stderr)
+            ok = ok and printed is not None
+        if printed is not None:
+            outputs.append(printed if printed.endswith("\n") else printed + "\n")
+    result = (SPLIT_MARKER + "\n").join(outputs)
+    if args.output == "-":
+        sys.stdout.write(result)
+    else:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(result)
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    show = "--show-traceback" in (argv if argv is not None else sys.argv)
+    try:
+        code = run(argv)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as err:  # an ember bug, not a user mistake: one line unless asked
+        if show:
+            raise
+        print(f"ember-opt: internal error: {type(err).__name__}: {err} "
+              "(rerun with --show-traceback)", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Which groups of ops may form one kernel, and readable names for what an op computes.
+
+The authority is the code generator's own analysis (`kernel_schedule.schedule_ops`): a group is
+legal exactly when it can be scheduled as one loop nest. Before that analysis runs, a cheap
+shape screen rejects groups that cannot possibly fit (different iteration spaces).
+"""
+from torch_mlir import ir
+
+from .graph_utils import defining_op, op_name, users
+
+POINTWISE_NAMED = {"linalg.transpose", "linalg.broadcast", "linalg.fill", "linalg.copy"}
+VIEWS = {"tensor.expand_shape", "tensor.collapse_shape"}
+
+# Body op -> tag, most telling first: a gelu body holds erf, mul and add; call it gelu.
+_TAG_PRIORITY = [
+    ("math.erf", "gelu"), ("math.tanh", "tanh"), ("math.rsqrt", "rsqrt"), ("math.sqrt", "sqrt"),
+    ("math.exp", "exp"), ("math.log", "log"), ("math.log1p", "log1p"), ("math.powf", "pow"),
+    ("tensor.extract", "gather"), ("arith.maximumf", "max"), ("arith.minimumf", "min"),
+    ("arith.select", "where"), ("arith.cmpf", "cmp"), ("arith.cmpi", "cmp"),
+    ("arith.divf", "div"), ("arith.mulf", "mul"), ("arith.subf", "sub"), ("arith.addf", "add"),
+    ("arith.negf", "neg"), ("arith.addi", "add"), ("arith.muli", "mul"),
+    ("arith.extf", "convert"), ("arith.truncf", "convert"), ("arith.sitofp", "convert"),
+    ("arith.fptosi", "convert"), ("arith.uitofp", "convert"),
+]
+_REDUCE_TAG = {"arith.addf": "sum", "arith.addi": "sum", "arith.maximumf": "amax",
+               "arith.minimumf": "amin", "arith.mulf": "prod", "arith.maxsi": "amax",
+               "arith.minsi": "amin", "arith.maxnumf": "amax", "arith.minnumf": "amin"}
+
+
+def iterator_types(op) -> list[str]:
+    if op_name(op) != "linalg.generic":
+        return []
+    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+
+
+def is_reduction(op) -> bool:
+    return "reduction" in iterator_types(op)
+
+
+def loop_ranges(op) -> list[int]:
+    """Static loop bounds of a generic (-1 where dynamic); the result shape for other ops."""
+    if op_name(op) == "linalg.generic":
+        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        ranges = [None] * maps[0].n_dims
+        for value, amap in zip(op.operands, maps):
+            if not isinstance(value.type, ir.ShapedType):
+                continue
+            shape = ir.ShapedType(value.type).shape
+            for size, expr in zip(shape, amap.results):
+                if isinstance(expr, ir.AffineDimExpr) and ranges[expr.position] is None:
+                    ranges[expr.position] = size
+        return [-1 if r is None or r < 0 else r for r in ranges]
+    if len(op.results) and isinstance(op.results[0].type, ir.ShapedType):
+        return [d if d >= 0 else -1 for d in ir.ShapedType(op.results[0].type).shape]
+    return []
+
+
+def _nonunit(ranges):
+    return [r for r in ranges if r != 1]
+
+
+def shape_screen(ops, fuse_reductions: bool = True) -> bool:
+    """Cheap necessary condition: all ops share one iteration space (up to unit dims), or,
+    with reductions, the reductions' full space or their parallel part."""
+    compute = [o for o in ops if op_name(o) not in VIEWS]
+    if len(compute) <= 1:
+        return True
+    for o in compute:
+        if op_name(o) not in POINTWISE_NAMED and op_name(o) != "linalg.generic":
+            return False
+    reds = [o for o in compute if is_reduction(o)]
+    if not reds:
+        spaces = {tuple(_nonunit(loop_ranges(o))) for o in compute}
+        return len(spaces) == 1
+    if not fuse_reductions:
+        return False
+    full = loop_ranges(reds[0])
+    its = iterator_types(reds[0])
+    for r in reds[1:]:
+        if loop_ranges(r) != full or iterator_types(r) != its:
+            return False
+    outer = [n for n, it in zip(full, its) if it == "parallel"]
+    allowed = {tuple(_nonunit(full)), tuple(_nonunit(outer))}
+    return all(tuple(_nonunit(loop_ranges(o))) in allowed for o in compute if o not in reds)
+
+
+def cloneable(op) -> bool:
+    """Cheap producers that each kernel re-creates instead of reading from memory."""
+    name = op_name(op)
+    if name in ("arith.constant", "tensor.empty"):
+        return True
+    if name == "linalg.fill":
+        value = defining_op(op.operands[0])
+        init = defining_op(op.operands[1])
+        return (value is not None and op_name(value) == "arith.constant"
+                and init is not None and op_name(init) == "tensor.empty")
+    return False
+
+
+def with_cloned_producers(ops) -> list:
+    """`ops` plus the cheap producers they read (which outlining copies into the kernel)."""
+    extra, seen = [], set(ops)
+
+    def visit(op):
+        for value in op.operands:
+            producer = defining_op(value)
+            if producer is not None and producer not in seen and cloneable(producer):
+                seen.add(producer)
+                visit(producer)
+                extra.append(producer)
+
+    for op in ops:
+        visit(op)
+    return [o for o in extra if op_name(o) != "arith.constant"] + list(ops)
+
+
+def group_results(ops) -> list:
+    inside = set(ops)
+    out = []
+    for op in ops:
+        for res in op.results:
+            if any(u not in inside or op_name(u) == "func.return" for u in users(res)):
+                out.append(res)
+    return out
+
+
+def is_legal(ops, fuse_reductions: bool = True) -> bool:
+    if not shape_screen(ops, fuse_reductions):
+        return False
+    schedule_ops = _scheduler()
+    if schedule_ops is None:
+        return True
+    from .kernel_schedule import Unschedulable
+    try:
+        schedule_ops([o.opview for o in with_cloned_producers(ops)], group_results(ops))
+    except Unschedulable:
+        return False
+    return True
+
+
+def _scheduler():
+    try:
+        from .kernel_schedule import schedule_ops
+    except ImportError:
+        return None
+    return schedule_ops
+
+
+def check_kernel(kernel) -> None:
+    """Raises PassError (located at the kernel) when code generation cannot handle it."""
+    try:
+        from .kernel_schedule import Unschedulable, schedule_kernel
+    except ImportError:
+        return
+    from .base import PassError
+    try:
+        schedule_kernel(kernel)
+    except Unschedulable as err:
+        raise PassError(f"ember-fuse: kernel cannot be scheduled: {err}", kernel.location) from None
+
+
+def describe(op) -> str:
+    """A short readable name for what `op` computes ('gelu', 'sum', 'transpose', ...)."""
+    name = op_name(op)
+    if name in VIEWS:
+        return ""
+    if name != "linalg.generic":
+        return name.split(".")[-1]
+    body = [o.operation.name for o in op.regions[0].blocks[0].operations]
+    if is_reduction(op):
+        for b in body:
+            if b in _REDUCE_TAG:
+                return _REDUCE_TAG[b]
+        return "reduce"
+    for key, tag in _TAG_PRIORITY:
+        if key in body:
+            return tag
+    return "copy" if body == ["linalg.yield"] else body[0].split(".")[-1]

@@ -1,0 +1,372 @@
+"""Per-element expressions of kernel values, by walking the MLIR ops (part of the
+kernel_schedule API; import from there).
+
+`ExprBuilder.value_at(v, idx)` returns an `Expr` computing tensor value `v` at index `idx`
+(one Expr per tensor dim). Pointwise producers are inlined (recomputed per consumer index);
+reductions go through `reduce_hook`; kernel arguments are loaded from `buffers`. Every
+intermediate is bound to a local (`lang.let`) in the innermost `Scope` that binds one of its
+loop variables, so loop-invariant work (broadcast loads, per-row scalars) is hoisted, and is
+memoised per (value, index) while that scope is open.
+
+`Lang` is what a target supplies (C++ or Triton spelling):
+    op(kind, args, rtype, atypes) -> str   kind: full MLIR op name ("arith.addf", "math.exp",
+                                           "arith.cmpf.ogt", "arith.select", casts ...) or an
+                                           index op "idx.add|mul|div|rem|min|max|lt|ge"
+    constant(value, type) -> str           value: Python float/int/bool
+    load(buffer, offset, type) -> str
+    let(name, type, text) -> str           a statement binding a local
+    dim_size(g, k) -> str                  size of dynamic global dim g (sizes[k] in the ABI)
+Types are spelled as type_name() strings: 'f32', 'bf16', 'i1', 'i64', 'index', ...
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from torch_mlir import ir
+
+from .kernel_schedule import (CMPF, CMPI, Expr, KernelSchedule, Unschedulable, _int_array,
+                              _slice_dims, indexing_maps, is_reduction, op_name, reassociation,
+                              shape, type_name)
+
+
+class Lang:  # documentation of the protocol; targets subclass or duck-type it
+    def op(self, kind, args, rtype, atypes): raise NotImplementedError
+    def constant(self, value, type): raise NotImplementedError
+    def load(self, buffer, offset, type): raise NotImplementedError
+    def let(self, name, type, text): raise NotImplementedError
+    def dim_size(self, g, k): raise NotImplementedError
+
+
+class Scope:
+    """A block of statements; `binds` are the loop variables it introduces."""
+
+    def __init__(self, binds=(), header: str = "", kind: str = ""):
+        self.binds, self.header, self.kind = set(binds), header, kind
+        self.stmts: list = []      # str or nested Scope
+
+
+class ExprBuilder:
+    def __init__(self, sched: KernelSchedule, lang, buffers: dict,
+                 reduce_hook: Optional[Callable] = None):
+        self.sched, self.lang, self.buffers = sched, lang, buffers
+        self.reduce_hook = reduce_hook
+        self.stack = [Scope()]
+        self.memo: dict = {}
+        self.counter = 0
+
+    # --- scopes and locals -----------------------------------------------------------------
+    def push(self, scope: Scope) -> Scope:
+        self.stack.append(scope)
+        return scope
+
+    def pop(self) -> Scope:
+        return self.stack.pop()
+
+    def scope_for(self, deps) -> Scope:
+        for s in reversed(self.stack):
+            if s.binds & deps:
+                return s
+        return self.stack[0]
+
+    def fresh(self, hint="t") -> str:
+        self.counter += 1
+        return f"{hint}{self.counter}"
+
+    def bind(self, text: str, deps, type: str, hint="t") -> Expr:
+        name = self.fresh(hint)
+        self.scope_for(deps).stmts.append(self.lang.let(name, type, text))
+        return Expr(name, frozenset(deps))
+
+    def _get(self, key):
+        hit = self.memo.get(key)
+        if hit and any(s is hit[1] for s in self.stack):
+            return hit[0]
+        return None
+
+    def _put(self, key, e: Expr) -> Expr:
+        self.memo[key] = (e, self.scope_for(e.deps))
+        return e
+
+    # --- index arithmetic (folds the trivial cases so the code stays readable) -----------
+    def iop(self, kind, a: Expr, b: Expr) -> Expr:
+        ai, bi = _as_int(a.text), _as_int(b.text)
+        if ai is not None and bi is not None:
+            return Expr(str({"add": ai + bi, "mul": ai * bi, "div": ai // max(bi, 1),
+                             "rem": ai % max(bi, 1), "min": min(ai, bi),
+                             "max": max(ai, bi)}[kind]))
+        if kind == "add" and ai == 0 or kind == "mul" and ai == 1:
+            return b
+        if kind in ("add", "sub") and bi == 0 or kind in ("mul", "div") and bi == 1:
+            return a
+        if kind == "mul" and (ai == 0 or bi == 0) or kind == "rem" and bi == 1:
+            return Expr("0")
+        return Expr(self.lang.op("idx." + kind, [a.text, b.text], "index", ["index", "index"]),
+                    a.deps | b.deps)
+
+    def size(self, g) -> Expr:
+        s = self.sched.size(g)
+        if s is not None:
+            return Expr(str(s))
+        return Expr(self.lang.dim_size(g, self.sched.size_index(g)))
+
+    def dim(self, v, i) -> Expr:
+        s = shape(v)[i]
+        if s is not None:
+            return Expr(str(s))
+        return self.size(self.sched.gid(v, i))
+
+    def offset(self, v, idx) -> Expr:
+        """Row-major linear offset of `idx` in the contiguous tensor `v`."""
+        off = Expr("0")
+        for i, e in enumerate(idx):
+            off = self.iop("add", self.iop("mul", off, self.dim(v, i)), e)
+        return off
+
+    def apply_map(self, m: ir.AffineMap, loops) -> list[Expr]:
+        return [self._affine(e, loops) for e in m.results]
+
+    def _affine(self, e, loops) -> Expr:
+        if isinstance(e, ir.AffineDimExpr):
+            return loops[ir.AffineDimExpr(e).position]
+        if isinstance(e, ir.AffineConstantExpr):
+            return Expr(str(ir.AffineConstantExpr(e).value))
+        for cls, kind in ((ir.AffineAddExpr, "add"), (ir.AffineMulExpr, "mul"),
+                          (ir.AffineFloorDivExpr, "div"), (ir.AffineModExpr, "rem")):
+            if isinstance(e, cls):
+                b = cls(e)
+                return self.iop(kind, self._affine(b.lhs, loops), self._affine(b.rhs, loops))
+        raise Unschedulable(f"unsupported affine expression {e}")
+
+    # --- values --------------------------------------------------------------------------
+    def value_at(self, v: ir.Value, idx: list[Expr]) -> Expr:
+        """Expr of tensor `v` at `idx`; a unit dim's index may be anything (it reads 0)."""
+        idx = [Expr("0") if s == 1 else e for s, e in zip(shape(v), idx)]
+        key = (v, tuple(e.text for e in idx))
+        hit = self._get(key)
+        if hit is not None:
+            return hit
+        return self._put(key, self._value_at(v, idx))
+
+    def _value_at(self, v, idx) -> Expr:
+        ty = type_name(v.type)
+        if v in self.buffers:
+            off = self.offset(v, idx)
+            deps = frozenset().union(*[e.deps for e in idx]) if idx else frozenset()
+            return self.bind(self.lang.load(self.buffers[v], off.text, ty), deps, ty, "x")
+        op = v.owner
+        name = op_name(op)
+        if name == "linalg.generic":
+            k = list(op.results).index(v)
+            maps = indexing_maps(op)
+            out_map = maps[len(op.inputs) + k]
+            loops: list = [None] * out_map.n_dims
+            for pos, e in enumerate(out_map.results):
+                if isinstance(e, ir.AffineDimExpr):
+                    loops[ir.AffineDimExpr(e).position] = idx[pos]
+            if is_reduction(op):
+                return self.reduction(op, loops)[k]
+            for j, l in enumerate(loops):
+                if l is None:
+                    if self.sched.unit(self.sched.loop_gid(op, j)):
+                        loops[j] = Expr("0")
+                    else:
+                        raise Unschedulable("loop dim not determined by the result index",
+                                            op.location)
+            return self.generic_yield(op, k, loops)
+        if name == "linalg.fill":
+            return self.scalar(op.inputs[0], {})
+        if name == "linalg.transpose":
+            perm = _int_array(op.attributes["permutation"])
+            src = [None] * len(perm)
+            for i, p in enumerate(perm):
+                src[p] = idx[i]
+            return self.value_at(op.inputs[0], src)
+        if name == "linalg.broadcast":
+            added = set(_int_array(op.attributes["dimensions"]))
+            return self.value_at(op.inputs[0], [e for i, e in enumerate(idx) if i not in added])
+        if name == "tensor.expand_shape":
+            src = op.operands[0]
+            return self.value_at(src, [self._linearize(v, g, idx) for g in reassociation(op)])
+        if name == "tensor.collapse_shape":
+            src = op.operands[0]
+            out = [Expr("0")] * len(shape(src))
+            for r, group in enumerate(reassociation(op)):
+                rest = idx[r]
+                for i in reversed(group):
+                    n = self.dim(src, i)
+                    out[i] = self.iop("rem", rest, n) if i != group[0] else rest
+                    rest = self.iop("div", rest, n)
+            return self.value_at(src, out)
+        if name == "tensor.extract_slice":
+            src = op.operands[0]
+            offs = _int_array(op.attributes["static_offsets"])
+            strides = _int_array(op.attributes["static_strides"])
+            if any(x < -(2 ** 62) for x in offs + strides):
+                raise Unschedulable("dynamic extract_slice offsets/strides", op.location)
+            out = [Expr(str(o)) for o in offs]
+            for s, r in _slice_dims(op):
+                out[s] = self.iop("add", Expr(str(offs[s])),
+                                  self.iop("mul", idx[r], Expr(str(strides[s]))))
+            return self.value_at(src, out)
+        if name == "tensor.pad":
+            return self._pad(op, idx, ty)
+        if name == "tensor.concat":
+            return self._concat(op, idx, ty)
+        if name == "arith.constant":
+            attr = op.attributes["value"]
+            if isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat:
+                return Expr(self.lang.constant(_py(ir.DenseElementsAttr(attr).get_splat_value()),
+                                               ty))
+            raise Unschedulable("non-splat tensor constant inside a kernel", op.location)
+        if name == "tensor.empty":
+            raise Unschedulable("reads an uninitialised tensor.empty", op.location)
+        raise Unschedulable(f"cannot compute '{name}' per element", op.location)
+
+    def _linearize(self, res, group, idx) -> Expr:
+        e = Expr("0")
+        for i in group:
+            e = self.iop("add", self.iop("mul", e, self.dim(res, i)), idx[i])
+        return e
+
+    def _pad(self, op, idx, ty) -> Expr:
+        src = op.operands[0]
+        lo = _int_array(op.attributes["static_low"])
+        inside, sidx = None, []
+        for i, e in enumerate(idx):
+            if lo[i] == 0 and shape(src)[i] == shape(op.results[0])[i]:
+                sidx.append(e)
+                continue
+            n = self.dim(src, i)
+            shifted = self.iop("add", e, Expr(str(-lo[i])))
+            # Clamped so the load is always in bounds; the select picks the pad value outside.
+            clamped = self.iop("min", self.iop("max", shifted, Expr("0")),
+                               self.iop("add", n, Expr("-1")))
+            sidx.append(clamped)
+            ok = self._and(self._cmp("ge", shifted, Expr("0")), self._cmp("lt", shifted, n))
+            inside = ok if inside is None else self._and(inside, ok)
+        val = self.value_at(src, sidx)
+        if inside is None:
+            return val
+        block = op.regions[0].blocks[0]
+        ctx = {a: (lambda e=e: e) for a, e in zip(block.arguments, idx)}
+        padv = self.scalar(list(block.operations)[-1].operands[0], ctx)
+        return self.bind(self.lang.op("arith.select", [inside.text, val.text, padv.text], ty,
+                                      ["i1", ty, ty]),
+                         inside.deps | val.deps | padv.deps, ty)
+
+    def _concat(self, op, idx, ty) -> Expr:
+        dim = ir.IntegerAttr(op.attributes["dim"]).value
+        start, pieces = Expr("0"), []
+        for v in op.operands:
+            n = self.dim(v, dim)
+            local = self.iop("add", idx[dim], Expr(f"-{start.text}") if _as_int(start.text) is not None
+                             else Expr(self.lang.op("idx.mul", [start.text, "-1"], "index", ["index"] * 2)))
+            clamped = self.iop("min", self.iop("max", local, Expr("0")), self.iop("add", n, Expr("-1")))
+            sidx = list(idx)
+            sidx[dim] = clamped
+            pieces.append((self.value_at(v, sidx), self.iop("add", start, n)))
+            start = self.iop("add", start, n)
+        out = pieces[-1][0]
+        for val, end in reversed(pieces[:-1]):
+            c = self._cmp("lt", idx[dim], end)
+            out = Expr(self.lang.op("arith.select", [c.text, val.text, out.text], ty, ["i1", ty, ty]),
+                       c.deps | val.deps | out.deps)
+        return self.bind(out.text, out.deps, ty)
+
+    def _cmp(self, kind, a, b) -> Expr:
+        return Expr(self.lang.op("idx." + kind, [a.text, b.text], "i1", ["index", "index"]),
+                    a.deps | b.deps)
+
+    def _and(self, a, b) -> Expr:
+        return Expr(self.lang.op("arith.andi", [a.text, b.text], "i1", ["i1", "i1"]),
+                    a.deps | b.deps)
+
+    def reduction(self, op, loops) -> list[Expr]:
+        """Accumulators of reduction generic `op` at the outer point given by `loops`
+        (None for reduced loops), computed once per point and memoised."""
+        key = (op, tuple(l.text if l is not None else None for l in loops))
+        hit = self._get(key)
+        if hit is not None:
+            return hit
+        if self.reduce_hook is None:
+            raise Unschedulable("reduction without a reduce hook", op.location)
+        accs = self.reduce_hook(self, op, loops)
+        deps = frozenset().union(*[l.deps for l in loops if l is not None])
+        self.memo[key] = (accs, self.scope_for(deps))
+        return accs
+
+    def generic_yield(self, op, k, loops, outs: Optional[list] = None) -> Expr:
+        """The k-th yielded value of generic `op` with loop indices `loops`; `outs` overrides
+        the output block arguments (accumulators in a reduction)."""
+        block = op.regions[0].blocks[0]
+        n_in = len(op.inputs)
+        maps = indexing_maps(op)
+        operands = list(op.inputs) + list(op.outputs)
+        ctx = {"loops": loops, "key": tuple(l.text for l in loops) +
+               tuple(o.text for o in outs or [])}
+        for i, arg in enumerate(block.arguments):
+            if outs is not None and i >= n_in:
+                ctx[arg] = (lambda e=outs[i - n_in]: e)
+            elif isinstance(operands[i].type, ir.RankedTensorType):
+                ctx[arg] = (lambda v=operands[i], m=maps[i]: self.value_at(v, self.apply_map(m, loops)))
+            else:
+                ctx[arg] = (lambda v=operands[i]: self.scalar(v, {}))
+        return self.scalar(list(block.operations)[-1].operands[k], ctx)
+
+    def scalar(self, v: ir.Value, ctx: dict) -> Expr:
+        """A scalar SSA value: a block argument in `ctx`, a constant, or an arith/math op."""
+        if v in ctx:
+            return ctx[v]()
+        owner = v.owner
+        if not hasattr(owner, "operation") and not hasattr(owner, "name"):
+            raise Unschedulable("scalar kernel arguments are not supported")
+        key = (v, ctx.get("key", ()))
+        hit = self._get(key)
+        if hit is not None:
+            return hit
+        return self._put(key, self._scalar_op(owner, v, ctx))
+
+    def _scalar_op(self, op, v, ctx) -> Expr:
+        name = op.name
+        ty = type_name(v.type)
+        if name == "arith.constant":
+            attr = op.attributes["value"]
+            if isinstance(attr, ir.DenseElementsAttr):
+                attr = ir.DenseElementsAttr(attr).get_splat_value()
+            return Expr(self.lang.constant(_py(attr), ty))
+        if name == "linalg.index":
+            return ctx["loops"][ir.IntegerAttr(op.attributes["dim"]).value]
+        if name == "tensor.extract":
+            ops = list(op.operands)
+            return self.value_at(ops[0], [self.scalar(i, ctx) for i in ops[1:]])
+        if not (name.startswith("arith.") or name.startswith("math.")):
+            raise Unschedulable(f"'{name}' is not allowed in a kernel body", op.location)
+        args = [self.scalar(a, ctx) for a in op.operands]
+        kind = name
+        if name in ("arith.cmpf", "arith.cmpi"):
+            pred = ir.IntegerAttr(op.attributes["predicate"]).value
+            kind = f"{name}.{(CMPF if name == 'arith.cmpf' else CMPI)[pred]}"
+        text = self.lang.op(kind, [a.text for a in args], ty,
+                            [type_name(a.type) for a in op.operands])
+        deps = frozenset().union(*[a.deps for a in args]) if args else frozenset()
+        return self.bind(text, deps, ty)
+
+
+def _as_int(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _py(attr):
+    if isinstance(attr, ir.FloatAttr):
+        return ir.FloatAttr(attr).value
+    if isinstance(attr, ir.BoolAttr):
+        return ir.BoolAttr(attr).value
+    if isinstance(attr, ir.IntegerAttr):
+        t = ir.IntegerAttr(attr).type
+        if isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 1:
+            return bool(ir.IntegerAttr(attr).value & 1)
+        return ir.IntegerAttr(attr).value
+    raise Unschedulable(f"unsupported constant {attr}")

@@ -1,0 +1,398 @@
+"""Loop structure and per-element expressions of an ember kernel, shared by the C++ and Triton
+lowerings (and used by ember-fuse as its legality check).
+
+API (stable):
+
+    sched = schedule_kernel(func_op)        # or schedule_ops(ops, results, args)
+    # raises Unschedulable(reason, location) when the kernel is not of a shape of internals.md
+    sched.kind                 # "pointwise" | "reduction"
+    sched.outer                # P: list of global dims (ints), outermost first
+    sched.reductions           # [Reduction(op, parallel=[g..], reduced=[g..])], in op order
+    sched.outputs              # [Output(value, dims=[g per tensor dim], inner=[g not in P])]
+    sched.dims(value)          # global dim of each tensor dim of `value`
+    sched.size(g)              # static int or None (dynamic)
+    sched.size_index(g)        # index into the ABI's `sizes` table of a dynamic dim
+    sched.size_offsets         # sizes-table offset of each argument then each result
+
+    b = ExprBuilder(sched, lang, buffers={arg_value: "in0", ...}, reduce_hook=...)
+    b.push(Scope(binds={"i0"}))            # a loop over global dim 0 named "i0"
+    e = b.value_at(result_value, [Expr("i0", {"i0"})])   # -> Expr (text + loop-var deps)
+    # every intermediate becomes a local statement in the innermost scope that binds one of
+    # its dependencies (so loop invariants are hoisted); memoised per (value, index).
+
+Global dims: a union-find over the dims of every tensor value and loop of every op, linked
+through indexing maps, transposes/broadcasts and reshapes of unit dims. A dim of static size 1
+that is not bound by any loop is read at index 0. `lang` spells code (see `Lang`); nothing here
+prints C++ or Triton itself. Reductions are handed to `reduce_hook(builder, op, idx)`, which
+must return one Expr per op result (the accumulators) placed in the scope the index depends on.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+from torch_mlir import ir
+
+ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
+               "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape",
+               "tensor.extract_slice", "tensor.pad", "tensor.concat", "func.return"}
+CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
+        "ule", "une", "uno", "true"]
+CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+
+
+class Unschedulable(Exception):
+    """The kernel is outside the shapes code generation handles; `location` names the op."""
+
+    def __init__(self, reason: str, location: "ir.Location | None" = None):
+        super().__init__(reason)
+        self.reason, self.location = reason, location
+
+
+@dataclasses.dataclass
+class Reduction:
+    op: ir.Operation
+    parallel: list[int]
+    reduced: list[int]
+
+
+@dataclasses.dataclass
+class Output:
+    value: ir.Value
+    dims: list[int]
+    inner: list[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Expr:
+    """Code text plus the loop variables it depends on (used for hoisting/placement)."""
+    text: str
+    deps: frozenset = frozenset()
+
+    def __str__(self):
+        return self.text
+
+
+def const(n) -> Expr:
+    return Expr(str(n))
+
+
+def type_name(t: ir.Type) -> str:
+    """'f32', 'bf16', 'i1', 'i64', 'index', ... (the element type if `t` is a tensor)."""
+    if isinstance(t, ir.ShapedType):
+        t = ir.RankedTensorType(t).element_type
+    return str(t)
+
+
+def op_name(op) -> str:
+    return op.operation.name
+
+
+def _int_array(attr) -> list[int]:
+    if attr is None:
+        return []
+    try:
+        return list(ir.DenseI64ArrayAttr(attr))
+    except (ValueError, TypeError):
+        return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
+
+
+def reassociation(op) -> list[list[int]]:
+    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def indexing_maps(op) -> list[ir.AffineMap]:
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def iterator_types(op) -> list[str]:
+    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+
+
+def is_reduction(op) -> bool:
+    return op_name(op) == "linalg.generic" and "reduction" in iterator_types(op)
+
+
+def shape(v: ir.Value) -> list[Optional[int]]:
+    t = ir.RankedTensorType(v.type)
+    return [None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
+
+
+def combiner(op, k: int, used=None) -> tuple[Optional[str], Optional[ir.Value]]:
+    """For result k of a reduction generic: ('addf'|'maximumf'|..., the non-accumulator operand)
+    when the yield is `combine(f, out_k)` and out_k feeds nothing else that is live (results
+    not in `used` are dead), else (None, None): use the general (sequential) body path."""
+    block = op.regions[0].blocks[0]
+    out_arg = block.arguments[len(op.inputs) + k]
+    term = list(block.operations)[-1]
+    yielded = term.operands[k]
+    owner = yielded.owner
+    if not hasattr(owner, "operands") or len(owner.operands) != 2 or owner.name == "linalg.yield":
+        return None, None
+    live, work = set(), [term.operands[i] for i in (used if used is not None else range(len(term.operands)))]
+    while work:
+        v = work.pop()
+        o = v.owner
+        if hasattr(o, "operands") and hasattr(o, "name") and o not in live:
+            live.add(o)
+            work.extend(o.operands)
+    if sum(1 for u in out_arg.uses if u.owner in live) != 1:
+        return None, None
+    a, b = owner.operands
+    kind = owner.name.split(".", 1)[1] if "." in owner.name else owner.name
+    if b == out_arg and a != out_arg:
+        return kind, a
+    if a == out_arg and b != out_arg:
+        return kind, b
+    return None, None
+
+
+class _UnionFind:
+    def __init__(self):
+        self.parent: dict = {}
+
+    def find(self, x):
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a, b):
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+
+class KernelSchedule:
+    """See the module docstring. Build with `schedule_kernel` / `schedule_ops`."""
+
+    def __init__(self, ops, args, results, kind=None):
+        self.ops, self.args, self.results = list(ops), list(args), list(results)
+        uf, static = _UnionFind(), {}
+        self._uf = uf
+
+        def note(v, i, size):
+            uf.find((v, i))
+            if size is not None:
+                static[(v, i)] = size
+
+        def vals(v):
+            if isinstance(v.type, ir.RankedTensorType):
+                for i, s in enumerate(shape(v)):
+                    note(v, i, s)
+
+        for v in self.args:
+            vals(v)
+        for op in self.ops:
+            if op_name(op) not in ALLOWED_OPS and not _scalar_op(op):
+                raise Unschedulable(f"'{op_name(op)}' is not allowed in a kernel body "
+                                    f"(see docs/internals.md, Stage 2)", op.location)
+            for r in op.results:
+                vals(r)
+            self._link(op, uf, note)
+        # A global dim is a union-find class; number them in first-seen order.
+        self._gid: dict = {}
+        self._size: dict[int, Optional[int]] = {}
+        for key in list(uf.parent):
+            root = uf.find(key)
+            g = self._gid.setdefault(root, len(self._gid))
+            if key in static:
+                self._size[g] = static[key]
+            else:
+                self._size.setdefault(g, None)
+        self.size_offsets, self._size_ref, off = [], {}, 0
+        for v in self.args + self.results:
+            self.size_offsets.append(off)
+            if isinstance(v.type, ir.RankedTensorType):
+                for i, g in enumerate(self.dims(v)):
+                    self._size_ref.setdefault(g, off + i)
+                off += len(shape(v))
+        self._plan(kind)
+
+    # --- global dims -----------------------------------------------------------------------
+    def gid(self, v, i) -> int:
+        return self._gid[self._uf.find((v, i))]
+
+    def loop_gid(self, op, j) -> int:
+        return self._gid[self._uf.find((op, "loop", j))]
+
+    def dims(self, v) -> list[int]:
+        return [self.gid(v, i) for i in range(len(shape(v)))]
+
+    def size(self, g) -> Optional[int]:
+        return self._size.get(g)
+
+    def size_index(self, g) -> int:
+        if g not in self._size_ref:
+            raise Unschedulable(f"dynamic dim {g} is not a dim of any kernel argument or result")
+        return self._size_ref[g]
+
+    def unit(self, g) -> bool:
+        return self.size(g) == 1
+
+    def _link(self, op, uf, note):
+        name = op_name(op)
+        if name == "linalg.generic":
+            maps = indexing_maps(op)
+            operands = list(op.inputs) + list(op.outputs)
+            for m, v in zip(maps, operands):
+                for k, e in enumerate(m.results):
+                    if isinstance(e, ir.AffineDimExpr):
+                        uf.union((v, k), (op, "loop", ir.AffineDimExpr(e).position))
+            for k, r in enumerate(op.results):
+                for i in range(len(shape(r))):
+                    uf.union((r, i), (op.outputs[k], i))
+            for j in range(len(iterator_types(op))):
+                uf.find((op, "loop", j))
+        elif name in ("linalg.fill", "linalg.transpose", "linalg.broadcast"):
+            res = op.results[0]
+            for i in range(len(shape(res))):
+                uf.union((res, i), (op.outputs[0], i))
+            if name == "linalg.transpose":
+                for i, p in enumerate(_int_array(op.attributes["permutation"])):
+                    uf.union((res, i), (op.inputs[0], p))
+            elif name == "linalg.broadcast":
+                added = set(_int_array(op.attributes["dimensions"]))
+                kept = [i for i in range(len(shape(res))) if i not in added]
+                for s, i in enumerate(kept):
+                    uf.union((res, i), (op.inputs[0], s))
+        elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
+            src, res = op.operands[0], op.results[0]
+            big, small = (res, src) if name == "tensor.expand_shape" else (src, res)
+            for s, group in enumerate(reassociation(op)):
+                sizes = shape(big)
+                nonunit = [i for i in group if sizes[i] != 1]
+                if len(group) == 1:
+                    uf.union((big, group[0]), (small, s))
+                elif len(nonunit) == 1:
+                    uf.union((big, nonunit[0]), (small, s))
+        elif name == "tensor.extract_slice":
+            src, res = op.operands[0], op.results[0]
+            for s, r in _slice_dims(op):
+                if shape(src)[s] is not None and shape(src)[s] == shape(res)[r]:
+                    uf.union((src, s), (res, r))
+        elif name == "tensor.pad":
+            src, res = op.operands[0], op.results[0]
+            lo, hi = _int_array(op.attributes["static_low"]), _int_array(op.attributes["static_high"])
+            for i in range(len(shape(res))):
+                if lo[i] == 0 and hi[i] == 0:
+                    uf.union((src, i), (res, i))
+        elif name == "tensor.concat":
+            dim = ir.IntegerAttr(op.attributes["dim"]).value
+            res = op.results[0]
+            for v in op.operands:
+                for i in range(len(shape(res))):
+                    if i != dim:
+                        uf.union((v, i), (res, i))
+
+    # --- outer space P and inner dims --------------------------------------------------------
+    def _plan(self, kind):
+        self.reductions = []
+        for op in self.ops:
+            if is_reduction(op):
+                its = iterator_types(op)
+                par = [self.loop_gid(op, j) for j, t in enumerate(its) if t == "parallel"]
+                red = [self.loop_gid(op, j) for j, t in enumerate(its) if t == "reduction"]
+                self.reductions.append(Reduction(op, [g for g in par if not self.unit(g)], red))
+        self.kind = "reduction" if self.reductions else "pointwise"
+        if kind == "pointwise" and self.reductions:
+            raise Unschedulable("kernel is marked pointwise but contains a reduction",
+                                self.reductions[0].op.location)
+        if not self.results:
+            raise Unschedulable("kernel has no results")
+        res_dims = [[g for g in self.dims(r) if not self.unit(g)] for r in self.results]
+        if self.kind == "pointwise":
+            space = res_dims[0]
+            self.outer = space[:-1]
+        else:
+            first = self.reductions[0]
+            pset = set(first.parallel)
+            for r in self.reductions[1:]:
+                if set(r.parallel) != pset:
+                    raise Unschedulable("reductions do not share the same outer (parallel) "
+                                        "space", r.op.location)
+            for r in self.reductions:
+                if set(r.reduced) & pset:
+                    raise Unschedulable("a reduced dim is also an outer dim", r.op.location)
+            # Loop order: the first result that covers P decides (row-major stores).
+            order = next((d for d in res_dims if pset <= set(d)), first.parallel)
+            self.outer = [g for g in order if g in pset]
+            space = None
+        allowed = set(self.outer)
+        for r in self.reductions:
+            allowed |= set(r.reduced)
+        self.outputs = []
+        for r, d in zip(self.results, res_dims):
+            inner = [g for g in d if g not in set(self.outer)]
+            if self.kind == "pointwise" and set(d) != set(space):
+                raise Unschedulable("pointwise kernel results have different iteration spaces")
+            if not set(self.outer) <= set(d):
+                raise Unschedulable("a kernel result is not indexed by the whole outer space")
+            allowed |= set(inner)
+            self.outputs.append(Output(r, self.dims(r), inner))
+        for op in self.ops:
+            for v in op.results:
+                if not isinstance(v.type, ir.RankedTensorType):
+                    continue
+                bad = [g for g in self.dims(v) if g not in allowed and not self.unit(g)]
+                if bad:
+                    raise Unschedulable(f"'{op_name(op)}' iterates over a dim that is neither "
+                                        "outer, reduced nor a result dim", op.location)
+            if op_name(op) == "linalg.generic":
+                gs = [self.loop_gid(op, j) for j in range(len(iterator_types(op)))]
+                if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
+                    raise Unschedulable("two loops of one op map to the same dim (diagonal "
+                                        "access)", op.location)
+
+
+def _scalar_op(op) -> bool:
+    d = op_name(op).split(".")[0]
+    return d in ("arith", "math") and all(not isinstance(r.type, ir.RankedTensorType) or
+                                          op_name(op) == "arith.constant" for r in op.results)
+
+
+def _slice_dims(op) -> list[tuple[int, int]]:
+    """(source dim, result dim) pairs of an extract_slice (rank-reducing drops unit sizes)."""
+    src, res = op.operands[0], op.results[0]
+    sizes = _int_array(op.attributes["static_sizes"])
+    rr = len(shape(res))
+    pairs, r = [], 0
+    for s, n in enumerate(sizes):
+        if r < rr and (len(sizes) == rr or n != 1 or shape(res)[r] == 1 and len(sizes) - s <= rr - r):
+            pairs.append((s, r))
+            r += 1
+    return pairs
+
+
+def schedule_ops(ops, results, args=None, kind=None) -> KernelSchedule:
+    """Legality check / schedule of a would-be kernel: `ops` in order, `results` the values it
+    returns; `args` default to the tensor values used by `ops` but defined outside them."""
+    ops = list(ops)
+    if args is None:
+        inside = {r for op in ops for r in op.results}
+        args, seen = [], set()
+        for op in ops:
+            for v in op.operands:
+                if v not in inside and v not in seen and isinstance(v.type, ir.RankedTensorType):
+                    seen.add(v)
+                    args.append(v)
+    return KernelSchedule(ops, args, results, kind)
+
+
+def schedule_kernel(func) -> KernelSchedule:
+    """Schedule of a kernel `func.func` (ops of its body; args; returned values)."""
+    block = func.regions[0].blocks[0]
+    ops = list(block.operations)
+    ret = ops[-1]
+    kind = None
+    if "ember.kernel" in func.attributes:
+        try:
+            kind = ir.StringAttr(func.attributes["ember.kernel"]).value
+        except (ValueError, TypeError):
+            kind = None
+    return KernelSchedule(ops[:-1], list(block.arguments), list(ret.operands), kind)
+
+
+from .kernel_expr import ExprBuilder, Lang, Scope  # noqa: E402,F401  (re-exported API)

@@ -1,0 +1,218 @@
+"""How `arith`/`math` ops are spelled in Triton (the "language" for expression printing).
+
+Values of f16/bf16 type are computed in fp32 (loads convert with `.to(tl.float32)`, stores
+convert back), as eager's opmath does; an explicit non-constant `arith.truncf` to a 16-bit
+type rounds through that type, so decompositions that round on purpose match eager.
+
+Only long-stable `tl` APIs are used (triton 3.6 and 3.9, CUDA and HIP, and the interpreter):
+`tl.math.erf/exp/log/sqrt/rsqrt`, `tl.where`, `tl.maximum`; tanh and pow are prelude helpers
+written with exp/log because `libdevice` is neither portable across versions nor interpretable.
+"""
+from __future__ import annotations
+
+import math
+
+from torch_mlir import ir
+
+PRELUDE = '''import torch
+import triton
+import triton.language as tl
+
+
+def _ember_autotune(configs, key):
+    # The interpreter has no GPU to time configurations on: it runs the first one.
+    import os
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        configs = configs[:1]
+    return triton.autotune(configs=configs, key=key)
+
+
+@triton.jit
+def _ember_tanh(x):
+    # exp-based so that it builds for CUDA, HIP and the interpreter alike; saturates cleanly.
+    e = tl.exp(-2.0 * tl.abs(x))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _ember_pow(a, b):
+    # a**b for float a, b: sign from a when b is an odd integer, NaN for negative a otherwise.
+    mag = tl.exp2(b * tl.log2(tl.abs(a)))
+    b_int = tl.floor(b) == b
+    odd = b_int & ((tl.abs(b) % 2.0) == 1.0)
+    r = tl.where((a < 0) & odd, -mag, mag)
+    r = tl.where((a < 0) & (~b_int), float("nan"), r)
+    return tl.where(b == 0.0, 1.0, r)
+'''
+
+# type_name() string -> (storage dtype, compute dtype, AOT signature pointer element)
+TYPES = {
+    "f32": ("tl.float32", "tl.float32", "fp32"),
+    "f16": ("tl.float16", "tl.float32", "fp16"),
+    "bf16": ("tl.bfloat16", "tl.float32", "bf16"),
+    "f64": ("tl.float64", "tl.float64", "fp64"),
+    "i1": ("tl.int1", "tl.int1", "i1"),
+    "i8": ("tl.int8", "tl.int8", "i8"),
+    "i16": ("tl.int16", "tl.int16", "i16"),
+    "i32": ("tl.int32", "tl.int32", "i32"),
+    "i64": ("tl.int64", "tl.int64", "i64"),
+    "ui8": ("tl.uint8", "tl.uint8", "u8"),
+    "index": ("tl.int64", "tl.int64", "i64"),
+}
+FLOATS = ("f16", "bf16", "f32", "f64")
+
+_CMP = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=",
+        "ueq": "==", "ugt": ">", "uge": ">=", "ult": "<", "ule": "<=", "une": "!=",
+        "eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
+        "lt": "<", "ge": ">="}
+_BINARY = {
+    "arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/",
+    "arith.addi": "+", "arith.subi": "-", "arith.muli": "*",
+    "arith.andi": "&", "arith.ori": "|", "arith.xori": "^", "arith.shli": "<<",
+    "arith.shrsi": ">>", "arith.shrui": ">>",
+    # Triton's integer // and % truncate like C, as arith.divsi/remsi do.
+    "arith.divsi": "//", "arith.divui": "//", "arith.remsi": "%", "arith.remui": "%",
+    "arith.remf": "%",
+    "idx.add": "+", "idx.sub": "-", "idx.mul": "*", "idx.div": "//", "idx.rem": "%",
+}
+_CALLS = {
+    "math.exp": "tl.exp", "math.exp2": "tl.exp2", "math.log": "tl.log", "math.log2": "tl.log2",
+    "math.sqrt": "tl.sqrt", "math.rsqrt": "tl.rsqrt", "math.erf": "tl.math.erf",
+    "math.absf": "tl.abs", "math.absi": "tl.abs", "math.floor": "tl.floor", "math.ceil": "tl.ceil",
+    "math.sin": "tl.sin", "math.cos": "tl.cos", "math.tanh": "_ember_tanh",
+    "arith.maxnumf": "tl.maximum", "arith.minnumf": "tl.minimum",
+    "arith.maxsi": "tl.maximum", "arith.minsi": "tl.minimum",
+    "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum",
+    "idx.min": "tl.minimum", "idx.max": "tl.maximum", "math.fma": "tl.fma",
+}
+# Constant folding of scalar math on literals: tl.sqrt(2.0) is not valid Triton (it needs a
+# tensor), and torch-mlir's gelu computes sqrt(2) in the body.
+_FOLD = {"math.sqrt": math.sqrt, "math.exp": math.exp, "math.log": math.log,
+         "math.rsqrt": lambda x: 1.0 / math.sqrt(x), "math.erf": math.erf,
+         "math.tanh": math.tanh, "math.absf": abs, "arith.negf": lambda x: -x}
+_FOLD2 = {"arith.addf": float.__add__, "arith.subf": float.__sub__,
+          "arith.mulf": float.__mul__, "arith.divf": float.__truediv__}
+
+
+class UnsupportedOp(Exception):
+    """An op the Triton spelling does not know; the pass reports it as a located error."""
+
+
+def _literal(text: str):
+    try:
+        return float(text) if any(c in text for c in ".eEn") else int(text)
+    except ValueError:
+        return None
+
+
+def literal(value, type_: str) -> str:
+    """A Python literal that Triton folds as a scalar constant."""
+    if type_ in FLOATS:
+        v = float(value)
+        if math.isnan(v):
+            return 'float("nan")'
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else 'float("-inf")'
+        return repr(v)
+    if type_ == "i1":
+        return "True" if value else "False"
+    return str(int(value))
+
+
+class TritonLang:
+    """The kernel_expr `Lang` protocol, spelled in Triton (block-level: every value is a tensor
+    of the program's tile, loop variables are index tensors)."""
+
+    def __init__(self):
+        self.dynamic_sizes: dict[int, str] = {}     # sizes-table index -> kernel argument
+
+    def let(self, name, type_, text):
+        return f"{name} = {text}"
+
+    def constant(self, value, type_):
+        return literal(value, type_)
+
+    def load(self, buffer, offset, type_):
+        raise AssertionError("loads are emitted by the lowering (they need masks)")
+
+    def dim_size(self, g, k):
+        return self.dynamic_sizes.setdefault(k, f"s{k}")
+
+    def op(self, kind, args, rtype, atypes):
+        lits = [_literal(a) for a in args]
+        if all(v is not None for v in lits) and rtype in FLOATS:
+            try:
+                if kind in _FOLD and len(args) == 1:
+                    return literal(_FOLD[kind](float(lits[0])), rtype)
+                if kind in _FOLD2:
+                    return literal(_FOLD2[kind](float(lits[0]), float(lits[1])), rtype)
+            except (ValueError, ZeroDivisionError, OverflowError):
+                pass
+        if kind in _BINARY:
+            return f"({args[0]} {_BINARY[kind]} {args[1]})"
+        if kind in _CALLS:
+            return f"{_CALLS[kind]}({', '.join(args)})"
+        if kind == "arith.negf":
+            return f"(-{args[0]})"
+        if kind in ("arith.maximumf", "arith.minimumf"):
+            fn = "tl.maximum" if kind == "arith.maximumf" else "tl.minimum"
+            return f"{fn}({args[0]}, {args[1]}, propagate_nan=tl.PropagateNan.ALL)"
+        if kind.startswith(("arith.cmpf.", "arith.cmpi.", "idx.")):
+            pred = kind.rsplit(".", 1)[1]
+            a, b = args
+            if pred in _CMP:
+                return f"({a} {_CMP[pred]} {b})"
+            if pred == "ord":
+                return f"(({a} == {a}) & ({b} == {b}))"
+            if pred == "uno":
+                return f"(({a} != {a}) | ({b} != {b}))"
+            return "True" if pred == "true" else "False"
+        if kind == "arith.select":
+            return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+        if kind == "arith.floordivsi":
+            a, b = args
+            return (f"tl.where((({a} % {b}) != 0) & (({a} < 0) != ({b} < 0)), "
+                    f"({a} // {b}) - 1, ({a} // {b}))")
+        if kind.startswith(("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp",
+                            "arith.fptosi", "arith.fptoui", "arith.extsi", "arith.extui",
+                            "arith.trunci", "arith.index_cast", "arith.bitcast")):
+            return self._cast(kind, args[0], rtype, atypes[0], lits[0])
+        if kind in ("math.powf", "math.fpowi"):
+            e = lits[1]
+            x = args[0]
+            if e is not None and float(e) in (1.0, 2.0, 3.0):
+                return "(" + " * ".join([x] * int(e)) + ")"
+            if e is not None and float(e) == 0.5:
+                return f"tl.sqrt({x})"
+            return f"_ember_pow({x}, ({args[1]}) * 1.0)"
+        if kind == "math.log1p":
+            return f"tl.log(1.0 + {args[0]})"
+        if kind == "math.expm1":
+            return f"(tl.exp({args[0]}) - 1.0)"
+        if kind == "math.isnan":
+            return f"({args[0]} != {args[0]})"
+        if kind == "math.trunc":
+            return f"tl.where({args[0]} < 0, tl.ceil({args[0]}), tl.floor({args[0]}))"
+        if kind == "math.roundeven":
+            x = args[0]
+            return (f"tl.where(({x} - tl.floor({x})) == 0.5, 2.0 * tl.floor({x} * 0.5 + 0.5), "
+                    f"tl.floor({x} + 0.5))")
+        raise UnsupportedOp(f"'{kind}' has no Triton spelling")
+
+    def _cast(self, kind, x, rtype, atype, lit):
+        if rtype not in TYPES or atype not in TYPES:
+            raise UnsupportedOp(f"'{kind}' from {atype} to {rtype} has no Triton spelling")
+        if lit is not None:   # a literal converts in Python; `.to` needs a tensor
+            if rtype in FLOATS:
+                return literal(float(lit), rtype)
+            return literal(int(lit), rtype)
+        if kind == "arith.bitcast":
+            return f"{x}.to({TYPES[rtype][1]}, bitcast=True)"
+        if TYPES[rtype][1] == TYPES[atype][1]:
+            # bf16 -> f32 is free (already computed in fp32); a deliberate rounding to a
+            # 16-bit type is kept so that decompositions which round match eager.
+            if kind == "arith.truncf" and rtype in ("f16", "bf16") and atype != rtype:
+                return f"{x}.to({TYPES[rtype][0]}).to(tl.float32)"
+            return x
+        return f"{x}.to({TYPES[rtype][1]})"

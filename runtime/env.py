@@ -1,0 +1,52 @@
+"""The only place ember reads environment variables.
+
+The frontend calls `get_env()` once per compile and passes what it needs downward explicitly;
+passes never read the environment, so a pipeline run from `ember-opt` or a test is
+reproducible from its options alone.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class RuntimeEnv:
+    cache_dir: Path                 # EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else ~/.cache/ember
+    debug_dir: Path | None          # EMBER_DEBUG_DIR: where the frontend dumps IR/sources, if set
+    target: str | None              # EMBER_TARGET: "cpu" | "triton" override, if set
+
+
+def read_env(environ: Mapping[str, str] | None = None) -> RuntimeEnv:
+    """Pure function of `environ` (defaults to os.environ), so tests can pass a dict."""
+    e = os.environ if environ is None else environ
+    if e.get("EMBER_CACHE_DIR"):
+        cache = Path(e["EMBER_CACHE_DIR"])
+    else:
+        xdg = e.get("XDG_CACHE_HOME")
+        base = Path(xdg) if xdg else Path(e.get("HOME") or Path.home()) / ".cache"
+        cache = base / "ember"
+    debug = Path(e["EMBER_DEBUG_DIR"]) if e.get("EMBER_DEBUG_DIR") else None
+    target = e.get("EMBER_TARGET") or None
+    if target is not None and target not in ("cpu", "triton"):
+        raise ValueError(f"EMBER_TARGET={target!r}: expected 'cpu' or 'triton'")
+    return RuntimeEnv(cache_dir=cache.expanduser(), debug_dir=debug, target=target)
+
+
+_current: RuntimeEnv | None = None
+
+
+def get_env() -> RuntimeEnv:
+    """Read once per process; later changes to os.environ are deliberately not seen."""
+    global _current
+    if _current is None:
+        _current = read_env()
+    return _current
+
+
+def set_env(env: RuntimeEnv | None) -> None:
+    """Override (or with None, forget) the process-wide settings: for tests and embedders."""
+    global _current
+    _current = env

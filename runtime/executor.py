@@ -1,0 +1,287 @@
+"""Run a Program: build/load its code once, then per call allocate one arena and run the steps.
+
+Everything that does not depend on the input tensors (ctypes bindings, the int64 sizes arrays,
+arena view geometry, constants, extern resolution) is computed in `load`, so a call is a loop
+over prebuilt closures.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Callable, Sequence
+
+import torch
+
+from .cache import ArtifactCache, as_cache, python_identity
+from .cpp_build import load_library
+from .externs import resolve
+from .program import Program, Step, ValueInfo
+
+_ARENA_ALIGN = 64
+_modules: dict[str, ModuleType] = {}
+
+
+def _dtype(name: str) -> torch.dtype:
+    dt = getattr(torch, name, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"ember runtime: unknown dtype {name!r}")
+    return dt
+
+
+def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def load_python_module(source: str, cache: ArtifactCache) -> ModuleType:
+    """Import generated Python (Triton) code from a real file in the cache, under a name unique
+    to its content: Triton's JIT keys its own cache on the function's source and file, and
+    tracebacks point at a file one can open."""
+    key = cache.key("py", source, python_identity())
+    mod = _modules.get(key)
+    if mod is not None:
+        return mod
+    path = cache.lookup("py", key, ".py") or cache.write("py", key, ".py", source)
+    name = f"ember_generated_{key[:24]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod     # triton.jit inspects the defining module by name
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    _modules[key] = mod
+    return mod
+
+
+class CompiledProgram:
+    def __init__(self, program: Program, device: str | torch.device = "cpu", *,
+                 cache: ArtifactCache | Path | str | None = None,
+                 extra_flags: Sequence[str] = (), reuse_arena: bool = True):
+        self.program = p = program
+        self.device = dev = torch.device(device)
+        if p.lang == "cpp" and dev.type != "cpu":
+            raise ValueError(f"ember runtime: C++ programs run on the CPU, not on {dev}")
+        if p.lang not in ("cpp", "python"):
+            raise ValueError(f"ember runtime: unknown program language {p.lang!r}")
+        self._kernels = self._bind_kernels(as_cache(cache), extra_flags)
+
+        self._dtypes = [_dtype(v.dtype) for v in p.values]
+        self._init: list = [None] * len(p.values)   # per-call value table, constants prefilled
+        self._runs: list[Callable[[list], None]] = []
+        self._producer: dict[int, Step] = {}
+        self._view_src: dict[int, int] = {}
+        for s in p.steps:
+            for o in s.outputs:
+                self._producer[o] = s
+            self._runs.extend(self._make_step(s))
+        self._plan_arena()
+        self._check_outputs()
+        self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
+        self._dev_type = dev.type
+        self._pool: list[list] | None = [] if dev.type == "cpu" and reuse_arena else None
+
+    # ---- load-time preparation -------------------------------------------------------------
+    def _bind_kernels(self, cache: ArtifactCache, extra_flags: Sequence[str]) -> dict[str, Callable]:
+        p = self.program
+        out: dict[str, Callable] = {}
+        if p.lang == "cpp":
+            lib = load_library(p.source, extra_flags, cache=cache) if p.kernel_names else None
+            for name in p.kernel_names:
+                try:
+                    out[name] = getattr(lib, name)
+                except AttributeError:
+                    raise ValueError(f"ember runtime: kernel {name!r} is not defined (extern \"C\") "
+                                     f"in the built translation unit") from None
+                out[name].restype = None
+        else:
+            mod = load_python_module(p.source, cache) if p.kernel_names else None
+            for name in p.kernel_names:
+                fn = getattr(mod, name, None)
+                if not callable(fn):
+                    raise ValueError(f"ember runtime: kernel launcher {name!r} not in the module")
+                out[name] = fn
+        return out
+
+    def _alloc_runs(self, outputs: Sequence[int]) -> list[Callable[[list], None]]:
+        """Outputs without an arena offset get their own tensor, allocated when produced."""
+        runs = []
+        for o in outputs:
+            v = self.program.values[o]
+            if v.offset is None:
+                shape, dt, dev = tuple(v.shape), self._dtypes[o], self.device
+
+                def alloc(vals, o=o, shape=shape, dt=dt, dev=dev):
+                    vals[o] = torch.empty(shape, dtype=dt, device=dev)
+                runs.append(alloc)
+        return runs
+
+    def _make_step(self, s: Step) -> list[Callable[[list], None]]:
+        p, vals_info = self.program, self.program.values
+        if s.kind == "kernel":
+            fn = self._kernels.get(s.name)
+            if fn is None:
+                raise ValueError(f"ember runtime: step calls kernel {s.name!r}, which is not in "
+                                 f"Program.kernel_names")
+            ids = tuple(s.inputs) + tuple(s.outputs)
+            if p.lang == "cpp":
+                dims = [d for i in ids for d in vals_info[i].shape]
+                sizes = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+                fn.argtypes = [ctypes.c_void_p] * len(ids) + [ctypes.POINTER(ctypes.c_int64)]
+
+                def run(vals, fn=fn, ids=ids, sizes=sizes):
+                    fn(*[vals[i].data_ptr() for i in ids], sizes)
+            else:
+                def run(vals, fn=fn, ids=ids):
+                    fn(*[vals[i] for i in ids])
+            return self._alloc_runs(s.outputs) + [run]
+        if s.kind == "extern":
+            efn = resolve(s.name, dict(s.params))
+            ins, outs = tuple(s.inputs), tuple(s.outputs)
+
+            def run_ext(vals, efn=efn, ins=ins, outs=outs):
+                efn([vals[i] for i in ins], [vals[o] for o in outs])
+            return self._alloc_runs(s.outputs) + [run_ext]
+        if s.kind == "view":
+            (i,), (o,) = s.inputs, s.outputs
+            shape = tuple(vals_info[o].shape)
+            self._view_src[o] = i
+
+            def run_view(vals, i=i, o=o, shape=shape):
+                try:
+                    vals[o] = vals[i].view(shape)
+                except RuntimeError:    # not expressible as a view of these strides: copy
+                    vals[o] = vals[i].reshape(shape)
+            return [run_view]
+        if s.kind == "const":
+            (o,) = s.outputs
+            self._init[o] = self._make_const(s.params["value"], vals_info[o], self._dtypes[o])
+            return []
+        if s.kind == "empty":
+            return self._alloc_runs(s.outputs)
+        raise ValueError(f"ember runtime: unknown step kind {s.kind!r}")
+
+    def _make_const(self, value, v: ValueInfo, dt: torch.dtype) -> torch.Tensor:
+        shape = tuple(v.shape)
+        t = torch.as_tensor(value, dtype=dt)
+        if t.dim() == 0 and shape:
+            t = torch.full(shape, t.item(), dtype=dt)     # a splat
+        elif tuple(t.shape) != shape:
+            t = t.reshape(shape)
+        return t.to(self.device).contiguous()
+
+    def _plan_arena(self) -> None:
+        p = self.program
+        self._carve: list[tuple] = []
+        need = 0
+        for vid, v in enumerate(p.values):
+            if v.offset is None:
+                continue
+            if vid < p.num_inputs:
+                raise ValueError(f"ember runtime: graph input %{vid} has an arena offset")
+            dt = self._dtypes[vid]
+            nbytes = _numel(v.shape) * dt.itemsize
+            if v.offset % dt.itemsize or v.offset < 0 or v.offset + nbytes > p.arena_bytes:
+                raise ValueError(f"ember runtime: value %{vid} at offset {v.offset} "
+                                 f"({nbytes} bytes) does not fit the {p.arena_bytes}-byte arena")
+            need = max(need, v.offset + nbytes)
+            self._carve.append((vid, dt, tuple(v.shape), _contiguous_strides(v.shape),
+                                v.offset // dt.itemsize))
+        # Rounded so that the uint8 arena can be reinterpreted as any dtype.
+        self._arena_bytes = -(-need // _ARENA_ALIGN) * _ARENA_ALIGN if self._carve else 0
+        self._arena_dtypes = sorted({c[1] for c in self._carve}, key=str)
+
+    def _root(self, vid: int) -> int:
+        while vid in self._view_src:
+            vid = self._view_src[vid]
+        return vid
+
+    def _check_outputs(self) -> None:
+        """The caller keeps outputs past the call, and the next call reuses the arena: an
+        output in (or viewing) the arena would be overwritten under the caller's feet."""
+        p = self.program
+        self._clone_out: set[int] = set()
+        for o in p.outputs:
+            r = self._root(o)
+            assert p.values[r].offset is None, (
+                f"ember runtime: output %{o} aliases the arena (root %{r} at offset "
+                f"{p.values[r].offset}); the buffer planner must give escaping values offset -1")
+            if r not in self._producer and r >= p.num_inputs:
+                raise ValueError(f"ember runtime: output %{o} is never produced by a step")
+            if self._producer.get(r) is not None and self._producer[r].kind == "const":
+                self._clone_out.add(o)      # constants live across calls: never hand them out
+
+    # ---- per call ------------------------------------------------------------------------
+    def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
+        if torch.is_grad_enabled():     # out= refuses tensors that require grad
+            with torch.no_grad():
+                return self._run(inputs)
+        return self._run(inputs)
+
+    def _take_template(self) -> list:
+        """The value table with constants and arena views filled in. One arena per call, except
+        that on the CPU (synchronous: a finished call no longer touches its arena) a finished
+        call's arena, with its views, goes to a pool for the next call: carving costs ~1 us per
+        value. Concurrent calls each pop their own; outputs never alias the arena, so reuse is
+        invisible to the caller. On GPUs kernels are asynchronous and calls may be on different
+        streams, so the caching allocator (stream-aware) gives every call a fresh arena."""
+        if self._pool:
+            try:
+                return self._pool.pop()
+            except IndexError:      # another thread took the last one
+                pass
+        vals = self._init.copy()
+        if self._arena_bytes:
+            arena = torch.empty(self._arena_bytes, dtype=torch.uint8, device=self.device)
+            typed = {dt: arena.view(dt) for dt in self._arena_dtypes}
+            for vid, dt, shape, stride, eoff in self._carve:
+                vals[vid] = typed[dt].as_strided(shape, stride, eoff)
+        return vals
+
+    def _run(self, inputs: tuple) -> list[torch.Tensor]:
+        p = self.program
+        if len(inputs) != p.num_inputs:
+            raise TypeError(f"ember: compiled graph takes {p.num_inputs} tensors, got {len(inputs)}")
+        base = self._take_template()
+        vals = base.copy()
+        dev_type = self._dev_type
+        for i, t in enumerate(inputs):
+            shape, dt = self._in_checks[i]
+            if t.shape != shape or t.dtype != dt or t.device.type != dev_type:
+                raise ValueError(
+                    f"ember: input {i} must be {dt} {list(shape)} on {dev_type}, got "
+                    f"{t.dtype} {list(t.shape)} on {t.device} (the graph was compiled for "
+                    f"static shapes; recompile for new shapes)")
+            vals[i] = t if t.is_contiguous() else t.contiguous()
+        for run in self._runs:
+            run(vals)
+        if self._pool is not None:
+            self._pool.append(base)
+        if self._clone_out:
+            return [vals[o].clone() if o in self._clone_out else vals[o] for o in p.outputs]
+        return [vals[o] for o in p.outputs]
+
+
+def load(program: Program, device: str | torch.device = "cpu", *,
+         cache: ArtifactCache | Path | str | None = None,
+         extra_flags: Sequence[str] = (), reuse_arena: bool = True) -> CompiledProgram:
+    """Build (through the artifact cache) and bind a Program; `cache` defaults to the one named
+    by EMBER_CACHE_DIR (runtime/env.py). `reuse_arena=False` allocates a fresh arena on
+    every call on the CPU too (see CompiledProgram._take_template)."""
+    return CompiledProgram(program, device, cache=cache, extra_flags=extra_flags,
+                           reuse_arena=reuse_arena)

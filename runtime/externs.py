@@ -1,0 +1,83 @@
+"""Library ops behind "extern" steps (docs/internals.md, stage 2): each is resolved once at load
+time into `fn(ins, outs)` that writes into the planned output tensors."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+ExternFn = Callable[[list, list], None]
+
+
+def _mm(p: dict[str, Any]) -> ExternFn:
+    return lambda ins, outs: torch.mm(ins[0], ins[1], out=outs[0])
+
+
+def _bmm(p: dict[str, Any]) -> ExternFn:
+    return lambda ins, outs: torch.bmm(ins[0], ins[1], out=outs[0])
+
+
+def _addmm(p: dict[str, Any]) -> ExternFn:
+    beta, alpha = p.get("beta", 1), p.get("alpha", 1)
+    return lambda ins, outs: torch.addmm(ins[0], ins[1], ins[2], beta=beta, alpha=alpha,
+                                         out=outs[0])
+
+
+def _baddbmm(p: dict[str, Any]) -> ExternFn:
+    beta, alpha = p.get("beta", 1), p.get("alpha", 1)
+    return lambda ins, outs: torch.baddbmm(ins[0], ins[1], ins[2], beta=beta, alpha=alpha,
+                                           out=outs[0])
+
+
+def _convolution(p: dict[str, Any]) -> ExternFn:
+    stride, padding, dilation = list(p["stride"]), list(p["padding"]), list(p["dilation"])
+    groups = int(p.get("groups", 1))
+    transposed = bool(p.get("transposed", False))
+    output_padding = list(p.get("output_padding", [0] * len(stride)))
+    conv_out = torch.ops.aten.convolution.out
+
+    def run(ins, outs):
+        bias = ins[2] if len(ins) > 2 else None
+        conv_out(ins[0], ins[1], bias, stride, padding, dilation, transposed, output_padding,
+                 groups, out=outs[0])
+    return run
+
+
+def _sdpa(p: dict[str, Any]) -> ExternFn:
+    is_causal, scale = bool(p.get("is_causal", False)), p.get("scale")
+
+    def run(ins, outs):
+        mask = ins[3] if len(ins) > 3 else None
+        outs[0].copy_(F.scaled_dot_product_attention(ins[0], ins[1], ins[2], attn_mask=mask,
+                                                     is_causal=is_causal, scale=scale))
+    return run
+
+
+_TABLE: dict[str, Callable[[dict[str, Any]], ExternFn]] = {
+    "aten.mm": _mm, "aten.bmm": _bmm, "aten.addmm": _addmm, "aten.baddbmm": _baddbmm,
+    "aten.convolution": _convolution, "aten.sdpa": _sdpa,
+}
+
+
+def _generic(name: str, p: dict[str, Any]) -> ExternFn:
+    """Any other `aten.X`: call the ATen op with params as keyword arguments and copy its
+    result(s) in, so the frontend can route a new library op without a runtime change."""
+    packet = getattr(torch.ops.aten, name.split(".", 1)[1], None)
+    if packet is None:
+        raise ValueError(f"ember runtime: unknown extern op {name!r} (no torch.ops.aten entry)")
+
+    def run(ins, outs):
+        r = packet(*ins, **p)
+        for o, t in zip(outs, r if isinstance(r, (tuple, list)) else (r,)):
+            o.copy_(t)
+    return run
+
+
+def resolve(name: str, params: dict[str, Any]) -> ExternFn:
+    make = _TABLE.get(name)
+    if make is not None:
+        return make(params)
+    if name.startswith("aten."):
+        return _generic(name, params)
+    raise ValueError(f"ember runtime: unknown extern op {name!r}; known: {sorted(_TABLE)}")

@@ -1,0 +1,115 @@
+"""Ahead-of-time compilation of generated Triton modules, without a GPU.
+
+`triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget(...))` runs Triton's
+whole pipeline (TTIR -> TTGIR -> LLVM -> PTX/cubin or AMDGCN/hsaco) for a target named by hand,
+so CI on a CPU machine proves that every generated kernel builds for both vendors.
+
+The generated module says how to compile each kernel: every launcher `NAME` carries
+`NAME.ember_aot = [(jit_fn_name, signature, constexprs, num_warps), ...]` (see
+passes/ember_lower_to_triton.py); `signature` maps every argument name to a Triton type string
+("*fp32", "i32", "constexpr"). Works with triton 3.6 and 3.9 (same ASTSource/compile API).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+import types
+
+DEFAULT_TARGETS = (("cuda", 90, 32), ("hip", "gfx942", 64))
+
+
+@contextlib.contextmanager
+def _compiled_mode():
+    """`@triton.jit` decides between a JITFunction and the interpreter when it decorates, from
+    TRITON_INTERPRET; AOT compilation needs a real JITFunction, so it is unset while the
+    generated module is executed."""
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
+def load_module(source_text: str, name: str = "ember_triton_aot") -> types.ModuleType:
+    """Executes generated source as a module. Triton reads a jit function's source through
+    `inspect`, so the text is written to a real file first."""
+    fd, path = tempfile.mkstemp(suffix=".py", prefix="ember_triton_")
+    with os.fdopen(fd, "w") as f:
+        f.write(source_text)
+    module = types.ModuleType(name)
+    module.__file__ = path
+    sys.modules[name] = module
+    try:
+        exec(compile(source_text, path, "exec"), module.__dict__)
+    finally:
+        sys.modules.pop(name, None)
+    return module
+
+
+def _jit_function(obj):
+    """Unwraps autotuners/heuristics down to the JITFunction that ASTSource wants."""
+    seen = 0
+    while hasattr(obj, "fn") and seen < 8:
+        if type(obj).__name__ == "JITFunction":
+            break
+        obj = obj.fn
+        seen += 1
+    return obj
+
+
+def _target(spec):
+    from triton.backends.compiler import GPUTarget
+    return spec if isinstance(spec, GPUTarget) else GPUTarget(*spec)
+
+
+def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int = 4):
+    """Compiles one jit function for `target`; returns the CompiledKernel (raises on error)."""
+    import triton
+    from triton.compiler import ASTSource
+    src = ASTSource(fn=_jit_function(fn), signature=dict(signature), constexprs=dict(constexprs))
+    return triton.compile(src, target=_target(target), options={"num_warps": num_warps})
+
+
+def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS) -> dict:
+    """AOT-compiles every jit function of the launchers `names` (all launchers carrying
+    `ember_aot` when None) for each target.
+
+    Returns {jit_fn_name: {"cuda:90": "ok" | "<error text>", "hip:gfx942": ...}}; a kernel
+    that cannot be found or described is reported under its launcher's name.
+    """
+    with _compiled_mode():
+        module = load_module(source_text)
+    if names is None:
+        names = [k for k, v in vars(module).items() if hasattr(v, "ember_aot")]
+    results: dict[str, dict[str, str]] = {}
+    for name in names:
+        launcher = getattr(module, name, None)
+        specs = getattr(launcher, "ember_aot", None)
+        if not specs:
+            results[name] = {"*": f"no launcher '{name}' with an ember_aot description"}
+            continue
+        for fn_name, signature, constexprs, num_warps in specs:
+            per_target = results.setdefault(fn_name, {})
+            fn = getattr(module, fn_name, None)
+            for spec in targets:
+                target = _target(spec)
+                key = f"{target.backend}:{target.arch}"
+                if fn is None:
+                    per_target[key] = f"no jit function '{fn_name}' in the module"
+                    continue
+                try:
+                    compiled = compile_kernel(fn, signature, constexprs, target, num_warps)
+                    binary = "cubin" if target.backend == "cuda" else "hsaco"
+                    per_target[key] = "ok" if compiled.asm.get(binary) else f"no {binary} produced"
+                except Exception as err:  # the compiler's message is the report
+                    per_target[key] = f"{type(err).__name__}: {err}"
+    return results
+
+
+def failures(results: dict) -> dict:
+    """The entries of a compile_for_targets result that are not "ok"."""
+    return {fn: {t: r for t, r in per.items() if r != "ok"}
+            for fn, per in results.items() if any(r != "ok" for r in per.values())}

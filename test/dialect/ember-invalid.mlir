@@ -1,0 +1,63 @@
+// RUN: ember-opt %s --split-input-file --verify-diagnostics
+// RUN: not ember-opt %s --split-input-file 2>&1 | FileCheck %s --check-prefix=LOC
+
+// Without --verify-diagnostics the same errors read file:line:col (line numbers of the whole
+// file, not of the chunk).
+// LOC: ember-invalid.mlir:[[# @LINE + 3]]:8: error: 'ember.extern' has unknown target 'aten.nope'
+
+func.func @unknown_target(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = "ember.extern"(%a, %a) {target = "aten.nope", params = {}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @-1 {{'ember.extern' has unknown target 'aten.nope' (known: aten.addmm}}
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// LOC: ember-invalid.mlir:[[# @LINE + 3]]:8: error: 'ember.extern' target 'aten.mm' takes 2 operands, got 3
+
+func.func @wrong_operand_count(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %0 = "ember.extern"(%a, %a, %a) {target = "aten.mm", params = {}} : (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  // expected-error @above {{'ember.extern' target 'aten.mm' takes 2 operands, got 3}}
+  return %0 : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @conv_range(%a: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @below {{'ember.extern' target 'aten.convolution' takes 2 to 3 operands, got 1}}
+  %0 = "ember.extern"(%a) {target = "aten.convolution", params = {}} : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @fused_type_mismatch(%a: tensor<4xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{'ember.fused' types do not match kernel @k: expected (tensor<4xf32>) -> tensor<4xf32>}}
+  %0 = "ember.fused"(%a) {kernel = @k} : (tensor<4xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+func.func private @k(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "pointwise", ember.ops = ["neg"]} {
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// Dangling kernel references are caught after parsing, by ember.dialects.verify_module.
+// LOC: ember-invalid.mlir:[[# @LINE + 3]]:8: error: 'ember.fused' refers to unknown kernel @missing
+
+func.func @unknown_kernel(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = "ember.fused"(%a) {kernel = @missing} : (tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @-1 {{'ember.fused' refers to unknown kernel @missing}}
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @no_results(%a: tensor<4xf32>) {
+  // expected-error @+1 {{'ember.fused' must produce at least one result}}
+  "ember.fused"(%a) {kernel = @k} : (tensor<4xf32>) -> ()
+  return
+}
+func.func private @k(%a: tensor<4xf32>) attributes {ember.kernel = "pointwise", ember.ops = ["neg"]} {
+  return
+}

@@ -1,0 +1,313 @@
+"""Runtime tests on hand-written Programs (no MLIR): C++ kernels through g++, Python/Triton
+kernels (Triton under TRITON_INTERPRET=1), the arena, the artifact cache and externs."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from ember.runtime import (ArtifactCache, BuildError, Program, Step, ValueInfo, load, read_env,
+                           vectorization_report)
+from ember.runtime import cpp_build
+
+# Follows the C++ kernel ABI of docs/internals.md: inputs, outputs, then every dim of every arg.
+CPP = r"""
+#include <cstdint>
+extern "C" void ember_add(const float* __restrict__ a, const float* __restrict__ b,
+                          float* __restrict__ out, const int64_t* __restrict__ sizes) {
+  const int64_t n = sizes[0] * sizes[1];
+  #pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+extern "C" void ember_rowsum(const float* __restrict__ in, float* __restrict__ out,
+                             const int64_t* __restrict__ sizes) {
+  const int64_t m = sizes[0], n = sizes[1];
+  #pragma omp parallel for
+  for (int64_t i = 0; i < m; ++i) {
+    float acc = 0.f;
+    for (int64_t j = 0; j < n; ++j) acc += in[i * n + j];
+    out[i] = acc;
+  }
+}
+"""
+F32 = "float32"
+
+
+def add_rowsum_program(m=4, n=8, source=CPP):
+    # %2 = x + y and %3 = %2 + %2 are both live at the second add: separate 64-aligned slots;
+    # %4 = rowsum(%3) escapes (own allocation).
+    slot = -(-4 * m * n // 64) * 64
+    vals = [ValueInfo((m, n), F32), ValueInfo((m, n), F32), ValueInfo((m, n), F32, 0),
+            ValueInfo((m, n), F32, slot), ValueInfo((m,), F32)]
+    steps = [Step("kernel", "ember_add", (0, 1), (2,)), Step("kernel", "ember_add", (2, 2), (3,)),
+             Step("kernel", "ember_rowsum", (3,), (4,))]
+    return Program("cpu", "cpp", source, vals, 2, steps, [4], 2 * slot,
+                   ["ember_add", "ember_rowsum"])
+
+
+def test_cpp_kernels_match_torch(tmp_path):
+    cp = load(add_rowsum_program(), cache=tmp_path)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    (out,) = cp(x, y)
+    torch.testing.assert_close(out, (2 * (x + y)).sum(1))
+    # non-contiguous input is made contiguous, not misread
+    xt = torch.randn(8, 4).t()
+    (out,) = cp(xt, y)
+    torch.testing.assert_close(out, (2 * (xt + y)).sum(1))
+
+
+def test_input_checks(tmp_path):
+    cp = load(add_rowsum_program(), cache=tmp_path)
+    with pytest.raises(TypeError, match="takes 2 tensors, got 1"):
+        cp(torch.randn(4, 8))
+    with pytest.raises(ValueError, match=r"input 1 must be torch.float32 \[4, 8\].*\[4, 9\]"):
+        cp(torch.randn(4, 8), torch.randn(4, 9))
+    with pytest.raises(ValueError, match="input 0"):
+        cp(torch.randn(4, 8, dtype=torch.float64), torch.randn(4, 8))
+
+
+RECORDING_PY = """
+import torch
+LOG = []
+def add(a, b, out):
+    LOG.append(out.data_ptr())
+    torch.add(a, b, out=out)
+def rowsum(a, out):
+    torch.sum(a, 1, out=out)
+"""
+
+
+@pytest.mark.parametrize("reuse_arena", [True, False])
+def test_arena_reuse_shares_memory(tmp_path, reuse_arena):
+    # %2 = x+x @0, %3 = %2+%2 @64, %4 = %3+%3 @0 (reuses %2's slot: %2 is dead), %5 = rowsum(%4)
+    vals = [ValueInfo((4, 4), F32), ValueInfo((4, 4), F32, 0), ValueInfo((4, 4), F32, 64),
+            ValueInfo((4, 4), F32, 0), ValueInfo((4,), F32)]
+    steps = [Step("kernel", "add", (0, 0), (1,)), Step("kernel", "add", (1, 1), (2,)),
+             Step("kernel", "add", (2, 2), (3,)), Step("kernel", "rowsum", (3,), (4,))]
+    prog = Program("triton", "python", RECORDING_PY, vals, 1, steps, [4], 128, ["add", "rowsum"])
+    cp = load(prog, cache=tmp_path, reuse_arena=reuse_arena)
+    log = sys.modules[cp._kernels["add"].__module__].LOG
+    x = torch.randn(4, 4)
+    (out,) = cp(x)
+    torch.testing.assert_close(out, (8 * x).sum(1))
+    assert log[0] == log[2] and log[1] == log[0] + 64
+    # the output does not alias the arena: a second call leaves the first result intact
+    first = out.clone()
+    cp(torch.randn(4, 4))
+    torch.testing.assert_close(out, first)
+    assert log[3] == log[5] and log[3] + 64 == log[4]
+
+
+def test_concurrent_calls(tmp_path):
+    # ctypes drops the GIL during kernels: calls from threads overlap, each needs its own arena.
+    import concurrent.futures
+    cp = load(add_rowsum_program(64, 256), cache=tmp_path)
+
+    def work(seed):
+        g = torch.Generator().manual_seed(seed)
+        for _ in range(30):
+            x, y = torch.randn(64, 256, generator=g), torch.randn(64, 256, generator=g)
+            torch.testing.assert_close(cp(x, y)[0], (2 * (x + y)).sum(1), rtol=1e-4, atol=1e-3)
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        list(ex.map(work, range(4)))
+
+
+def test_output_in_arena_is_rejected(tmp_path):
+    vals = [ValueInfo((4, 8), F32), ValueInfo((4, 8), F32), ValueInfo((4, 8), F32, 0),
+            ValueInfo((32,), F32)]
+    steps = [Step("kernel", "ember_add", (0, 1), (2,)), Step("view", "", (2,), (3,))]
+    prog = Program("cpu", "cpp", CPP, vals, 2, steps, [3], 128, ["ember_add"])
+    with pytest.raises(AssertionError, match="aliases the arena"):
+        load(prog, cache=tmp_path)
+
+
+def test_const_and_view_steps(tmp_path):
+    # %1 = const [[1,2],[3,4]]; %2 = view x [2,2]; %3 = %2 + %1; outputs %3 and %1 (cloned)
+    vals = [ValueInfo((4,), F32), ValueInfo((2, 2), F32), ValueInfo((2, 2), F32),
+            ValueInfo((2, 2), F32)]
+    steps = [Step("const", "", (), (1,), {"value": [[1, 2], [3, 4]]}),
+             Step("view", "", (0,), (2,)), Step("kernel", "ember_add", (2, 1), (3,))]
+    cp = load(Program("cpu", "cpp", CPP, vals, 1, steps, [3, 1], 0, ["ember_add"]),
+              cache=tmp_path)
+    c = torch.tensor([[1., 2], [3, 4]])
+    out, const = cp(torch.arange(4.))
+    torch.testing.assert_close(out, torch.arange(4.).view(2, 2) + c)
+    const.zero_()   # the caller's copy: must not change the program's constant
+    out, _ = cp(torch.zeros(4))
+    torch.testing.assert_close(out, c)
+
+
+def test_build_error_has_compiler_message(tmp_path):
+    bad = 'extern "C" void k(float* out, const long* s) { out[0] = undeclared_thing; }'
+    prog = Program("cpu", "cpp", bad, [ValueInfo((1,), F32)], 0,
+                   [Step("kernel", "k", (), (0,))], [0], 0, ["k"])
+    with pytest.raises(BuildError) as e:
+        load(prog, cache=tmp_path)
+    assert "undeclared_thing" in str(e.value) and "error" in str(e.value)
+    assert e.value.source_path.is_file() and e.value.source_path.read_text() == bad
+    assert str(e.value.source_path) in str(e.value)
+
+
+def test_atomic_write_and_stale_temp(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpp_build, "_loaded", {})     # forget libraries other tests loaded
+    cache = ArtifactCache(tmp_path)
+    key, so = cpp_build.build_shared_library(CPP, cache=cache)
+    assert so.is_file() and not list(tmp_path.rglob("*.tmp"))
+    # A writer that crashed mid-compile leaves only a temp file: it is never taken for the
+    # artifact (fresh cache dir, so dlopen cannot hand back the library loaded above).
+    cache2 = ArtifactCache(tmp_path / "second")
+    so2 = cache2.path("cpp", key, ".so")
+    so2.parent.mkdir(parents=True)
+    stale = so2.parent / f".{so2.name}.crashed.tmp"
+    stale.write_bytes(b"\x7fELF garbage")
+    before = cpp_build.stats["compiles"]
+    cp = load(add_rowsum_program(), cache=cache2)
+    assert cpp_build.stats["compiles"] == before + 1 and stale.exists()
+    x = torch.ones(4, 8)
+    torch.testing.assert_close(cp(x, x)[0], torch.full((4,), 32.))
+
+
+_SUBPROCESS = textwrap.dedent("""
+    import json, sys, torch
+    sys.path.insert(0, {testdir!r})
+    from test_runtime import add_rowsum_program
+    from ember.runtime import load, cpp_build
+    cp = load(add_rowsum_program())          # cache dir from EMBER_CACHE_DIR
+    x = torch.ones(4, 8)
+    print(json.dumps({{"stats": cpp_build.stats, "out": cp(x, x)[0].tolist()}}))
+""")
+
+
+def _run_subprocess(cache_dir, n=1):
+    env = dict(os.environ, EMBER_CACHE_DIR=str(cache_dir))
+    script = _SUBPROCESS.format(testdir=str(Path(__file__).parent))
+    procs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(n)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
+def test_cache_hit_in_new_process(tmp_path):
+    (first,) = _run_subprocess(tmp_path)
+    assert first["stats"]["compiles"] == 1 and first["out"] == [32.0] * 4
+    (second,) = _run_subprocess(tmp_path)
+    assert second["stats"]["compiles"] == 0 and second["stats"]["disk_hits"] == 1
+    assert second["out"] == [32.0] * 4
+
+
+def test_corrupt_library_is_rebuilt(tmp_path):
+    # A damaged file under the final name (ember's writes are atomic, so only something else
+    # can produce one) fails to dlopen and is rebuilt. In a new process: dlopen matches an
+    # already-loaded library by path, so this process could not observe the damage.
+    _, so = cpp_build.build_shared_library(CPP, cache=ArtifactCache(tmp_path))
+    so.unlink()
+    so.write_bytes(b"not a shared object")
+    (r,) = _run_subprocess(tmp_path)
+    assert r["stats"]["compiles"] == 1 and r["out"] == [32.0] * 4
+
+
+def test_concurrent_builds_compile_once(tmp_path):
+    results = _run_subprocess(tmp_path, n=2)
+    assert sum(r["stats"]["compiles"] for r in results) == 1
+    assert all(r["out"] == [32.0] * 4 for r in results)
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_vectorization_report():
+    report = vectorization_report(CPP)
+    assert "loop vectorized" in report
+
+
+def test_extern_steps_match_torch(tmp_path):
+    # inputs a b c x w bias p q (0..7); %8 = mm(a, b) in the arena; %9 = addmm(c, %8, b),
+    # %10 = conv(x, w, bias), %11 = bmm(p, q) escape.
+    shapes = [(4, 4), (4, 4), (4, 4), (2, 3, 9, 9), (5, 3, 3, 3), (5,), (3, 4, 5), (3, 5, 2),
+              (4, 4), (4, 4), (2, 5, 4, 4), (3, 4, 2)]
+    vals = [ValueInfo(s, F32, 0 if i == 8 else None) for i, s in enumerate(shapes)]
+    conv = {"stride": [2, 2], "padding": [0, 0], "dilation": [1, 1], "groups": 1}
+    steps = [Step("extern", "aten.mm", (0, 1), (8,)),
+             Step("extern", "aten.addmm", (2, 8, 1), (9,)),
+             Step("extern", "aten.convolution", (3, 4, 5), (10,), conv),
+             Step("extern", "aten.bmm", (6, 7), (11,))]
+    cp = load(Program("cpu", "cpp", "", vals, 8, steps, [9, 10, 11], 64), cache=tmp_path)
+    a, b, c = torch.randn(4, 4), torch.randn(4, 4), torch.randn(4, 4)
+    x, w, bias = torch.randn(2, 3, 9, 9), torch.randn(5, 3, 3, 3), torch.randn(5)
+    p, q = torch.randn(3, 4, 5), torch.randn(3, 5, 2)
+    r_addmm, r_conv, r_bmm = cp(a, b, c, x, w, bias, p, q)
+    torch.testing.assert_close(r_addmm, torch.addmm(c, a @ b, b))
+    torch.testing.assert_close(r_conv, torch.nn.functional.conv2d(x, w, bias, stride=2))
+    torch.testing.assert_close(r_bmm, torch.bmm(p, q))
+
+
+def test_extern_sdpa(tmp_path):
+    vals = [ValueInfo((2, 3, 8, 4), F32)] * 3 + [ValueInfo((2, 3, 8, 4), F32)]
+    prog = Program("cpu", "cpp", "", vals, 3,
+                   [Step("extern", "aten.sdpa", (0, 1, 2), (3,), {"is_causal": True})], [3])
+    q, k, v = (torch.randn(2, 3, 8, 4) for _ in range(3))
+    torch.testing.assert_close(
+        load(prog, cache=tmp_path)(q, k, v)[0],
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+TRITON_PY = """
+import triton
+import triton.language as tl
+
+@triton.jit
+def _add_kernel(a, b, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out + offs, tl.load(a + offs, mask=m) + tl.load(b + offs, mask=m), mask=m)
+
+def ember_tadd(a, b, out):
+    n = out.numel()
+    _add_kernel[(triton.cdiv(n, 64),)](a, b, out, n, BLOCK=64)
+"""
+
+
+def test_triton_module_under_interpreter(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    # triton 3.x reads TRITON_INTERPRET when @triton.jit decorates, i.e. at module import.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    vals = [ValueInfo((10, 10), F32), ValueInfo((10, 10), F32), ValueInfo((10, 10), F32, 0),
+            ValueInfo((10, 10), F32)]
+    steps = [Step("kernel", "ember_tadd", (0, 1), (2,)), Step("kernel", "ember_tadd", (2, 2), (3,))]
+    cp = load(Program("triton", "python", TRITON_PY, vals, 2, steps, [3], 448, ["ember_tadd"]),
+              cache=tmp_path)
+    x, y = torch.randn(10, 10), torch.randn(10, 10)
+    torch.testing.assert_close(cp(x, y)[0], 2 * (x + y))
+    assert list(tmp_path.rglob("*.py")) and not list(tmp_path.rglob("*.tmp"))
+
+
+def test_read_env():
+    e = read_env({"EMBER_CACHE_DIR": "/x/c", "EMBER_DEBUG_DIR": "/x/d", "EMBER_TARGET": "cpu"})
+    assert (str(e.cache_dir), str(e.debug_dir), e.target) == ("/x/c", "/x/d", "cpu")
+    assert str(read_env({"XDG_CACHE_HOME": "/xdg", "HOME": "/h"}).cache_dir) == "/xdg/ember"
+    assert str(read_env({"HOME": "/h"}).cache_dir) == "/h/.cache/ember"
+    with pytest.raises(ValueError, match="EMBER_TARGET"):
+        read_env({"EMBER_TARGET": "tpu"})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (device tool)")
+def test_cuda_triton_and_externs(tmp_path):
+    pytest.importorskip("triton")
+    # %2 = x + y (Triton, arena @0); %3 = mm(%2, y) (arena @512); %4 = view %3; %5 = %4 + %4
+    vals = [ValueInfo((8, 8), F32), ValueInfo((8, 8), F32), ValueInfo((8, 8), F32, 0),
+            ValueInfo((8, 8), F32, 512), ValueInfo((64,), F32), ValueInfo((64,), F32)]
+    steps = [Step("kernel", "ember_tadd", (0, 1), (2,)), Step("extern", "aten.mm", (2, 1), (3,)),
+             Step("view", "", (3,), (4,)), Step("kernel", "ember_tadd", (4, 4), (5,))]
+    src = TRITON_PY + "\n# compiled for the GPU, not interpreted\n"
+    cp = load(Program("triton", "python", src, vals, 2, steps, [5], 768, ["ember_tadd"]),
+              "cuda", cache=tmp_path)
+    x, y = torch.randn(8, 8, device="cuda"), torch.randn(8, 8, device="cuda")
+    (out,) = cp(x, y)
+    assert out.is_cuda
+    torch.testing.assert_close(out, (2 * ((x + y) @ y)).view(64), rtol=1e-3, atol=1e-3)
