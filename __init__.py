@@ -9,7 +9,8 @@ from .frontend.options import CompileOptions, OptionsError
 
 __version__ = "0.1.0"
 
-__all__ = ["CompileOptions", "OptionsError", "__version__", "ember_backend", "last_reports"]
+__all__ = ["CompileOptions", "OptionsError", "__version__", "clear_reports", "ember_backend",
+           "last_reports"]
 
 
 def ember_backend(gm, example_inputs, options=None, **kwargs):
@@ -22,3 +23,9 @@ def last_reports(n=None):
     """The most recent compile reports (dicts, as written to report.json), oldest first."""
     from .frontend.report import last_reports as reports
     return reports(n)
+
+
+def clear_reports():
+    """Forgets the kept compile reports (tests call this between cases)."""
+    from .frontend.report import clear_reports as clear
+    clear()

@@ -104,8 +104,12 @@ def run_backend(case: str, backend: str, fn, args, ref, device="cpu", options=No
         else:
             kwargs = {"options": options} if options else {}
             compiled = torch.compile(fn, backend=backend, **kwargs)
+        if backend == "ember":
+            _clear_ember_reports()
         with torch.no_grad():
             out, res.compile_s = timed_first_call(compiled, *args, device=device)
+            if backend == "ember":
+                res.extra.update(ember_summary())
             res.rel_err = rel_err(out, ref) if ref is not None else 0.0
             res.ms = median_ms(compiled, *args, repeats=repeats, device=device,
                                max_seconds=max_seconds)
@@ -115,20 +119,47 @@ def run_backend(case: str, backend: str, fn, args, ref, device="cpu", options=No
     return res
 
 
+def _clear_ember_reports() -> None:
+    try:
+        from ember.frontend.report import clear_reports
+        clear_reports()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def ember_summary() -> dict:
+    """What ember's compile reports say about the graphs compiled since the last clear."""
+    try:
+        import ember
+        reports = ember.last_reports()
+    except Exception:  # noqa: BLE001
+        return {}
+    ops = [op for r in reports for op in r.get("eager_fallback_ops", [])]
+    return {"graphs": len(reports), "statuses": sorted({r.get("status") for r in reports}),
+            "kernels": sum(r.get("num_kernels", 0) for r in reports),
+            "externs": sum(r.get("num_externs", 0) for r in reports),
+            "eager_fallback_ops": sorted(set(ops))}
+
+
 def format_table(results: list[Result]) -> str:
     """Markdown table: one row per (case, backend), speed-up over the case's eager row."""
     eager = {r.case: r.ms for r in results if r.backend == "eager" and r.ms}
-    lines = ["| case | backend | median ms | speed-up | first call s | rel. err vs eager |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| case | backend | median ms | speed-up | first call s | rel. err vs eager | note |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for r in results:
         if r.error:
-            lines.append(f"| {r.case} | {r.backend} | failed | | | {r.error[:80]} |")
+            lines.append(f"| {r.case} | {r.backend} | failed | | | | {r.error[:80]} |")
             continue
         base = eager.get(r.case)
         speed = f"x{base / r.ms:.2f}" if base and r.ms else ""
         err = "" if r.backend == "eager" else f"{r.rel_err:.1e}"
         comp = f"{r.compile_s:.1f}" if r.compile_s is not None else ""
-        lines.append(f"| {r.case} | {r.backend} | {r.ms:.3f} | {speed} | {comp} | {err} |")
+        note = ""
+        if "kernels" in r.extra:
+            note = f"{r.extra['kernels']} kernels, {r.extra['externs']} externs"
+        if r.extra.get("eager_fallback_ops"):
+            note = "EAGER FALLBACK: " + ", ".join(r.extra["eager_fallback_ops"])[:70]
+        lines.append(f"| {r.case} | {r.backend} | {r.ms:.3f} | {speed} | {comp} | {err} | {note} |")
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """`ember-buffer-reuse`: plans one arena for the intermediates of `@main` (docs/internals.md,
 Stage 3).
 
-Invariant established: every result of an `ember.fused` / `ember.extern` in `@main` carries an
+Invariant established: every result of a kernel launch (`func.call` of an `ember.kernel` func) or an
+`ember.extern` in `@main` carries an
 entry of `ember.offsets = array<i64: ...>` on its op — a byte offset into one arena, a multiple
 of `alignment`, or -1 when the result gets its own allocation: it escapes (is returned, directly
 or through `tensor.expand_shape`/`collapse_shape` views) or its size is unknown (not a
@@ -25,7 +26,6 @@ from torch_mlir import ir
 from .base import OptionError, Pass
 from .registry import register
 
-PRODUCERS = ("ember.fused", "ember.extern")
 VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
 
 
@@ -80,6 +80,16 @@ def _find_func(module: ir.Operation, name: str):
         if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
             return op
     return None
+
+
+def _kernel_of(module, op):
+    """The kernel func an op on the host launches (`func.call` of an `ember.kernel` func), or None."""
+    if op.operation.name != "func.call":
+        return None
+    callee = _find_func(module, ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+    if callee is None or "ember.kernel" not in callee.attributes:
+        return None
+    return callee
 
 
 def _is_identity(attr) -> bool:
@@ -151,7 +161,7 @@ def _place(groups: list[list[Buffer]], alignment: int) -> int:
 def plan(module, alignment: int = 64, in_place: bool = True) -> dict:
     """The arena plan of `module`'s @main, without changing the IR (plain data, for reports):
     `arena_bytes`, `unplanned_bytes`, `alignment`, `buffers` (one dict per result of
-    ember.fused/ember.extern in op order: `op` (index in @main), `result`, `name`, `bytes`,
+    kernel call / ember.extern in op order: `op` (index in @main), `result`, `name`, `bytes`,
     `offset` (-1: own allocation), `live` (first, last op index), `escapes`, `in_place_of`)."""
     return _plan(module, alignment, in_place)[0]
 
@@ -180,7 +190,7 @@ def _plan(module, alignment: int, in_place: bool):
                 buf.end = max(buf.end, i)
                 if name == "func.return":
                     buf.escapes = True
-        if name in PRODUCERS:
+        if name == "ember.extern" or _kernel_of(module, op) is not None:
             per_op[i] = []
             for k, r in enumerate(op.results):
                 nbytes = byte_size(r.type)
@@ -220,10 +230,10 @@ def _match_in_place(module, ops, root, per_op) -> None:
     taken = set()
     for i, outs in per_op.items():
         op = ops[i]
-        if op.operation.name != "ember.fused" or len(outs) != 1 or outs[0] is None or outs[0].escapes:
+        if len(outs) != 1 or outs[0] is None or outs[0].escapes:
             continue
-        kernel = _find_func(module, ir.FlatSymbolRefAttr(op.attributes["kernel"]).value)
-        if kernel is None or "ember.kernel" not in kernel.attributes:
+        kernel = _kernel_of(module, op)
+        if kernel is None:
             continue
         if ir.StringAttr(kernel.attributes["ember.kernel"]).value != "pointwise":
             continue
@@ -232,12 +242,13 @@ def _match_in_place(module, ops, root, per_op) -> None:
         for k, v in enumerate(op.operands):
             src = root.get(v)
             if (src is None or src.escapes or src.end != i or id(src) in taken
-                    or v.type != result_type or src.nbytes != out.nbytes):
+                    or src.nbytes != out.nbytes):
                 continue
-            # The same buffer read through a second operand (another view) is not elementwise.
-            if sum(1 for w in op.operands if root.get(w) is src) != 1:
-                continue
-            if reads_elementwise(kernel, k):
+            # Every operand that reads this buffer (it may come twice, or through a view) must
+            # read it elementwise in the result's shape.
+            readers = [j for j, w in enumerate(op.operands) if root.get(w) is src]
+            if all(op.operands[j].type == result_type and reads_elementwise(kernel, j)
+                   for j in readers):
                 out.in_place_of = src
                 taken.add(id(src))
                 break

@@ -77,30 +77,23 @@ class EmberFuse(Pass):
         # Most bytes saved first; ties in program order (stable).
         edges.sort(key=lambda e: -e[0])
 
-        def group_succs(g):
-            out = set()
-            for op in members[g]:
-                for res in op.results:
-                    for user in users(res):
-                        if user in index:
-                            out.add(find(index[user]))
-            out.discard(g)
-            return out
-
-        def reaches(src, dst, avoid):
-            """Is there a path src -> ... -> dst through some group outside `avoid`?"""
-            stack = [s for s in group_succs(src) if s not in avoid]
-            seen = set(stack)
+        def reaches(src, dst):
+            """Is there a path from group src to group dst through an op outside both? (Then
+            merging them would make a cycle.) A group is entered whole: a kernel runs at once."""
+            a_ops, b_ops = set(members[src]), set(members[dst])
+            stack = [u for op in members[src] for r in op.results for u in users(r)
+                     if u not in a_ops and u not in b_ops]
+            seen = set()
             while stack:
-                g = stack.pop()
-                if g == dst:
+                op = stack.pop()
+                if op in b_ops:
                     return True
-                for s in group_succs(g):
-                    if s == dst:
-                        return True
-                    if s not in seen and s not in avoid:
-                        seen.add(s)
-                        stack.append(s)
+                if op in seen or op in a_ops:
+                    continue
+                seen.add(op)
+                ops = members[find(index[op])] if op in index else [op]
+                seen.update(ops)
+                stack.extend(u for o in ops for r in o.results for u in users(r))
             return False
 
         for _, a, b in edges:
@@ -111,7 +104,7 @@ class EmberFuse(Pass):
             compute = [o for o in merged if op_name(o) not in VIEW_OPS]
             if len(compute) > self.max_group_size:
                 continue
-            if reaches(ga, gb, {ga, gb}) or reaches(gb, ga, {ga, gb}):
+            if reaches(ga, gb) or reaches(gb, ga):
                 continue
             if not fusion_legality.is_legal(merged, fuse_reductions=self.fuse_reductions):
                 continue

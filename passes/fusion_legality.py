@@ -156,7 +156,8 @@ def check_kernel(kernel) -> None:
     try:
         schedule_kernel(kernel)
     except Unschedulable as err:
-        raise PassError(f"ember-fuse: kernel cannot be scheduled: {err}", kernel.location) from None
+        raise PassError(f"ember-fuse: cannot generate code for this op: {err.reason}",
+                        err.location or kernel.location) from None
 
 
 def describe(op) -> str:

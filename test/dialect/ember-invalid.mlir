@@ -31,9 +31,12 @@ func.func @conv_range(%a: tensor<4xf32>) -> tensor<4xf32> {
 
 // -----
 
-func.func @fused_type_mismatch(%a: tensor<4xf32>) -> tensor<8xf32> {
-  // expected-error @+1 {{'ember.fused' types do not match kernel @k: expected (tensor<4xf32>) -> tensor<4xf32>}}
-  %0 = "ember.fused"(%a) {kernel = @k} : (tensor<4xf32>) -> tensor<8xf32>
+// A kernel launch must match the kernel's signature (upstream func.call verifier).
+func.func @call_type_mismatch(%a: tensor<4xf32>) -> tensor<8xf32> {
+  // expected-error @+3 {{'func.call' op result type mismatch at index 0}}
+  // expected-note @+2 {{op result types: 'tensor<8xf32>'}}
+  // expected-note @+1 {{function result types: 'tensor<4xf32>'}}
+  %0 = func.call @k(%a) : (tensor<4xf32>) -> tensor<8xf32>
   return %0 : tensor<8xf32>
 }
 func.func private @k(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "pointwise", ember.ops = ["neg"]} {
@@ -42,22 +45,21 @@ func.func private @k(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kerne
 
 // -----
 
-// Dangling kernel references are caught after parsing, by ember.dialects.verify_module.
-// LOC: ember-invalid.mlir:[[# @LINE + 3]]:8: error: 'ember.fused' refers to unknown kernel @missing
-
-func.func @unknown_kernel(%a: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = "ember.fused"(%a) {kernel = @missing} : (tensor<4xf32>) -> tensor<4xf32>
-  // expected-error @-1 {{'ember.fused' refers to unknown kernel @missing}}
-  return %0 : tensor<4xf32>
+// Kernel functions are checked after parsing, by ember.dialects.verify_module.
+// LOC: ember-invalid.mlir:[[# @LINE + 2]]:1: error: kernel @bad_kind: 'ember.kernel' must be one of pointwise, reduction
+// expected-error @+1 {{kernel @bad_kind: 'ember.kernel' must be one of pointwise, reduction}}
+func.func private @bad_kind(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "elementwise"} {
+  return %a : tensor<4xf32>
 }
 
 // -----
 
-func.func @no_results(%a: tensor<4xf32>) {
-  // expected-error @+1 {{'ember.fused' must produce at least one result}}
-  "ember.fused"(%a) {kernel = @k} : (tensor<4xf32>) -> ()
-  return
+// expected-error @+1 {{kernel @public_kernel must be private}}
+func.func @public_kernel(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "pointwise"} {
+  return %a : tensor<4xf32>
 }
-func.func private @k(%a: tensor<4xf32>) attributes {ember.kernel = "pointwise", ember.ops = ["neg"]} {
-  return
-}
+
+// -----
+
+// expected-error @+1 {{kernel @no_body has no body}}
+func.func private @no_body(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "pointwise"}

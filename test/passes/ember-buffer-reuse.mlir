@@ -12,13 +12,13 @@
 // CHECK-LABEL: func.func @main
 // NOINPLACE-SAME: attributes {ember.arena_bytes = 2048 : i64, ember.unplanned_bytes = 3072 : i64}
 // INPLACE-SAME:   attributes {ember.arena_bytes = 1024 : i64, ember.unplanned_bytes = 3072 : i64}
-// NOINPLACE: %[[A:.*]] = "ember.fused"(%arg0) {ember.offsets = array<i64: 0>, kernel = @chain_exp}
-// NOINPLACE: %[[B:.*]] = "ember.fused"(%[[A]]) {ember.offsets = array<i64: 1024>, kernel = @chain_exp}
-// NOINPLACE: %[[C:.*]] = "ember.fused"(%[[B]]) {ember.offsets = array<i64: 0>, kernel = @chain_exp}
-// INPLACE:   %[[A:.*]] = "ember.fused"(%arg0) {ember.offsets = array<i64: 0>, kernel = @chain_exp}
-// INPLACE:   %[[B:.*]] = "ember.fused"(%[[A]]) {ember.offsets = array<i64: 0>, kernel = @chain_exp}
-// INPLACE:   %[[C:.*]] = "ember.fused"(%[[B]]) {ember.offsets = array<i64: 0>, kernel = @chain_exp}
-// CHECK:     %[[D:.*]] = "ember.fused"(%[[C]]) {ember.offsets = array<i64: -1>, kernel = @chain_exp}
+// NOINPLACE: %[[A:.*]] = call @chain_exp(%arg0) {ember.offsets = array<i64: 0>}
+// NOINPLACE: %[[B:.*]] = call @chain_exp(%[[A]]) {ember.offsets = array<i64: 1024>}
+// NOINPLACE: %[[C:.*]] = call @chain_exp(%[[B]]) {ember.offsets = array<i64: 0>}
+// INPLACE:   %[[A:.*]] = call @chain_exp(%arg0) {ember.offsets = array<i64: 0>}
+// INPLACE:   %[[B:.*]] = call @chain_exp(%[[A]]) {ember.offsets = array<i64: 0>}
+// INPLACE:   %[[C:.*]] = call @chain_exp(%[[B]]) {ember.offsets = array<i64: 0>}
+// CHECK:     %[[D:.*]] = call @chain_exp(%[[C]]) {ember.offsets = array<i64: -1>}
 // CHECK:     return %[[D]]
 #id = affine_map<(d0, d1) -> (d0, d1)>
 func.func private @chain_exp(%a: tensor<16x16xf32>) -> tensor<16x16xf32> attributes {ember.kernel = "pointwise", ember.ops = ["exp"]} {
@@ -31,10 +31,10 @@ func.func private @chain_exp(%a: tensor<16x16xf32>) -> tensor<16x16xf32> attribu
   return %r : tensor<16x16xf32>
 }
 func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
-  %0 = "ember.fused"(%x) {kernel = @chain_exp} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %1 = "ember.fused"(%0) {kernel = @chain_exp} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %2 = "ember.fused"(%1) {kernel = @chain_exp} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %3 = "ember.fused"(%2) {kernel = @chain_exp} : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %0 = func.call @chain_exp(%x) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %1 = func.call @chain_exp(%0) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %2 = func.call @chain_exp(%1) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %3 = func.call @chain_exp(%2) : (tensor<16x16xf32>) -> tensor<16x16xf32>
   return %3 : tensor<16x16xf32>
 }
 
@@ -46,8 +46,8 @@ func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
 // CHECK-LABEL: func.func @main
 // CHECK-SAME:  attributes {ember.arena_bytes = 2048 : i64, ember.unplanned_bytes = 3072 : i64}
 // CHECK:       %[[M:.*]] = "ember.extern"(%arg0, %arg0) {ember.offsets = array<i64: 0>, params = {}, target = "aten.mm"}
-// CHECK:       %[[T:.*]] = "ember.fused"(%[[M]]) {ember.offsets = array<i64: 1024>, kernel = @transpose_neg}
-// CHECK:       "ember.fused"(%[[T]]) {ember.offsets = array<i64: 0>, kernel = @transpose_neg}
+// CHECK:       %[[T:.*]] = call @transpose_neg(%[[M]]) {ember.offsets = array<i64: 1024>}
+// CHECK:       call @transpose_neg(%[[T]]) {ember.offsets = array<i64: 0>}
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #tr = affine_map<(d0, d1) -> (d1, d0)>
 func.func private @transpose_neg(%a: tensor<16x16xf32>) -> tensor<16x16xf32> attributes {ember.kernel = "pointwise", ember.ops = ["transpose", "neg"]} {
@@ -61,31 +61,39 @@ func.func private @transpose_neg(%a: tensor<16x16xf32>) -> tensor<16x16xf32> att
 }
 func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
   %0 = "ember.extern"(%x, %x) {target = "aten.mm", params = {}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
-  %1 = "ember.fused"(%0) {kernel = @transpose_neg} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %2 = "ember.fused"(%1) {kernel = @transpose_neg} : (tensor<16x16xf32>) -> tensor<16x16xf32>
-  %3 = "ember.fused"(%2) {kernel = @transpose_neg} : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %1 = func.call @transpose_neg(%0) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %2 = func.call @transpose_neg(%1) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %3 = func.call @transpose_neg(%2) : (tensor<16x16xf32>) -> tensor<16x16xf32>
   return %3 : tensor<16x16xf32>
 }
 
 // -----
 
-// Views: a view of %0 used late keeps %0 alive (so %1 cannot take its bytes), and a returned
-// view makes its source escape. Small buffers are padded to the alignment.
+// Views: %0 is read late through a view chain, which keeps it alive to the last kernel; the
+// returned view %5 makes its source %4 escape. 6xf32 (24 bytes) pads to the alignment. With
+// in-place, %2 and %3 overwrite their dying operand (passed twice: both reads elementwise).
 // CHECK-LABEL: func.func private @views_add
 // CHECK-LABEL: func.func @main
-// CHECK-SAME:  attributes {ember.arena_bytes = 192 : i64, ember.unplanned_bytes = 192 : i64}
-// CHECK:       %[[A:.*]] = "ember.fused"(%arg0, %arg0) {ember.offsets = array<i64: 0>, kernel = @views_add}
-// CHECK:       %[[V:.*]] = tensor.collapse_shape %[[A]]
-// CHECK:       %[[B:.*]] = "ember.fused"(%arg0, %arg0) {ember.offsets = array<i64: 64>, kernel = @views_add}
-// CHECK:       %[[C:.*]] = "ember.fused"(%[[B]], %[[B]]) {ember.offsets = array<i64: 128>, kernel = @views_add}
-// CHECK:       %[[E:.*]] = "ember.fused"(%[[C]], %[[C]]) {ember.offsets = array<i64: -1>, kernel = @views_add}
-// CHECK:       %[[W:.*]] = tensor.expand_shape %[[E]]
-// CHECK:       return %[[V]], %[[W]]
+// NOINPLACE-SAME: attributes {ember.arena_bytes = 192 : i64, ember.unplanned_bytes = 256 : i64}
+// INPLACE-SAME:   attributes {ember.arena_bytes = 128 : i64, ember.unplanned_bytes = 256 : i64}
+// CHECK:       %[[A:.*]] = call @views_add(%arg0, %arg0) {ember.offsets = array<i64: 0>}
+// CHECK:       %[[V:.*]] = tensor.expand_shape %[[A]]
+// CHECK:       %[[B:.*]] = call @views_add(%arg0, %arg0) {ember.offsets = array<i64: 64>}
+// NOINPLACE:   %[[C:.*]] = call @views_add(%[[B]], %[[B]]) {ember.offsets = array<i64: 128>}
+// NOINPLACE:   %[[D:.*]] = call @views_add(%[[C]], %[[C]]) {ember.offsets = array<i64: 64>}
+// INPLACE:     %[[C:.*]] = call @views_add(%[[B]], %[[B]]) {ember.offsets = array<i64: 64>}
+// INPLACE:     %[[D:.*]] = call @views_add(%[[C]], %[[C]]) {ember.offsets = array<i64: 64>}
+// CHECK:       %[[W:.*]] = tensor.collapse_shape %[[V]]
+// CHECK:       %[[E:.*]] = call @views_add(%[[W]], %[[D]]) {ember.offsets = array<i64: -1>}
+// CHECK:       %[[R:.*]] = tensor.expand_shape %[[E]]
+// CHECK:       return %[[R]]
 // ALIGN256-LABEL: func.func private @views_add
-// ALIGN256:       ember.arena_bytes = 768 : i64, ember.unplanned_bytes = 768 : i64
+// ALIGN256:       ember.arena_bytes = 768 : i64, ember.unplanned_bytes = 1024 : i64
 // ALIGN256:       ember.offsets = array<i64: 0>
 // ALIGN256:       ember.offsets = array<i64: 256>
 // ALIGN256:       ember.offsets = array<i64: 512>
+// ALIGN256:       ember.offsets = array<i64: 256>
+// ALIGN256:       ember.offsets = array<i64: -1>
 #id1 = affine_map<(d0) -> (d0)>
 func.func private @views_add(%a: tensor<6xf32>, %b: tensor<6xf32>) -> tensor<6xf32> attributes {ember.kernel = "pointwise", ember.ops = ["add"]} {
   %e = tensor.empty() : tensor<6xf32>
@@ -96,14 +104,40 @@ func.func private @views_add(%a: tensor<6xf32>, %b: tensor<6xf32>) -> tensor<6xf
   } -> tensor<6xf32>
   return %r : tensor<6xf32>
 }
-func.func @main(%x: tensor<6xf32>) -> (tensor<6xf32>, tensor<2x3xf32>) {
-  %0 = "ember.fused"(%x, %x) {kernel = @views_add} : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
+func.func @main(%x: tensor<6xf32>) -> tensor<2x3xf32> {
+  %0 = func.call @views_add(%x, %x) : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
   %v = tensor.expand_shape %0 [[0, 1]] output_shape [2, 3] : tensor<6xf32> into tensor<2x3xf32>
-  %1 = "ember.fused"(%x, %x) {kernel = @views_add} : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
-  %2 = "ember.fused"(%1, %1) {kernel = @views_add} : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
-  %3 = "ember.fused"(%2, %2) {kernel = @views_add} : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
+  %1 = func.call @views_add(%x, %x) : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
+  %2 = func.call @views_add(%1, %1) : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
+  %3 = func.call @views_add(%2, %2) : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
   %w = tensor.collapse_shape %v [[0, 1]] : tensor<2x3xf32> into tensor<6xf32>
-  %4 = "ember.fused"(%w, %3) {kernel = @views_add} : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
+  %4 = func.call @views_add(%w, %3) : (tensor<6xf32>, tensor<6xf32>) -> tensor<6xf32>
   %5 = tensor.expand_shape %4 [[0, 1]] output_shape [2, 3] : tensor<6xf32> into tensor<2x3xf32>
-  return %4, %5 : tensor<6xf32>, tensor<2x3xf32>
+  return %5 : tensor<2x3xf32>
+}
+
+// -----
+
+// A result whose size is not static gets its own allocation (-1) and is not counted: the
+// frontend specializes shapes, so this only costs memory, never correctness.
+// CHECK-LABEL: func.func private @dyn_neg
+// CHECK-LABEL: func.func @main
+// CHECK-SAME:  attributes {ember.arena_bytes = 0 : i64, ember.unplanned_bytes = 0 : i64}
+// CHECK:       call @dyn_neg(%arg0) {ember.offsets = array<i64: -1>}
+#id1 = affine_map<(d0) -> (d0)>
+func.func private @dyn_neg(%a: tensor<?xf32>) -> tensor<?xf32> attributes {ember.kernel = "pointwise", ember.ops = ["neg"]} {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %a, %c0 : tensor<?xf32>
+  %e = tensor.empty(%n) : tensor<?xf32>
+  %r = linalg.generic {indexing_maps = [#id1, #id1], iterator_types = ["parallel"]} ins(%a : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = arith.negf %x : f32
+    linalg.yield %y : f32
+  } -> tensor<?xf32>
+  return %r : tensor<?xf32>
+}
+func.func @main(%x: tensor<?xf32>) -> tensor<?xf32> {
+  %0 = func.call @dyn_neg(%x) : (tensor<?xf32>) -> tensor<?xf32>
+  %1 = func.call @dyn_neg(%0) : (tensor<?xf32>) -> tensor<?xf32>
+  return %1 : tensor<?xf32>
 }

@@ -19,10 +19,25 @@ func.func @unmet() {
 // -----
 
 // An error on another line than the expectation is both unexpected and unmet.
-// CHECK: verify-diagnostics.mlir:[[# @LINE + 4]]:8: error: unexpected error: 'ember.fused' refers to unknown kernel @gone
-// CHECK: verify-diagnostics.mlir:[[# @LINE + 1]]:6: error: expected error "refers to unknown kernel" was not produced
-  // expected-error @+1 {{refers to unknown kernel}}
-func.func @wrong_line(%a: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = "ember.fused"(%a) {kernel = @gone} : (tensor<4xf32>) -> tensor<4xf32>
-  return %0 : tensor<4xf32>
+// CHECK: verify-diagnostics.mlir:[[# @LINE + 4]]:1: error: unexpected error: kernel @k must be private
+// CHECK: verify-diagnostics.mlir:[[# @LINE + 1]]:4: error: expected error "must be private" was not produced
+// expected-error @+2 {{must be private}}
+
+func.func @k(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "pointwise"} {
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// A note must be expected like an error.
+// CHECK: verify-diagnostics.mlir:[[# @LINE + 4]]:8: error: unexpected note: op result types: 'tensor<8xf32>'
+// CHECK-NOT: unexpected error
+func.func @call(%a: tensor<4xf32>) -> tensor<8xf32> {
+  // expected-error @+2 {{'func.call' op result type mismatch at index 0}}
+  // expected-note @+1 {{function result types}}
+  %0 = func.call @k(%a) : (tensor<4xf32>) -> tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+func.func private @k(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "pointwise"} {
+  return %a : tensor<4xf32>
 }

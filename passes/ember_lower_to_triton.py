@@ -1,0 +1,408 @@
+"""ember-lower-to-triton: every ember kernel func gets Triton source (docs/internals.md, Stage 4).
+
+Invariant established: each `func.func` carrying `ember.kernel` has `ember.source` (one or more
+`@triton.jit` functions plus the launcher `def NAME(*tensors)`) and `ember.symbol = NAME`; the
+module has `ember.target = "triton"` and `ember.prelude` (imports and helpers), so that
+`prelude + "\\n".join(sources)` is one Python module.
+
+Code shapes (loop structure from kernel_schedule, expressions from its ExprBuilder):
+* pointwise: 1-D tiles over the flattened result space, masked tail;
+* reduction: 2-D tiles [XBLOCK, RBLOCK] (x = flattened outer space P, r = reduced space).
+  "Persistent" when the reduced extent is static and <= max-rblock: the whole row sits in
+  registers, so softmax/layer_norm read their input once and the broadcast consumers reuse it;
+  otherwise one loop over r per reduction and one per output with inner dims.
+Launchers compute the grid from the tensors at run time; dynamic dims are kernel arguments.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from torch_mlir import ir
+
+from .base import Pass, PassError
+from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_maps,
+                              schedule_kernel, shape, type_name)
+from .kernel_expr import ExprBuilder
+from .registry import register
+from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp, literal
+
+_INT32_MAX = 2 ** 31 - 1
+# Reduction combiners: (tl reduction, identity for masked lanes (by float/int), elementwise)
+_COMBINE = {
+    "addf": ("tl.sum", "0.0", "{a} + {b}"), "addi": ("tl.sum", "0", "{a} + {b}"),
+    "maximumf": ("tl.max", 'float("-inf")', "tl.maximum({a}, {b})"),
+    "maxnumf": ("tl.max", 'float("-inf")', "tl.maximum({a}, {b})"),
+    "minimumf": ("tl.min", 'float("inf")', "tl.minimum({a}, {b})"),
+    "minnumf": ("tl.min", 'float("inf")', "tl.minimum({a}, {b})"),
+    "maxsi": ("tl.max", "-(2**62)", "tl.maximum({a}, {b})"),
+    "minsi": ("tl.min", "2**62", "tl.minimum({a}, {b})"),
+    "ori": ("tl.max", "0", "{a} | {b}"), "andi": ("tl.min", "1", "{a} & {b}"),
+}
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+class _Builder(ExprBuilder):
+    """ExprBuilder whose loads are masked by the tiles their index depends on."""
+
+    masks = {"x": "xmask", "r": "rmask"}
+
+    def _value_at(self, v, idx):
+        if v in self.buffers:
+            ty = type_name(v.type)
+            off = self.offset(v, idx)
+            deps = frozenset().union(*[e.deps for e in idx]) if idx else frozenset()
+            masks = [self.masks[d] for d in sorted(deps) if d in self.masks]
+            text = f"tl.load({self.buffers[v]} + {off.text}"
+            if masks:
+                text += f", mask={' & '.join(masks)}, other=0"
+            text += ")"
+            if TYPES[ty][0] != TYPES[ty][1]:
+                text += f".to({TYPES[ty][1]})"
+            return self.bind(text, deps, ty, "x")
+        return super()._value_at(v, idx)
+
+
+@dataclasses.dataclass
+class _Kernel:
+    name: str
+    jit_params: list          # names of pointer/size arguments, in launch order
+    signature: dict           # AOT signature, including constexprs
+    body: list                # lines of the jit function body
+    constexprs: list          # names of the tile-size constexprs
+    configs: list             # [(dict of constexpr values, num_warps)]
+    grid: str                 # launcher expression of the grid (uses `meta`)
+    numels: dict              # launcher-computed sizes: name -> expression
+
+
+def _decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dict):
+    """Binds one variable per dim of the row-major flattened `index`."""
+    sizes = [int(s) if isinstance(s, str) and s.isdigit() else s for s in sizes]
+    stride = 1
+    strides = []
+    for s in reversed(sizes):
+        strides.append(stride)
+        stride = f"{stride} * {s}" if isinstance(s, str) or isinstance(stride, str) else stride * s
+    strides.reverse()
+    for k, (g, s, st) in enumerate(zip(dims, sizes, strides)):
+        name = f"{prefix}{g}"
+        e = index if st == 1 else f"({index} // {st})"
+        if k > 0:
+            e = f"({e} % {s})"
+        lines.append(f"{name} = {e}")
+        vars_[g] = Expr(name, frozenset({dep}))
+
+
+class _KernelWriter:
+    def __init__(self, fn, sched, max_rblock: int, autotune: bool):
+        self.fn, self.sched, self.max_rblock, self.autotune = fn, sched, max_rblock, autotune
+        self.name = ir.StringAttr(fn.attributes["sym_name"]).value
+        self.lang = TritonLang()
+        block = fn.regions[0].blocks[0]
+        self.args = list(block.arguments)
+        self.results = list(sched.results)
+        self.in_names = [f"in{i}" for i in range(len(self.args))]
+        self.out_names = [f"out{i}" for i in range(len(self.results))]
+        self.builder = _Builder(sched, self.lang, dict(zip(self.args, self.in_names)),
+                                reduce_hook=self._reduce)
+        numels = [math.prod(s or 1 for s in shape(v)) for v in self.args + self.results]
+        self.wide = max(numels, default=0) > _INT32_MAX
+
+    def size_text(self, g):
+        return self.builder.size(g).text
+
+    def runtime_extent(self, dims):
+        """The launcher's expression of a flattened extent, from the tensors' sizes."""
+        return " * ".join(f"sizes[{self.sched.size_index(g)}]" for g in dims) or "1"
+
+    def extent(self, dims):
+        parts = [self.size_text(g) for g in dims]
+        if all(p.isdigit() for p in parts):
+            return str(math.prod(int(p) for p in parts))
+        return " * ".join(parts) or "1"
+
+    # --- stores ------------------------------------------------------------------------------
+    def store(self, k, loop_vars, mask, shape_text):
+        out = self.results[k]
+        idx = [Expr("0") if s == 1 else loop_vars[g] for g, s in
+               zip(self.sched.dims(out), shape(out))]
+        val = self.builder.value_at(out, idx)
+        off = self.builder.offset(out, idx)
+        ty = type_name(out.type)
+        text = val.text
+        if not val.deps:   # a value without a tile dependence: give it the tile's shape
+            text = f"tl.full({shape_text}, {text}, {TYPES[ty][1]})"
+        stmt = f"tl.store({self.out_names[k]} + {off.text}, ({text}).to({TYPES[ty][0]}), " \
+               f"mask={mask})"
+        self.builder.stack[-1].stmts.append(stmt)
+
+    # --- pointwise ---------------------------------------------------------------------------
+    def pointwise(self) -> _Kernel:
+        out0 = self.results[0]
+        space = [g for g in self.sched.dims(out0) if not self.sched.unit(g)]
+        root = self.builder.stack[0]
+        pid = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
+        head = [f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
+        vars_ = {}
+        _decompose(head, "xindex", space, [self.size_text(g) for g in space], "i", "x", vars_)
+        root.stmts.extend(head)
+        root.binds = {"x"}
+        for k in range(len(self.results)):
+            self.store(k, vars_, "xmask", "[XBLOCK]")
+        configs = [({"XBLOCK": 1024}, 4), ({"XBLOCK": 2048}, 8), ({"XBLOCK": 512}, 4)]
+        if not self.autotune:
+            configs = configs[:1]
+        return self._kernel(["xnumel"], {"xnumel": self.runtime_extent(space)}, ["XBLOCK"], configs,
+                            '(triton.cdiv(xnumel, meta["XBLOCK"]),)')
+
+    # --- reductions ----------------------------------------------------------------------------
+    def reduction(self) -> _Kernel:
+        s = self.sched
+        red0 = s.reductions[0]
+        rdims = [g for g in red0.reduced if not s.unit(g)]
+        for r in s.reductions[1:]:
+            if set(g for g in r.reduced if not s.unit(g)) != set(rdims):
+                raise PassError("ember-lower-to-triton: reductions over different dims in one "
+                                "kernel", r.op.location)
+        self.rdims = rdims
+        rstatic = all(s.size(g) is not None for g in rdims)
+        rnumel = math.prod(s.size(g) for g in rdims) if rstatic else None
+        self.persistent = rstatic and rnumel <= self.max_rblock and all(
+            not o.inner or set(g for g in o.inner if not s.unit(g)) == set(rdims)
+            for o in s.outputs)
+        outer = [g for g in s.outer if not s.unit(g)]
+        root = self.builder.stack[0]
+        pid = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
+        head = [f"xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]",
+                "xmask = xindex < xnumel"]
+        self.xvars = {}
+        _decompose(head, "xindex", outer, [self.size_text(g) for g in outer], "p", "x",
+                   self.xvars)
+        root.binds = {"x"}
+        root.stmts.extend(head)
+        if self.persistent:
+            rb = max(16, _pow2(rnumel))
+            self.rvars = {}
+            lines = ["rindex = tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"]
+            _decompose(lines, "rindex", rdims, [self.size_text(g) for g in rdims], "r", "r",
+                       self.rvars)
+            root.stmts.extend(lines)
+            xb = max(1, min(_pow2(max(1, 4096 // rb)), 64))
+            warps = max(1, min(16, _pow2(xb * rb // 512)))
+            configs = [({"XBLOCK": xb, "RBLOCK": rb}, warps)]
+        else:
+            configs = [({"XBLOCK": 1, "RBLOCK": 2048}, 8), ({"XBLOCK": 1, "RBLOCK": 1024}, 4),
+                       ({"XBLOCK": 8, "RBLOCK": 512}, 8), ({"XBLOCK": 64, "RBLOCK": 16}, 4)]
+            if not self.autotune:
+                configs = configs[:1]
+        # All reductions first, in op order, so that their loops precede the output loops.
+        for r in s.reductions:
+            self.builder.reduction(r.op, self._loops_at_p(r.op))
+        for k, o in enumerate(s.outputs):
+            inner = [g for g in o.inner if not s.unit(g)]
+            if not inner:
+                self.store(k, self.xvars, "xmask", "[XBLOCK, 1]")
+            elif self.persistent:
+                self.store(k, {**self.xvars, **self.rvars}, "xmask & rmask", "[XBLOCK, RBLOCK]")
+            else:
+                loop = Scope(binds={"r"}, header=f"for roff in range(0, {self.extent(inner)}, "
+                                                 f"RBLOCK):", kind="loop")
+                vars_ = {}
+                loop.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
+                               f"rmask = rindex < {self.extent(inner)}"]
+                _decompose(loop.stmts, "rindex", inner, [self.size_text(g) for g in inner],
+                           "r", "r", vars_)
+                self.builder.push(loop)
+                self.store(k, {**self.xvars, **vars_}, "xmask & rmask", "[XBLOCK, RBLOCK]")
+                self.builder.pop()
+                root.stmts.append(loop)
+        return self._kernel(["xnumel", "rnumel"], {"xnumel": self.runtime_extent(outer),
+                                                    "rnumel": self.runtime_extent(rdims)},
+                            ["XBLOCK", "RBLOCK"], configs, '(triton.cdiv(xnumel, meta["XBLOCK"]),)')
+
+    def _loops_at_p(self, op):
+        loops = []
+        for j in range(len(ir.ArrayAttr(op.attributes["iterator_types"]))):
+            g = self.sched.loop_gid(op, j)
+            loops.append(self.xvars.get(g, Expr("0") if self.sched.unit(g) else None))
+        return loops
+
+    def _reduce(self, b, op, loops):
+        """reduce_hook: the accumulators of reduction `op` at the outer point `loops`."""
+        s = self.sched
+        root = b.stack[0]
+        saved = b.stack
+        if self.persistent:
+            rvars, scope = self.rvars, None
+        else:
+            scope = Scope(binds={"r"}, header="for roff in range(0, rnumel, RBLOCK):",
+                          kind="loop")
+            scope.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
+                            "rmask = rindex < rnumel"]
+            rvars = {}
+            _decompose(scope.stmts, "rindex", self.rdims, [self.size_text(g) for g in self.rdims],
+                       "r", "r", rvars)
+            b.stack = [root, scope]
+        full = [l if l is not None else rvars.get(s.loop_gid(op, j), Expr("0"))
+                for j, l in enumerate(loops)]
+        parts = []
+        for k in range(len(op.results)):
+            kind, operand = combiner(op, k)
+            if kind not in _COMBINE:
+                if not list(op.results[k].uses):
+                    parts.append(None)
+                    continue
+                b.stack = saved
+                raise PassError(f"ember-lower-to-triton: unsupported reduction combiner "
+                                f"'{kind or 'general body'}'", op.location)
+            ctx = self._body_ctx(b, op, full)
+            parts.append((kind, b.scalar(operand, ctx)))
+        b.stack = saved
+        # The loop goes in after its body was built: a reduction that this one reads (built
+        # while evaluating the body) has already put its own loop first.
+        finals, kind_of = [], {}
+        for k, part in enumerate(parts):
+            if part is None:
+                finals.append(None)
+                continue
+            kind, val = part
+            ty = type_name(op.results[k].type)
+            red, ident, comb = _COMBINE[kind]
+            if ty not in ("f16", "bf16", "f32", "f64") and ident.startswith("float"):
+                raise PassError("ember-lower-to-triton: float combiner on integers", op.location)
+            masked = f"tl.where(xmask & rmask, {val.text}, {ident})"
+            if self.persistent:
+                total = f"{red}({masked}, 1)[:, None]"
+            else:
+                acc = b.fresh("acc")
+                root.stmts.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {TYPES[ty][1]})")
+                scope.stmts.append(f"{acc} = " + comb.format(a=acc, b=masked))
+                total = f"{red}({acc}, 1)[:, None]"
+            finals.append((k, ty, comb, total))
+            kind_of[k] = kind
+        if scope is not None:
+            root.stmts.append(scope)
+        accs = []
+        for item in finals:
+            if item is None:
+                accs.append(Expr("None"))
+                continue
+            k, ty, comb, total = item
+            init = b.value_at(op.outputs[k], b.apply_map(
+                indexing_maps(op)[len(op.inputs) + k], loops))
+            if init.text.strip("()") != _COMBINE[kind_of[k]][1]:
+                total = comb.format(a=init.text, b=total)
+            accs.append(b.bind(total, frozenset({"x"}), ty, "red"))
+        return accs
+
+    def _body_ctx(self, b, op, loops):
+        block = op.regions[0].blocks[0]
+        maps = indexing_maps(op)
+        operands = list(op.inputs) + list(op.outputs)
+        ctx = {"loops": loops, "key": tuple(l.text for l in loops)}
+        for i, arg in enumerate(block.arguments[:len(op.inputs)]):
+            if ir.RankedTensorType.isinstance(operands[i].type):
+                ctx[arg] = (lambda v=operands[i], m=maps[i]: b.value_at(v, b.apply_map(m, loops)))
+            else:
+                ctx[arg] = (lambda v=operands[i]: b.scalar(v, {}))
+        return ctx
+
+    # --- text ------------------------------------------------------------------------------
+    def _kernel(self, numel_names, numels, constexprs, configs, grid) -> _Kernel:
+        body: list[str] = []
+        self._flatten(self.builder.stack[0], body, 1)
+        params = self.in_names + self.out_names + numel_names + \
+            [self.lang.dynamic_sizes[k] for k in sorted(self.lang.dynamic_sizes)]
+        sig = {}
+        for n, v in zip(self.in_names + self.out_names, self.args + self.results):
+            sig[n] = "*" + TYPES[type_name(v.type)][2]
+        for n in params[len(sig):]:
+            sig[n] = "i64" if self.wide else "i32"
+        for c in constexprs:
+            sig[c] = "constexpr"
+        return _Kernel(self.name, params, sig, body, constexprs, configs, grid, numels)
+
+    def _flatten(self, scope, out, depth):
+        for st in scope.stmts:
+            if isinstance(st, Scope):
+                out.append("    " * depth + st.header)
+                self._flatten(st, out, depth + 1)
+            else:
+                out.append("    " * depth + st)
+
+
+def _source(k: _Kernel, sched, writer) -> str:
+    jit = f"{k.name}_kernel"
+    lines = []
+    cfgs = ", ".join(f"triton.Config({c!r}, num_warps={w})" for c, w in k.configs)
+    if len(k.configs) > 1:
+        keys = [p for p in k.jit_params if p in k.numels]
+        lines.append(f"@_ember_autotune(configs=[{cfgs}], key={keys!r})")
+    lines.append("@triton.jit")
+    params = k.jit_params + [f"{c}: tl.constexpr" for c in k.constexprs]
+    lines.append(f"def {jit}({', '.join(params)}):")
+    lines += k.body
+    lines.append("")
+    lines.append("")
+    n_in = len(writer.args)
+    lines.append(f"def {k.name}(*tensors):")
+    lines.append(f"    sizes = [d for t in tensors for d in t.shape]")
+    for name, expr in k.numels.items():
+        lines.append(f"    {name} = {_runtime(expr, writer)}")
+    for idx, name in sorted(writer.lang.dynamic_sizes.items()):
+        lines.append(f"    {name} = sizes[{idx}]")
+    lines.append("    grid = lambda meta: " + k.grid)
+    args = ", ".join(["*tensors"] + k.jit_params[n_in + len(writer.results):])
+    if len(k.configs) > 1:
+        lines.append(f"    {jit}[grid]({args})")
+    else:
+        c, w = k.configs[0]
+        kw = ", ".join(f"{n}={v}" for n, v in c.items())
+        lines.append(f"    {jit}[grid]({args}, {kw}, num_warps={w})")
+    aot = [(jit, k.signature, k.configs[0][0], k.configs[0][1])]
+    lines.append(f"{k.name}.ember_aot = {aot!r}")
+    return "\n".join(lines) + "\n"
+
+
+def _runtime(expr: str, writer) -> str:
+    """A size expression of the kernel body, for the launcher (dynamic sizes by name)."""
+    return expr
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class EmberLowerToTriton(Pass):
+    """Attaches Triton source to every ember kernel (see the module docstring)."""
+
+    name = "ember-lower-to-triton"
+    summary = "Emit Triton @triton.jit kernels plus Python launchers for every ember kernel"
+
+    max_rblock: int = 8192
+    autotune: bool = True
+
+    def run(self, module: ir.Operation) -> None:
+        with module.context, ir.Location.unknown():
+            for op in module.regions[0].blocks[0].operations:
+                if op.operation.name != "func.func" or "ember.kernel" not in op.attributes:
+                    continue
+                src = self.lower(op)
+                op.attributes["ember.source"] = ir.StringAttr.get(src)
+                op.attributes["ember.symbol"] = ir.StringAttr.get(
+                    ir.StringAttr(op.attributes["sym_name"]).value)
+            module.attributes["ember.target"] = ir.StringAttr.get("triton")
+            module.attributes["ember.prelude"] = ir.StringAttr.get(PRELUDE)
+
+    def lower(self, fn) -> str:
+        try:
+            sched = schedule_kernel(fn)
+            w = _KernelWriter(fn, sched, self.max_rblock, self.autotune)
+            k = w.pointwise() if sched.kind == "pointwise" else w.reduction()
+            return _source(k, sched, w)
+        except Unschedulable as err:
+            raise PassError(f"ember-lower-to-triton: {err.reason}",
+                            err.location or fn.location) from None
+        except UnsupportedOp as err:
+            raise PassError(f"ember-lower-to-triton: {err}", fn.location) from None

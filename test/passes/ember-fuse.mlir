@@ -1,0 +1,189 @@
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse,canonicalize)' | FileCheck %s
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{max-group-size=1},canonicalize)' | FileCheck %s --check-prefix=SINGLE
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{fuse-reductions=false},canonicalize)' | FileCheck %s --check-prefix=NORED
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+
+// A chain of three pointwise ops with a broadcast operand becomes one kernel; nothing but the
+// launch stays on the host.
+// CHECK-LABEL: func.func @pointwise_chain
+// CHECK-NEXT:    %[[R:.*]] = call @ember_fused_add_mul_exp_0(%arg0, %arg1) : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+// CHECK-NEXT:    return %[[R]]
+// CHECK:       func.func private @ember_fused_add_mul_exp_0(%{{.*}}: tensor<8x32xf32>, %{{.*}}: tensor<32xf32>) -> tensor<8x32xf32>
+// CHECK-SAME:    ember.kernel = "pointwise", ember.ops = ["add", "mul", "exp"]
+// CHECK-COUNT-3: linalg.generic
+// CHECK:       return
+// SINGLE-LABEL: func.func @pointwise_chain
+// SINGLE-COUNT-3: call @ember_fused_
+// NORED-LABEL: func.func @pointwise_chain
+// NORED-NEXT:    call @ember_fused_add_mul_exp_0
+func.func @pointwise_chain(%x: tensor<8x32xf32>, %b: tensor<32xf32>) -> tensor<8x32xf32> {
+  %c = arith.constant 1.700000e+00 : f32
+  %e = tensor.empty() : tensor<8x32xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %b : tensor<8x32xf32>, tensor<32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %in1: f32, %out: f32):
+    %s = arith.addf %in, %in1 : f32
+    linalg.yield %s : f32
+  } -> tensor<8x32xf32>
+  %1 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%0 : tensor<8x32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %m = arith.mulf %in, %c : f32
+    linalg.yield %m : f32
+  } -> tensor<8x32xf32>
+  %2 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%1 : tensor<8x32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %x2 = math.exp %in : f32
+    linalg.yield %x2 : f32
+  } -> tensor<8x32xf32>
+  return %2 : tensor<8x32xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#red = affine_map<(d0, d1) -> (d0, 0)>
+
+// Softmax: max-reduce, subtract+exp, sum-reduce and divide share the row space and become one
+// "reduction" kernel. Without reduction fusion each reduction stands apart.
+// CHECK-LABEL: func.func @softmax
+// CHECK-NEXT:    call @ember_fused_amax_exp_sum_0(%arg0)
+// CHECK-NEXT:    return
+// CHECK:       func.func private @ember_fused_amax_exp_sum_0
+// CHECK-SAME:    ember.kernel = "reduction", ember.ops = ["amax", "exp", "sum", "div"]
+// NORED-LABEL: func.func @softmax
+// NORED-COUNT-4: call @ember_fused_
+// NORED-NOT: call
+// NORED: return
+func.func @softmax(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.000000e+00 : f32
+  %e1 = tensor.empty() : tensor<4x1xf32>
+  %init_max = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<4x1xf32>) -> tensor<4x1xf32>
+  %max = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x16xf32>) outs(%init_max : tensor<4x1xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %m = arith.maximumf %in, %acc : f32
+    linalg.yield %m : f32
+  } -> tensor<4x1xf32>
+  %e = tensor.empty() : tensor<4x16xf32>
+  %ex = linalg.generic {indexing_maps = [#id, #red, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %max : tensor<4x16xf32>, tensor<4x1xf32>) outs(%e : tensor<4x16xf32>) {
+  ^bb0(%in: f32, %mx: f32, %out: f32):
+    %d = arith.subf %in, %mx : f32
+    %y = math.exp %d : f32
+    linalg.yield %y : f32
+  } -> tensor<4x16xf32>
+  %init_sum = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4x1xf32>) -> tensor<4x1xf32>
+  %sum = linalg.generic {indexing_maps = [#id, #red], iterator_types = ["parallel", "reduction"]}
+      ins(%ex : tensor<4x16xf32>) outs(%init_sum : tensor<4x1xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<4x1xf32>
+  %r = linalg.generic {indexing_maps = [#id, #red, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%ex, %sum : tensor<4x16xf32>, tensor<4x1xf32>) outs(%e : tensor<4x16xf32>) {
+  ^bb0(%in: f32, %s: f32, %out: f32):
+    %q = arith.divf %in, %s : f32
+    linalg.yield %q : f32
+  } -> tensor<4x16xf32>
+  return %r : tensor<4x16xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+
+// Linear: the weight transpose folds into the library call (transpose_b), the zero-filled
+// accumulator disappears, and bias + gelu fuse into one pointwise epilogue kernel.
+// CHECK-LABEL: func.func @linear_gelu
+// CHECK-NEXT:    %[[MM:.*]] = "ember.extern"(%arg0, %arg1) {params = {transpose_b = true}, target = "aten.mm"} : (tensor<8x16xf32>, tensor<32x16xf32>) -> tensor<8x32xf32>
+// CHECK-NEXT:    %[[R:.*]] = call @ember_fused_add_gelu_0(%[[MM]], %arg2)
+// CHECK-NEXT:    return %[[R]]
+// CHECK-NOT:   linalg.matmul
+// CHECK-NOT:   linalg.transpose
+func.func @linear_gelu(%x: tensor<8x16xf32>, %w: tensor<32x16xf32>, %b: tensor<32xf32>) -> tensor<8x32xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %half = arith.constant 5.000000e-01 : f32
+  %one = arith.constant 1.000000e+00 : f32
+  %sqrt2 = arith.constant 1.41421354 : f32
+  %et = tensor.empty() : tensor<16x32xf32>
+  %wt = linalg.transpose ins(%w : tensor<32x16xf32>) outs(%et : tensor<16x32xf32>) permutation = [1, 0]
+  %e = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %mm = linalg.matmul ins(%x, %wt : tensor<8x16xf32>, tensor<16x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %b : tensor<8x32xf32>, tensor<32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %in1: f32, %out: f32):
+    %s = arith.addf %in, %in1 : f32
+    linalg.yield %s : f32
+  } -> tensor<8x32xf32>
+  %1 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%0 : tensor<8x32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %d = arith.divf %in, %sqrt2 : f32
+    %er = math.erf %d : f32
+    %a = arith.addf %er, %one : f32
+    %h = arith.mulf %a, %half : f32
+    %g = arith.mulf %in, %h : f32
+    linalg.yield %g : f32
+  } -> tensor<8x32xf32>
+  return %1 : tensor<8x32xf32>
+}
+
+// -----
+
+#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+
+// Convolution: zero padding of the input and the broadcast bias become the library call's
+// padding and bias operands.
+// CHECK-LABEL: func.func @conv_bias
+// CHECK-NEXT:    "ember.extern"(%arg0, %arg1, %arg2) {params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [2, 2]}, target = "aten.convolution"}
+// CHECK-NEXT:    return
+func.func @conv_bias(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>) -> tensor<2x4x4x4xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %p = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+    tensor.yield %zero : f32
+  } : tensor<2x3x8x8xf32> to tensor<2x3x10x10xf32>
+  %e = tensor.empty() : tensor<2x4x4x4xf32>
+  %bb = linalg.broadcast ins(%b : tensor<4xf32>) outs(%e : tensor<2x4x4x4xf32>) dimensions = [0, 2, 3]
+  %c = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>}
+      ins(%p, %w : tensor<2x3x10x10xf32>, tensor<4x3x3x3xf32>) outs(%bb : tensor<2x4x4x4xf32>) -> tensor<2x4x4x4xf32>
+  return %c : tensor<2x4x4x4xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+
+// %a feeds both the matmul and the last op; fusing the first and last pointwise ops would put
+// the library call inside a cycle, so they stay two kernels around it.
+// CHECK-LABEL: func.func @no_cycle
+// CHECK-NEXT:    %[[A:.*]] = call @ember_fused_exp_0(%arg0)
+// CHECK-NEXT:    %[[M:.*]] = "ember.extern"(%[[A]], %arg1) {params = {}, target = "aten.mm"}
+// CHECK-NEXT:    %[[R:.*]] = call @ember_fused_add_1(%[[M]], %[[A]])
+// CHECK-NEXT:    return %[[R]]
+func.func @no_cycle(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<8x8xf32>
+  %a = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %y = math.exp %in : f32
+    linalg.yield %y : f32
+  } -> tensor<8x8xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %mm = linalg.matmul ins(%a, %w : tensor<8x8xf32>, tensor<8x8xf32>) outs(%f : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %r = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %a : tensor<8x8xf32>, tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) {
+  ^bb0(%in: f32, %in1: f32, %out: f32):
+    %s = arith.addf %in, %in1 : f32
+    linalg.yield %s : f32
+  } -> tensor<8x8xf32>
+  return %r : tensor<8x8xf32>
+}

@@ -1,0 +1,228 @@
+"""The torch.compile frontend: registration, options, output handling, dynamic shapes, eager
+fallback, the debug dump and training (docs/internals.md, stages 1 and 5)."""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import ember
+from ember.frontend import fx_prep
+from ember.frontend.options import CompileOptions, OptionsError, default_pipeline, resolve_target
+
+CPU = {"target": "cpu"}
+
+
+def rel_err(out, ref):
+    out, ref = out.double(), ref.double()
+    assert not torch.isnan(out).any()
+    return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def compile_(fn, **kw):
+    torch._dynamo.reset()
+    ember.clear_reports()
+    options = kw.pop("options", CPU)
+    return torch.compile(fn, backend="ember", options=options, **kw)
+
+
+# ---------------------------------------------------------------- registration and options
+
+def test_backend_registered_in_fresh_interpreter(tmp_path):
+    code = (
+        "import sys, torch\n"
+        "assert 'ember' in torch._dynamo.list_backends(), torch._dynamo.list_backends()\n"
+        "f = torch.compile(lambda x: torch.sin(x) * 2 + 1, backend='ember')\n"
+        "x = torch.randn(64)\n"
+        "torch.testing.assert_close(f(x), torch.sin(x) * 2 + 1)\n"
+        "print('ok', 'ember' in sys.modules)\n")
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "ok True" in r.stdout
+
+
+def test_public_api_is_small():
+    assert ember.__version__
+    assert callable(ember.ember_backend) and callable(ember.last_reports)
+    assert ember.CompileOptions is CompileOptions
+
+
+def test_options_unknown_key_names_valid_ones():
+    with pytest.raises(OptionsError) as info:
+        CompileOptions.from_user({"max_grup_size": 3}, env=_env())
+    msg = str(info.value)
+    assert "max_grup_size" in msg
+    for key in ("target", "max_group_size", "debug_dir", "cache_dir", "fallback", "pipeline"):
+        assert key in msg
+
+
+@pytest.mark.parametrize("bad", [{"target": "tpu"}, {"max_group_size": 0},
+                                 {"max_group_size": "8"}, {"fallback": "yes"}])
+def test_options_bad_values(bad):
+    with pytest.raises(OptionsError):
+        CompileOptions.from_user(bad, env=_env())
+
+
+def _env(**kw):
+    from ember.runtime.env import read_env
+    return read_env({k: v for k, v in kw.items()})
+
+
+def test_options_defaults_from_environment(tmp_path):
+    env = _env(EMBER_DEBUG_DIR=str(tmp_path), EMBER_TARGET="triton", HOME=str(tmp_path))
+    o = CompileOptions.from_user({}, env=env)
+    assert o.debug_dir == str(tmp_path) and o.target == "triton"
+    o = CompileOptions.from_user({"target": "cpu", "debug-dir": "x"}, env=env)
+    assert o.target == "cpu" and o.debug_dir == "x"
+    assert CompileOptions.from_user(o) is o
+
+
+def test_options_torch_compile_passes_them():
+    with pytest.raises(Exception, match="valid options are"):
+        compile_(lambda x: x + 1, options={"nope": 1})(torch.randn(3))
+
+
+def test_target_resolution_and_pipeline():
+    assert resolve_target("auto", [torch.device("cpu")]) == "cpu"
+    assert resolve_target("triton", [torch.device("cpu")]) == "triton"
+    o = CompileOptions(max_group_size=7)
+    assert default_pipeline(o, "cpu") == ("builtin.module(ember-fuse{max-group-size=7},"
+                                          "canonicalize,ember-buffer-reuse,ember-lower-to-cpp)")
+    assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton)")
+    assert default_pipeline(CompileOptions(pipeline="builtin.module(x)"), "cpu") == \
+        "builtin.module(x)"
+
+
+# ---------------------------------------------------------------- graph preparation
+
+def test_prepare_splits_host_outputs():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(x, w):
+        y = torch.relu(x @ w)
+        return y, x, None, x.t(), y, 3
+    gm = make_fx(f)(torch.randn(4, 8), torch.randn(8, 3))
+    prep = fx_prep.prepare(gm)
+    assert [k for k, _ in prep.plan] == ["compiled", "host", "const", "host", "compiled", "const"]
+    assert prep.plan[0] == prep.plan[4]           # a repeated output is computed once
+    outs = [n for n in prep.gm.graph.nodes if n.op == "output"][0].args[0]
+    assert len(outs) == 1
+
+
+def test_none_and_input_outputs_end_to_end():
+    def f(x, w):
+        y = torch.relu(x @ w)
+        return y, x, x.t(), y * 2, y
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    out = compile_(f)(x, w)
+    ref = f(x, w)
+    for o, r in zip(out, ref):
+        torch.testing.assert_close(o, r)
+    assert out[1].data_ptr() == x.data_ptr()       # inputs come back as themselves
+
+
+# ---------------------------------------------------------------- dynamic shapes
+
+def test_dynamic_shapes_recompile_per_shape():
+    def f(x, b):
+        return torch.tanh(x * 2 + b).sum(-1)
+    cf = compile_(f, dynamic=True)
+    for n in (3, 5, 9, 5):
+        x, b = torch.randn(n, 16), torch.randn(16)
+        torch.testing.assert_close(cf(x, b), f(x, b))
+    shapes = {tuple(map(tuple, r["input_shapes"])) for r in ember.last_reports()}
+    assert ((3, 16), (16,)) in shapes and ((9, 16), (16,)) in shapes
+
+
+def test_dynamic_training():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    cm = compile_(m, dynamic=True)
+    for n in (2, 6):
+        x = torch.randn(n, 8)
+        m.zero_grad()
+        cm(x).pow(2).sum().backward()
+        got = [p.grad.clone() for p in m.parameters()]
+        m.zero_grad()
+        m(x).pow(2).sum().backward()
+        for g, r in zip(got, (p.grad for p in m.parameters())):
+            assert rel_err(g, r) < 1e-4
+
+
+# ---------------------------------------------------------------- eager fallback
+
+def test_eager_fallback_for_unsupported_op():
+    def f(x):
+        y = torch.exp(x) + 1
+        return torch.special.digamma(y) * 3 + y
+    x = torch.rand(8, 8)
+    cf = compile_(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = cf(x)
+    torch.testing.assert_close(out, f(x))
+    ours = [w for w in caught if "ember" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in caught]
+    assert "digamma" in str(ours[0].message)
+    fell = [r for r in ember.last_reports() if r["eager_fallback_ops"]]
+    assert fell and "aten.digamma.default" in fell[0]["eager_fallback_ops"]
+    assert fell[0]["status"] == "partitioned"
+
+
+def test_fallback_off_raises():
+    cf = compile_(lambda x: torch.special.digamma(x) + 1,
+                  options={"target": "cpu", "fallback": False})
+    with pytest.raises(Exception, match="ember"):
+        cf(torch.rand(4) + 1)
+
+
+# ---------------------------------------------------------------- debug dump
+
+def test_debug_dir_contents(tmp_path):
+    def f(x, w):
+        return torch.softmax(torch.relu(x @ w) + 1, -1)
+    cf = compile_(f, options={"target": "cpu", "debug_dir": str(tmp_path)})
+    x, w = torch.randn(4, 8), torch.randn(8, 3)
+    torch.testing.assert_close(cf(x, w), f(x, w))
+    dirs = [d for d in tmp_path.iterdir() if d.is_dir()]
+    assert len(dirs) == 1
+    names = sorted(p.name for p in dirs[0].iterdir())
+    for want in ("fx_graph.txt", "00-import.mlir", "01-ember-fuse.mlir", "kernels.cpp",
+                 "report.json"):
+        assert want in names, names
+    assert not [n for n in names if n.endswith(".tmp")]
+    report = json.loads((dirs[0] / "report.json").read_text())
+    for key in ("graph_id", "target", "num_kernels", "num_externs", "fused_groups",
+                "eager_fallback_ops", "planned_peak_bytes", "unplanned_peak_bytes",
+                "compile_seconds"):
+        assert key in report
+    assert report["graph_id"] == dirs[0].name and report["target"] == "cpu"
+    assert report["num_kernels"] >= 1 and report["num_externs"] == 1
+    assert report == ember.last_reports()[-1]
+
+
+# ---------------------------------------------------------------- training
+
+def test_training_mlp_gradients_match_eager():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.LayerNorm(32),
+                      nn.GELU(), nn.Linear(32, 10))
+    x, y = torch.randn(8, 16), torch.randint(0, 10, (8,))
+    ref_loss = nn.functional.cross_entropy(m(x), y)
+    ref_loss.backward()
+    ref = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    cm = compile_(m)
+    loss = nn.functional.cross_entropy(cm(x), y)
+    loss.backward()
+    assert rel_err(loss, ref_loss) < 1e-4
+    for p, r in zip(m.parameters(), ref):
+        assert rel_err(p.grad, r) < 1e-4
+    kinds = {r["graph_id"].rsplit("-", 1)[-1] for r in ember.last_reports()}
+    assert {"forward", "backward"} <= kinds
