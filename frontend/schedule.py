@@ -1,7 +1,8 @@
 """Lowered module -> `runtime.Program` (docs/internals.md, stage 5): plain data, no MLIR.
 
 Walks `@main` in order. Block arguments are value ids 0..n-1; every host op result gets the next
-id. The host side holds only ember.fused / ember.extern / views / constants / tensor.empty.
+id. The host side holds only kernel launches (`func.call` of a func marked `ember.kernel`; the
+older `ember.fused` is read too), ember.extern, views, constants and tensor.empty.
 """
 from __future__ import annotations
 
@@ -185,10 +186,12 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
         offsets = _i64_array(op, "ember.offsets") or [-1] * len(op.results)
         outs = tuple(new_value(r, off if off >= 0 else None)
                      for r, off in zip(op.results, offsets))
-        if name == "ember.fused":
-            callee = funcs.get(ir.FlatSymbolRefAttr(op.attributes["kernel"]).value)
-            if callee is None:
-                raise ScheduleError(f"{op.location}: ember.fused names an unknown kernel")
+        if name in ("func.call", "ember.fused"):
+            ref = op.attributes["callee" if name == "func.call" else "kernel"]
+            callee = funcs.get(ir.FlatSymbolRefAttr(ref).value)
+            if callee is None or "ember.kernel" not in callee.attributes:
+                raise ScheduleError(f"{op.location}: {name} of {ref}, which is not an ember "
+                                    f"kernel")
             symbol = _str_attr(callee, "ember.symbol",
                                ir.StringAttr(callee.attributes["sym_name"]).value)
             if symbol not in kernel_names:

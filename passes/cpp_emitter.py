@@ -261,15 +261,14 @@ class _Emitter:
             acc = b.fresh("acc")
             if k in used:
                 init = b.value_at(op.outputs[k], b.apply_map(maps[n_in + k], full))
-                target.stmts.append(f"{CTYPE[ty]} {acc} = {init.text};")
+                b.emit_into(target, f"{CTYPE[ty]} {acc} = {init.text};")
             accs.append(Expr(acc, rvars))
             results.append(Expr(acc, deps))
             kinds.append(combiner(op, k, used)[0])
         scopes = [self.loop(g, v) for g, v in red]
         parent = target
         for sc in scopes:
-            parent.stmts.append(sc)
-            b.push(sc)
+            b.push(sc, parent)
             parent = sc
         ys = [(k, b.generic_yield(op, k, full, outs=accs)) for k in used]
         for k, y in ys:
@@ -305,8 +304,7 @@ class _Emitter:
                 if par is not None:
                     coll = f" collapse({len(s.outer)})" if len(s.outer) > 1 else ""
                     sc.pragmas.append(f"#pragma omp parallel for{coll}{par}")
-            parent.stmts.append(sc)
-            b.push(sc)
+            b.push(sc, parent)
             parent = sc
         nres = len(self.bufs)
         for n, o in enumerate(s.outputs):
@@ -317,9 +315,7 @@ class _Emitter:
                 v = self.var(g)
                 idx[g] = Expr(v, frozenset({v}))
                 sc = self.loop(g, v)
-                if depth:  # the outermost is attached last, after the reductions it reads
-                    inner_parent.stmts.append(sc)
-                b.push(sc)
+                b.push(sc, inner_parent)
                 inner_parent = sc
                 depth += 1
             if depth:
@@ -337,8 +333,6 @@ class _Emitter:
             off = b.offset(o.value, [idx.get(g, Expr("0")) for g in o.dims])
             ty = type_name(o.value.type)
             b.stack[-1].stmts.append(f"out{n}[{off.text}] = {self.lang.store_value(val.text, ty)};")
-            if depth:
-                parent.stmts.append(b.stack[len(b.stack) - depth])
             for _ in range(depth):
                 b.pop()
         params = [f"const {STORAGE[type_name(a.type)]}* __restrict__ {nm}" for a, nm in self.bufs.items()]
@@ -346,6 +340,7 @@ class _Emitter:
                    for n, o in enumerate(s.outputs)]
         params.append("const int64_t* __restrict__ sizes")
         lines = [f'extern "C" void {self.name}({", ".join(params)}) {{']
+        lines += ["  " + p for p in b.preamble]
         _render(top, 1, lines)
         lines.append("}")
         return "\n".join(lines) + "\n"

@@ -249,12 +249,13 @@ class _KernelWriter:
         full = [l if l is not None else rvars.get(s.loop_gid(op, j), Expr("0"))
                 for j, l in enumerate(loops)]
         parts = []
+        used = {k for k, r in enumerate(op.results) if list(r.uses)}
         for k in range(len(op.results)):
-            kind, operand = combiner(op, k)
+            if k not in used:   # e.g. the argmax half of torch-mlir's amax
+                parts.append(None)
+                continue
+            kind, operand = combiner(op, k, used)
             if kind not in _COMBINE:
-                if not list(op.results[k].uses):
-                    parts.append(None)
-                    continue
                 b.stack = saved
                 raise PassError(f"ember-lower-to-triton: unsupported reduction combiner "
                                 f"'{kind or 'general body'}'", op.location)
@@ -293,7 +294,7 @@ class _KernelWriter:
             k, ty, comb, total = item
             init = b.value_at(op.outputs[k], b.apply_map(
                 indexing_maps(op)[len(op.inputs) + k], loops))
-            if init.text.strip("()") != _COMBINE[kind_of[k]][1]:
+            if init.text not in (_COMBINE[kind_of[k]][1], f"({_COMBINE[kind_of[k]][1]})"):
                 total = comb.format(a=init.text, b=total)
             accs.append(b.bind(total, frozenset({"x"}), ty, "red"))
         return accs
@@ -304,7 +305,7 @@ class _KernelWriter:
         operands = list(op.inputs) + list(op.outputs)
         ctx = {"loops": loops, "key": tuple(l.text for l in loops)}
         for i, arg in enumerate(block.arguments[:len(op.inputs)]):
-            if ir.RankedTensorType.isinstance(operands[i].type):
+            if isinstance(operands[i].type, ir.RankedTensorType):
                 ctx[arg] = (lambda v=operands[i], m=maps[i]: b.value_at(v, b.apply_map(m, loops)))
             else:
                 ctx[arg] = (lambda v=operands[i]: b.scalar(v, {}))
@@ -312,7 +313,8 @@ class _KernelWriter:
 
     # --- text ------------------------------------------------------------------------------
     def _kernel(self, numel_names, numels, constexprs, configs, grid) -> _Kernel:
-        body: list[str] = []
+        # Statements without a loop dependence (constants folded late) come first.
+        body = ["    " + st for st in getattr(self.builder, "preamble", [])]
         self._flatten(self.builder.stack[0], body, 1)
         params = self.in_names + self.out_names + numel_names + \
             [self.lang.dynamic_sizes[k] for k in sorted(self.lang.dynamic_sizes)]

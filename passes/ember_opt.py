@@ -53,7 +53,7 @@ def _convert(diag, filename: str) -> Diag:
     else:
         file, line, col = None, 0, 0
     notes = [_convert(n, filename) for n in diag.notes]
-    return Diag(severity, file, line, col, diag.message, notes)
+    return Diag(severity, file, line, col, diag.message.strip(), notes)
 
 
 def _rename_locations(module: ir.Module, filename: str) -> None:

@@ -51,16 +51,31 @@ class ExprBuilder:
         self.sched, self.lang, self.buffers = sched, lang, buffers
         self.reduce_hook = reduce_hook
         self.stack = [Scope()]
+        self.preamble: list = []   # loop-free locals (constants); render before stack[0]
         self.memo: dict = {}
         self.counter = 0
 
     # --- scopes and locals -----------------------------------------------------------------
-    def push(self, scope: Scope) -> Scope:
+    def push(self, scope: Scope, parent: Optional[Scope] = None) -> Scope:
+        """Opens `scope`; attaches it to `parent` (default: the current innermost) first."""
+        self.emit_into(parent or self.stack[-1], scope)
+        scope.open = True
         self.stack.append(scope)
         return scope
 
     def pop(self) -> Scope:
-        return self.stack.pop()
+        s = self.stack.pop()
+        s.open = False
+        return s
+
+    def emit_into(self, scope: Scope, stmt) -> None:
+        """Appends to `scope`, but before a still-open nested scope: what is hoisted out of a
+        loop must precede it."""
+        for i, s in enumerate(scope.stmts):
+            if isinstance(s, Scope) and getattr(s, "open", False):
+                scope.stmts.insert(i, stmt)
+                return
+        scope.stmts.append(stmt)
 
     def scope_for(self, deps) -> Scope:
         for s in reversed(self.stack):
@@ -74,7 +89,10 @@ class ExprBuilder:
 
     def bind(self, text: str, deps, type: str, hint="t") -> Expr:
         name = self.fresh(hint)
-        self.scope_for(deps).stmts.append(self.lang.let(name, type, text))
+        if deps:
+            self.emit_into(self.scope_for(deps), self.lang.let(name, type, text))
+        else:
+            self.preamble.append(self.lang.let(name, type, text))
         return Expr(name, frozenset(deps))
 
     def _get(self, key):
@@ -174,16 +192,16 @@ class ExprBuilder:
                                             op.location)
             return self.generic_yield(op, k, loops)
         if name == "linalg.fill":
-            return self.scalar(op.inputs[0], {})
+            return self.scalar(op.operands[0], {})
         if name == "linalg.transpose":
             perm = _int_array(op.attributes["permutation"])
             src = [None] * len(perm)
             for i, p in enumerate(perm):
                 src[p] = idx[i]
-            return self.value_at(op.inputs[0], src)
+            return self.value_at(op.operands[0], src)
         if name == "linalg.broadcast":
             added = set(_int_array(op.attributes["dimensions"]))
-            return self.value_at(op.inputs[0], [e for i, e in enumerate(idx) if i not in added])
+            return self.value_at(op.operands[0], [e for i, e in enumerate(idx) if i not in added])
         if name == "tensor.expand_shape":
             src = op.operands[0]
             return self.value_at(src, [self._linearize(v, g, idx) for g in reassociation(op)])

@@ -250,15 +250,15 @@ class KernelSchedule:
         elif name in ("linalg.fill", "linalg.transpose", "linalg.broadcast"):
             res = op.results[0]
             for i in range(len(shape(res))):
-                uf.union((res, i), (op.outputs[0], i))
+                uf.union((res, i), (op.operands[-1], i))
             if name == "linalg.transpose":
                 for i, p in enumerate(_int_array(op.attributes["permutation"])):
-                    uf.union((res, i), (op.inputs[0], p))
+                    uf.union((res, i), (op.operands[0], p))
             elif name == "linalg.broadcast":
                 added = set(_int_array(op.attributes["dimensions"]))
                 kept = [i for i in range(len(shape(res))) if i not in added]
                 for s, i in enumerate(kept):
-                    uf.union((res, i), (op.inputs[0], s))
+                    uf.union((res, i), (op.operands[0], s))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
             src, res = op.operands[0], op.results[0]
             big, small = (res, src) if name == "tensor.expand_shape" else (src, res)

@@ -73,6 +73,26 @@ def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int
     return triton.compile(src, target=_target(target), options={"num_warps": num_warps})
 
 
+def compile_isolated(source_text: str, names=None, targets=DEFAULT_TARGETS,
+                     timeout: float = 600) -> dict:
+    """compile_for_targets in a fresh interpreter: the Triton interpreter patches
+    `triton.language` in place, so a process that interpreted kernels cannot compile them."""
+    import json
+    import subprocess
+    payload = json.dumps({"source": source_text, "names": names,
+                          "targets": [list(_target_tuple(t)) for t in targets]})
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-m", __name__], input=payload, text=True,
+                          capture_output=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"AOT compile subprocess failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _target_tuple(t):
+    return (t.backend, t.arch, t.warp_size) if hasattr(t, "backend") else tuple(t)
+
+
 def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS) -> dict:
     """AOT-compiles every jit function of the launchers `names` (all launchers carrying
     `ember_aot` when None) for each target.
@@ -113,3 +133,11 @@ def failures(results: dict) -> dict:
     """The entries of a compile_for_targets result that are not "ok"."""
     return {fn: {t: r for t, r in per.items() if r != "ok"}
             for fn, per in results.items() if any(r != "ok" for r in per.values())}
+
+
+if __name__ == "__main__":
+    import json
+    request = json.loads(sys.stdin.read())
+    out = compile_for_targets(request["source"], request["names"],
+                              [tuple(t) for t in request["targets"]])
+    print(json.dumps(out))

@@ -40,11 +40,15 @@ def test_backend_registered_in_fresh_interpreter(tmp_path):
         "x = torch.randn(64)\n"
         "torch.testing.assert_close(f(x), torch.sin(x) * 2 + 1)\n"
         "print('ok', 'ember' in sys.modules)\n")
-    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"))
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path / "cache"),
+               EMBER_DEBUG_DIR=str(tmp_path / "debug"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "ok True" in r.stdout
+    # EMBER_DEBUG_DIR is honoured without options: one folder per compiled graph.
+    dumped = list((tmp_path / "debug").glob("*/report.json"))
+    assert dumped, list((tmp_path / "debug").rglob("*"))
 
 
 def test_public_api_is_small():
@@ -125,6 +129,58 @@ def test_none_and_input_outputs_end_to_end():
     for o, r in zip(out, ref):
         torch.testing.assert_close(o, r)
     assert out[1].data_ptr() == x.data_ptr()       # inputs come back as themselves
+
+
+# ---------------------------------------------------------------- export to a Program
+
+LOWERED = """
+module attributes {ember.target = "cpu", ember.prelude = "// prelude"} {
+  func.func @main(%arg0: tensor<8x16xf32>, %arg1: tensor<16x32xf32>, %arg2: tensor<32xf32>)
+      -> (tensor<256xf32>, tensor<8x32xf32>)
+      attributes {ember.arena_bytes = 1024 : i64, ember.unplanned_bytes = 2048 : i64} {
+    %s = arith.constant 1.0 : f32
+    %c = arith.constant dense<[1.0, 2.5]> : tensor<2xbf16>
+    %i = arith.constant dense<3> : tensor<2x2xi64>
+    %e = tensor.empty() : tensor<4xi1>
+    %0 = "ember.extern"(%arg0, %arg1) {target = "aten.mm", ember.offsets = array<i64: 0>,
+        params = {transpose_b = false, stride = [1, 2], pad = array<i64: 0, 1>, g = 1 : i64}}
+        : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+    %1 = call @k0(%0, %arg2) {ember.offsets = array<i64: -1>}
+        : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+    %2 = tensor.collapse_shape %1 [[0, 1]] : tensor<8x32xf32> into tensor<256xf32>
+    return %2, %1 : tensor<256xf32>, tensor<8x32xf32>
+  }
+  func.func private @k0(%a: tensor<8x32xf32>, %b: tensor<32xf32>) -> tensor<8x32xf32>
+      attributes {ember.kernel = "pointwise", ember.ops = ["add", "gelu"],
+                  ember.symbol = "ember_k0", ember.source = "void ember_k0() {}"} {
+    return %a : tensor<8x32xf32>
+  }
+}
+"""
+
+
+def test_export_program_from_lowered_module():
+    from torch_mlir import ir
+    from ember.frontend.importer import new_context
+    from ember.frontend.schedule import export_program
+    with new_context() as ctx, ir.Location.unknown(ctx):
+        p = export_program(ir.Module.parse(LOWERED))
+    assert p.target == "cpu" and p.lang == "cpp" and p.num_inputs == 3
+    assert p.source == "// prelude\nvoid ember_k0() {}"
+    assert p.arena_bytes == 1024 and p.kernel_names == ["ember_k0"]
+    kinds = [(s.kind, s.name) for s in p.steps]
+    assert kinds == [("const", "constant"), ("const", "constant"), ("empty", "empty"),
+                     ("extern", "aten.mm"), ("kernel", "ember_k0"), ("view", "collapse_shape")]
+    const_bf16, const_i64, empty, ext, kern, view = p.steps
+    assert const_bf16.params["value"] == [1.0, 2.5] and p.values[3].dtype == "bfloat16"
+    assert const_i64.params["value"] == [[3, 3], [3, 3]] and p.values[4].dtype == "int64"
+    assert p.values[5].dtype == "bool"
+    assert ext.inputs == (0, 1) and ext.params == {"transpose_b": False, "stride": [1, 2],
+                                                   "pad": [0, 1], "g": 1}
+    assert p.values[ext.outputs[0]].offset == 0
+    assert kern.inputs == (ext.outputs[0], 2) and p.values[kern.outputs[0]].offset is None
+    assert view.inputs == kern.outputs and p.values[view.outputs[0]].shape == (256,)
+    assert p.outputs == [view.outputs[0], kern.outputs[0]]
 
 
 # ---------------------------------------------------------------- dynamic shapes

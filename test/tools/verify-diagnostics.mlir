@@ -21,7 +21,7 @@ func.func @unmet() {
 // An error on another line than the expectation is both unexpected and unmet.
 // CHECK: verify-diagnostics.mlir:[[# @LINE + 4]]:1: error: unexpected error: kernel @k must be private
 // CHECK: verify-diagnostics.mlir:[[# @LINE + 1]]:4: error: expected error "must be private" was not produced
-// expected-error @+2 {{must be private}}
+// expected-error @+1 {{must be private}}
 
 func.func @k(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "pointwise"} {
   return %a : tensor<4xf32>
@@ -30,7 +30,7 @@ func.func @k(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "poi
 // -----
 
 // A note must be expected like an error.
-// CHECK: verify-diagnostics.mlir:[[# @LINE + 4]]:8: error: unexpected note: op result types: 'tensor<8xf32>'
+// CHECK: verify-diagnostics.mlir:[[# @LINE + 5]]:8: error: unexpected note: op result types: 'tensor<8xf32>'
 // CHECK-NOT: unexpected error
 func.func @call(%a: tensor<4xf32>) -> tensor<8xf32> {
   // expected-error @+2 {{'func.call' op result type mismatch at index 0}}
