@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     ap.add_argument("--target", default="auto",
                     help="ember target; auto: cuda when a CUDA device is present, else cpu")
     ap.add_argument("--batch", type=int, default=None)
-    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json", metavar="PATH", help="write the result as JSON")
     args = ap.parse_args(argv)
 

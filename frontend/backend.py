@@ -48,6 +48,7 @@ def decomposition_table() -> dict:
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """`torch.compile(model, backend="ember", options={...})`."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
 
     if kwargs.pop("mode", None) not in (None, "default"):
         raise ValueError("ember: torch.compile(mode=...) is not supported; use options={...}")
@@ -59,7 +60,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
 
     def compiler(kind):
         def compile_graph(fx_gm, inputs):
-            return EmberGraph(fx_gm, opts, decompositions=decomps, graph_id=f"{base}-{kind}")
+            graph = EmberGraph(fx_gm, opts, decompositions=decomps, graph_id=f"{base}-{kind}")
+            boxed = make_boxed_func(graph)  # AOTAutograd's calling convention: one list
+            boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
+            return boxed
         return compile_graph
 
     backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),

@@ -17,11 +17,21 @@ import torch.fx as fx
 
 from . import fx_prep
 from .options import CompileOptions, default_pipeline, resolve_target
-from .report import DebugDump, new_graph_id, record
+from .report import DebugDump, describe_error, new_graph_id, record
 
 
 class EmberCompileError(RuntimeError):
     """ember could not compile a graph (and fallback is off)."""
+
+
+class PipelineFailure(RuntimeError):
+    """A pass failed; carries the diagnostics it emitted."""
+
+    def __init__(self, stage: str, diagnostics: list[str]):
+        first = diagnostics[0] if diagnostics else "(no diagnostic)"
+        super().__init__(f"{stage} failed: {first}" + "".join(f"\n  {d}" for d in diagnostics[1:]))
+        self.stage = stage
+        self.diagnostics = list(diagnostics)
 
 
 def _devices(tensors) -> list[torch.device]:
@@ -37,11 +47,26 @@ def run_pipeline(module, pipeline: str, dump: DebugDump | None = None) -> None:
     """Runs `pipeline` element by element so that the IR after each one can be dumped."""
     from ..passes.pipeline import build_pass_manager, split_top_level, strip_anchor
     ctx = module.context
-    for element in split_top_level(strip_anchor(pipeline)):
-        pm = build_pass_manager(f"builtin.module({element})", context=ctx)
-        pm.run(module.operation)
-        if dump is not None:
-            dump.stage(stage_label(element), module)
+    diagnostics: list[str] = []
+
+    def collect(d):
+        # Python passes emit located errors; keep them for the exception (and the report)
+        # instead of letting them go to stderr, which a user's program should not see.
+        diagnostics.append(f"{d.location}: {d.message}")
+        return True
+
+    handler = ctx.attach_diagnostic_handler(collect)
+    try:
+        for element in split_top_level(strip_anchor(pipeline)):
+            pm = build_pass_manager(f"builtin.module({element})", context=ctx)
+            try:
+                pm.run(module.operation)
+            except Exception as err:
+                raise PipelineFailure(stage_label(element), diagnostics) from err
+            if dump is not None:
+                dump.stage(stage_label(element), module)
+    finally:
+        handler.detach()
 
 
 def _summary(module) -> dict[str, Any]:
@@ -97,12 +122,19 @@ class EmberGraph:
         self.graph_id = graph_id or new_graph_id(kind)
         self._cache: dict[tuple, Callable] = {}
         self.reports: list[dict[str, Any]] = []
+        # Dynamo guards shapes, dtypes and strides of a static graph already: no per-call key.
+        self._static_graph = not fx_prep.needs_specialization(gm)
+        self._static: Callable | None = None
 
     def __call__(self, *args):
+        if self._static is not None:
+            return self._static(*args)
         key = fx_prep.input_key(args)
         fn = self._cache.get(key)
         if fn is None:
             fn = self._cache[key] = self._build(args)
+            if self._static_graph:
+                self._static = fn
         return fn(*args)
 
     @property
@@ -137,6 +169,7 @@ class EmberGraph:
                 if not self.options.fallback:
                     raise EmberCompileError(f"ember: compiling graph {graph_id} failed: "
                                             f"{err}") from err
+                dump.write("error.txt", _format(err))
                 run = self._fallback(prep.gm, tensors, target, graph_id, err, report)
         else:
             report["status"] = "host-only"
@@ -159,6 +192,7 @@ class EmberGraph:
                 except Exception as err:
                     if not self.options.fallback:
                         raise
+                    dump.write("error.txt", _format(err))
                     run = self._fallback(prep.gm, ts, target, graph_id, err, report)
                     dump.report(report)
                     c = run(*ts)
@@ -195,9 +229,12 @@ class EmberGraph:
         return _as_list(gm)
 
 
-def _first_line(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+def _format(err: BaseException) -> str:
+    import traceback
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__))
+
+
+_first_line = describe_error
 
 
 def _as_list(fn: Callable) -> Callable:

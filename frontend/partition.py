@@ -18,6 +18,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import fx_prep
 from .options import CompileOptions, default_pipeline
+from .report import describe_error
 
 _VERDICTS: dict[tuple, str | None] = {}    # key -> None (supported) or the reason it is not
 _LOCK = threading.Lock()
@@ -92,8 +93,7 @@ def probe(node: fx.Node, options: CompileOptions, target: str) -> str | None:
                 export_program(module)
         verdict = None
     except Exception as err:  # any failure means: not this node through ember
-        lines = str(err).strip().splitlines()
-        verdict = f"{type(err).__name__}: {lines[0] if lines else ''}"
+        verdict = describe_error(err)
     with _LOCK:
         _VERDICTS[key] = verdict
     return verdict

@@ -80,3 +80,16 @@ class DebugDump:
 
     def report(self, report: dict[str, Any]) -> None:
         self.write("report.json", json.dumps(report, indent=2, default=str) + "\n")
+
+
+def describe_error(err: BaseException) -> str:
+    """One line for reports and warnings; MLIR pass failures name their first diagnostic
+    (the exception's own text only says that the pipeline failed)."""
+    diags = getattr(err, "error_diagnostics", None)
+    if diags:
+        d = diags[0]
+        text = f"{d.location}: {d.message}"
+    else:
+        lines = str(err).strip().splitlines()
+        text = lines[0] if lines else ""
+    return f"{type(err).__name__}: {text}"[:500]

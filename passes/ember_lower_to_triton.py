@@ -25,7 +25,7 @@ from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_map
                               schedule_kernel, shape, type_name)
 from .kernel_expr import ExprBuilder
 from .registry import register
-from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp, literal
+from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp
 
 _INT32_MAX = 2 ** 31 - 1
 # Reduction combiners: (tl reduction, identity for masked lanes (by float/int), elementwise)
@@ -353,7 +353,7 @@ def _source(k: _Kernel, sched, writer) -> str:
     lines.append(f"def {k.name}(*tensors):")
     lines.append(f"    sizes = [d for t in tensors for d in t.shape]")
     for name, expr in k.numels.items():
-        lines.append(f"    {name} = {_runtime(expr, writer)}")
+        lines.append(f"    {name} = {expr}")
     for idx, name in sorted(writer.lang.dynamic_sizes.items()):
         lines.append(f"    {name} = sizes[{idx}]")
     lines.append("    grid = lambda meta: " + k.grid)
@@ -367,11 +367,6 @@ def _source(k: _Kernel, sched, writer) -> str:
     aot = [(jit, k.signature, k.configs[0][0], k.configs[0][1])]
     lines.append(f"{k.name}.ember_aot = {aot!r}")
     return "\n".join(lines) + "\n"
-
-
-def _runtime(expr: str, writer) -> str:
-    """A size expression of the kernel body, for the launcher (dynamic sizes by name)."""
-    return expr
 
 
 @register

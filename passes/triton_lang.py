@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 
-from torch_mlir import ir
 
 PRELUDE = '''import torch
 import triton

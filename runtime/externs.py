@@ -10,23 +10,37 @@ import torch.nn.functional as F
 ExternFn = Callable[[list, list], None]
 
 
+def _operands(p: dict[str, Any], first: int):
+    """Matmul operands `a`, `b` at ins[first], ins[first+1], read transposed (a strided view,
+    no copy: BLAS takes it as is) where params say `transpose_a` / `transpose_b`."""
+    ta, tb = bool(p.get("transpose_a", False)), bool(p.get("transpose_b", False))
+
+    def get(ins):
+        a, b = ins[first], ins[first + 1]
+        return (a.transpose(-1, -2) if ta else a), (b.transpose(-1, -2) if tb else b)
+    return get
+
+
 def _mm(p: dict[str, Any]) -> ExternFn:
-    return lambda ins, outs: torch.mm(ins[0], ins[1], out=outs[0])
+    ab = _operands(p, 0)
+    return lambda ins, outs: torch.mm(*ab(ins), out=outs[0])
 
 
 def _bmm(p: dict[str, Any]) -> ExternFn:
-    return lambda ins, outs: torch.bmm(ins[0], ins[1], out=outs[0])
+    ab = _operands(p, 0)
+    return lambda ins, outs: torch.bmm(*ab(ins), out=outs[0])
 
 
 def _addmm(p: dict[str, Any]) -> ExternFn:
     beta, alpha = p.get("beta", 1), p.get("alpha", 1)
-    return lambda ins, outs: torch.addmm(ins[0], ins[1], ins[2], beta=beta, alpha=alpha,
-                                         out=outs[0])
+    ab = _operands(p, 1)
+    return lambda ins, outs: torch.addmm(ins[0], *ab(ins), beta=beta, alpha=alpha, out=outs[0])
 
 
 def _baddbmm(p: dict[str, Any]) -> ExternFn:
     beta, alpha = p.get("beta", 1), p.get("alpha", 1)
-    return lambda ins, outs: torch.baddbmm(ins[0], ins[1], ins[2], beta=beta, alpha=alpha,
+    ab = _operands(p, 1)
+    return lambda ins, outs: torch.baddbmm(ins[0], *ab(ins), beta=beta, alpha=alpha,
                                            out=outs[0])
 
 

@@ -132,7 +132,10 @@ CASTS = {
 
 @pytest.mark.parametrize("name", sorted(CASTS))
 def test_cast(name, target, device, interpreted):
-    check(CASTS[name], (randn(shape2(interpreted), device),), target)
+    # The Triton interpreter rounds f32 -> bf16 toward zero (torch and GPUs: to nearest even), so
+    # a value that went through bf16 is only held to bf16's tolerance there.
+    tol = 1e-2 if interpreted and name == "bf16_to_f32" else None
+    check(CASTS[name], (randn(shape2(interpreted), device),), target, tol=tol)
 
 
 # --------------------------------------------------------------------------- broadcasting

@@ -1,0 +1,305 @@
+// RUN: ember-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(ember-lower-to-cpp)' | FileCheck %s
+// RUN: ember-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(ember-lower-to-cpp{omp-min-elements=16 vectorize=false})' | FileCheck %s --check-prefix=NOVEC
+
+// Kernels are torch-mlir imports of the op (the @main turned into a kernel func). The C++
+// source is one escaped string attribute: \0A is a newline, \22 a quote.
+
+// CHECK: module attributes {ember.prelude = "// ember C++ kernels{{.*}}ember_max{{.*}}declare reduction(nanmax{{.*}}", ember.target = "cpu"}
+
+// Broadcast read: the bias is indexed by the inner loop only.
+// CHECK-LABEL: func.func private @bcast_add
+// CHECK-SAME: ember.source = "extern \22C\22 void bcast_add(const float* __restrict__ in0, const float* __restrict__ in1, float* __restrict__ out0, const int64_t* __restrict__ sizes) {
+// CHECK-SAME: for (int64_t [[I:i0_[0-9]+]] = 0; [[I]] < 64; ++[[I]]) {\0A    #pragma omp simd\0A    for (int64_t [[J:i1_[0-9]+]] = 0; [[J]] < 48; ++[[J]])
+// CHECK-SAME: in0[(([[I]] * 48) + [[J]])]
+// CHECK-SAME: in1[[[J]]]
+// CHECK-SAME: out0[(([[I]] * 48) + [[J]])] =
+// CHECK-SAME: ember.symbol = "bcast_add"
+// NOVEC-LABEL: func.func private @bcast_add
+// NOVEC-SAME: #pragma omp parallel for\0A  for
+// NOVEC-NOT: simd
+// NOVEC-SAME: ember.symbol = "bcast_add"
+
+// Transposed read: the loop order follows the output, the load of x.t() is strided.
+// CHECK-LABEL: func.func private @transpose_read
+// CHECK-SAME: for (int64_t [[I:i1_[0-9]+]] = 0; [[I]] < 64; ++[[I]]) {\0A    #pragma omp simd\0A    for (int64_t [[J:i0_[0-9]+]] = 0; [[J]] < 48; ++[[J]])
+// CHECK-SAME: in0[(([[J]] * 64) + [[I]])]
+// CHECK-SAME: in1[(([[I]] * 48) + [[J]])]
+// CHECK-SAME: out0[(([[I]] * 48) + [[J]])]
+
+// Softmax: rows in parallel; max (NaN-propagating) and sum as simd reductions; exp inlined.
+// CHECK-LABEL: func.func private @softmax
+// CHECK-SAME: #pragma omp parallel for\0A  for (int64_t [[R:i0_[0-9]+]] = 0; [[R]] < 4096; ++[[R]])
+// CHECK-SAME: float [[MAX:acc[0-9]+]] = (-INFINITY);\0A    #pragma omp simd reduction(nanmax:[[MAX]])
+// CHECK-SAME: ember_max<float>(
+// CHECK-SAME: float [[SUM:acc[0-9]+]] = 0.0f;\0A    #pragma omp simd reduction(+:[[SUM]])
+// CHECK-SAME: - [[MAX]]);
+// CHECK-SAME: std::exp(
+// CHECK-SAME: #pragma omp simd\0A    for
+// CHECK-SAME: / [[SUM]]);
+// CHECK-SAME: ember.symbol = "softmax"
+
+// Layer norm: mean and variance reductions; rsqrt hoisted out of the inner loop (per row).
+// CHECK-LABEL: func.func private @layer_norm
+// CHECK-SAME: reduction(+:[[A:acc[0-9]+]])
+// CHECK-SAME: = ([[A]] / 96.0f);
+// CHECK-SAME: reduction(+:[[B:acc[0-9]+]])
+// CHECK-SAME: = ([[B]] / 96.0f);
+// CHECK-SAME: (1 / std::sqrt(
+// CHECK-SAME: #pragma omp simd\0A    for (int64_t [[J:i1_[0-9]+]] = 0; [[J]] < 96;
+// CHECK-SAME: in1[[[J]]]
+// CHECK-SAME: in2[[[J]]]
+
+// Column sum: the outer space is the column, the reduction walks rows.
+// CHECK-LABEL: func.func private @column_sum
+// CHECK-SAME: for (int64_t [[C:i1_[0-9]+]] = 0; [[C]] < 70; ++[[C]])
+// CHECK-SAME: reduction(+:[[S:acc[0-9]+]])\0A    for (int64_t [[R:i0_[0-9]+]] = 0; [[R]] < 50;
+// CHECK-SAME: in0[(([[R]] * 70) + [[C]])]
+// CHECK-SAME: out0[[[C]]] = [[S]];
+
+// Full sum: no outer space, the reduction itself is split over threads.
+// CHECK-LABEL: func.func private @full_sum
+// CHECK-SAME: #pragma omp parallel for simd collapse(2) reduction(+:[[S:acc[0-9]+]])
+// CHECK-SAME: out0[0] = [[S]];
+
+// Dynamic sizes come from the ABI's sizes table; OpenMP only when the work is large.
+// CHECK-LABEL: func.func private @dyn
+// CHECK-SAME: const int64_t [[S0:s[0-9]+]] = sizes[0];\0A  const int64_t [[S1:s[0-9]+]] = sizes[1];
+// CHECK-SAME: #pragma omp parallel for if([[S0]] * [[S1]] * 1 >= 32768)
+// CHECK-SAME: < [[S0]];
+// CHECK-SAME: < [[S1]];
+// CHECK-SAME: out1[
+
+#bcast_add_m0 = affine_map<(d0, d1) -> (d0, d1)>
+#bcast_add_m1 = affine_map<(d0, d1) -> (d1)>
+#transpose_read_m0 = affine_map<(d0, d1) -> (d0, d1)>
+#softmax_m0 = affine_map<(d0, d1) -> (d0, d1)>
+#softmax_m1 = affine_map<(d0, d1) -> (d0)>
+#softmax_m2 = affine_map<(d0, d1) -> (d0, 0)>
+#layer_norm_m0 = affine_map<(d0, d1) -> (d0, d1)>
+#layer_norm_m1 = affine_map<(d0, d1) -> (d0, 0)>
+#layer_norm_m2 = affine_map<(d0, d1) -> (d0)>
+#layer_norm_m3 = affine_map<(d0, d1) -> (d1)>
+#column_sum_m0 = affine_map<(d0, d1) -> (d0, d1)>
+#column_sum_m1 = affine_map<(d0, d1) -> (d1)>
+#full_sum_m0 = affine_map<(d0, d1) -> (d0, d1)>
+#full_sum_m1 = affine_map<(d0, d1) -> ()>
+
+#dyn_m = affine_map<(d0, d1) -> (d0, d1)>
+#dyn_m1 = affine_map<(d0, d1) -> (d1)>
+#dyn_m2 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func private @bcast_add(%arg0: tensor<64x48xf32>, %arg1: tensor<48xf32>) -> tensor<64x48xf32> attributes {ember.kernel = "pointwise"} {
+    %0 = tensor.empty() : tensor<64x48xf32>
+    %1 = linalg.generic {indexing_maps = [#bcast_add_m0, #bcast_add_m1, #bcast_add_m0], iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : tensor<64x48xf32>, tensor<48xf32>) outs(%0 : tensor<64x48xf32>) {
+    ^bb0(%in: f32, %in_0: f32, %out: f32):
+      %2 = arith.addf %in, %in_0 : f32
+      linalg.yield %2 : f32
+    } -> tensor<64x48xf32>
+    return %1 : tensor<64x48xf32>
+  }
+
+  func.func private @transpose_read(%arg0: tensor<48x64xf32>, %arg1: tensor<64x48xf32>) -> tensor<64x48xf32> attributes {ember.kernel = "pointwise"} {
+    %cst = arith.constant 2.000000e+00 : f32
+    %0 = tensor.empty() : tensor<64x48xf32>
+    %transposed = linalg.transpose ins(%arg0 : tensor<48x64xf32>) outs(%0 : tensor<64x48xf32>) permutation = [1, 0] 
+    %1 = linalg.generic {indexing_maps = [#transpose_read_m0, #transpose_read_m0], iterator_types = ["parallel", "parallel"]} ins(%transposed : tensor<64x48xf32>) outs(%0 : tensor<64x48xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %3 = arith.mulf %in, %cst : f32
+      linalg.yield %3 : f32
+    } -> tensor<64x48xf32>
+    %2 = linalg.generic {indexing_maps = [#transpose_read_m0, #transpose_read_m0, #transpose_read_m0], iterator_types = ["parallel", "parallel"]} ins(%1, %arg1 : tensor<64x48xf32>, tensor<64x48xf32>) outs(%0 : tensor<64x48xf32>) {
+    ^bb0(%in: f32, %in_0: f32, %out: f32):
+      %3 = arith.addf %in, %in_0 : f32
+      linalg.yield %3 : f32
+    } -> tensor<64x48xf32>
+    return %2 : tensor<64x48xf32>
+  }
+
+  func.func private @softmax(%arg0: tensor<4096x1024xf32>) -> tensor<4096x1024xf32> attributes {ember.kernel = "reduction"} {
+    %c0_i64 = arith.constant 0 : i64
+    %cst = arith.constant 0xFF800000 : f32
+    %cst_0 = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() : tensor<4096xi64>
+    %1 = linalg.fill ins(%c0_i64 : i64) outs(%0 : tensor<4096xi64>) -> tensor<4096xi64>
+    %2 = tensor.empty() : tensor<4096xf32>
+    %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<4096xf32>) -> tensor<4096xf32>
+    %4:2 = linalg.generic {indexing_maps = [#softmax_m0, #softmax_m1, #softmax_m1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<4096x1024xf32>) outs(%3, %1 : tensor<4096xf32>, tensor<4096xi64>) {
+    ^bb0(%in: f32, %out: f32, %out_1: i64):
+      %12 = linalg.index 1 : index
+      %13 = arith.index_cast %12 : index to i64
+      %14 = arith.maximumf %in, %out : f32
+      %15 = arith.cmpf ogt, %in, %out : f32
+      %16 = arith.select %15, %13, %out_1 : i64
+      linalg.yield %14, %16 : f32, i64
+    } -> (tensor<4096xf32>, tensor<4096xi64>)
+    %expanded = tensor.expand_shape %4#0 [[0, 1]] output_shape [4096, 1] : tensor<4096xf32> into tensor<4096x1xf32>
+    %5 = tensor.empty() : tensor<4096x1024xf32>
+    %6 = linalg.generic {indexing_maps = [#softmax_m0, #softmax_m2, #softmax_m0], iterator_types = ["parallel", "parallel"]} ins(%arg0, %expanded : tensor<4096x1024xf32>, tensor<4096x1xf32>) outs(%5 : tensor<4096x1024xf32>) {
+    ^bb0(%in: f32, %in_1: f32, %out: f32):
+      %12 = arith.subf %in, %in_1 : f32
+      linalg.yield %12 : f32
+    } -> tensor<4096x1024xf32>
+    %7 = linalg.generic {indexing_maps = [#softmax_m0, #softmax_m0], iterator_types = ["parallel", "parallel"]} ins(%6 : tensor<4096x1024xf32>) outs(%5 : tensor<4096x1024xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %12 = math.exp %in : f32
+      linalg.yield %12 : f32
+    } -> tensor<4096x1024xf32>
+    %8 = tensor.empty() : tensor<4096x1xf32>
+    %9 = linalg.fill ins(%cst_0 : f32) outs(%8 : tensor<4096x1xf32>) -> tensor<4096x1xf32>
+    %10 = linalg.generic {indexing_maps = [#softmax_m0, #softmax_m2], iterator_types = ["parallel", "reduction"]} ins(%7 : tensor<4096x1024xf32>) outs(%9 : tensor<4096x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %12 = arith.addf %in, %out : f32
+      linalg.yield %12 : f32
+    } -> tensor<4096x1xf32>
+    %11 = linalg.generic {indexing_maps = [#softmax_m0, #softmax_m2, #softmax_m0], iterator_types = ["parallel", "parallel"]} ins(%7, %10 : tensor<4096x1024xf32>, tensor<4096x1xf32>) outs(%5 : tensor<4096x1024xf32>) {
+    ^bb0(%in: f32, %in_1: f32, %out: f32):
+      %12 = arith.divf %in, %in_1 : f32
+      linalg.yield %12 : f32
+    } -> tensor<4096x1024xf32>
+    return %11 : tensor<4096x1024xf32>
+  }
+
+  func.func private @layer_norm(%arg0: tensor<40x96xf32>, %arg1: tensor<96xf32>, %arg2: tensor<96xf32>) -> tensor<40x96xf32> attributes {ember.kernel = "reduction"} {
+    %cst = arith.constant 0.000000e+00 : f32
+    %cst_0 = arith.constant 1.000000e-05 : f64
+    %cst_1 = arith.constant 9.600000e+01 : f32
+    %0 = tensor.empty() : tensor<40x1xf32>
+    %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<40x1xf32>) -> tensor<40x1xf32>
+    %2 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<40x96xf32>) outs(%1 : tensor<40x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %16 = arith.addf %in, %out : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x1xf32>
+    %3 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%2 : tensor<40x1xf32>) outs(%0 : tensor<40x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %16 = arith.divf %in, %cst_1 : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x1xf32>
+    %4 = tensor.empty() : tensor<40x96xf32>
+    %collapsed = tensor.collapse_shape %3 [[0, 1]] : tensor<40x1xf32> into tensor<40xf32>
+    %5 = linalg.generic {indexing_maps = [#layer_norm_m2, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%collapsed : tensor<40xf32>) outs(%4 : tensor<40x96xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      linalg.yield %in : f32
+    } -> tensor<40x96xf32>
+    %6 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m0, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%arg0, %5 : tensor<40x96xf32>, tensor<40x96xf32>) outs(%4 : tensor<40x96xf32>) {
+    ^bb0(%in: f32, %in_3: f32, %out: f32):
+      %16 = arith.subf %in, %in_3 : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x96xf32>
+    %7 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m0, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%6, %6 : tensor<40x96xf32>, tensor<40x96xf32>) outs(%4 : tensor<40x96xf32>) {
+    ^bb0(%in: f32, %in_3: f32, %out: f32):
+      %16 = arith.mulf %in, %in_3 : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x96xf32>
+    %8 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m1], iterator_types = ["parallel", "reduction"]} ins(%7 : tensor<40x96xf32>) outs(%1 : tensor<40x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %16 = arith.addf %in, %out : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x1xf32>
+    %9 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%8 : tensor<40x1xf32>) outs(%0 : tensor<40x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %16 = arith.divf %in, %cst_1 : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x1xf32>
+    %10 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%9 : tensor<40x1xf32>) outs(%0 : tensor<40x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %16 = arith.truncf %cst_0 : f64 to f32
+      %17 = arith.addf %in, %16 : f32
+      linalg.yield %17 : f32
+    } -> tensor<40x1xf32>
+    %11 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%10 : tensor<40x1xf32>) outs(%0 : tensor<40x1xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %16 = math.rsqrt %in : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x1xf32>
+    %collapsed_2 = tensor.collapse_shape %11 [[0, 1]] : tensor<40x1xf32> into tensor<40xf32>
+    %12 = linalg.generic {indexing_maps = [#layer_norm_m2, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%collapsed_2 : tensor<40xf32>) outs(%4 : tensor<40x96xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      linalg.yield %in : f32
+    } -> tensor<40x96xf32>
+    %13 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m0, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%6, %12 : tensor<40x96xf32>, tensor<40x96xf32>) outs(%4 : tensor<40x96xf32>) {
+    ^bb0(%in: f32, %in_3: f32, %out: f32):
+      %16 = arith.mulf %in, %in_3 : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x96xf32>
+    %14 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m3, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%13, %arg1 : tensor<40x96xf32>, tensor<96xf32>) outs(%4 : tensor<40x96xf32>) {
+    ^bb0(%in: f32, %in_3: f32, %out: f32):
+      %16 = arith.mulf %in, %in_3 : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x96xf32>
+    %15 = linalg.generic {indexing_maps = [#layer_norm_m0, #layer_norm_m3, #layer_norm_m0], iterator_types = ["parallel", "parallel"]} ins(%14, %arg2 : tensor<40x96xf32>, tensor<96xf32>) outs(%4 : tensor<40x96xf32>) {
+    ^bb0(%in: f32, %in_3: f32, %out: f32):
+      %16 = arith.addf %in, %in_3 : f32
+      linalg.yield %16 : f32
+    } -> tensor<40x96xf32>
+    return %15 : tensor<40x96xf32>
+  }
+
+  func.func private @column_sum(%arg0: tensor<50x70xf32>) -> tensor<70xf32> attributes {ember.kernel = "reduction"} {
+    %cst = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() : tensor<70xf32>
+    %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<70xf32>) -> tensor<70xf32>
+    %2 = linalg.generic {indexing_maps = [#column_sum_m0, #column_sum_m1], iterator_types = ["reduction", "parallel"]} ins(%arg0 : tensor<50x70xf32>) outs(%1 : tensor<70xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %3 = arith.addf %in, %out : f32
+      linalg.yield %3 : f32
+    } -> tensor<70xf32>
+    return %2 : tensor<70xf32>
+  }
+
+  func.func private @full_sum(%arg0: tensor<300x500xf32>) -> tensor<f32> attributes {ember.kernel = "reduction"} {
+    %cst = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() : tensor<f32>
+    %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<f32>) -> tensor<f32>
+    %2 = linalg.generic {indexing_maps = [#full_sum_m0, #full_sum_m1], iterator_types = ["reduction", "reduction"]} ins(%arg0 : tensor<300x500xf32>) outs(%1 : tensor<f32>) {
+    ^bb0(%in: f32, %out: f32):
+      %3 = arith.addf %in, %out : f32
+      linalg.yield %3 : f32
+    } -> tensor<f32>
+    return %2 : tensor<f32>
+  }
+
+
+
+func.func private @dyn(%a: tensor<?x?xf32>, %b: tensor<?xf32>) -> (tensor<?x?xf32>, tensor<?xf32>)
+    attributes {ember.kernel = "reduction"} {
+  %c0 = arith.constant 0.0 : f32
+  %c0i = arith.constant 0 : index
+  %c1i = arith.constant 1 : index
+  %d0 = tensor.dim %a, %c0i : tensor<?x?xf32>
+  %d1 = tensor.dim %a, %c1i : tensor<?x?xf32>
+  %e = tensor.empty(%d0, %d1) : tensor<?x?xf32>
+  %0 = linalg.generic {indexing_maps = [#dyn_m, #dyn_m1, #dyn_m], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<?x?xf32>, tensor<?xf32>) outs(%e : tensor<?x?xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<?x?xf32>
+  %e1 = tensor.empty(%d0) : tensor<?xf32>
+  %f = linalg.fill ins(%c0 : f32) outs(%e1 : tensor<?xf32>) -> tensor<?xf32>
+  %1 = linalg.generic {indexing_maps = [#dyn_m, #dyn_m2], iterator_types = ["parallel", "reduction"]}
+      ins(%0 : tensor<?x?xf32>) outs(%f : tensor<?xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %s = arith.addf %x, %o : f32
+    linalg.yield %s : f32
+  } -> tensor<?xf32>
+  return %0, %1 : tensor<?x?xf32>, tensor<?xf32>
+}
+
+}
+
+// -----
+
+// An op outside the kernel contract is a located error, not a crash.
+#nm = affine_map<(d0, d1) -> (d0, d1)>
+module {
+  func.func private @bad(%a: tensor<4x4xf32>, %b: tensor<4x4xf32>) -> tensor<4x4xf32>
+      attributes {ember.kernel = "pointwise"} {
+    %c0 = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4x4xf32>
+    %f = linalg.fill ins(%c0 : f32) outs(%e : tensor<4x4xf32>) -> tensor<4x4xf32>
+    // expected-error @+1 {{cannot lower kernel @bad to C++: 'linalg.matmul' is not allowed in a kernel body}}
+    %m = linalg.matmul ins(%a, %b : tensor<4x4xf32>, tensor<4x4xf32>) outs(%f : tensor<4x4xf32>) -> tensor<4x4xf32>
+    return %m : tensor<4x4xf32>
+  }
+}

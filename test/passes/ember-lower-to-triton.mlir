@@ -1,0 +1,108 @@
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-lower-to-triton)' | FileCheck %s
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-lower-to-triton{max-rblock=16 autotune=false})' | FileCheck %s --check-prefix=LOOP
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+// CHECK: ember.prelude = "import torch
+// CHECK-SAME: ember.target = "triton"
+// CHECK-LABEL: func.func private @ember_fused_add_gelu_0
+// CHECK-SAME: ember.source = "{{.*}}@triton.jit\0Adef ember_fused_add_gelu_0_kernel(in0, in1, out0, xnumel, XBLOCK: tl.constexpr)
+// CHECK-SAME: tl.program_id(0)
+// CHECK-SAME: mask=xmask
+// CHECK-SAME: tl.math.erf(
+// CHECK-SAME: def ember_fused_add_gelu_0(*tensors)
+// CHECK-SAME: ember.symbol = "ember_fused_add_gelu_0"
+func.func private @ember_fused_add_gelu_0(%arg0: tensor<8x32xf32>, %arg1: tensor<32xf32>) -> tensor<8x32xf32>
+    attributes {ember.kernel = "pointwise", ember.ops = ["add", "gelu"]} {
+  %half = arith.constant 0.5 : f32
+  %one = arith.constant 1.0 : f32
+  %rs2 = arith.constant 0.707106769 : f32
+  %e = tensor.empty() : tensor<8x32xf32>
+  %r = linalg.generic {indexing_maps = [#id, affine_map<(d0, d1) -> (d1)>, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%arg0, %arg1 : tensor<8x32xf32>, tensor<32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %s = arith.addf %a, %b : f32
+    %t = arith.mulf %s, %rs2 : f32
+    %f = math.erf %t : f32
+    %g = arith.addf %f, %one : f32
+    %h = arith.mulf %g, %half : f32
+    %y = arith.mulf %s, %h : f32
+    linalg.yield %y : f32
+  } -> tensor<8x32xf32>
+  return %r : tensor<8x32xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+// Softmax: both reductions and the broadcast consumer in one program, the row in registers.
+// CHECK-LABEL: func.func private @ember_fused_softmax_0
+// CHECK-SAME: RBLOCK: tl.constexpr
+// CHECK-SAME: tl.max(
+// CHECK-SAME: tl.sum(
+// CHECK-SAME: tl.store(out0
+// LOOP-LABEL: func.func private @ember_fused_softmax_0
+// LOOP-SAME: for roff in range(0, rnumel, RBLOCK):
+// LOOP-SAME: tl.max(
+// LOOP-SAME: for roff in range(0, rnumel, RBLOCK):
+// LOOP-SAME: tl.sum(
+func.func private @ember_fused_softmax_0(%arg0: tensor<4x64xf32>) -> tensor<4x64xf32>
+    attributes {ember.kernel = "reduction", ember.ops = ["softmax"]} {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %e1 = tensor.empty() : tensor<4xf32>
+  %m0 = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %m = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%arg0 : tensor<4x64xf32>) outs(%m0 : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %x = arith.maximumf %a, %o : f32
+    linalg.yield %x : f32
+  } -> tensor<4xf32>
+  %e2 = tensor.empty() : tensor<4x64xf32>
+  %ex = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%arg0, %m : tensor<4x64xf32>, tensor<4xf32>) outs(%e2 : tensor<4x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.subf %a, %b : f32
+    %x = math.exp %d : f32
+    linalg.yield %x : f32
+  } -> tensor<4x64xf32>
+  %s0 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<4xf32>) -> tensor<4xf32>
+  %s = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%ex : tensor<4x64xf32>) outs(%s0 : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %x = arith.addf %a, %o : f32
+    linalg.yield %x : f32
+  } -> tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%ex, %s : tensor<4x64xf32>, tensor<4xf32>) outs(%e2 : tensor<4x64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %x = arith.divf %a, %b : f32
+    linalg.yield %x : f32
+  } -> tensor<4x64xf32>
+  return %r : tensor<4x64xf32>
+}
+
+// -----
+
+// Embedding: the row index is loaded, then used as an address (indirect load); bf16 math in fp32.
+// CHECK-LABEL: func.func private @ember_fused_gather_0
+// CHECK-SAME: tl.load(in0 +
+// CHECK-SAME: tl.load(in1 + ((t{{[0-9]+}} * 16)
+// CHECK-SAME: .to(tl.float32)
+// CHECK-SAME: .to(tl.bfloat16)
+func.func private @ember_fused_gather_0(%arg0: tensor<4x6xi64>, %arg1: tensor<10x16xbf16>) -> tensor<4x6x16xbf16>
+    attributes {ember.kernel = "pointwise", ember.ops = ["gather"]} {
+  %e = tensor.empty() : tensor<4x6x16xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%arg0 : tensor<4x6xi64>) outs(%e : tensor<4x6x16xbf16>) {
+  ^bb0(%i: i64, %o: bf16):
+    %ii = arith.index_cast %i : i64 to index
+    %j = linalg.index 2 : index
+    %v = tensor.extract %arg1[%ii, %j] : tensor<10x16xbf16>
+    %w = arith.addf %v, %v : bf16
+    linalg.yield %w : bf16
+  } -> tensor<4x6x16xbf16>
+  return %r : tensor<4x6x16xbf16>
+}
+
