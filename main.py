@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchmarks.common import median_ms, rel_err, sync, tolerance  # noqa: E402
+from benchmarks.common import ember_summary, interleaved_median_ms, rel_err, sync, tolerance  # noqa: E402,E501
 
 
 class SelfAttention(nn.Module):
@@ -100,6 +100,8 @@ def main(argv=None) -> int:
           f"({torch.get_num_threads()} threads), ember target '{target}', torch {torch.__version__}")
 
     import ember  # noqa: F401  (registers the backend; an import error shows here, not in Dynamo)
+    from ember.frontend.report import clear_reports
+    clear_reports()
     with torch.no_grad():
         ref = net(x)
         torch._dynamo.reset()
@@ -115,35 +117,25 @@ def main(argv=None) -> int:
         err = rel_err(out, ref)
         tol = tolerance(ref.dtype, matmul=True)
         ok = (not math.isnan(err)) and err < tol and out.dtype == ref.dtype
-        print(f"compile: {compile_s:.1f} s (first call)")
-        fallbacks = _fallbacks()
+        summary = ember_summary()
+        fallbacks = summary.get("eager_fallback_ops", [])
+        print(f"compile: {compile_s:.1f} s (first call): {summary.get('graphs', 0)} graph(s), "
+              f"{summary.get('kernels', 0)} kernels, {summary.get('externs', 0)} library calls")
         if fallbacks:
-            print(f"note: ops that ran eagerly: {', '.join(map(str, fallbacks))}")
+            print(f"note: ops that ran eagerly (ember could not compile them): "
+                  f"{', '.join(map(str, fallbacks))}")
         print(f"numerics: rel. error {err:.2e} vs eager (tolerance {tol:.0e}): "
               f"{'PASS' if ok else 'FAIL'}")
-        eager_ms = median_ms(net, x, repeats=args.repeats, device=device)
-        ember_ms = median_ms(compiled, x, repeats=args.repeats, device=device)
+        eager_ms, ember_ms = interleaved_median_ms([net, compiled], x, repeats=args.repeats,
+                                                   device=device)
     print(f"eager: {eager_ms:.2f} ms   ember: {ember_ms:.2f} ms   speed-up: x{eager_ms / ember_ms:.2f} "
-          f"(median of {args.repeats})")
+          f"(median of {args.repeats}, interleaved)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"model": desc, "target": target, "rel_err": err, "tolerance": tol, "ok": ok,
                        "compile_s": compile_s, "eager_ms": eager_ms, "ember_ms": ember_ms,
                        "fallbacks": [str(f) for f in fallbacks]}, f, indent=2)
     return 0 if ok else 1
-
-
-def _fallbacks() -> list:
-    """Ops the last compiles ran eagerly, from ember's compile reports (empty if unavailable)."""
-    import ember
-    reports = getattr(ember, "last_reports", None)
-    if not callable(reports):
-        return []
-    names = []
-    for r in reports():
-        value = r.get("eager_fallback_ops") if isinstance(r, dict) else None
-        names.extend(value or [])
-    return names
 
 
 if __name__ == "__main__":

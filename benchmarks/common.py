@@ -37,6 +37,23 @@ def median_ms(fn, *args, warmup: int = 3, repeats: int = 20, device="cpu",
     return statistics.median(times) * 1e3
 
 
+def interleaved_median_ms(fns, *args, warmup: int = 3, repeats: int = 20, device="cpu"):
+    """Median ms of each of `fns`, timed in alternation (one call of each per round) so that load
+    from other processes on a shared machine falls on all of them alike."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn(*args)
+    sync(device)
+    times = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn(*args)
+            sync(device)
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) * 1e3 for ts in times]
+
+
 def timed_first_call(fn, *args, device="cpu"):
     """(output, seconds) of the first call: for a compiled fn this includes the compile."""
     t0 = time.perf_counter()

@@ -32,6 +32,8 @@ EXTERN_TARGETS: dict[str, tuple[int, int]] = {
     "aten.baddbmm": (3, 3),
     "aten.convolution": (2, 3),   # input, weight[, bias]; params: stride, padding, dilation, groups
     "aten.sdpa": (3, 3),          # scaled dot-product attention (q, k, v)
+    "aten.max_pool2d": (2, 2),    # input, window (its shape is the kernel size); params as conv
+    "aten.sum_pool2d": (2, 2),    # windowed sum (avg_pool2d with divisor 1)
 }
 
 

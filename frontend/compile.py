@@ -161,7 +161,13 @@ class EmberGraph:
             "planned_peak_bytes": 0, "unplanned_peak_bytes": 0,
         }
         run: Callable | None = None
-        if prep.gm is not None:
+        from .partition import library_nodes, op_name
+        library = library_nodes(prep.gm) if prep.gm is not None and self.allow_partition else ()
+        if library:
+            report["library_calls"] = sorted(op_name(n) for n in library)
+            report["num_externs"] = len(library)
+            run = self._fallback(prep.gm, tensors, target, graph_id, None, report)
+        elif prep.gm is not None:
             try:
                 run, summary = compile_static(prep.gm, tensors, self.options, target, dump)
                 report.update(summary)
@@ -216,9 +222,10 @@ class EmberGraph:
             if split is not None:
                 report["status"] = "partitioned"
                 report["eager_fallback_ops"] = ops
-                report["error"] = _first_line(err)
-                warnings.warn(f"ember: graph {graph_id}: ops run by eager torch (ember cannot "
-                              f"compile them): {', '.join(ops)}", stacklevel=2)
+                if ops:
+                    report["error"] = _first_line(err)
+                    warnings.warn(f"ember: graph {graph_id}: ops run by eager torch (ember "
+                                  f"cannot compile them): {', '.join(ops)}", stacklevel=2)
                 return _as_list(split)
         ops = eager_ops(gm)
         report["status"] = "eager"

@@ -104,6 +104,7 @@ def resolve_target(target: str, devices) -> str:
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
-    lower = "ember-lower-to-cpp" if target == "cpu" else "ember-lower-to-triton"
-    return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size}}},"
-            f"canonicalize,ember-buffer-reuse,{lower})")
+    codegen = "cpu" if target == "cpu" else "triton"
+    lower = "ember-lower-to-cpp" if codegen == "cpu" else "ember-lower-to-triton"
+    return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size} "
+            f"target={codegen}}},canonicalize,ember-buffer-reuse,{lower})")

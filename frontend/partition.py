@@ -123,18 +123,35 @@ class _Compiled(torch.nn.Module):
         return self.graph_fn(*args)
 
 
+# ATen ops that ember calls as library kernels at the graph level, as Inductor does with its
+# fallback kernels: cuDNN/oneDNN own these, and generated code would only be slower. They run
+# through torch between ember-compiled parts and are reported as library calls, not fallbacks.
+LIBRARY_OPS = frozenset({
+    "aten.convolution_backward.default",
+    "aten.max_pool2d_with_indices.default",
+    "aten.max_pool2d_with_indices_backward.default",
+})
+
+
+def library_nodes(gm: fx.GraphModule) -> set[fx.Node]:
+    return {n for n in gm.graph.nodes if n.op == "call_function" and op_name(n) in LIBRARY_OPS}
+
+
 def partition_graph(gm: fx.GraphModule, options: CompileOptions, target: str, graph_id: str,
                     decompositions=None) -> tuple[fx.GraphModule | None, list[str]]:
-    """The graph split into ember-compiled submodules and eager nodes, and the eager ops'
-    names; (None, []) when every node passes its probe alone (the failure is elsewhere)."""
+    """The graph split into ember-compiled submodules and torch-run nodes (library ops and
+    nodes ember cannot compile), and the names of the latter (the eager fallbacks); (None, [])
+    when there is nothing to split out (the failure is elsewhere)."""
     from .compile import EmberGraph
 
+    library = library_nodes(gm)
     unsupported = {n for n in gm.graph.nodes
                    if n.op == "call_function" and n.target is not operator.getitem
-                   and probe(n, options, target) is not None}
-    if not unsupported:
+                   and n not in library and probe(n, options, target) is not None}
+    if not unsupported and not library:
         return None, []
     names = sorted({op_name(n) for n in unsupported})
+    unsupported |= library
     partitioner = CapabilityBasedPartitioner(gm, _Support(unsupported),
                                              allows_single_node_partition=True)
     split = partitioner.fuse_partitions(partitioner.propose_partitions())

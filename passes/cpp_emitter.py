@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+import re
+
 from torch_mlir import ir
 
 from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, indexing_maps,
@@ -33,6 +35,131 @@ template <typename T> static inline T ember_max(T a, T b) { return (a > b || a !
 template <typename T> static inline T ember_min(T a, T b) { return (a < b || a != a) ? a : b; }
 #pragma omp declare reduction(nanmax : float, double : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = omp_orig)
 #pragma omp declare reduction(nanmin : float, double : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+// Vectorizable math: branch-free (selects), inline, no libm calls, so gcc vectorizes loops that
+// use them under `#pragma omp simd`. Cephes-style range reduction + polynomials (~1-2 ulp);
+// inf/NaN/overflow/underflow/subnormals handled with selects. double overloads call libm.
+static inline float ember_i2f(int32_t i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
+static inline int32_t ember_f2i(float f) { int32_t i; __builtin_memcpy(&i, &f, 4); return i; }
+static inline float ember_exp(float x) {
+  float xc = x > 89.0f ? 89.0f : x;          // NaN fails both compares and stays NaN
+  xc = xc < -105.0f ? -105.0f : xc;
+  const float magic = 12582912.0f;           // 1.5 * 2^23: adding it rounds to an integer
+  float k = xc * 1.44269504088896341f + magic;
+  float n = k - magic;
+  int32_t ni = ember_f2i(k) - 0x4B400000;     // n as an integer (its low mantissa bits)
+  float r = xc - n * 0.693359375f;           // Cody-Waite: ln2 = C1 + C2
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  float y = p * (r * r) + r + 1.0f;
+  // 2^n in two factors: results in the subnormal range round once, x > 88.72 gives inf.
+  int32_t a = ni >> 1, b = ni - a;
+  return y * ember_i2f((a + 127) << 23) * ember_i2f((b + 127) << 23);
+}
+static inline float ember_log(float x) {
+  int32_t ux = ember_f2i(x);
+  bool sub = (ux & 0x7f800000) == 0;          // subnormal (or zero: fixed below)
+  float xs = x * (sub ? 8388608.0f : 1.0f);   // * 2^23 (selects of constants: gcc if-converts)
+  int32_t u = ember_f2i(xs);
+  int32_t e = ((u >> 23) & 0xff) - (sub ? 149 : 126);
+  int32_t mb = (u & 0x007fffff) | 0x3f000000;  // mantissa in [0.5, 1)
+  bool lo = mb < 0x3f3504f3;                   // m < sqrt(1/2)
+  e = lo ? e - 1 : e;
+  float m = ember_i2f(mb);
+  float f = m * (lo ? 2.0f : 1.0f) - 1.0f;
+  float fe = (float)e;
+  float z = f * f;
+  float p = 7.0376836292E-2f;
+  p = p * f - 1.1514610310E-1f;
+  p = p * f + 1.1676998740E-1f;
+  p = p * f - 1.2420140846E-1f;
+  p = p * f + 1.4249322787E-1f;
+  p = p * f - 1.6668057665E-1f;
+  p = p * f + 2.0000714765E-1f;
+  p = p * f - 2.4999993993E-1f;
+  p = p * f + 3.3333331174E-1f;
+  float y = p * f * z + fe * -2.12194440e-4f - 0.5f * z;
+  float r = (f + y) + fe * 0.693359375f;
+  // Special cases are added (a select between r and a constant makes gcc compute r in a
+  // branch, which it then cannot if-convert): r is finite here for every input.
+  float fix = (ux & 0x7fffffff) == 0 ? -INFINITY : ux < 0 ? NAN : ux >= 0x7f800000 ? x : 0.0f;
+  return r + fix;                             // x < 0: NaN, +-0: -inf, +inf/NaN: x
+}
+static inline float ember_log1p(float x) {
+  float u = 1.0f + x, d = u - 1.0f;           // log(u) * x / (u - 1): corrects u's rounding
+  float w = (d == 0.0f || x == INFINITY) ? 1.0f : d;
+  return ember_log(u) * (x / w) + (d == 0.0f ? x : 0.0f);   // d == 0: log(u) == 0, gives x
+}
+static inline float ember_expm1(float x) {
+  float ax = x < 0.0f ? -x : x;
+  float p = 2.48015873015873016e-5f;          // Taylor to x^8/8!, |x| < 0.5
+  p = p * x + 1.98412698412698413e-4f;
+  p = p * x + 1.38888888888888889e-3f;
+  p = p * x + 8.33333333333333333e-3f;
+  p = p * x + 4.16666666666666667e-2f;
+  p = p * x + 1.66666666666666667e-1f;
+  p = p * x + 0.5f;
+  p = (p * x) * x + x;
+  float e = ember_exp(x) - 1.0f;
+  return ax < 0.5f ? p : e;
+}
+static inline float ember_tanh(float x) {
+  float ax = x < 0.0f ? -x : x;
+  float z = x * x;
+  float p = -5.70498872745E-3f;
+  p = p * z + 2.06390887954E-2f;
+  p = p * z - 5.37397155531E-2f;
+  p = p * z + 1.33314422036E-1f;
+  p = p * z - 3.33332819422E-1f;
+  float small = x + x * z * p;
+  float big = 1.0f - 2.0f / (ember_exp(ax + ax) + 1.0f);   // saturates to 1 (exp -> inf)
+  big = x < 0.0f ? -big : big;
+  return ax < 0.625f ? small : big;
+}
+static inline float ember_erf(float x) {
+  float ax = x < 0.0f ? -x : x;
+  float z = x * x;
+  float t = 7.853861353153693E-5f;            // |x| < 1: x * T(x^2)
+  t = t * z - 8.010193625184903E-4f;
+  t = t * z + 5.188327685732524E-3f;
+  t = t * z - 2.685381193529856E-2f;
+  t = t * z + 1.128358514861418E-1f;
+  t = t * z - 3.761262582423300E-1f;
+  t = t * z + 1.128379165726710E+0f;
+  float q = 1.0f / ax, y = q * q;             // |x| >= 1: 1 - exp(-x^2)/x P(1/x^2)
+  float p = 2.326819970068386E-2f;
+  p = p * y - 1.387039388740657E-1f;
+  p = p * y + 3.687424674597105E-1f;
+  p = p * y - 5.824733027278666E-1f;
+  p = p * y + 6.210004621745983E-1f;
+  p = p * y - 4.944515323274145E-1f;
+  p = p * y + 3.404879937665872E-1f;
+  p = p * y - 2.741127028184656E-1f;
+  p = p * y + 5.638259427386472E-1f;
+  float r = -1.047766399936249E+1f;
+  r = r * y + 1.297719955372516E+1f;
+  r = r * y - 7.495518717768503E+0f;
+  r = r * y + 2.921019019210786E+0f;
+  r = r * y - 1.015265279202700E+0f;
+  r = r * y + 4.218463358204948E-1f;
+  r = r * y - 2.820767439740514E-1f;
+  r = r * y + 5.641895067754075E-1f;
+  float big = 1.0f - ember_exp(-z) * q * (ax < 2.0f ? p : r);
+  big = x < 0.0f ? -big : big;
+  return ax < 1.0f ? x * t : big;
+}
+static inline float ember_sigmoid(float x) { return 1.0f / (1.0f + ember_exp(-x)); }
+static inline double ember_exp(double x) { return std::exp(x); }
+static inline double ember_log(double x) { return std::log(x); }
+static inline double ember_log1p(double x) { return std::log1p(x); }
+static inline double ember_expm1(double x) { return std::expm1(x); }
+static inline double ember_tanh(double x) { return std::tanh(x); }
+static inline double ember_erf(double x) { return std::erf(x); }
+static inline double ember_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 """
 
 CTYPE = {"f32": "float", "f64": "double", "f16": "float", "bf16": "float", "i1": "bool",
@@ -45,9 +172,11 @@ BIN = {"addf": "+", "addi": "+", "subf": "-", "subi": "-", "mulf": "*", "muli": 
 CMP = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
        "oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=",
        "ult": "<", "ule": "<=", "ugt": ">", "uge": ">=", "ueq": "==", "une": "!="}
-MATH = {"exp": "std::exp", "exp2": "std::exp2", "log": "std::log", "log2": "std::log2",
-        "log10": "std::log10", "log1p": "std::log1p", "expm1": "std::expm1",
-        "sqrt": "std::sqrt", "tanh": "std::tanh", "erf": "std::erf", "sin": "std::sin",
+# exp, log, log1p, expm1, tanh, erf: the prelude's branch-free versions (vectorize in simd
+# loops; the f64 overloads call libm).
+MATH = {"exp": "ember_exp", "exp2": "std::exp2", "log": "ember_log", "log2": "std::log2",
+        "log10": "std::log10", "log1p": "ember_log1p", "expm1": "ember_expm1",
+        "sqrt": "std::sqrt", "tanh": "ember_tanh", "erf": "ember_erf", "sin": "std::sin",
         "cos": "std::cos", "tan": "std::tan", "atan": "std::atan", "asin": "std::asin",
         "acos": "std::acos", "sinh": "std::sinh", "cosh": "std::cosh", "atan2": "std::atan2",
         "powf": "std::pow", "absf": "std::fabs", "floor": "std::floor", "ceil": "std::ceil",
@@ -180,12 +309,29 @@ class CppLang:
         raise Unschedulable(f"'{kind}' has no C++ spelling")
 
 
+def _perfect_depth(scope: Scope) -> int:
+    """How many loops nest perfectly from `scope` down (what OpenMP `collapse` may span)."""
+    depth = 1
+    while len(scope.stmts) == 1 and isinstance(scope.stmts[0], Scope):
+        scope, depth = scope.stmts[0], depth + 1
+    return depth
+
+
+def _fit_collapse(pragma: str, scope: Scope) -> str:
+    """Hoisted loop invariants between loops make a nest imperfect: shrink `collapse(n)`."""
+    m = re.search(r" collapse\((\d+)\)", pragma)
+    if not m:
+        return pragma
+    n = min(int(m.group(1)), _perfect_depth(scope))
+    return pragma.replace(m.group(0), f" collapse({n})" if n > 1 else "")
+
+
 def _render(scope: Scope, indent: int, out: list):
     pad = "  " * indent
     for s in scope.stmts:
         if isinstance(s, Scope):
             for p in getattr(s, "pragmas", []):
-                out.append(f"{pad}{p}")
+                out.append(f"{pad}{_fit_collapse(p, s)}")
             out.append(f"{pad}{s.header} {{")
             _render(s, indent + 1, out)
             out.append(f"{pad}}}")
@@ -263,7 +409,11 @@ class _Emitter:
                 init = b.value_at(op.outputs[k], b.apply_map(maps[n_in + k], full))
                 b.emit_into(target, f"{CTYPE[ty]} {acc} = {init.text};")
             accs.append(Expr(acc, rvars))
-            results.append(Expr(acc, deps))
+            # The accumulator is final only after its loop: it counts as bound by the scope
+            # that declares it, so its users are placed there, after the loop (never hoisted
+            # into the loop-free preamble, even for a full reduction).
+            target.binds.add(acc)
+            results.append(Expr(acc, deps | {acc}))
             kinds.append(combiner(op, k, used)[0])
         scopes = [self.loop(g, v) for g, v in red]
         parent = target
@@ -287,40 +437,64 @@ class _Emitter:
                 scopes[0].pragmas.append(f"#pragma omp simd{coll} {clause}")
         return results
 
-    def emit(self) -> str:
+    def emit(self, flat: int = 1) -> str:
+        """`flat` > 1 (pointwise kernels): the trailing `flat` non-unit dims of the outputs
+        are one loop over their flattened space (`flat_vars` names those loops)."""
         s, b = self.sched, self.b
         top = b.stack[0]
         for g in sorted(set(self.work()) | set(s._size_ref)):
             if s.size(g) is None:
                 top.stmts.append(f"const int64_t s{g} = sizes[{s.size_index(g)}];")
+        outer = list(s.outer)
+        if flat > 1:
+            dims0 = [g for g in s.outputs[0].dims if not s.unit(g)]
+            outer = dims0[:len(dims0) - flat]
+        self.flat_vars = []
         pvars = {}
         parent = top
-        for g in s.outer:
+        for g in outer:
             v = self.var(g)
             pvars[g] = Expr(v, frozenset({v}))
             sc = self.loop(g, v)
-            if parent is top and s.outer:
+            if parent is top and outer:
                 par = self.par_clause(self.work())
                 if par is not None:
-                    coll = f" collapse({len(s.outer)})" if len(s.outer) > 1 else ""
+                    coll = f" collapse({len(outer)})" if len(outer) > 1 else ""
                     sc.pragmas.append(f"#pragma omp parallel for{coll}{par}")
             b.push(sc, parent)
             parent = sc
-        nres = len(self.bufs)
         for n, o in enumerate(s.outputs):
             idx = dict(pvars)
             depth = 0
             inner_parent = parent
-            for g in o.inner:
-                v = self.var(g)
-                idx[g] = Expr(v, frozenset({v}))
-                sc = self.loop(g, v)
+            if flat > 1:
+                group = [g for g in o.dims if not s.unit(g)][len(outer):]
+                self.nloop += 1
+                v = f"f{self.nloop}"
+                self.flat_vars.append(v)
+                rest, total = Expr(v, frozenset({v})), Expr("1")
+                for k, g in enumerate(reversed(group)):
+                    total = b.iop("mul", total, b.size(g))
+                    if k == len(group) - 1:
+                        idx[g] = rest
+                    else:
+                        idx[g] = b.iop("rem", rest, b.size(g))
+                        rest = b.iop("div", rest, b.size(g))
+                sc = Scope({v}, f"for (int64_t {v} = 0; {v} < {total.text}; ++{v})")
+                sc.pragmas = []
                 b.push(sc, inner_parent)
-                inner_parent = sc
-                depth += 1
+                depth = 1
+            else:
+                for g in o.inner:
+                    v = self.var(g)
+                    idx[g] = Expr(v, frozenset({v}))
+                    sc = self.loop(g, v)
+                    b.push(sc, inner_parent)
+                    inner_parent = sc
+                    depth += 1
             if depth:
                 first, innermost = b.stack[len(b.stack) - depth], b.stack[-1]
-                par = self.par_clause(self.work()) if not s.outer else None
+                par = self.par_clause(self.work()) if not outer else None
                 simd = " simd" if self.vec else ""
                 if par is not None and depth == 1:
                     first.pragmas.append(f"#pragma omp parallel for{simd}{par}")
@@ -346,6 +520,33 @@ class _Emitter:
         return "\n".join(lines) + "\n"
 
 
+def _flat_is_clean(em: _Emitter, src: str) -> bool:
+    """Every index of a flattened loop folded back to the loop variable (contiguous access)
+    or does not depend on it: no `/` or `%` of the flat index is left in the code."""
+    fv = set(em.flat_vars)
+    for table in (em.b._divs, em.b._rems):
+        for text, (x, _) in table.items():
+            if x.deps & fv and text in src:
+                return False
+    return True
+
+
 def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool = True) -> str:
-    """C++ source of kernel `func` as `extern "C" void name(...)`; raises Unschedulable."""
-    return _Emitter(func, name, omp_min_elements, vectorize).emit()
+    """C++ source of kernel `func` as `extern "C" void name(...)`; raises Unschedulable.
+
+    Pointwise kernels: the longest run of trailing dims that every operand reads contiguously
+    (or not at all) becomes one flattened loop, so small inner dims still vectorize and the
+    whole kernel is one `parallel for simd` when all dims flatten; broadcast/transposed reads
+    that would need `/` and `%` of the flat index keep the nested loops."""
+    em = _Emitter(func, name, omp_min_elements, vectorize)
+    s = em.sched
+    if s.kind == "pointwise":
+        dims = [[g for g in o.dims if not s.unit(g)] for o in s.outputs]
+        if all(d == dims[0] for d in dims):
+            for k in range(len(dims[0]), 1, -1):
+                em = _Emitter(func, name, omp_min_elements, vectorize)
+                src = em.emit(flat=k)
+                if _flat_is_clean(em, src):
+                    return src
+            em = _Emitter(func, name, omp_min_elements, vectorize)
+    return em.emit()

@@ -45,14 +45,18 @@ class EmberFuse(Pass):
     max_group_size: int = 64
     fuse_reductions: bool = True
     externs: bool = True
+    target: str = "cpu"      # whose code generator decides legality: "cpu" | "triton"
 
     def run(self, module: ir.Operation) -> None:
+        if self.target not in fusion_legality.TARGETS:
+            raise PassError(f"ember-fuse: unknown target '{self.target}' "
+                            f"(one of {', '.join(fusion_legality.TARGETS)})")
         with module.context, ir.Location.unknown():
             for fn in _public_functions(module):
                 if self.externs:
                     _convert_externs(fn)
                 groups = self.plan(fn)
-                _outline(module, fn, groups)
+                _outline(module, fn, groups, self.target)
 
     def plan(self, fn) -> list[list]:
         """The fusion groups of `fn`, each a list of ops in program order."""
@@ -106,7 +110,7 @@ class EmberFuse(Pass):
                 continue
             if reaches(ga, gb) or reaches(gb, ga):
                 continue
-            if not fusion_legality.is_legal(merged, fuse_reductions=self.fuse_reductions):
+            if not fusion_legality.is_legal(merged, self.fuse_reductions, self.target):
                 continue
             parent[gb] = ga
             members[ga] = merged
@@ -213,7 +217,7 @@ def _convert_externs(fn) -> None:
             new = _make_extern(target, operands, op.results[0].type, params, op)
         elif name == "linalg.conv_2d_nchw_fchw":
             x, w, init = op.operands[0], op.operands[1], op.operands[2]
-            x, padding = _absorb_zero_pad(x)
+            x, padding = _absorb_pad(x, is_zero_constant)
             strides = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["strides"])]
             dilations = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["dilations"])]
             i64 = ir.IntegerType.get_signless(64)
@@ -231,6 +235,10 @@ def _convert_externs(fn) -> None:
             else:
                 continue  # an arbitrary accumulator: keep as generic code
             new = _make_extern("aten.convolution", operands, op.results[0].type, params, op)
+        elif name in ("linalg.pooling_nchw_max", "linalg.pooling_nchw_sum"):
+            new = _pooling_extern(op)
+            if new is None:
+                continue
         else:
             continue
         op.results[0].replace_all_uses_with(new.results[0])
@@ -238,8 +246,43 @@ def _convert_externs(fn) -> None:
     _erase_dead(block)
 
 
-def _absorb_zero_pad(x):
-    """`tensor.pad` with zero padding only in the spatial dims becomes conv padding."""
+def _window_params(op, padding) -> dict:
+    i64 = ir.IntegerType.get_signless(64)
+    ints = lambda vals: ir.ArrayAttr.get([ir.IntegerAttr.get(i64, int(v)) for v in vals])
+    return {
+        "stride": ints(ir.DenseIntElementsAttr(op.attributes["strides"])),
+        "padding": ints(padding),
+        "dilation": ints(ir.DenseIntElementsAttr(op.attributes["dilations"])),
+    }
+
+
+def _pooling_extern(op):
+    """2-D max / sum pooling -> a library call, when the init and the padding are the
+    reduction's identity (-inf for max, 0 for sum), as torch-mlir emits them."""
+    x, window, init = op.operands[0], op.operands[1], op.operands[2]
+    is_max = op_name(op) == "linalg.pooling_nchw_max"
+    fill = defining_op(init)
+    if fill is None or op_name(fill) != "linalg.fill":
+        return None
+    identity = _neg_inf_constant if is_max else is_zero_constant
+    if not identity(fill.operands[0]):
+        return None
+    x, padding = _absorb_pad(x, identity)
+    target = "aten.max_pool2d" if is_max else "aten.sum_pool2d"
+    return _make_extern(target, [x, window], op.results[0].type, _window_params(op, padding), op)
+
+
+def _neg_inf_constant(value) -> bool:
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant":
+        return False
+    attr = op.attributes["value"]
+    return isinstance(attr, ir.FloatAttr) and attr.value == float("-inf")
+
+
+def _absorb_pad(x, is_pad_value):
+    """`tensor.pad` of NCHW input, symmetric in the spatial dims only, with the given padding
+    value, becomes the library call's padding."""
     op = defining_op(x)
     if op is None or op_name(op) != "tensor.pad":
         return x, [0, 0]
@@ -247,7 +290,7 @@ def _absorb_zero_pad(x):
     high = list(ir.DenseI64ArrayAttr(op.attributes["static_high"]))
     yield_op = list(op.regions[0].blocks[0].operations)[-1]
     if (len(low) != 4 or low != high or low[:2] != [0, 0] or len(op.operands) != 1
-            or not is_zero_constant(yield_op.operands[0])):
+            or not is_pad_value(yield_op.operands[0])):
         return x, [0, 0]
     return op.operands[0], low[2:]
 
@@ -284,7 +327,7 @@ def kernel_name(tags: list[str], index: int) -> str:
     return f"ember_fused_{'_'.join(distinct[:3])}_{index}"
 
 
-def _outline(module, fn, groups) -> None:
+def _outline(module, fn, groups, target: str) -> None:
     block = fn.regions[0].blocks[0]
     counter = _next_kernel_index(module)
     module_block = module.regions[0].blocks[0]
@@ -324,7 +367,7 @@ def _outline(module, fn, groups) -> None:
             for op in group:
                 _clone_into(op, mapping)
             func.ReturnOp([mapping[v] for v in outputs])
-        fusion_legality.check_kernel(kernel)
+        fusion_legality.check_kernel(kernel, target)
         last = group[-1]
         with ir.InsertionPoint(last), last.location:
             call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(name), inputs)

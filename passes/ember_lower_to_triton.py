@@ -96,6 +96,18 @@ def _decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dic
         vars_[g] = Expr(name, frozenset({dep}))
 
 
+def check_schedule(s) -> None:
+    """What this lowering needs beyond `kernel_schedule` (ember-fuse asks it before fusing for
+    Triton): every reduction of a kernel reduces the same dims, because one program tiles one
+    [XBLOCK, RBLOCK] space."""
+    if s.kind != "reduction":
+        return
+    rdims = {g for g in s.reductions[0].reduced if not s.unit(g)}
+    for r in s.reductions[1:]:
+        if {g for g in r.reduced if not s.unit(g)} != rdims:
+            raise Unschedulable("reductions over different dims in one kernel", r.op.location)
+
+
 class _KernelWriter:
     def __init__(self, fn, sched, max_rblock: int, autotune: bool):
         self.fn, self.sched, self.max_rblock, self.autotune = fn, sched, max_rblock, autotune
@@ -135,8 +147,14 @@ class _KernelWriter:
         text = val.text
         if not val.deps:   # a value without a tile dependence: give it the tile's shape
             text = f"tl.full({shape_text}, {text}, {TYPES[ty][1]})"
-        stmt = f"tl.store({self.out_names[k]} + {off.text}, ({text}).to({TYPES[ty][0]}), " \
-               f"mask={mask})"
+        # tl.store broadcasts the value and the mask to the pointer's shape, never the pointer:
+        # an offset that misses a tile dim (a full reduction's `out + 0`, an output constant
+        # along x) is widened to the tile so that it covers the mask.
+        tile = {"x", "r"} if "RBLOCK" in shape_text else {"x"}
+        ptr = f"{self.out_names[k]} + {off.text}"
+        if not tile <= set(off.deps):
+            ptr += f" + tl.zeros({shape_text}, tl.int32)"
+        stmt = f"tl.store({ptr}, ({text}).to({TYPES[ty][0]}), mask={mask})"
         self.builder.stack[-1].stmts.append(stmt)
 
     # --- pointwise ---------------------------------------------------------------------------
@@ -161,12 +179,11 @@ class _KernelWriter:
     # --- reductions ----------------------------------------------------------------------------
     def reduction(self) -> _Kernel:
         s = self.sched
-        red0 = s.reductions[0]
-        rdims = [g for g in red0.reduced if not s.unit(g)]
-        for r in s.reductions[1:]:
-            if set(g for g in r.reduced if not s.unit(g)) != set(rdims):
-                raise PassError("ember-lower-to-triton: reductions over different dims in one "
-                                "kernel", r.op.location)
+        try:
+            check_schedule(s)
+        except Unschedulable as err:
+            raise PassError(f"ember-lower-to-triton: {err.reason}", err.location) from None
+        rdims = [g for g in s.reductions[0].reduced if not s.unit(g)]
         self.rdims = rdims
         rstatic = all(s.size(g) is not None for g in rdims)
         rnumel = math.prod(s.size(g) for g in rdims) if rstatic else None
@@ -190,7 +207,8 @@ class _KernelWriter:
             _decompose(lines, "rindex", rdims, [self.size_text(g) for g in rdims], "r", "r",
                        self.rvars)
             root.stmts.extend(lines)
-            xb = max(1, min(_pow2(max(1, 4096 // rb)), 64))
+            # A full reduction (no outer space) is one row: more rows would only repeat it.
+            xb = max(1, min(_pow2(max(1, 4096 // rb)), 64)) if outer else 1
             warps = max(1, min(16, _pow2(xb * rb // 512)))
             configs = [({"XBLOCK": xb, "RBLOCK": rb}, warps)]
         else:

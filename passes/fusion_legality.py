@@ -7,6 +7,7 @@ shape screen rejects groups that cannot possibly fit (different iteration spaces
 from torch_mlir import ir
 
 from .graph_utils import defining_op, op_name, users
+from .kernel_schedule import Unschedulable, schedule_kernel, schedule_ops
 
 POINTWISE_NAMED = {"linalg.transpose", "linalg.broadcast", "linalg.fill", "linalg.copy"}
 VIEWS = {"tensor.expand_shape", "tensor.collapse_shape"}
@@ -61,7 +62,8 @@ def _nonunit(ranges):
 
 def shape_screen(ops, fuse_reductions: bool = True) -> bool:
     """Cheap necessary condition: all ops share one iteration space (up to unit dims), or,
-    with reductions, the reductions' full space or their parallel part."""
+    with reductions, all reductions share their parallel (outer) space and every other op
+    iterates over a reduction's full space or over the outer space."""
     compute = [o for o in ops if op_name(o) not in VIEWS]
     if len(compute) <= 1:
         return True
@@ -74,13 +76,16 @@ def shape_screen(ops, fuse_reductions: bool = True) -> bool:
         return len(spaces) == 1
     if not fuse_reductions:
         return False
-    full = loop_ranges(reds[0])
-    its = iterator_types(reds[0])
-    for r in reds[1:]:
-        if loop_ranges(r) != full or iterator_types(r) != its:
+    outer = None
+    allowed = set()
+    for r in reds:
+        full, its = loop_ranges(r), iterator_types(r)
+        par = tuple(_nonunit([n for n, it in zip(full, its) if it == "parallel"]))
+        if outer is not None and par != outer:
             return False
-    outer = [n for n, it in zip(full, its) if it == "parallel"]
-    allowed = {tuple(_nonunit(full)), tuple(_nonunit(outer))}
+        outer = par
+        allowed.add(tuple(_nonunit(full)))
+    allowed.add(outer)
     return all(tuple(_nonunit(loop_ranges(o))) in allowed for o in compute if o not in reds)
 
 
@@ -124,37 +129,34 @@ def group_results(ops) -> list:
     return out
 
 
-def is_legal(ops, fuse_reductions: bool = True) -> bool:
+TARGETS = ("cpu", "triton")
+
+
+def _target_check(target: str):
+    """The lowering's own extra requirements on a schedule, by target."""
+    if target == "triton":
+        from .ember_lower_to_triton import check_schedule
+        return check_schedule
+    return lambda sched: None
+
+
+def is_legal(ops, fuse_reductions: bool = True, target: str = "cpu") -> bool:
+    """May `ops` (ops of a host function, in order) become one kernel for `target`?"""
     if not shape_screen(ops, fuse_reductions):
         return False
-    schedule_ops = _scheduler()
-    if schedule_ops is None:
-        return True
-    from .kernel_schedule import Unschedulable
     try:
-        schedule_ops([o.opview for o in with_cloned_producers(ops)], group_results(ops))
+        sched = schedule_ops([o.opview for o in with_cloned_producers(ops)], group_results(ops))
+        _target_check(target)(sched)
     except Unschedulable:
         return False
     return True
 
 
-def _scheduler():
-    try:
-        from .kernel_schedule import schedule_ops
-    except ImportError:
-        return None
-    return schedule_ops
-
-
-def check_kernel(kernel) -> None:
-    """Raises PassError (located at the kernel) when code generation cannot handle it."""
-    try:
-        from .kernel_schedule import Unschedulable, schedule_kernel
-    except ImportError:
-        return
+def check_kernel(kernel, target: str = "cpu") -> None:
+    """Raises PassError (located at the op at fault) when code generation cannot handle it."""
     from .base import PassError
     try:
-        schedule_kernel(kernel)
+        _target_check(target)(schedule_kernel(kernel))
     except Unschedulable as err:
         raise PassError(f"ember-fuse: cannot generate code for this op: {err.reason}",
                         err.location or kernel.location) from None

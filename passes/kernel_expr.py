@@ -54,6 +54,11 @@ class ExprBuilder:
         self.preamble: list = []   # loop-free locals (constants); render before stack[0]
         self.memo: dict = {}
         self.counter = 0
+        # index texts built by iop: div/rem text -> (X, n text); (X / n) * n text -> (X, n)
+        self._divs: dict = {}
+        self._rems: dict = {}
+        self._floors: dict = {}
+        self._adds: dict = {}
 
     # --- scopes and locals -----------------------------------------------------------------
     def push(self, scope: Scope, parent: Optional[Scope] = None) -> Scope:
@@ -118,8 +123,40 @@ class ExprBuilder:
             return a
         if kind == "mul" and (ai == 0 or bi == 0) or kind == "rem" and bi == 1:
             return Expr("0")
-        return Expr(self.lang.op("idx." + kind, [a.text, b.text], "index", ["index", "index"]),
-                    a.deps | b.deps)
+        # Delinearize/linearize round trips fold back: (X / n) * n + X % n == X (for any sign,
+        # C and Python alike), so a flattened loop index reads contiguous operands directly.
+        # Row-major offsets nest as ((P + X / n) * n + X % n), so (P + X / n) * n distributes.
+        if kind == "mul" and self._divs.get(a.text, (None, None))[1] == b.text:
+            e = Expr(self.lang.op("idx.mul", [a.text, b.text], "index", ["index", "index"]),
+                     a.deps | b.deps)
+            self._floors[e.text] = (self._divs[a.text][0], b.text)
+            return e
+        if kind == "mul" and a.text in self._adds:
+            p, q = self._adds[a.text]
+            for d, o in ((q, p), (p, q)):
+                if self._divs.get(d.text, (None, None))[1] == b.text:
+                    return self.iop("add", self.iop("mul", o, b), self.iop("mul", d, b))
+        if kind == "add":
+            for f, r in ((a, b), (b, a)):
+                rm = self._rems.get(r.text)
+                if rm is None:
+                    continue
+                if self._floors.get(f.text) == rm:
+                    return rm[0]
+                if f.text in self._adds:                  # (P + floor) + rem -> P + X
+                    p, q = self._adds[f.text]
+                    for fl, o in ((q, p), (p, q)):
+                        if self._floors.get(fl.text) == rm:
+                            return self.iop("add", o, rm[0])
+        e = Expr(self.lang.op("idx." + kind, [a.text, b.text], "index", ["index", "index"]),
+                 a.deps | b.deps)
+        if kind == "div":
+            self._divs[e.text] = (a, b.text)
+        elif kind == "rem":
+            self._rems[e.text] = (a, b.text)
+        elif kind == "add":
+            self._adds[e.text] = (a, b)
+        return e
 
     def size(self, g) -> Expr:
         s = self.sched.size(g)

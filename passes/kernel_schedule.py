@@ -331,6 +331,11 @@ class KernelSchedule:
                 raise Unschedulable("pointwise kernel results have different iteration spaces")
             if not set(self.outer) <= set(d):
                 raise Unschedulable("a kernel result is not indexed by the whole outer space")
+            if self.kind == "reduction" and not self.outer and inner:
+                # A full reduction (no outer space) runs as one parallel reduction loop; a
+                # full-size output beside it would need a second, differently shaped nest.
+                raise Unschedulable("a full reduction cannot share a kernel with a result "
+                                    "that has inner dims")
             allowed |= set(inner)
             self.outputs.append(Output(r, self.dims(r), inner))
         for op in self.ops:

@@ -23,12 +23,26 @@ def _operands(p: dict[str, Any], first: int):
 
 def _mm(p: dict[str, Any]) -> ExternFn:
     ab = _operands(p, 0)
-    return lambda ins, outs: torch.mm(*ab(ins), out=outs[0])
+
+    def run(ins, outs):
+        a, b = ab(ins)
+        if outs[0].dtype == a.dtype:
+            torch.mm(a, b, out=outs[0])
+        else:  # bf16/f16 inputs, f32 result (torch-mlir's accumulator type): as eager rounds
+            outs[0].copy_(torch.mm(a, b))
+    return run
 
 
 def _bmm(p: dict[str, Any]) -> ExternFn:
     ab = _operands(p, 0)
-    return lambda ins, outs: torch.bmm(*ab(ins), out=outs[0])
+
+    def run(ins, outs):
+        a, b = ab(ins)
+        if outs[0].dtype == a.dtype:
+            torch.bmm(a, b, out=outs[0])
+        else:
+            outs[0].copy_(torch.bmm(a, b))
+    return run
 
 
 def _addmm(p: dict[str, Any]) -> ExternFn:
@@ -68,9 +82,28 @@ def _sdpa(p: dict[str, Any]) -> ExternFn:
     return run
 
 
+def _pool(kind: str):
+    def make(p: dict[str, Any]) -> ExternFn:
+        stride, padding, dilation = list(p["stride"]), list(p["padding"]), list(p["dilation"])
+
+        def run(ins, outs):
+            kernel = list(ins[1].shape)  # the window operand carries only its shape
+            if kind == "max":
+                r = F.max_pool2d(ins[0], kernel, stride, padding, dilation)
+            else:
+                if dilation != [1, 1]:
+                    raise ValueError("ember runtime: dilated sum pooling is not supported")
+                r = F.avg_pool2d(ins[0], kernel, stride, padding, count_include_pad=True,
+                                 divisor_override=1)
+            outs[0].copy_(r)
+        return run
+    return make
+
+
 _TABLE: dict[str, Callable[[dict[str, Any]], ExternFn]] = {
     "aten.mm": _mm, "aten.bmm": _bmm, "aten.addmm": _addmm, "aten.baddbmm": _baddbmm,
     "aten.convolution": _convolution, "aten.sdpa": _sdpa,
+    "aten.max_pool2d": _pool("max"), "aten.sum_pool2d": _pool("sum"),
 }
 
 

@@ -129,6 +129,103 @@ def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS) -
     return results
 
 
+def loaded_sources() -> list[str]:
+    """The distinct generated Triton modules this process has loaded through the runtime
+    (`executor.load_python_module`), in load order: what a test session ran, for AOT checks."""
+    from . import executor
+    out, seen = [], set()
+    for mod in list(executor._modules.values()):
+        path = getattr(mod, "__file__", None)
+        if not path or not any(hasattr(v, "ember_aot") for v in vars(mod).values()):
+            continue
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            continue
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
+
+
+def _kernel_key(fn, signature, constexprs, num_warps):
+    jit = _jit_function(fn)
+    src = getattr(jit, "src", None) or getattr(jit, "__name__", repr(jit))
+    return (src, tuple(sorted(signature.items())), tuple(sorted(constexprs.items())), num_warps)
+
+
+def compile_sources(sources, targets=DEFAULT_TARGETS) -> dict:
+    """compile_for_targets over several generated modules, each distinct kernel (same jit
+    source, signature, constexprs and warps) compiled once. Returns
+    {"<module index>:<jit fn name>": {target: "ok" | error}}."""
+    results: dict[str, dict[str, str]] = {}
+    done: dict = {}
+    for i, text in enumerate(sources):
+        with _compiled_mode():
+            try:
+                module = load_module(text, f"ember_triton_aot_{i}")
+            except Exception as err:
+                results[f"{i}:<module>"] = {"*": f"{type(err).__name__}: {err}"}
+                continue
+        for name, launcher in list(vars(module).items()):
+            for fn_name, signature, constexprs, num_warps in getattr(launcher, "ember_aot", ()):
+                fn = getattr(module, fn_name, None)
+                label = f"{i}:{fn_name}"
+                if fn is None:
+                    results[label] = {"*": f"no jit function '{fn_name}' in the module"}
+                    continue
+                key = _kernel_key(fn, signature, constexprs, num_warps)
+                if key in done:
+                    continue
+                per_target = done[key] = results.setdefault(label, {})
+                for spec in targets:
+                    target = _target(spec)
+                    tkey = f"{target.backend}:{target.arch}"
+                    try:
+                        compiled = compile_kernel(fn, signature, constexprs, target, num_warps)
+                        binary = "cubin" if target.backend == "cuda" else "hsaco"
+                        per_target[tkey] = "ok" if compiled.asm.get(binary) else \
+                            f"no {binary} produced"
+                    except Exception as err:  # the compiler's message is the report
+                        per_target[tkey] = f"{type(err).__name__}: {err}"
+    return results
+
+
+def compile_sources_isolated(sources, targets=DEFAULT_TARGETS, jobs: int | None = None,
+                             timeout: float = 1800) -> dict:
+    """compile_sources in fresh interpreters (see compile_isolated), the distinct sources split
+    over `jobs` parallel subprocesses (default: the CPU count, at most 8)."""
+    import json
+    import subprocess
+    sources = list(dict.fromkeys(sources))
+    if not sources:
+        return {}
+    jobs = max(1, min(jobs or min(os.cpu_count() or 1, 8), len(sources)))
+    shards = [list(range(k, len(sources), jobs)) for k in range(jobs)]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    procs = []
+    for shard in shards:
+        payload = json.dumps({"sources": [sources[i] for i in shard],
+                              "targets": [list(_target_tuple(t)) for t in targets]})
+        p = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        procs.append((shard, p, payload))
+    results: dict[str, dict[str, str]] = {}
+    errors = []
+    for shard, p, payload in procs:
+        out, err = p.communicate(payload, timeout=timeout)
+        if p.returncode != 0:
+            errors.append(err[-4000:])
+            continue
+        for label, per in json.loads(out.strip().splitlines()[-1]).items():
+            i, _, rest = label.partition(":")
+            results[f"{shard[int(i)]}:{rest}"] = per
+    if errors:
+        raise RuntimeError("AOT compile subprocess failed:\n" + "\n".join(errors))
+    return results
+
+
 def failures(results: dict) -> dict:
     """The entries of a compile_for_targets result that are not "ok"."""
     return {fn: {t: r for t, r in per.items() if r != "ok"}
@@ -138,6 +235,9 @@ def failures(results: dict) -> dict:
 if __name__ == "__main__":
     import json
     request = json.loads(sys.stdin.read())
-    out = compile_for_targets(request["source"], request["names"],
-                              [tuple(t) for t in request["targets"]])
+    if "sources" in request:
+        out = compile_sources(request["sources"], [tuple(t) for t in request["targets"]])
+    else:
+        out = compile_for_targets(request["source"], request["names"],
+                                  [tuple(t) for t in request["targets"]])
     print(json.dumps(out))

@@ -1,6 +1,7 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse,canonicalize)' | FileCheck %s
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{max-group-size=1},canonicalize)' | FileCheck %s --check-prefix=SINGLE
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{fuse-reductions=false},canonicalize)' | FileCheck %s --check-prefix=NORED
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{target=triton},canonicalize)' | FileCheck %s --check-prefix=TRITON
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d1)>
@@ -186,4 +187,71 @@ func.func @no_cycle(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>) -> tensor<8x8xf32>
     linalg.yield %s : f32
   } -> tensor<8x8xf32>
   return %r : tensor<8x8xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#rowred = affine_map<(d0, d1) -> (d0)>
+#v = affine_map<(d0) -> (d0)>
+
+// Two row sums over different extents (16 and 8) share the outer space: one C++ kernel, but a
+// Triton program tiles a single [rows, RBLOCK] space, so for Triton they stay apart.
+// CHECK-LABEL: func.func @two_row_sums
+// CHECK-NEXT:    call @ember_fused_sum_add_0(%arg0, %arg1)
+// CHECK-NEXT:    return
+// TRITON-LABEL: func.func @two_row_sums
+// TRITON-COUNT-2: call @ember_fused_sum
+// TRITON-NEXT:   return
+func.func @two_row_sums(%x: tensor<4x16xf32>, %y: tensor<4x8xf32>) -> tensor<4xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %a = linalg.generic {indexing_maps = [#id, #rowred], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<4x16xf32>) outs(%f : tensor<4xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<4xf32>
+  %b = linalg.generic {indexing_maps = [#id, #rowred], iterator_types = ["parallel", "reduction"]}
+      ins(%y : tensor<4x8xf32>) outs(%f : tensor<4xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [#v, #v, #v], iterator_types = ["parallel"]}
+      ins(%a, %b : tensor<4xf32>, tensor<4xf32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%i: f32, %j: f32, %o: f32):
+    %s = arith.addf %i, %j : f32
+    linalg.yield %s : f32
+  } -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// Pooling: -inf padding and init make max pooling a library call with padding 1; sum pooling
+// (avg_pool2d before its division) likewise; the division stays a kernel.
+// CHECK-LABEL: func.func @pooling
+// CHECK:         %[[W:.*]] = tensor.empty() : tensor<3x3xf32>
+// CHECK-NEXT:    "ember.extern"(%arg0, %[[W]]) {params = {dilation = [1, 1], padding = [1, 1], stride = [2, 2]}, target = "aten.max_pool2d"}
+// CHECK:         "ember.extern"(%arg0, %{{.*}}) {params = {dilation = [1, 1], padding = [0, 0], stride = [2, 2]}, target = "aten.sum_pool2d"}
+// CHECK-NOT:     linalg.pooling
+func.func @pooling(%x: tensor<2x3x8x8xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.000000e+00 : f32
+  %p = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+    tensor.yield %ninf : f32
+  } : tensor<2x3x8x8xf32> to tensor<2x3x10x10xf32>
+  %e = tensor.empty() : tensor<2x3x4x4xf32>
+  %f = linalg.fill ins(%ninf : f32) outs(%e : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  %w = tensor.empty() : tensor<3x3xf32>
+  %m = linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>}
+      ins(%p, %w : tensor<2x3x10x10xf32>, tensor<3x3xf32>) outs(%f : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  %z = linalg.fill ins(%zero : f32) outs(%e : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  %w2 = tensor.empty() : tensor<2x2xf32>
+  %s = linalg.pooling_nchw_sum {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>}
+      ins(%x, %w2 : tensor<2x3x8x8xf32>, tensor<2x2xf32>) outs(%z : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  return %m, %s : tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>
 }

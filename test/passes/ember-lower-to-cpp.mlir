@@ -4,7 +4,7 @@
 // Kernels are torch-mlir imports of the op (the @main turned into a kernel func). The C++
 // source is one escaped string attribute: \0A is a newline, \22 a quote.
 
-// CHECK: module attributes {ember.prelude = "// ember C++ kernels{{.*}}ember_max{{.*}}declare reduction(nanmax{{.*}}", ember.target = "cpu"}
+// CHECK: module attributes {ember.prelude = "// ember C++ kernels{{.*}}ember_max{{.*}}declare reduction(nanmax{{.*}}static inline float ember_exp(float x){{.*}}static inline float ember_erf(float x){{.*}}", ember.target = "cpu"}
 
 // Broadcast read: the bias is indexed by the inner loop only.
 // CHECK-LABEL: func.func private @bcast_add
@@ -18,6 +18,19 @@
 // NOVEC-SAME: #pragma omp parallel for\0A  for
 // NOVEC-NOT: simd
 // NOVEC-SAME: ember.symbol = "bcast_add"
+
+// All operands contiguous: one flattened loop over 64*48 (parallel simd above the OpenMP
+// threshold), indexed by the flat variable directly; exp is the prelude's vectorizable one.
+// CHECK-LABEL: func.func private @flat_exp
+// CHECK-SAME: #pragma omp simd\0A  for (int64_t [[F:f[0-9]+]] = 0; [[F]] < 3072; ++[[F]]) {
+// CHECK-SAME: in0[[[F]]]
+// CHECK-SAME: in1[[[F]]]
+// CHECK-SAME: ember_exp(
+// CHECK-SAME: out0[[[F]]] =
+// CHECK-SAME: ember.symbol = "flat_exp"
+// NOVEC-LABEL: func.func private @flat_exp
+// NOVEC-SAME: #pragma omp parallel for\0A  for (int64_t [[F:f[0-9]+]] = 0; [[F]] < 3072;
+// NOVEC-SAME: ember.symbol = "flat_exp"
 
 // Transposed read: the loop order follows the output, the load of x.t() is strided.
 // CHECK-LABEL: func.func private @transpose_read
@@ -33,7 +46,7 @@
 // CHECK-SAME: ember_max<float>(
 // CHECK-SAME: float [[SUM:acc[0-9]+]] = 0.0f;\0A    #pragma omp simd reduction(+:[[SUM]])
 // CHECK-SAME: - [[MAX]]);
-// CHECK-SAME: std::exp(
+// CHECK-SAME: ember_exp(
 // CHECK-SAME: #pragma omp simd\0A    for
 // CHECK-SAME: / [[SUM]]);
 // CHECK-SAME: ember.symbol = "softmax"
@@ -94,6 +107,17 @@ module {
     ^bb0(%in: f32, %in_0: f32, %out: f32):
       %2 = arith.addf %in, %in_0 : f32
       linalg.yield %2 : f32
+    } -> tensor<64x48xf32>
+    return %1 : tensor<64x48xf32>
+  }
+
+  func.func private @flat_exp(%arg0: tensor<64x48xf32>, %arg1: tensor<64x48xf32>) -> tensor<64x48xf32> attributes {ember.kernel = "pointwise"} {
+    %0 = tensor.empty() : tensor<64x48xf32>
+    %1 = linalg.generic {indexing_maps = [#bcast_add_m0, #bcast_add_m0, #bcast_add_m0], iterator_types = ["parallel", "parallel"]} ins(%arg0, %arg1 : tensor<64x48xf32>, tensor<64x48xf32>) outs(%0 : tensor<64x48xf32>) {
+    ^bb0(%in: f32, %in_0: f32, %out: f32):
+      %2 = arith.addf %in, %in_0 : f32
+      %3 = math.exp %2 : f32
+      linalg.yield %3 : f32
     } -> tensor<64x48xf32>
     return %1 : tensor<64x48xf32>
   }

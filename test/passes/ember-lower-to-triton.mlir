@@ -106,3 +106,28 @@ func.func private @ember_fused_gather_0(%arg0: tensor<4x6xi64>, %arg1: tensor<10
   return %r : tensor<4x6x16xbf16>
 }
 
+
+// -----
+
+// Full reduction (no outer space): one row (XBLOCK=1), and the store's pointer is widened to the
+// tile, because tl.store broadcasts value and mask to the pointer and never the pointer itself.
+// CHECK-LABEL: func.func private @ember_fused_sum_0
+// CHECK-SAME: tl.sum(
+// CHECK-SAME: tl.store(out0 + 0 + tl.zeros([XBLOCK, 1], tl.int32),
+// CHECK-SAME: XBLOCK=1, RBLOCK=128
+// LOOP-LABEL: func.func private @ember_fused_sum_0
+// LOOP-SAME: for roff in range(0, rnumel, RBLOCK):
+// LOOP-SAME: tl.store(out0 + 0 + tl.zeros([XBLOCK, 1], tl.int32),
+func.func private @ember_fused_sum_0(%arg0: tensor<4x30xf32>) -> tensor<f32>
+    attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<f32>
+  %s0 = linalg.fill ins(%zero : f32) outs(%e : tensor<f32>) -> tensor<f32>
+  %s = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]}
+      ins(%arg0 : tensor<4x30xf32>) outs(%s0 : tensor<f32>) {
+  ^bb0(%a: f32, %o: f32):
+    %x = arith.addf %a, %o : f32
+    linalg.yield %x : f32
+  } -> tensor<f32>
+  return %s : tensor<f32>
+}

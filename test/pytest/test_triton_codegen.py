@@ -90,6 +90,10 @@ CASES = {
                    1e-5),
     "sum_cols": (lambda x: x.sum(0), lambda: (torch.randn(40, 24),), 1e-5),
     "mean_rows": (lambda x: x.mean(-1), lambda: (torch.randn(9, 70),), 1e-5),
+    # A full reduction has no outer space: its store must still be a block store.
+    "sum_all": (lambda x: x.sum(), lambda: (torch.randn(7, 33),), 1e-5),
+    "mean_all_bf16": (lambda x: (x * x).mean(), lambda: (torch.randn(6, 40, dtype=torch.bfloat16),),
+                      1e-2),
     "embedding": (lambda i, w: torch.nn.functional.embedding(i, w) * 2.0,
                   lambda: (torch.randint(0, 10, (4, 6)), torch.randn(10, 16)), 1e-5),
 }
@@ -113,7 +117,7 @@ def test_interpreter_matches_eager(name):
 
 
 @pytest.mark.parametrize("name", ["gelu_chain_bf16", "softmax", "layer_norm", "embedding",
-                                  "sum_cols"])
+                                  "sum_cols", "sum_all"])
 def test_aot_compiles_for_cuda_and_hip(name):
     source, symbols, *_ = _single_kernel_case(name)
     results = triton_aot.compile_isolated(source, symbols)
@@ -129,6 +133,16 @@ def test_looped_reduction_matches_eager():
     assert "for roff in range(" in source
     (out,) = run_interpreted(source, symbols[0], [x], [(x.shape, x.dtype)])
     assert rel_err(out, torch.softmax(x, -1)) < 1e-5
+    results = triton_aot.compile_isolated(source, symbols)
+    assert not triton_aot.failures(results), results
+
+
+def test_looped_full_reduction_matches_eager():
+    x = torch.randn(9, 70)
+    source, symbols, _ = lower(lambda t: t.sum(), x, options="max-rblock=64 autotune=false")
+    assert "for roff in range(" in source and "XBLOCK=1," in source
+    (out,) = run_interpreted(source, symbols[0], [x], [((), x.dtype)])
+    assert rel_err(out, x.sum()) < 1e-5
     results = triton_aot.compile_isolated(source, symbols)
     assert not triton_aot.failures(results), results
 
