@@ -109,10 +109,10 @@ class Result:
     extra: dict = field(default_factory=dict)
 
 
-def run_backend(case: str, backend: str, fn, args, ref, device="cpu", options=None,
-                repeats: int = 20, max_seconds: float = 20.0) -> Result:
-    """Compiles `fn` with `backend` ("eager" runs it as is), checks it against `ref`, times it.
-    A failure is recorded in `Result.error`, not raised, so one broken case doesn't stop a table."""
+def prepare_backend(case: str, backend: str, fn, args, ref, device="cpu", options=None):
+    """Compiles `fn` with `backend` ("eager" runs it as is), runs it once (the compile) and checks
+    it against `ref`. Returns (Result, callable or None on failure); a failure is recorded in
+    `Result.error`, not raised, so one broken case doesn't stop a table."""
     res = Result(case, backend)
     try:
         torch._dynamo.reset()
@@ -127,13 +127,21 @@ def run_backend(case: str, backend: str, fn, args, ref, device="cpu", options=No
             out, res.compile_s = timed_first_call(compiled, *args, device=device)
             if backend == "ember":
                 res.extra.update(ember_summary())
-            res.rel_err = rel_err(out, ref) if ref is not None else 0.0
-            res.ms = median_ms(compiled, *args, repeats=repeats, device=device,
-                               max_seconds=max_seconds)
+        res.rel_err = rel_err(out, ref) if ref is not None else 0.0
+        return res, compiled
     except Exception as err:  # noqa: BLE001 - a benchmark table reports, it doesn't crash
         res.error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         traceback.print_exc()
-    return res
+        return res, None
+
+
+def time_interleaved(prepared, args, repeats: int = 20, device="cpu") -> None:
+    """Fills `Result.ms` for each (Result, callable) that compiled, timing them in alternation."""
+    ok = [(r, f) for r, f in prepared if f is not None]
+    with torch.no_grad():
+        times = interleaved_median_ms([f for _, f in ok], *args, repeats=repeats, device=device)
+    for (r, _), ms in zip(ok, times):
+        r.ms = ms
 
 
 def _clear_ember_reports() -> None:
@@ -164,8 +172,8 @@ def format_table(results: list[Result]) -> str:
     lines = ["| case | backend | median ms | speed-up | first call s | rel. err vs eager | note |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for r in results:
-        if r.error:
-            lines.append(f"| {r.case} | {r.backend} | failed | | | | {r.error[:80]} |")
+        if r.error or r.ms is None:
+            lines.append(f"| {r.case} | {r.backend} | failed | | | | {(r.error or '')[:80]} |")
             continue
         base = eager.get(r.case)
         speed = f"x{base / r.ms:.2f}" if base and r.ms else ""

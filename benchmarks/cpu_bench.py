@@ -22,7 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import format_table, machine_info, run_backend, tolerance, write_json  # noqa: E402
+from common import (format_table, machine_info, prepare_backend, time_interleaved,  # noqa: E402
+                    tolerance, write_json)
 
 
 def chain(x):
@@ -80,20 +81,25 @@ def main(argv=None) -> int:
         fn, inputs, matmul = all_cases[name]
         with torch.no_grad():
             ref = fn(*inputs)
+        prepared = []
         for backend in backends:
             opts = {"target": args.target} if backend == "ember" else None
-            r = run_backend(name, backend, fn, inputs, ref, options=opts, repeats=args.repeats)
+            r, compiled = prepare_backend(name, backend, fn, inputs, ref, options=opts)
             if r.rel_err is not None and backend != "eager":
                 r.extra["tolerance"] = tolerance(torch.float32, matmul)
                 r.extra["ok"] = (r.rel_err < r.extra["tolerance"]
                                  and not r.extra.get("eager_fallback_ops"))
+            prepared.append((r, compiled))
+        # Backends are timed in alternation: load from other processes falls on all alike.
+        time_interleaved(prepared, inputs, repeats=args.repeats)
+        for r, _ in prepared:
             results.append(r)
             status = r.error or f"{r.ms:.3f} ms (first call {r.compile_s:.1f} s)"
-            print(f"  {name:11s} {backend:9s} {status}", file=sys.stderr, flush=True)
+            print(f"  {name:11s} {r.backend:9s} {status}", file=sys.stderr, flush=True)
 
     info = machine_info()
-    print(f"CPU benchmark: torch {info['torch']}, {info['threads']} threads, "
-          f"median of {args.repeats} after warm-up; rel. err = ||out-eager||/||eager||")
+    print(f"CPU benchmark: torch {info['torch']}, {info['threads']} threads, median of "
+          f"{args.repeats} (backends interleaved) after warm-up; rel. err = ||out-eager||/||eager||")
     print(format_table(results))
     if args.json:
         write_json(args.json, results, {**info, "mlp_rows": args.mlp_rows, "target": args.target})

@@ -93,15 +93,27 @@ class PreparedGraph:
     single: bool = False            # the original graph returned one bare value, not a tuple
 
 
+# Placement kwargs of factory ops: the compiled graph runs where its inputs are, and torch-mlir
+# cannot lower a `device=cuda` constant (it leaves `torch.constant.int` behind).
+_PLACEMENT_KWARGS = ("device", "layout", "pin_memory")
+
+
+def _strip_placement(node: fx.Node) -> None:
+    if node.op == "call_function" and any(k in node.kwargs for k in _PLACEMENT_KWARGS):
+        node.kwargs = {k: v for k, v in node.kwargs.items() if k not in _PLACEMENT_KWARGS}
+
+
 def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node]) -> fx.GraphModule:
-    """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed; all
-    placeholders stay so that both graphs take the original inputs."""
+    """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed and factory
+    ops' placement kwargs dropped; all placeholders stay so that both graphs take the original
+    inputs."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in gm.graph.nodes:
         if node.op == "output":
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
+        _strip_placement(env[node])
     graph.output(tuple(env[n] for n in outputs))
     graph.eliminate_dead_code()
     sub = fx.GraphModule(gm, graph)

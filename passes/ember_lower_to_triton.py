@@ -360,7 +360,10 @@ def _source(k: _Kernel, sched, writer) -> str:
     cfgs = ", ".join(f"triton.Config({c!r}, num_warps={w})" for c, w in k.configs)
     if len(k.configs) > 1:
         keys = [p for p in k.jit_params if p in k.numels]
-        lines.append(f"@_ember_autotune(configs=[{cfgs}], key={keys!r})")
+        # ember-buffer-reuse may give an output the memory of an input (in-place): timing a
+        # config runs the kernel, so the inputs are restored after each trial.
+        restore = writer.in_names
+        lines.append(f"@_ember_autotune(configs=[{cfgs}], key={keys!r}, restore={restore!r})")
     lines.append("@triton.jit")
     params = k.jit_params + [f"{c}: tl.constexpr" for c in k.constexprs]
     lines.append(f"def {jit}({', '.join(params)}):")

@@ -18,12 +18,12 @@ import triton
 import triton.language as tl
 
 
-def _ember_autotune(configs, key):
+def _ember_autotune(configs, key, restore=()):
     # The interpreter has no GPU to time configurations on: it runs the first one.
     import os
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         configs = configs[:1]
-    return triton.autotune(configs=configs, key=key)
+    return triton.autotune(configs=configs, key=key, restore_value=list(restore) or None)
 
 
 @triton.jit

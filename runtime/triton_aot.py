@@ -155,10 +155,12 @@ def _kernel_key(fn, signature, constexprs, num_warps):
     return (src, tuple(sorted(signature.items())), tuple(sorted(constexprs.items())), num_warps)
 
 
-def compile_sources(sources, targets=DEFAULT_TARGETS) -> dict:
+def compile_sources(sources, targets=DEFAULT_TARGETS, shard=(0, 1)) -> dict:
     """compile_for_targets over several generated modules, each distinct kernel (same jit
-    source, signature, constexprs and warps) compiled once. Returns
+    source, signature, constexprs and warps) compiled once; with `shard=(k, n)` only the
+    distinct kernels whose key hashes to k modulo n. Returns
     {"<module index>:<jit fn name>": {target: "ok" | error}}."""
+    import hashlib
     results: dict[str, dict[str, str]] = {}
     done: dict = {}
     for i, text in enumerate(sources):
@@ -178,6 +180,10 @@ def compile_sources(sources, targets=DEFAULT_TARGETS) -> dict:
                 key = _kernel_key(fn, signature, constexprs, num_warps)
                 if key in done:
                     continue
+                digest = hashlib.sha256(repr(key).encode()).digest()
+                if int.from_bytes(digest[:8], "little") % shard[1] != shard[0]:
+                    done[key] = None
+                    continue
                 per_target = done[key] = results.setdefault(label, {})
                 for spec in targets:
                     target = _target(spec)
@@ -194,33 +200,41 @@ def compile_sources(sources, targets=DEFAULT_TARGETS) -> dict:
 
 def compile_sources_isolated(sources, targets=DEFAULT_TARGETS, jobs: int | None = None,
                              timeout: float = 1800) -> dict:
-    """compile_sources in fresh interpreters (see compile_isolated), the distinct sources split
-    over `jobs` parallel subprocesses (default: the CPU count, at most 8)."""
+    """compile_sources in fresh interpreters (see compile_isolated), the distinct kernels split
+    over `jobs` parallel subprocesses (default: the CPU count, at most 8); each subprocess
+    loads every module and compiles its share."""
     import json
     import subprocess
     sources = list(dict.fromkeys(sources))
     if not sources:
         return {}
-    jobs = max(1, min(jobs or min(os.cpu_count() or 1, 8), len(sources)))
-    shards = [list(range(k, len(sources), jobs)) for k in range(jobs)]
+    jobs = max(1, jobs or min(os.cpu_count() or 1, 8))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    procs = []
-    for shard in shards:
-        payload = json.dumps({"sources": [sources[i] for i in shard],
-                              "targets": [list(_target_tuple(t)) for t in targets]})
-        p = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        procs.append((shard, p, payload))
     results: dict[str, dict[str, str]] = {}
     errors = []
-    for shard, p, payload in procs:
-        out, err = p.communicate(payload, timeout=timeout)
-        if p.returncode != 0:
-            errors.append(err[-4000:])
-            continue
-        for label, per in json.loads(out.strip().splitlines()[-1]).items():
-            i, _, rest = label.partition(":")
-            results[f"{shard[int(i)]}:{rest}"] = per
+    with tempfile.TemporaryDirectory(prefix="ember_aot_") as tmp:
+        procs = []
+        for k in range(jobs):
+            files = [os.path.join(tmp, f"{k}.{x}") for x in ("in", "out", "err")]
+            with open(files[0], "w") as f:
+                json.dump({"sources": sources, "shard": [k, jobs],
+                           "targets": [list(_target_tuple(t)) for t in targets]}, f)
+            # Files, not pipes: every subprocess starts at once and none blocks on a full pipe.
+            with open(files[0]) as fin, open(files[1], "w") as fout, open(files[2], "w") as ferr:
+                procs.append((subprocess.Popen([sys.executable, "-m", __name__], stdin=fin,
+                                               stdout=fout, stderr=ferr, env=env), files))
+        for p, files in procs:
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            with open(files[1]) as fout, open(files[2]) as ferr:
+                out, err = fout.read(), ferr.read()
+            if p.returncode != 0 or not out.strip():
+                errors.append(f"exit {p.returncode}: {err[-4000:]}")
+                continue
+            results.update(json.loads(out.strip().splitlines()[-1]))
     if errors:
         raise RuntimeError("AOT compile subprocess failed:\n" + "\n".join(errors))
     return results
@@ -236,7 +250,8 @@ if __name__ == "__main__":
     import json
     request = json.loads(sys.stdin.read())
     if "sources" in request:
-        out = compile_sources(request["sources"], [tuple(t) for t in request["targets"]])
+        out = compile_sources(request["sources"], [tuple(t) for t in request["targets"]],
+                              tuple(request.get("shard", (0, 1))))
     else:
         out = compile_for_targets(request["source"], request["names"],
                                   [tuple(t) for t in request["targets"]])

@@ -154,3 +154,17 @@ def test_transposed_operand():
     source, symbols, _ = lower(lambda a, b: a + b.t(), x, y)
     (out,) = run_interpreted(source, symbols[0], [x, y], [(x.shape, x.dtype)])
     assert rel_err(out, x + y.t()) < 1e-5
+
+
+def test_aot_batch_dedupes_and_reports_errors():
+    """compile_sources_isolated (what test_zz_triton_aot.py runs over the whole session):
+    a kernel shared by two modules compiles once; a kernel only the real compiler rejects
+    (a non-power-of-2 arange, which Python executes fine) is reported, not raised."""
+    source, symbols, *_ = _single_kernel_case("broadcast_add")
+    bad = source.replace("tl.arange(0, XBLOCK)", "tl.arange(0, XBLOCK - 1)")
+    assert bad != source
+    results = triton_aot.compile_sources_isolated([source, source, bad], jobs=2)
+    assert len(results) == 2, results
+    bad_results = triton_aot.failures(results)
+    assert list(bad_results) == [f"1:{symbols[0]}_kernel"], results
+    assert set(bad_results[f"1:{symbols[0]}_kernel"]) == {"cuda:90", "hip:gfx942"}
