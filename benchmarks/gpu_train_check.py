@@ -22,9 +22,11 @@ def _rel(a, b) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def _step(model, make_inputs, loss_fn):
+def _step(model, run, make_inputs, loss_fn):
+    """`run` is `model` or its compiled wrapper; gradients are read off `model` itself (the
+    wrapper's parameter names carry an `_orig_mod.` prefix)."""
     model.zero_grad(set_to_none=True)
-    out = model(*make_inputs())
+    out = run(*make_inputs())
     loss = loss_fn(out)
     loss.backward()
     return loss.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters()
@@ -36,11 +38,11 @@ def check(name, model, make_inputs, loss_fn, results):
     ember.clear_reports()
     ref_model = copy.deepcopy(model)
     torch.manual_seed(0)
-    ref_loss, ref_grads = _step(ref_model, make_inputs, loss_fn)
+    ref_loss, ref_grads = _step(ref_model, ref_model, make_inputs, loss_fn)
     compiled = torch.compile(model, backend="ember")
     t0 = time.perf_counter()
     torch.manual_seed(0)
-    loss, grads = _step(compiled, make_inputs, loss_fn)
+    loss, grads = _step(model, compiled, make_inputs, loss_fn)
     torch.cuda.synchronize()
     first = time.perf_counter() - t0
     biggest = max(g.double().norm().item() for g in ref_grads.values())
