@@ -130,6 +130,7 @@ LIBRARY_OPS = frozenset({
     "aten.convolution_backward.default",
     "aten.max_pool2d_with_indices.default",
     "aten.max_pool2d_with_indices_backward.default",
+    "aten.index_put.default",          # scatter(-add): embedding backward
 })
 
 

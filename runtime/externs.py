@@ -67,8 +67,13 @@ def _convolution(p: dict[str, Any]) -> ExternFn:
 
     def run(ins, outs):
         bias = ins[2] if len(ins) > 2 else None
-        conv_out(ins[0], ins[1], bias, stride, padding, dilation, transposed, output_padding,
-                 groups, out=outs[0])
+        if outs[0].dtype == ins[0].dtype:
+            conv_out(ins[0], ins[1], bias, stride, padding, dilation, transposed,
+                     output_padding, groups, out=outs[0])
+        else:  # bf16/f16 input, f32 accumulator type in the IR: round as eager does
+            outs[0].copy_(torch.ops.aten.convolution(ins[0], ins[1], bias, stride, padding,
+                                                     dilation, transposed, output_padding,
+                                                     groups))
     return run
 
 
