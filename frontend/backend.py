@@ -60,7 +60,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
 
     def compiler(kind):
         def compile_graph(fx_gm, inputs):
-            graph = EmberGraph(fx_gm, opts, decompositions=decomps, graph_id=f"{base}-{kind}")
+            graph = EmberGraph(fx_gm, opts, kind=kind, decompositions=decomps,
+                               graph_id=f"{base}-{kind}")
             boxed = make_boxed_func(graph)  # AOTAutograd's calling convention: one list
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed

@@ -88,7 +88,7 @@ def _summary(module) -> dict[str, Any]:
 
 
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
-                   dump: DebugDump) -> tuple[Callable, dict[str, Any]]:
+                   dump: DebugDump, kind: str = "graph") -> tuple[Callable, dict[str, Any]]:
     """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
     failure. Returns the runtime's callable and the report fields it knows."""
     from ..runtime.executor import load
@@ -105,6 +105,12 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]
     compiled = load(program, device, cache=options.cache_dir)
+    # Only inference graphs: a training forward returns its saved activations, which the
+    # graph's outputs would have to copy out on every step.
+    if options.cudagraphs and kind == "inference" and device.type == "cuda":
+        from ..runtime.cuda_graphs import GraphedProgram
+        compiled = GraphedProgram(compiled)
+        summary["cudagraphs"] = True
     return compiled, summary
 
 
@@ -169,7 +175,8 @@ class EmberGraph:
             run = self._fallback(prep.gm, tensors, target, graph_id, None, report)
         elif prep.gm is not None:
             try:
-                run, summary = compile_static(prep.gm, tensors, self.options, target, dump)
+                run, summary = compile_static(prep.gm, tensors, self.options, target, dump,
+                                              self.kind)
                 report.update(summary)
             except Exception as err:
                 if not self.options.fallback:

@@ -30,6 +30,8 @@ class CompileOptions:
     fallback: run ops ember cannot compile with eager torch (with one warning per graph)
       instead of raising.
     pipeline: a full pass pipeline string replacing the default one.
+    cudagraphs: on a GPU, replay inference graphs as CUDA graphs (one launch per call instead
+      of one per kernel; outputs are copied out of the graph's memory).
     """
 
     target: str = "auto"
@@ -38,6 +40,7 @@ class CompileOptions:
     cache_dir: str | None = None
     fallback: bool = True
     pipeline: str | None = None
+    cudagraphs: bool = True
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -47,9 +50,10 @@ class CompileOptions:
                 or self.max_group_size < 1):
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
-        if not isinstance(self.fallback, bool):
-            raise OptionsError(f"ember: option 'fallback' must be True or False; "
-                               f"got {self.fallback!r}")
+        for name in ("fallback", "cudagraphs"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionsError(f"ember: option '{name}' must be True or False; "
+                                   f"got {getattr(self, name)!r}")
         for name in ("debug_dir", "cache_dir", "pipeline"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
