@@ -222,7 +222,7 @@ class EmberGraph:
         if self.allow_partition:
             try:
                 split, ops = partition_graph(gm, self.options, target, graph_id,
-                                             self.decompositions)
+                                             self.decompositions, self.kind)
             except Exception as perr:  # probing itself failed: the whole graph runs eagerly
                 split, ops = None, None
                 err = perr

@@ -121,7 +121,30 @@ def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node]) -> fx.GraphModule:
     return sub
 
 
+def _drop_unused_pool_indices(gm: fx.GraphModule) -> None:
+    """`max_pool2d_with_indices` whose indices nobody reads (inference) becomes `max_pool2d`,
+    which ember compiles (a library call) instead of running the indices variant in torch."""
+    aten = torch.ops.aten
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.max_pool2d_with_indices.default:
+            continue
+        users = list(node.users)
+        if not all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+            continue
+        with gm.graph.inserting_before(node):
+            pool = gm.graph.call_function(aten.max_pool2d.default, node.args, node.kwargs)
+        val = node.meta.get("val")
+        if isinstance(val, (tuple, list)):
+            pool.meta["val"] = val[0]
+        for u in users:
+            u.replace_all_uses_with(pool)
+            gm.graph.erase_node(u)
+        gm.graph.erase_node(node)
+    gm.recompile()
+
+
 def prepare(gm: fx.GraphModule) -> PreparedGraph:
+    _drop_unused_pool_indices(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (tuple, list))

@@ -139,7 +139,7 @@ def library_nodes(gm: fx.GraphModule) -> set[fx.Node]:
 
 
 def partition_graph(gm: fx.GraphModule, options: CompileOptions, target: str, graph_id: str,
-                    decompositions=None) -> tuple[fx.GraphModule | None, list[str]]:
+                    decompositions=None, kind: str = "graph") -> tuple[fx.GraphModule | None, list[str]]:
     """The graph split into ember-compiled submodules and torch-run nodes (library ops and
     nodes ember cannot compile), and the names of the latter (the eager fallbacks); (None, [])
     when there is nothing to split out (the failure is elsewhere)."""
@@ -159,7 +159,7 @@ def partition_graph(gm: fx.GraphModule, options: CompileOptions, target: str, gr
     for i, node in enumerate(n for n in split.graph.nodes if n.op == "call_module"):
         sub = split.get_submodule(node.target)
         setattr(split, node.target, _Compiled(EmberGraph(
-            sub, options, graph_id=f"{graph_id}.p{i}", allow_partition=False,
+            sub, options, kind=kind, graph_id=f"{graph_id}.p{i}", allow_partition=False,
             decompositions=decompositions)))
     split.recompile()
     return split, names

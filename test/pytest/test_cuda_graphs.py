@@ -51,6 +51,7 @@ def test_changed_parameter_storage_falls_back_correctly():
 
 
 def test_cudagraphs_option_off():
+    ember.clear_reports()
     model = _model()
     compiled = torch.compile(model, backend="ember", options={"cudagraphs": False})
     with torch.no_grad():
