@@ -130,12 +130,14 @@ def _models():
             ("GPT-2 small (8x256)", gpt2)]
 
 
-def model_cases(reps, results, backends):
+def model_cases(reps, results, backends, only_models=None, dtypes=("float32", "bfloat16")):
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     for name, build in _models():
-        for dtype in (torch.float32, torch.bfloat16):
-            tag = str(dtype).replace("torch.", "")
+        if only_models and not any(m.lower() in name.lower() for m in only_models):
+            continue
+        for tag in dtypes:
+            dtype = getattr(torch, tag)
             try:
                 torch.manual_seed(0)
                 model, args = build(dtype)
@@ -154,6 +156,9 @@ def main(argv=None):
     ap.add_argument("--only", choices=["kernels", "models"], default=None)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--backends", default="eager,inductor,ember")
+    ap.add_argument("--models", default=None,
+                    help="comma-separated name parts, e.g. resnet,gpt (default: all three)")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("gpu_bench.py needs a GPU")
@@ -175,7 +180,9 @@ def main(argv=None):
         if args.only in (None, "kernels"):
             kernel_cases(args.reps, results, backends)
         if args.only in (None, "models"):
-            model_cases(args.reps, results, backends)
+            model_cases(args.reps, results, backends,
+                        args.models.split(",") if args.models else None,
+                        tuple(args.dtypes.split(",")))
     finally:
         meta["total_s"] = round(time.perf_counter() - start, 1)
         with open(args.out, "w") as f:
