@@ -131,6 +131,16 @@ LIBRARY_OPS = frozenset({
     "aten.max_pool2d_with_indices.default",
     "aten.max_pool2d_with_indices_backward.default",
     "aten.index_put.default",          # scatter(-add): embedding backward
+    # attention: flash / memory-efficient / cuDNN kernels (and their backward)
+    "aten.scaled_dot_product_attention.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_flash_attention_backward.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_efficient_attention_backward.default",
+    "aten._scaled_dot_product_cudnn_attention.default",
+    "aten._scaled_dot_product_cudnn_attention_backward.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default",
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
 })
 
 
