@@ -10,7 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-TARGETS = ("auto", "cpu", "cuda", "rocm", "triton")
+from ..runtime.env import TARGETS
 DEFAULT_MAX_GROUP_SIZE = 64
 
 

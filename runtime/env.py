@@ -16,7 +16,10 @@ from typing import Mapping
 class RuntimeEnv:
     cache_dir: Path                 # EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else ~/.cache/ember
     debug_dir: Path | None          # EMBER_DEBUG_DIR: where the frontend dumps IR/sources, if set
-    target: str | None              # EMBER_TARGET: "cpu" | "triton" override, if set
+    target: str | None              # EMBER_TARGET: default compile target, if set
+
+
+TARGETS = ("auto", "cpu", "cuda", "rocm", "triton")
 
 
 def read_env(environ: Mapping[str, str] | None = None) -> RuntimeEnv:
@@ -30,8 +33,8 @@ def read_env(environ: Mapping[str, str] | None = None) -> RuntimeEnv:
         cache = base / "ember"
     debug = Path(e["EMBER_DEBUG_DIR"]) if e.get("EMBER_DEBUG_DIR") else None
     target = e.get("EMBER_TARGET") or None
-    if target is not None and target not in ("cpu", "triton"):
-        raise ValueError(f"EMBER_TARGET={target!r}: expected 'cpu' or 'triton'")
+    if target is not None and target not in TARGETS:
+        raise ValueError(f"EMBER_TARGET={target!r}: expected one of {', '.join(TARGETS)}")
     return RuntimeEnv(cache_dir=cache.expanduser(), debug_dir=debug, target=target)
 
 
