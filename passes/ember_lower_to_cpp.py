@@ -13,6 +13,7 @@ from torch_mlir import ir
 from .base import Pass, PassError
 from .cpp_emitter import PRELUDE, emit_kernel
 from .kernel_schedule import Unschedulable
+from .graph_utils import attach_kernel_sources
 from .registry import register
 
 
@@ -30,17 +31,11 @@ class EmberLowerToCpp(Pass):
     vectorize: bool = True
 
     def run(self, module: ir.Operation) -> None:
-        ctx = module.context
-        for op in module.regions[0].blocks[0].operations:
-            if op.operation.name != "func.func" or "ember.kernel" not in op.attributes:
-                continue
-            name = ir.StringAttr(op.attributes["sym_name"]).value
+        def lower(op, name):
             try:
-                src = emit_kernel(op, name, self.omp_min_elements, self.vectorize)
+                return emit_kernel(op, name, self.omp_min_elements, self.vectorize)
             except Unschedulable as err:
                 raise PassError(f"cannot lower kernel @{name} to C++: {err.reason}",
                                 err.location or op.location) from None
-            op.attributes["ember.source"] = ir.StringAttr.get(src, ctx)
-            op.attributes["ember.symbol"] = ir.StringAttr.get(name, ctx)
-        module.attributes["ember.target"] = ir.StringAttr.get("cpu", ctx)
-        module.attributes["ember.prelude"] = ir.StringAttr.get(PRELUDE, ctx)
+
+        attach_kernel_sources(module, "cpu", PRELUDE, lower)

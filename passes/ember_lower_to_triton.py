@@ -24,6 +24,7 @@ from .base import Pass, PassError
 from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_maps,
                               schedule_kernel, shape, type_name)
 from .kernel_expr import ExprBuilder
+from .graph_utils import attach_kernel_sources
 from .registry import register
 from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp
 
@@ -403,15 +404,7 @@ class EmberLowerToTriton(Pass):
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
-            for op in module.regions[0].blocks[0].operations:
-                if op.operation.name != "func.func" or "ember.kernel" not in op.attributes:
-                    continue
-                src = self.lower(op)
-                op.attributes["ember.source"] = ir.StringAttr.get(src)
-                op.attributes["ember.symbol"] = ir.StringAttr.get(
-                    ir.StringAttr(op.attributes["sym_name"]).value)
-            module.attributes["ember.target"] = ir.StringAttr.get("triton")
-            module.attributes["ember.prelude"] = ir.StringAttr.get(PRELUDE)
+            attach_kernel_sources(module, "triton", PRELUDE, lambda op, name: self.lower(op))
 
     def lower(self, fn) -> str:
         try:

@@ -122,3 +122,19 @@ def stable_topological_sort(block) -> None:
         raise ValueError("cycle in function body")
     for o in order:
         o.move_before(terminator)
+
+
+def attach_kernel_sources(module, target: str, prelude: str, lower) -> None:
+    """The lowering passes' common shape: `lower(kernel_func, name) -> source` for every
+    `ember.kernel` function, stored as `ember.source` / `ember.symbol` on it, and the module's
+    `ember.target` / `ember.prelude` (docs/internals.md, stage 4)."""
+    ctx = module.context
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name != "func.func" or "ember.kernel" not in op.attributes:
+            continue
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        src = lower(op, name)
+        op.attributes["ember.source"] = ir.StringAttr.get(src, ctx)
+        op.attributes["ember.symbol"] = ir.StringAttr.get(name, ctx)
+    module.attributes["ember.target"] = ir.StringAttr.get(target, ctx)
+    module.attributes["ember.prelude"] = ir.StringAttr.get(prelude, ctx)

@@ -21,28 +21,22 @@ def _operands(p: dict[str, Any], first: int):
     return get
 
 
-def _mm(p: dict[str, Any]) -> ExternFn:
-    ab = _operands(p, 0)
+def _matmul(op: Callable) -> Callable[[dict[str, Any]], ExternFn]:
+    """torch.mm / torch.bmm into the planned output."""
+    def make(p: dict[str, Any]) -> ExternFn:
+        ab = _operands(p, 0)
 
-    def run(ins, outs):
-        a, b = ab(ins)
-        if outs[0].dtype == a.dtype:
-            torch.mm(a, b, out=outs[0])
-        else:  # bf16/f16 inputs, f32 result (torch-mlir's accumulator type): as eager rounds
-            outs[0].copy_(torch.mm(a, b))
-    return run
+        def run(ins, outs):
+            a, b = ab(ins)
+            if outs[0].dtype == a.dtype:
+                op(a, b, out=outs[0])
+            else:  # bf16/f16 inputs, f32 result (torch-mlir's accumulator type): as eager rounds
+                outs[0].copy_(op(a, b))
+        return run
+    return make
 
 
-def _bmm(p: dict[str, Any]) -> ExternFn:
-    ab = _operands(p, 0)
-
-    def run(ins, outs):
-        a, b = ab(ins)
-        if outs[0].dtype == a.dtype:
-            torch.bmm(a, b, out=outs[0])
-        else:
-            outs[0].copy_(torch.bmm(a, b))
-    return run
+_mm, _bmm = _matmul(torch.mm), _matmul(torch.bmm)
 
 
 def _addmm(p: dict[str, Any]) -> ExternFn:
