@@ -168,7 +168,8 @@ class TritonLang:
                 return f"(({a} != {a}) | ({b} != {b}))"
             return "True" if pred == "true" else "False"
         if kind == "arith.select":
-            return f"tl.where({args[0]}, {args[1]}, {args[2]})"
+            # i1 values loaded from memory arrive as integers; tl.where wants a boolean.
+            return f"tl.where(({args[0]}) != 0, {args[1]}, {args[2]})"
         if kind == "arith.floordivsi":
             a, b = args
             return (f"tl.where((({a} % {b}) != 0) & (({a} < 0) != ({b} < 0)), "
