@@ -7,10 +7,8 @@ import math
 
 import re
 
-from torch_mlir import ir
-
 from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, indexing_maps,
-                              iterator_types, schedule_kernel, shape, type_name)
+                              iterator_types, schedule_kernel, type_name)
 
 PRELUDE = r"""// ember C++ kernels (generated)
 #include <cmath>

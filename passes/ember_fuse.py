@@ -2,20 +2,20 @@
 
 Invariant established (docs/internals.md, stage 2): every public function holds only host-side
 ops (`func.call` of a kernel, `ember.extern`, views, constants, `tensor.empty`, `func.return`);
-every other
-computation sits in a private `func.func` marked `ember.kernel` ("pointwise" or "reduction") whose
-loop structure code generation can handle. Matmul, batched matmul and convolution become
-`ember.extern` calls of library kernels.
+every other computation sits in a private `func.func` marked `ember.kernel` ("pointwise" or
+"reduction") whose loop structure code generation can handle (for the `target` option's code
+generator). Matmul, batched matmul, convolution and 2-D pooling become `ember.extern` calls of
+library kernels.
 
 How groups are chosen (a scheduler in the style of Inductor's): every compute op starts as its own
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
 groups merge when the merged group (a) stays acyclic with the rest of the graph, (b) has at most
 `max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
 Cheap producers (constants, `tensor.empty`, fills of a constant) are cloned into every kernel that
-reads them instead of being passed in. `explain(module)` lists each decision for reports.
+reads them instead of being passed in. Each kernel names what it fuses in `ember.ops`
+(report.json's `fused_groups`).
 """
 import dataclasses
-from collections import defaultdict
 
 from torch_mlir import ir
 from torch_mlir.dialects import func
@@ -24,7 +24,7 @@ from ..dialects import KERNEL_ATTR
 from . import fusion_legality
 from .base import Pass, PassError
 from .graph_utils import (
-    bytes_of, defining_op, element_count, is_zero_constant, op_name, stable_topological_sort,
+    bytes_of, defining_op, is_zero_constant, op_name, stable_topological_sort,
     users,
 )
 from .registry import register
@@ -452,16 +452,3 @@ def _next_kernel_index(module) -> int:
         if op_name(op) == "func.func" and KERNEL_ATTR in op.attributes:
             n += 1
     return n
-
-
-def explain(module) -> list[dict]:
-    """One entry per kernel: its name, kind and the ops it fuses (for report.json)."""
-    out = []
-    for op in module.regions[0].blocks[0].operations:
-        if op_name(op) == "func.func" and KERNEL_ATTR in op.attributes:
-            out.append({
-                "kernel": ir.StringAttr(op.attributes["sym_name"]).value,
-                "kind": ir.StringAttr(op.attributes[KERNEL_ATTR]).value,
-                "ops": [ir.StringAttr(a).value for a in ir.ArrayAttr(op.attributes["ember.ops"])],
-            })
-    return out

@@ -373,7 +373,7 @@ def _source(k: _Kernel, sched, writer) -> str:
     lines.append("")
     n_in = len(writer.args)
     lines.append(f"def {k.name}(*tensors):")
-    lines.append(f"    sizes = [d for t in tensors for d in t.shape]")
+    lines.append("    sizes = [d for t in tensors for d in t.shape]")
     for name, expr in k.numels.items():
         lines.append(f"    {name} = {expr}")
     for idx, name in sorted(writer.lang.dynamic_sizes.items()):

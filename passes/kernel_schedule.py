@@ -29,7 +29,7 @@ must return one Expr per op result (the accumulators) placed in the scope the in
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Optional
 
 from torch_mlir import ir
 
@@ -361,7 +361,7 @@ def _scalar_op(op) -> bool:
 
 def _slice_dims(op) -> list[tuple[int, int]]:
     """(source dim, result dim) pairs of an extract_slice (rank-reducing drops unit sizes)."""
-    src, res = op.operands[0], op.results[0]
+    res = op.results[0]
     sizes = _int_array(op.attributes["static_sizes"])
     rr = len(shape(res))
     pairs, r = [], 0
