@@ -182,6 +182,7 @@ MATH = {"exp": "ember_exp", "exp2": "std::exp2", "log": "ember_log", "log2": "st
         "copysign": "std::copysign", "fma": "std::fma", "erfc": "std::erfc",
         "atanh": "std::atanh", "asinh": "std::asinh", "acosh": "std::acosh"}
 # Reduction combiners that OpenMP can reduce (user-declared ones keep NaN semantics).
+NAN_MINMAX = {"maximumf": "max", "minimumf": "min"}
 OMP_RED = {"addf": "+", "addi": "+", "mulf": "*", "muli": "*", "maximumf": "nanmax",
            "minimumf": "nanmin", "maxnumf": "max", "minnumf": "min", "maxsi": "max",
            "minsi": "min", "ori": "|", "andi": "&", "xori": "^"}
@@ -398,34 +399,52 @@ class _Emitter:
         maps = indexing_maps(op)
         n_in = len(op.inputs)
         rvars = frozenset(v for _, v in red)
-        accs, kinds, results = [], [], []
+        accs, kinds, results, nans = [], [], [], {}
         used = [k for k, r in enumerate(op.results) if any(True for _ in r.uses)]
         for k, r in enumerate(op.results):
             ty = type_name(r.type)
             acc = b.fresh("acc")
+            kind, operand = combiner(op, k, used)
             if k in used:
                 init = b.value_at(op.outputs[k], b.apply_map(maps[n_in + k], full))
                 b.emit_into(target, f"{CTYPE[ty]} {acc} = {init.text};")
+                if kind in NAN_MINMAX and self.vec:
+                    nans[k] = (b.fresh("nan"), operand)
+                    b.emit_into(target, f"int {nans[k][0]} = 0;")
             accs.append(Expr(acc, rvars))
             # The accumulator is final only after its loop: it counts as bound by the scope
             # that declares it, so its users are placed there, after the loop (never hoisted
             # into the loop-free preamble, even for a full reduction).
             target.binds.add(acc)
             results.append(Expr(acc, deps | {acc}))
-            kinds.append(combiner(op, k, used)[0])
+            kinds.append(kind)
         scopes = [self.loop(g, v) for g, v in red]
         parent = target
         for sc in scopes:
             b.push(sc, parent)
             parent = sc
-        ys = [(k, b.generic_yield(op, k, full, outs=accs)) for k in used]
-        for k, y in ys:
-            parent.stmts.append(f"{accs[k].text} = {y.text};")
+        for k in used:
+            a = accs[k].text
+            if k in nans:
+                # NaN-propagating max/min that vectorizes: a plain compare-select under an
+                # OpenMP max/min reduction, and a flag for NaNs (reduced with |) that the
+                # result takes after the loop. (A user-defined reduction does not vectorize.)
+                nan, operand = nans[k]
+                f = b.generic_value(op, operand, full, outs=accs).text
+                cmp = ">" if NAN_MINMAX[kinds[k]] == "max" else "<"
+                parent.stmts.append(f"{a} = {f} {cmp} {a} ? {f} : {a};")
+                parent.stmts.append(f"{nan} |= ({f} != {f});")
+            else:
+                parent.stmts.append(f"{a} = {b.generic_yield(op, k, full, outs=accs).text};")
         for _ in scopes:
             b.pop()
         b.stack = saved
+        for k, (nan, _) in nans.items():
+            b.emit_into(target, f"if ({nan}) {accs[k].text} = NAN;")
         if scopes and all(kinds[k] in OMP_RED for k in used):
-            clause = " ".join(f"reduction({OMP_RED[kinds[k]]}:{accs[k].text})" for k in used)
+            red_op = {k: NAN_MINMAX[kinds[k]] if k in nans else OMP_RED[kinds[k]] for k in used}
+            clause = " ".join(f"reduction({red_op[k]}:{accs[k].text})" for k in used)
+            clause += "".join(f" reduction(|:{nan})" for nan, _ in nans.values())
             coll = f" collapse({len(scopes)})" if len(scopes) > 1 else ""
             par = self.par_clause([g for g, _ in red]) if target is b.stack[0] else None
             simd = " simd" if self.vec else ""

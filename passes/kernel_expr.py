@@ -353,6 +353,11 @@ class ExprBuilder:
     def generic_yield(self, op, k, loops, outs: Optional[list] = None) -> Expr:
         """The k-th yielded value of generic `op` with loop indices `loops`; `outs` overrides
         the output block arguments (accumulators in a reduction)."""
+        term = list(op.regions[0].blocks[0].operations)[-1]
+        return self.generic_value(op, term.operands[k], loops, outs)
+
+    def generic_value(self, op, value, loops, outs: Optional[list] = None) -> Expr:
+        """Any scalar `value` of generic `op`'s body, as generic_yield evaluates yields."""
         block = op.regions[0].blocks[0]
         n_in = len(op.inputs)
         maps = indexing_maps(op)
@@ -366,7 +371,7 @@ class ExprBuilder:
                 ctx[arg] = (lambda v=operands[i], m=maps[i]: self.value_at(v, self.apply_map(m, loops)))
             else:
                 ctx[arg] = (lambda v=operands[i]: self.scalar(v, {}))
-        return self.scalar(list(block.operations)[-1].operands[k], ctx)
+        return self.scalar(value, ctx)
 
     def scalar(self, v: ir.Value, ctx: dict) -> Expr:
         """A scalar SSA value: a block argument in `ctx`, a constant, or an arith/math op."""
