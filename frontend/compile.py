@@ -87,6 +87,24 @@ def _summary(module) -> dict[str, Any]:
     }
 
 
+# What a CUDA graph saves per launch it replaces (Python + driver), and the device bandwidth its
+# output copies cost; both rough, measured on an H200 (docs/internals.md, CUDA graphs).
+LAUNCH_OVERHEAD_S = 5e-6
+COPY_BYTES_PER_S = 2e12
+
+
+def graph_pays_off(program) -> bool:
+    launches = sum(1 for s in program.steps if s.kind in ("kernel", "extern"))
+    out_bytes = 0
+    for vid in program.outputs:
+        v = program.values[vid]
+        n = 1
+        for d in v.shape:
+            n *= d
+        out_bytes += n * torch.empty((), dtype=getattr(torch, v.dtype)).element_size()
+    return launches * LAUNCH_OVERHEAD_S > 2 * out_bytes / COPY_BYTES_PER_S
+
+
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
                    dump: DebugDump, kind: str = "graph") -> tuple[Callable, dict[str, Any]]:
     """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
@@ -105,9 +123,11 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]
     compiled = load(program, device, cache=options.cache_dir)
-    # Only inference graphs: a training forward returns its saved activations, which the
-    # graph's outputs would have to copy out on every step.
-    if options.cudagraphs and kind == "inference" and device.type == "cuda":
+    # Only inference graphs (a training forward returns its saved activations, which the
+    # graph's outputs would have to copy out on every step), and only where the launches saved
+    # outweigh that copy: a replay clones its outputs out of the graph's memory.
+    if (options.cudagraphs and kind == "inference" and device.type == "cuda"
+            and graph_pays_off(program)):
         from ..runtime.cuda_graphs import GraphedProgram
         compiled = GraphedProgram(compiled)
         summary["cudagraphs"] = True

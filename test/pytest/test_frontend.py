@@ -321,3 +321,18 @@ def test_mlp_compiles_without_fallback():
     bad = [(r["graph_id"], r["status"], r.get("error")) for r in reports
            if r["status"] not in ("compiled", "host-only")]
     assert not bad, bad
+
+
+def test_cuda_graph_heuristic_weighs_launches_against_output_copies():
+    from ember.frontend.compile import graph_pays_off
+    from ember.runtime.program import Program, Step, ValueInfo
+
+    def program(n_steps, out_shape):
+        vals = [ValueInfo((8,), "float32"), ValueInfo(out_shape, "float32")]
+        return Program("triton", "python", "", vals, 1,
+                       [Step("kernel", "k", (0,), (1,))] * n_steps, [1])
+
+    # One pointwise kernel writing 1 GiB: a replay would add a full copy of its output.
+    assert not graph_pays_off(program(1, (1 << 28,)))
+    # A transformer-sized graph: 150 launches, a 6 MiB output.
+    assert graph_pays_off(program(150, (16, 128, 768)))
