@@ -101,7 +101,7 @@ def graph_pays_off(program) -> bool:
         n = 1
         for d in v.shape:
             n *= d
-        out_bytes += n * torch.empty((), dtype=getattr(torch, v.dtype)).element_size()
+        out_bytes += n * getattr(torch, v.dtype).itemsize
     return launches * LAUNCH_OVERHEAD_S > 2 * out_bytes / COPY_BYTES_PER_S
 
 
