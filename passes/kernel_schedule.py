@@ -236,21 +236,26 @@ class KernelSchedule:
     def _link(self, op, uf, note):
         name = op_name(op)
         if name == "linalg.generic":
+            # An init that the body never reads (a tensor.empty, often shared by several ops
+            # after CSE) only gives the result its shape: linking its dims would tie together
+            # the loops of every op that shares it.
             maps = indexing_maps(op)
-            operands = list(op.inputs) + list(op.outputs)
-            for m, v in zip(maps, operands):
+            ins, outs = list(op.inputs), list(op.outputs)
+            block_args = list(op.regions[0].blocks[0].arguments)
+            linked = list(zip(maps, ins))
+            for k, (m, v) in enumerate(zip(maps[len(ins):], outs)):
+                linked.append((m, op.results[k]))
+                if _is_read(block_args[len(ins) + k]):
+                    linked.append((m, v))
+            for m, v in linked:
                 for k, e in enumerate(m.results):
                     if isinstance(e, ir.AffineDimExpr):
                         uf.union((v, k), (op, "loop", ir.AffineDimExpr(e).position))
-            for k, r in enumerate(op.results):
-                for i in range(len(shape(r))):
-                    uf.union((r, i), (op.outputs[k], i))
             for j in range(len(iterator_types(op))):
                 uf.find((op, "loop", j))
         elif name in ("linalg.fill", "linalg.transpose", "linalg.broadcast"):
+            # The init (operand -1) is never read: its dims are not linked (see above).
             res = op.results[0]
-            for i in range(len(shape(res))):
-                uf.union((res, i), (op.operands[-1], i))
             if name == "linalg.transpose":
                 for i, p in enumerate(_int_array(op.attributes["permutation"])):
                     uf.union((res, i), (op.operands[0], p))
@@ -338,9 +343,17 @@ class KernelSchedule:
                                     "that has inner dims")
             allowed |= set(inner)
             self.outputs.append(Output(r, self.dims(r), inner))
+        for v in self.args + [r for op in self.ops for r in op.results]:
+            if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v):
+                continue
+            gs = [g for g in self.dims(v) if not self.unit(g)]
+            if len(set(gs)) != len(gs):
+                # e.g. x read as x[i, j] by one op and as x[j, i] by another
+                raise Unschedulable("two dims of one tensor map to the same loop (it is read "
+                                    "under two different index maps)", _location(v))
         for op in self.ops:
             for v in op.results:
-                if not isinstance(v.type, ir.RankedTensorType):
+                if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v):
                     continue
                 bad = [g for g in self.dims(v) if g not in allowed and not self.unit(g)]
                 if bad:
@@ -351,6 +364,19 @@ class KernelSchedule:
                 if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
                                         "access)", op.location)
+
+
+def _is_read(block_arg) -> bool:
+    return any(True for _ in block_arg.uses)
+
+
+def _is_empty(v) -> bool:
+    """A tensor.empty result: a shape with no contents, never read by a kernel."""
+    return isinstance(v, ir.OpResult) and op_name(v.owner) == "tensor.empty"
+
+
+def _location(v):
+    return v.owner.location if isinstance(v, ir.OpResult) else None
 
 
 def _scalar_op(op) -> bool:

@@ -330,3 +330,26 @@ module {
     return %m : tensor<4x4xf32>
   }
 }
+
+// -----
+
+// Two transposes of one input with different permutations share one (CSE'd) tensor.empty init.
+// The init is never read, so it must not tie their loops together: both results are stored from
+// one loop nest, each through its own index (the shared init once made two loops one variable,
+// a diagonal copy).
+// CHECK-LABEL: void two_transposes(
+// CHECK: for (int64_t [[B:i[0-9_]+]] = 0; [[B]] < 4;
+// CHECK: for (int64_t [[A:i[0-9_]+]] = 0; [[A]] < 3;
+// CHECK: for (int64_t [[C:i[0-9_]+]] = 0; [[C]] < 3;
+// CHECK: out0[(((([[B]] * 3) + [[A]]) * 3) + [[C]])] =
+// CHECK: for (int64_t [[D:i[0-9_]+]] = 0; [[D]] < 3;
+// CHECK: out1[(((([[B]] * 3) + [[D]]) * 3) + [[A]])] =
+module {
+  func.func private @two_transposes(%a: tensor<3x4x3xf32>) -> (tensor<4x3x3xf32>, tensor<4x3x3xf32>)
+      attributes {ember.kernel = "pointwise"} {
+    %e = tensor.empty() : tensor<4x3x3xf32>
+    %t0 = linalg.transpose ins(%a : tensor<3x4x3xf32>) outs(%e : tensor<4x3x3xf32>) permutation = [1, 0, 2]
+    %t1 = linalg.transpose ins(%a : tensor<3x4x3xf32>) outs(%e : tensor<4x3x3xf32>) permutation = [1, 2, 0]
+    return %t0, %t1 : tensor<4x3x3xf32>, tensor<4x3x3xf32>
+  }
+}

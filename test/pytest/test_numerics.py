@@ -223,6 +223,28 @@ def test_shape_ops(name, target, device, interpreted):
     check(SHAPES[name], (randn(shape3(interpreted), device),), target)
 
 
+def _key_cache(x):
+    """GPT-2's attention keys: heads split off, appended to an empty cache, used transposed."""
+    k = x.view(2, 4, 3, 4).permute(0, 2, 1, 3)
+    cache = torch.cat([torch.tensor([], device=x.device), k], -2)  # an empty cache: a copy
+    return cache, cache.transpose(-1, -2) * 0.5
+
+
+SQUARE = {
+    # two layouts of one tensor whose results share a shape (GPT-2's key cache and its transpose)
+    "two_permutes": lambda x: (x.transpose(1, 2) * 1.0, x.permute(0, 2, 3, 1) * 1.0),
+    "two_permuted_copies": lambda x: (x.transpose(1, 2).contiguous(),
+                                      x.permute(0, 2, 3, 1).contiguous()),
+    "key_cache": lambda x: _key_cache(x),
+    "plus_own_transpose": lambda x: x + x.transpose(1, 3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SQUARE))
+def test_square_layouts(name, target, device, interpreted):
+    check(SQUARE[name], (randn((2, 4, 3, 4), device),), target)
+
+
 # --------------------------------------------------------------------------- matmul family
 
 def test_matmul_bias_gelu(target, device, interpreted):
