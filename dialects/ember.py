@@ -14,7 +14,9 @@ variadic operand list: IRDL binds each constraint variable to the first type it 
 values of one variadic field must all have the same type (llvm-project
 mlir/lib/Dialect/IRDL/IRDLLoading.cpp, `ConstraintVerifier`), and kernels take and return
 tensors of different shapes. `func.call` carries any signature and its callee is verified.
-Extensible (IRDL) dialects have no properties, so attributes go in the `{...}` dictionary.
+A library kernel called with arguments of any types (attention, convolution backward, scans)
+is likewise a `func.call` of a private, body-less `func.func` marked `ember.library` (see
+frontend/library_calls.py). Extensible (IRDL) dialects have no properties, so attributes go in the `{...}` dictionary.
 """
 
 from typing import Any, Optional
@@ -23,6 +25,7 @@ from torch_mlir import ir
 from torch_mlir.dialects.ext import Dialect, DialectAlreadyLoadedError, Operand, Result, result
 
 KERNEL_ATTR = "ember.kernel"
+LIBRARY_ATTR = "ember.library"
 
 # Library kernels ember knows how to call, with their operand counts (min, max).
 EXTERN_TARGETS: dict[str, tuple[int, int]] = {
@@ -96,8 +99,12 @@ KERNEL_KINDS = ("pointwise", "reduction")
 
 def verify_module(module_op) -> None:
     """Checks what op verifiers cannot see alone: every function marked `ember.kernel` is private,
-    has a body and a known kind. Emits a located diagnostic and raises `ValueError`."""
+    has a body and a known kind; every `ember.library` declaration is private, body-less and
+    describes its arguments and results. Emits a located diagnostic and raises `ValueError`."""
     for op in module_op.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func" and LIBRARY_ATTR in op.attributes:
+            _verify_library(op)
+            continue
         if op.operation.name != "func.func" or KERNEL_ATTR not in op.attributes:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
@@ -114,3 +121,29 @@ def verify_module(module_op) -> None:
         if problem:
             op.location.emit_error(problem)
             raise ValueError(problem)
+
+
+def _verify_library(op) -> None:
+    """A library declaration (frontend/library_calls.py): private, no body, an ATen overload
+    name, one `ember.tensor_args` name per argument, one `ember.results` index per result."""
+    name = ir.StringAttr(op.attributes["sym_name"]).value
+    ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+    target = op.attributes[LIBRARY_ATTR]
+    target = ir.StringAttr(target).value if isinstance(target, ir.StringAttr) else ""
+    problem = None
+    if len(target.split(".")) != 3 or not target.startswith("aten."):
+        problem = f"library @{name}: 'ember.library' must name an ATen overload (aten.<op>.<overload>)"
+    elif "sym_visibility" not in op.attributes or \
+            ir.StringAttr(op.attributes["sym_visibility"]).value != "private":
+        problem = f"library @{name} must be private"
+    elif len(op.regions[0].blocks) != 0:
+        problem = f"library @{name} is a declaration: it must have no body"
+    elif "ember.tensor_args" not in op.attributes or \
+            len(ir.ArrayAttr(op.attributes["ember.tensor_args"])) != len(ftype.inputs):
+        problem = f"library @{name}: 'ember.tensor_args' must name each of its {len(ftype.inputs)} arguments"
+    elif "ember.results" not in op.attributes or \
+            len(ir.DenseI64ArrayAttr(op.attributes["ember.results"])) != len(ftype.results):
+        problem = f"library @{name}: 'ember.results' must give an output index for each of its {len(ftype.results)} results"
+    if problem:
+        op.location.emit_error(problem)
+        raise ValueError(problem)

@@ -106,16 +106,23 @@ def graph_pays_off(program) -> bool:
 
 
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
-                   dump: DebugDump, kind: str = "graph") -> tuple[Callable, dict[str, Any]]:
+                   dump: DebugDump, kind: str = "graph",
+                   library=()) -> tuple[Callable, dict[str, Any]]:
     """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
-    failure. Returns the runtime's callable and the report fields it knows."""
+    failure. `library`: nodes called as ATen library kernels inside the program
+    (frontend/library_calls.py). Returns the runtime's callable and the report fields it knows."""
     from ..runtime.executor import load
     from .importer import import_fx, new_context
+    from .library_calls import outline, stitch
     from .schedule import export_program
 
+    calls = []
+    if library:
+        gm, calls = outline(gm, library)
     ctx = new_context()
     with ctx, torch.no_grad():
         module = import_fx(gm, ctx)
+        stitch(module, calls)
         dump.stage("import", module)
         run_pipeline(module, default_pipeline(options, target), dump)
         program = export_program(module)
@@ -187,17 +194,23 @@ class EmberGraph:
             "planned_peak_bytes": 0, "unplanned_peak_bytes": 0,
         }
         run: Callable | None = None
+        from .library_calls import can_outline
         from .partition import library_nodes, op_name
-        library = library_nodes(prep.gm) if prep.gm is not None and self.allow_partition else ()
+        library = library_nodes(prep.gm) if prep.gm is not None and self.allow_partition else set()
+        # Library ops whose arguments and results are plain tensors become calls inside the
+        # program; any other (a tuple or symbolic int escaping) splits the graph around it.
+        inline = {n for n in library if can_outline(n)}
         if library:
             report["library_calls"] = sorted(op_name(n) for n in library)
+        if library - inline:
             report["num_externs"] = len(library)
             run = self._fallback(prep.gm, tensors, target, graph_id, None, report)
         elif prep.gm is not None:
             try:
                 run, summary = compile_static(prep.gm, tensors, self.options, target, dump,
-                                              self.kind)
+                                              self.kind, library=inline)
                 report.update(summary)
+                report["num_externs"] = report.get("num_externs", 0) + len(inline)
             except Exception as err:
                 if not self.options.fallback:
                     raise EmberCompileError(f"ember: compiling graph {graph_id} failed: "

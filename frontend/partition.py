@@ -123,14 +123,17 @@ class _Compiled(torch.nn.Module):
         return self.graph_fn(*args)
 
 
-# ATen ops that ember calls as library kernels at the graph level, as Inductor does with its
-# fallback kernels: cuDNN/oneDNN own these, and generated code would only be slower. They run
-# through torch between ember-compiled parts and are reported as library calls, not fallbacks.
+# ATen ops that ember calls as library kernels, as Inductor does with its fallback kernels:
+# cuDNN/oneDNN/flash own these, and generated code would only be slower. Where their arguments
+# and results are plain tensors they are calls inside the compiled program
+# (library_calls.py); otherwise the graph is split around them. Either way they are reported as
+# library calls, not fallbacks.
 LIBRARY_OPS = frozenset({
     "aten.convolution_backward.default",
     "aten.max_pool2d_with_indices.default",
     "aten.max_pool2d_with_indices_backward.default",
     "aten.index_put.default",          # scatter(-add): embedding backward
+    "aten.cumsum.default",             # scans (position ids from an attention mask)
     # attention: flash / memory-efficient / cuDNN kernels (and their backward)
     "aten.scaled_dot_product_attention.default",
     "aten._scaled_dot_product_flash_attention.default",

@@ -2,7 +2,8 @@
 
 Walks `@main` in order. Block arguments are value ids 0..n-1; every host op result gets the next
 id. The host side holds only kernel launches (`func.call` of a func marked `ember.kernel`; the
-older `ember.fused` is read too), ember.extern, views, constants and tensor.empty.
+older `ember.fused` is read too), library calls (`func.call` of a declaration marked
+`ember.library`), ember.extern, views, constants and tensor.empty.
 """
 from __future__ import annotations
 
@@ -146,6 +147,14 @@ def kernel_ops(func) -> list[str]:
     return [attr_to_python(a) for a in ir.ArrayAttr(func.attributes["ember.ops"])]
 
 
+def library_params(decl) -> dict[str, Any]:
+    """What the runtime needs to call an `ember.library` declaration's ATen op (see
+    frontend/library_calls.py): operand names, other arguments, which outputs are results."""
+    return {"tensor_args": attr_to_python(decl.attributes["ember.tensor_args"]),
+            "kwargs": attr_to_python(decl.attributes["ember.params"]),
+            "results": attr_to_python(decl.attributes["ember.results"])}
+
+
 def export_program(module: ir.Module, func_name: str = "main") -> Program:
     funcs = find_funcs(module)
     if func_name not in funcs:
@@ -189,6 +198,10 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
         if name in ("func.call", "ember.fused"):
             ref = op.attributes["callee" if name == "func.call" else "kernel"]
             callee = funcs.get(ir.FlatSymbolRefAttr(ref).value)
+            if callee is not None and "ember.library" in callee.attributes:
+                steps.append(Step("library", _str_attr(callee, "ember.library"), ins, outs,
+                                  library_params(callee)))
+                continue
             if callee is None or "ember.kernel" not in callee.attributes:
                 raise ScheduleError(f"{op.location}: {name} of {ref}, which is not an ember "
                                     f"kernel")

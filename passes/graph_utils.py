@@ -127,14 +127,21 @@ def stable_topological_sort(block) -> None:
 def attach_kernel_sources(module, target: str, prelude: str, lower) -> None:
     """The lowering passes' common shape: `lower(kernel_func, name) -> source` for every
     `ember.kernel` function, stored as `ember.source` / `ember.symbol` on it, and the module's
-    `ember.target` / `ember.prelude` (docs/internals.md, stage 4)."""
+    `ember.target` / `ember.prelude` (docs/internals.md, stage 4).
+
+    A kernel whose source is an earlier kernel's but for its name (the same layer repeated in a
+    transformer) gets an empty `ember.source` and the earlier one's `ember.symbol`: the code is
+    built (and JIT-compiled, autotuned) once."""
     ctx = module.context
+    seen: dict[str, str] = {}
     for op in module.regions[0].blocks[0].operations:
         if op.operation.name != "func.func" or "ember.kernel" not in op.attributes:
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
         src = lower(op, name)
-        op.attributes["ember.source"] = ir.StringAttr.get(src, ctx)
-        op.attributes["ember.symbol"] = ir.StringAttr.get(name, ctx)
+        key = src.replace(name, "\0")
+        symbol = seen.setdefault(key, name)
+        op.attributes["ember.source"] = ir.StringAttr.get(src if symbol == name else "", ctx)
+        op.attributes["ember.symbol"] = ir.StringAttr.get(symbol, ctx)
     module.attributes["ember.target"] = ir.StringAttr.get(target, ctx)
     module.attributes["ember.prelude"] = ir.StringAttr.get(prelude, ctx)

@@ -17,7 +17,7 @@ import torch
 
 from .cache import ArtifactCache, as_cache, python_identity
 from .cpp_build import load_library
-from .externs import resolve
+from .externs import resolve, resolve_library
 from .program import Program, Step, ValueInfo
 
 _ARENA_ALIGN = 64
@@ -157,6 +157,14 @@ class CompiledProgram:
             def run_ext(vals, efn=efn, ins=ins, outs=outs):
                 efn([vals[i] for i in ins], [vals[o] for o in outs])
             return self._alloc_runs(s.outputs) + [run_ext]
+        if s.kind == "library":
+            lfn = resolve_library(s.name, dict(s.params))
+            ins, outs = tuple(s.inputs), tuple(s.outputs)
+
+            def run_lib(vals, lfn=lfn, ins=ins, outs=outs):
+                for o, t in zip(outs, lfn([vals[i] for i in ins])):
+                    vals[o] = t
+            return [run_lib]
         if s.kind == "view":
             (i,), (o,) = s.inputs, s.outputs
             shape = tuple(vals_info[o].shape)

@@ -127,3 +127,33 @@ def resolve(name: str, params: dict[str, Any]) -> ExternFn:
     if name.startswith("aten."):
         return _generic(name, params)
     raise ValueError(f"ember runtime: unknown extern op {name!r}; known: {sorted(_TABLE)}")
+
+
+def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]:
+    """A library step (`Step.kind == "library"`): `name` is an ATen overload
+    ("aten._scaled_dot_product_efficient_attention.default"). Returns `run(inputs) -> outputs`:
+    the op's own result tensors (made contiguous, the layout every kernel assumes)."""
+    parts = name.split(".")
+    if len(parts) != 3 or parts[0] != "aten":
+        raise ValueError(f"ember runtime: library op {name!r} is not 'aten.<op>.<overload>'")
+    packet = getattr(torch.ops.aten, parts[1], None)
+    op = getattr(packet, parts[2], None) if packet is not None else None
+    if op is None:
+        raise ValueError(f"ember runtime: unknown library op {name!r}")
+    names = list(params.get("tensor_args", []))
+    kwargs = dict(params.get("kwargs", {}))
+    lists = {k[:-4]: v for k, v in kwargs.items() if k.endswith(".len")}
+    for k in lists:
+        del kwargs[k + ".len"]
+    results = list(params.get("results", [0]))
+    plain = [n for n in names if "[" not in n]
+
+    def run(ins: list) -> list:
+        args = dict(kwargs)
+        args.update(zip(plain, (t for n, t in zip(names, ins) if "[" not in n)))
+        for k, n in lists.items():
+            args[k] = [t for nm, t in zip(names, ins) if nm.startswith(k + "[")]
+        r = op(**args)
+        r = r if isinstance(r, (tuple, list)) else (r,)
+        return [r[i] if r[i].is_contiguous() else r[i].contiguous() for i in results]
+    return run

@@ -23,6 +23,10 @@ class Step:
 
     kind = "kernel": call generated kernel `name` with `inputs`, writing `outputs`.
     kind = "extern": call library op `name` ("aten.mm", ...) with `params`.
+    kind = "library": call ATen op `name` ("aten.cumsum.default"); params: "tensor_args" (the
+                     schema name of each input, "indices[0]" for list elements), "kwargs" (the
+                     other arguments), "results" (which of the op's outputs are `outputs`).
+                     The outputs are the op's own tensors (no arena offset, no copy).
     kind = "view":   outputs[0] is inputs[0] reshaped to its shape (no copy).
     kind = "const":  outputs[0] is the constant params["value"] (nested lists or a scalar).
     kind = "empty":  outputs[0] is uninitialised memory of its shape.

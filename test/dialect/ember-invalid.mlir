@@ -63,3 +63,21 @@ func.func @public_kernel(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.k
 
 // expected-error @+1 {{kernel @no_body has no body}}
 func.func private @no_body(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.kernel = "pointwise"}
+
+// -----
+
+// Library declarations (frontend/library_calls.py) are checked the same way.
+// expected-error @+1 {{library @lib_body is a declaration: it must have no body}}
+func.func private @lib_body(%a: tensor<4xf32>) -> tensor<4xf32> attributes {ember.library = "aten.cumsum.default", ember.tensor_args = ["self"], ember.params = {dim = 0 : i64}, ember.results = array<i64: 0>} {
+  return %a : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{library @lib_args: 'ember.tensor_args' must name each of its 2 arguments}}
+func.func private @lib_args(tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> attributes {ember.library = "aten.add.Tensor", ember.tensor_args = ["self"], ember.params = {}, ember.results = array<i64: 0>}
+
+// -----
+
+// expected-error @+1 {{library @lib_name: 'ember.library' must name an ATen overload (aten.<op>.<overload>)}}
+func.func private @lib_name(tensor<4xf32>) -> tensor<4xf32> attributes {ember.library = "cumsum", ember.tensor_args = ["self"], ember.params = {}, ember.results = array<i64: 0>}

@@ -131,3 +131,50 @@ func.func private @ember_fused_sum_0(%arg0: tensor<4x30xf32>) -> tensor<f32>
   } -> tensor<f32>
   return %s : tensor<f32>
 }
+
+// -----
+
+// Two kernels identical but for their names (a repeated transformer layer): the second carries
+// no source and launches the first's code, so it is JIT-compiled and autotuned once. A third that
+// differs (another constant) keeps its own.
+// CHECK-LABEL: func.func private @ember_fused_mul_0
+// CHECK-SAME: ember.source = "{{.*}}def ember_fused_mul_0_kernel(
+// CHECK-SAME: ember.symbol = "ember_fused_mul_0"
+// CHECK-LABEL: func.func private @ember_fused_mul_1
+// CHECK-SAME: ember.source = "", ember.symbol = "ember_fused_mul_0"
+// CHECK-LABEL: func.func private @ember_fused_mul_2
+// CHECK-SAME: ember.source = "{{.*}}def ember_fused_mul_2_kernel(
+// CHECK-SAME: ember.symbol = "ember_fused_mul_2"
+#m = affine_map<(d0) -> (d0)>
+module {
+  func.func private @ember_fused_mul_0(%a: tensor<64xf32>) -> tensor<64xf32> attributes {ember.kernel = "pointwise"} {
+    %c = arith.constant 3.0 : f32
+    %e = tensor.empty() : tensor<64xf32>
+    %r = linalg.generic {indexing_maps = [#m, #m], iterator_types = ["parallel"]} ins(%a : tensor<64xf32>) outs(%e : tensor<64xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %y = arith.mulf %x, %c : f32
+      linalg.yield %y : f32
+    } -> tensor<64xf32>
+    return %r : tensor<64xf32>
+  }
+  func.func private @ember_fused_mul_1(%a: tensor<64xf32>) -> tensor<64xf32> attributes {ember.kernel = "pointwise"} {
+    %c = arith.constant 3.0 : f32
+    %e = tensor.empty() : tensor<64xf32>
+    %r = linalg.generic {indexing_maps = [#m, #m], iterator_types = ["parallel"]} ins(%a : tensor<64xf32>) outs(%e : tensor<64xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %y = arith.mulf %x, %c : f32
+      linalg.yield %y : f32
+    } -> tensor<64xf32>
+    return %r : tensor<64xf32>
+  }
+  func.func private @ember_fused_mul_2(%a: tensor<64xf32>) -> tensor<64xf32> attributes {ember.kernel = "pointwise"} {
+    %c = arith.constant 4.0 : f32
+    %e = tensor.empty() : tensor<64xf32>
+    %r = linalg.generic {indexing_maps = [#m, #m], iterator_types = ["parallel"]} ins(%a : tensor<64xf32>) outs(%e : tensor<64xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %y = arith.mulf %x, %c : f32
+      linalg.yield %y : f32
+    } -> tensor<64xf32>
+    return %r : tensor<64xf32>
+  }
+}

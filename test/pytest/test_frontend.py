@@ -336,3 +336,68 @@ def test_cuda_graph_heuristic_weighs_launches_against_output_copies():
     assert not graph_pays_off(program(1, (1 << 28,)))
     # A transformer-sized graph: 150 launches, a 6 MiB output.
     assert graph_pays_off(program(150, (16, 128, 768)))
+
+
+# ---------------------------------------------------------------- library calls in the program
+
+def test_library_op_is_a_call_inside_one_program():
+    # cumsum is an ATen library kernel: the graph stays one compiled program (no split, no
+    # eager fallback), the call sits between the two kernels.
+    def f(x, w):
+        return torch.cumsum(x * 2.0, 1) + w
+    x, w = torch.randn(6, 33), torch.randn(33)
+    out = compile_(f)(x, w)
+    assert rel_err(out, f(x, w)) < 1e-5
+    (r,) = ember.last_reports()
+    assert r["status"] == "compiled" and r["eager_fallback_ops"] == []
+    assert r["library_calls"] == ["aten.cumsum.default"]
+    assert r["num_kernels"] == 2 and r["num_externs"] == 1
+
+
+def test_training_library_calls_stay_in_program():
+    # Backward of conv + max-pool: convolution_backward and max_pool2d_with_indices_backward
+    # return tuples; the used outputs become results of calls inside the one program.
+    import copy
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                      nn.Linear(8 * 8 * 8, 10))
+    ref_m = copy.deepcopy(m)
+    x = torch.randn(4, 3, 16, 16)
+    cm = compile_(m)
+    cm(x).square().sum().backward()
+    ref_m(x).square().sum().backward()
+    for p, r in zip(m.parameters(), ref_m.parameters()):
+        assert rel_err(p.grad, r.grad) < 1e-4
+    reports = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}
+    assert reports["forward"]["status"] == "compiled"
+    assert reports["forward"]["library_calls"] == ["aten.max_pool2d_with_indices.default"]
+    back = reports["backward"]
+    assert back["status"] == "compiled" and back["eager_fallback_ops"] == []
+    assert back["library_calls"] == ["aten.convolution_backward.default",
+                                     "aten.max_pool2d_with_indices_backward.default"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="flash/efficient attention needs CUDA")
+def test_cuda_attention_is_a_call_inside_one_program():
+    import torch.nn.functional as F
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q * 1.5, k, v, is_causal=True).transpose(1, 2) + 1.0
+    q, k, v = torch.randn(3, 2, 4, 64, 32, device="cuda").unbind(0)
+    out = compile_(f, options={"target": "cuda"})(q, k, v)
+    assert rel_err(out, f(q, k, v)) < 1e-3
+    (r,) = ember.last_reports()
+    assert r["status"] == "compiled" and r["eager_fallback_ops"] == []
+    assert any("scaled_dot_product" in op for op in r["library_calls"])
+
+
+def test_library_call_feeding_another():
+    # The second scan reads the first one's result directly (as conv backward feeds max-pool
+    # backward): the call must take the first call's value, not the placeholder it replaced.
+    def f(x):
+        return torch.cumsum(torch.cumsum(x * 2.0, 1), 0) - 1.0
+    x = torch.randn(5, 7)
+    out = compile_(f)(x)
+    assert rel_err(out, f(x)) < 1e-5
+    (r,) = ember.last_reports()
+    assert r["status"] == "compiled" and r["library_calls"] == ["aten.cumsum.default"] * 2

@@ -1,0 +1,218 @@
+"""ATen library kernels (attention, convolution backward, pooling with indices, scatter, scans)
+as calls inside the compiled program, not as graph breaks.
+
+torch-mlir cannot lower these ops to linalg, and generated code would be slower than the
+vendor kernels anyway. Rather than splitting the graph around them (one ember program per piece,
+torch glue between), each such node is cut out of the FX graph before import and put back into
+the imported module as a call of a body-less private function:
+
+    %o = func.call @ember_lib_0(%q, %k, %v) : (...) -> tensor<8x12x256x64xbf16>
+    func.func private @ember_lib_0(...) -> (...) attributes {
+        ember.library = "aten._scaled_dot_product_efficient_attention.default",
+        ember.tensor_args = ["query", "key", "value"],          // operands, in order
+        ember.params = {compute_log_sumexp = false, dropout_p = 0.0, is_causal = true},
+        ember.results = array<i64: 0>}                          // which op outputs are results
+
+`func.call` is used for the same reason kernels use it (an IRDL op's variadic operands must share
+one type; see dialects/ember.py). The whole graph is then one program: one arena, one CUDA
+graph, no per-piece Python. `outline` does the FX half, `stitch` the MLIR half.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch_mlir import ir
+
+LIBRARY_ATTR = "ember.library"
+
+
+@dataclass
+class LibraryCall:
+    op: str                                   # "aten.cumsum.default"
+    tensor_args: list[str]                    # schema names of the operands ("indices[0]")
+    params: dict[str, Any]                    # the other arguments, by schema name
+    results: list[int]                        # indices into the op's outputs
+    operand_slots: list[int] = field(default_factory=list)   # graph-output index per operand
+    result_slots: list[int] = field(default_factory=list)    # placeholder index per result
+
+
+def _is_tensor(v) -> bool:
+    return isinstance(v, torch.Tensor)
+
+
+def _plain(v) -> bool:
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(isinstance(x, (bool, int, float)) for x in v)
+    return isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format))
+
+
+def _split_args(node: fx.Node):
+    """(tensor operands [(name, node)], params {name: value}) by the op's schema, or None when an
+    argument is neither (a list mixing tensors and None, a symbolic size)."""
+    schema = node.target._schema
+    given = dict(zip((a.name for a in schema.arguments), node.args))
+    given.update(node.kwargs)
+    tensors, params = [], {}
+    for arg in schema.arguments:
+        if arg.name not in given:
+            continue
+        v = given[arg.name]
+        if isinstance(v, fx.Node):
+            if not _is_tensor(v.meta.get("val")):
+                return None
+            tensors.append((arg.name, v))
+        elif isinstance(v, (list, tuple)) and any(isinstance(x, fx.Node) for x in v):
+            if not all(isinstance(x, fx.Node) and _is_tensor(x.meta.get("val")) for x in v):
+                return None
+            tensors.extend((f"{arg.name}[{i}]", x) for i, x in enumerate(v))
+            params[f"{arg.name}.len"] = len(v)
+        elif _plain(v):
+            if v is not None:
+                params[arg.name] = v
+        else:
+            return None
+    return tensors, params
+
+
+def _used_results(node: fx.Node):
+    """[(output index, node whose value it is)] for the tensor outputs used, or None when a use
+    is not a getitem of a tensor (a tuple escaping, a symbolic int output used)."""
+    val = node.meta.get("val")
+    if _is_tensor(val):
+        return [(0, node)]
+    if not isinstance(val, (tuple, list)):
+        return None
+    used = []
+    for user in node.users:
+        if user.target is not operator.getitem or not _is_tensor(user.meta.get("val")):
+            return None
+        used.append((user.args[1], user))
+    return sorted(used, key=lambda p: p[0])
+
+
+def can_outline(node: fx.Node) -> bool:
+    return (isinstance(node.target, torch._ops.OpOverload) and _split_args(node) is not None
+            and _used_results(node) is not None)
+
+
+def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall]]:
+    """A copy of `gm` where each node of `nodes` is cut out: its used tensor outputs become new
+    placeholders (after the others) and its tensor operands new outputs (after the others)."""
+    gm = fx.GraphModule(gm, _copy_graph(gm.graph))
+    graph = gm.graph
+    by_name = {n.name: n for n in graph.nodes}
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    outs = out_node.args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    n_in, calls = len(placeholders), []
+    replaced: dict[fx.Node, fx.Node] = {}
+    last = placeholders[-1] if placeholders else None
+    for old in nodes:
+        node = by_name[old.name]
+        tensors, params = _split_args(node)
+        results = _used_results(node)
+        call = LibraryCall(str(node.target), [t for t, _ in tensors], params,
+                           [i for i, _ in results])
+        for t, arg in tensors:
+            call.operand_slots.append(len(outs))
+            outs.append(arg)
+        for i, user in results:
+            ctx = graph.inserting_after(last) if last is not None else graph.inserting_before(
+                next(iter(graph.nodes)))
+            with ctx:
+                ph = graph.placeholder(f"ember_lib{len(calls)}_out{i}")
+            ph.meta["val"] = user.meta["val"]
+            last = ph
+            call.result_slots.append(n_in)
+            n_in += 1
+            user.replace_all_uses_with(ph)
+            replaced[user] = ph
+        calls.append(call)
+    out_node.args = (tuple(replaced.get(o, o) for o in outs),)
+    for node in reversed(list(graph.nodes)):
+        if node.op == "call_function" and not node.users and (
+                node.target is operator.getitem or node.name in {c.name for c in nodes}):
+            graph.erase_node(node)
+    graph.lint()
+    gm.recompile()
+    return gm, calls
+
+
+def _copy_graph(graph: fx.Graph) -> fx.Graph:
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in graph.nodes:
+        env[n] = new.node_copy(n, lambda x: env[x])   # node_copy keeps `meta`
+    return new
+
+
+def _attr(v: Any) -> ir.Attribute:
+    if isinstance(v, bool):
+        return ir.BoolAttr.get(v)
+    if isinstance(v, int):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)
+    if isinstance(v, float):
+        return ir.FloatAttr.get(ir.F64Type.get(), v)
+    if isinstance(v, (list, tuple)):
+        return ir.ArrayAttr.get([_attr(x) for x in v])
+    return ir.StringAttr.get(str(v))
+
+
+def stitch(module: ir.Module, calls: list[LibraryCall], func_name: str = "main") -> None:
+    """Puts the outlined calls back into `@main`: each becomes a `func.call` of a private
+    `ember.library` declaration; the extra arguments and results `outline` added are removed."""
+    if not calls:
+        return
+    from ..passes.graph_utils import stable_topological_sort
+
+    main = next(op for op in module.body.operations if op.operation.name == "func.func"
+                and ir.StringAttr(op.attributes["sym_name"]).value == func_name)
+    block = main.regions[0].blocks[0]
+    ret = list(block.operations)[-1]
+    ret_vals = list(ret.operands)
+    extra_out = {s for c in calls for s in c.operand_slots}
+    extra_in = sorted({s for c in calls for s in c.result_slots})
+    with main.location, ir.InsertionPoint.at_block_begin(module.body):
+        decls = []
+        for i, c in enumerate(calls):
+            arg_types = [ret_vals[s].type for s in c.operand_slots]
+            res_types = [block.arguments[s].type for s in c.result_slots]
+            decl = ir.Operation.create(
+                "func.func", regions=1,
+                attributes={
+                    "sym_name": ir.StringAttr.get(f"ember_lib_{i}"),
+                    "sym_visibility": ir.StringAttr.get("private"),
+                    "function_type": ir.TypeAttr.get(ir.FunctionType.get(arg_types, res_types)),
+                    LIBRARY_ATTR: ir.StringAttr.get(c.op),
+                    "ember.tensor_args": ir.ArrayAttr.get(
+                        [ir.StringAttr.get(t) for t in c.tensor_args]),
+                    "ember.params": ir.DictAttr.get({k: _attr(v) for k, v in c.params.items()}),
+                    "ember.results": ir.DenseI64ArrayAttr.get(c.results),
+                })
+            decls.append((decl, arg_types, res_types))
+    with main.location, ir.InsertionPoint(ret):
+        for i, (c, (_, _, res_types)) in enumerate(zip(calls, decls)):
+            call = ir.Operation.create(
+                "func.call", results=res_types,
+                # read the return's operands now: an operand may be an earlier call's result
+                operands=[ret.operands[s] for s in c.operand_slots],
+                attributes={"callee": ir.FlatSymbolRefAttr.get(f"ember_lib_{i}")})
+            for k, s in enumerate(c.result_slots):
+                block.arguments[s].replace_all_uses_with(call.results[k])
+        # (read back: the uses of the replaced arguments in the return are the calls now)
+        keep = [v for k, v in enumerate(ret.operands) if k not in extra_out]
+        ir.Operation.create("func.return", operands=keep)
+    ret.erase()
+    for s in reversed(extra_in):
+        block.erase_argument(s)
+    inputs = [a.type for a in block.arguments]
+    results = [v.type for v in keep]
+    main.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, results))
+    stable_topological_sort(block)
