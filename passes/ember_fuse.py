@@ -159,6 +159,47 @@ def _transposed_source(value):
     return None
 
 
+def _narrow_source(value):
+    """If `value` is X (bf16/f16) widened to f32 elementwise (torch-mlir's lowering of a
+    low-precision matmul widens both operands), returns X: the library call reads X itself,
+    with f32 accumulation, as eager does, and no widened copy is made."""
+    op = defining_op(value)
+    if op is None or op_name(op) != "linalg.generic" or len(op.opview.inputs) != 1:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if any(m != ir.AffineMap.get_identity(m.n_dims) for m in maps):
+        return None
+    body = [o for o in op.regions[0].blocks[0].operations]
+    if len(body) != 2 or op_name(body[0]) != "arith.extf" or \
+            body[0].operands[0] != op.regions[0].blocks[0].arguments[0]:
+        return None
+    src = op.opview.inputs[0]
+    if str(ir.RankedTensorType(src.type).element_type) not in ("bf16", "f16"):
+        return None
+    return src
+
+
+def _matmul_operand(value):
+    """(the value a library matmul reads, whether it is read transposed) for a matmul operand:
+    looks through a last-two-dims transpose and a widening to f32, in either order."""
+    transposed = False
+    src = _transposed_source(value)
+    if src is not None:
+        value, transposed = src, True
+    narrow = _narrow_source(value)
+    if narrow is not None:
+        value = narrow
+        src = _transposed_source(value) if not transposed else None
+        if src is not None:
+            value, transposed = src, True
+    return value, transposed
+
+
+def _strip_transpose(value):
+    src = _transposed_source(value)
+    return (value, False) if src is None else (src, True)
+
+
 def _bias_of_broadcast(value):
     """Conv init `linalg.broadcast ins(%b : tensor<F>) dimensions = [0, 2, 3]` -> %b."""
     op = defining_op(value)
@@ -201,14 +242,17 @@ def _convert_externs(fn) -> None:
                 continue  # transposed/broadcast variants stay generic code
             a, b, init = op.operands[0], op.operands[1], op.operands[2]
             params = {}
-            for key, val in (("transpose_a", a), ("transpose_b", b)):
-                src = _transposed_source(val)
-                if src is not None:
-                    params[key] = ir.BoolAttr.get(True)
-                    if key == "transpose_a":
-                        a = src
-                    else:
-                        b = src
+            (na, ta), (nb, tb) = _matmul_operand(a), _matmul_operand(b)
+            if na.type != a.type and (ir.RankedTensorType(na.type).element_type !=
+                                      ir.RankedTensorType(nb.type).element_type
+                                      or not _fill_is_zero(init)):
+                # Only a plain product of two operands of one low precision reads them narrow.
+                (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
+            a, b = na, nb
+            if ta:
+                params["transpose_a"] = ir.BoolAttr.get(True)
+            if tb:
+                params["transpose_b"] = ir.BoolAttr.get(True)
             batched = name == "linalg.batch_matmul"
             if _fill_is_zero(init):
                 target, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]

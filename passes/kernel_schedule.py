@@ -371,8 +371,25 @@ def _is_read(block_arg) -> bool:
 
 
 def _is_empty(v) -> bool:
-    """A tensor.empty result: a shape with no contents, never read by a kernel."""
-    return isinstance(v, ir.OpResult) and op_name(v.owner) == "tensor.empty"
+    """A value whose contents no op reads: a tensor.empty, or a value used only as an init its
+    users never read (a linalg.fill in the outs of a gather's generic). Its dims are linked to
+    nothing, and it is never evaluated."""
+    if not isinstance(v, ir.OpResult):
+        return False
+    if op_name(v.owner) == "tensor.empty":
+        return True
+    uses = list(v.uses)
+    for use in uses:
+        owner, k = use.owner, use.operand_number
+        name = op_name(owner)
+        if name == "linalg.generic":
+            n_in = len(owner.inputs)
+            if k < n_in or _is_read(owner.regions[0].blocks[0].arguments[k]):
+                return False
+        elif name not in ("linalg.fill", "linalg.transpose", "linalg.broadcast") or \
+                k != len(owner.operands) - 1:
+            return False
+    return bool(uses)
 
 
 def _location(v):

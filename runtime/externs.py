@@ -21,22 +21,34 @@ def _operands(p: dict[str, Any], first: int):
     return get
 
 
-def _matmul(op: Callable) -> Callable[[dict[str, Any]], ExternFn]:
-    """torch.mm / torch.bmm into the planned output."""
+def _matmul(op: Callable, widened: Callable) -> Callable[[dict[str, Any]], ExternFn]:
+    """torch.mm / torch.bmm into the planned output. bf16/f16 operands with an f32 result
+    (ember-fuse reads a low-precision matmul's operands narrow): the f32 accumulator itself,
+    as eager's GEMM keeps it before its epilogue rounds, through the `out_dtype` overload (a
+    bf16 tensor-core GEMM, CUDA) or, where that has no kernel, on widened copies."""
     def make(p: dict[str, Any]) -> ExternFn:
         ab = _operands(p, 0)
+        narrow_ok = [True]
 
         def run(ins, outs):
             a, b = ab(ins)
-            if outs[0].dtype == a.dtype:
-                op(a, b, out=outs[0])
-            else:  # bf16/f16 inputs, f32 result (torch-mlir's accumulator type): as eager rounds
-                outs[0].copy_(op(a, b))
+            out = outs[0]
+            if out.dtype == a.dtype:
+                op(a, b, out=out)
+                return
+            if narrow_ok[0] and a.is_cuda:
+                try:
+                    widened(a, b, out.dtype, out=out)
+                    return
+                except (NotImplementedError, RuntimeError):
+                    narrow_ok[0] = False
+            op(a.to(out.dtype), b.to(out.dtype), out=out)
         return run
     return make
 
 
-_mm, _bmm = _matmul(torch.mm), _matmul(torch.bmm)
+_mm = _matmul(torch.mm, torch.ops.aten.mm.dtype_out)
+_bmm = _matmul(torch.bmm, torch.ops.aten.bmm.dtype_out)
 
 
 def _addmm(p: dict[str, Any]) -> ExternFn:
@@ -61,6 +73,10 @@ def _convolution(p: dict[str, Any]) -> ExternFn:
 
     def run(ins, outs):
         bias = ins[2] if len(ins) > 2 else None
+        if bias is not None and bias.dtype != ins[0].dtype:
+            # a bf16 conv's bias widened to the f32 accumulator type: cuDNN/oneDNN take it
+            # in the input's type and add it before their one rounding, as eager does
+            bias = bias.to(ins[0].dtype)
         if outs[0].dtype == ins[0].dtype:
             conv_out(ins[0], ins[1], bias, stride, padding, dilation, transposed,
                      output_padding, groups, out=outs[0])

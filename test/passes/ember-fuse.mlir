@@ -255,3 +255,42 @@ func.func @pooling(%x: tensor<2x3x8x8xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x
       ins(%x, %w2 : tensor<2x3x8x8xf32>, tensor<2x2xf32>) outs(%z : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
   return %m, %s : tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>
 }
+
+// -----
+
+// A bf16 linear as torch-mlir imports it: both operands widened to f32 (the weight after its
+// transpose), an f32 matmul, then a rounding back. The library call reads the bf16 tensors
+// themselves (the weight as transpose_b) and keeps the f32 accumulator; no widened copy of
+// either operand is made. The bias widening stays a kernel (it is not a matmul operand).
+// CHECK-LABEL: func.func @bf16_linear
+// CHECK-NOT:     ember_fused_convert
+// CHECK:         %[[MM:.*]] = "ember.extern"(%arg1, %arg0) {params = {transpose_b = true}, target = "aten.mm"} : (tensor<16x64xbf16>, tensor<32x64xbf16>) -> tensor<16x32xf32>
+// CHECK:         call @ember_fused_{{.*}}(%[[MM]]
+#lid = affine_map<(d0, d1) -> (d0, d1)>
+func.func @bf16_linear(%arg0: tensor<32x64xbf16>, %arg2: tensor<16x64xbf16>) -> tensor<16x32xbf16> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<64x32xbf16>
+  %t = linalg.transpose ins(%arg0 : tensor<32x64xbf16>) outs(%0 : tensor<64x32xbf16>) permutation = [1, 0]
+  %3 = tensor.empty() : tensor<16x64xf32>
+  %4 = linalg.generic {indexing_maps = [#lid, #lid], iterator_types = ["parallel", "parallel"]} ins(%arg2 : tensor<16x64xbf16>) outs(%3 : tensor<16x64xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %w = arith.extf %in : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<16x64xf32>
+  %5 = tensor.empty() : tensor<64x32xf32>
+  %6 = linalg.generic {indexing_maps = [#lid, #lid], iterator_types = ["parallel", "parallel"]} ins(%t : tensor<64x32xbf16>) outs(%5 : tensor<64x32xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %w = arith.extf %in : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<64x32xf32>
+  %7 = tensor.empty() : tensor<16x32xf32>
+  %8 = linalg.fill ins(%cst : f32) outs(%7 : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %9 = linalg.matmul ins(%4, %6 : tensor<16x64xf32>, tensor<64x32xf32>) outs(%8 : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %11 = tensor.empty() : tensor<16x32xbf16>
+  %12 = linalg.generic {indexing_maps = [#lid, #lid], iterator_types = ["parallel", "parallel"]} ins(%9 : tensor<16x32xf32>) outs(%11 : tensor<16x32xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %r = arith.truncf %in : f32 to bf16
+    linalg.yield %r : bf16
+  } -> tensor<16x32xbf16>
+  return %12 : tensor<16x32xbf16>
+}

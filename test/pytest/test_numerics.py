@@ -259,6 +259,23 @@ def test_bmm(target, device, interpreted):
     check(lambda x, y: torch.bmm(x, y) * 0.5, args, target, matmul=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_linear(dtype, target, device, interpreted):
+    # The library GEMM reads the narrow operands and keeps the f32 accumulator for the bias
+    # and GELU; the result is rounded once, as eager's epilogue does.
+    m, k, n = (8, 16, 24) if interpreted else (64, 96, 80)
+    args = (randn((m, k), device, dtype), randn((n, k), device, dtype, seed=1),
+            randn((n,), device, dtype, seed=2))
+    check(lambda a, w, b: F.gelu(F.linear(a, w, b)), args, target, matmul=True)
+
+
+def test_bf16_conv_with_bias(target, device, interpreted):
+    dt = torch.bfloat16
+    args = (randn((2, 4, 8, 8), device, dt), randn((6, 4, 3, 3), device, dt, seed=1),
+            randn((6,), device, dt, seed=2))
+    check(lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=1)), args, target, matmul=True)
+
+
 def mlp(d, h):
     return nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, d), nn.LayerNorm(d))
 
@@ -333,6 +350,15 @@ def test_forward_backward(kind, target, device, interpreted):
 def test_maxpool2d(kernel, stride, padding, target, device, interpreted):
     x = randn((2, 4, 8, 8) if interpreted else (2, 8, 16, 16), device)
     check(lambda x: F.max_pool2d(x, kernel, stride, padding) + 1.0, (x,), target)
+
+
+def test_gather_expanded(target, device, interpreted):
+    # BERT's token type ids: a gather from an expanded buffer along an expanded index, whose
+    # generic writes into a zero fill it never reads.
+    table = randn((1, 40), device)
+    idx = torch.arange(0, 24, 2, device=device).unsqueeze(0)
+    check(lambda t, i: torch.gather(t.expand(3, 40), 1, i.expand(3, 12)) * 2.0, (table, idx),
+          target)
 
 
 def test_embedding(target, device, interpreted):
