@@ -26,7 +26,7 @@ from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_map
 from .kernel_expr import ExprBuilder
 from .graph_utils import attach_kernel_sources
 from .registry import register
-from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp
+from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp, round_to
 
 _INT32_MAX = 2 ** 31 - 1
 # Reduction combiners: (tl reduction, identity for masked lanes (by float/int), elementwise)
@@ -155,6 +155,8 @@ class _KernelWriter:
         ptr = f"{self.out_names[k]} + {off.text}"
         if not tile <= set(off.deps):
             ptr += f" + tl.zeros({shape_text}, tl.int32)"
+        if ty == "bf16":   # round to nearest even here: the interpreter's cast truncates
+            text = round_to(text, ty)
         stmt = f"tl.store({ptr}, ({text}).to({TYPES[ty][0]}), mask={mask})"
         self.builder.stack[-1].stmts.append(stmt)
 

@@ -227,7 +227,8 @@ class ExprBuilder:
                     else:
                         raise Unschedulable("loop dim not determined by the result index",
                                             op.location)
-            return self.generic_yield(op, k, loops)
+            e = self.generic_yield(op, k, loops)
+            return self._round_narrow(op, k, e, ty)
         if name == "linalg.fill":
             return self.scalar(op.operands[0], {})
         if name == "linalg.transpose":
@@ -276,6 +277,19 @@ class ExprBuilder:
         if name == "tensor.empty":
             raise Unschedulable("reads an uninitialised tensor.empty", op.location)
         raise Unschedulable(f"cannot compute '{name}' per element", op.location)
+
+    def _round_narrow(self, op, k, e: Expr, ty: str) -> Expr:
+        """A bf16/f16 tensor between ops holds rounded values: the IR's type says so, and eager
+        rounds every op's result. Bodies compute in f32 (a bf16 op's arithmetic is exact in
+        f32 before its one rounding), so a generic's narrow result is rounded here, where a
+        fused consumer reads it, unless it is an input element or a rounding already."""
+        if ty not in ("bf16", "f16"):
+            return e
+        yielded = list(op.regions[0].blocks[0].operations)[-1].operands[k]
+        owner = yielded.owner
+        if isinstance(owner, ir.Block) or op_name(owner) in ("arith.truncf", "arith.constant"):
+            return e
+        return self.bind(self.lang.op("arith.truncf", [e.text], ty, ["f32"]), e.deps, ty)
 
     def _linearize(self, res, group, idx) -> Expr:
         e = Expr("0")
@@ -401,6 +415,11 @@ class ExprBuilder:
             return self.value_at(ops[0], [self.scalar(i, ctx) for i in ops[1:]])
         if not (name.startswith("arith.") or name.startswith("math.")):
             raise Unschedulable(f"'{name}' is not allowed in a kernel body", op.location)
+        if name == "arith.truncf" and not isinstance(op.operands[0].owner, ir.Block) and \
+                op_name(op.operands[0].owner) == "arith.constant":
+            # A Python scalar in a bf16 op: eager computes with it unrounded (opmath), while
+            # torch-mlir narrows it to the tensor's type first. Follow eager.
+            return Expr(self.lang.constant(_py(op.operands[0].owner.attributes["value"]), ty))
         args = [self.scalar(a, ctx) for a in op.operands]
         kind = name
         if name in ("arith.cmpf", "arith.cmpi"):

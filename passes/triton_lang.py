@@ -35,6 +35,15 @@ def _ember_tanh(x):
 
 
 @triton.jit
+def _ember_round_bf16(x):
+    # f32 -> nearest bf16 (ties to even), as an f32: integer ops, so that the interpreter
+    # (whose bf16 conversion truncates) rounds as a GPU and eager do. NaN stays NaN.
+    u = x.to(tl.uint32, bitcast=True)
+    u = (u + (0x7FFF + ((u >> 16) & 1))) & 0xFFFF0000
+    return tl.where(x != x, x, u.to(tl.float32, bitcast=True))
+
+
+@triton.jit
 def _ember_pow(a, b):
     # a**b for float a, b: sign from a when b is an odd integer, NaN for negative a otherwise.
     mag = tl.exp2(b * tl.log2(tl.abs(a)))
@@ -44,6 +53,13 @@ def _ember_pow(a, b):
     r = tl.where((a < 0) & (~b_int), float("nan"), r)
     return tl.where(b == 0.0, 1.0, r)
 '''
+
+def round_to(x: str, ty: str) -> str:
+    """f32 expression `x` rounded to the 16-bit float type `ty`, kept in f32."""
+    if ty == "bf16":
+        return f"_ember_round_bf16({x})"
+    return f"{x}.to({TYPES[ty][0]}).to(tl.float32)"
+
 
 # type_name() string -> (storage dtype, compute dtype, AOT signature pointer element)
 TYPES = {
@@ -213,6 +229,6 @@ class TritonLang:
             # bf16 -> f32 is free (already computed in fp32); a deliberate rounding to a
             # 16-bit type is kept so that decompositions which round match eager.
             if kind == "arith.truncf" and rtype in ("f16", "bf16") and atype != rtype:
-                return f"{x}.to({TYPES[rtype][0]}).to(tl.float32)"
+                return round_to(x, rtype)
             return x
         return f"{x}.to({TYPES[rtype][1]})"

@@ -178,3 +178,35 @@ module {
     return %r : tensor<64xf32>
   }
 }
+
+// -----
+
+// bf16 between ops: the first generic's result is rounded where the second reads it (eager
+// rounds every op's result), the Python scalar stays unrounded (eager's opmath), and the store
+// rounds to nearest even with integer ops (the interpreter's own cast truncates).
+// CHECK-LABEL: func.func private @ember_fused_mul_add_0
+// CHECK-SAME: x1 * 1.7
+// CHECK-SAME: = _ember_round_bf16(
+// CHECK-SAME: + 0.3
+// CHECK-SAME: tl.store(out0 + {{.*}}(_ember_round_bf16({{.*}})).to(tl.bfloat16)
+#b1 = affine_map<(d0) -> (d0)>
+module {
+  func.func private @ember_fused_mul_add_0(%a: tensor<64xbf16>) -> tensor<64xbf16> attributes {ember.kernel = "pointwise"} {
+    %c17 = arith.constant 1.700000e+00 : f64
+    %c03 = arith.constant 3.000000e-01 : f64
+    %e = tensor.empty() : tensor<64xbf16>
+    %m = linalg.generic {indexing_maps = [#b1, #b1], iterator_types = ["parallel"]} ins(%a : tensor<64xbf16>) outs(%e : tensor<64xbf16>) {
+    ^bb0(%x: bf16, %o: bf16):
+      %s = arith.truncf %c17 : f64 to bf16
+      %y = arith.mulf %x, %s : bf16
+      linalg.yield %y : bf16
+    } -> tensor<64xbf16>
+    %r = linalg.generic {indexing_maps = [#b1, #b1], iterator_types = ["parallel"]} ins(%m : tensor<64xbf16>) outs(%e : tensor<64xbf16>) {
+    ^bb0(%x: bf16, %o: bf16):
+      %s = arith.truncf %c03 : f64 to bf16
+      %y = arith.addf %x, %s : bf16
+      linalg.yield %y : bf16
+    } -> tensor<64xbf16>
+    return %r : tensor<64xbf16>
+  }
+}
