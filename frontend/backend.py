@@ -18,8 +18,12 @@ _EXTRA = ("max_pool2d_with_indices_backward", "avg_pool2d_backward", "_adaptive_
           "threshold_backward", "embedding_dense_backward", "silu_backward", "sigmoid_backward",
           "tanh_backward", "nll_loss_backward", "nll_loss_forward", "hardtanh_backward",
           "leaky_relu_backward", "mse_loss_backward", "_to_copy", "clone")
-# Left to torch-mlir's own lowering (its decomposition of convolution_backward is conv ops).
-_KEEP = ("convolution_backward", "convolution")
+# Left to torch-mlir's own lowering (its decomposition of convolution_backward is conv ops), or
+# kept whole: attention traces to the fused kernel torch picks (flash, memory-efficient,
+# cuDNN; flash-for-CPU), which runs as a library call, instead of a softmax(QK^T)V in
+# unfused-precision math that also rounds the probabilities to bf16 where eager does not.
+_KEEP = ("convolution_backward", "convolution", "scaled_dot_product_attention",
+         "_scaled_dot_product_flash_attention_for_cpu")
 
 
 @functools.lru_cache(maxsize=1)

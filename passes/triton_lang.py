@@ -34,13 +34,19 @@ def _ember_tanh(x):
     return tl.where(x < 0, -t, t)
 
 
-@triton.jit
-def _ember_round_bf16(x):
-    # f32 -> nearest bf16 (ties to even), as an f32: integer ops, so that the interpreter
-    # (whose bf16 conversion truncates) rounds as a GPU and eager do. NaN stays NaN.
-    u = x.to(tl.uint32, bitcast=True)
-    u = (u + (0x7FFF + ((u >> 16) & 1))) & 0xFFFF0000
-    return tl.where(x != x, x, u.to(tl.float32, bitcast=True))
+if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
+    @triton.jit
+    def _ember_round_bf16(x):
+        # f32 -> nearest bf16 (ties to even), as an f32, with integer ops: the interpreter's
+        # own bf16 conversion truncates. NaN stays NaN.
+        u = x.to(tl.uint32, bitcast=True)
+        u = (u + (0x7FFF + ((u >> 16) & 1))) & 0xFFFF0000
+        return tl.where(x != x, x, u.to(tl.float32, bitcast=True))
+else:
+    @triton.jit
+    def _ember_round_bf16(x):
+        # f32 -> nearest bf16 (ties to even), as an f32: one cvt.rn each way on a GPU.
+        return x.to(tl.bfloat16).to(tl.float32)
 
 
 @triton.jit
