@@ -26,6 +26,23 @@ _KEEP = ("convolution_backward", "convolution", "scaled_dot_product_attention",
          "_scaled_dot_product_flash_attention_for_cpu")
 
 
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    """var_mean in the input's computation type (f32 for f32/bf16/f16), two-pass as eager's
+    kernels are accurate: torch-mlir's own lowering accumulates in f64, which GPUs run slowly
+    and eager never does."""
+    dims = list(range(x.dim())) if dim is None else [d % max(x.dim(), 1) for d in dim]
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    c = 1 if correction is None else correction
+    xf = x.float() if x.dtype in (torch.bfloat16, torch.float16) else x
+    mean = xf.sum(dims, keepdim=True) / n
+    var = (xf - mean).square().sum(dims, keepdim=True) / max(n - c, 0)
+    if not keepdim:
+        mean, var = mean.squeeze(dims), var.squeeze(dims)
+    return var.to(x.dtype), mean.to(x.dtype)
+
+
 @functools.lru_cache(maxsize=1)
 def decomposition_table() -> dict:
     from torch._decomp import core_aten_decompositions
@@ -42,6 +59,7 @@ def decomposition_table() -> dict:
             op = getattr(packet, overload)
             if op not in table and op in core:
                 table[op] = core[op]
+    table[aten.var_mean.correction] = _var_mean
     for name in _KEEP:
         packet = getattr(aten, name, None)
         for overload in (packet.overloads() if packet is not None else ()):

@@ -368,3 +368,11 @@ def test_embedding(target, device, interpreted):
     idx = torch.randint(0, vocab, (3, 7), generator=torch.Generator().manual_seed(1)).to(device)
     with torch.no_grad():
         check(lambda i: emb(i) * 2.0 + 1.0, (idx,), target)
+
+
+@pytest.mark.parametrize("correction,keepdim", [(0, True), (1, False)])
+def test_var_mean(correction, keepdim, target, device, interpreted):
+    # ember's own var_mean decomposition: two-pass in f32 (torch-mlir's accumulates in f64)
+    x = randn(shape3(interpreted), device) * 3.0 + 5.0
+    check(lambda x: torch.var_mean(x, (0, 2), correction=correction, keepdim=keepdim), (x,),
+          target)
