@@ -53,3 +53,10 @@ def set_env(env: RuntimeEnv | None) -> None:
     """Override (or with None, forget) the process-wide settings: for tests and embedders."""
     global _current
     _current = env
+
+
+def triton_interpreted() -> bool:
+    """Whether Triton runs kernels in its interpreter (TRITON_INTERPRET=1) right now. Read on
+    every call, unlike the settings above: Triton itself decides per `@triton.jit` decoration,
+    so a module of kernels loaded in one mode cannot run in the other."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"

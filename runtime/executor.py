@@ -17,6 +17,7 @@ import torch
 
 from .cache import ArtifactCache, as_cache, python_identity
 from .cpp_build import load_library
+from .env import triton_interpreted
 from .externs import resolve, resolve_library
 from .program import Program, Step, ValueInfo
 
@@ -50,7 +51,9 @@ def load_python_module(source: str, cache: ArtifactCache) -> ModuleType:
     """Import generated Python (Triton) code from a real file in the cache, under a name unique
     to its content: Triton's JIT keys its own cache on the function's source and file, and
     tracebacks point at a file one can open."""
-    key = cache.key("py", source, python_identity())
+    # One module per Triton mode: its @triton.jit functions are bound to the mode at import.
+    mode = "interpreted" if triton_interpreted() else "jit"
+    key = cache.key("py", source, python_identity(), mode)
     mod = _modules.get(key)
     if mod is not None:
         return mod
