@@ -387,7 +387,9 @@ def test_cuda_attention_is_a_call_inside_one_program():
     out = compile_(f, options={"target": "cuda"})(q, k, v)
     assert rel_err(out, f(q, k, v)) < 1e-3
     reports = ember.last_reports()
-    assert all(r["status"] == "compiled" and not r["eager_fallback_ops"] for r in reports)
+    summary = [(r["graph_id"], r["status"], r.get("library_calls"), r.get("error"))
+               for r in reports]
+    assert all(r["status"] == "compiled" and not r["eager_fallback_ops"] for r in reports), summary
     assert any("scaled_dot_product" in op for r in reports for op in r.get("library_calls", []))
 
 
