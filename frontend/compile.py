@@ -203,6 +203,8 @@ class EmberGraph:
         if library:
             report["library_calls"] = sorted(op_name(n) for n in library)
         if library - inline:
+            from .library_calls import outline_blocker
+            report["library_splits"] = {n.name: outline_blocker(n) for n in library - inline}
             report["num_externs"] = len(library)
             run = self._fallback(prep.gm, tensors, target, graph_id, None, report)
         elif prep.gm is not None:

@@ -90,15 +90,28 @@ def _used_results(node: fx.Node):
         return None
     used = []
     for user in node.users:
+        if user.target is operator.getitem and not user.users:
+            continue    # an output nobody reads (attention's log-sum-exp and RNG state)
         if user.target is not operator.getitem or not _is_tensor(user.meta.get("val")):
             return None
         used.append((user.args[1], user))
     return sorted(used, key=lambda p: p[0])
 
 
+def outline_blocker(node: fx.Node) -> str | None:
+    """Why `node` cannot become a call inside the program (None: it can)."""
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return "not an ATen overload"
+    if _split_args(node) is None:
+        return "an argument is neither a tensor nor a plain value"
+    if _used_results(node) is None:
+        uses = [(u.name, type(u.meta.get("val")).__name__) for u in node.users]
+        return f"a result that is read is not a tensor: {uses}"
+    return None
+
+
 def can_outline(node: fx.Node) -> bool:
-    return (isinstance(node.target, torch._ops.OpOverload) and _split_args(node) is not None
-            and _used_results(node) is not None)
+    return outline_blocker(node) is None
 
 
 def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall]]:

@@ -387,8 +387,8 @@ def test_cuda_attention_is_a_call_inside_one_program():
     out = compile_(f, options={"target": "cuda"})(q, k, v)
     assert rel_err(out, f(q, k, v)) < 1e-3
     reports = ember.last_reports()
-    summary = [(r["graph_id"], r["status"], r.get("library_calls"), r.get("error"))
-               for r in reports]
+    summary = [(r["graph_id"], r["status"], r.get("library_calls"), r.get("library_splits"),
+                r.get("error")) for r in reports]
     assert all(r["status"] == "compiled" and not r["eager_fallback_ops"] for r in reports), summary
     assert any("scaled_dot_product" in op for r in reports for op in r.get("library_calls", []))
 
@@ -429,3 +429,26 @@ def test_attention_library_call_forward_and_backward():
         "aten._scaled_dot_product_flash_attention_for_cpu.default"]
     assert reports["backward"]["library_calls"] == [
         "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"]
+
+
+def test_library_op_with_unread_outputs_stays_in_program():
+    # Attention's log-sum-exp (and, on CUDA, its RNG state) come back as getitems nobody reads;
+    # they must not stop the call from going inside the program.
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from ember.frontend.compile import EmberGraph
+
+    def f(q, k, v):
+        out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q * 1.5, k, v, 0.0,
+                                                                         True)
+        return out[0].transpose(1, 2) + 1.0
+    q, k, v = torch.randn(3, 2, 4, 16, 8).unbind(0)
+    gm = make_fx(f, tracing_mode="fake")(q, k, v)
+    getitems = [n for n in gm.graph.nodes if n.target is __import__("operator").getitem]
+    assert any(not n.users for n in getitems)     # the case under test is really there
+    graph = EmberGraph(gm, CompileOptions.from_user(CPU), kind="inference")
+    out = graph(q, k, v)
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    assert rel_err(out, f(q, k, v)) < 1e-5
+    assert graph.report["status"] == "compiled"
+    assert graph.report["library_calls"] == [
+        "aten._scaled_dot_product_flash_attention_for_cpu.default"]
