@@ -264,8 +264,9 @@ class EmberGraph:
             if split is not None:
                 report["status"] = "partitioned"
                 report["eager_fallback_ops"] = ops
-                if ops:
+                if err is not None:     # why the whole graph did not compile as one program
                     report["error"] = _first_line(err)
+                if ops:
                     warnings.warn(f"ember: graph {graph_id}: ops run by eager torch (ember "
                                   f"cannot compile them): {', '.join(ops)}", stacklevel=2)
                 return _as_list(split)

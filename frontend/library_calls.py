@@ -10,7 +10,8 @@ the imported module as a call of a body-less private function:
     func.func private @ember_lib_0(...) -> (...) attributes {
         ember.library = "aten._scaled_dot_product_efficient_attention.default",
         ember.tensor_args = ["query", "key", "value"],          // operands, in order
-        ember.params = {compute_log_sumexp = false, dropout_p = 0.0, is_causal = true},
+        ember.params = {compute_log_sumexp = false, dropout_p = 0.0, is_causal = true,
+                        none_args = ["attn_bias"]},                 // passed as None
         ember.results = array<i64: 0>}                          // which op outputs are results
 
 `func.call` is used for the same reason kernels use it (an IRDL op's variadic operands must share
@@ -72,9 +73,10 @@ def _split_args(node: fx.Node):
                 return None
             tensors.extend((f"{arg.name}[{i}]", x) for i, x in enumerate(v))
             params[f"{arg.name}.len"] = len(v)
+        elif v is None:
+            params.setdefault("none_args", []).append(arg.name)   # e.g. attn_bias=None
         elif _plain(v):
-            if v is not None:
-                params[arg.name] = v
+            params[arg.name] = v
         else:
             return None
     return tensors, params

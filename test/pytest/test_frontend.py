@@ -452,3 +452,23 @@ def test_library_op_with_unread_outputs_stays_in_program():
     assert graph.report["status"] == "compiled"
     assert graph.report["library_calls"] == [
         "aten._scaled_dot_product_flash_attention_for_cpu.default"]
+
+
+def test_library_call_with_none_argument():
+    # convolution_backward's bias_sizes=None is a positional argument with no default (as is
+    # CUDA attention's attn_bias): the call must pass it explicitly.
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from ember.frontend.compile import EmberGraph
+
+    def f(g, x, w):
+        gi, gw, _ = torch.ops.aten.convolution_backward.default(
+            g * 2.0, x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, False])
+        return gi + 1.0, gw
+    g, x, w = torch.randn(2, 4, 6, 6), torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)
+    gm = make_fx(f, tracing_mode="fake")(g, x, w)
+    graph = EmberGraph(gm, CompileOptions.from_user(CPU), kind="inference")
+    outs = graph(g, x, w)
+    for o, r in zip(outs, f(g, x, w)):
+        assert rel_err(o, r) < 1e-5
+    assert graph.report["status"] == "compiled", graph.report.get("error")
+    assert graph.report["library_calls"] == ["aten.convolution_backward.default"]
