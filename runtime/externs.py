@@ -145,6 +145,35 @@ def resolve(name: str, params: dict[str, Any]) -> ExternFn:
     raise ValueError(f"ember runtime: unknown extern op {name!r}; known: {sorted(_TABLE)}")
 
 
+# The fused attention kernels AOTAutograd may trace `scaled_dot_product_attention` to. It picks
+# one at trace time from fake tensors; eager picks at run time (and may pick another: cuDNN
+# where the trace said memory-efficient). When only the attention output is used, the call
+# goes back through torch's dispatcher so it runs the kernel eager would, bit for bit.
+_SDPA_FORWARD = {
+    "aten._scaled_dot_product_efficient_attention.default": "attn_bias",
+    "aten._scaled_dot_product_flash_attention.default": None,
+    "aten._scaled_dot_product_cudnn_attention.default": "attn_bias",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": "attn_mask",
+}
+
+
+def _sdpa_as_eager(name: str, names: list, kwargs: dict, results: list):
+    if name not in _SDPA_FORWARD or results != [0] or kwargs.get("dropout_p", 0.0) != 0.0:
+        return None
+    mask_name = _SDPA_FORWARD[name]
+    is_causal, scale = bool(kwargs.get("is_causal", False)), kwargs.get("scale")
+    if not set(names) <= {"query", "key", "value", mask_name}:
+        return None
+
+    def run(ins: list) -> list:
+        t = dict(zip(names, ins))
+        out = F.scaled_dot_product_attention(t["query"], t["key"], t["value"],
+                                             attn_mask=t.get(mask_name), is_causal=is_causal,
+                                             scale=scale)
+        return [out if out.is_contiguous() else out.contiguous()]
+    return run
+
+
 def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]:
     """A library step (`Step.kind == "library"`): `name` is an ATen overload
     ("aten._scaled_dot_product_efficient_attention.default"). Returns `run(inputs) -> outputs`:
@@ -165,6 +194,9 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
         del kwargs[k + ".len"]
     results = list(params.get("results", [0]))
     plain = [n for n in names if "[" not in n]
+    sdpa = _sdpa_as_eager(name, names, kwargs, results)
+    if sdpa is not None:
+        return sdpa
 
     def run(ins: list) -> list:
         args = dict(kwargs)
