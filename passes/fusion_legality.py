@@ -60,6 +60,13 @@ def _nonunit(ranges):
     return [r for r in ranges if r != 1]
 
 
+def _volume(space) -> int:
+    n = 1
+    for d in space:
+        n *= abs(d)
+    return n
+
+
 def shape_screen(ops, fuse_reductions: bool = True) -> bool:
     """Cheap necessary condition: all ops share one iteration space (up to unit dims), or,
     with reductions, all reductions share their parallel (outer) space and every other op
@@ -73,7 +80,15 @@ def shape_screen(ops, fuse_reductions: bool = True) -> bool:
     reds = [o for o in compute if is_reduction(o)]
     if not reds:
         spaces = {tuple(_nonunit(loop_ranges(o))) for o in compute}
-        return len(spaces) == 1
+        if len(spaces) == 1:
+            return True
+        # A smaller (broadcast) producer, e.g. a bias widened to f32 or a per-channel scale,
+        # may be recomputed inside its consumer's loop nest; the schedule decides whether its
+        # dims map onto the consumer's (and refuses it as a result of another shape).
+        main = max(spaces, key=_volume)
+        return all(_volume(sp) <= _volume(main) and len(sp) <= len(main) for sp in spaces)
+    if not fuse_reductions:
+        return False
     if not fuse_reductions:
         return False
     outer = None
@@ -86,7 +101,11 @@ def shape_screen(ops, fuse_reductions: bool = True) -> bool:
         outer = par
         allowed.add(tuple(_nonunit(full)))
     allowed.add(outer)
-    return all(tuple(_nonunit(loop_ranges(o))) in allowed for o in compute if o not in reds)
+    biggest = max(allowed, key=_volume)
+    return all(tuple(_nonunit(loop_ranges(o))) in allowed or
+               (_volume(_nonunit(loop_ranges(o))) < _volume(biggest) and
+                -1 not in loop_ranges(o))        # a smaller broadcast producer (see above)
+               for o in compute if o not in reds)
 
 
 def cloneable(op) -> bool:

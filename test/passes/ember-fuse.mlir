@@ -261,7 +261,7 @@ func.func @pooling(%x: tensor<2x3x8x8xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x
 // A bf16 linear as torch-mlir imports it: both operands widened to f32 (the weight after its
 // transpose), an f32 matmul, then a rounding back. The library call reads the bf16 tensors
 // themselves (the weight as transpose_b) and keeps the f32 accumulator; no widened copy of
-// either operand is made. The bias widening stays a kernel (it is not a matmul operand).
+// either operand is made.
 // CHECK-LABEL: func.func @bf16_linear
 // CHECK-NOT:     ember_fused_convert
 // CHECK:         %[[MM:.*]] = "ember.extern"(%arg1, %arg0) {params = {transpose_b = true}, target = "aten.mm"} : (tensor<16x64xbf16>, tensor<32x64xbf16>) -> tensor<16x32xf32>
@@ -293,4 +293,31 @@ func.func @bf16_linear(%arg0: tensor<32x64xbf16>, %arg2: tensor<16x64xbf16>) -> 
     linalg.yield %r : bf16
   } -> tensor<16x32xbf16>
   return %12 : tensor<16x32xbf16>
+}
+
+// -----
+
+// A smaller producer (a bf16 bias widened to f32, one value per column) is recomputed inside
+// its broadcasting consumer's loop nest instead of being a kernel of its own.
+// CHECK-LABEL: func.func @broadcast_producer
+// CHECK:         %[[R:.*]] = call @ember_fused_convert_add_0(%arg1, %arg0) : (tensor<32xbf16>, tensor<16x32xf32>) -> tensor<16x32xf32>
+// CHECK-NEXT:    return %[[R]]
+// SINGLE-LABEL: func.func @broadcast_producer
+// SINGLE-COUNT-2: call @ember_fused
+#bp_id = affine_map<(d0, d1) -> (d0, d1)>
+#bp_row = affine_map<(d0, d1) -> (d1)>
+func.func @broadcast_producer(%arg0: tensor<16x32xf32>, %arg1: tensor<32xbf16>) -> tensor<16x32xf32> {
+  %e1 = tensor.empty() : tensor<32xf32>
+  %b = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg1 : tensor<32xbf16>) outs(%e1 : tensor<32xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %w = arith.extf %in : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<32xf32>
+  %e2 = tensor.empty() : tensor<16x32xf32>
+  %r = linalg.generic {indexing_maps = [#bp_id, #bp_row, #bp_id], iterator_types = ["parallel", "parallel"]} ins(%arg0, %b : tensor<16x32xf32>, tensor<32xf32>) outs(%e2 : tensor<16x32xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %a = arith.addf %x, %y : f32
+    linalg.yield %a : f32
+  } -> tensor<16x32xf32>
+  return %r : tensor<16x32xf32>
 }
