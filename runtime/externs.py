@@ -77,23 +77,13 @@ def _convolution(p: dict[str, Any]) -> ExternFn:
             # a bf16 conv's bias widened to the f32 accumulator type: cuDNN/oneDNN take it
             # in the input's type and add it before their one rounding, as eager does
             bias = bias.to(ins[0].dtype)
-        # Shapes are static per program: let cuDNN time its algorithms once per shape
-        # (benchmark mode) rather than take its heuristic's pick on every call.
-        cudnn = ins[0].is_cuda
-        if cudnn:
-            saved = torch._C._get_cudnn_benchmark()
-            torch._C._set_cudnn_benchmark(True)
-        try:
-            if outs[0].dtype == ins[0].dtype:
-                conv_out(ins[0], ins[1], bias, stride, padding, dilation, transposed,
-                         output_padding, groups, out=outs[0])
-            else:  # bf16/f16 input, f32 accumulator type in the IR: round as eager does
-                outs[0].copy_(torch.ops.aten.convolution(ins[0], ins[1], bias, stride, padding,
-                                                         dilation, transposed, output_padding,
-                                                         groups))
-        finally:
-            if cudnn:
-                torch._C._set_cudnn_benchmark(saved)
+        if outs[0].dtype == ins[0].dtype:
+            conv_out(ins[0], ins[1], bias, stride, padding, dilation, transposed,
+                     output_padding, groups, out=outs[0])
+        else:  # bf16/f16 input, f32 accumulator type in the IR: round as eager does
+            outs[0].copy_(torch.ops.aten.convolution(ins[0], ins[1], bias, stride, padding,
+                                                     dilation, transposed, output_padding,
+                                                     groups))
     return run
 
 
