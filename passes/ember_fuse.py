@@ -278,6 +278,20 @@ def _convert_externs(fn) -> None:
                 operands = [x, w]
             else:
                 continue  # an arbitrary accumulator: keep as generic code
+            rtype = ir.RankedTensorType(op.results[0].type)
+            narrow = ir.RankedTensorType(x.type).element_type
+            if str(narrow) in ("bf16", "f16") and str(rtype.element_type) == "f32":
+                if bias is not None and _narrow_source(bias) is not None:
+                    operands[2] = _narrow_source(bias)   # cuDNN takes the bias narrow
+                # cuDNN rounds a low-precision conv's result once (after the bias), as eager
+                # does: the library writes that narrow tensor, and the widening to the IR's
+                # f32 accumulator type is a generic that fuses into the consumer.
+                ntype = ir.RankedTensorType.get(rtype.shape, narrow)
+                conv = _make_extern("aten.convolution", operands, ntype, params, op)
+                new = _widen(conv.results[0], rtype, op)
+                op.results[0].replace_all_uses_with(new.results[0])
+                op.operation.erase()
+                continue
             new = _make_extern("aten.convolution", operands, op.results[0].type, params, op)
         elif name in ("linalg.pooling_nchw_max", "linalg.pooling_nchw_sum"):
             new = _pooling_extern(op)
@@ -288,6 +302,23 @@ def _convert_externs(fn) -> None:
         op.results[0].replace_all_uses_with(new.results[0])
         op.operation.erase()
     _erase_dead(block)
+
+
+def _widen(value, wide_type, anchor):
+    """An elementwise `linalg.generic` widening `value` (bf16/f16) to `wide_type` (f32)."""
+    from torch_mlir.dialects import arith, linalg, tensor
+    rank = len(wide_type.shape)
+    ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
+    par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    with ir.InsertionPoint(anchor), anchor.location:
+        empty = tensor.EmptyOp(wide_type.shape, wide_type.element_type)
+        gen = linalg.GenericOp([wide_type], [value], [empty.result], ir.ArrayAttr.get([ident] * 2),
+                               ir.ArrayAttr.get([par] * rank))
+        block = gen.regions[0].blocks.append(ir.RankedTensorType(value.type).element_type,
+                                             wide_type.element_type)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([arith.ExtFOp(wide_type.element_type, block.arguments[0]).result])
+    return gen
 
 
 def _window_params(op, padding) -> dict:

@@ -321,3 +321,45 @@ func.func @broadcast_producer(%arg0: tensor<16x32xf32>, %arg1: tensor<32xbf16>) 
   } -> tensor<16x32xf32>
   return %r : tensor<16x32xf32>
 }
+
+// -----
+
+// A bf16 convolution with bias as torch-mlir imports it: bf16 operands, the bias widened to f32,
+// an f32 accumulator, then a rounding. cuDNN adds the bias and rounds once, as eager does: the
+// library call takes the bf16 bias and writes bf16; the widening back to f32 fuses into the
+// consumer (with the rounding and the ReLU), so no f32 activation is ever stored.
+// CHECK-LABEL: func.func @bf16_conv_bias
+// CHECK:         %[[C:.*]] = "ember.extern"(%arg2, %arg0, %arg1) {{.*}}target = "aten.convolution"} : (tensor<2x8x10x10xbf16>, tensor<16x8x3x3xbf16>, tensor<16xbf16>) -> tensor<2x16x10x10xbf16>
+// CHECK-NEXT:    %[[R:.*]] = call @ember_fused_{{.*}}(%[[C]]) : (tensor<2x16x10x10xbf16>) -> tensor<2x16x10x10xbf16>
+// CHECK-NEXT:    return %[[R]]
+#cv1 = affine_map<(d0) -> (d0)>
+#cv4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @bf16_conv_bias(%arg0: tensor<16x8x3x3xbf16>, %arg1: tensor<16xbf16>, %arg2: tensor<2x8x10x10xbf16>) -> tensor<2x16x10x10xbf16> {
+  %cst = arith.constant 0.000000e+00 : bf16
+  %padded = tensor.pad %arg2 low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+    tensor.yield %cst : bf16
+  } : tensor<2x8x10x10xbf16> to tensor<2x8x12x12xbf16>
+  %0 = tensor.empty() : tensor<2x16x10x10xf32>
+  %1 = tensor.empty() : tensor<16xf32>
+  %2 = linalg.generic {indexing_maps = [#cv1, #cv1], iterator_types = ["parallel"]} ins(%arg1 : tensor<16xbf16>) outs(%1 : tensor<16xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %w = arith.extf %in : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<16xf32>
+  %b = linalg.broadcast ins(%2 : tensor<16xf32>) outs(%0 : tensor<2x16x10x10xf32>) dimensions = [0, 2, 3]
+  %3 = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>} ins(%padded, %arg0 : tensor<2x8x12x12xbf16>, tensor<16x8x3x3xbf16>) outs(%b : tensor<2x16x10x10xf32>) -> tensor<2x16x10x10xf32>
+  %4 = tensor.empty() : tensor<2x16x10x10xbf16>
+  %5 = linalg.generic {indexing_maps = [#cv4, #cv4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%3 : tensor<2x16x10x10xf32>) outs(%4 : tensor<2x16x10x10xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<2x16x10x10xbf16>
+  %6 = linalg.generic {indexing_maps = [#cv4, #cv4], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%5 : tensor<2x16x10x10xbf16>) outs(%4 : tensor<2x16x10x10xbf16>) {
+  ^bb0(%in: bf16, %out: bf16):
+    %c = arith.cmpf ugt, %in, %cst : bf16
+    %s = arith.select %c, %in, %cst : bf16
+    linalg.yield %s : bf16
+  } -> tensor<2x16x10x10xbf16>
+  return %6 : tensor<2x16x10x10xbf16>
+}
