@@ -119,6 +119,9 @@ def can_outline(node: fx.Node) -> bool:
 def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall]]:
     """A copy of `gm` where each node of `nodes` is cut out: its used tensor outputs become new
     placeholders (after the others) and its tensor operands new outputs (after the others)."""
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    nodes = sorted(nodes, key=order.__getitem__)     # program order: a stable numbering
+    cut = {n.name for n in nodes}
     gm = fx.GraphModule(gm, _copy_graph(gm.graph))
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
@@ -153,7 +156,7 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
     out_node.args = (tuple(replaced.get(o, o) for o in outs),)
     for node in reversed(list(graph.nodes)):
         if node.op == "call_function" and not node.users and (
-                node.target is operator.getitem or node.name in {c.name for c in nodes}):
+                node.target is operator.getitem or node.name in cut):
             graph.erase_node(node)
     graph.lint()
     gm.recompile()
