@@ -194,7 +194,7 @@ class EmberGraph:
             "planned_peak_bytes": 0, "unplanned_peak_bytes": 0,
         }
         run: Callable | None = None
-        from .library_calls import can_outline
+        from .library_calls import can_outline, outline_blocker
         from .partition import library_nodes, op_name
         library = library_nodes(prep.gm) if prep.gm is not None and self.allow_partition else set()
         # Library ops whose arguments and results are plain tensors become calls inside the
@@ -203,7 +203,6 @@ class EmberGraph:
         if library:
             report["library_calls"] = sorted(op_name(n) for n in library)
         if library - inline:
-            from .library_calls import outline_blocker
             report["library_splits"] = {n.name: outline_blocker(n) for n in library - inline}
             report["num_externs"] = len(library)
             run = self._fallback(prep.gm, tensors, target, graph_id, None, report)

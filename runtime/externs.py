@@ -187,8 +187,8 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
         raise ValueError(f"ember runtime: unknown library op {name!r}")
     names = list(params.get("tensor_args", []))
     kwargs = dict(params.get("kwargs", {}))
-    for name in kwargs.pop("none_args", []):
-        kwargs[name] = None
+    for arg in kwargs.pop("none_args", []):
+        kwargs[arg] = None
     lists = {k[:-4]: v for k, v in kwargs.items() if k.endswith(".len")}
     for k in lists:
         del kwargs[k + ".len"]

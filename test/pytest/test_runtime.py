@@ -311,3 +311,19 @@ def test_cuda_triton_and_externs(tmp_path):
     (out,) = cp(x, y)
     assert out.is_cuda
     torch.testing.assert_close(out, (2 * ((x + y) @ y)).view(64), rtol=1e-3, atol=1e-3)
+
+
+def test_inference_attention_library_call_dispatches_like_eager():
+    # A traced memory-efficient attention with attn_bias=None (a None positional argument) and
+    # only its output used goes back through F.scaled_dot_product_attention: it runs even where
+    # that specific kernel does not exist (the CPU), and gives eager's result.
+    import torch.nn.functional as F
+    from ember.runtime.externs import resolve_library
+    run = resolve_library("aten._scaled_dot_product_efficient_attention.default", {
+        "tensor_args": ["query", "key", "value"],
+        "kwargs": {"compute_log_sumexp": False, "dropout_p": 0.0, "is_causal": True,
+                   "none_args": ["attn_bias"]},
+        "results": [0]})
+    q, k, v = torch.randn(3, 2, 4, 16, 8).unbind(0)
+    (out,) = run([q, k, v])
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
