@@ -6,6 +6,7 @@ import functools
 
 import torch
 
+from .attention_masks import drop_visible_attention_masks
 from .compile import EmberGraph
 from .options import CompileOptions
 from .report import new_graph_id
@@ -43,8 +44,61 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     return var.to(x.dtype), mean.to(x.dtype)
 
 
-@functools.lru_cache(maxsize=1)
-def decomposition_table() -> dict:
+_NARROW = (torch.bfloat16, torch.float16)
+_M_SQRT1_2 = 0.70710678118654752440
+_GELU_TANH_BETA = 1.41421356237309504880 * 1.12837916709551257390 * 0.5   # sqrt(2/pi)
+
+
+def _gelu(x, approximate="none"):
+    """GELU with eager's operations in eager's order (its CUDA and CPU kernels), in the
+    computation type (f32 for bf16/f16) and rounded once: x * 0.5 * (1 + erf(x * M_SQRT1_2)),
+    or 0.5 * x * (1 + tanh(beta * (x + 0.044715 * x^3))). torch-mlir's own lowering divides
+    by sqrt(2), which rounds differently from eager's multiplication now and then."""
+    xf = x.float() if x.dtype in _NARROW else x
+    if approximate == "tanh":
+        cube = xf * xf * xf
+        y = 0.5 * xf * (1 + torch.tanh(_GELU_TANH_BETA * (xf + 0.044715 * cube)))
+    else:
+        y = xf * 0.5 * (1 + torch.erf(xf * _M_SQRT1_2))
+    return y.to(x.dtype)
+
+
+def _gelu_keep_erf_narrow(x, approximate="none"):
+    """`_gelu`, except that the erf form on bf16/f16 stays eager's kernel (a library call):
+    CUDA's erff, which eager's kernel is built with, and the libdevice erf a Triton kernel links
+    differ in the last place for ~12% of inputs (measured on an H200), and 1 + erf(x) near
+    x = -3 magnifies that into a different bf16 result for 11 of the 65280 finite inputs."""
+    if x.dtype in _NARROW and approximate == "none":
+        return NotImplemented
+    return _gelu(x, approximate)
+
+
+def _pow_scalar(x, exponent):
+    """pow(x, 2 or 3) of a bf16/f16 tensor as eager computes it: its kernel multiplies in the
+    16-bit type, rounding after each product ((x * x) * x). Anything else is left alone
+    (NotImplemented: the op stays for the next decomposition or torch-mlir)."""
+    if x.dtype in _NARROW and isinstance(exponent, (int, float)) and exponent in (2, 3):
+        y = x * x
+        return y * x if exponent == 3 else y
+    return NotImplemented
+
+
+def _keep_narrow(decomp):
+    """`decomp` for f32/f64 inputs; bf16/f16 inputs keep the op (eager's own kernel runs it as a
+    library call, so its rounding is eager's bit for bit)."""
+    def run(x, *args, **kwargs):
+        if x.dtype in _NARROW:
+            return NotImplemented
+        return decomp(x, *args, **kwargs)
+    return run
+
+
+@functools.lru_cache(maxsize=2)
+def decomposition_table(exact_low_precision: bool = True) -> dict:
+    """The ATen decompositions applied while AOTAutograd traces. With `exact_low_precision`,
+    layer norm and erf-GELU of bf16/f16 tensors are not decomposed: they run as eager's kernels
+    (library calls), since no fused reduction reproduces eager's summation order bit for bit and
+    erf's last place depends on the CUDA math library eager was built with."""
     from torch._decomp import core_aten_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
@@ -60,6 +114,11 @@ def decomposition_table() -> dict:
             if op not in table and op in core:
                 table[op] = core[op]
     table[aten.var_mean.correction] = _var_mean
+    table[aten.gelu.default] = _gelu
+    table[aten.pow.Tensor_Scalar] = _pow_scalar
+    if exact_low_precision:
+        table[aten.native_layer_norm.default] = _keep_narrow(table[aten.native_layer_norm.default])
+        table[aten.gelu.default] = _gelu_keep_erf_narrow
     for name in _KEEP:
         packet = getattr(aten, name, None)
         for overload in (packet.overloads() if packet is not None else ()):
@@ -77,7 +136,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     if kwargs:
         raise TypeError(f"ember_backend: unexpected arguments {sorted(kwargs)}")
     opts = CompileOptions.from_user(options)
-    decomps = decomposition_table()
+    drop_visible_attention_masks(gm)
+    decomps = decomposition_table(opts.exact_low_precision)
     base = new_graph_id("dynamo")
 
     def compiler(kind):

@@ -32,6 +32,9 @@ class CompileOptions:
     pipeline: a full pass pipeline string replacing the default one.
     cudagraphs: on a GPU, replay inference graphs as CUDA graphs (one launch per call instead
       of one per kernel; outputs are copied out of the graph's memory).
+    exact_low_precision: bf16/f16 layer norms run eager's own kernel (a library call) so that
+      results match eager bit for bit where the rest does; False decomposes and fuses them
+      (one memory pass fewer per norm; within bf16 rounding of eager, not identical).
     """
 
     target: str = "auto"
@@ -41,6 +44,7 @@ class CompileOptions:
     fallback: bool = True
     pipeline: str | None = None
     cudagraphs: bool = True
+    exact_low_precision: bool = True
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -50,7 +54,7 @@ class CompileOptions:
                 or self.max_group_size < 1):
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
-        for name in ("fallback", "cudagraphs"):
+        for name in ("fallback", "cudagraphs", "exact_low_precision"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")

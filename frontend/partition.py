@@ -134,6 +134,10 @@ LIBRARY_OPS = frozenset({
     "aten.max_pool2d_with_indices_backward.default",
     "aten.index_put.default",          # scatter(-add): embedding backward
     "aten.cumsum.default",             # scans (position ids from an attention mask)
+    # bf16/f16 layer norm and erf-GELU with exact_low_precision (otherwise, and in f32, they
+    # are decomposed before they get here; see backend.decomposition_table)
+    "aten.native_layer_norm.default",
+    "aten.gelu.default",
     # attention: flash / memory-efficient / cuDNN kernels (and their backward)
     "aten.scaled_dot_product_attention.default",
     "aten._scaled_dot_product_flash_attention.default",

@@ -195,6 +195,58 @@ def _matmul_operand(value):
     return value, transposed
 
 
+def _single_user(value):
+    us = users(value)
+    return us[0] if len(us) == 1 and len(list(value.uses)) == 1 else None
+
+
+def _generic_body(op, n_inputs: int):
+    """The body ops of an all-parallel, identity-output `linalg.generic` with `n_inputs`
+    inputs (None for anything else)."""
+    if op is None or op_name(op) != "linalg.generic" or len(op.opview.inputs) != n_inputs \
+            or len(op.results) != 1:
+        return None
+    if any("reduction" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return None
+    out_map = ir.AffineMapAttr(list(ir.ArrayAttr(op.attributes["indexing_maps"]))[-1]).value
+    if out_map != ir.AffineMap.get_identity(out_map.n_dims):
+        return None
+    return list(op.regions[0].blocks[0].operations)
+
+
+def _narrow_epilogue(result, narrow_a, batched: bool):
+    """For an f32 matmul of two bf16/f16 operands whose result is only rounded back to that
+    type, optionally after adding a bias vector given in that type (torch-mlir's import of
+    eager's `mm` / `bmm` / `addmm(bias, ...)`, computed in f32): (narrow bias or None, the
+    rounding generic). None for anything else (the f32 result is read otherwise)."""
+    narrow = ir.RankedTensorType(narrow_a.type).element_type
+    bias = None
+    op = _single_user(result)
+    body = _generic_body(op, 2)
+    if body is not None and not batched:
+        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        args = list(op.regions[0].blocks[0].arguments)
+        ins = list(op.opview.inputs)
+        row = ir.AffineMap.get(2, 0, [ir.AffineDimExpr.get(1)])
+        if (len(body) != 2 or op_name(body[0]) != "arith.addf"
+                or set(body[0].operands) != {args[0], args[1]} or ins[0] != result
+                or maps[0] != ir.AffineMap.get_identity(2) or maps[1] != row):
+            return None
+        bias = _narrow_source(ins[1])
+        if bias is None or ir.RankedTensorType(bias.type).element_type != narrow:
+            return None
+        op = _single_user(op.results[0])
+    body = _generic_body(op, 1)
+    if body is None or len(body) != 2 or op_name(body[0]) != "arith.truncf" \
+            or body[0].operands[0] != op.regions[0].blocks[0].arguments[0]:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims) \
+            or ir.RankedTensorType(op.results[0].type).element_type != narrow:
+        return None
+    return bias, op
+
+
 def _strip_transpose(value):
     src = _transposed_source(value)
     return (value, False) if src is None else (src, True)
@@ -248,12 +300,23 @@ def _convert_externs(fn) -> None:
                                       or not _fill_is_zero(init)):
                 # Only a plain product of two operands of one low precision reads them narrow.
                 (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
+            narrow = na.type != a.type
             a, b = na, nb
             if ta:
                 params["transpose_a"] = ir.BoolAttr.get(True)
             if tb:
                 params["transpose_b"] = ir.BoolAttr.get(True)
             batched = name == "linalg.batch_matmul"
+            epilogue = _narrow_epilogue(op.results[0], a, batched) if narrow else None
+            if epilogue is not None:
+                # eager's own call (mm/bmm, or addmm with the bias) with the narrow result
+                # cuBLAS rounds once: the same kernel, so the same bits.
+                bias, final = epilogue
+                target = "aten.addmm" if bias is not None else ("aten.bmm" if batched else "aten.mm")
+                operands = [bias, a, b] if bias is not None else [a, b]
+                new = _make_extern(target, operands, final.results[0].type, params, final)
+                final.results[0].replace_all_uses_with(new.results[0])
+                continue   # the f32 matmul, bias add and rounding are dead now
             if _fill_is_zero(init):
                 target, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]
             else:

@@ -383,11 +383,11 @@ def _source(k: _Kernel, sched, writer) -> str:
     lines.append("    grid = lambda meta: " + k.grid)
     args = ", ".join(["*tensors"] + k.jit_params[n_in + len(writer.results):])
     if len(k.configs) > 1:
-        lines.append(f"    {jit}[grid]({args})")
+        lines.append(f"    {jit}[grid]({args}, **_EMBER_LAUNCH)")
     else:
         c, w = k.configs[0]
         kw = ", ".join(f"{n}={v}" for n, v in c.items())
-        lines.append(f"    {jit}[grid]({args}, {kw}, num_warps={w})")
+        lines.append(f"    {jit}[grid]({args}, {kw}, num_warps={w}, **_EMBER_LAUNCH)")
     aot = [(jit, k.signature, k.configs[0][0], k.configs[0][1])]
     lines.append(f"{k.name}.ember_aot = {aot!r}")
     return "\n".join(lines) + "\n"

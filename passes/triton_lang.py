@@ -4,9 +4,14 @@ Values of f16/bf16 type are computed in fp32 (loads convert with `.to(tl.float32
 convert back), as eager's opmath does; an explicit non-constant `arith.truncf` to a 16-bit
 type rounds through that type, so decompositions that round on purpose match eager.
 
-Only long-stable `tl` APIs are used (triton 3.6 and 3.9, CUDA and HIP, and the interpreter):
-`tl.math.erf/exp/log/sqrt/rsqrt`, `tl.where`, `tl.maximum`; tanh and pow are prelude helpers
-written with exp/log because `libdevice` is neither portable across versions nor interpretable.
+Transcendental functions, division and square root are prelude helpers (`_ember_exp`, ...)
+with two bodies chosen when the generated module is imported. Compiled for a GPU they are the
+correctly-rounded or vendor-library versions eager's kernels use (`libdevice` on CUDA, `ocml`
+on HIP, through `triton.language.extra.libdevice`; IEEE `div_rn` / `sqrt_rn`) rather than
+Triton's defaults (`ex2.approx`, `div.full`): an f32 result one ulp away from eager's flips a
+bf16 rounding now and then, and a transformer's output moves a full bf16 ulp-scale (~1e-2) from
+one such flip early on. Under the interpreter, which has no libdevice, they are the `tl` /
+NumPy versions.
 """
 from __future__ import annotations
 
@@ -26,12 +31,82 @@ def _ember_autotune(configs, key, restore=()):
     return triton.autotune(configs=configs, key=key, restore_value=list(restore) or None)
 
 
-@triton.jit
-def _ember_tanh(x):
-    # exp-based so that it builds for CUDA, HIP and the interpreter alike; saturates cleanly.
-    e = tl.exp(-2.0 * tl.abs(x))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(x < 0, -t, t)
+if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
+    @triton.jit
+    def _ember_tanh(x):
+        e = tl.exp(-2.0 * tl.abs(x))
+        t = (1.0 - e) / (1.0 + e)
+        return tl.where(x < 0, -t, t)
+
+    @triton.jit
+    def _ember_exp(x):
+        return tl.exp(x)
+
+    @triton.jit
+    def _ember_log(x):
+        return tl.log(x)
+
+    @triton.jit
+    def _ember_erf(x):
+        return tl.math.erf(x)
+
+    @triton.jit
+    def _ember_sin(x):
+        return tl.sin(x)
+
+    @triton.jit
+    def _ember_cos(x):
+        return tl.cos(x)
+
+    @triton.jit
+    def _ember_div(a, b):
+        return a / b
+
+    @triton.jit
+    def _ember_sqrt(x):
+        return tl.sqrt(x)
+
+    _EMBER_LAUNCH = {}
+else:
+    # What eager's CUDA/HIP kernels call: expf, logf, tanhf, erff, sinf, cosf, IEEE / and sqrt.
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def _ember_tanh(x):
+        return libdevice.tanh(x)
+
+    @triton.jit
+    def _ember_exp(x):
+        return libdevice.exp(x)
+
+    @triton.jit
+    def _ember_log(x):
+        return libdevice.log(x)
+
+    @triton.jit
+    def _ember_erf(x):
+        return libdevice.erf(x)
+
+    @triton.jit
+    def _ember_sin(x):
+        return libdevice.sin(x)
+
+    @triton.jit
+    def _ember_cos(x):
+        return libdevice.cos(x)
+
+    @triton.jit
+    def _ember_div(a, b):
+        return tl.math.div_rn(a, b)
+
+    @triton.jit
+    def _ember_sqrt(x):
+        return tl.sqrt_rn(x)
+
+    # Triton links libdevice with flush-to-zero selected by default; eager's kernels are built
+    # without, and its erff/tanhf/sinf then differ in the last place now and then (and on
+    # subnormals). HIP has no such option (ocml keeps subnormals).
+    _EMBER_LAUNCH = {} if getattr(torch.version, "hip", None) else {"enable_reflect_ftz": False}
 
 
 if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
@@ -88,7 +163,7 @@ _CMP = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!
         "eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
         "lt": "<", "ge": ">="}
 _BINARY = {
-    "arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/",
+    "arith.addf": "+", "arith.subf": "-", "arith.mulf": "*",
     "arith.addi": "+", "arith.subi": "-", "arith.muli": "*",
     "arith.andi": "&", "arith.ori": "|", "arith.xori": "^", "arith.shli": "<<",
     "arith.shrsi": ">>", "arith.shrui": ">>",
@@ -98,10 +173,11 @@ _BINARY = {
     "idx.add": "+", "idx.sub": "-", "idx.mul": "*", "idx.div": "//", "idx.rem": "%",
 }
 _CALLS = {
-    "math.exp": "tl.exp", "math.exp2": "tl.exp2", "math.log": "tl.log", "math.log2": "tl.log2",
-    "math.sqrt": "tl.sqrt", "math.rsqrt": "tl.rsqrt", "math.erf": "tl.math.erf",
+    "math.exp": "_ember_exp", "math.exp2": "tl.exp2", "math.log": "_ember_log",
+    "math.log2": "tl.log2", "math.rsqrt": "tl.rsqrt",
+    "math.erf": "_ember_erf", "math.sin": "_ember_sin", "math.cos": "_ember_cos",
+    "math.tanh": "_ember_tanh",
     "math.absf": "tl.abs", "math.absi": "tl.abs", "math.floor": "tl.floor", "math.ceil": "tl.ceil",
-    "math.sin": "tl.sin", "math.cos": "tl.cos", "math.tanh": "_ember_tanh",
     "arith.maxnumf": "tl.maximum", "arith.minnumf": "tl.minimum",
     "arith.maxsi": "tl.maximum", "arith.minsi": "tl.minimum",
     "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum",
@@ -172,6 +248,13 @@ class TritonLang:
                 pass
         if kind in _BINARY:
             return f"({args[0]} {_BINARY[kind]} {args[1]})"
+        if kind in ("arith.divf", "math.sqrt"):
+            # f64 `/` and sqrt are IEEE already; f32 (and 16-bit, computed in f32) take the
+            # correctly rounded helpers, as eager's kernels divide.
+            if rtype == "f64":
+                return f"({args[0]} / {args[1]})" if kind == "arith.divf" else f"tl.sqrt({args[0]})"
+            return f"_ember_div({args[0]}, {args[1]})" if kind == "arith.divf" \
+                else f"_ember_sqrt({args[0]})"
         if kind in _CALLS:
             return f"{_CALLS[kind]}({', '.join(args)})"
         if kind == "arith.negf":
@@ -206,12 +289,12 @@ class TritonLang:
             if e is not None and float(e) in (1.0, 2.0, 3.0):
                 return "(" + " * ".join([x] * int(e)) + ")"
             if e is not None and float(e) == 0.5:
-                return f"tl.sqrt({x})"
+                return self.op("math.sqrt", [x], rtype, atypes[:1])
             return f"_ember_pow({x}, ({args[1]}) * 1.0)"
         if kind == "math.log1p":
-            return f"tl.log(1.0 + {args[0]})"
+            return f"_ember_log(1.0 + {args[0]})"
         if kind == "math.expm1":
-            return f"(tl.exp({args[0]}) - 1.0)"
+            return f"(_ember_exp({args[0]}) - 1.0)"
         if kind == "math.isnan":
             return f"({args[0]} != {args[0]})"
         if kind == "math.trunc":

@@ -259,13 +259,13 @@ func.func @pooling(%x: tensor<2x3x8x8xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x
 // -----
 
 // A bf16 linear as torch-mlir imports it: both operands widened to f32 (the weight after its
-// transpose), an f32 matmul, then a rounding back. The library call reads the bf16 tensors
-// themselves (the weight as transpose_b) and keeps the f32 accumulator; no widened copy of
-// either operand is made.
+// transpose), an f32 matmul, then a rounding back. That is eager's bf16 `mm`, so it becomes
+// that very call: the bf16 tensors themselves (the weight as transpose_b), a bf16 result that
+// cuBLAS rounds once; no widened copy, no f32 result, no kernel.
 // CHECK-LABEL: func.func @bf16_linear
-// CHECK-NOT:     ember_fused_convert
-// CHECK:         %[[MM:.*]] = "ember.extern"(%arg1, %arg0) {params = {transpose_b = true}, target = "aten.mm"} : (tensor<16x64xbf16>, tensor<32x64xbf16>) -> tensor<16x32xf32>
-// CHECK:         call @ember_fused_{{.*}}(%[[MM]]
+// CHECK-NOT:     ember_fused
+// CHECK:         %[[MM:.*]] = "ember.extern"(%arg1, %arg0) {params = {transpose_b = true}, target = "aten.mm"} : (tensor<16x64xbf16>, tensor<32x64xbf16>) -> tensor<16x32xbf16>
+// CHECK-NEXT:    return %[[MM]]
 #lid = affine_map<(d0, d1) -> (d0, d1)>
 func.func @bf16_linear(%arg0: tensor<32x64xbf16>, %arg2: tensor<16x64xbf16>) -> tensor<16x32xbf16> {
   %cst = arith.constant 0.000000e+00 : f32
@@ -293,6 +293,81 @@ func.func @bf16_linear(%arg0: tensor<32x64xbf16>, %arg2: tensor<16x64xbf16>) -> 
     linalg.yield %r : bf16
   } -> tensor<16x32xbf16>
   return %12 : tensor<16x32xbf16>
+}
+
+// -----
+
+// addmm(bias, x, w) in bf16: the f32 product plus the widened bias vector, rounded once, is
+// eager's addmm with the bias in cuBLAS's epilogue; it becomes that call with the bf16 bias.
+// CHECK-LABEL: func.func @bf16_addmm
+// CHECK-NOT:     ember_fused
+// CHECK:         %[[MM:.*]] = "ember.extern"(%arg2, %arg1, %arg0) {params = {}, target = "aten.addmm"} : (tensor<32xbf16>, tensor<16x64xbf16>, tensor<64x32xbf16>) -> tensor<16x32xbf16>
+// CHECK-NEXT:    return %[[MM]]
+// When the f32 product is also read elsewhere it stays f32 (aten.mm with the f32 accumulator):
+// CHECK-LABEL: func.func @bf16_mm_f32_used
+// CHECK:         "ember.extern"(%arg1, %arg0) {params = {}, target = "aten.mm"} : (tensor<16x64xbf16>, tensor<64x32xbf16>) -> tensor<16x32xf32>
+#am_id = affine_map<(d0, d1) -> (d0, d1)>
+#am_row = affine_map<(d0, d1) -> (d1)>
+func.func @bf16_addmm(%arg0: tensor<64x32xbf16>, %arg1: tensor<16x64xbf16>, %arg2: tensor<32xbf16>) -> tensor<16x32xbf16> {
+  %cst = arith.constant 0.000000e+00 : f32
+  %eb = tensor.empty() : tensor<32xf32>
+  %b = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%arg2 : tensor<32xbf16>) outs(%eb : tensor<32xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %w = arith.extf %in : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<32xf32>
+  %ex = tensor.empty() : tensor<16x64xf32>
+  %x = linalg.generic {indexing_maps = [#am_id, #am_id], iterator_types = ["parallel", "parallel"]} ins(%arg1 : tensor<16x64xbf16>) outs(%ex : tensor<16x64xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %w = arith.extf %in : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<16x64xf32>
+  %ew = tensor.empty() : tensor<64x32xf32>
+  %w = linalg.generic {indexing_maps = [#am_id, #am_id], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<64x32xbf16>) outs(%ew : tensor<64x32xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %v = arith.extf %in : bf16 to f32
+    linalg.yield %v : f32
+  } -> tensor<64x32xf32>
+  %e = tensor.empty() : tensor<16x32xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<16x64xf32>, tensor<64x32xf32>) outs(%z : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %sum = linalg.generic {indexing_maps = [#am_id, #am_row, #am_id], iterator_types = ["parallel", "parallel"]} ins(%mm, %b : tensor<16x32xf32>, tensor<32xf32>) outs(%e : tensor<16x32xf32>) {
+  ^bb0(%in: f32, %in_0: f32, %out: f32):
+    %s = arith.addf %in, %in_0 : f32
+    linalg.yield %s : f32
+  } -> tensor<16x32xf32>
+  %en = tensor.empty() : tensor<16x32xbf16>
+  %r = linalg.generic {indexing_maps = [#am_id, #am_id], iterator_types = ["parallel", "parallel"]} ins(%sum : tensor<16x32xf32>) outs(%en : tensor<16x32xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x32xbf16>
+  return %r : tensor<16x32xbf16>
+}
+func.func @bf16_mm_f32_used(%arg0: tensor<64x32xbf16>, %arg1: tensor<16x64xbf16>) -> (tensor<16x32xbf16>, tensor<16x32xf32>) {
+  %cst = arith.constant 0.000000e+00 : f32
+  %ex = tensor.empty() : tensor<16x64xf32>
+  %x = linalg.generic {indexing_maps = [#am_id, #am_id], iterator_types = ["parallel", "parallel"]} ins(%arg1 : tensor<16x64xbf16>) outs(%ex : tensor<16x64xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %w = arith.extf %in : bf16 to f32
+    linalg.yield %w : f32
+  } -> tensor<16x64xf32>
+  %ew = tensor.empty() : tensor<64x32xf32>
+  %w = linalg.generic {indexing_maps = [#am_id, #am_id], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<64x32xbf16>) outs(%ew : tensor<64x32xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %v = arith.extf %in : bf16 to f32
+    linalg.yield %v : f32
+  } -> tensor<64x32xf32>
+  %e = tensor.empty() : tensor<16x32xf32>
+  %z = linalg.fill ins(%cst : f32) outs(%e : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<16x64xf32>, tensor<64x32xf32>) outs(%z : tensor<16x32xf32>) -> tensor<16x32xf32>
+  %en = tensor.empty() : tensor<16x32xbf16>
+  %r = linalg.generic {indexing_maps = [#am_id, #am_id], iterator_types = ["parallel", "parallel"]} ins(%mm : tensor<16x32xf32>) outs(%en : tensor<16x32xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x32xbf16>
+  return %r, %mm : tensor<16x32xbf16>, tensor<16x32xf32>
 }
 
 // -----
