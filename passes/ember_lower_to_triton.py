@@ -113,8 +113,12 @@ class _KernelWriter:
     def __init__(self, fn, sched, max_rblock: int, autotune: bool):
         self.fn, self.sched, self.max_rblock, self.autotune = fn, sched, max_rblock, autotune
         self.name = ir.StringAttr(fn.attributes["sym_name"]).value
-        self.lang = TritonLang()
         block = fn.regions[0].blocks[0]
+        ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+        # eager's math functions where a 16-bit result must match eager's rounding
+        narrow = any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type)
+                     in ("bf16", "f16") for t in list(ftype.inputs) + list(ftype.results))
+        self.lang = TritonLang(precise=narrow)
         self.args = list(block.arguments)
         self.results = list(sched.results)
         self.in_names = [f"in{i}" for i in range(len(self.args))]

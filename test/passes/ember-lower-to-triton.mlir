@@ -14,7 +14,7 @@
 // CHECK-SAME: ember.source = "{{.*}}@triton.jit\0Adef ember_fused_add_gelu_0_kernel(in0, in1, out0, xnumel, XBLOCK: tl.constexpr)
 // CHECK-SAME: tl.program_id(0)
 // CHECK-SAME: mask=xmask
-// CHECK-SAME: _ember_erf(
+// CHECK-SAME: tl.math.erf(
 // CHECK-SAME: def ember_fused_add_gelu_0(*tensors)
 // CHECK-SAME: ember.symbol = "ember_fused_add_gelu_0"
 func.func private @ember_fused_add_gelu_0(%arg0: tensor<8x32xf32>, %arg1: tensor<32xf32>) -> tensor<8x32xf32>
@@ -45,9 +45,9 @@ func.func private @ember_fused_add_gelu_0(%arg0: tensor<8x32xf32>, %arg1: tensor
 // CHECK-LABEL: func.func private @ember_fused_softmax_0
 // CHECK-SAME: RBLOCK: tl.constexpr
 // CHECK-SAME: tl.max(
-// CHECK-SAME: _ember_exp(
+// CHECK-SAME: tl.exp(
 // CHECK-SAME: tl.sum(
-// CHECK-SAME: _ember_div(
+// CHECK-SAME: / red
 // CHECK-SAME: tl.store(out0
 // LOOP-LABEL: func.func private @ember_fused_softmax_0
 // LOOP-SAME: for roff in range(0, rnumel, RBLOCK):
@@ -216,4 +216,30 @@ module {
     } -> tensor<64xbf16>
     return %r : tensor<64xbf16>
   }
+}
+
+// -----
+
+// A kernel with bf16 operands calls eager's math (the prelude's _ember_* helpers: libdevice and
+// IEEE division on a GPU) so that its rounded result is eager's; f32 kernels above use Triton's.
+// CHECK-LABEL: func.func private @ember_fused_sigmoid_0
+// CHECK-SAME: _ember_exp(
+// CHECK-SAME: _ember_div(1.0,
+// CHECK-SAME: .to(tl.bfloat16)
+func.func private @ember_fused_sigmoid_0(%arg0: tensor<64xbf16>) -> tensor<64xbf16>
+    attributes {ember.kernel = "pointwise", ember.ops = ["sigmoid"]} {
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<64xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%arg0 : tensor<64xbf16>) outs(%e : tensor<64xbf16>) {
+  ^bb0(%a: bf16, %o: bf16):
+    %x = arith.extf %a : bf16 to f32
+    %n = arith.negf %x : f32
+    %ex = math.exp %n : f32
+    %d = arith.addf %ex, %one : f32
+    %s = arith.divf %one, %d : f32
+    %t = arith.truncf %s : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<64xbf16>
+  return %r : tensor<64xbf16>
 }
