@@ -47,21 +47,17 @@ def lower(fn, *args, options="autotune=true"):
 
 
 def run_interpreted(source, symbol, inputs, out_shapes_dtypes):
-    # The variable stays set while the kernel runs too: the interpreter resolves the prelude's
-    # @triton.jit helpers a kernel calls at run time (on a GPU machine, where it is unset
-    # otherwise, a helper call failed with "Cannot call @triton.jit'd outside of the scope of
-    # a kernel").
     saved = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
     try:
         mod = triton_aot.load_module(source, "ember_triton_interp")
-        outs = [torch.empty(s, dtype=d) for s, d in out_shapes_dtypes]
-        getattr(mod, symbol)(*[t.contiguous() for t in inputs], *outs)
     finally:
         if saved is None:
             os.environ.pop("TRITON_INTERPRET")
         else:
             os.environ["TRITON_INTERPRET"] = saved
+    outs = [torch.empty(s, dtype=d) for s, d in out_shapes_dtypes]
+    getattr(mod, symbol)(*[t.contiguous() for t in inputs], *outs)
     return outs
 
 
