@@ -8,6 +8,7 @@ import torch
 
 from .attention_masks import drop_visible_attention_masks
 from .compile import EmberGraph
+from .eager_semantics import table as eager_semantics_table
 from .options import CompileOptions
 from .report import new_graph_id
 
@@ -116,6 +117,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table[aten.var_mean.correction] = _var_mean
     table[aten.gelu.default] = _gelu
     table[aten.pow.Tensor_Scalar] = _pow_scalar
+    table.update(eager_semantics_table())   # NaN propagation, integer floor division
     if exact_low_precision:
         table[aten.native_layer_norm.default] = _keep_narrow(table[aten.native_layer_norm.default])
         table[aten.gelu.default] = _gelu_keep_erf_narrow

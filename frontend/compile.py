@@ -16,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from . import fx_prep
+from ..runtime.kernel_errors import KernelDataError
 from .options import CompileOptions, default_pipeline, resolve_target
 from .report import DebugDump, describe_error, new_graph_id, record
 
@@ -114,8 +115,11 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     from ..runtime.executor import load
     from .importer import import_fx, new_context
     from .library_calls import outline, stitch
-    from .schedule import export_program
+    from .schedule import export_program, restore_signedness
 
+    outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    out_dtypes = [getattr(n.meta.get("val"), "dtype", None) if isinstance(n, fx.Node) else None
+                  for n in (outs if isinstance(outs, (tuple, list)) else (outs,))]
     calls = []
     if library:
         gm, calls = outline(gm, library)
@@ -126,6 +130,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         dump.stage("import", module)
         run_pipeline(module, default_pipeline(options, target), dump)
         program = export_program(module)
+        restore_signedness(program, [t.dtype for t in tensors], out_dtypes)
         summary = _summary(module)
     dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]
@@ -236,6 +241,8 @@ class EmberGraph:
                 # failing on real data); the graph is functional, so eager can redo it.
                 try:
                     c = run(*ts)
+                except KernelDataError:
+                    raise   # the user's data (an index out of range): eager raises it too
                 except Exception as err:
                     if not self.options.fallback:
                         raise

@@ -155,6 +155,32 @@ def library_params(decl) -> dict[str, Any]:
             "results": attr_to_python(decl.attributes["ember.results"])}
 
 
+_SIGNLESS = {"uint8": "int8", "uint16": "int16", "uint32": "int32", "uint64": "int64"}
+
+
+def restore_signedness(program: Program, inputs, outputs) -> None:
+    """linalg's integers are signless: torch-mlir turns uint8 into i8, which reads back as
+    int8. The graph's own dtypes (`inputs`, `outputs`: torch dtypes of the Program's inputs
+    and outputs, in order) put the unsigned ones back on those values and on the values they
+    view, so that the runtime accepts and returns uint8 tensors (kernels only see bytes; the
+    ops' own signedness is in the IR: uitofp, divui, cmpi ult, ...)."""
+    import dataclasses
+    view_src = {s.outputs[0]: s.inputs[0] for s in program.steps if s.kind == "view"}
+
+    def retype(vid, dtype):
+        name = str(dtype).replace("torch.", "")
+        while vid is not None:
+            if _SIGNLESS.get(name) != program.values[vid].dtype:
+                return
+            program.values[vid] = dataclasses.replace(program.values[vid], dtype=name)
+            vid = view_src.get(vid)
+
+    for vid, dt in zip(range(program.num_inputs), inputs):
+        retype(vid, dt)
+    for vid, dt in zip(program.outputs, outputs):
+        retype(vid, dt)
+
+
 def export_program(module: ir.Module, func_name: str = "main") -> Program:
     funcs = find_funcs(module)
     if func_name not in funcs:

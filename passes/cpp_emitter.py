@@ -8,7 +8,7 @@ import math
 import re
 
 from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, indexing_maps,
-                              iterator_types, schedule_kernel, type_name)
+                              iterator_types, needed_results, schedule_kernel, type_name)
 
 PRELUDE = r"""// ember C++ kernels (generated)
 #include <cmath>
@@ -27,6 +27,42 @@ static inline float ember_round_bf16(float f) { return ember_bf16_to_f32(ember_f
 static inline float ember_f16_to_f32(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
 static inline uint16_t ember_f32_to_f16(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
 static inline float ember_round_f16(float f) { return (float)(_Float16)f; }
+// Errors in the data (an index out of range, an integer division by zero) cannot throw from a
+// kernel: the first one is recorded in ember_error (kind, value, dim, size) and the host raises
+// it after the kernel (runtime/executor.py, runtime/kernel_errors.py). The checks are cold
+// branches: the value used after a failed check keeps every access in bounds.
+extern "C" { int64_t ember_error[4] = {0, 0, 0, 0}; }
+__attribute__((cold, noinline)) static void ember_fail(int64_t kind, int64_t v, int64_t d, int64_t n) {
+  int64_t none = 0;
+  if (__atomic_compare_exchange_n(&ember_error[0], &none, kind, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    ember_error[1] = v; ember_error[2] = d; ember_error[3] = n;
+  }
+}
+static inline int64_t ember_chk_index(int64_t i, int64_t n, int64_t d) {
+  if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) { ember_fail(1, i, d, n); return 0; }
+  return i;
+}
+// Integer division: a zero divisor is the error eager raises; MIN / -1 wraps (x86 traps on both).
+template <typename T> static inline T ember_chk_divsi(T a, T b) {
+  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
+  return b == -1 ? (T)(0 - (uint64_t)a) : (T)(a / b);
+}
+template <typename T> static inline T ember_chk_remsi(T a, T b) {
+  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
+  return b == -1 ? (T)0 : (T)(a % b);
+}
+template <typename T> static inline T ember_chk_floordivsi(T a, T b) {
+  T q = ember_chk_divsi(a, b);
+  return (b != 0 && b != -1 && a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
+}
+template <typename T> static inline T ember_chk_divui(T a, T b) {   // T unsigned
+  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
+  return (T)(a / b);
+}
+template <typename T> static inline T ember_chk_remui(T a, T b) {
+  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
+  return (T)(a % b);
+}
 // arith.maximumf/minimumf propagate NaN (as torch.maximum and amax do); written as selects so
 // that gcc vectorizes them.
 template <typename T> static inline T ember_max(T a, T b) { return (a > b || a != a) ? a : b; }
@@ -165,8 +201,8 @@ CTYPE = {"f32": "float", "f64": "double", "f16": "float", "bf16": "float", "i1":
          "index": "int64_t", "ui8": "uint8_t"}
 STORAGE = dict(CTYPE, f16="uint16_t", bf16="uint16_t")
 BIN = {"addf": "+", "addi": "+", "subf": "-", "subi": "-", "mulf": "*", "muli": "*",
-       "divf": "/", "divsi": "/", "remsi": "%", "andi": "&", "ori": "|", "xori": "^",
-       "shli": "<<", "shrsi": ">>"}
+       "divf": "/", "andi": "&", "ori": "|", "xori": "^", "shli": "<<", "shrsi": ">>"}
+INT_DIV = {"divsi": "/", "remsi": "%", "floordivsi": None, "divui": "/", "remui": "%"}
 CMP = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
        "oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=",
        "ult": "<", "ule": "<=", "ugt": ">", "uge": ">=", "ueq": "==", "une": "!="}
@@ -226,6 +262,9 @@ class CppLang:
     def dim_size(self, g, k):
         return f"s{g}"
 
+    def check_index(self, i, n, dim):
+        return f"ember_chk_index({i}, {n}, {dim})"
+
     def op(self, kind, args, rty, atys):
         if kind.startswith("idx."):
             k = kind[4:]
@@ -258,10 +297,11 @@ class CppLang:
             if name == "shrsi" or name == "shli":
                 return f"({ct})({a} {BIN[name]} {b})"
             return f"({ct})({a} {BIN[name]} {b})" if rty in ("i8", "i16", "i1") else f"({a} {BIN[name]} {b})"
-        if name == "divui" or name == "remui" or name == "shrui":
+        if name in INT_DIV:
+            return _int_div(name, args, rty)
+        if name == "shrui":
             ut = "u" + CTYPE[rty]
-            sym = {"divui": "/", "remui": "%", "shrui": ">>"}[name]
-            return f"({ct})(({ut}){args[0]} {sym} ({ut}){args[1]})"
+            return f"({ct})(({ut}){args[0]} >> ({ut}){args[1]})"
         if name == "remf":
             return f"std::fmod({args[0]}, {args[1]})"
         if name == "negf":
@@ -277,6 +317,12 @@ class CppLang:
             return f"({ct})std::{name[:3]}<{ut}>(({ut}){args[0]}, ({ut}){args[1]})"
         if name == "select":
             return f"({args[0]} ? {args[1]} : {args[2]})"
+        if name in ("fptosi", "fptoui") and rty in ("i8", "i16"):
+            # Out of range of the narrow type, eager (on x86) converts through a wide integer
+            # and wraps (200.0 -> uint8 200: torch-mlir's fptosi to i8 for uint8 too): uint8
+            # through int64 (c10's static_cast_with_inter_type), int8/int16 through int32.
+            wide = "int64_t" if rty == "i8" else "int32_t"
+            return f"({ct})({wide})({args[0]})"
         if name in ("sitofp", "fptosi", "extsi", "trunci", "index_cast", "extf", "fptoui"):
             if name == "trunci" and rty == "i1":
                 return f"(bool)({args[0]} & 1)"
@@ -306,6 +352,28 @@ class CppLang:
         if name in MATH:
             return f"({ct}){MATH[name]}({', '.join(args)})"
         raise Unschedulable(f"'{kind}' has no C++ spelling")
+
+
+_CONST_INT = re.compile(r"^(?:INT64_C\((-?\d+)\)|\(\w+\)(-?\d+)|(-?\d+))$")
+
+
+def _int_div(name, args, rty) -> str:
+    """Integer division/remainder: checked (ember_chk_*) unless the divisor is a constant
+    other than 0 and -1, which can neither be the error nor overflow."""
+    ct = CTYPE[rty]
+    m = _CONST_INT.match(args[1].strip())
+    d = int(next(g for g in m.groups() if g is not None)) if m else None
+    unsigned = name.endswith("ui")
+    if d is not None and d not in (0, -1) and name != "floordivsi" and \
+            not (unsigned and d < 0):
+        if unsigned:
+            ut = "u" + ct
+            return f"({ct})(({ut}){args[0]} {INT_DIV[name]} ({ut}){args[1]})"
+        return f"({ct})({args[0]} {INT_DIV[name]} {args[1]})"
+    if unsigned:
+        ut = "u" + ct
+        return f"({ct})ember_chk_{name}<{ut}>(({ut}){args[0]}, ({ut}){args[1]})"
+    return f"ember_chk_{name}<{ct}>({args[0]}, {args[1]})"
 
 
 def _perfect_depth(scope: Scope) -> int:
@@ -400,7 +468,7 @@ class _Emitter:
         n_in = len(op.inputs)
         rvars = frozenset(v for _, v in red)
         accs, kinds, results, nans = [], [], [], {}
-        used = [k for k, r in enumerate(op.results) if any(True for _ in r.uses)]
+        used = needed_results(op, [k for k, r in enumerate(op.results) if any(True for _ in r.uses)])
         for k, r in enumerate(op.results):
             ty = type_name(r.type)
             acc = b.fresh("acc")
@@ -423,7 +491,8 @@ class _Emitter:
         for sc in scopes:
             b.push(sc, parent)
             parent = sc
-        for k in used:
+        updates = []   # every new value is computed before any accumulator is assigned:
+        for k in used:  # one result's update may read another's accumulator (argmax)
             a = accs[k].text
             if k in nans:
                 # NaN-propagating max/min that vectorizes: a plain compare-select under an
@@ -432,10 +501,11 @@ class _Emitter:
                 nan, operand = nans[k]
                 f = b.generic_value(op, operand, full, outs=accs).text
                 cmp = ">" if NAN_MINMAX[kinds[k]] == "max" else "<"
-                parent.stmts.append(f"{a} = {f} {cmp} {a} ? {f} : {a};")
-                parent.stmts.append(f"{nan} |= ({f} != {f});")
+                updates.append(f"{a} = {f} {cmp} {a} ? {f} : {a};")
+                updates.append(f"{nan} |= ({f} != {f});")
             else:
-                parent.stmts.append(f"{a} = {b.generic_yield(op, k, full, outs=accs).text};")
+                updates.append(f"{a} = {b.generic_yield(op, k, full, outs=accs).text};")
+        parent.stmts.extend(updates)
         for _ in scopes:
             b.pop()
         b.stack = saved

@@ -16,6 +16,8 @@ memoised per (value, index) while that scope is open.
     load(buffer, offset, type) -> str
     let(name, type, text) -> str           a statement binding a local
     dim_size(g, k) -> str                  size of dynamic global dim g (sizes[k] in the ABI)
+    check_index(i, n, dim) -> str          index i (from data) checked against size n: records
+                                           an out-of-range index, returns one in bounds
 Types are spelled as type_name() strings: 'f32', 'bf16', 'i1', 'i64', 'index', ...
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ class Lang:  # documentation of the protocol; targets subclass or duck-type it
     def load(self, buffer, offset, type): raise NotImplementedError
     def let(self, name, type, text): raise NotImplementedError
     def dim_size(self, g, k): raise NotImplementedError
+    def check_index(self, i, n, dim): raise NotImplementedError
 
 
 class Scope:
@@ -59,6 +62,8 @@ class ExprBuilder:
         self._rems: dict = {}
         self._floors: dict = {}
         self._adds: dict = {}
+        self._data_memo: dict = {}
+        self.checks = False        # a checked index (Lang.check_index) was emitted
 
     # --- scopes and locals -----------------------------------------------------------------
     def push(self, scope: Scope, parent: Optional[Scope] = None) -> Scope:
@@ -400,6 +405,17 @@ class ExprBuilder:
             return hit
         return self._put(key, self._scalar_op(owner, v, ctx))
 
+    def checked_index(self, i: Expr, d: int, src, op) -> Expr:
+        """Index `i` into dim `d` of `src`, computed from tensor data (a gather, an embedding):
+        an index outside [0, size) is the user's error, which eager raises (IndexError). The
+        target's `Lang.check_index` records it for the host and yields an index that is in
+        bounds either way, so that nothing is ever read out of bounds."""
+        n = self.dim(src, d)
+        if n.text == "0":   # nothing to read at all: let eager raise its error
+            raise Unschedulable("gather from an empty dim", op.location)
+        self.checks = True
+        return self.bind(self.lang.check_index(i.text, n.text, d), i.deps | n.deps, "index", "ix")
+
     def _scalar_op(self, op, v, ctx) -> Expr:
         name = op.name
         ty = type_name(v.type)
@@ -411,8 +427,13 @@ class ExprBuilder:
         if name == "linalg.index":
             return ctx["loops"][ir.IntegerAttr(op.attributes["dim"]).value]
         if name == "tensor.extract":
-            ops = list(op.operands)
-            return self.value_at(ops[0], [self.scalar(i, ctx) for i in ops[1:]])
+            src, idx = op.operands[0], []
+            for d, i in enumerate(list(op.operands)[1:]):
+                e = self.scalar(i, ctx)
+                if _from_data(i, self._data_memo):
+                    e = self.checked_index(e, d, src, op)
+                idx.append(e)
+            return self.value_at(src, idx)
         if not (name.startswith("arith.") or name.startswith("math.")):
             raise Unschedulable(f"'{name}' is not allowed in a kernel body", op.location)
         if name == "arith.truncf" and not isinstance(op.operands[0].owner, ir.Block) and \
@@ -429,6 +450,28 @@ class ExprBuilder:
                             [type_name(a.type) for a in op.operands])
         deps = frozenset().union(*[a.deps for a in args]) if args else frozenset()
         return self.bind(text, deps, ty)
+
+
+def _from_data(v: ir.Value, memo: dict) -> bool:
+    """Whether scalar `v` of a generic body depends on tensor contents (a block argument or an
+    extracted element) rather than only on loop indices and constants (an upsampling's source
+    index is in bounds by construction and needs no check)."""
+    if v in memo:
+        return memo[v]
+    memo[v] = False
+    if isinstance(v, ir.BlockArgument):
+        r = True
+    else:
+        op = v.owner
+        name = op.name
+        if name in ("linalg.index", "arith.constant"):
+            r = False
+        elif name == "tensor.extract":
+            r = True
+        else:
+            r = any(_from_data(o, memo) for o in op.operands)
+    memo[v] = r
+    return r
 
 
 def _as_int(text: str):

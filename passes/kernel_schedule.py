@@ -149,6 +149,32 @@ def combiner(op, k: int, used=None) -> tuple[Optional[str], Optional[ir.Value]]:
     return None, None
 
 
+def needed_results(op, used) -> list[int]:
+    """Results of reduction generic `op` whose accumulators must be kept: those in `used`,
+    and every result whose accumulator (output block argument) a kept one's body reads (the
+    running max that torch-mlir's argmax compares with, even when only the index is used)."""
+    block = op.regions[0].blocks[0]
+    n_in = len(op.inputs)
+    term = list(block.operations)[-1]
+    need, work = set(used), list(used)
+    while work:
+        seen, vals = set(), [term.operands[work.pop()]]
+        while vals:
+            v = vals.pop()
+            if isinstance(v, ir.BlockArgument):
+                j = ir.BlockArgument(v).arg_number - n_in
+                if j >= 0 and j not in need:
+                    need.add(j)
+                    work.append(j)
+                continue
+            o = v.owner
+            if o in seen or not hasattr(o, "operands"):
+                continue
+            seen.add(o)
+            vals.extend(o.operands)
+    return sorted(need)
+
+
 class _UnionFind:
     def __init__(self):
         self.parent: dict = {}

@@ -19,6 +19,7 @@ from .cache import ArtifactCache, as_cache, python_identity
 from .cpp_build import load_library
 from .env import triton_interpreted
 from .externs import resolve, resolve_library
+from .kernel_errors import error_for
 from .program import Program, Step, ValueInfo
 
 _ARENA_ALIGN = 64
@@ -103,8 +104,16 @@ class CompiledProgram:
     def _bind_kernels(self, cache: ArtifactCache, extra_flags: Sequence[str]) -> dict[str, Callable]:
         p = self.program
         out: dict[str, Callable] = {}
+        self._error_record = None     # kernels' error record (runtime/kernel_errors.py)
+        self._checked: set[str] = set()
         if p.lang == "cpp":
             lib = load_library(p.source, extra_flags, cache=cache) if p.kernel_names else None
+            if lib is not None:
+                try:
+                    self._error_record = (ctypes.c_int64 * 4).in_dll(lib, "ember_error")
+                except ValueError:
+                    pass
+                self._checked = _checked_cpp_kernels(p.source, p.kernel_names)
             for name in p.kernel_names:
                 try:
                     out[name] = getattr(lib, name)
@@ -119,6 +128,11 @@ class CompiledProgram:
                 if not callable(fn):
                     raise ValueError(f"ember runtime: kernel launcher {name!r} not in the module")
                 out[name] = fn
+                # On a GPU a failed check is a device-side assert; the interpreter's record is
+                # read after the launch (reading a GPU's would synchronize every call).
+                if getattr(fn, "ember_checked", False) and triton_interpreted():
+                    self._checked.add(name)
+                    self._error_record = mod._ember_error_buffer(self.device)
         return out
 
     def _alloc_runs(self, outputs: Sequence[int]) -> list[Callable[[list], None]]:
@@ -152,6 +166,8 @@ class CompiledProgram:
             else:
                 def run(vals, fn=fn, ids=ids):
                     fn(*[vals[i] for i in ids])
+            if s.name in self._checked and self._error_record is not None:
+                return self._alloc_runs(s.outputs) + [run, self._raise_kernel_error]
             return self._alloc_runs(s.outputs) + [run]
         if s.kind == "extern":
             efn = resolve(s.name, dict(s.params))
@@ -186,6 +202,15 @@ class CompiledProgram:
         if s.kind == "empty":
             return self._alloc_runs(s.outputs)
         raise ValueError(f"ember runtime: unknown step kind {s.kind!r}")
+
+    def _raise_kernel_error(self, vals) -> None:
+        """After a kernel that checks its data: raise what it recorded (and clear the record)."""
+        rec = self._error_record
+        if rec[0]:
+            err = error_for(list(rec))
+            for k in range(4):
+                rec[k] = 0
+            raise err
 
     def _make_const(self, value, v: ValueInfo, dt: torch.dtype) -> torch.Tensor:
         shape = tuple(v.shape)
@@ -286,6 +311,18 @@ class CompiledProgram:
         if self._clone_out:
             return [vals[o].clone() if o in self._clone_out else vals[o] for o in p.outputs]
         return [vals[o] for o in p.outputs]
+
+
+def _checked_cpp_kernels(source: str, names) -> set[str]:
+    """Kernels whose C++ body calls a check (ember_chk_*): their error record is read after
+    each launch. The prelude, which defines the checks, comes before the first kernel."""
+    parts = source.split('extern "C" void ')
+    checked = set()
+    for part in parts[1:]:
+        name = part.split("(", 1)[0]
+        if name in names and "ember_chk_" in part:
+            checked.add(name)
+    return checked
 
 
 def load(program: Program, device: str | torch.device = "cpu", *,

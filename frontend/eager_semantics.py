@@ -1,0 +1,157 @@
+"""Decompositions that give eager's semantics where torch-mlir's own lowerings do not.
+
+Each one replaces an ATen op while AOTAutograd traces (gradients still come from the op's own
+derivative formula: decompositions apply below autograd), and each returns NotImplemented for
+the dtypes whose torch-mlir lowering is already right, so the op goes on to torch-mlir there.
+
+* NaN propagation. torch-mlir lowers `maximum`/`minimum` to `select(cmpf ogt/olt)`, `clamp` and
+  `hardtanh` to `select(cmpf ult/ugt)` and the index of `argmax`/`max.dim` to a `cmpf ogt`
+  select: all of them drop a NaN that eager returns (`clamp(nan, -1, 1)` is -1, the index of
+  `max([1, nan, 3])` is 0; eager: nan and 1). The forms below are selects whose condition is
+  true for a NaN on the side that must win, so they stay branch-free (vectorized compare +
+  blend in C++, `tl.where` in Triton).
+* argmax/argmin are the first index where the row equals its amax/amin (or, for a row
+  holding NaN, the first NaN), as eager returns: two reductions a fused kernel computes in one
+  launch, both of which vectorize (a select-based running argmax does not).
+* Integer floor division: torch-mlir divides in f64 (`sitofp`, `divf`, `floor`, `fptosi`),
+  which is wrong past 2^53 and gives INT64_MIN for a zero divisor instead of eager's error.
+  Truncating division and a correction keep it in integers (and the division checked).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _floating(*xs) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.is_floating_point() for x in xs)
+
+
+def _max2(a, b):
+    """maximum(a, b) with NaN from either side (eager's `torch.maximum`)."""
+    if not _floating(a, b):
+        return NotImplemented
+    return torch.where((a > b) | (a != a), a, b)
+
+
+def _min2(a, b):
+    if not _floating(a, b):
+        return NotImplemented
+    return torch.where((a < b) | (a != a), a, b)
+
+
+def _lower_bound(y, lo):
+    """max(y, lo) for a clamp bound: NaN in y stays, a NaN bound gives NaN (as eager)."""
+    if isinstance(lo, torch.Tensor):
+        return torch.where((y < lo) | (lo != lo), lo, y)
+    if isinstance(lo, float) and math.isnan(lo):
+        return torch.where(y == y, lo, y)
+    return torch.where(y < lo, lo, y)
+
+
+def _upper_bound(y, hi):
+    if isinstance(hi, torch.Tensor):
+        return torch.where((y > hi) | (hi != hi), hi, y)
+    if isinstance(hi, float) and math.isnan(hi):
+        return torch.where(y == y, hi, y)
+    return torch.where(y > hi, hi, y)
+
+
+def _clamp(x, min=None, max=None):
+    if not _floating(x) or (min is None and max is None):
+        return NotImplemented
+    y = x
+    if min is not None:
+        y = _lower_bound(y, min)
+    if max is not None:
+        y = _upper_bound(y, max)
+    if y.dtype != x.dtype and not isinstance(min, torch.Tensor) and \
+            not isinstance(max, torch.Tensor):
+        y = y.to(x.dtype)
+    return y
+
+
+def _clamp_min(x, min):
+    return _clamp(x, min, None)
+
+
+def _clamp_max(x, max):
+    return _clamp(x, None, max)
+
+
+def _hardtanh(x, min_val=-1.0, max_val=1.0):
+    return _clamp(x, min_val, max_val)
+
+
+def _first_index(x, dim: int, keepdim: bool, extreme):
+    """Index of the first element of `x` along `dim` equal to `extreme(x)`, or of the first NaN
+    when there is one (eager's argmax/argmin)."""
+    m = extreme(x, dim, keepdim=True)
+    hit = x == m
+    if x.is_floating_point():
+        hit = hit | ((x != x) & (m != m))
+    n = x.shape[dim]
+    ar = torch.arange(n, device=x.device, dtype=torch.int64)
+    ar = ar.view([n if i == dim else 1 for i in range(x.dim())])
+    return torch.where(hit, ar, n).amin(dim, keepdim=keepdim)
+
+
+def _arg(extreme):
+    def decomp(x, dim=None, keepdim=False):
+        if x.dtype == torch.bool or x.is_complex() or x.dim() == 0 or x.numel() == 0:
+            return NotImplemented
+        if dim is None:
+            idx = _first_index(x.reshape(-1), 0, False, extreme)
+            return idx.reshape([1] * x.dim()) if keepdim else idx
+        return _first_index(x, dim % x.dim(), keepdim, extreme)
+    return decomp
+
+
+def _value_and_index(extreme):
+    arg = _arg(extreme)
+
+    def decomp(x, dim, keepdim=False):
+        idx = arg(x, dim, keepdim)
+        if idx is NotImplemented:
+            return NotImplemented
+        return extreme(x, dim, keepdim=keepdim), idx
+    return decomp
+
+
+def _floor_div(a, b):
+    q = torch.div(a, b, rounding_mode="trunc")
+    r = a - q * b
+    wrong = (r != 0) & ((r < 0) != (b < 0))
+    return q - wrong.to(q.dtype)
+
+
+def _div_mode(a, b, rounding_mode=None):
+    if rounding_mode != "floor" or _floating(a, b) or isinstance(b, float) or \
+            isinstance(a, torch.Tensor) and a.dtype == torch.bool:
+        return NotImplemented
+    if isinstance(b, torch.Tensor) and b.dtype == torch.bool:
+        return NotImplemented
+    return _floor_div(a, b)
+
+
+def _floor_divide(a, b):
+    return _div_mode(a, b, "floor")
+
+
+def table() -> dict:
+    """ATen overload -> decomposition, for backend.decomposition_table."""
+    amax, amin = torch.amax, torch.amin
+    return {
+        aten.maximum.default: _max2, aten.minimum.default: _min2,
+        aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
+        aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,
+        aten.clamp_max.default: _clamp_max, aten.clamp_max.Tensor: _clamp_max,
+        aten.hardtanh.default: _hardtanh,
+        aten.argmax.default: _arg(amax), aten.argmin.default: _arg(amin),
+        aten.max.dim: _value_and_index(amax), aten.min.dim: _value_and_index(amin),
+        aten.div.Tensor_mode: _div_mode, aten.div.Scalar_mode: _div_mode,
+        aten.floor_divide.default: _floor_divide,
+    }
