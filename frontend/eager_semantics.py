@@ -16,6 +16,8 @@ the dtypes whose torch-mlir lowering is already right, so the op goes on to torc
 * Integer floor division: torch-mlir divides in f64 (`sitofp`, `divf`, `floor`, `fptosi`),
   which is wrong past 2^53 and gives INT64_MIN for a zero divisor instead of eager's error.
   Truncating division and a correction keep it in integers (and the division checked).
+* uint8 division and remainder: torch-mlir's signless i8 gets the signed ops; int16 is exact.
+* int8/uint8 times a Python int: torch-mlir's import aborts the process; computed in int32.
 """
 from __future__ import annotations
 
@@ -128,7 +130,27 @@ def _floor_div(a, b):
     return q - wrong.to(q.dtype)
 
 
+def _uint8(a, b) -> bool:
+    return any(isinstance(x, torch.Tensor) and x.dtype == torch.uint8 for x in (a, b)) and \
+        not _floating(a, b)
+
+
+def _widened(op):
+    """`op` on uint8 operands computed in int16 (exact for every uint8 value): torch-mlir
+    lowers integer division and remainder to the signed ops on its signless i8, which is wrong
+    from 128 on."""
+    def decomp(a, b, *args, **kwargs):
+        if not _uint8(a, b):
+            return NotImplemented
+        wa = a.to(torch.int16) if isinstance(a, torch.Tensor) else a
+        wb = b.to(torch.int16) if isinstance(b, torch.Tensor) else b
+        return op(wa, wb, *args, **kwargs).to(torch.uint8)
+    return decomp
+
+
 def _div_mode(a, b, rounding_mode=None):
+    if rounding_mode is not None and _uint8(a, b) and not isinstance(b, float):
+        return _widened(torch.div)(a, b, rounding_mode=rounding_mode)
     if rounding_mode != "floor" or _floating(a, b) or isinstance(b, float) or \
             isinstance(a, torch.Tensor) and a.dtype == torch.bool:
         return NotImplemented
@@ -139,6 +161,16 @@ def _div_mode(a, b, rounding_mode=None):
 
 def _floor_divide(a, b):
     return _div_mode(a, b, "floor")
+
+
+def _mul_byte_scalar(a, b):
+    """int8/uint8 tensor times a Python int: torch-mlir's import aborts the process converting
+    the scalar to a byte type ('dstOriginalDtype has to be passed'); int32 wraps back to the
+    same bytes eager's int8 product has."""
+    if isinstance(a, torch.Tensor) and a.dtype in (torch.int8, torch.uint8) and \
+            isinstance(b, int) and not isinstance(b, bool):
+        return (a.to(torch.int32) * b).to(a.dtype)
+    return NotImplemented
 
 
 def table() -> dict:
@@ -154,4 +186,8 @@ def table() -> dict:
         aten.max.dim: _value_and_index(amax), aten.min.dim: _value_and_index(amin),
         aten.div.Tensor_mode: _div_mode, aten.div.Scalar_mode: _div_mode,
         aten.floor_divide.default: _floor_divide,
+        aten.remainder.Tensor: _widened(torch.remainder),
+        aten.remainder.Scalar: _widened(torch.remainder),
+        aten.fmod.Tensor: _widened(torch.fmod), aten.fmod.Scalar: _widened(torch.fmod),
+        aten.mul.Tensor: _mul_byte_scalar, aten.mul.Scalar: _mul_byte_scalar,
     }

@@ -161,24 +161,38 @@ _SIGNLESS = {"uint8": "int8", "uint16": "int16", "uint32": "int32", "uint64": "i
 def restore_signedness(program: Program, inputs, outputs) -> None:
     """linalg's integers are signless: torch-mlir turns uint8 into i8, which reads back as
     int8. The graph's own dtypes (`inputs`, `outputs`: torch dtypes of the Program's inputs
-    and outputs, in order) put the unsigned ones back on those values and on the values they
-    view, so that the runtime accepts and returns uint8 tensors (kernels only see bytes; the
-    ops' own signedness is in the IR: uitofp, divui, cmpi ult, ...)."""
+    and outputs, in order) put the unsigned ones back, so that the runtime accepts and returns
+    uint8 tensors (kernels only see bytes; the ops' own signedness is in the IR: uitofp,
+    divui, cmpi ult, ...). A value returned both as int8 and as uint8 (`x.to(torch.int8)` and
+    `x.to(torch.uint8)` are one value after CSE) gets a reinterpreting view for the latter."""
     import dataclasses
     view_src = {s.outputs[0]: s.inputs[0] for s in program.steps if s.kind == "view"}
 
-    def retype(vid, dtype):
+    def want(vid, dtype):
         name = str(dtype).replace("torch.", "")
-        while vid is not None:
-            if _SIGNLESS.get(name) != program.values[vid].dtype:
-                return
+        return name if _SIGNLESS.get(name) == program.values[vid].dtype else None
+
+    def retype(vid, name):
+        while vid is not None and _SIGNLESS.get(name) == program.values[vid].dtype:
             program.values[vid] = dataclasses.replace(program.values[vid], dtype=name)
             vid = view_src.get(vid)
 
     for vid, dt in zip(range(program.num_inputs), inputs):
-        retype(vid, dt)
+        if want(vid, dt):
+            retype(vid, want(vid, dt))
+    asked: dict[int, set] = {}
     for vid, dt in zip(program.outputs, outputs):
-        retype(vid, dt)
+        asked.setdefault(vid, set()).add(str(dt).replace("torch.", ""))
+    for k, (vid, dt) in enumerate(zip(list(program.outputs), outputs)):
+        name = want(vid, dt)
+        if name is None:
+            continue
+        if len(asked[vid]) == 1:
+            retype(vid, name)
+            continue
+        program.values.append(dataclasses.replace(program.values[vid], dtype=name, offset=None))
+        program.steps.append(Step("view", "bitcast", (vid,), (len(program.values) - 1,)))
+        program.outputs[k] = len(program.values) - 1
 
 
 def export_program(module: ir.Module, func_name: str = "main") -> Program:

@@ -132,8 +132,9 @@ def _is_compute(op) -> bool:
     name = op_name(op)
     if name in HOST_OPS:
         return False
-    if name == "linalg.fill" and _cloneable(op):
-        return False
+    if name == "linalg.fill" and _cloneable(op) and \
+            not any(op_name(u) == "func.return" for u in users(op.results[0])):
+        return False    # cloned into its users; one that is returned is a kernel of its own
     return True
 
 

@@ -188,6 +188,12 @@ class CompiledProgram:
             (i,), (o,) = s.inputs, s.outputs
             shape = tuple(vals_info[o].shape)
             self._view_src[o] = i
+            if vals_info[o].dtype != vals_info[i].dtype:    # int8 <-> uint8: same bytes
+                dt = self._dtypes[o]
+
+                def run_bitcast(vals, i=i, o=o, dt=dt):
+                    vals[o] = vals[i].view(dt)
+                return [run_bitcast]
 
             def run_view(vals, i=i, o=o, shape=shape):
                 try:

@@ -192,6 +192,11 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
     lists = {k[:-4]: v for k, v in kwargs.items() if k.endswith(".len")}
     for k in lists:
         del kwargs[k + ".len"]
+    for k, v in kwargs.items():   # dtypes, layouts, memory formats travel as "torch.float64"
+        if isinstance(v, str) and v.startswith("torch."):
+            obj = getattr(torch, v[6:], None)
+            if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):
+                kwargs[k] = obj
     results = list(params.get("results", [0]))
     plain = [n for n in names if "[" not in n]
     sdpa = _sdpa_as_eager(name, names, kwargs, results)
