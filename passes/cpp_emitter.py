@@ -287,6 +287,8 @@ class CppLang:
                 return f"(std::isnan({a}) || std::isnan({b}))"
             if pred in ("false", "true"):
                 return pred
+            if pred == "one" and name.startswith("cmpf"):   # ordered: false on NaN (!= is not)
+                return f"({a} < {b} || {a} > {b})"
             e = f"({a} {CMP[pred]} {b})"
             # Unordered float predicates are true when either side is NaN.
             if name.startswith("cmpf") and pred[0] == "u" and pred != "une":

@@ -32,9 +32,11 @@ _INT32_MAX = 2 ** 31 - 1
 # Reduction combiners: (tl reduction, identity for masked lanes (by float/int), elementwise)
 _COMBINE = {
     "addf": ("tl.sum", "0.0", "{a} + {b}"), "addi": ("tl.sum", "0", "{a} + {b}"),
-    "maximumf": ("tl.max", 'float("-inf")', "tl.maximum({a}, {b})"),
+    # maximumf/minimumf propagate NaN (amax, max.values): tl.max/tl.min do not, a reduce
+    # with the prelude's branch-free combiner does (as Inductor's max2).
+    "maximumf": ("_ember_nanmax_reduce", 'float("-inf")', "_ember_nanmax({a}, {b})"),
     "maxnumf": ("tl.max", 'float("-inf")', "tl.maximum({a}, {b})"),
-    "minimumf": ("tl.min", 'float("inf")', "tl.minimum({a}, {b})"),
+    "minimumf": ("_ember_nanmin_reduce", 'float("inf")', "_ember_nanmin({a}, {b})"),
     "minnumf": ("tl.min", 'float("inf")', "tl.minimum({a}, {b})"),
     "maxsi": ("tl.max", "-(2**62)", "tl.maximum({a}, {b})"),
     "minsi": ("tl.min", "2**62", "tl.minimum({a}, {b})"),
@@ -65,6 +67,27 @@ class _Builder(ExprBuilder):
                 text += f".to({TYPES[ty][1]})"
             return self.bind(text, deps, ty, "x")
         return super()._value_at(v, idx)
+
+    def checked_index(self, i, d, src, op):
+        """An index from data, out of [0, n): a device-side assert on a GPU (as eager's CUDA
+        kernels; `debug` launch option, see triton_lang), and the error record (`err`, read by
+        the host under the interpreter); the load uses index 0 instead."""
+        n = self.dim(src, d)
+        if n.text == "0":
+            raise Unschedulable("gather from an empty dim", op.location)
+        self.checks = True
+        masks = [self.masks[x] for x in sorted(i.deps) if x in self.masks]
+        live = " & ".join(masks) if masks else "True"
+        bad = self.bind(f"(({i.text} < 0) | ({i.text} >= {n.text})) & ({live})",
+                        i.deps | n.deps, "i1", "bad")
+        scope = self.scope_for(bad.deps) if bad.deps else self.stack[0]
+        for stmt in (f'tl.device_assert(~{bad.text}, "index out of range in self")',
+                     f"tl.store(err + {i.text} * 0, 1, mask={bad.text})",
+                     f"tl.store(err + 1 + {i.text} * 0, {i.text}, mask={bad.text})",
+                     f"tl.store(err + 2 + {i.text} * 0, {d}, mask={bad.text})",
+                     f"tl.store(err + 3 + {i.text} * 0, {n.text}, mask={bad.text})"):
+            self.emit_into(scope, stmt)
+        return self.bind(f"tl.where({bad.text}, 0, {i.text})", i.deps | n.deps, "index", "ix")
 
 
 @dataclasses.dataclass
@@ -299,7 +322,11 @@ class _KernelWriter:
             red, ident, comb = _COMBINE[kind]
             if ty not in ("f16", "bf16", "f32", "f64") and ident.startswith("float"):
                 raise PassError("ember-lower-to-triton: float combiner on integers", op.location)
-            masked = f"tl.where(xmask & rmask, {val.text}, {ident})"
+            v = val.text
+            if ty not in ("f16", "bf16", "f32", "f64"):
+                # loop indices are int32: the identity (2**62) needs the result's width
+                v = f"({v}).to({TYPES[ty][1]})"
+            masked = f"tl.where(xmask & rmask, {v}, {ident})"
             if self.persistent:
                 total = f"{red}({masked}, 1)[:, None]"
             else:
@@ -341,11 +368,14 @@ class _KernelWriter:
         # Statements without a loop dependence (constants folded late) come first.
         body = ["    " + st for st in getattr(self.builder, "preamble", [])]
         self._flatten(self.builder.stack[0], body, 1)
-        params = self.in_names + self.out_names + numel_names + \
+        checks = ["err"] if self.builder.checks else []
+        params = self.in_names + self.out_names + checks + numel_names + \
             [self.lang.dynamic_sizes[k] for k in sorted(self.lang.dynamic_sizes)]
         sig = {}
         for n, v in zip(self.in_names + self.out_names, self.args + self.results):
             sig[n] = "*" + TYPES[type_name(v.type)][2]
+        if checks:
+            sig["err"] = "*i64"
         for n in params[len(sig):]:
             sig[n] = "i64" if self.wide else "i32"
         for c in constexprs:
@@ -379,21 +409,33 @@ def _source(k: _Kernel, sched, writer) -> str:
     lines.append("")
     n_in = len(writer.args)
     lines.append(f"def {k.name}(*tensors):")
+    # linalg's integers are signless: a uint8 tensor holds an i8 value, read as int8 (the ops
+    # that care, divui/uitofp/cmpi ult, reinterpret as unsigned themselves).
+    bytes_ = [n for n, v in enumerate(writer.args + writer.results) if type_name(v.type) == "i8"]
+    if bytes_:
+        lines.append(f"    tensors = [t.view(torch.int8) if t.dtype == torch.uint8 else t "
+                     f"for t in tensors]")
     lines.append("    sizes = [d for t in tensors for d in t.shape]")
     for name, expr in k.numels.items():
         lines.append(f"    {name} = {expr}")
     for idx, name in sorted(writer.lang.dynamic_sizes.items()):
         lines.append(f"    {name} = sizes[{idx}]")
     lines.append("    grid = lambda meta: " + k.grid)
+    checked = "err" in k.jit_params
+    launch = "_EMBER_LAUNCH_CHECKED" if checked else "_EMBER_LAUNCH"
+    if checked:
+        lines.append("    err = _ember_error_buffer(tensors[-1].device)")
     args = ", ".join(["*tensors"] + k.jit_params[n_in + len(writer.results):])
     if len(k.configs) > 1:
-        lines.append(f"    {jit}[grid]({args}, **_EMBER_LAUNCH)")
+        lines.append(f"    {jit}[grid]({args}, **{launch})")
     else:
         c, w = k.configs[0]
         kw = ", ".join(f"{n}={v}" for n, v in c.items())
-        lines.append(f"    {jit}[grid]({args}, {kw}, num_warps={w}, **_EMBER_LAUNCH)")
+        lines.append(f"    {jit}[grid]({args}, {kw}, num_warps={w}, **{launch})")
     aot = [(jit, k.signature, k.configs[0][0], k.configs[0][1])]
     lines.append(f"{k.name}.ember_aot = {aot!r}")
+    if checked:
+        lines.append(f"{k.name}.ember_checked = True")
     return "\n".join(lines) + "\n"
 
 

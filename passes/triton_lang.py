@@ -130,6 +130,47 @@ else:
         return x.to(tl.bfloat16).to(tl.float32)
 
 
+# One error record per device (kind, value, dim, size; runtime/kernel_errors.py) for kernels
+# that check indices. A GPU stops at the kernel's device-side assert (as eager's CUDA kernels
+# do), compiled with `debug` for those kernels only, and without Triton's integer-overflow
+# assertions that `debug` would add (eager's integers wrap); the interpreter has no asserts,
+# so the host reads the record after the launch.
+_EMBER_ERRORS = {}
+
+
+def _ember_error_buffer(device):
+    buf = _EMBER_ERRORS.get(device)
+    if buf is None:
+        buf = _EMBER_ERRORS[device] = torch.zeros(4, dtype=torch.int64, device=device)
+    return buf
+
+
+_EMBER_LAUNCH_CHECKED = dict(_EMBER_LAUNCH)
+if __import__("os").environ.get("TRITON_INTERPRET", "0") != "1":
+    _EMBER_LAUNCH_CHECKED.update(debug=True, sanitize_overflow=False)
+
+
+# max/min that propagate NaN (arith.maximumf, torch.amax), branch-free.
+@triton.jit
+def _ember_nanmax(a, b):
+    return tl.where((a > b) | (a != a), a, b)
+
+
+@triton.jit
+def _ember_nanmin(a, b):
+    return tl.where((a < b) | (a != a), a, b)
+
+
+@triton.jit
+def _ember_nanmax_reduce(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, _ember_nanmax)
+
+
+@triton.jit
+def _ember_nanmin_reduce(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, _ember_nanmin)
+
+
 @triton.jit
 def _ember_pow(a, b):
     # a**b for float a, b: sign from a when b is an odd integer, NaN for negative a otherwise.
@@ -164,17 +205,22 @@ TYPES = {
 }
 FLOATS = ("f16", "bf16", "f32", "f64")
 
+# Python's comparisons are the ordered ones (false on NaN) except !=, which is unordered;
+# cmpf's u* predicates add "or either is NaN", `one` "and neither is" (see TritonLang.op).
 _CMP = {"oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=",
         "ueq": "==", "ugt": ">", "uge": ">=", "ult": "<", "ule": "<=", "une": "!=",
         "eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
         "lt": "<", "ge": ">="}
+_UNSIGNED = {"i8": "tl.uint8", "i16": "tl.uint16", "i32": "tl.uint32", "i64": "tl.uint64"}
+_WIDTH = {"i8": 8, "i16": 16, "i32": 32, "i64": 64, "index": 64}
 _BINARY = {
     "arith.addf": "+", "arith.subf": "-", "arith.mulf": "*",
     "arith.addi": "+", "arith.subi": "-", "arith.muli": "*",
     "arith.andi": "&", "arith.ori": "|", "arith.xori": "^", "arith.shli": "<<",
-    "arith.shrsi": ">>", "arith.shrui": ">>",
-    # Triton's integer // and % truncate like C, as arith.divsi/remsi do.
-    "arith.divsi": "//", "arith.divui": "//", "arith.remsi": "%", "arith.remui": "%",
+    "arith.shrsi": ">>",
+    # Triton's integer // and % truncate like C, as arith.divsi/remsi do. A zero divisor
+    # does not trap on a GPU (nor under the interpreter); eager's CUDA kernels do not raise.
+    "arith.divsi": "//", "arith.remsi": "%",
     "arith.remf": "%",
     "idx.add": "+", "idx.sub": "-", "idx.mul": "*", "idx.div": "//", "idx.rem": "%",
 }
@@ -186,7 +232,6 @@ _CALLS = {
     "math.absf": "tl.abs", "math.absi": "tl.abs", "math.floor": "tl.floor", "math.ceil": "tl.ceil",
     "arith.maxnumf": "tl.maximum", "arith.minnumf": "tl.minimum",
     "arith.maxsi": "tl.maximum", "arith.minsi": "tl.minimum",
-    "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum",
     "idx.min": "tl.minimum", "idx.max": "tl.maximum", "math.fma": "tl.fma",
 }
 # Constant folding of scalar math on literals: tl.sqrt(2.0) is not valid Triton (it needs a
@@ -201,6 +246,16 @@ _FOLD2 = {"arith.addf": float.__add__, "arith.subf": float.__sub__,
 # f32/f64 kernels: Triton's own (approximate on NVIDIA) spellings.
 _FAST = {"_ember_exp": "tl.exp", "_ember_log": "tl.log", "_ember_erf": "tl.math.erf",
          "_ember_sin": "tl.sin", "_ember_cos": "tl.cos", "_ember_tanh": "_ember_tanh_fast"}
+
+
+_UNSIGNED_OPS = {"arith.divui": "//", "arith.remui": "%", "arith.shrui": ">>",
+                 "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum"}
+
+
+def _as_unsigned(x: str, ty: str, lit) -> str:
+    if lit is not None:
+        return str(int(lit) & ((1 << _WIDTH[ty]) - 1))
+    return f"{x}.to({_UNSIGNED[ty]}, bitcast=True)"
 
 
 class UnsupportedOp(Exception):
@@ -260,6 +315,13 @@ class TritonLang:
                 pass
         if kind in _BINARY:
             return f"({args[0]} {_BINARY[kind]} {args[1]})"
+        if kind in _UNSIGNED_OPS and rtype in _UNSIGNED:
+            # signless integers hold signed values here (int8 tensors, see the launcher):
+            # the unsigned ops reinterpret their operands, and the result back.
+            a, b = (_as_unsigned(x, rtype, lit) for x, lit in zip(args, lits))
+            sym = _UNSIGNED_OPS[kind]
+            r = f"{sym}({a}, {b})" if sym.startswith("tl.") else f"({a} {sym} {b})"
+            return f"({r}).to({TYPES[rtype][1]})"
         if kind in ("arith.divf", "math.sqrt"):
             # f64 `/` and sqrt are IEEE already; f32 (and 16-bit, computed in f32) take the
             # correctly rounded helpers, as eager's kernels divide.
@@ -278,6 +340,13 @@ class TritonLang:
         if kind.startswith(("arith.cmpf.", "arith.cmpi.", "idx.")):
             pred = kind.rsplit(".", 1)[1]
             a, b = args
+            if kind.startswith("arith.cmpi.u") and atypes[0] in _UNSIGNED:
+                a, b = (_as_unsigned(x, atypes[0], lit) for x, lit in zip(args, lits))
+                return f"({a} {_CMP[pred]} {b})"
+            if kind.startswith("arith.cmpf.") and pred in ("ueq", "ugt", "uge", "ult", "ule"):
+                return f"(({a} {_CMP[pred]} {b}) | ({a} != {a}) | ({b} != {b}))"
+            if kind.startswith("arith.cmpf.") and pred == "one":
+                return f"(({a} != {b}) & ({a} == {a}) & ({b} == {b}))"
             if pred in _CMP:
                 return f"({a} {_CMP[pred]} {b})"
             if pred == "ord":
@@ -327,6 +396,13 @@ class TritonLang:
             return literal(int(lit), rtype)
         if kind == "arith.bitcast":
             return f"{x}.to({TYPES[rtype][1]}, bitcast=True)"
+        if kind in ("arith.extui", "arith.uitofp", "arith.index_castui") and atype in _UNSIGNED:
+            return f"{x}.to({_UNSIGNED[atype]}, bitcast=True).to({TYPES[rtype][1]})"
+        if kind in ("arith.fptosi", "arith.fptoui") and rtype in ("i8", "i16"):
+            # Through a wide integer, then wrapped, as eager converts (200.0 -> uint8 200:
+            # torch-mlir's fptosi to i8 serves uint8 too); see cpp_emitter.
+            wide = "tl.int64" if rtype == "i8" else "tl.int32"
+            return f"{x}.to({wide}).to({TYPES[rtype][1]})"
         if TYPES[rtype][1] == TYPES[atype][1]:
             # bf16 -> f32 is free (already computed in fp32); a deliberate rounding to a
             # 16-bit type is kept so that decompositions which round match eager.
