@@ -322,6 +322,10 @@ class TritonLang:
             sym = _UNSIGNED_OPS[kind]
             r = f"{sym}({a}, {b})" if sym.startswith("tl.") else f"({a} {sym} {b})"
             return f"({r}).to({TYPES[rtype][1]})"
+        if kind in _UNSIGNED_OPS:   # index values: never negative here
+            sym = _UNSIGNED_OPS[kind]
+            return f"{sym}({args[0]}, {args[1]})" if sym.startswith("tl.") \
+                else f"({args[0]} {sym} {args[1]})"
         if kind in ("arith.divf", "math.sqrt"):
             # f64 `/` and sqrt are IEEE already; f32 (and 16-bit, computed in f32) take the
             # correctly rounded helpers, as eager's kernels divide.

@@ -353,3 +353,104 @@ module {
     return %t0, %t1 : tensor<4x3x3xf32>, tensor<4x3x3xf32>
   }
 }
+
+// -----
+
+// An index read from data (an embedding) is checked (ember_chk_index records an out-of-range
+// index for the host, which raises IndexError, and returns 0 so the load stays in bounds); an
+// index computed from loop indices only (nearest upsampling) is not.
+// CHECK: int64_t ember_error[4]
+// CHECK-LABEL: void checked_gather(
+// CHECK: const int64_t [[IX:ix[0-9]+]] = ember_chk_index([[I:[tx][0-9]+]], 10, 0);
+// CHECK: in1[(([[IX]] * 16)
+// CHECK-NOT: ember_chk_index
+// CHECK: out1[
+module {
+  func.func private @checked_gather(%arg0: tensor<4x6xi64>, %arg1: tensor<10x16xf32>, %arg2: tensor<3x16xf32>) -> (tensor<4x6x16xf32>, tensor<4x6x16xf32>)
+      attributes {ember.kernel = "pointwise", ember.ops = ["gather"]} {
+    %c2 = arith.constant 2 : index
+    %e = tensor.empty() : tensor<4x6x16xf32>
+    %r:2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]}
+        ins(%arg0 : tensor<4x6xi64>) outs(%e, %e : tensor<4x6x16xf32>, tensor<4x6x16xf32>) {
+    ^bb0(%i: i64, %o: f32, %o2: f32):
+      %ii = arith.index_cast %i : i64 to index
+      %j = linalg.index 2 : index
+      %v = tensor.extract %arg1[%ii, %j] : tensor<10x16xf32>
+      %k = linalg.index 0 : index
+      %kk = arith.divui %k, %c2 : index
+      %w = tensor.extract %arg2[%kk, %j] : tensor<3x16xf32>
+      linalg.yield %v, %w : f32, f32
+    } -> (tensor<4x6x16xf32>, tensor<4x6x16xf32>)
+    return %r#0, %r#1 : tensor<4x6x16xf32>, tensor<4x6x16xf32>
+  }
+}
+
+// -----
+
+// Integer division and remainder by a tensor are checked (a zero divisor is eager's
+// RuntimeError, and x86 traps on it and on MIN / -1); by a constant other than 0 and -1 they are
+// plain. Unsigned ones divide as unsigned. A float to i8 conversion goes through int64 and wraps
+// (uint8 200.0 stays 200), and `cmpf one` is false on NaN.
+// CHECK-LABEL: void checked_div(
+// CHECK: = ember_chk_divsi<int64_t>(x{{[0-9]+}}, x{{[0-9]+}});
+// CHECK: = ember_chk_remsi<int64_t>(x{{[0-9]+}}, x{{[0-9]+}});
+// CHECK: = (int64_t)(x{{[0-9]+}} % INT64_C(7));
+// CHECK: (int8_t)ember_chk_divui<uint8_t>((uint8_t)
+// CHECK: (int8_t)(int64_t)(
+// CHECK: ([[F:x[0-9]+]] < 1.0f || [[F]] > 1.0f)
+module {
+  func.func private @checked_div(%a: tensor<64xi64>, %b: tensor<64xi64>, %c: tensor<64xi8>, %f: tensor<64xf32>) -> (tensor<64xi64>, tensor<64xi64>, tensor<64xi64>, tensor<64xi8>, tensor<64xi8>, tensor<64xi1>)
+      attributes {ember.kernel = "pointwise", ember.ops = ["div"]} {
+    %c7 = arith.constant 7 : i64
+    %one = arith.constant 1.0 : f32
+    %e = tensor.empty() : tensor<64xi64>
+    %e8 = tensor.empty() : tensor<64xi8>
+    %eb = tensor.empty() : tensor<64xi1>
+    %r:6 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+        ins(%a, %b, %c, %f : tensor<64xi64>, tensor<64xi64>, tensor<64xi8>, tensor<64xf32>) outs(%e, %e, %e, %e8, %e8, %eb : tensor<64xi64>, tensor<64xi64>, tensor<64xi64>, tensor<64xi8>, tensor<64xi8>, tensor<64xi1>) {
+    ^bb0(%x: i64, %y: i64, %z: i8, %w: f32, %o0: i64, %o1: i64, %o2: i64, %o3: i8, %o4: i8, %o5: i1):
+      %q = arith.divsi %x, %y : i64
+      %m = arith.remsi %x, %y : i64
+      %k = arith.remsi %x, %c7 : i64
+      %u = arith.divui %z, %z : i8
+      %t = arith.fptosi %w : f32 to i8
+      %n = arith.cmpf one, %w, %one : f32
+      linalg.yield %q, %m, %k, %u, %t, %n : i64, i64, i64, i8, i8, i1
+    } -> (tensor<64xi64>, tensor<64xi64>, tensor<64xi64>, tensor<64xi8>, tensor<64xi8>, tensor<64xi1>)
+    return %r#0, %r#1, %r#2, %r#3, %r#4, %r#5 : tensor<64xi64>, tensor<64xi64>, tensor<64xi64>, tensor<64xi8>, tensor<64xi8>, tensor<64xi1>
+  }
+}
+
+// -----
+
+// torch-mlir's argmax of int64 with only the index used: the running max (result 0) is still
+// an accumulator, and it is updated only after the index's compare has read it.
+// CHECK-LABEL: void argmax_i64(
+// CHECK: int64_t [[MAX:acc[0-9]+]] = INT64_C(-9223372036854775807);
+// CHECK: int64_t [[IDX:acc[0-9]+]] = INT64_C(0);
+// CHECK: > [[MAX]])
+// CHECK: [[MAX]] = 
+// CHECK: [[IDX]] = 
+// CHECK: out0[
+#am0 = affine_map<(d0, d1) -> (d0, d1)>
+#am1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func private @argmax_i64(%arg0: tensor<8x5xi64>) -> tensor<8xi64>
+      attributes {ember.kernel = "reduction", ember.ops = ["argmax"]} {
+    %c0_i64 = arith.constant 0 : i64
+    %cmin = arith.constant -9223372036854775807 : i64
+    %0 = tensor.empty() : tensor<8xi64>
+    %1 = linalg.fill ins(%c0_i64 : i64) outs(%0 : tensor<8xi64>) -> tensor<8xi64>
+    %2 = linalg.fill ins(%cmin : i64) outs(%0 : tensor<8xi64>) -> tensor<8xi64>
+    %3:2 = linalg.generic {indexing_maps = [#am0, #am1, #am1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<8x5xi64>) outs(%2, %1 : tensor<8xi64>, tensor<8xi64>) {
+    ^bb0(%in: i64, %out: i64, %out_0: i64):
+      %4 = linalg.index 1 : index
+      %5 = arith.index_cast %4 : index to i64
+      %6 = arith.maxsi %in, %out : i64
+      %7 = arith.cmpi sgt, %in, %out : i64
+      %8 = arith.select %7, %5, %out_0 : i64
+      linalg.yield %6, %8 : i64, i64
+    } -> (tensor<8xi64>, tensor<8xi64>)
+    return %3#1 : tensor<8xi64>
+  }
+}

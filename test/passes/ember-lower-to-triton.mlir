@@ -42,16 +42,19 @@ func.func private @ember_fused_add_gelu_0(%arg0: tensor<8x32xf32>, %arg1: tensor
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
 // Softmax: both reductions and the broadcast consumer in one program, the row in registers.
+// The max propagates NaN (arith.maximumf, as eager's amax): a reduce with the prelude's
+// branch-free combiner, not tl.max (which drops NaN).
 // CHECK-LABEL: func.func private @ember_fused_softmax_0
 // CHECK-SAME: RBLOCK: tl.constexpr
-// CHECK-SAME: tl.max(
+// CHECK-SAME: _ember_nanmax_reduce(tl.where(xmask & rmask, x{{[0-9]+}}, float(\22-inf\22)), 1)
 // CHECK-SAME: tl.exp(
 // CHECK-SAME: tl.sum(
 // CHECK-SAME: / red
 // CHECK-SAME: tl.store(out0
 // LOOP-LABEL: func.func private @ember_fused_softmax_0
 // LOOP-SAME: for roff in range(0, rnumel, RBLOCK):
-// LOOP-SAME: tl.max(
+// LOOP-SAME: [[ACC:acc[0-9]+]] = _ember_nanmax([[ACC]], tl.where(
+// LOOP-SAME: _ember_nanmax_reduce([[ACC]], 1)
 // LOOP-SAME: for roff in range(0, rnumel, RBLOCK):
 // LOOP-SAME: tl.sum(
 func.func private @ember_fused_softmax_0(%arg0: tensor<4x64xf32>) -> tensor<4x64xf32>
@@ -95,7 +98,7 @@ func.func private @ember_fused_softmax_0(%arg0: tensor<4x64xf32>) -> tensor<4x64
 // Embedding: the row index is loaded, then used as an address (indirect load); bf16 math in fp32.
 // CHECK-LABEL: func.func private @ember_fused_gather_0
 // CHECK-SAME: tl.load(in0 +
-// CHECK-SAME: tl.load(in1 + ((t{{[0-9]+}} * 16)
+// CHECK-SAME: tl.load(in1 + ((ix{{[0-9]+}} * 16)
 // CHECK-SAME: .to(tl.float32)
 // CHECK-SAME: .to(tl.bfloat16)
 func.func private @ember_fused_gather_0(%arg0: tensor<4x6xi64>, %arg1: tensor<10x16xbf16>) -> tensor<4x6x16xbf16>
@@ -242,4 +245,98 @@ func.func private @ember_fused_sigmoid_0(%arg0: tensor<64xbf16>) -> tensor<64xbf
     linalg.yield %t : bf16
   } -> tensor<64xbf16>
   return %r : tensor<64xbf16>
+}
+
+// -----
+
+// The prelude's NaN-propagating combiners are selects (branch-free), and kernels that check
+// indices launch with debug (device-side asserts) but without Triton's overflow assertions.
+// CHECK: ember.prelude = "import torch
+// CHECK-SAME: _EMBER_LAUNCH_CHECKED.update(debug=True, sanitize_overflow=False)
+// CHECK-SAME: def _ember_nanmax(a, b):\0A    return tl.where((a > b) | (a != a), a, b)
+// CHECK-SAME: def _ember_nanmin(a, b):\0A    return tl.where((a < b) | (a != a), a, b)
+
+// relu's `cmpf ugt` is true for NaN (it keeps the NaN): Python's `>` alone is false for it.
+// `one` is ordered: false for NaN, where Python's `!=` is true.
+// CHECK-LABEL: func.func private @nan_compares
+// CHECK-SAME: (([[X:x[0-9]+]] > 0.0) | ([[X]] != [[X]]) | (0.0 != 0.0))
+// CHECK-SAME: (([[X]] != 1.0) & ([[X]] == [[X]]) & (1.0 == 1.0))
+func.func private @nan_compares(%arg0: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xi1>)
+    attributes {ember.kernel = "pointwise", ember.ops = ["relu"]} {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<64xf32>
+  %eb = tensor.empty() : tensor<64xi1>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%arg0 : tensor<64xf32>) outs(%e, %eb : tensor<64xf32>, tensor<64xi1>) {
+  ^bb0(%a: f32, %o: f32, %ob: i1):
+    %c = arith.cmpf ugt, %a, %zero : f32
+    %s = arith.select %c, %a, %zero : f32
+    %n = arith.cmpf one, %a, %one : f32
+    linalg.yield %s, %n : f32, i1
+  } -> (tensor<64xf32>, tensor<64xi1>)
+  return %r#0, %r#1 : tensor<64xf32>, tensor<64xi1>
+}
+
+// -----
+
+// An index read from data (an embedding) is checked: a device-side assert on a GPU, the error
+// record `err` (read by the host under the interpreter), and the load uses index 0 instead.
+// An index computed from loop indices only (nearest upsampling) needs no check.
+// CHECK-LABEL: func.func private @checked_gather
+// CHECK-SAME: def checked_gather_kernel(in0, in1, in2, out0, out1, err, xnumel
+// CHECK-SAME: [[BAD:bad[0-9]+]] = (([[I:[tx][0-9]+]] < 0) | ([[I]] >= 10)) & (xmask)
+// CHECK-SAME: tl.device_assert(~[[BAD]], \22index out of range in self\22)
+// CHECK-SAME: tl.store(err + [[I]] * 0, 1, mask=[[BAD]])
+// CHECK-SAME: tl.store(err + 1 + [[I]] * 0, [[I]], mask=[[BAD]])
+// CHECK-SAME: tl.store(err + 3 + [[I]] * 0, 10, mask=[[BAD]])
+// CHECK-SAME: [[IX:ix[0-9]+]] = tl.where([[BAD]], 0, [[I]])
+// CHECK-SAME: tl.load(in1 + (([[IX]] * 16)
+// CHECK-NOT: device_assert
+// CHECK-SAME: tl.store(out1
+// CHECK-SAME: err = _ember_error_buffer(tensors[-1].device)
+// CHECK-SAME: **_EMBER_LAUNCH_CHECKED)
+// CHECK-SAME: 'err': '*i64'
+// CHECK-SAME: checked_gather.ember_checked = True
+func.func private @checked_gather(%arg0: tensor<4x6xi64>, %arg1: tensor<10x16xf32>, %arg2: tensor<3x16xf32>) -> (tensor<4x6x16xf32>, tensor<4x6x16xf32>)
+    attributes {ember.kernel = "pointwise", ember.ops = ["gather"]} {
+  %c2 = arith.constant 2 : index
+  %e = tensor.empty() : tensor<4x6x16xf32>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%arg0 : tensor<4x6xi64>) outs(%e, %e : tensor<4x6x16xf32>, tensor<4x6x16xf32>) {
+  ^bb0(%i: i64, %o: f32, %o2: f32):
+    %ii = arith.index_cast %i : i64 to index
+    %j = linalg.index 2 : index
+    %v = tensor.extract %arg1[%ii, %j] : tensor<10x16xf32>
+    %k = linalg.index 0 : index
+    %kk = arith.divui %k, %c2 : index
+    %w = tensor.extract %arg2[%kk, %j] : tensor<3x16xf32>
+    linalg.yield %v, %w : f32, f32
+  } -> (tensor<4x6x16xf32>, tensor<4x6x16xf32>)
+  return %r#0, %r#1 : tensor<4x6x16xf32>, tensor<4x6x16xf32>
+}
+
+// -----
+
+// Signless i8 holds uint8 tensors too: the launcher views them as int8, and the unsigned ops
+// reinterpret their operands (a plain // or < of int8 would be signed).
+// CHECK-LABEL: func.func private @unsigned_bytes
+// CHECK-SAME: (([[A:x[0-9]+]].to(tl.uint8, bitcast=True) // [[B:x[0-9]+]].to(tl.uint8, bitcast=True))).to(tl.int8)
+// CHECK-SAME: ([[A]].to(tl.uint8, bitcast=True) < [[B]].to(tl.uint8, bitcast=True))
+// CHECK-SAME: [[A]].to(tl.uint8, bitcast=True).to(tl.float32)
+// CHECK-SAME: tensors = [t.view(torch.int8) if t.dtype == torch.uint8 else t for t in tensors]
+func.func private @unsigned_bytes(%arg0: tensor<64xi8>, %arg1: tensor<64xi8>) -> (tensor<64xi8>, tensor<64xi1>, tensor<64xf32>)
+    attributes {ember.kernel = "pointwise", ember.ops = ["div"]} {
+  %e = tensor.empty() : tensor<64xi8>
+  %eb = tensor.empty() : tensor<64xi1>
+  %ef = tensor.empty() : tensor<64xf32>
+  %r:3 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%arg0, %arg1 : tensor<64xi8>, tensor<64xi8>) outs(%e, %eb, %ef : tensor<64xi8>, tensor<64xi1>, tensor<64xf32>) {
+  ^bb0(%a: i8, %b: i8, %o: i8, %ob: i1, %of: f32):
+    %q = arith.divui %a, %b : i8
+    %c = arith.cmpi ult, %a, %b : i8
+    %f = arith.uitofp %a : i8 to f32
+    linalg.yield %q, %c, %f : i8, i1, f32
+  } -> (tensor<64xi8>, tensor<64xi1>, tensor<64xf32>)
+  return %r#0, %r#1, %r#2 : tensor<64xi8>, tensor<64xi1>, tensor<64xf32>
 }
