@@ -30,8 +30,11 @@ static inline float ember_round_f16(float f) { return (float)(_Float16)f; }
 // Errors in the data (an index out of range, an integer division by zero) cannot throw from a
 // kernel: the first one is recorded in ember_error (kind, value, dim, size) and the host raises
 // it after the kernel (runtime/executor.py, runtime/kernel_errors.py). The checks are cold
-// branches: the value used after a failed check keeps every access in bounds.
-extern "C" { int64_t ember_error[4] = {0, 0, 0, 0}; }
+// branches: the value used after a failed check keeps every access in bounds. The record has
+// internal linkage (another library's symbol can never interpose it); the host finds it through
+// ember_error_record().
+static int64_t ember_error[4] = {0, 0, 0, 0};
+extern "C" int64_t* ember_error_record() { return ember_error; }
 __attribute__((cold, noinline)) static void ember_fail(int64_t kind, int64_t v, int64_t d, int64_t n) {
   int64_t none = 0;
   if (__atomic_compare_exchange_n(&ember_error[0], &none, kind, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {

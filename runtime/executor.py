@@ -108,11 +108,9 @@ class CompiledProgram:
         self._checked: set[str] = set()
         if p.lang == "cpp":
             lib = load_library(p.source, extra_flags, cache=cache) if p.kernel_names else None
-            if lib is not None:
-                try:
-                    self._error_record = (ctypes.c_int64 * 4).in_dll(lib, "ember_error")
-                except ValueError:
-                    pass
+            if lib is not None and hasattr(lib, "ember_error_record"):
+                lib.ember_error_record.restype = ctypes.POINTER(ctypes.c_int64 * 4)
+                self._error_record = lib.ember_error_record().contents
                 self._checked = _checked_cpp_kernels(p.source, p.kernel_names)
             for name in p.kernel_names:
                 try:

@@ -359,7 +359,7 @@ module {
 // An index read from data (an embedding) is checked (ember_chk_index records an out-of-range
 // index for the host, which raises IndexError, and returns 0 so the load stays in bounds); an
 // index computed from loop indices only (nearest upsampling) is not.
-// CHECK: int64_t ember_error[4]
+// CHECK: static int64_t ember_error[4]
 // CHECK-LABEL: void checked_gather(
 // CHECK: const int64_t [[IX:ix[0-9]+]] = ember_chk_index([[I:[tx][0-9]+]], 10, 0);
 // CHECK: in1[(([[IX]] * 16)
