@@ -5,8 +5,7 @@ A kernel cannot throw. It records the first error it meets in a 4-slot int64 rec
 keeps it in `ember_error`, returned by `ember_error_record()` (passes/cpp_emitter.py); a Triton
 module keeps one record per device (`_ember_error_buffer` in passes/triton_lang.py; read under
 the interpreter only: on a GPU the kernel's device-side assert reports, as eager's CUDA kernels
-do). After a kernel that
-checks, the runtime reads the record, clears it and raises:
+do). After a kernel that checks, the runtime reads the record, clears it and raises:
 
   kind 1  an index out of range (gather, embedding, index_select, indexing): `IndexError`
           (also a `RuntimeError`: eager's gather raises that type), message as eager's;
