@@ -68,3 +68,34 @@ def test_optimizer_steps_match_eager(name, target, device):
     assert moved > 0, "no parameter changed: the test checks nothing"
     assert int(model[1].num_batches_tracked) == 3
     check_fallbacks()
+
+
+def test_dropout_and_stochastic_depth_match_eager(target, device):
+    """Random ops (dropout, bernoulli) are library calls inside the program: with the same seed
+    they draw eager's random numbers in eager's order, so outputs and gradients are eager's."""
+    import torch.nn.functional as F
+
+    def f(x, w):
+        y = F.dropout(x @ w, 0.3, training=True)
+        keep = torch.empty([x.shape[0], 1], dtype=x.dtype, device=x.device).bernoulli_(0.8)
+        return (y * keep / 0.8).relu().square().sum()
+
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    w = torch.randn(16, 16, device=device, requires_grad=True)
+    torch.manual_seed(1)
+    ref = f(x, w)
+    ref.backward()
+    ref_grads = (x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    compiled = torch.compile(f, backend="ember", options={"target": target})
+    clear_reports()
+    torch.manual_seed(1)
+    out = compiled(x, w)
+    out.backward()
+    assert_close(out, ref, tol=1e-5)
+    assert_close(x.grad, ref_grads[0], tol=1e-5, what="grad x")
+    assert_close(w.grad, ref_grads[1], tol=1e-5, what="grad w")
+    check_fallbacks()
+    import ember
+    calls = {op for r in ember.last_reports() for op in r.get("library_calls", [])}
+    assert {"aten.native_dropout.default", "aten.bernoulli.p"} <= calls
