@@ -27,6 +27,13 @@ class PassError(Exception):
         self.location = location
 
 
+class Reported(PassError):
+    """A problem already emitted as a located diagnostic: only fail the pass."""
+
+    def __init__(self):
+        super().__init__("")
+
+
 class OptionError(ValueError):
     """A bad pass option in a pipeline string."""
 
@@ -129,8 +136,8 @@ class Pass:
                     raise problem
                 self.run(op)
             except PassError as err:
-                loc = err.location or op.location
-                loc.emit_error(str(err))
+                if not isinstance(err, Reported):
+                    (err.location or op.location).emit_error(str(err))
                 pass_.signal_pass_failure()
             except RecursionError:
                 op.location.emit_error(f"{self.name}: the IR is nested too deeply for this pass")

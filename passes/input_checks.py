@@ -8,7 +8,8 @@ exception).
 """
 from torch_mlir import ir
 
-from .base import Pass, PassError
+from ..dialects import verify_module
+from .base import Pass, PassError, Reported
 
 
 def _dynamic(t: ir.Type) -> bool:
@@ -82,6 +83,12 @@ def _first_scalar_kernel_arg(module: ir.Operation):
 
 
 def unsupported_input(module: ir.Operation, p: Pass) -> PassError | None:
+    # Kernel and library declarations well-formed (e.g. a kernel has a body): every pass
+    # relies on it; verify_module emits its own located error.
+    try:
+        verify_module(module)
+    except (ValueError, RuntimeError):
+        return Reported()
     if not p.dynamic_shapes:
         hit = _first_dynamic(module)
         if hit is not None:
