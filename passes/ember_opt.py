@@ -20,7 +20,7 @@ import tempfile
 from torch_mlir import ir
 
 from ..dialects import make_context, verify_module
-from . import base
+from . import base, forked
 from .pipeline import PipelineError, build_pass_manager
 from .registry import all_passes
 
@@ -53,6 +53,11 @@ class Diag:
         where = f"{self.file}:{self.line}:{self.col}: " if self.file is not None else "ember-opt: "
         text = f"{where}{self.severity}: {self.message}"
         return "\n".join([text] + [n.render() for n in self.notes])
+
+
+def _diag_from_dict(d: dict) -> Diag:
+    return Diag(d["severity"], d["file"], d["line"], d["col"], d["message"],
+                [_diag_from_dict(n) for n in d["notes"]])
 
 
 def _convert(diag, filename: str) -> Diag:
@@ -221,8 +226,11 @@ class Driver:
         self.args = args
         self.filename = filename
         self.ctx = make_context()
+        # Chunks run in forked children (forked.py), which have no thread pool.
+        self.ctx.enable_multithreading(False)
         self.ctx.allow_unregistered_dialects = args.allow_unregistered_dialect
         self.diags: list[Diag] = []
+        self._send = None           # in a forked child: streams each diagnostic to the parent
         self.ctx.attach_diagnostic_handler(self._handle)
         with self.ctx:
             # Built before any parsing: a bad pipeline is one error, not one per chunk.
@@ -230,8 +238,54 @@ class Driver:
                                          print_ir_after_all=args.mlir_print_ir_after_all)
 
     def _handle(self, diag) -> bool:
-        self.diags.append(_convert(diag, self.filename))
+        d = _convert(diag, self.filename)
+        self.diags.append(d)
+        if self._send is not None:
+            self._send(dataclasses.asdict(d))
         return True
+
+    def run_chunks(self, chunks: list[str]) -> list[tuple[str | None, list[Diag]]]:
+        """(printed module or None, diagnostics) per chunk. The chunks run in one forked child
+        (forked.py); when MLIR crashes natively on a chunk, that chunk gets an error (after the
+        diagnostics it emitted before the crash) and a new child goes on with the next one."""
+        results: list = [None] * len(chunks)
+        if self.args.no_fork or not forked.available():
+            for i, chunk in enumerate(chunks):
+                self.diags = []
+                results[i] = (self.run_chunk(chunk), self.diags)
+            return results
+
+        def work(send, start):
+            for i in range(start, len(chunks)):
+                self.diags = []
+                self._send = lambda d, i=i: send({"chunk": i, "diag": d})
+                printed = self.run_chunk(chunks[i])
+                send({"chunk": i, "printed": printed,
+                      "diags": [dataclasses.asdict(d) for d in self.diags]})
+
+        start = 0
+        while start < len(chunks):
+            messages, _, crash = forked.run_forked(lambda send: work(send, start))
+            for m in messages:
+                if "printed" in m:
+                    results[m["chunk"]] = (m["printed"], [_diag_from_dict(d) for d in m["diags"]])
+            if crash is None:
+                break
+            bad = next(i for i in range(start, len(chunks)) if results[i] is None)
+            diags = [_diag_from_dict(m["diag"]) for m in messages
+                     if m.get("chunk") == bad and "diag" in m]
+            last = next((d for d in reversed(diags) if d.file is not None), None)
+            if last is not None:
+                line, col = last.line, last.col
+            else:                                   # the chunk's first non-blank line
+                lines = chunks[bad].split("\n")
+                line, col = next((i + 1 for i, t in enumerate(lines) if t.strip()), 1), 1
+            diags.append(Diag("error", self.filename, line, col,
+                              f"MLIR crashed ({crash}) while processing this input; no output "
+                              f"for it"))
+            results[bad] = (None, diags)
+            start = bad + 1
+        return results
 
     def _capture(self, err: ir.MLIRError) -> None:
         found = [_convert(d, self.filename) for d in err.error_diagnostics]
@@ -317,6 +371,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"most nested brackets accepted (default {DEFAULT_MAX_NESTING}, "
                         f"at most {MAX_NESTING_CAP})")
     p.add_argument("--show-traceback", action="store_true", help=argparse.SUPPRESS)
+    # Process chunks in this process (for debuggers); a native crash then kills ember-opt.
+    p.add_argument("--no-fork", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -394,16 +450,14 @@ def run(argv: list[str] | None = None) -> int:
         return 1
 
     outputs, ok, chunks = [], True, split_chunks(text, args.split_input_file)
-    for chunk in chunks:
-        driver.diags = []
-        printed = driver.run_chunk(chunk)
+    for chunk, (printed, diags) in zip(chunks, driver.run_chunks(chunks)):
         if args.verify_diagnostics:
-            failures = check_diagnostics(driver.diags, chunk, filename)
+            failures = check_diagnostics(diags, chunk, filename)
             for f in failures:
                 print(f, file=sys.stderr)
             ok = ok and not failures
         else:
-            for d in driver.diags:
+            for d in diags:
                 print(d.render(), file=sys.stderr)
             ok = ok and printed is not None
         if printed is not None:
@@ -425,6 +479,8 @@ def main(argv: list[str] | None = None) -> None:
         code = 130
     except Exception as err:  # an ember bug, not a user mistake: one line unless asked
         if show:
+            if isinstance(err, forked.ChildError):
+                print(err.child_traceback, file=sys.stderr)
             raise
         print(f"ember-opt: internal error: {type(err).__name__}: {err} "
               "(rerun with --show-traceback)", file=sys.stderr)
