@@ -14,6 +14,8 @@ Invariants:
   directories that are the same, with a manifest whose key is the expected one and whose size
   and sha256 match the bytes on disk. A missing manifest, a truncated or edited file, or two
   files swapped fail the check; the caller rebuilds, and one `CacheWarning` says why.
+- The check and the `dlopen` are two steps; between them only this user (who owns every
+  directory on the way) can replace the file, and ember's own writes are atomic renames.
 - A directory that fails the ownership check is never read or written: that process builds in a
   private temporary directory instead (one warning names the directory and the fix).
   `shared=True` (`EMBER_CACHE_SHARED=1`) is the opt-in for a cache that several users write:
