@@ -14,6 +14,7 @@ import torch
 
 from .cache import ArtifactCache, as_cache
 from .cpp_build import load_library
+from .env import triton_interpreted
 from .externs import resolve, resolve_library
 from .kernel_errors import error_for
 from .program import Program, Step, ValueInfo
