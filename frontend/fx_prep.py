@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .output_layouts import plan_computed, replay
 from .zero_size import fold_zero_size
 
 
@@ -162,8 +163,8 @@ def _is_view_op(node: fx.Node) -> bool:
 @dataclass
 class PreparedGraph:
     """`gm` returns the unique compute outputs (or is None when there are none); `plan[i]` says
-    where original output i comes from: ("compiled", j), ("host", j) from `host_gm`, or
-    ("const", value)."""
+    where original output i comes from: ("compiled", j), ("host", j) from `host_gm`,
+    ("view", j, steps): output_layouts.replay of compiled output j, or ("const", value)."""
 
     gm: fx.GraphModule | None
     host_gm: fx.GraphModule | None
@@ -245,6 +246,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             host_only[node] = _is_view_op(node) and bool(ins) and all(host_only[n] for n in ins)
 
     plan, compiled, host = [], [], []
+    bases: dict[fx.Node, tuple[int, tuple]] = {}
     for out in outs:
         if not isinstance(out, fx.Node):
             plan.append(("const", out))
@@ -255,9 +257,8 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
                 host.append(out)
             plan.append(("host", host.index(out)))
         else:
-            if out not in compiled:
-                compiled.append(out)
-            plan.append(("compiled", compiled.index(out)))
+            # Views of computed values stay views, and values keep eager's strides.
+            plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases))
     return PreparedGraph(
         gm=_subgraph(gm, compiled) if compiled else None,
         host_gm=_subgraph(gm, host, strip=False) if host else None,
@@ -267,11 +268,14 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
 def assemble(prep: PreparedGraph, compiled_outs, host_outs):
     """The original graph's outputs from the two halves."""
     result = []
-    for kind, x in prep.plan:
+    for entry in prep.plan:
+        kind, x = entry[0], entry[1]
         if kind == "compiled":
             result.append(compiled_outs[x])
         elif kind == "host":
             result.append(host_outs[x])
+        elif kind == "view":
+            result.append(replay(compiled_outs[x], entry[2]))
         else:
             result.append(copy.copy(x))
     return result[0] if prep.single else result
