@@ -223,8 +223,37 @@ def _drop_unused_pool_indices(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _fold_copy_into_empty(gm: fx.GraphModule) -> None:
+    """`copy(empty_strided(size, stride), src)` (how AOTAutograd writes `empty_strided(...)
+    .copy_(src)` and some layout changes) -> `clone(src)` carrying the copy's strides in its
+    meta: torch-mlir cannot lower a non-empty `empty_strided`, and the output plan gives the
+    result eager's strides (output_layouts.py)."""
+    aten = torch.ops.aten
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.copy.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if (not isinstance(dst, fx.Node) or not isinstance(src, fx.Node) or len(dst.users) != 1
+                or dst.target not in (aten.empty_strided.default, aten.empty.memory_format)):
+            continue
+        dv, sv = dst.meta.get("val"), src.meta.get("val")
+        if not (_is_tensor(dv) and _is_tensor(sv)) or dv.shape != sv.shape or dv.dtype != sv.dtype:
+            continue
+        with gm.graph.inserting_before(node):
+            clone = gm.graph.call_function(aten.clone.default, (src,))
+        clone.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(clone)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(dst)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
 def prepare(gm: fx.GraphModule) -> PreparedGraph:
     _drop_unused_pool_indices(gm)
+    _fold_copy_into_empty(gm)
     fold_zero_size(gm)
     _tensorize_narrow_int_scalars(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
