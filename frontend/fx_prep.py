@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from .output_layouts import plan_computed, replay
+from .output_layouts import permute_inputs, plan_computed, replay
 from .zero_size import fold_zero_size
 
 
@@ -170,6 +170,7 @@ class PreparedGraph:
     host_gm: fx.GraphModule | None
     plan: list[tuple[str, Any]] = field(default_factory=list)
     single: bool = False            # the original graph returned one bare value, not a tuple
+    in_perms: dict[int, list[int]] = field(default_factory=dict)   # gm takes input i permuted
 
 
 # Placement kwargs of factory ops: the compiled graph runs where its inputs are, and torch-mlir
@@ -288,10 +289,19 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
         else:
             # Views of computed values stay views, and values keep eager's strides.
             plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases))
+    sub = _subgraph(gm, compiled) if compiled else None
     return PreparedGraph(
-        gm=_subgraph(gm, compiled) if compiled else None,
-        host_gm=_subgraph(gm, host, strip=False) if host else None,
-        plan=plan, single=single)
+        gm=sub, host_gm=_subgraph(gm, host, strip=False) if host else None,
+        plan=plan, single=single, in_perms=permute_inputs(sub) if sub is not None else {})
+
+
+def compiled_inputs(prep: PreparedGraph, tensors) -> list:
+    """The tensors `prep.gm` takes: inputs it reads in their physical order permuted so
+    (output_layouts.permute_inputs)."""
+    if not prep.in_perms:
+        return tensors
+    return [t.permute(prep.in_perms[i]) if i in prep.in_perms else t
+            for i, t in enumerate(tensors)]
 
 
 def assemble(prep: PreparedGraph, compiled_outs, host_outs):

@@ -107,3 +107,30 @@ def plan_computed(gm: fx.GraphModule, out: fx.Node, is_view, host_only,
     j, steps = bases[base]
     steps = steps + chain
     return ("view", j, steps) if steps else ("compiled", j)
+
+
+def permute_inputs(sub: fx.GraphModule) -> dict[int, list[int]]:
+    """Inputs laid out as a permutation of a contiguous layout (channels-last, a transposed
+    activation) are taken in their physical order, a contiguous view that costs no copy (the
+    runtime copies non-contiguous inputs), and permuted back inside the graph, where the permute
+    is only an indexing map. Rewrites the placeholders of `sub` (the compiled half); returns
+    {placeholder position: perm}, what `fx_prep.compiled_inputs` applies at each call."""
+    perms: dict[int, list[int]] = {}
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    for i, ph in enumerate(placeholders):
+        val = ph.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.numel() <= 1 or not ph.users:
+            continue
+        perm = dense_permutation(val)
+        if perm is None:
+            continue
+        with sub.graph.inserting_after(ph):
+            back = sub.graph.call_function(aten.permute.default, (ph, _inverse(perm)))
+        back.meta["val"] = val
+        ph.replace_all_uses_with(back, delete_user_cb=lambda user: user is not back)
+        ph.meta = {k: v for k, v in ph.meta.items() if k != "tensor_meta"}
+        ph.meta["val"] = val.permute(perm)
+        perms[i] = list(perm)
+    if perms:
+        sub.recompile()
+    return perms
