@@ -231,21 +231,22 @@ class EmberGraph:
         def call(*call_args):
             nonlocal run, checked
             ts = call_args if pos is None else [call_args[i] for i in pos]
+            cs = fx_prep.compiled_inputs(prep, ts)
             if not checked:
                 # The first run is the last place an ember bug can show (a kernel or an extern
                 # failing on real data); the graph is functional, so eager can redo it.
                 try:
-                    c = run(*ts)
+                    c = run(*cs)
                 except Exception as err:
                     if not self.options.fallback:
                         raise
                     dump.write("error.txt", _format(err))
                     run = self._fallback(prep.gm, ts, target, graph_id, err, report)
                     dump.report(report)
-                    c = run(*ts)
+                    c = run(*cs)
                 checked = True
             else:
-                c = run(*ts) if run is not None else ()
+                c = run(*cs) if run is not None else ()
             h = host(*ts) if host is not None else ()
             return fx_prep.assemble(prep, c, h)
         return call
