@@ -144,6 +144,10 @@ LIBRARY_OPS = frozenset({
     "aten.adaptive_max_pool3d.default",
     "aten.adaptive_max_pool3d_backward.default",
     "aten.max_pool3d_with_indices_backward.default",
+    # the backward of replicate padding (Conv2d(padding_mode="replicate"))
+    "aten.replication_pad1d_backward.default",
+    "aten.replication_pad2d_backward.default",
+    "aten.replication_pad3d_backward.default",
     "aten.index_put.default",          # scatter(-add): embedding backward
     "aten.cumsum.default",             # scans (position ids from an attention mask)
     # bf16/f16 layer norm and erf-GELU with exact_low_precision (otherwise, and in f32, they
