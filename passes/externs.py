@@ -13,9 +13,9 @@ the [F, C/groups, *K] weight, the optional bias), with the padding torch-mlir ma
                                                  weight and result split G ways by views, which
                                                  the extern reads unsplit)
 
-A conv is left alone (as generic code) when its accumulator is neither zero nor a broadcast
-bias, or its padding is not symmetric in the spatial dims with zero: the extern would then not
-compute what the IR says. Transposed and 3-d grouped convolutions never reach linalg as one op
+An accumulator that is neither zero nor a broadcast bias is added after the call (an f32
+generic that fuses into the consumer); a padding that is not symmetric with zero in the spatial
+dims stays a `tensor.pad` kernel before the call. Transposed and 3-d grouped convolutions never reach linalg as one op
 (torch-mlir lowers them to scatter + flipped conv, or to a generic); the frontend keeps those
 whole as library calls (frontend/partition.py, `is_library_node`).
 """
@@ -74,6 +74,23 @@ def widen(value, wide_type, anchor):
         with ir.InsertionPoint(block):
             linalg.YieldOp([arith.ExtFOp(wide_type.element_type, block.arguments[0]).result])
     return gen
+
+
+def _add(acc, value, anchor):
+    """An elementwise `linalg.generic` computing `acc + value` (same type): a convolution
+    accumulating into an arbitrary init is the library's convolution plus that add."""
+    from torch_mlir.dialects import arith, linalg, tensor
+    t = ir.RankedTensorType(value.type)
+    ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(t.rank))
+    par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    with ir.InsertionPoint(anchor), anchor.location:
+        empty = tensor.EmptyOp(t.shape, t.element_type)
+        gen = linalg.GenericOp([t], [acc, value], [empty.result], ir.ArrayAttr.get([ident] * 3),
+                               ir.ArrayAttr.get([par] * t.rank))
+        block = gen.regions[0].blocks.append(t.element_type, t.element_type, t.element_type)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([arith.AddFOp(block.arguments[0], block.arguments[1]).result])
+    return gen.results[0]
 
 
 def _ints(vals) -> ir.ArrayAttr:
@@ -183,9 +200,7 @@ def conv_extern(op):
         x = _unsplit(x, split, op)
         w = _unsplit(w, [[0, 1]] + [[i] for i in range(2, rank)], op)
         if not fill_is_zero(init):
-            init = _view_source(init, "tensor.expand_shape", split)
-            if init is None:
-                return None
+            init = _unsplit(init, split, op)
         out_shape = [rtype.shape[0], rtype.shape[1] * rtype.shape[2]] + list(rtype.shape[3:])
     else:
         out_shape = list(rtype.shape)
@@ -196,12 +211,16 @@ def conv_extern(op):
             wt = ir.RankedTensorType(w.type)
             split = [[0, 1]] + [[i] for i in range(2, wt.rank + 1)]
             src = _view_source(w, "tensor.collapse_shape", split)
+            if src is not None and ir.RankedTensorType(src.type).shape[1] != 1:
+                src = None    # [1, C, *K] collapses to [C, *K] too, but is not eager's layout
             w = src if src is not None else _expand(
                 w, split, [wt.shape[0], 1] + list(wt.shape[1:]), op)
     x, padding = absorb_pad(x, is_zero_constant)
     bias = _bias_of_broadcast(init, len(out_shape))
-    if bias is None and not fill_is_zero(init):
-        return None   # an arbitrary accumulator: keep as generic code
+    acc = None if bias is not None or fill_is_zero(init) else init
+    narrow = ir.RankedTensorType(x.type).element_type
+    if acc is not None and (str(narrow) in _NARROW or str(rtype.element_type) in _NARROW):
+        return None   # an accumulator would round differently: keep as generic code
     params = {
         "stride": _ints(ir.DenseIntElementsAttr(op.attributes["strides"])),
         "padding": _ints(padding),
@@ -210,7 +229,6 @@ def conv_extern(op):
     }
     operands = [x, w] if bias is None else [x, w, bias]
     out_type = ir.RankedTensorType.get(out_shape, rtype.element_type)
-    narrow = ir.RankedTensorType(x.type).element_type
     if str(narrow) in _NARROW and str(rtype.element_type) == "f32":
         if bias is not None and narrow_source(bias) is not None:
             operands[2] = narrow_source(bias)   # cuDNN takes the bias narrow
@@ -222,6 +240,8 @@ def conv_extern(op):
         result = widen(conv.results[0], out_type, op).results[0]
     else:
         result = make_extern("aten.convolution", operands, out_type, params, op).results[0]
+    if acc is not None:
+        result = _add(acc, result, op)
     if kind == "grouped":
         split = [[0], [1, 2]] + [[i] for i in range(3, rtype.rank)]
         result = _expand(result, split, list(rtype.shape), op)
