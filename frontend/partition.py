@@ -133,7 +133,13 @@ LIBRARY_OPS = frozenset({
     "aten.max_pool2d_with_indices.default",
     "aten.max_pool2d_with_indices_backward.default",
     # pooling that torch-mlir does not lower (3-d average pooling, the backward of average
-    # and adaptive pooling, 3-d max pooling's backward)
+    # and adaptive pooling, 3-d max pooling's backward), or lowers to loops ember's Triton
+    # lowering cannot schedule (windows of varying size: adaptive average pooling whose sizes
+    # do not divide, see backend._adaptive_avg_pool; max with its index: adaptive max pooling
+    # and 3-d max pooling with indices)
+    "aten._adaptive_avg_pool2d.default",
+    "aten.adaptive_max_pool2d.default",
+    "aten.max_pool3d_with_indices.default",
     "aten.avg_pool3d.default",
     "aten.avg_pool2d_backward.default",
     "aten.avg_pool3d_backward.default",
