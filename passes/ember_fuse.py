@@ -5,7 +5,7 @@ ops (`func.call` of a kernel, `ember.extern`, views, constants, `tensor.empty`, 
 every other computation sits in a private `func.func` marked `ember.kernel` ("pointwise" or
 "reduction") whose loop structure code generation can handle (for the `target` option's code
 generator). Matmul, batched matmul, convolution and 2-D pooling become `ember.extern` calls of
-library kernels.
+library kernels (the convolution and pooling patterns: passes/externs.py).
 
 How groups are chosen (a scheduler in the style of Inductor's): every compute op starts as its own
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
