@@ -8,6 +8,8 @@ import torch
 
 from .attention_masks import drop_visible_attention_masks
 from .compile import EmberGraph
+from .foreach_decomp import foreach_decompositions
+from .scatter_decomp import scatter_decompositions
 from .options import CompileOptions
 from .report import new_graph_id
 
@@ -126,6 +128,11 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
             op = getattr(packet, overload)
             if op not in table and op in core:
                 table[op] = core[op]
+    table.update(foreach_decompositions())     # optimizer steps (AdamW, SGD) fuse
+    table.update(scatter_decompositions())     # slicing backward: concatenations that fuse
+    # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
+    # a sum differ from the fused form by one rounding (and code generators may contract it).
+    table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c
     table[aten.var_mean.correction] = _var_mean
     table[aten.gelu.default] = _gelu
     table[aten.pow.Tensor_Scalar] = _pow_scalar

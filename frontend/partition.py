@@ -160,6 +160,11 @@ LIBRARY_OPS = frozenset({
     # are decomposed before they get here; see backend.decomposition_table)
     "aten.native_layer_norm.default",
     "aten.gelu.default",
+    # random ops (dropout, stochastic depth): torch's own generator, in program order, gives
+    # eager's random numbers exactly
+    "aten.bernoulli.p", "aten.bernoulli.default", "aten.bernoulli.Tensor",
+    "aten.native_dropout.default", "aten.rand_like.default", "aten.randn_like.default",
+    "aten.randint_like.default", "aten.randint_like.low_dtype",
     # attention: flash / memory-efficient / cuDNN kernels (and their backward)
     "aten.scaled_dot_product_attention.default",
     "aten._scaled_dot_product_flash_attention.default",

@@ -1,0 +1,288 @@
+"""The model zoo: every model people commonly run, through ember, against eager (and Inductor).
+
+    python benchmarks/model_zoo.py [--models resnet50,bert] [--modes infer-fp32,infer-bf16,train-bf16]
+                                   [--backends ember,inductor,inductor-ro] [--small] [--out DIR]
+
+Models are built from code or configs with random weights (nothing is downloaded):
+torchvision resnet50, mobilenet_v3_large, efficientnet_b0, regnet_y_400mf, swin_t, densenet121;
+transformers BERT-base, GPT-2 small, DistilBERT, a Llama decoder (LlamaForCausalLM from a small
+LlamaConfig: RMSNorm, rotary embedding, SwiGLU, grouped-query causal attention) and the
+Whisper-tiny encoder. A model whose package is missing (torchvision is not importable on the
+CPU development machine) is reported as skipped.
+
+Modes: `infer-fp32`, `infer-bf16` (inference under no_grad), `train-bf16` (autocast bf16 with
+fp32 weights: forward + backward + one AdamW step, the optimizer step compiled too) and
+`train-sgd` (fp32, SGD with momentum). For each, every backend is checked against eager
+(outputs; for training the loss, every gradient and every updated parameter, the worst
+relative error is shown) and timed in alternation with eager in the same process (median).
+
+One child process per model (`--one`), so a crash or hang in one model does not hide the others;
+each prints one JSON line per (mode, backend), gathered into a table (and `DIR/zoo.json`).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ember_summary, flatten, interleaved_median_ms, rel_err, sync  # noqa: E402
+
+VISION = ("resnet50", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf", "swin_t",
+          "densenet121")
+TEXT = ("bert", "gpt2", "distilbert", "llama", "whisper_encoder")
+MODES = ("infer-fp32", "infer-bf16", "train-bf16", "train-sgd")
+
+
+def build(name: str, device: str, small: bool):
+    """(model, inputs tuple, output -> tensor used as the training loss)."""
+    g = torch.Generator().manual_seed(0)
+    if name in VISION:
+        import torchvision
+        batch, res = (2, 64) if small else (32, 224)
+        model = getattr(torchvision.models, name)(num_classes=1000)
+        x = torch.randn(batch, 3, res, res, generator=g)
+        return model.to(device), (x.to(device),), lambda out: out.float().square().mean()
+    import transformers as tf
+    batch, seq = (2, 32) if small else (8, 128)
+    if name == "bert":
+        cfg = tf.BertConfig(attn_implementation="sdpa", hidden_dropout_prob=0.0,
+                            attention_probs_dropout_prob=0.0)
+        if small:
+            cfg.num_hidden_layers = 2
+        model, vocab = tf.BertModel(cfg), cfg.vocab_size
+    elif name == "distilbert":
+        cfg = tf.DistilBertConfig(dropout=0.0, attention_dropout=0.0)
+        if small:
+            cfg.n_layers = 2
+        model, vocab = tf.DistilBertModel(cfg), cfg.vocab_size
+    elif name == "gpt2":
+        cfg = tf.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+        if small:
+            cfg.n_layer = 2
+        model, vocab = tf.GPT2Model(cfg), cfg.vocab_size
+    elif name == "llama":
+        cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1376,
+                             num_hidden_layers=2 if small else 4, num_attention_heads=8,
+                             num_key_value_heads=2, max_position_embeddings=1024,
+                             use_cache=False)
+        model, vocab = tf.LlamaForCausalLM(cfg), cfg.vocab_size
+    elif name == "whisper_encoder":
+        cfg = tf.WhisperConfig.from_dict(dict(
+            d_model=384, encoder_layers=4, encoder_attention_heads=6, decoder_layers=4,
+            decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536,
+            num_mel_bins=80, max_source_positions=1500, dropout=0.0))
+        model = tf.WhisperModel(cfg).get_encoder()
+        frames = 3000
+        x = torch.randn(batch if not small else 1, 80, frames, generator=g)
+        return (model.to(device), (x.to(device),),
+                lambda out: out.last_hidden_state.float().square().mean())
+    else:
+        raise KeyError(name)
+    ids = torch.randint(0, vocab, (batch, seq), generator=g)
+
+    def loss(out):
+        t = out.logits if hasattr(out, "logits") else out.last_hidden_state
+        return t.float().square().mean()
+    return model.to(device), (ids.to(device),), loss
+
+
+def _first(out) -> list[torch.Tensor]:
+    return [t for t in flatten(out if not hasattr(out, "to_tuple") else out.to_tuple())]
+
+
+def _backend(name: str):
+    if name == "ember":
+        return lambda f: torch.compile(f, backend="ember")
+    if name == "inductor":
+        return lambda f: torch.compile(f, backend="inductor")
+    if name == "inductor-ro":
+        return lambda f: torch.compile(f, backend="inductor", mode="reduce-overhead")
+    raise KeyError(name)
+
+
+def _train_fns(model, inputs, loss_fn, mode, compile_fn):
+    """step() -> (loss, grads, params after the step): one forward, backward and optimizer
+    step; `compile_fn` wraps the model and the optimizer step (None: eager)."""
+    bf16 = mode == "train-bf16"
+    fwd = compile_fn(model) if compile_fn else model
+    if mode == "train-sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    opt_step = compile_fn(opt.step) if compile_fn else opt.step
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(inputs[0].device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_fn(fwd(*inputs))
+        loss.backward()
+        opt_step()
+        return loss.detach()
+    return step, opt
+
+
+def run_one(name: str, modes, backends, device: str, small: bool, repeats: int) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        base, inputs, loss_fn = build(name, device, small)
+    except ImportError as err:
+        print(json.dumps({"model": name, "mode": "*", "backend": "*", "status": "skipped",
+                          "error": f"{type(err).__name__}: {err}"}), flush=True)
+        return
+    for mode in modes:
+        for be in backends:
+            row = {"model": name, "mode": mode, "backend": be}
+            try:
+                row.update(_measure(base, inputs, loss_fn, mode, be, device, repeats))
+            except Exception as err:  # noqa: BLE001 - a table reports, it does not stop
+                row.update(status="error", error=f"{type(err).__name__}: {str(err)[:300]}")
+                traceback.print_exc()       # into the model's log
+            print(json.dumps(row), flush=True)
+
+
+def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
+    torch._dynamo.reset()
+    _clear()
+    compile_fn = _backend(be)
+    if mode.startswith("infer"):
+        dtype = torch.bfloat16 if mode == "infer-bf16" else torch.float32
+        model = copy.deepcopy(base).to(dtype).eval()
+        ins = tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
+        compiled = compile_fn(model)
+        with torch.no_grad():
+            ref = _first(model(*ins))
+            t0 = time.perf_counter()
+            out = _first(compiled(*ins))
+            sync(device)
+            first_s = time.perf_counter() - t0
+            err = rel_err(out, ref)
+            eager_ms, ms = interleaved_median_ms([lambda: model(*ins), lambda: compiled(*ins)],
+                                                 repeats=repeats, device=device)
+        tol = 1e-2 if dtype == torch.bfloat16 else 1e-3
+    else:
+        ref_model, model = copy.deepcopy(base).train(), copy.deepcopy(base).train()
+        ref_step, _ = _train_fns(ref_model, inputs, loss_fn, mode, None)
+        step, _ = _train_fns(model, inputs, loss_fn, mode, compile_fn)
+        ref_loss = ref_step()
+        t0 = time.perf_counter()
+        loss = step()
+        sync(device)
+        first_s = time.perf_counter() - t0
+        err = _train_err(model, ref_model, loss, ref_loss)
+        eager_ms, ms = interleaved_median_ms([ref_step, step], repeats=repeats, device=device)
+        tol = 1e-2
+    summary = ember_summary() if be == "ember" else {}
+    statuses = summary.get("statuses", [])
+    status = ("eager" if statuses == ["eager"] else
+              "partitioned" if "partitioned" in statuses or "eager" in statuses else "compiled")
+    return {"status": status if be == "ember" else "compiled", "rel_err": err,
+            "ok": bool(err <= tol), "eager_ms": round(eager_ms, 3), "ms": round(ms, 3),
+            "speedup": round(eager_ms / ms, 3), "first_call_s": round(first_s, 2),
+            "fallback_ops": summary.get("eager_fallback_ops", []),
+            "kernels": summary.get("kernels")}
+
+
+def _train_err(model, ref_model, loss, ref_loss) -> float:
+    """Worst of: the loss, the gradients taken together, and each gradient whose eager norm is
+    at least 1e-3 of the largest. Gradients that are zero in exact arithmetic (a bias before a
+    normalization, attention's key bias) hold only rounding noise, and their relative error
+    says nothing; they still count in the joint norm. Parameters are not compared after the
+    step: Adam scales such noise up to a full-size step."""
+    pairs = [(p.grad, q.grad) for p, q in zip(model.parameters(), ref_model.parameters())
+             if q.grad is not None]
+    if any(a is None for a, _ in pairs):
+        return float("inf")
+    top = max(b.double().norm().item() for _, b in pairs)
+    errs = [rel_err(loss, ref_loss),
+            rel_err(torch.cat([a.flatten().double() for a, _ in pairs]),
+                    torch.cat([b.flatten().double() for _, b in pairs]))]
+    errs += [rel_err(a, b) for a, b in pairs if b.double().norm().item() >= 1e-3 * top]
+    return max(errs)
+
+
+def _clear() -> None:
+    try:
+        import ember
+        ember.clear_reports()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _text(b) -> str:
+    return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
+
+def table(rows) -> str:
+    lines = ["| model | mode | backend | status | fallbacks | rel err | ok | eager ms | ms | x eager | first s |",
+             "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if r.get("status") in ("error", "skipped", "crashed"):
+            lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['status']} | | | | | | | "
+                         f"{r.get('error', '')[:90]} |")
+            continue
+        lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['status']} | "
+                     f"{len(r['fallback_ops'])} | {r['rel_err']:.1e} | {'yes' if r['ok'] else 'NO'} | "
+                     f"{r['eager_ms']} | {r['ms']} | {r['speedup']} | {r['first_call_s']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(VISION + TEXT))
+    ap.add_argument("--modes", default="infer-fp32,infer-bf16,train-bf16")
+    ap.add_argument("--backends", default="ember,inductor,inductor-ro")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--small", action="store_true", help="small sizes (the CPU machine)")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--timeout", type=float, default=900, help="seconds per model")
+    ap.add_argument("--out", default=None, help="directory for zoo.json and the logs")
+    ap.add_argument("--jobs", type=int, default=1, help="models run at once (timings: 1)")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    modes, backends = args.modes.split(","), args.backends.split(",")
+    if args.one:
+        run_one(args.one, modes, backends, args.device, args.small, args.repeats)
+        return
+    def child(name):
+        cmd = [sys.executable, __file__, "--one", name, "--modes", args.modes, "--backends",
+               args.backends, "--device", args.device, "--repeats", str(args.repeats)]
+        cmd += ["--small"] if args.small else []
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            out, err, rc = proc.stdout, proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            out, err, rc = _text(exc.stdout), _text(exc.stderr), "timeout"
+        got = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        if rc != 0:
+            last = err.strip().splitlines()[-1] if err.strip() else ""
+            got.append({"model": name, "mode": "*", "backend": "*", "status": "crashed",
+                        "error": f"exit {rc}: {last}"})
+        if args.out:
+            os.makedirs(args.out, exist_ok=True)
+            with open(os.path.join(args.out, f"{name}.log"), "w") as f:
+                f.write(err)
+        for r in got:
+            print(json.dumps(r), flush=True)
+        return got
+
+    # --jobs > 1 runs models side by side: for finding failures fast, not for timings.
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        rows = [r for got in pool.map(child, args.models.split(",")) for r in got]
+    print(table(rows))
+    if args.out:
+        with open(os.path.join(args.out, "zoo.json"), "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

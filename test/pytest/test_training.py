@@ -1,0 +1,124 @@
+"""Training steps through ember: forward + backward + the optimizer step itself compiled
+(`torch.compile(opt.step)`), with the multi-tensor (`foreach`) optimizers CUDA uses by default.
+Loss, gradients, updated parameters, optimizer state and BatchNorm running statistics must
+match eager's after every step, and no graph may fall back to eager."""
+import copy
+
+import pytest
+import torch
+
+from conftest import assert_close, check_fallbacks, clear_reports
+
+
+def _model():
+    torch.manual_seed(0)
+    # No bias right before a normalization: its gradient is zero in exact arithmetic, so
+    # rounding noise would be all that is compared (and Adam amplifies noise to a full step).
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 10), torch.nn.LayerNorm(10),
+        torch.nn.GELU(), torch.nn.Linear(10, 3))
+
+
+def _stepper(model, make_opt, x, compile_fn):
+    opt = make_opt(model.parameters())
+    fwd = compile_fn(model) if compile_fn else model
+    opt_step = compile_fn(opt.step) if compile_fn else opt.step
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = fwd(x).square().mean()
+        loss.backward()
+        opt_step()
+        return loss.detach()
+    return step, opt
+
+
+OPTIMIZERS = {
+    "adamw-foreach": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, foreach=True),
+    "sgd-momentum-foreach": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=True,
+                                                      nesterov=True, weight_decay=1e-3),
+    "adamw-single": lambda p: torch.optim.AdamW(p, lr=1e-2, foreach=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_steps_match_eager(name, target, device):
+    make_opt = OPTIMIZERS[name]
+    ref = _model().to(device).train()
+    model = copy.deepcopy(ref)
+    x = torch.randn(4, 3, 6, 6, device=device)
+    ref_step, ref_opt = _stepper(ref, make_opt, x, None)
+    clear_reports()
+    torch._dynamo.reset()
+    step, opt = _stepper(model, make_opt, x,
+                         lambda f: torch.compile(f, backend="ember", options={"target": target}))
+    for i in range(3):
+        assert_close(step(), ref_step(), tol=1e-4, what=f"loss {i}")
+        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, tol=1e-3, what=f"step {i} grad {n}")
+            assert_close(p.detach(), q.detach(), tol=1e-4, what=f"step {i} param {n}")
+        for (n, b), c in zip(model.named_buffers(), ref.buffers()):
+            assert_close(b, c, tol=1e-4, what=f"step {i} buffer {n}")
+    for state, ref_state in zip(opt.state.values(), ref_opt.state.values()):
+        for k, v in ref_state.items():
+            if isinstance(v, torch.Tensor):
+                assert_close(state[k], v, tol=1e-3, what=f"optimizer state {k}")
+    moved = sum(not torch.equal(p, q) for p, q in zip(model.parameters(), _model().parameters()))
+    assert moved > 0, "no parameter changed: the test checks nothing"
+    assert int(model[1].num_batches_tracked) == 3
+    check_fallbacks()
+
+
+def test_dropout_and_stochastic_depth_match_eager(target, device):
+    """Random ops (dropout, bernoulli) are library calls inside the program: with the same seed
+    they draw eager's random numbers in eager's order, so outputs and gradients are eager's."""
+    import torch.nn.functional as F
+
+    def f(x, w):
+        y = F.dropout(x @ w, 0.3, training=True)
+        keep = torch.empty([x.shape[0], 1], dtype=x.dtype, device=x.device).bernoulli_(0.8)
+        return (y * keep / 0.8).relu().square().sum()
+
+    x = torch.randn(8, 16, device=device, requires_grad=True)
+    w = torch.randn(16, 16, device=device, requires_grad=True)
+    torch.manual_seed(1)
+    ref = f(x, w)
+    ref.backward()
+    ref_grads = (x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    compiled = torch.compile(f, backend="ember", options={"target": target})
+    clear_reports()
+    torch.manual_seed(1)
+    out = compiled(x, w)
+    out.backward()
+    assert_close(out, ref, tol=1e-5)
+    assert_close(x.grad, ref_grads[0], tol=1e-5, what="grad x")
+    assert_close(w.grad, ref_grads[1], tol=1e-5, what="grad w")
+    check_fallbacks()
+    import ember
+    calls = {op for r in ember.last_reports() for op in r.get("library_calls", [])}
+    assert {"aten.native_dropout.default", "aten.bernoulli.p"} <= calls
+
+
+@pytest.mark.parametrize("case", ["slice", "slice-neg", "select", "halves", "full"])
+def test_slicing_backward_compiles(case, target, device):
+    """Autograd turns slicing into slice_scatter / select_scatter (rotary embeddings' halves,
+    `x[:, a:b]`); they compile as concatenations, with eager's gradients."""
+    fns = {
+        "slice": lambda x: (x[:, 2:6] * 3).tanh().sum(),
+        "slice-neg": lambda x: x[:, -3:].exp().sum() + x[1:, :2].sum(),
+        "select": lambda x: (x[:, 3] * x[:, -1]).sum(),
+        "halves": lambda x: torch.cat([-x[:, 4:], x[:, :4]], 1).mul(x).sum(),
+        "full": lambda x: x[:, 0:100].square().sum(),
+    }
+    fn = fns[case]
+    x = torch.randn(5, 8, device=device, requires_grad=True)
+    fn(x).backward()
+    ref = x.grad.clone()
+    x.grad = None
+    compiled = torch.compile(fn, backend="ember", options={"target": target})
+    clear_reports()
+    compiled(x).backward()
+    assert_close(x.grad, ref, tol=1e-5, what="grad")
+    check_fallbacks()
