@@ -192,12 +192,21 @@ def _conv_needs_library(node: fx.Node) -> bool:
         rank == 5 and args.get("groups", 1) != 1)
 
 
+def _narrow(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16)
+
+
 def is_library_node(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
     name = op_name(node)
     if name == "aten.convolution.default":
         return _conv_needs_library(node)
+    if name == "aten.avg_pool2d.default" and _narrow(node):
+        # torch-mlir's sum pooling rounds the window sum to bf16/f16 before the division;
+        # eager's kernel divides the f32 sum and rounds once
+        return True
     return name in LIBRARY_OPS
 
 

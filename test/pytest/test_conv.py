@@ -133,8 +133,11 @@ def test_conv_channels_last(name, target, device):
 
 
 @pytest.mark.targets("cpu")
-@pytest.mark.parametrize("mode", ["reflect", "replicate"])   # circular: slice_scatter, not ours
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])   # circular: see below
 def test_conv_padding_modes(mode, target, device):
+    # padding_mode="circular" falls back (not a convolution matter): its pad is an empty tensor
+    # filled through slice copies, which ember-lower-to-cpp rejects ("reads an uninitialised
+    # tensor.empty")
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 4, 3, padding=1, padding_mode=mode).to(device)
     _fwd_bwd(conv, [_randn((1, 3, 6, 6))], target, device)
@@ -201,6 +204,19 @@ def test_pool_inference(target, device):
         out = ember_compile(fn, target)(x)
     assert_close(out, ref)
     _assert_compiled()
+
+
+@pytest.mark.targets("cpu")
+@pytest.mark.parametrize("name", ["max2d_ceil", "avg2d_ceil", "adaptive_avg2d"])
+def test_pool_bf16(name, target, device):
+    """bf16 pooling is eager's kernel (average pooling: the f32 window sum divided and rounded
+    once, not a bf16 sum divided), so its output is eager's bit for bit."""
+    _, fn, dims = next(c for c in POOLS if c[0] == name)
+    x = _randn((2, 3) + ({2: 7, 3: 5}[dims],) * dims, torch.bfloat16)
+    _fwd_bwd(fn, [x], target, device)
+    with torch.no_grad():
+        out = ember_compile(fn, target)(x.to(device))
+    assert torch.equal(out, fn(x.to(device))), "bf16 pooling differs from eager's"
 
 
 # ---------------------------------------------------------------------------- upsampling
