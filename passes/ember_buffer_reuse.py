@@ -23,7 +23,7 @@ import dataclasses
 
 from torch_mlir import ir
 
-from .base import OptionError, Pass
+from .base import OptionError, Pass, option
 from .registry import register
 
 VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
@@ -263,7 +263,9 @@ class EmberBufferReuse(Pass):
     summary = ("Assigns arena offsets (ember.offsets) to non-escaping kernel results by "
                "liveness; sets ember.arena_bytes / ember.unplanned_bytes on @main")
 
-    alignment: int = 64
+    dynamic_shapes = True       # a result of unknown size gets its own allocation
+
+    alignment: int = option(64, min=1, max=1 << 20)
     in_place: bool = True
 
     def __post_init__(self):

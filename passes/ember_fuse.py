@@ -22,7 +22,7 @@ from torch_mlir.dialects import func
 
 from ..dialects import KERNEL_ATTR
 from . import externs, fusion_legality
-from .base import Pass, PassError
+from .base import Pass, PassError, option
 from .externs import fill_is_zero as _fill_is_zero, make_extern as _make_extern
 from .externs import narrow_source as _narrow_source
 from .graph_utils import (
@@ -44,10 +44,11 @@ class EmberFuse(Pass):
     summary = ("Fuse pointwise chains and reductions (with their pointwise producers/consumers) "
                "into kernels; matmul/conv become ember.extern")
 
-    max_group_size: int = 64
+    max_group_size: int = option(64, min=1)
     fuse_reductions: bool = True
     externs: bool = True
-    target: str = "cpu"      # whose code generator decides legality: "cpu" | "triton"
+    # whose code generator decides legality
+    target: str = option("cpu", choices=tuple(fusion_legality.TARGETS))
 
     def run(self, module: ir.Operation) -> None:
         if self.target not in fusion_legality.TARGETS:

@@ -10,7 +10,7 @@ import dataclasses
 
 from torch_mlir import ir
 
-from .base import Pass, PassError
+from .base import Pass, PassError, option
 from .cpp_emitter import PRELUDE, emit_kernel
 from .kernel_schedule import Unschedulable
 from .graph_utils import attach_kernel_sources
@@ -25,8 +25,11 @@ class EmberLowerToCpp(Pass):
     name = "ember-lower-to-cpp"
     summary = "Attach OpenMP C++ source (ember.source/ember.symbol) to each ember kernel"
 
+    dynamic_shapes = True       # '?' dims are read from the sizes array at run time
+    scalar_kernel_args = False
+
     # Kernels with fewer (static) elements of work than this run on one thread.
-    omp_min_elements: int = 32768
+    omp_min_elements: int = option(32768, min=0, max=2**62)
     # Emit `#pragma omp simd` on inner loops and simd reductions.
     vectorize: bool = True
 

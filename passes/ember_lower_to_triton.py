@@ -20,7 +20,7 @@ import math
 
 from torch_mlir import ir
 
-from .base import Pass, PassError
+from .base import Pass, PassError, option
 from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_maps,
                               schedule_kernel, shape, type_name)
 from .kernel_expr import ExprBuilder
@@ -405,7 +405,10 @@ class EmberLowerToTriton(Pass):
     name = "ember-lower-to-triton"
     summary = "Emit Triton @triton.jit kernels plus Python launchers for every ember kernel"
 
-    max_rblock: int = 8192
+    dynamic_shapes = True
+    scalar_kernel_args = False
+
+    max_rblock: int = option(8192, min=1, max=1 << 20)   # Triton's largest block (2^20 elements)
     autotune: bool = True
 
     def run(self, module: ir.Operation) -> None:

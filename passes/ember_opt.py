@@ -6,17 +6,21 @@ Python passes and upstream passes, verifies, prints.
     ember-opt --list-passes
 
 Diagnostics read `FILE:LINE:COL: error: MESSAGE` with FILE as given on the command line; a
-user mistake (bad IR, unknown pass, bad option) exits 1 without a Python traceback.
+user mistake (bad IR, bytes that are not UTF-8, nesting deeper than --max-nesting, unknown
+pass, bad option, unreadable input, unwritable output) exits 1 without a Python traceback.
 """
 import argparse
 import dataclasses
 import io
+import os
 import re
 import sys
+import tempfile
 
 from torch_mlir import ir
 
 from ..dialects import make_context, verify_module
+from . import base, forked
 from .pipeline import PipelineError, build_pass_manager
 from .registry import all_passes
 
@@ -25,6 +29,13 @@ SPLIT_MARKER = "// -----"
 # it are renamed to the real file name (see _rename_locations).
 _PARSE_BUFFER = "-"
 _FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
+# MLIR's parser recurses natively per nesting level and overflows the stack (a segfault) at a
+# few thousand levels; no real IR comes close to this default. The cap keeps --max-nesting safe.
+DEFAULT_MAX_NESTING = 256
+MAX_NESTING_CAP = 1000
+# Brackets outside string literals and comments; "->" is an arrow, not a closing '>'. A run
+# of '-' nests too: each unary minus of an affine expression is one level of recursion.
+_NESTING_TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"?|//[^\n]*|->|-(?:\s*-)+|[\[({<\])}>]')
 _EXPECTED = re.compile(
     r"expected-(error|warning|note|remark)(-re)?\s*(?:@([+-]\d+|above|below))?\s*\{\{(.*?)\}\}")
 
@@ -42,6 +53,11 @@ class Diag:
         where = f"{self.file}:{self.line}:{self.col}: " if self.file is not None else "ember-opt: "
         text = f"{where}{self.severity}: {self.message}"
         return "\n".join([text] + [n.render() for n in self.notes])
+
+
+def _diag_from_dict(d: dict) -> Diag:
+    return Diag(d["severity"], d["file"], d["line"], d["col"], d["message"],
+                [_diag_from_dict(n) for n in d["notes"]])
 
 
 def _convert(diag, filename: str) -> Diag:
@@ -78,6 +94,44 @@ def _rename_locations(module: ir.Module, filename: str) -> None:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
+
+
+def _line_col(text, pos: int) -> tuple[int, int]:
+    """1-based line and column of offset `pos` in `text` (str or bytes)."""
+    nl = "\n" if isinstance(text, str) else b"\n"
+    return text.count(nl, 0, pos) + 1, pos - (text.rfind(nl, 0, pos) + 1) + 1
+
+
+def nesting_too_deep(text: str, limit: int) -> tuple[int, int] | None:
+    """(line, col) of the first bracket nested deeper than `limit`, else None. A closing
+    bracket only closes the innermost opener of its kind, so stray '>'s cannot hide depth."""
+    pairs = {")": "(", "]": "[", "}": "{", ">": "<"}
+    stack: list[str] = []
+    for m in _NESTING_TOKEN.finditer(text):
+        tok = m.group()
+        if tok[0] == "-" and tok != "->":
+            if len(stack) + tok.count("-") > limit:
+                return _line_col(text, m.start())
+            continue
+        if len(tok) != 1 or tok == '"':
+            continue                                    # string, comment, arrow
+        if tok in "([{<":
+            stack.append(tok)
+            if len(stack) > limit:
+                return _line_col(text, m.start())
+        elif stack and stack[-1] == pairs[tok]:
+            stack.pop()
+    return None
+
+
+def decode_input(data: bytes, filename: str) -> tuple[str | None, "Diag | None"]:
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as err:
+        line, col = _line_col(data, err.start)
+        return None, Diag("error", filename, line, col,
+                          f"invalid UTF-8 (byte 0x{data[err.start]:02x}); ember-opt reads "
+                          f"UTF-8 text")
 
 
 # --- --verify-diagnostics (mlir-opt's SourceMgrDiagnosticVerifierHandler semantics) ---------
@@ -172,8 +226,11 @@ class Driver:
         self.args = args
         self.filename = filename
         self.ctx = make_context()
+        # Chunks run in forked children (forked.py), which have no thread pool.
+        self.ctx.enable_multithreading(False)
         self.ctx.allow_unregistered_dialects = args.allow_unregistered_dialect
         self.diags: list[Diag] = []
+        self._send = None           # in a forked child: streams each diagnostic to the parent
         self.ctx.attach_diagnostic_handler(self._handle)
         with self.ctx:
             # Built before any parsing: a bad pipeline is one error, not one per chunk.
@@ -181,8 +238,54 @@ class Driver:
                                          print_ir_after_all=args.mlir_print_ir_after_all)
 
     def _handle(self, diag) -> bool:
-        self.diags.append(_convert(diag, self.filename))
+        d = _convert(diag, self.filename)
+        self.diags.append(d)
+        if self._send is not None:
+            self._send(dataclasses.asdict(d))
         return True
+
+    def run_chunks(self, chunks: list[str]) -> list[tuple[str | None, list[Diag]]]:
+        """(printed module or None, diagnostics) per chunk. The chunks run in one forked child
+        (forked.py); when MLIR crashes natively on a chunk, that chunk gets an error (after the
+        diagnostics it emitted before the crash) and a new child goes on with the next one."""
+        results: list = [None] * len(chunks)
+        if self.args.no_fork or not forked.available():
+            for i, chunk in enumerate(chunks):
+                self.diags = []
+                results[i] = (self.run_chunk(chunk), self.diags)
+            return results
+
+        def work(send, start):
+            for i in range(start, len(chunks)):
+                self.diags = []
+                self._send = lambda d, i=i: send({"chunk": i, "diag": d})
+                printed = self.run_chunk(chunks[i])
+                send({"chunk": i, "printed": printed,
+                      "diags": [dataclasses.asdict(d) for d in self.diags]})
+
+        start = 0
+        while start < len(chunks):
+            messages, _, crash = forked.run_forked(lambda send: work(send, start))
+            for m in messages:
+                if "printed" in m:
+                    results[m["chunk"]] = (m["printed"], [_diag_from_dict(d) for d in m["diags"]])
+            if crash is None:
+                break
+            bad = next(i for i in range(start, len(chunks)) if results[i] is None)
+            diags = [_diag_from_dict(m["diag"]) for m in messages
+                     if m.get("chunk") == bad and "diag" in m]
+            last = next((d for d in reversed(diags) if d.file is not None), None)
+            if last is not None:
+                line, col = last.line, last.col
+            else:                                   # the chunk's first non-blank line
+                lines = chunks[bad].split("\n")
+                line, col = next((i + 1 for i, t in enumerate(lines) if t.strip()), 1), 1
+            diags.append(Diag("error", self.filename, line, col,
+                              f"MLIR crashed ({crash}) while processing this input; no output "
+                              f"for it"))
+            results[bad] = (None, diags)
+            start = bad + 1
+        return results
 
     def _capture(self, err: ir.MLIRError) -> None:
         found = [_convert(d, self.filename) for d in err.error_diagnostics]
@@ -192,6 +295,14 @@ class Driver:
 
     def run_chunk(self, text: str) -> str | None:
         """The printed module, or None after a failure (diagnostics are in self.diags)."""
+        limit = self.args.max_nesting
+        where = nesting_too_deep(text, limit)
+        if where is not None:
+            self.diags.append(Diag(
+                "error", self.filename, where[0], where[1],
+                f"nested deeper than {limit} levels (brackets, unary minus); not parsed (MLIR's parser would "
+                f"overflow its stack); --max-nesting=N allows up to {MAX_NESTING_CAP}"))
+            return None
         with self.ctx:
             try:
                 module = ir.Module.parse(text)
@@ -231,7 +342,13 @@ def list_passes() -> str:
             default = field.default
             if isinstance(default, bool):
                 default = "true" if default else "false"
-            lines.append(f"      {opt}={kind:<8} (default {default})")
+            valid = ""
+            if field.metadata.get("choices"):
+                valid = " one of " + "|".join(field.metadata["choices"])
+            elif kind == "int":
+                lo, hi = field.metadata.get("min"), field.metadata.get("max")
+                valid = f" in [{0 if lo is None else lo}, {base.INT_MAX if hi is None else hi}]"
+            lines.append(f"      {opt}={kind:<8} (default {default}){valid}")
     return "\n".join(lines) + "\n"
 
 
@@ -250,15 +367,65 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlir-print-ir-after-all", action="store_true", help="IR after each pass, to stderr")
     p.add_argument("--mlir-print-debuginfo", action="store_true")
     p.add_argument("--mlir-print-op-generic", action="store_true")
+    p.add_argument("--max-nesting", type=_nesting_limit, default=DEFAULT_MAX_NESTING,
+                   help=f"most nested brackets accepted (default {DEFAULT_MAX_NESTING}, "
+                        f"at most {MAX_NESTING_CAP})")
     p.add_argument("--show-traceback", action="store_true", help=argparse.SUPPRESS)
+    # Process chunks in this process (for debuggers); a native crash then kills ember-opt.
+    p.add_argument("--no-fork", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
-def _read_input(path: str) -> tuple[str, str]:
+def _nesting_limit(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+    if not 1 <= value <= MAX_NESTING_CAP:
+        raise argparse.ArgumentTypeError(f"must be in [1, {MAX_NESTING_CAP}], got {value}")
+    return value
+
+
+def _read_input(path: str) -> tuple[bytes, str]:
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    with open(path, encoding="utf-8") as f:
+        return sys.stdin.buffer.read(), "<stdin>"
+    with open(path, "rb") as f:
         return f.read(), path
+
+
+def _write_output(path: str, text: str) -> str | None:
+    """Writes the result; an error message (no exception) if it cannot. A regular file is
+    replaced atomically (a failed write leaves the old file whole); anything else that exists
+    (/dev/null, a FIFO, a symlink) is written through."""
+    if path == "-":
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The reader went away (`| head`): not an error of ours; keep Python quiet at exit.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return None
+    tmp = None
+    try:
+        if os.path.lexists(path) and not (os.path.isfile(path) and not os.path.islink(path)):
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            return None
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                   prefix=".ember-opt-", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)        # mkstemp's 0600 is not what a user's file gets
+        os.replace(tmp, path)
+        tmp = None
+        return None
+    except OSError as err:
+        return f"cannot write '{path}': {err.strerror or err}"
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -267,9 +434,14 @@ def run(argv: list[str] | None = None) -> int:
         sys.stdout.write(list_passes())
         return 0
     try:
-        text, filename = _read_input(args.input)
+        data, filename = _read_input(args.input)
     except OSError as err:
-        print(f"ember-opt: error: cannot read '{args.input}': {err.strerror}", file=sys.stderr)
+        print(f"ember-opt: error: cannot read '{args.input}': {err.strerror or err}",
+              file=sys.stderr)
+        return 1
+    text, bad = decode_input(data, filename)
+    if bad is not None:
+        print(bad.render(), file=sys.stderr)
         return 1
     try:
         driver = Driver(args, filename)
@@ -278,37 +450,37 @@ def run(argv: list[str] | None = None) -> int:
         return 1
 
     outputs, ok, chunks = [], True, split_chunks(text, args.split_input_file)
-    for chunk in chunks:
-        driver.diags = []
-        printed = driver.run_chunk(chunk)
+    for chunk, (printed, diags) in zip(chunks, driver.run_chunks(chunks)):
         if args.verify_diagnostics:
-            failures = check_diagnostics(driver.diags, chunk, filename)
+            failures = check_diagnostics(diags, chunk, filename)
             for f in failures:
                 print(f, file=sys.stderr)
             ok = ok and not failures
         else:
-            for d in driver.diags:
+            for d in diags:
                 print(d.render(), file=sys.stderr)
             ok = ok and printed is not None
         if printed is not None:
             outputs.append(printed if printed.endswith("\n") else printed + "\n")
     result = (SPLIT_MARKER + "\n").join(outputs)
-    if args.output == "-":
-        sys.stdout.write(result)
-    else:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(result)
+    problem = _write_output(args.output, result)
+    if problem is not None:
+        print(f"ember-opt: error: {problem}", file=sys.stderr)
+        return 1
     return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> None:
     show = "--show-traceback" in (argv if argv is not None else sys.argv)
+    base.reraise_internal_errors = show
     try:
         code = run(argv)
     except KeyboardInterrupt:
         code = 130
     except Exception as err:  # an ember bug, not a user mistake: one line unless asked
         if show:
+            if isinstance(err, forked.ChildError):
+                print(err.child_traceback, file=sys.stderr)
             raise
         print(f"ember-opt: internal error: {type(err).__name__}: {err} "
               "(rerun with --show-traceback)", file=sys.stderr)

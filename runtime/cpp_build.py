@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from .cache import ArtifactCache, as_cache, publish, temp_path_for
+from .cache import ArtifactCache, as_cache, temp_path_for
 
 log = logging.getLogger("ember.runtime")
 
@@ -69,26 +69,28 @@ def _cache_key(cache: ArtifactCache, source: str, flags: tuple[str, ...], cxx: s
 def build_shared_library(source: str, extra_flags: Sequence[str] = (), *,
                          cache: ArtifactCache | Path | str | None = None,
                          cxx: str = CXX) -> tuple[str, Path]:
-    """Returns (cache key, path of the .so). Compiles only when the key is not on disk."""
+    """Returns (cache key, path of the .so). Compiles only when no artifact of this key on disk
+    passes the cache's checks (runtime/cache.py), so the path returned is safe to dlopen."""
     cache = as_cache(cache)
     flags = CXX_FLAGS + tuple(extra_flags)
     key = _cache_key(cache, source, flags, cxx)
-    so = cache.lookup("cpp", key, ".so")
+    # Checked without the lock first (the common hit); a failure is only reported under the
+    # lock, since another process may be between writing the library and its manifest.
+    so = cache.verified("cpp", key, ".so", warn=False)
     if so is not None:
         stats["disk_hits"] += 1
         return key, so
     with cache.lock("cpp", key):
-        so = cache.lookup("cpp", key, ".so")
+        so = cache.verified("cpp", key, ".so")
         if so is not None:          # another process built it while we waited for the lock
             stats["disk_hits"] += 1
             return key, so
-        _compile(cache, key, source, flags, cxx)
-    return key, cache.path("cpp", key, ".so")
+        return key, _compile(cache, key, source, flags, cxx)
 
 
-def _compile(cache: ArtifactCache, key: str, source: str, flags: tuple[str, ...], cxx: str) -> None:
+def _compile(cache: ArtifactCache, key: str, source: str, flags: tuple[str, ...], cxx: str) -> Path:
     src = cache.write("cpp", key, ".cpp", source)   # kept: the thing to open when a build fails
-    final = cache.path("cpp", key, ".so")
+    final = cache.path("cpp", key, ".so", create=True)
     tmp = temp_path_for(final)
     try:
         cmd = [cxx, *flags, str(src), "-o", str(tmp)]
@@ -100,7 +102,7 @@ def _compile(cache: ArtifactCache, key: str, source: str, flags: tuple[str, ...]
                 f"ember: C++ compilation failed (exit {proc.returncode}) for {src}\n"
                 f"command: {' '.join(cmd)}\n{proc.stderr.strip()}",
                 source_path=src, stderr=proc.stderr)
-        publish(tmp, final)
+        return cache.publish(tmp, "cpp", key, ".so")
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -122,9 +124,7 @@ def load_library(source: str, extra_flags: Sequence[str] = (), *,
         # Only a file damaged outside ember (our writes are atomic) gets here: rebuild once.
         log.warning("ember: cached library %s does not load (%s); rebuilding", so, e)
         with cache.lock("cpp", key):
-            if so.exists():
-                so.unlink()
-            _compile(cache, key, source, CXX_FLAGS + tuple(extra_flags), cxx)
+            so = _compile(cache, key, source, CXX_FLAGS + tuple(extra_flags), cxx)
         lib = ctypes.CDLL(str(so))
     _loaded[key] = lib
     return lib

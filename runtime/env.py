@@ -17,6 +17,9 @@ class RuntimeEnv:
     cache_dir: Path                 # EMBER_CACHE_DIR, else $XDG_CACHE_HOME/ember, else ~/.cache/ember
     debug_dir: Path | None          # EMBER_DEBUG_DIR: where the frontend dumps IR/sources, if set
     target: str | None              # EMBER_TARGET: default compile target, if set
+    # EMBER_CACHE_SHARED=1: the cache is shared between users, so ownership/permission checks
+    # are off (contents are still verified against their manifests); see runtime/cache.py.
+    cache_shared: bool = False
 
 
 TARGETS = ("auto", "cpu", "cuda", "rocm", "triton")
@@ -35,7 +38,11 @@ def read_env(environ: Mapping[str, str] | None = None) -> RuntimeEnv:
     target = e.get("EMBER_TARGET") or None
     if target is not None and target not in TARGETS:
         raise ValueError(f"EMBER_TARGET={target!r}: expected one of {', '.join(TARGETS)}")
-    return RuntimeEnv(cache_dir=cache.expanduser(), debug_dir=debug, target=target)
+    shared_text = (e.get("EMBER_CACHE_SHARED") or "0").strip().lower()
+    if shared_text not in ("0", "1", "false", "true", "no", "yes"):
+        raise ValueError(f"EMBER_CACHE_SHARED={e['EMBER_CACHE_SHARED']!r}: expected 0 or 1")
+    return RuntimeEnv(cache_dir=cache.expanduser(), debug_dir=debug, target=target,
+                      cache_shared=shared_text in ("1", "true", "yes"))
 
 
 _current: RuntimeEnv | None = None

@@ -7,22 +7,18 @@ over prebuilt closures.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Callable, Sequence
 
 import torch
 
-from .cache import ArtifactCache, as_cache, python_identity
+from .cache import ArtifactCache, as_cache
 from .cpp_build import load_library
-from .env import triton_interpreted
 from .externs import resolve, resolve_library
 from .program import Program, Step, ValueInfo
+from .py_module import load_python_module
 
 _ARENA_ALIGN = 64
-_modules: dict[str, ModuleType] = {}
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -45,31 +41,6 @@ def _numel(shape: Sequence[int]) -> int:
     for d in shape:
         n *= d
     return n
-
-
-def load_python_module(source: str, cache: ArtifactCache) -> ModuleType:
-    """Import generated Python (Triton) code from a real file in the cache, under a name unique
-    to its content: Triton's JIT keys its own cache on the function's source and file, and
-    tracebacks point at a file one can open."""
-    # One module per Triton mode: its @triton.jit functions are bound to the mode at import.
-    mode = "interpreted" if triton_interpreted() else "jit"
-    key = cache.key("py", source, python_identity(), mode)
-    mod = _modules.get(key)
-    if mod is not None:
-        return mod
-    path = cache.lookup("py", key, ".py") or cache.write("py", key, ".py", source)
-    name = f"ember_generated_{key[:24]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod     # triton.jit inspects the defining module by name
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    _modules[key] = mod
-    return mod
 
 
 class CompiledProgram:

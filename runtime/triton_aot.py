@@ -131,17 +131,13 @@ def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS) -
 
 def loaded_sources() -> list[str]:
     """The distinct generated Triton modules this process has loaded through the runtime
-    (`executor.load_python_module`), in load order: what a test session ran, for AOT checks."""
-    from . import executor
+    (`py_module.load_python_module`), in load order: what a test session ran, for AOT checks."""
+    from . import py_module
     out, seen = [], set()
-    for mod in list(executor._modules.values()):
-        path = getattr(mod, "__file__", None)
-        if not path or not any(hasattr(v, "ember_aot") for v in vars(mod).values()):
-            continue
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError:
+    for mod in list(py_module._modules.values()):
+        # The text the module was executed from (the cached file could have changed since).
+        text = getattr(mod, "__ember_source__", None)
+        if not text or not any(hasattr(v, "ember_aot") for v in vars(mod).values()):
             continue
         if text not in seen:
             seen.add(text)

@@ -12,4 +12,4 @@ func.func @insert_slice(%x: tensor<4x4xf32>, %y: tensor<2x4xf32>) -> tensor<4x4x
   return %r : tensor<4x4xf32>
 }
 // RUN: not ember-opt %s --pass-pipeline='builtin.module(ember-fuse{target=tpu})' 2>&1 | FileCheck %s --check-prefix=TARGET
-// TARGET: error: ember-fuse: unknown target 'tpu' (one of cpu, triton)
+// TARGET: ember-opt: error: ember-fuse: option 'target' must be one of cpu, triton; got 'tpu'
