@@ -95,6 +95,19 @@ def _keep_narrow(decomp):
     return run
 
 
+def _adaptive_avg_pool(decomp):
+    """`decomp` where the input's sizes divide the output's (it is then an average pooling
+    with fixed windows, or a mean); otherwise the op stays whole, a library call: windows of
+    varying size are loops whose bounds depend on the output index, which the Triton lowering
+    cannot schedule."""
+    def run(x, output_size):
+        sizes = list(x.shape[-len(output_size):])
+        if all(o > 0 and i % o == 0 for i, o in zip(sizes, output_size)):
+            return decomp(x, output_size)
+        return NotImplemented
+    return run
+
+
 @functools.lru_cache(maxsize=2)
 def decomposition_table(exact_low_precision: bool = True) -> dict:
     """The ATen decompositions applied while AOTAutograd traces. With `exact_low_precision`,
@@ -123,6 +136,8 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table[aten.var_mean.correction] = _var_mean
     table[aten.gelu.default] = _gelu
     table[aten.pow.Tensor_Scalar] = _pow_scalar
+    table[aten._adaptive_avg_pool2d.default] = _adaptive_avg_pool(
+        table[aten._adaptive_avg_pool2d.default])
     if exact_low_precision:
         table[aten.native_layer_norm.default] = _keep_narrow(table[aten.native_layer_norm.default])
         table[aten.gelu.default] = _gelu_keep_erf_narrow

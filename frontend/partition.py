@@ -132,6 +132,28 @@ LIBRARY_OPS = frozenset({
     "aten.convolution_backward.default",
     "aten.max_pool2d_with_indices.default",
     "aten.max_pool2d_with_indices_backward.default",
+    # pooling that torch-mlir does not lower (3-d average pooling, the backward of average
+    # and adaptive pooling, 3-d max pooling's backward), or lowers to loops ember's Triton
+    # lowering cannot schedule (windows of varying size: adaptive average pooling whose sizes
+    # do not divide, see backend._adaptive_avg_pool; max with its index: adaptive max pooling
+    # and 3-d max pooling with indices)
+    "aten._adaptive_avg_pool2d.default",
+    "aten.adaptive_max_pool2d.default",
+    "aten.max_pool3d_with_indices.default",
+    "aten.avg_pool3d.default",
+    "aten.avg_pool2d_backward.default",
+    "aten.avg_pool3d_backward.default",
+    "aten._adaptive_avg_pool2d_backward.default",
+    "aten._adaptive_avg_pool3d.default",
+    "aten._adaptive_avg_pool3d_backward.default",
+    "aten.adaptive_max_pool2d_backward.default",
+    "aten.adaptive_max_pool3d.default",
+    "aten.adaptive_max_pool3d_backward.default",
+    "aten.max_pool3d_with_indices_backward.default",
+    # the backward of replicate padding (Conv2d(padding_mode="replicate"))
+    "aten.replication_pad1d_backward.default",
+    "aten.replication_pad2d_backward.default",
+    "aten.replication_pad3d_backward.default",
     "aten.index_put.default",          # scatter(-add): embedding backward
     "aten.cumsum.default",             # scans (position ids from an attention mask)
     # bf16/f16 layer norm and erf-GELU with exact_low_precision (otherwise, and in f32, they
@@ -156,8 +178,40 @@ LIBRARY_OPS = frozenset({
 })
 
 
+def _conv_needs_library(node: fx.Node) -> bool:
+    """A convolution that torch-mlir does not lower to one named linalg conv op (which
+    ember-fuse turns into an `aten.convolution` extern, passes/externs.py): transposed ones
+    (lowered to a scatter into zeros and a flipped-weight conv over the 2^d times larger
+    input) and grouped 3-d ones (a generic, or not at all)."""
+    args = dict(zip(("input", "weight", "bias", "stride", "padding", "dilation", "transposed",
+                     "output_padding", "groups"), node.args))
+    args.update(node.kwargs)
+    weight = getattr(args.get("weight"), "meta", {}).get("val")
+    rank = weight.dim() if isinstance(weight, torch.Tensor) else 0
+    return bool(args.get("transposed")) or rank not in (3, 4, 5) or (
+        rank == 5 and args.get("groups", 1) != 1)
+
+
+def _narrow(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16)
+
+
+def is_library_node(node: fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    name = op_name(node)
+    if name == "aten.convolution.default":
+        return _conv_needs_library(node)
+    if name == "aten.avg_pool2d.default" and _narrow(node):
+        # torch-mlir's sum pooling rounds the window sum to bf16/f16 before the division;
+        # eager's kernel divides the f32 sum and rounds once
+        return True
+    return name in LIBRARY_OPS
+
+
 def library_nodes(gm: fx.GraphModule) -> set[fx.Node]:
-    return {n for n in gm.graph.nodes if n.op == "call_function" and op_name(n) in LIBRARY_OPS}
+    return {n for n in gm.graph.nodes if is_library_node(n)}
 
 
 def partition_graph(gm: fx.GraphModule, options: CompileOptions, target: str, graph_id: str,
