@@ -103,17 +103,34 @@ def _strip_placement(node: fx.Node) -> None:
         node.kwargs = {k: v for k, v in node.kwargs.items() if k not in _PLACEMENT_KWARGS}
 
 
+def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of `gm` whose factory ops have no placement kwargs: what the importer gets. The
+    graphs `prepare` returns keep them, because an eager fallback runs those graphs and an
+    `arange(device="cuda")` made on the CPU breaks the user's program (index_select on mixed
+    devices)."""
+    if not any(n.op == "call_function" and any(k in n.kwargs for k in _PLACEMENT_KWARGS)
+               for n in gm.graph.nodes):
+        return gm
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+        _strip_placement(env[node])
+    sub = fx.GraphModule(gm, graph)
+    sub.recompile()
+    return sub
+
+
 def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node]) -> fx.GraphModule:
-    """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed and factory
-    ops' placement kwargs dropped; all placeholders stay so that both graphs take the original
-    inputs."""
+    """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed; all
+    placeholders stay so that both graphs take the original inputs. Placement kwargs stay
+    (`strip_placement` drops them for the importer only)."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in gm.graph.nodes:
         if node.op == "output":
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
-        _strip_placement(env[node])
     graph.output(tuple(env[n] for n in outputs))
     graph.eliminate_dead_code()
     sub = fx.GraphModule(gm, graph)

@@ -67,6 +67,8 @@ class CompileOptions:
                     object.__setattr__(self, name, str(value.__fspath__()))
                 else:
                     raise OptionsError(f"ember: option '{name}' must be a string; got {value!r}")
+        if self.debug_dir is not None:
+            _check_dump_dir(self.debug_dir)
 
     @classmethod
     def valid_keys(cls) -> list[str]:
@@ -96,6 +98,24 @@ class CompileOptions:
         if "cache_dir" not in kwargs and env.cache_dir is not None:
             kwargs["cache_dir"] = str(env.cache_dir)
         return cls(**kwargs)
+
+
+def _check_dump_dir(path: str) -> None:
+    """A debug dir must be a directory or creatable as one: the dump writes under it on every
+    compile, and a file in its place would fail there (NotADirectoryError) instead of here."""
+    import os
+    p = os.path.abspath(os.path.expanduser(path))
+    while not os.path.exists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            return
+        p = parent
+    if not os.path.isdir(p):
+        what = "is a file" if p == os.path.abspath(os.path.expanduser(path)) else \
+            f"lies under {p!r}, which is a file"
+        raise OptionsError(f"ember: option 'debug_dir' ({path!r}) {what}, not a directory; "
+                           f"pass the path of a directory (created if missing), or unset "
+                           f"EMBER_DEBUG_DIR if it came from there")
 
 
 def resolve_target(target: str, devices) -> str:
