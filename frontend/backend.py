@@ -191,8 +191,9 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         return compiled
     state["fn"] = compiled
 
-    @torch._dynamo.disable
     def run(*args):
         return state["fn"](*args)
-    run.__dict__.update(getattr(compiled, "__dict__", {}))
+    for name in ("zero_grad", "named_parameters", "named_buffers"):   # as AOTAutograd's has
+        if hasattr(compiled, name):
+            setattr(run, name, getattr(compiled, name))
     return run

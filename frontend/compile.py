@@ -71,7 +71,9 @@ def run_pipeline(module, pipeline: str, dump: DebugDump | None = None) -> None:
             try:
                 pm.run(module.operation)
             except Exception as err:
-                raise PipelineFailure(stage_label(element), diagnostics) from err
+                # A Python pass that raises (a bug, not a diagnostic) still names its error.
+                raise PipelineFailure(stage_label(element),
+                                      diagnostics or [describe_error(err)]) from err
             if dump is not None:
                 dump.stage(stage_label(element), module)
     finally:
