@@ -4,7 +4,9 @@ Cases:
   all_eager  every op falls back (bessel_j0 -> sort -> topk): ember must be within 5% of eager.
   sandwich   matmul+GELU, then bessel_j0 (unsupported), then matmul+bias+tanh: the unsupported op
              runs eagerly inside one compiled program; ember must be within 5% of eager or faster.
-  sandwich_train  the same module, forward + backward.
+  deep       12 such blocks on 32x64: per-call glue, where one program per graph pays off.
+  sandwich_train  the same module with digamma (whose gradient, polygamma, falls back too),
+             forward + backward.
 
     python benchmarks/fallback_bench.py [--cases all_eager,sandwich] [--repeats 30] [--json out.json]
 """
@@ -29,15 +31,20 @@ def all_eager(x):
 
 
 class Sandwich(torch.nn.Module):
-    def __init__(self, d=512):
+    def __init__(self, d=512, op=torch.special.bessel_j0):
         super().__init__()
         self.a = torch.nn.Linear(d, d)
         self.b = torch.nn.Linear(d, d)
+        self.op = op
 
     def forward(self, x):
         h = torch.nn.functional.gelu(self.a(x)) * 0.5 + x
-        h = torch.special.bessel_j0(h)
+        h = self.op(h)
         return torch.tanh(self.b(h) + h)
+
+
+def digamma_shifted(x):
+    return torch.special.digamma(x.abs() + 1)   # differentiable (polygamma): a real backward
 
 
 def cases(names):
@@ -49,8 +56,11 @@ def cases(names):
         out["all_eager_small"] = (all_eager, (torch.randn(16, 64),), False)
     if "sandwich" in names:
         out["sandwich"] = (Sandwich().eval(), (torch.randn(1024, 512),), False)
+    if "deep" in names:     # 12 blocks, small tensors: what the pieces' glue costs
+        out["deep"] = (torch.nn.Sequential(*[Sandwich(64) for _ in range(12)]).eval(),
+                       (torch.randn(32, 64),), False)
     if "sandwich_train" in names:
-        m = Sandwich()
+        m = Sandwich(op=digamma_shifted)
         x = torch.randn(1024, 512)
         out["sandwich_train"] = (m, (x,), True)
     return out
@@ -72,7 +82,7 @@ def step(fn, train):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cases", default="all_eager,all_eager_small,sandwich,sandwich_train")
+    p.add_argument("--cases", default="all_eager,all_eager_small,sandwich,deep,sandwich_train")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--json")
     args = p.parse_args()
@@ -87,11 +97,16 @@ def main():
             ref = step(fn, train)(*inputs)
             out = step(compiled, train)(*inputs)
         ours = [str(w.message) for w in caught if "ember" in str(w.message)]
-        eager_ms, ember_ms = interleaved_median_ms([step(fn, train), step(compiled, train)],
-                                                   *inputs, repeats=args.repeats)
         reports = ember.last_reports()
+        # torch.compile's own floor: Dynamo's guards and frame, running its graph eagerly.
+        floor = torch.compile(fn, backend="eager")
+        step(floor, train)(*inputs)
+        eager_ms, ember_ms, floor_ms = interleaved_median_ms(
+            [step(fn, train), step(compiled, train), step(floor, train)], *inputs,
+            repeats=args.repeats)
         row = {"case": name, "eager_ms": round(eager_ms, 4), "ember_ms": round(ember_ms, 4),
-               "ratio": round(ember_ms / eager_ms, 3), "rel_err": rel_err(out, ref),
+               "ratio": round(ember_ms / eager_ms, 3), "dynamo_eager_ms": round(floor_ms, 4),
+               "rel_err": rel_err(out, ref),
                "warnings": len(ours),
                "status": [r["status"] for r in reports],
                "fallback_ops": sorted({o for r in reports for o in r["eager_fallback_ops"]})}

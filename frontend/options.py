@@ -27,8 +27,9 @@ class CompileOptions:
     max_group_size: the most linalg ops ember-fuse puts in one kernel.
     debug_dir: where each compiled graph dumps its FX graph, IR per stage, sources and report.
     cache_dir: the runtime's build cache (None: the runtime's default).
-    fallback: run ops ember cannot compile with eager torch (with one warning per graph)
-      instead of raising.
+    fallback: run ops ember cannot compile with eager torch (one warning per op kind), a
+      graph it cannot compile at all, or one that fails at run time, as eager runs it, instead
+      of raising.
     pipeline: a full pass pipeline string replacing the default one.
     cudagraphs: on a GPU, replay inference graphs as CUDA graphs (one launch per call instead
       of one per kernel; outputs are copied out of the graph's memory).
