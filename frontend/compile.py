@@ -221,7 +221,6 @@ class EmberGraph:
 
     def __call__(self, *args):
         fn = self._static
-        key = None
         if fn is None:
             key = fx_prep.input_key(args)
             fn = self._cache.get(key)
@@ -234,13 +233,13 @@ class EmberGraph:
         except Exception as err:
             if fn is self._eager or not self.options.fallback:
                 raise
-            return self._failed_at_run_time(fn, key, err, args)
+            return self._failed_at_run_time(fn, err, args)
 
     @property
     def report(self) -> dict[str, Any] | None:
         return self.reports[-1] if self.reports else None
 
-    def _failed_at_run_time(self, fn: Callable, key, err: Exception, args):
+    def _failed_at_run_time(self, fn: Callable, err: Exception, args):
         """A compiled call raised. The graph is functional, so eager can redo the call: if
         eager raises as well, the error is the program's (an index out of range) and eager's
         exception is what the user sees; if not, ember was wrong and this graph runs eagerly
@@ -249,11 +248,13 @@ class EmberGraph:
             out = self._eager(*args)
         except Exception as eager_err:
             raise eager_err from None
-        report = self._report_for(fn)
+        report = getattr(fn, "ember_report", None)
         if report is not None:
             report["status"] = "eager"
             report["error"] = f"at run time: {describe_error(err)}"
             report["eager_fallback_ops"] = _compute_ops(self.gm)
+            report["fallback_reasons"] = {op: report["error"]
+                                          for op in report["eager_fallback_ops"]}
             dump = DebugDump(self.options.debug_dir, report["graph_id"])
             dump.write("error.txt", _format(err))
             dump.report(report)
@@ -267,9 +268,6 @@ class EmberGraph:
             if v is fn:
                 self._cache[k] = self._eager
         return out
-
-    def _report_for(self, fn):
-        return getattr(fn, "ember_report", None)
 
     def _build(self, args) -> Callable:
         t0 = time.perf_counter()
