@@ -54,11 +54,11 @@ class Sandwich(torch.nn.Module):
 
 # ---------------------------------------------------------------- partial fallback
 
-def test_unsupported_op_in_the_middle(target, interpreted):
+def test_unsupported_op_in_the_middle(target, device, interpreted):
     torch.manual_seed(0)
     d = 16 if interpreted else 64
-    m = Sandwich(d).eval()
-    x = torch.randn(8, d)
+    m = Sandwich(d).eval().to(device)
+    x = torch.randn(8, d, device=device)
     with torch.no_grad():
         ref = m(x)
         cm = compile_(m, target)
