@@ -194,7 +194,9 @@ def test_tracing_failure_runs_dynamos_graph(monkeypatch):
     out, warned = run_recording(compile_(f), x)
     assert_close(out, f(x))
     assert len(warned) == 1 and "injected failure" in warned[0]
-    assert ember.last_reports()[-1]["status"] == "eager"
+    r = ember.last_reports()[-1]
+    assert r["status"] == "eager" and "cos" in r["eager_fallback_ops"]
+    assert "injected failure" in r["fallback_reasons"]["cos"]
 
 
 def test_fallback_off_still_raises(monkeypatch):
