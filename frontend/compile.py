@@ -157,6 +157,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     if library:
         gm, calls = outline(gm, library)
     ctx = new_context()
+    # MLIR's part (import, passes, export) runs with its diagnostics and fd 2 captured; the
+    # build captures the compiler's output itself, and its errors carry it (error.txt).
     native = NativeOutput(ctx)
     try:
         with native, ctx, torch.no_grad():
@@ -166,12 +168,12 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
             run_pipeline(module, default_pipeline(options, target), dump)
             program = export_program(module)
             summary = _summary(module)
-            dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
-            device = (_devices(tensors) or [torch.device("cpu")])[0]
-            compiled = load(program, device, cache=options.cache_dir)
     finally:
         if native.lines:
             dump.write("diagnostics.txt", "\n".join(native.lines) + "\n")
+    dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
+    device = (_devices(tensors) or [torch.device("cpu")])[0]
+    compiled = load(program, device, cache=options.cache_dir)
     # Only inference graphs (a training forward returns its saved activations, which the
     # graph's outputs would have to copy out on every step), and only where the launches saved
     # outweigh that copy: a replay clones its outputs out of the graph's memory.

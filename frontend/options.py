@@ -105,14 +105,14 @@ def _check_dump_dir(path: str) -> None:
     """A debug dir must be a directory or creatable as one: the dump writes under it on every
     compile, and a file in its place would fail there (NotADirectoryError) instead of here."""
     import os
-    p = os.path.abspath(os.path.expanduser(path))
+    p = os.path.abspath(path)
     while not os.path.exists(p):
         parent = os.path.dirname(p)
         if parent == p:
             return
         p = parent
     if not os.path.isdir(p):
-        what = "is a file" if p == os.path.abspath(os.path.expanduser(path)) else \
+        what = "is a file" if p == os.path.abspath(path) else \
             f"lies under {p!r}, which is a file"
         raise OptionsError(f"ember: option 'debug_dir' ({path!r}) {what}, not a directory; "
                            f"pass the path of a directory (created if missing), or unset "

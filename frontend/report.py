@@ -148,7 +148,8 @@ class NativeOutput:
     A torch-mlir lowering reports an illegal op through MLIR's default handler, which prints
     to stderr when no handler is attached; LLVM and C++ code may write to fd 2 directly, past
     Python's `sys.stderr`. Redirecting fd 2 is process-wide, so it is held only around the
-    native calls of a compile (serialised by a lock), and put back even when they raise."""
+    MLIR part of a compile (import, passes, export; serialised by a lock; the C++ build
+    captures its compiler's output itself), and put back even when they raise."""
 
     def __init__(self, context=None):
         self.context = context
@@ -164,21 +165,28 @@ class NativeOutput:
         return True     # handled: MLIR prints nothing
 
     def __enter__(self) -> "NativeOutput":
-        import sys
         _FD2_LOCK.acquire()
-        if self.context is not None:
-            self._handler = self.context.attach_diagnostic_handler(self._collect)
         try:
-            sys.stderr.flush()
-            self._tmp = tempfile.TemporaryFile()
-            self._saved = os.dup(2)
-            os.dup2(self._tmp.fileno(), 2)
-        except (OSError, ValueError, AttributeError):   # no fd 2 (embedded interpreters)
-            self._saved = None
+            if self.context is not None:
+                self._handler = self.context.attach_diagnostic_handler(self._collect)
+            try:
+                sys.stderr.flush()
+                self._tmp = tempfile.TemporaryFile()
+                saved = os.dup(2)
+                try:
+                    os.dup2(self._tmp.fileno(), 2)
+                except OSError:
+                    os.close(saved)
+                    raise
+                self._saved = saved
+            except (OSError, ValueError, AttributeError):   # no fd 2 (embedded interpreters)
+                self._saved = None
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
-        import sys
         try:
             if self._saved is not None:
                 try:
@@ -194,6 +202,7 @@ class NativeOutput:
                 self._tmp.close()
             if self._handler is not None:
                 self._handler.detach()
+                self._handler = None
         finally:
             _FD2_LOCK.release()
 

@@ -275,9 +275,12 @@ def test_failed_compiles_print_nothing_to_stderr(name, tmp_path, capfd):
     assert capfd.readouterr().err == ""
     assert len(warned) <= 1 and all("\n" not in w for w in warned)
     if name == "bessel_j0":
-        assert warned and "special_bessel_j0" in warned[0]
+        assert warned and "special_bessel_j0" in warned[0] and "no lowering" in warned[0]
         dumped = "".join(p.read_text() for p in tmp_path.rglob("diagnostics.txt"))
         assert "failed to legalize" in dumped and "special_bessel_j0" in dumped
+        import json
+        report = json.loads(next(tmp_path.rglob("report.json")).read_text())
+        assert "no lowering" in report["fallback_reasons"][BESSEL]
 
 
 def test_debug_dir_that_is_a_file_is_an_option_error(tmp_path):
