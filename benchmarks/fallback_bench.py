@@ -5,6 +5,8 @@ Cases:
   sandwich   matmul+GELU, then bessel_j0 (unsupported), then matmul+bias+tanh: the unsupported op
              runs eagerly inside one compiled program; ember must be within 5% of eager or faster.
   deep       12 such blocks on 32x64: per-call glue, where one program per graph pays off.
+  deep_compiled  the same blocks with sin (which compiles) in place of bessel_j0: the
+             difference to `deep` is what the fallback itself costs.
   sandwich_train  the same module with digamma (whose gradient, polygamma, falls back too),
              forward + backward.
 
@@ -59,6 +61,10 @@ def cases(names):
     if "deep" in names:     # 12 blocks, small tensors: what the pieces' glue costs
         out["deep"] = (torch.nn.Sequential(*[Sandwich(64) for _ in range(12)]).eval(),
                        (torch.randn(32, 64),), False)
+    if "deep_compiled" in names:     # the same with a supported op: ember's own per-call cost
+        out["deep_compiled"] = (torch.nn.Sequential(*[Sandwich(64, torch.sin)
+                                                      for _ in range(12)]).eval(),
+                                (torch.randn(32, 64),), False)
     if "sandwich_train" in names:
         m = Sandwich(op=digamma_shifted)
         x = torch.randn(1024, 512)
@@ -82,7 +88,7 @@ def step(fn, train):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cases", default="all_eager,all_eager_small,sandwich,deep,sandwich_train")
+    p.add_argument("--cases", default="all_eager,all_eager_small,sandwich,deep,deep_compiled,sandwich_train")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--json")
     args = p.parse_args()
