@@ -154,6 +154,13 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     from .schedule import export_program
 
     calls = []
+    # Library calls lose placement kwargs too: the runtime calls them where their inputs are,
+    # and a layout or device would not survive the trip through an attribute.
+    stripped = fx_prep.strip_placement(gm)
+    if stripped is not gm:
+        by_name = {n.name: n for n in stripped.graph.nodes}
+        library = {by_name[n.name] for n in library}
+        gm = stripped
     if library:
         gm, calls = outline(gm, library)
     ctx = new_context()

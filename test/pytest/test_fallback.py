@@ -391,3 +391,20 @@ def test_relative_position_bias_forward_backward(target):
     for g, w in zip([x.grad] + [p.grad for p in m.parameters()], want):
         assert rel_err(g, w) < 1e-3
     assert all(r["status"] != "eager" for r in ember.last_reports())
+
+
+def test_library_call_beside_a_placed_factory_stays_compiled():
+    # rand_like is a library call; the ones(device=...) beside it makes the importer's copy of
+    # the graph differ from the prepared one: the call must still be found and compiled in.
+    torch.manual_seed(0)
+    f = lambda x: torch.rand_like(x) * 0.5 + x * 2 + torch.ones(3, device=x.device)  # noqa: E731
+    x = torch.randn(3)
+    torch.manual_seed(1)
+    ref = f(x)
+    cf = compile_(f)
+    torch.manual_seed(1)
+    out, warned = run_recording(cf, x)
+    assert_close(out, ref)
+    r = ember.last_reports()[-1]
+    assert r["status"] == "compiled" and r["eager_fallback_ops"] == [], r
+    assert warned == []
