@@ -18,7 +18,6 @@ Invariant: the user's program never breaks because of ember (with `fallback`, th
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any, Callable
 
 import torch
