@@ -183,18 +183,34 @@ def _strip_placement(node: fx.Node) -> None:
         node.kwargs = {k: v for k, v in node.kwargs.items() if k not in _PLACEMENT_KWARGS}
 
 
-def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node], strip: bool = True) -> fx.GraphModule:
-    """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed and (`strip`,
-    for the compiled half) factory ops' placement kwargs dropped; all placeholders stay so that
-    both graphs take the original inputs."""
+def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of `gm` whose factory ops have no placement kwargs: what the importer gets. The
+    graphs `prepare` returns keep them, because an eager fallback runs those graphs and an
+    `arange(device="cuda")` made on the CPU breaks the user's program (index_select on mixed
+    devices)."""
+    if not any(n.op == "call_function" and any(k in n.kwargs for k in _PLACEMENT_KWARGS)
+               for n in gm.graph.nodes):
+        return gm
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+        _strip_placement(env[node])
+    sub = fx.GraphModule(gm, graph)
+    sub.recompile()
+    return sub
+
+
+def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node]) -> fx.GraphModule:
+    """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed; all
+    placeholders stay so that both graphs take the original inputs. Placement kwargs stay
+    (`strip_placement` drops them for the importer only)."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in gm.graph.nodes:
         if node.op == "output":
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
-        if strip:
-            _strip_placement(env[node])
     graph.output(tuple(env[n] for n in outputs))
     graph.eliminate_dead_code()
     sub = fx.GraphModule(gm, graph)
@@ -291,7 +307,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases))
     sub = _subgraph(gm, compiled) if compiled else None
     return PreparedGraph(
-        gm=sub, host_gm=_subgraph(gm, host, strip=False) if host else None,
+        gm=sub, host_gm=_subgraph(gm, host) if host else None,
         plan=plan, single=single, in_perms=permute_inputs(sub) if sub is not None else {})
 
 
