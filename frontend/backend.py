@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
 
@@ -12,7 +13,7 @@ from .eager_semantics import table as eager_semantics_table
 from .foreach_decomp import foreach_decompositions
 from .scatter_decomp import scatter_decompositions
 from .options import CompileOptions
-from .report import new_graph_id
+from .report import describe_error, new_graph_id, record, warn_once
 
 # Backward (and a few forward) ops torch-mlir's table leaves alone; torch's core-ATen
 # decompositions of them import cleanly, whereas their composite forms do not always lower.
@@ -96,6 +97,19 @@ def _keep_narrow(decomp):
     return run
 
 
+def _adaptive_avg_pool(decomp):
+    """`decomp` where the input's sizes divide the output's (it is then an average pooling
+    with fixed windows, or a mean); otherwise the op stays whole, a library call: windows of
+    varying size are loops whose bounds depend on the output index, which the Triton lowering
+    cannot schedule."""
+    def run(x, output_size):
+        sizes = list(x.shape[-len(output_size):])
+        if all(o > 0 and i % o == 0 for i, o in zip(sizes, output_size)):
+            return decomp(x, output_size)
+        return NotImplemented
+    return run
+
+
 @functools.lru_cache(maxsize=2)
 def decomposition_table(exact_low_precision: bool = True) -> dict:
     """The ATen decompositions applied while AOTAutograd traces. With `exact_low_precision`,
@@ -125,6 +139,8 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table[aten.gelu.default] = _gelu
     table[aten.pow.Tensor_Scalar] = _pow_scalar
     table.update(eager_semantics_table())   # NaN propagation, integer floor division
+    table[aten._adaptive_avg_pool2d.default] = _adaptive_avg_pool(
+        table[aten._adaptive_avg_pool2d.default])
     if exact_low_precision:
         table[aten.native_layer_norm.default] = _keep_narrow(table[aten.native_layer_norm.default])
         table[aten.gelu.default] = _gelu_keep_erf_narrow
@@ -136,8 +152,15 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
 
 
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
-    """`torch.compile(model, backend="ember", options={...})`."""
+    """`torch.compile(model, backend="ember", options={...})`.
+
+    Nothing in here may break the user's program (with `fallback`, the default): if tracing
+    through AOTAutograd fails, Dynamo's graph runs as it is, with one warning. When the forward
+    (or inference) graph turns out to run wholly in eager torch, later calls go straight to
+    Dynamo's graph: no AOTAutograd wrappers, no decomposed ops, so such a graph costs what
+    eager costs (torch.compile(backend="eager"))."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._dynamo.exc import RestartAnalysis
     from torch._functorch.aot_autograd import make_boxed_func
 
     if kwargs.pop("mode", None) not in (None, "default"):
@@ -145,19 +168,51 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     if kwargs:
         raise TypeError(f"ember_backend: unexpected arguments {sorted(kwargs)}")
     opts = CompileOptions.from_user(options)
-    drop_visible_attention_masks(gm)
-    decomps = decomposition_table(opts.exact_low_precision)
     base = new_graph_id("dynamo")
+    # Where calls go: AOTAutograd's function, until a forward graph falls back whole.
+    state: dict[str, Any] = {}
+
+    def to_eager(graph):
+        if graph.kind in ("forward", "inference") and not flat_inputs:
+            state["fn"] = gm.forward
 
     def compiler(kind):
         def compile_graph(fx_gm, inputs):
             graph = EmberGraph(fx_gm, opts, kind=kind, decompositions=decomps,
-                               graph_id=f"{base}-{kind}")
+                               graph_id=f"{base}-{kind}", on_eager=to_eager)
             boxed = make_boxed_func(graph)  # AOTAutograd's calling convention: one list
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed
         return compile_graph
 
-    backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
-                           inference_compiler=compiler("inference"), decompositions=decomps)
-    return backend(gm, example_inputs)
+    flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
+    try:
+        drop_visible_attention_masks(gm)
+        decomps = decomposition_table(opts.exact_low_precision)
+        backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+                               inference_compiler=compiler("inference"),
+                               decompositions=decomps)
+        compiled = backend(gm, example_inputs)
+    except RestartAnalysis:
+        raise                                  # Dynamo's control flow, not a failure
+    except Exception as err:
+        if not opts.fallback:
+            raise
+        why = f"tracing failed: {describe_error(err)}"
+        warn_once(f"aot:{describe_error(err)}", f"ember: graph {base} runs in eager torch ({why})")
+        # Every op of the graph is named, so a test asserting "no fallback" sees this one.
+        ops = sorted({getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
+                      if n.op in ("call_function", "call_method", "call_module")}) or ["<graph>"]
+        record({"graph_id": base, "target": None, "status": "eager", "eager_fallback_ops": ops,
+                "fallback_reasons": {op: why for op in ops}, "error": why})
+        return gm.forward
+    if flat_inputs:
+        return compiled
+    state["fn"] = compiled
+
+    def run(*args):
+        return state["fn"](*args)
+    for name in ("zero_grad", "named_parameters", "named_buffers"):   # as AOTAutograd's has
+        if hasattr(compiled, name):
+            setattr(run, name, getattr(compiled, name))
+    return run

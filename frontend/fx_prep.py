@@ -15,6 +15,9 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .output_layouts import permute_inputs, plan_computed, replay
+from .zero_size import fold_zero_size
+
 
 def _is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
@@ -69,6 +72,82 @@ def specialize(gm: fx.GraphModule, args, decompositions=None) -> tuple[fx.GraphM
     return static, tensor_pos
 
 
+_NARROW_INTS = (torch.int8, torch.uint8)
+
+
+def narrow_int_scalar_args(node: fx.Node) -> list[tuple[int | str, bool]]:
+    """The Python-number operands of an op with an int8/uint8 result, as (position or keyword,
+    whether the schema types it Tensor). torch-mlir's lowering converts such a number to the
+    narrow type without its original dtype, which it cannot do (and then crashes)."""
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return []
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype not in _NARROW_INTS:
+        return []
+    found = []
+    for i, arg in enumerate(node.target._schema.arguments):
+        if arg.kwarg_only or i >= len(node.args):
+            key, value = arg.name, node.kwargs.get(arg.name)
+        else:
+            key, value = i, node.args[i]
+        if isinstance(value, (bool, int, float)):
+            kind = str(arg.type)
+            if kind in ("Tensor", "number"):    # "number": a Scalar argument
+                found.append((key, kind == "Tensor"))
+    return found
+
+
+def _tensor_twin(op, key):
+    """`op`'s `.Tensor` overload when `op` is a `.Scalar` one whose argument `key` is the
+    Tensor in the twin, with the same argument names otherwise; else None."""
+    if not isinstance(key, int) or op._overloadname != "Scalar":
+        return None
+    twin = getattr(op.overloadpacket, "Tensor", None)
+    if twin is None:
+        return None
+    a, b = op._schema.arguments, twin._schema.arguments
+    if [x.name for x in a] != [x.name for x in b] or str(b[key].type) != "Tensor":
+        return None
+    return twin
+
+
+def _fake_scalar(value, dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+    """A 0-dim fake tensor (the importer types values from fake tensors) in `like`'s mode."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = getattr(like, "fake_mode", None) or FakeTensorMode()
+    with mode:
+        return torch.scalar_tensor(value, dtype=dtype)
+
+
+def _tensorize_narrow_int_scalars(gm: fx.GraphModule) -> None:
+    """`int8_tensor * 2` -> `int8_tensor * scalar_tensor(2, int8)`: the same result in eager
+    (a 0-dim tensor does not promote a dimensioned one of its category, just as a Python number
+    does not; the value is cast to int8 either way), and one torch-mlir imports."""
+    for node in list(gm.graph.nodes):
+        for key, is_tensor in narrow_int_scalar_args(node):
+            if not is_tensor:
+                twin = _tensor_twin(node.target, key)
+                if twin is None:
+                    continue
+                node.target = twin      # remainder.Scalar -> remainder.Tensor, same arguments
+            value = node.args[key] if isinstance(key, int) else node.kwargs[key]
+            if isinstance(value, float):
+                continue    # cannot happen: a float operand makes the result a float
+            # Eager casts the number to the op's int8/uint8 type (wrapping) before computing;
+            # a constant already of that type needs no conversion in torch-mlir either.
+            dtype = node.meta["val"].dtype
+            value = int(torch.tensor(int(value)).to(dtype))
+            with gm.graph.inserting_before(node):
+                const = gm.graph.call_function(torch.ops.aten.scalar_tensor.default, (value,),
+                                               {"dtype": dtype})
+            const.meta["val"] = _fake_scalar(value, dtype, node.meta["val"])
+            if isinstance(key, int):
+                node.update_arg(key, const)
+            else:
+                node.update_kwarg(key, const)
+    gm.recompile()
+
+
 def _is_view_op(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
@@ -84,13 +163,14 @@ def _is_view_op(node: fx.Node) -> bool:
 @dataclass
 class PreparedGraph:
     """`gm` returns the unique compute outputs (or is None when there are none); `plan[i]` says
-    where original output i comes from: ("compiled", j), ("host", j) from `host_gm`, or
-    ("const", value)."""
+    where original output i comes from: ("compiled", j), ("host", j) from `host_gm`,
+    ("view", j, steps): output_layouts.replay of compiled output j, or ("const", value)."""
 
     gm: fx.GraphModule | None
     host_gm: fx.GraphModule | None
     plan: list[tuple[str, Any]] = field(default_factory=list)
     single: bool = False            # the original graph returned one bare value, not a tuple
+    in_perms: dict[int, list[int]] = field(default_factory=dict)   # gm takes input i permuted
 
 
 # Placement kwargs of factory ops: the compiled graph runs where its inputs are, and torch-mlir
@@ -103,17 +183,34 @@ def _strip_placement(node: fx.Node) -> None:
         node.kwargs = {k: v for k, v in node.kwargs.items() if k not in _PLACEMENT_KWARGS}
 
 
+def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
+    """A copy of `gm` whose factory ops have no placement kwargs: what the importer gets. The
+    graphs `prepare` returns keep them, because an eager fallback runs those graphs and an
+    `arange(device="cuda")` made on the CPU breaks the user's program (index_select on mixed
+    devices)."""
+    if not any(n.op == "call_function" and any(k in n.kwargs for k in _PLACEMENT_KWARGS)
+               for n in gm.graph.nodes):
+        return gm
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in gm.graph.nodes:
+        env[node] = graph.node_copy(node, lambda n: env[n])
+        _strip_placement(env[node])
+    sub = fx.GraphModule(gm, graph)
+    sub.recompile()
+    return sub
+
+
 def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node]) -> fx.GraphModule:
-    """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed and factory
-    ops' placement kwargs dropped; all placeholders stay so that both graphs take the original
-    inputs."""
+    """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed; all
+    placeholders stay so that both graphs take the original inputs. Placement kwargs stay
+    (`strip_placement` drops them for the importer only)."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in gm.graph.nodes:
         if node.op == "output":
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
-        _strip_placement(env[node])
     graph.output(tuple(env[n] for n in outputs))
     graph.eliminate_dead_code()
     sub = fx.GraphModule(gm, graph)
@@ -143,8 +240,39 @@ def _drop_unused_pool_indices(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+def _fold_copy_into_empty(gm: fx.GraphModule) -> None:
+    """`copy(empty_strided(size, stride), src)` (how AOTAutograd writes `empty_strided(...)
+    .copy_(src)` and some layout changes) -> `clone(src)` carrying the copy's strides in its
+    meta: torch-mlir cannot lower a non-empty `empty_strided`, and the output plan gives the
+    result eager's strides (output_layouts.py)."""
+    aten = torch.ops.aten
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not aten.copy.default:
+            continue
+        dst, src = node.args[0], node.args[1]
+        if (not isinstance(dst, fx.Node) or not isinstance(src, fx.Node) or len(dst.users) != 1
+                or dst.target not in (aten.empty_strided.default, aten.empty.memory_format)):
+            continue
+        dv, sv = dst.meta.get("val"), src.meta.get("val")
+        if not (_is_tensor(dv) and _is_tensor(sv)) or dv.shape != sv.shape or dv.dtype != sv.dtype:
+            continue
+        with gm.graph.inserting_before(node):
+            clone = gm.graph.call_function(aten.clone.default, (src,))
+        clone.meta["val"] = node.meta["val"]
+        node.replace_all_uses_with(clone)
+        gm.graph.erase_node(node)
+        gm.graph.erase_node(dst)
+        changed = True
+    if changed:
+        gm.recompile()
+
+
 def prepare(gm: fx.GraphModule) -> PreparedGraph:
     _drop_unused_pool_indices(gm)
+    _fold_copy_into_empty(gm)
+    fold_zero_size(gm)
+    _tensorize_narrow_int_scalars(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (tuple, list))
@@ -157,11 +285,14 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             host_only[node] = True
         elif node.op == "output":
             continue
+        elif node.target is torch.ops.aten.empty_strided.default:
+            host_only[node] = True      # a tensor without elements (zero_size.py)
         else:
             ins = node.all_input_nodes
             host_only[node] = _is_view_op(node) and bool(ins) and all(host_only[n] for n in ins)
 
     plan, compiled, host = [], [], []
+    bases: dict[fx.Node, tuple[int, tuple]] = {}
     for out in outs:
         if not isinstance(out, fx.Node):
             plan.append(("const", out))
@@ -172,23 +303,34 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
                 host.append(out)
             plan.append(("host", host.index(out)))
         else:
-            if out not in compiled:
-                compiled.append(out)
-            plan.append(("compiled", compiled.index(out)))
+            # Views of computed values stay views, and values keep eager's strides.
+            plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases))
+    sub = _subgraph(gm, compiled) if compiled else None
     return PreparedGraph(
-        gm=_subgraph(gm, compiled) if compiled else None,
-        host_gm=_subgraph(gm, host) if host else None,
-        plan=plan, single=single)
+        gm=sub, host_gm=_subgraph(gm, host) if host else None,
+        plan=plan, single=single, in_perms=permute_inputs(sub) if sub is not None else {})
+
+
+def compiled_inputs(prep: PreparedGraph, tensors) -> list:
+    """The tensors `prep.gm` takes: inputs it reads in their physical order permuted so
+    (output_layouts.permute_inputs)."""
+    if not prep.in_perms:
+        return tensors
+    return [t.permute(prep.in_perms[i]) if i in prep.in_perms else t
+            for i, t in enumerate(tensors)]
 
 
 def assemble(prep: PreparedGraph, compiled_outs, host_outs):
     """The original graph's outputs from the two halves."""
     result = []
-    for kind, x in prep.plan:
+    for entry in prep.plan:
+        kind, x = entry[0], entry[1]
         if kind == "compiled":
             result.append(compiled_outs[x])
         elif kind == "host":
             result.append(host_outs[x])
+        elif kind == "view":
+            result.append(replay(compiled_outs[x], entry[2]))
         else:
             result.append(copy.copy(x))
     return result[0] if prep.single else result

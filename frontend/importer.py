@@ -26,9 +26,28 @@ def new_context() -> ir.Context:
     return ctx
 
 
+def refuse_native_crashes(gm: fx.GraphModule) -> None:
+    """Raises FxImportError for graphs torch-mlir's native code is known to crash on (a signal,
+    not an exception, so nothing after it could fall back): compute on tensors without elements
+    (SIGFPE in its reshape inference; fx_prep folds them away where it can) and a Python integer
+    operand of an int8/uint8 op (SIGSEGV after "convertScalarToDtype" fails; fx_prep makes such
+    operands 0-dim tensors)."""
+    from .fx_prep import narrow_int_scalar_args
+    from .zero_size import touches_empty
+    for node in gm.graph.nodes:
+        if touches_empty(node):
+            raise FxImportError(f"{node.name} ({node.target}) reads or makes a tensor without "
+                                f"elements next to ones with elements; torch-mlir cannot import it")
+        if any(not is_tensor and node.target._overloadname == "Scalar"
+               for _, is_tensor in narrow_int_scalar_args(node)):
+            raise FxImportError(f"{node.name} ({node.target}) takes a Python integer in an "
+                                f"int8/uint8 op; torch-mlir cannot import it")
+
+
 def import_fx(gm: fx.GraphModule, context: ir.Context | None = None,
               func_name: str = "main") -> ir.Module:
     """Imports `gm` (static shapes, tensor inputs and outputs) to linalg-on-tensors."""
+    refuse_native_crashes(gm)
     ctx = context or new_context()
     importer = FxImporter(context=ctx)
     try:

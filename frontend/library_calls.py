@@ -69,9 +69,12 @@ def _split_args(node: fx.Node):
                 return None
             tensors.append((arg.name, v))
         elif isinstance(v, (list, tuple)) and any(isinstance(x, fx.Node) for x in v):
-            if not all(isinstance(x, fx.Node) and _is_tensor(x.meta.get("val")) for x in v):
+            # a list of (optional) tensors, e.g. index_put's [None, None, ih, iw] (the
+            # backward of upsampling): the Nones are the positions no operand names
+            if not all(x is None or (isinstance(x, fx.Node) and _is_tensor(x.meta.get("val")))
+                       for x in v):
                 return None
-            tensors.extend((f"{arg.name}[{i}]", x) for i, x in enumerate(v))
+            tensors.extend((f"{arg.name}[{i}]", x) for i, x in enumerate(v) if x is not None)
             params[f"{arg.name}.len"] = len(v)
         elif v is None:
             params.setdefault("none_args", []).append(arg.name)   # e.g. attn_bias=None

@@ -27,8 +27,9 @@ class CompileOptions:
     max_group_size: the most linalg ops ember-fuse puts in one kernel.
     debug_dir: where each compiled graph dumps its FX graph, IR per stage, sources and report.
     cache_dir: the runtime's build cache (None: the runtime's default).
-    fallback: run ops ember cannot compile with eager torch (with one warning per graph)
-      instead of raising.
+    fallback: run ops ember cannot compile with eager torch (one warning per op kind), a
+      graph it cannot compile at all, or one that fails at run time, as eager runs it, instead
+      of raising.
     pipeline: a full pass pipeline string replacing the default one.
     cudagraphs: on a GPU, replay inference graphs as CUDA graphs (one launch per call instead
       of one per kernel; outputs are copied out of the graph's memory).
@@ -67,6 +68,8 @@ class CompileOptions:
                     object.__setattr__(self, name, str(value.__fspath__()))
                 else:
                     raise OptionsError(f"ember: option '{name}' must be a string; got {value!r}")
+        if self.debug_dir is not None:
+            _check_dump_dir(self.debug_dir)
 
     @classmethod
     def valid_keys(cls) -> list[str]:
@@ -96,6 +99,24 @@ class CompileOptions:
         if "cache_dir" not in kwargs and env.cache_dir is not None:
             kwargs["cache_dir"] = str(env.cache_dir)
         return cls(**kwargs)
+
+
+def _check_dump_dir(path: str) -> None:
+    """A debug dir must be a directory or creatable as one: the dump writes under it on every
+    compile, and a file in its place would fail there (NotADirectoryError) instead of here."""
+    import os
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            return
+        p = parent
+    if not os.path.isdir(p):
+        what = "is a file" if p == os.path.abspath(path) else \
+            f"lies under {p!r}, which is a file"
+        raise OptionsError(f"ember: option 'debug_dir' ({path!r}) {what}, not a directory; "
+                           f"pass the path of a directory (created if missing), or unset "
+                           f"EMBER_DEBUG_DIR if it came from there")
 
 
 def resolve_target(target: str, devices) -> str:

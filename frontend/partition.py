@@ -1,10 +1,17 @@
-"""Eager fallback: find the nodes ember cannot compile and run just those with eager torch.
+"""Eager fallback: find the nodes ember cannot compile, so that just those run in eager torch.
 
-Each call_function node is probed alone (a one-node graph whose placeholders carry the node's
-input `meta['val']`, imported and run through the pipeline up to code generation; no build).
-Verdicts are cached per (op overload, input dtypes, ranks). Supported nodes are grouped by
-torch's CapabilityBasedPartitioner into submodules, each compiled lazily by ember (with no
-further partitioning: a submodule ember still fails on runs eagerly as a whole).
+`blame` probes each call_function node alone (a one-node graph whose placeholders carry the
+node's input `meta['val']`, imported and run through the pipeline up to code generation; no
+build). Verdicts (None, or the reason) are cached per (op overload, input dtypes, ranks, target,
+pipeline), so a model probes each kind of node once. Probes print nothing: MLIR's diagnostics
+and native stderr are captured (report.NativeOutput) into the reason.
+
+A failing node that `can_call` becomes an ATen call inside the compiled program (the same
+mechanism as library ops, frontend/library_calls.py): the program stays one host schedule and
+costs the op's eager time and nothing more. Only the others (a tuple or symbolic value escaping,
+a dtype argument, a mutating or aliasing op) split the graph: `partition_graph` groups the rest
+with torch's CapabilityBasedPartitioner into submodules, each compiled lazily by ember (with no
+further splitting: a submodule ember still fails on runs eagerly as a whole).
 """
 from __future__ import annotations
 
@@ -74,8 +81,9 @@ def _one_node_graph(node: fx.Node) -> fx.GraphModule:
 
 def probe(node: fx.Node, options: CompileOptions, target: str) -> str | None:
     """None when ember compiles `node` alone, else the reason it cannot."""
-    from .compile import run_pipeline
-    from .importer import import_fx, new_context
+    from .compile import import_graph, run_pipeline
+    from .importer import new_context
+    from .report import NativeOutput
     from .schedule import export_program
 
     pipeline = default_pipeline(options, target)
@@ -87,8 +95,9 @@ def probe(node: fx.Node, options: CompileOptions, target: str) -> str | None:
         prep = fx_prep.prepare(_one_node_graph(node))
         if prep.gm is not None:
             ctx = new_context()
-            with ctx, torch.no_grad():
-                module = import_fx(prep.gm, ctx)
+            native = NativeOutput(ctx)
+            with native, ctx, torch.no_grad():
+                module = import_graph(prep.gm, ctx, native)
                 run_pipeline(module, pipeline)
                 export_program(module)
         verdict = None
@@ -132,6 +141,28 @@ LIBRARY_OPS = frozenset({
     "aten.convolution_backward.default",
     "aten.max_pool2d_with_indices.default",
     "aten.max_pool2d_with_indices_backward.default",
+    # pooling that torch-mlir does not lower (3-d average pooling, the backward of average
+    # and adaptive pooling, 3-d max pooling's backward), or lowers to loops ember's Triton
+    # lowering cannot schedule (windows of varying size: adaptive average pooling whose sizes
+    # do not divide, see backend._adaptive_avg_pool; max with its index: adaptive max pooling
+    # and 3-d max pooling with indices)
+    "aten._adaptive_avg_pool2d.default",
+    "aten.adaptive_max_pool2d.default",
+    "aten.max_pool3d_with_indices.default",
+    "aten.avg_pool3d.default",
+    "aten.avg_pool2d_backward.default",
+    "aten.avg_pool3d_backward.default",
+    "aten._adaptive_avg_pool2d_backward.default",
+    "aten._adaptive_avg_pool3d.default",
+    "aten._adaptive_avg_pool3d_backward.default",
+    "aten.adaptive_max_pool2d_backward.default",
+    "aten.adaptive_max_pool3d.default",
+    "aten.adaptive_max_pool3d_backward.default",
+    "aten.max_pool3d_with_indices_backward.default",
+    # the backward of replicate padding (Conv2d(padding_mode="replicate"))
+    "aten.replication_pad1d_backward.default",
+    "aten.replication_pad2d_backward.default",
+    "aten.replication_pad3d_backward.default",
     "aten.index_put.default",          # scatter(-add): embedding backward
     "aten.cumsum.default",             # scans (position ids from an attention mask)
     # bf16/f16 layer norm and erf-GELU with exact_low_precision (otherwise, and in f32, they
@@ -156,32 +187,115 @@ LIBRARY_OPS = frozenset({
 })
 
 
+def _conv_needs_library(node: fx.Node) -> bool:
+    """A convolution that torch-mlir does not lower to one named linalg conv op (which
+    ember-fuse turns into an `aten.convolution` extern, passes/externs.py): transposed ones
+    (lowered to a scatter into zeros and a flipped-weight conv over the 2^d times larger
+    input) and grouped 3-d ones (a generic, or not at all)."""
+    args = dict(zip(("input", "weight", "bias", "stride", "padding", "dilation", "transposed",
+                     "output_padding", "groups"), node.args))
+    args.update(node.kwargs)
+    weight = getattr(args.get("weight"), "meta", {}).get("val")
+    rank = weight.dim() if isinstance(weight, torch.Tensor) else 0
+    return bool(args.get("transposed")) or rank not in (3, 4, 5) or (
+        rank == 5 and args.get("groups", 1) != 1)
+
+
+def _narrow(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16)
+
+
+def is_library_node(node: fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    name = op_name(node)
+    if name == "aten.convolution.default":
+        return _conv_needs_library(node)
+    if name == "aten.avg_pool2d.default" and _narrow(node):
+        # torch-mlir's sum pooling rounds the window sum to bf16/f16 before the division;
+        # eager's kernel divides the f32 sum and rounds once
+        return True
+    return name in LIBRARY_OPS
+
+
 def library_nodes(gm: fx.GraphModule) -> set[fx.Node]:
-    return {n for n in gm.graph.nodes if n.op == "call_function" and op_name(n) in LIBRARY_OPS}
+    return {n for n in gm.graph.nodes if is_library_node(n)}
 
 
-def partition_graph(gm: fx.GraphModule, options: CompileOptions, target: str, graph_id: str,
-                    decompositions=None, kind: str = "graph") -> tuple[fx.GraphModule | None, list[str]]:
-    """The graph split into ember-compiled submodules and torch-run nodes (library ops and
-    nodes ember cannot compile), and the names of the latter (the eager fallbacks); (None, [])
-    when there is nothing to split out (the failure is elsewhere)."""
+def _is_view(node: fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
+
+
+def compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:
+    """The nodes that do work: calls other than getitems and views."""
+    return [n for n in gm.graph.nodes if n.op == "call_function"
+            and n.target is not operator.getitem and not _is_view(n)]
+
+
+def blame(gm: fx.GraphModule, options: CompileOptions, target: str,
+          exclude=()) -> dict[fx.Node, str]:
+    """{node: reason} for each node of `gm` (other than `exclude`) that ember cannot compile."""
+    reasons = {}
+    for node in gm.graph.nodes:
+        if (node.op == "call_function" and node.target is not operator.getitem
+                and node not in exclude):
+            why = probe(node, options, target)
+            if why is not None:
+                reasons[node] = why
+    return reasons
+
+
+def _round_trips(value) -> bool:
+    """Whether an argument survives the trip through an MLIR attribute to the runtime's call
+    (a dtype or device would come back as a string)."""
+    if value is None or isinstance(value, (bool, str, float)):
+        return True
+    if isinstance(value, int):
+        return -2**63 <= value < 2**63
+    if isinstance(value, (list, tuple)):
+        return all(isinstance(v, (bool, float)) or (isinstance(v, int) and _round_trips(v))
+                   for v in value)
+    return False
+
+
+def can_call(node: fx.Node) -> bool:
+    """Whether `node` can run as an ATen call inside the compiled program: plain tensors in and
+    out (library_calls.outline_blocker), static result shapes, arguments that survive the
+    attribute round trip, and no mutation or aliasing (the runtime's buffers are not the
+    tensors eager would have mutated, and an aliasing result would outlive the arena slot
+    it points into)."""
+    from .library_calls import _split_args, can_outline
+    if not isinstance(node.target, torch._ops.OpOverload) or not can_outline(node):
+        return False
+    schema = node.target._schema
+    if any(a.alias_info is not None for a in schema.arguments) or \
+            any(r.alias_info is not None for r in schema.returns):
+        return False
+    _, params = _split_args(node)
+    if not all(_round_trips(v) for k, v in params.items() if k != "none_args"):
+        return False
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    return all(not isinstance(v, torch.Tensor) or all(isinstance(d, int) for d in v.shape)
+               for v in vals)
+
+
+def partition_graph(gm: fx.GraphModule, split: set[fx.Node], options: CompileOptions,
+                    graph_id: str, decompositions=None, kind: str = "graph") -> fx.GraphModule:
+    """`gm` split around the nodes `split` (run by torch): the other nodes are grouped into
+    submodules, each an EmberGraph compiled lazily (one that needs no split of its own: any
+    node ember cannot compile in it becomes a call inside its program)."""
     from .compile import EmberGraph
 
-    library = library_nodes(gm)
-    unsupported = {n for n in gm.graph.nodes
-                   if n.op == "call_function" and n.target is not operator.getitem
-                   and n not in library and probe(n, options, target) is not None}
-    if not unsupported and not library:
-        return None, []
-    names = sorted({op_name(n) for n in unsupported})
-    unsupported |= library
-    partitioner = CapabilityBasedPartitioner(gm, _Support(unsupported),
+    partitioner = CapabilityBasedPartitioner(gm, _Support(set(split)),
                                              allows_single_node_partition=True)
-    split = partitioner.fuse_partitions(partitioner.propose_partitions())
-    for i, node in enumerate(n for n in split.graph.nodes if n.op == "call_module"):
-        sub = split.get_submodule(node.target)
-        setattr(split, node.target, _Compiled(EmberGraph(
+    module = partitioner.fuse_partitions(partitioner.propose_partitions())
+    for i, node in enumerate(n for n in module.graph.nodes if n.op == "call_module"):
+        sub = module.get_submodule(node.target)
+        setattr(module, node.target, _Compiled(EmberGraph(
             sub, options, kind=kind, graph_id=f"{graph_id}.p{i}", allow_partition=False,
             decompositions=decompositions)))
-    split.recompile()
-    return split, names
+    module.recompile()
+    return module

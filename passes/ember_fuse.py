@@ -5,7 +5,7 @@ ops (`func.call` of a kernel, `ember.extern`, views, constants, `tensor.empty`, 
 every other computation sits in a private `func.func` marked `ember.kernel` ("pointwise" or
 "reduction") whose loop structure code generation can handle (for the `target` option's code
 generator). Matmul, batched matmul, convolution and 2-D pooling become `ember.extern` calls of
-library kernels.
+library kernels (the convolution and pooling patterns: passes/externs.py).
 
 How groups are chosen (a scheduler in the style of Inductor's): every compute op starts as its own
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
@@ -21,10 +21,12 @@ from torch_mlir import ir
 from torch_mlir.dialects import func
 
 from ..dialects import KERNEL_ATTR
-from . import fusion_legality
+from . import externs, fusion_legality
 from .base import Pass, PassError, option
+from .externs import fill_is_zero as _fill_is_zero, make_extern as _make_extern
+from .externs import narrow_source as _narrow_source
 from .graph_utils import (
-    bytes_of, defining_op, is_zero_constant, op_name, stable_topological_sort,
+    bytes_of, defining_op, op_name, stable_topological_sort,
     users,
 )
 from .registry import register
@@ -144,11 +146,6 @@ _cloneable = fusion_legality.cloneable
 
 # ----------------------------------------------------------------------------- externs
 
-def _fill_is_zero(value) -> bool:
-    op = defining_op(value)
-    return op is not None and op_name(op) == "linalg.fill" and is_zero_constant(op.operands[0])
-
-
 def _transposed_source(value):
     """If `value` is a 2-D transpose of X (last two dims swapped), returns X."""
     op = defining_op(value)
@@ -159,26 +156,6 @@ def _transposed_source(value):
     if rank >= 2 and perm == list(range(rank - 2)) + [rank - 1, rank - 2]:
         return op.operands[0]
     return None
-
-
-def _narrow_source(value):
-    """If `value` is X (bf16/f16) widened to f32 elementwise (torch-mlir's lowering of a
-    low-precision matmul widens both operands), returns X: the library call reads X itself,
-    with f32 accumulation, as eager does, and no widened copy is made."""
-    op = defining_op(value)
-    if op is None or op_name(op) != "linalg.generic" or len(op.opview.inputs) != 1:
-        return None
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    if any(m != ir.AffineMap.get_identity(m.n_dims) for m in maps):
-        return None
-    body = [o for o in op.regions[0].blocks[0].operations]
-    if len(body) != 2 or op_name(body[0]) != "arith.extf" or \
-            body[0].operands[0] != op.regions[0].blocks[0].arguments[0]:
-        return None
-    src = op.opview.inputs[0]
-    if str(ir.RankedTensorType(src.type).element_type) not in ("bf16", "f16"):
-        return None
-    return src
 
 
 def _matmul_operand(value):
@@ -254,16 +231,6 @@ def _strip_transpose(value):
     return (value, False) if src is None else (src, True)
 
 
-def _bias_of_broadcast(value):
-    """Conv init `linalg.broadcast ins(%b : tensor<F>) dimensions = [0, 2, 3]` -> %b."""
-    op = defining_op(value)
-    if op is None or op_name(op) != "linalg.broadcast":
-        return None
-    if list(ir.DenseI64ArrayAttr(op.attributes["dimensions"])) == [0, 2, 3]:
-        return op.operands[0]
-    return None
-
-
 _DEFAULT_MAPS = {
     "linalg.matmul": "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, "
                      "affine_map<(d0, d1, d2) -> (d0, d1)>]",
@@ -277,14 +244,6 @@ def _default_matmul_maps(op) -> bool:
     if "indexing_maps" not in op.attributes:
         return True
     return str(op.attributes["indexing_maps"]) == _DEFAULT_MAPS[op_name(op)]
-
-
-def _make_extern(target: str, operands, result_type, params: dict, anchor):
-    attrs = {"target": ir.StringAttr.get(target), "params": ir.DictAttr.get(params)}
-    with ir.InsertionPoint(anchor), anchor.location:
-        op = ir.Operation.create("ember.extern", results=[result_type],
-                                 operands=list(operands), attributes=attrs)
-    return op
 
 
 def _convert_externs(fn) -> None:
@@ -324,115 +283,19 @@ def _convert_externs(fn) -> None:
             else:
                 target, operands = ("aten.baddbmm" if batched else "aten.addmm"), [init, a, b]
             new = _make_extern(target, operands, op.results[0].type, params, op)
-        elif name == "linalg.conv_2d_nchw_fchw":
-            x, w, init = op.operands[0], op.operands[1], op.operands[2]
-            x, padding = _absorb_pad(x, is_zero_constant)
-            strides = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["strides"])]
-            dilations = [int(v) for v in ir.DenseIntElementsAttr(op.attributes["dilations"])]
-            i64 = ir.IntegerType.get_signless(64)
-            params = {
-                "stride": ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in strides]),
-                "padding": ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in padding]),
-                "dilation": ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in dilations]),
-                "groups": ir.IntegerAttr.get(i64, 1),
-            }
-            bias = _bias_of_broadcast(init)
-            if bias is not None:
-                operands = [x, w, bias]
-            elif _fill_is_zero(init):
-                operands = [x, w]
-            else:
-                continue  # an arbitrary accumulator: keep as generic code
-            rtype = ir.RankedTensorType(op.results[0].type)
-            narrow = ir.RankedTensorType(x.type).element_type
-            if str(narrow) in ("bf16", "f16") and str(rtype.element_type) == "f32":
-                if bias is not None and _narrow_source(bias) is not None:
-                    operands[2] = _narrow_source(bias)   # cuDNN takes the bias narrow
-                # cuDNN rounds a low-precision conv's result once (after the bias), as eager
-                # does: the library writes that narrow tensor, and the widening to the IR's
-                # f32 accumulator type is a generic that fuses into the consumer.
-                ntype = ir.RankedTensorType.get(rtype.shape, narrow)
-                conv = _make_extern("aten.convolution", operands, ntype, params, op)
-                new = _widen(conv.results[0], rtype, op)
-                op.results[0].replace_all_uses_with(new.results[0])
-                op.operation.erase()
+        elif externs.is_conv(op) or name in ("linalg.pooling_nchw_max", "linalg.pooling_nchw_sum"):
+            # the replacement may be a view of the extern's result (grouped convolution)
+            result = (externs.conv_extern if externs.is_conv(op) else externs.pooling_extern)(op)
+            if result is None:
                 continue
-            new = _make_extern("aten.convolution", operands, op.results[0].type, params, op)
-        elif name in ("linalg.pooling_nchw_max", "linalg.pooling_nchw_sum"):
-            new = _pooling_extern(op)
-            if new is None:
-                continue
+            op.results[0].replace_all_uses_with(result)
+            op.operation.erase()
+            continue
         else:
             continue
         op.results[0].replace_all_uses_with(new.results[0])
         op.operation.erase()
     _erase_dead(block)
-
-
-def _widen(value, wide_type, anchor):
-    """An elementwise `linalg.generic` widening `value` (bf16/f16) to `wide_type` (f32)."""
-    from torch_mlir.dialects import arith, linalg, tensor
-    rank = len(wide_type.shape)
-    ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
-    par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
-    with ir.InsertionPoint(anchor), anchor.location:
-        empty = tensor.EmptyOp(wide_type.shape, wide_type.element_type)
-        gen = linalg.GenericOp([wide_type], [value], [empty.result], ir.ArrayAttr.get([ident] * 2),
-                               ir.ArrayAttr.get([par] * rank))
-        block = gen.regions[0].blocks.append(ir.RankedTensorType(value.type).element_type,
-                                             wide_type.element_type)
-        with ir.InsertionPoint(block):
-            linalg.YieldOp([arith.ExtFOp(wide_type.element_type, block.arguments[0]).result])
-    return gen
-
-
-def _window_params(op, padding) -> dict:
-    i64 = ir.IntegerType.get_signless(64)
-    ints = lambda vals: ir.ArrayAttr.get([ir.IntegerAttr.get(i64, int(v)) for v in vals])
-    return {
-        "stride": ints(ir.DenseIntElementsAttr(op.attributes["strides"])),
-        "padding": ints(padding),
-        "dilation": ints(ir.DenseIntElementsAttr(op.attributes["dilations"])),
-    }
-
-
-def _pooling_extern(op):
-    """2-D max / sum pooling -> a library call, when the init and the padding are the
-    reduction's identity (-inf for max, 0 for sum), as torch-mlir emits them."""
-    x, window, init = op.operands[0], op.operands[1], op.operands[2]
-    is_max = op_name(op) == "linalg.pooling_nchw_max"
-    fill = defining_op(init)
-    if fill is None or op_name(fill) != "linalg.fill":
-        return None
-    identity = _neg_inf_constant if is_max else is_zero_constant
-    if not identity(fill.operands[0]):
-        return None
-    x, padding = _absorb_pad(x, identity)
-    target = "aten.max_pool2d" if is_max else "aten.sum_pool2d"
-    return _make_extern(target, [x, window], op.results[0].type, _window_params(op, padding), op)
-
-
-def _neg_inf_constant(value) -> bool:
-    op = defining_op(value)
-    if op is None or op.name != "arith.constant":
-        return False
-    attr = op.attributes["value"]
-    return isinstance(attr, ir.FloatAttr) and attr.value == float("-inf")
-
-
-def _absorb_pad(x, is_pad_value):
-    """`tensor.pad` of NCHW input, symmetric in the spatial dims only, with the given padding
-    value, becomes the library call's padding."""
-    op = defining_op(x)
-    if op is None or op_name(op) != "tensor.pad":
-        return x, [0, 0]
-    low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))
-    high = list(ir.DenseI64ArrayAttr(op.attributes["static_high"]))
-    yield_op = list(op.regions[0].blocks[0].operations)[-1]
-    if (len(low) != 4 or low != high or low[:2] != [0, 0] or len(op.operands) != 1
-            or not is_pad_value(yield_op.operands[0])):
-        return x, [0, 0]
-    return op.operands[0], low[2:]
 
 
 def _erase_dead(block) -> None:

@@ -100,16 +100,22 @@ def _sdpa(p: dict[str, Any]) -> ExternFn:
 def _pool(kind: str):
     def make(p: dict[str, Any]) -> ExternFn:
         stride, padding, dilation = list(p["stride"]), list(p["padding"]), list(p["dilation"])
+        # ceil_mode: the IR padded the end with the reduction's identity for a last, partial
+        # window; the library's ceil mode computes the same windows (it must give the IR's size)
+        ceil_mode = bool(p.get("ceil_mode", False))
 
         def run(ins, outs):
             kernel = list(ins[1].shape)  # the window operand carries only its shape
             if kind == "max":
-                r = F.max_pool2d(ins[0], kernel, stride, padding, dilation)
+                r = F.max_pool2d(ins[0], kernel, stride, padding, dilation, ceil_mode=ceil_mode)
             else:
                 if dilation != [1, 1]:
                     raise ValueError("ember runtime: dilated sum pooling is not supported")
-                r = F.avg_pool2d(ins[0], kernel, stride, padding, count_include_pad=True,
-                                 divisor_override=1)
+                r = F.avg_pool2d(ins[0], kernel, stride, padding, ceil_mode=ceil_mode,
+                                 count_include_pad=True, divisor_override=1)
+            if r.shape != outs[0].shape:
+                raise ValueError(f"ember runtime: {kind} pooling gave {tuple(r.shape)}, the "
+                                 f"program expects {tuple(outs[0].shape)}")
             outs[0].copy_(r)
         return run
     return make
@@ -207,7 +213,11 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
         args = dict(kwargs)
         args.update(zip(plain, (t for n, t in zip(names, ins) if "[" not in n)))
         for k, n in lists.items():
-            args[k] = [t for nm, t in zip(names, ins) if nm.startswith(k + "[")]
+            items = [None] * n    # positions no operand names are None (Optional[Tensor])
+            for nm, t in zip(names, ins):
+                if nm.startswith(k + "["):
+                    items[int(nm[len(k) + 1:-1])] = t
+            args[k] = items
         r = op(**args)
         r = r if isinstance(r, (tuple, list)) else (r,)
         return [r[i] if r[i].is_contiguous() else r[i].contiguous() for i in results]

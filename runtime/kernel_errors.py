@@ -16,8 +16,8 @@ from __future__ import annotations
 
 
 class KernelDataError(Exception):
-    """Base of the errors above: the user's data is wrong, not ember. The frontend must let it
-    propagate (running the graph eagerly instead would raise the same error again)."""
+    """Base of the errors above: the user's data is wrong, not ember. (The frontend redoes a
+    call that raised eagerly, and eager's own error, the same one, is what the user sees.)"""
 
 
 class KernelIndexError(KernelDataError, IndexError, RuntimeError):

@@ -1,0 +1,127 @@
+"""What an eager fallback costs on the CPU: ember vs eager, timed in alternation (medians).
+
+Cases:
+  all_eager  every op falls back (bessel_j0 -> sort -> topk): ember must be within 5% of eager.
+  sandwich   matmul+GELU, then bessel_j0 (unsupported), then matmul+bias+tanh: the unsupported op
+             runs eagerly inside one compiled program; ember must be within 5% of eager or faster.
+  deep       12 such blocks on 32x64: per-call glue, where one program per graph pays off.
+  deep_compiled  the same blocks with sin (which compiles) in place of bessel_j0: the
+             difference to `deep` is what the fallback itself costs.
+  sandwich_train  the same module with digamma (whose gradient, polygamma, falls back too),
+             forward + backward.
+
+    python benchmarks/fallback_bench.py [--cases all_eager,sandwich] [--repeats 30] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import interleaved_median_ms, rel_err  # noqa: E402
+
+
+def all_eager(x):
+    y = torch.special.bessel_j0(x)
+    s, _ = torch.sort(y, dim=-1)
+    return torch.topk(s, 8, dim=-1).values
+
+
+class Sandwich(torch.nn.Module):
+    def __init__(self, d=512, op=torch.special.bessel_j0):
+        super().__init__()
+        self.a = torch.nn.Linear(d, d)
+        self.b = torch.nn.Linear(d, d)
+        self.op = op
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.a(x)) * 0.5 + x
+        h = self.op(h)
+        return torch.tanh(self.b(h) + h)
+
+
+def digamma_shifted(x):
+    return torch.special.digamma(x.abs() + 1)   # differentiable (polygamma): a real backward
+
+
+def cases(names):
+    torch.manual_seed(0)
+    out = {}
+    if "all_eager" in names:
+        out["all_eager"] = (all_eager, (torch.randn(256, 4096),), False)
+    if "all_eager_small" in names:
+        out["all_eager_small"] = (all_eager, (torch.randn(16, 64),), False)
+    if "sandwich" in names:
+        out["sandwich"] = (Sandwich().eval(), (torch.randn(1024, 512),), False)
+    if "deep" in names:     # 12 blocks, small tensors: what the pieces' glue costs
+        out["deep"] = (torch.nn.Sequential(*[Sandwich(64) for _ in range(12)]).eval(),
+                       (torch.randn(32, 64),), False)
+    if "deep_compiled" in names:     # the same with a supported op: ember's own per-call cost
+        out["deep_compiled"] = (torch.nn.Sequential(*[Sandwich(64, torch.sin)
+                                                      for _ in range(12)]).eval(),
+                                (torch.randn(32, 64),), False)
+    if "sandwich_train" in names:
+        m = Sandwich(op=digamma_shifted)
+        x = torch.randn(1024, 512)
+        out["sandwich_train"] = (m, (x,), True)
+    return out
+
+
+def step(fn, train):
+    if not train:
+        def run(*a):
+            with torch.no_grad():
+                return fn(*a)
+        return run
+
+    def run_train(*a):
+        y = fn(*a)
+        y.sum().backward()
+        return y
+    return run_train
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--cases", default="all_eager,all_eager_small,sandwich,deep,deep_compiled,sandwich_train")
+    p.add_argument("--repeats", type=int, default=30)
+    p.add_argument("--json")
+    args = p.parse_args()
+    import ember
+    rows = []
+    for name, (fn, inputs, train) in cases(args.cases.split(",")).items():
+        torch._dynamo.reset()
+        ember.clear_reports()
+        compiled = torch.compile(fn, backend="ember", options={"target": "cpu"})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ref = step(fn, train)(*inputs)
+            out = step(compiled, train)(*inputs)
+        ours = [str(w.message) for w in caught if "ember" in str(w.message)]
+        reports = ember.last_reports()
+        # torch.compile's own floor: Dynamo's guards and frame, running its graph eagerly.
+        floor = torch.compile(fn, backend="eager")
+        step(floor, train)(*inputs)
+        eager_ms, ember_ms, floor_ms = interleaved_median_ms(
+            [step(fn, train), step(compiled, train), step(floor, train)], *inputs,
+            repeats=args.repeats)
+        row = {"case": name, "eager_ms": round(eager_ms, 4), "ember_ms": round(ember_ms, 4),
+               "ratio": round(ember_ms / eager_ms, 3), "dynamo_eager_ms": round(floor_ms, 4),
+               "rel_err": rel_err(out, ref),
+               "warnings": len(ours),
+               "status": [r["status"] for r in reports],
+               "fallback_ops": sorted({o for r in reports for o in r["eager_fallback_ops"]})}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Outputs with eager's layout and aliasing (issue 9, item 1; issue 8, item 3).
+
+ember's kernels write contiguous tensors, but eager's results are not always contiguous (a
+pointwise op on a channels-last or permuted input keeps that layout) and some outputs are views
+of others (`y, y.t()`). A user sees both (strides, `add_` through one output showing in the
+other), and so does AOTAutograd: a backward graph or a `.view` after the graph assumes eager's
+strides, and fails ("view size is not compatible with input tensor's size and stride") when a
+transposed result comes back contiguous. `fx_prep.prepare` uses these helpers so that:
+
+* an output that is a chain of view ops over a computed value is rebuilt on the host by running
+  the same view ops on the computed value (same storage, strides and storage offset as eager);
+* a computed value whose eager strides are a permutation of a contiguous layout is computed
+  permuted (the kernel writes the physical order; the permute is an indexing map, no copy) and
+  handed out through the inverse permute: eager's strides, without a copy;
+* any other layout (gaps, overlaps) is copied into `empty_strided` with eager's strides.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+Step = tuple[Callable, tuple, dict]     # fn(t, *args, **kwargs)
+
+
+def dense_permutation(val: torch.Tensor) -> tuple[int, ...] | None:
+    """The dim order (outermost first) in which `val` is laid out contiguously, when that is
+    not the logical order; None when `val` is contiguous or not a permutation of a dense layout
+    (callers copy then)."""
+    if val.is_contiguous():
+        return None
+    stride = val.stride()
+    perm = tuple(sorted(range(val.dim()), key=lambda d: (-stride[d], d)))
+    return perm if val.permute(perm).is_contiguous() else None
+
+
+def _inverse(perm: tuple[int, ...]) -> list[int]:
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return inv
+
+
+def _restride(t: torch.Tensor, size, stride) -> torch.Tensor:
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def layout_steps(val: torch.Tensor) -> tuple[tuple[int, ...] | None, tuple[Step, ...]]:
+    """(perm, steps): compute `permute(value, perm)` (contiguous) when perm is not None, then
+    `steps` give eager's layout back from what the program returns."""
+    if val.numel() <= 1 or val.is_contiguous():
+        return None, ()
+    perm = dense_permutation(val)
+    if perm is not None:
+        return perm, ((aten.permute.default, (_inverse(perm),), {}),)
+    return None, ((_restride, (tuple(val.shape), tuple(val.stride())), {}),)
+
+
+def _is_single_view(node: fx.Node, is_view: Callable[[fx.Node], bool]) -> bool:
+    if node.target is operator.getitem or not is_view(node):
+        return False
+    ins = node.all_input_nodes
+    return (len(ins) == 1 and bool(node.args) and node.args[0] is ins[0]
+            and isinstance(node.meta.get("val"), torch.Tensor)
+            and isinstance(ins[0].meta.get("val"), torch.Tensor))
+
+
+def view_chain(out: fx.Node, is_view: Callable[[fx.Node], bool],
+               host_only: dict[fx.Node, bool]) -> tuple[fx.Node, tuple[Step, ...]]:
+    """(base, steps): `out` is `steps` applied to `base`, a computed (not view) value."""
+    chain = []
+    node = out
+    while _is_single_view(node, is_view) and not host_only[node.args[0]]:
+        chain.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
+        node = node.args[0]
+    return node, tuple(reversed(chain))
+
+
+def replay(t: torch.Tensor, steps: tuple[Step, ...]) -> torch.Tensor:
+    for fn, args, kwargs in steps:
+        t = fn(t, *args, **kwargs)
+    return t
+
+
+def add_permuted(gm: fx.GraphModule, node: fx.Node, perm: tuple[int, ...]) -> fx.Node:
+    """A `permute(node, perm)` right after `node`, the value the program returns instead."""
+    with gm.graph.inserting_after(node):
+        p = gm.graph.call_function(aten.permute.default, (node, list(perm)))
+    p.meta["val"] = node.meta["val"].permute(perm)
+    return p
+
+
+def plan_computed(gm: fx.GraphModule, out: fx.Node, is_view, host_only,
+                  compiled: list[fx.Node], bases: dict[fx.Node, tuple[int, tuple]]) -> Any:
+    """The plan entry for a computed output: ("compiled", j) or ("view", j, steps); appends
+    what the program must return to `compiled`."""
+    base, chain = view_chain(out, is_view, host_only)
+    if base not in bases:
+        perm, steps = layout_steps(base.meta["val"])
+        target = add_permuted(gm, base, perm) if perm is not None else base
+        compiled.append(target)
+        bases[base] = (len(compiled) - 1, steps)
+    j, steps = bases[base]
+    steps = steps + chain
+    return ("view", j, steps) if steps else ("compiled", j)
+
+
+def permute_inputs(sub: fx.GraphModule) -> dict[int, list[int]]:
+    """Inputs laid out as a permutation of a contiguous layout (channels-last, a transposed
+    activation) are taken in their physical order, a contiguous view that costs no copy (the
+    runtime copies non-contiguous inputs), and permuted back inside the graph, where the permute
+    is only an indexing map. Rewrites the placeholders of `sub` (the compiled half); returns
+    {placeholder position: perm}, what `fx_prep.compiled_inputs` applies at each call."""
+    perms: dict[int, list[int]] = {}
+    placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+    for i, ph in enumerate(placeholders):
+        val = ph.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.numel() <= 1 or not ph.users:
+            continue
+        perm = dense_permutation(val)
+        if perm is None:
+            continue
+        with sub.graph.inserting_after(ph):
+            back = sub.graph.call_function(aten.permute.default, (ph, _inverse(perm)))
+        back.meta["val"] = val
+        ph.replace_all_uses_with(back, delete_user_cb=lambda user: user is not back)
+        ph.meta = {k: v for k, v in ph.meta.items() if k != "tensor_meta"}
+        ph.meta["val"] = val.permute(perm)
+        perms[i] = list(perm)
+    if perms:
+        sub.recompile()
+    return perms

@@ -1,0 +1,134 @@
+"""Zero-size tensors never reach torch-mlir (issue 8, item 7).
+
+torch-mlir's lowering divides by dimension sizes when it infers reshapes (`repeat(0)`,
+`view(0, 3, 0)`): a zero size kills the process with SIGFPE. A tensor without elements needs no
+computation, though, only its shape, dtype and strides, and a value computed from tensors
+without elements depends on their shapes alone. `fold_zero_size` therefore rewrites an ATen
+graph (static shapes) so that no compute node touches a zero-size tensor:
+
+* a node whose result has no elements becomes `empty_strided` with the result's size, stride,
+  dtype and device (the host makes it: no kernel launch);
+* `cat` drops its operands without elements (they contribute nothing);
+* a node whose tensor operands all have no elements but whose result has some (a reduction over
+  an empty dim: sum 0, prod 1, mean nan; a matmul with K = 0) is evaluated now on empty tensors;
+  a result that is one value repeated becomes `full` (eager's own arithmetic decides the value,
+  and an op that raises, amax of an empty dim, is left for eager to raise).
+
+What is left (a compute node reading a tensor without elements next to one with elements) is
+refused by `importer.import_fx` before torch-mlir sees it, so the graph falls back cleanly.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+
+def is_empty(v) -> bool:
+    return isinstance(v, torch.Tensor) and v.numel() == 0
+
+
+def touches_empty(node: fx.Node) -> bool:
+    """A compute node that reads or makes a tensor without elements (what torch-mlir may crash
+    on). `empty_strided` and unused placeholders are fine."""
+    if node.op != "call_function" or node.target is aten.empty_strided.default:
+        return False
+    if is_empty(node.meta.get("val")):
+        return True
+    return any(is_empty(n.meta.get("val")) for n in node.all_input_nodes)
+
+
+def _empty_like_val(graph: fx.Graph, val: torch.Tensor) -> fx.Node:
+    node = graph.call_function(aten.empty_strided.default, (list(val.shape), list(val.stride())),
+                               {"dtype": val.dtype, "device": val.device})
+    node.meta["val"] = val
+    return node
+
+
+def _uniform_value(t: torch.Tensor):
+    """The one value every element of `t` holds, or None."""
+    flat = t.reshape(-1)
+    first = flat[0]
+    same = (flat == first) | (torch.isnan(flat) & torch.isnan(first)) if t.is_floating_point() \
+        else flat == first
+    return first.item() if bool(same.all()) else None
+
+
+def _evaluate(node: fx.Node):
+    """Runs `node` on real empty CPU tensors shaped like its operands; None if it raises."""
+    def real(n: fx.Node):
+        v = n.meta["val"]
+        return torch.empty_strided(tuple(v.shape), tuple(v.stride()), dtype=v.dtype)
+    args = fx.node.map_arg(node.args, real)
+    kwargs = {k: v for k, v in fx.node.map_arg(node.kwargs, real).items() if k != "device"}
+    try:
+        with torch.no_grad():
+            return node.target(*args, **kwargs)
+    except Exception:   # eager raises here too (amax of an empty dim): eager must run it
+        return None
+
+
+def _fold_full(graph: fx.Graph, node: fx.Node, result, val) -> fx.Node | None:
+    if not isinstance(result, torch.Tensor) or not isinstance(val, torch.Tensor):
+        return None
+    if tuple(result.shape) != tuple(val.shape) or result.dtype != val.dtype:
+        return None
+    value = _uniform_value(result)
+    if value is None:
+        return None
+    with graph.inserting_before(node):
+        full = graph.call_function(aten.full.default, (list(val.shape), value),
+                                   {"dtype": val.dtype, "device": val.device})
+    full.meta["val"] = val
+    return full
+
+
+def fold_zero_size(gm: fx.GraphModule) -> bool:
+    """Rewrites `gm` in place as the module docstring says; True when anything changed."""
+    graph = gm.graph
+    changed = False
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is aten.empty_strided.default:
+            continue
+        val = node.meta.get("val")
+        if is_empty(val):
+            with graph.inserting_before(node):
+                node.replace_all_uses_with(_empty_like_val(graph, val))
+            changed = True
+            continue
+        tensor_ins = [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)]
+        if node.target is aten.cat.default and any(is_empty(n.meta["val"]) for n in tensor_ins):
+            kept = [n for n in node.args[0] if not is_empty(n.meta.get("val"))]
+            if kept:
+                node.args = (kept,) + tuple(node.args[1:])
+                changed = True
+            continue
+        if not tensor_ins or len(tensor_ins) != len(node.all_input_nodes):
+            continue
+        if not all(is_empty(n.meta["val"]) for n in tensor_ins):
+            continue
+        if not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        result = _evaluate(node)
+        if result is None:
+            continue
+        if isinstance(val, (tuple, list)):
+            for user in list(node.users):
+                if user.target is operator.getitem and isinstance(result, (tuple, list)):
+                    i = user.args[1]
+                    full = _fold_full(graph, user, result[i], user.meta.get("val"))
+                    if full is not None:
+                        user.replace_all_uses_with(full)
+                        changed = True
+        else:
+            full = _fold_full(graph, node, result, val)
+            if full is not None:
+                node.replace_all_uses_with(full)
+                changed = True
+    if changed:
+        graph.eliminate_dead_code()
+        gm.recompile()
+    return changed
