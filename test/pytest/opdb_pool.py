@@ -52,12 +52,20 @@ class _Worker:
         self.case = None
         self.started = 0.0
         self.progress = ""
+        self.log_start = 0
+
+    def log_size(self) -> int:
+        try:
+            return os.path.getsize(self.log)
+        except OSError:
+            return 0
 
     def log_tail(self, n: int = 300) -> str:
+        """The end of what the worker printed since its current case started."""
         try:
             with open(self.log, "rb") as f:
                 f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - n))
+                f.seek(max(self.log_start, f.tell() - n))
                 return f.read().decode("utf-8", "replace").strip().replace("\n", " | ")
         except OSError:
             return ""
@@ -142,6 +150,7 @@ class Pool:
                 for w in workers:
                     if w.ready and w.case is None and pending:
                         w.case, w.started, w.progress = pending.popleft(), time.time(), ""
+                        w.log_start = w.log_size()
                         w.conn.send(w.case)
                 wait([w.conn for w in workers] + [w.proc.sentinel for w in workers], timeout=1.0)
                 for i, w in enumerate(workers):
