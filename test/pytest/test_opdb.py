@@ -129,9 +129,13 @@ def _param(case):
 
 
 @pytest.fixture(scope="module")
-def pool():
+def pool(request):
+    # Only the cases this session selected (-k, node ids), in the order pytest will ask for them.
+    selected = [item.callspec.params["case"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_opdb"
+                and hasattr(item, "callspec")]
     p = Pool(jobs=2, timeout=CASE_TIMEOUT_S)
-    p.start(CASES)
+    p.start(selected)
     return p
 
 
