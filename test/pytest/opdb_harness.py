@@ -36,7 +36,7 @@ TOLERANCE = {"float32": (1e-4, 1e-5), "float64": (1e-4, 1e-5),
 # OpInfo test does the same).
 _RANDOM_OPS = re.compile(
     r"^(bernoulli|cauchy|exponential|geometric|log_normal|normal|uniform|multinomial|"
-    r"rand\w*|randint\w*|randn\w*|empty\w*|new_empty\w*|"
+    r"rand\w*|randint\w*|randn\w*|empty\w*|new_empty\w*|resize_|resize_as_|"
     r"nn\.functional\.(\w*dropout\w*|rrelu|multi_head_attention_forward|"
     r"fractional_max_pool\dd)|"
     r"torch\.ops\.aten\._(efficient|flash)_attention_forward|svd_lowrank|pca_lowrank)$")
