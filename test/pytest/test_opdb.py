@@ -1,0 +1,169 @@
+"""CI shard of the operator conformance suite (issue 8, item 5) and of the zero-size sweep.
+
+A fixed, representative subset of PyTorch's OpInfo database (op_db) runs through
+`torch.compile(backend="ember", options={"target": "cpu"})` against eager, float32, forward and
+backward, at most 2 samples per op; then zero-size, 0-dim and broadcast-to-zero versions of
+each op's samples (forward). Every case runs in a child process (opdb_pool.py), so a crash or a
+hang is a failed test here, never the end of the test session. The full sweep over op_db, bf16
+and Inductor's figures from the same harness: benchmarks/opdb_sweep.py.
+
+Each case asserts: no crash, values / dtypes / shapes / NaN positions as eager's (a relative
+norm under 1e-4), the same errors as eager, at least one graph compiled by ember, and no eager
+fallback unless the case is listed in EXPECTED_FALLBACK. Known bugs are xfail(strict=True), so a
+fix flips the test and the entry must go; a fallback that disappears fails too (remove it from
+EXPECTED_FALLBACK: ember now compiles the op).
+"""
+import pytest
+
+import opdb_harness as H
+from opdb_pool import Pool
+
+SAMPLES = 2
+# The cases start as soon as the module's first test asks for one and run 2 at a time in the
+# background; a case that takes longer than this is a hang (each normally takes 0.2-3 s).
+CASE_TIMEOUT_S = 30
+
+# op[:variant]: pointwise unary / binary, reductions, views, indexing, casts, matmuls, the
+# normalisations, joins and scans that models are made of.
+OPS = """
+abs neg exp log sqrt rsqrt sin tanh sigmoid erf reciprocal floor clamp
+nn.functional.gelu nn.functional.relu nn.functional.silu
+add sub mul div:no_rounding_mode div:floor_rounding pow maximum atan2 where lerp
+sum mean amax prod var std logsumexp max:reduction_with_dim argmax
+view reshape permute transpose unsqueeze squeeze expand flatten narrow select split
+gather index_select masked_fill take_along_dim __getitem__ nn.functional.embedding
+bfloat16 int bool double
+mm bmm addmm matmul nn.functional.linear
+softmax log_softmax nn.functional.layer_norm cat stack cumsum
+sort topk
+""".split()
+
+NO_GRAD = {"argmax", "int", "bool"}  # integer / boolean results: no backward case
+# Zero-size cases in which every derived input is one eager rejects too (a view/reshape target
+# shape fixed by the sample; addmm's bias cannot broadcast to zero rows): they check that ember
+# raises the same error and does not crash, but no graph gets compiled.
+ZERO_NO_GRAPH = {"view-float32-zero", "reshape-float32-zero", "addmm-float32-zero"}
+
+# Cases that fall back to eager today (results checked, and correct): ember does not compile
+# these ops yet (issue 8 names argmax, topk, sort). A new fallback fails its test; so does a
+# fallback that goes away (delete the entry).
+_AMAX_0DIM = "aten.amax on a 0-dim input: torch-mlir's lowering to linalg fails (FxImportError)"
+_SORT = "aten.sort / topk: 'tm_tensor.sort' is not allowed in a kernel body (ember-fuse)"
+_SCATTER_ADD = "aten.scatter_add (the gather backward): 'tensor.insert_slice' not allowed in a kernel"
+EXPECTED_FALLBACK = {
+    "amax-float32-fwd": _AMAX_0DIM,
+    "amax-float32-bwd": _AMAX_0DIM,
+    "amax-float32-zero": _AMAX_0DIM,
+    "logsumexp-float32-fwd": _AMAX_0DIM,
+    "logsumexp-float32-bwd": _AMAX_0DIM,
+    "logsumexp-float32-zero": _AMAX_0DIM,
+    "log_softmax-float32-zero": _AMAX_0DIM,
+    "prod-float32-bwd": "aten.cumprod: 'tm_tensor.scan' is not allowed in a kernel body",
+    "prod-float32-zero": "aten.prod.dim_int on a 0-dim input: torch-mlir's lowering fails",
+    "argmax-float32-fwd": "aten.argmax: torch-mlir's lowering to linalg fails (issue 8)",
+    "argmax-float32-zero": "aten.argmax: torch-mlir's lowering to linalg fails (issue 8)",
+    "gather-float32-bwd": _SCATTER_ADD,
+    "take_along_dim-float32-bwd": _SCATTER_ADD,
+    "__getitem__-float32-fwd": "aten.index.Tensor with a constant index tensor: ember-lower-to-cpp "
+                               "'non-splat tensor constant inside a kernel'",
+    "__getitem__-float32-bwd": "as __getitem__ fwd",
+    # A bug, but a clean one: a [0, 3] input makes the compile raise AttributeError
+    # ('NoneType' object has no attribute 'dtype') and the whole graph runs eagerly.
+    "nn.functional.linear-float32-fwd": "zero-size input: AttributeError in ember's compile",
+    "nn.functional.linear-float32-bwd": "zero-size input: AttributeError in ember's compile",
+    "__getitem__-float32-zero": "as __getitem__ fwd",
+    "cat-float32-zero": "cat of [5, 0] tensors: torch-mlir's lowering to linalg fails",
+    "sort-float32-fwd": _SORT,
+    "sort-float32-zero": _SORT,
+    "topk-float32-fwd": _SORT,
+    "topk-float32-zero": _SORT,
+}
+
+# Known bugs (strict xfail: the test flips to XPASS, a failure, once fixed). Reason = the
+# status and cause the harness recorded.
+# Gathers from an empty source (eager raises IndexError): the compiled kernel reads out of
+# bounds at run time (runtime/executor.py), no bounds check (issue 9).
+_OOB = "crash: an index out of range (eager raises IndexError) reads out of bounds (issue 9)"
+KNOWN_BUGS = {
+    "max.reduction_with_dim-float32-fwd": "mismatch: torch.max(x, dim) indices wrong (all 0)",
+    "max.reduction_with_dim-float32-bwd": "mismatch: grads of torch.max(x, dim) follow the wrong "
+                                          "indices",
+    "var-float32-zero": "mismatch: var over an empty dim is not NaN (eager: NaN)",
+    "std-float32-zero": "mismatch: std over an empty dim is not NaN (eager: NaN)",
+    "gather-float32-zero": _OOB + ", SIGSEGV",
+    "index_select-float32-zero": _OOB + ", SIGSEGV",
+    "take_along_dim-float32-zero": _OOB + ", SIGILL",
+    "nn.functional.embedding-float32-zero": _OOB + ", SIGSEGV",
+    "stack-float32-zero": "crash: SIGFPE in torch-mlir's lowering, stack of [0, 4] tensors "
+                          "(zero-size, issue 8)",
+    # Native crashes inside torch-mlir's lowering (stateless_fx_import), e.g. "LLVM ERROR: out
+    # of memory", on the backward graphs of ops it cannot lower: the import is not guarded.
+    "sort-float32-bwd": "crash: SIGSEGV/SIGABRT in torch-mlir's lowering of the sort backward",
+    "topk-float32-bwd": "crash: SIGSEGV/SIGABRT in torch-mlir's lowering of the topk backward",
+    "softmax-float32-zero": "timeout: softmax over a 0-dim tensor hangs ('failed to get softmax "
+                            "result' repeated)",
+    "nn.functional.linear-float32-zero": "error: bias [4] broadcast to [0, 1]: eager raises, "
+                                         "ember returns a result",
+}
+
+
+def _split(name):
+    op, _, variant = name.partition(":")
+    return op, variant
+
+
+def _cases():
+    out = []
+    for name in OPS:
+        op, variant = _split(name)
+        for mode in ("fwd", "bwd", "zero"):
+            if mode == "bwd" and name in NO_GRAD:
+                continue
+            out.append(dict(backend="ember", op=op, variant=variant, dtype="float32",
+                            mode=mode, limit=SAMPLES))
+    return out
+
+
+CASES = _cases()
+
+
+def _param(case):
+    cid = H.case_id(case)
+    marks = [pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[cid])] if cid in KNOWN_BUGS else []
+    return pytest.param(case, id=cid, marks=marks)
+
+
+@pytest.fixture(scope="module")
+def pool(request):
+    # Only the cases this session selected (-k, node ids), in the order pytest will ask for them.
+    selected = [item.callspec.params["case"] for item in request.session.items
+                if getattr(item, "originalname", None) == "test_opdb"
+                and hasattr(item, "callspec")]
+    p = Pool(jobs=2, timeout=CASE_TIMEOUT_S)
+    p.start(selected)
+    return p
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_opdb(pool, case):
+    r = pool.get(case, timeout=CASE_TIMEOUT_S * len(CASES))
+    cid = H.case_id(case)
+    assert r["status"] not in ("crash", "timeout"), f"{cid}: {r['status']}: {r['reason']}"
+    assert r["status"] not in ("mismatch", "error"), f"{cid}: {r['status']}: {r['reason']}"
+    assert r["samples"] > 0, f"{cid}: no sample ran ({r['reason']}): the case tests nothing"
+    if cid in ZERO_NO_GRAPH:
+        assert r["graphs"] == 0, f"{cid} now compiles a graph: delete it from ZERO_NO_GRAPH"
+    else:
+        assert r["graphs"] > 0, f"{cid}: ember compiled no graph (Dynamo ran the op eagerly)"
+    if cid in EXPECTED_FALLBACK:
+        assert r["status"] == "fallback", \
+            f"{cid} no longer falls back: delete it from EXPECTED_FALLBACK"
+    else:
+        assert r["status"] == "pass", f"{cid}: {r['status']}: {r['reason']}"
+
+
+def test_opdb_expectations_are_cases():
+    """A stale expectation (a renamed op, a typo) would silently test nothing."""
+    ids = {H.case_id(c) for c in CASES}
+    stale = sorted((set(EXPECTED_FALLBACK) | set(KNOWN_BUGS) | ZERO_NO_GRAPH) - ids)
+    assert not stale, f"expectations for cases that do not exist: {stale}"
