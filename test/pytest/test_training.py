@@ -63,8 +63,9 @@ def test_optimizer_steps_match_eager(name, target, device):
     for state, ref_state in zip(opt.state.values(), ref_opt.state.values()):
         for k, v in ref_state.items():
             if isinstance(v, torch.Tensor):
-                assert_close(state[k], v, tol=1e-3, what=f"optimizer state {k}")
-    moved = sum(not torch.equal(p, q) for p, q in zip(model.parameters(), _model().parameters()))
+                # torch.compile keeps Adam's `step` on the parameters' device; eager on the CPU
+                assert_close(state[k].to(v.device), v, tol=1e-3, what=f"optimizer state {k}")
+    moved = sum(not torch.equal(p, q) for p, q in zip(model.parameters(), _model().to(device).parameters()))
     assert moved > 0, "no parameter changed: the test checks nothing"
     assert int(model[1].num_batches_tracked) == 3
     check_fallbacks()
