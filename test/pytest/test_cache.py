@@ -247,20 +247,7 @@ def test_files_follow_umask_and_are_never_group_writable(outcomes):
     assert all(m & 0o022 == 0 for m in r["modes"].values()), r["modes"]
 
 
-TRITON_PY = """
-import triton
-import triton.language as tl
-
-@triton.jit
-def _add_kernel(a, b, out, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < n
-    tl.store(out + offs, tl.load(a + offs, mask=m) + tl.load(b + offs, mask=m), mask=m)
-
-def ember_tadd(a, b, out):
-    n = out.numel()
-    _add_kernel[(triton.cdiv(n, 64),)](a, b, out, n, BLOCK=64)
-"""
+from test_runtime import TRITON_PY  # noqa: E402  (one small Triton module for both suites)
 
 
 def test_edited_triton_module_is_rewritten_and_not_run(tmp_path, monkeypatch):
