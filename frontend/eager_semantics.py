@@ -17,7 +17,6 @@ the dtypes whose torch-mlir lowering is already right, so the op goes on to torc
   which is wrong past 2^53 and gives INT64_MIN for a zero divisor instead of eager's error.
   Truncating division and a correction keep it in integers (and the division checked).
 * uint8 division and remainder: torch-mlir's signless i8 gets the signed ops; int16 is exact.
-* int8/uint8 times a Python int: torch-mlir's import aborts the process; computed in int32.
 """
 from __future__ import annotations
 
@@ -163,16 +162,6 @@ def _floor_divide(a, b):
     return _div_mode(a, b, "floor")
 
 
-def _mul_byte_scalar(a, b):
-    """int8/uint8 tensor times a Python int: torch-mlir's import aborts the process converting
-    the scalar to a byte type ('dstOriginalDtype has to be passed'); int32 wraps back to the
-    same bytes eager's int8 product has."""
-    if isinstance(a, torch.Tensor) and a.dtype in (torch.int8, torch.uint8) and \
-            isinstance(b, int) and not isinstance(b, bool):
-        return (a.to(torch.int32) * b).to(a.dtype)
-    return NotImplemented
-
-
 def table() -> dict:
     """ATen overload -> decomposition, for backend.decomposition_table."""
     amax, amin = torch.amax, torch.amin
@@ -189,5 +178,4 @@ def table() -> dict:
         aten.remainder.Tensor: _widened(torch.remainder),
         aten.remainder.Scalar: _widened(torch.remainder),
         aten.fmod.Tensor: _widened(torch.fmod), aten.fmod.Scalar: _widened(torch.fmod),
-        aten.mul.Tensor: _mul_byte_scalar, aten.mul.Scalar: _mul_byte_scalar,
     }
