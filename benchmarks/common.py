@@ -14,6 +14,38 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 
+def import_torchvision():
+    """torchvision, also where its compiled extension does not match the installed torch (PyPI's
+    CPU-side wheel beside torch's CPU build: 'operator torchvision::nms does not exist'). The
+    models are pure Python; only the detection ops' fake kernels need the extension, and their
+    registration is skipped when it fails."""
+    try:
+        import torchvision
+        return torchvision
+    except RuntimeError:
+        pass
+    import sys
+    import torch.library as lib
+    for mod in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+        del sys.modules[mod]
+    register_fake = lib.register_fake
+
+    def tolerant(op, *args, **kwargs):
+        def decorate(fn):
+            try:
+                return register_fake(op, *args, **kwargs)(fn)
+            except RuntimeError:
+                return fn
+        return decorate
+
+    lib.register_fake = tolerant
+    try:
+        import torchvision
+    finally:
+        lib.register_fake = register_fake
+    return torchvision
+
+
 def sync(device: str | torch.device = "cpu") -> None:
     if torch.device(device).type == "cuda" and torch.cuda.is_available():
         torch.cuda.synchronize()

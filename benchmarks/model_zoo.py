@@ -7,8 +7,9 @@ Models are built from code or configs with random weights (nothing is downloaded
 torchvision resnet50, mobilenet_v3_large, efficientnet_b0, regnet_y_400mf, swin_t, densenet121;
 transformers BERT-base, GPT-2 small, DistilBERT, a Llama decoder (LlamaForCausalLM from a small
 LlamaConfig: RMSNorm, rotary embedding, SwiGLU, grouped-query causal attention) and the
-Whisper-tiny encoder. A model whose package is missing (torchvision is not importable on the
-CPU development machine) is reported as skipped.
+Whisper-tiny encoder. A model whose package is missing is reported as skipped. On the CPU
+machine, `pip install --no-deps torchvision==0.28.0 pillow` gives the models: the wheel's compiled
+extension does not load beside torch's CPU build, and `common.import_torchvision` skips it.
 
 Modes: `infer-fp32`, `infer-bf16` (inference under no_grad), `train-bf16` (autocast bf16 with
 fp32 weights: forward + backward + one AdamW step, the optimizer step compiled too) and
@@ -33,7 +34,8 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import ember_summary, flatten, interleaved_median_ms, rel_err, sync  # noqa: E402
+from common import (ember_summary, flatten, import_torchvision, interleaved_median_ms,  # noqa: E402
+                    rel_err, sync)
 
 VISION = ("resnet50", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf", "swin_t",
           "densenet121")
@@ -45,7 +47,7 @@ def build(name: str, device: str, small: bool):
     """(model, inputs tuple, output -> tensor used as the training loss)."""
     g = torch.Generator().manual_seed(0)
     if name in VISION:
-        import torchvision
+        torchvision = import_torchvision()
         batch, res = (2, 64) if small else (32, 224)
         model = getattr(torchvision.models, name)(num_classes=1000)
         x = torch.randn(batch, 3, res, res, generator=g)
