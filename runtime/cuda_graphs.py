@@ -10,8 +10,9 @@ buffers): those are read in place by the graph; the others get static buffers th
 copies into. Call 3 captures, and every later call replays. Outputs are cloned out of the
 graph's memory pool, because the next replay overwrites it.
 
-Correctness first: a call whose in-place input arrives with a different storage, or any
-capture failure, runs without the graph (and a failed capture is not retried).
+Correctness first: a program given host (CPU) tensors is never captured; a call whose in-place
+input arrives with a different storage, or any capture failure, runs without the graph (and a
+failed capture is not retried).
 """
 from __future__ import annotations
 
@@ -41,6 +42,11 @@ class GraphedProgram:
         if self._graph is not None:
             return self._replay(inputs)
         if self._failed:
+            return self._run(*inputs)
+        if any(t.device.type == "cpu" for t in inputs):
+            # A host tensor (efficient attention's philox seed and offset) would be read once,
+            # at capture, and its value baked into every replay.
+            self._failed = True
             return self._run(*inputs)
         self._calls += 1
         ptrs = [t.data_ptr() for t in inputs]

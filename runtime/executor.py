@@ -70,6 +70,12 @@ class CompiledProgram:
         self._check_outputs()
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
+        # 0-dim CPU inputs of a GPU graph (efficient attention's philox seed and offset, Python
+        # scalars lifted to tensors): passed as they are to library calls, which expect them
+        # there; moved to the device when a kernel or extern reads them.
+        on_device = {i for s in p.steps if s.kind != "library" for i in s.inputs}
+        self._host_scalar_ok = dev.type != "cpu"
+        self._host_scalar_moves = {i for i in range(p.num_inputs) if i in on_device}
         self._pool: list[list] | None = [] if dev.type == "cpu" and reuse_arena else None
 
     # ---- load-time preparation -------------------------------------------------------------
@@ -274,6 +280,10 @@ class CompiledProgram:
         dev_type = self._dev_type
         for i, t in enumerate(inputs):
             shape, dt = self._in_checks[i]
+            if t.device.type != dev_type and self._host_scalar_ok and t.dim() == 0 \
+                    and t.device.type == "cpu" and t.dtype == dt and not shape:
+                vals[i] = t.to(self.device) if i in self._host_scalar_moves else t
+                continue
             if t.shape != shape or t.dtype != dt or t.device.type != dev_type:
                 raise ValueError(
                     f"ember: input {i} must be {dt} {list(shape)} on {dev_type}, got "

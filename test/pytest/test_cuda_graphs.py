@@ -59,3 +59,26 @@ def test_cudagraphs_option_off():
         for _ in range(4):
             torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-5)
     assert not any(r.get("cudagraphs") for r in ember.last_reports())
+
+
+def test_training_graph_with_host_scalars_runs_and_is_not_captured():
+    """Efficient attention's backward takes its philox seed and offset as 0-dim CPU tensors: the
+    executor passes them to the library call as they are (it rejected them: 'input 4 must be
+    on cuda, got cpu'), and the CUDA graph is never captured (a captured graph would replay the
+    seed it read at capture)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 64, 32, device="cuda", requires_grad=True) for _ in range(3))
+
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.0)
+
+    ember.clear_reports()
+    cf = torch.compile(f, backend="ember", options={"target": "cuda"})
+    for _ in range(4):
+        grads = torch.autograd.grad(cf(q, k, v).square().sum(), (q, k, v))
+    refs = torch.autograd.grad(f(q, k, v).square().sum(), (q, k, v))
+    for g, r in zip(grads, refs):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-4)
+    reports = ember.last_reports()
+    assert len(reports) == 2 and all(r["status"] == "compiled" and not r["eager_fallback_ops"]
+                                     for r in reports), reports
