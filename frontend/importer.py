@@ -1,17 +1,16 @@
 """FX graph -> linalg-on-tensors MLIR, in a context where the ember dialect is loaded.
 
-`stateless_fx_import` keeps parameters as function arguments (never `export_and_import`, which
-freezes weights into the IR as constants). It creates its own context unless given an importer,
-so the importer is built on ember's context: the passes later parse/create ember ops there.
+The graph is imported stateless, as torch-mlir's `stateless_fx_import` does (parameters stay
+function arguments; never `export_and_import`, which freezes weights into the IR as constants),
+on ember's context (the passes later parse/create ember ops there), and lowered by torch-mlir's
+two pipelines run here: its own runner writes a repro file into /tmp for every failed lowering.
 """
 from __future__ import annotations
 
 import torch.fx as fx
-from torch_mlir import ir
-from torch_mlir.compiler_utils import OutputType
+from torch_mlir import ir, passmanager
 from torch_mlir.dialects import torch as torch_d
 from torch_mlir.extras.fx_importer import FxImporter
-from torch_mlir.fx import stateless_fx_import
 
 from ..dialects import make_context
 
@@ -44,15 +43,30 @@ def refuse_native_crashes(gm: fx.GraphModule) -> None:
                                 f"int8/uint8 op; torch-mlir cannot import it")
 
 
+# torch-mlir's lowering of an imported FX graph (torch_mlir.fx._module_lowering and
+# compiler_utils.lower_mlir_module for OutputType.LINALG_ON_TENSORS, default options).
+TORCH_MLIR_PIPELINES = (
+    "builtin.module(func.func(torch-match-quantized-custom-ops), "
+    "torchdynamo-export-to-torch-backend-pipeline{ extra-library=})",
+    "builtin.module(torch-backend-to-linalg-on-tensors-backend-pipeline{allow-non-finites=True})",
+)
+
+
 def import_fx(gm: fx.GraphModule, context: ir.Context | None = None,
               func_name: str = "main") -> ir.Module:
     """Imports `gm` (static shapes, tensor inputs and outputs) to linalg-on-tensors."""
     refuse_native_crashes(gm)
     ctx = context or new_context()
-    importer = FxImporter(context=ctx)
     try:
-        return stateless_fx_import(gm, output_type=OutputType.LINALG_ON_TENSORS,
-                                   fx_importer=importer, model_name=func_name)
+        importer = FxImporter(context=ctx)
+        importer.import_stateless_graph(gm.graph, func_name=func_name)
+        module = importer.module
+        with ctx:
+            # Passes can emit errors without signalling failure (torch-mlir #3506): report them.
+            ctx.emit_error_diagnostics = True
+            for pipeline in TORCH_MLIR_PIPELINES:
+                passmanager.PassManager.parse(pipeline).run(module.operation)
+        return module
     except Exception as err:  # torch-mlir raises plain Exceptions with the diagnostics
         first = str(err).strip().splitlines()
         raise FxImportError(f"torch-mlir import failed: {first[0] if first else err!r}") from err

@@ -285,6 +285,19 @@ def test_failed_compiles_print_nothing_to_stderr(name, tmp_path, capfd):
         assert "no lowering" in report["fallback_reasons"][BESSEL]
 
 
+def test_failed_import_writes_nothing_to_the_temp_dir(tmp_path, monkeypatch):
+    """torch-mlir's own pipeline runner writes `<tempdir>/<module>.mlir` for every failed
+    lowering; ember runs the pipelines itself and leaves nothing behind."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    f = lambda x: torch.special.bessel_j0(x.sin()) + 1    # noqa: E731
+    x = torch.randn(8)
+    out, warned = run_recording(compile_(f), x)
+    torch.testing.assert_close(out, f(x))
+    assert warned and "no lowering" in warned[0]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_debug_dir_that_is_a_file_is_an_option_error(tmp_path):
     path = tmp_path / "not-a-dir"
     path.write_text("x")
