@@ -359,14 +359,15 @@ def _outline(module, fn, groups, target: str) -> None:
         tags = kernel_tags(group)
         name = kernel_name(tags, counter)
         counter += 1
-        with ir.InsertionPoint(module_block):
+        loc = _group_location(group)
+        with ir.InsertionPoint(module_block), loc:
             kernel = func.FuncOp(name, ([v.type for v in inputs], [v.type for v in outputs]))
         kernel.attributes["sym_visibility"] = ir.StringAttr.get("private")
         kernel.attributes[KERNEL_ATTR] = ir.StringAttr.get(kind)
         kernel.attributes["ember.ops"] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in tags])
-        entry = kernel.add_entry_block()
+        entry = kernel.add_entry_block(arg_locs=[loc] * len(inputs))
         mapping = {v: entry.arguments[i] for i, v in enumerate(inputs)}
-        with ir.InsertionPoint(entry):
+        with ir.InsertionPoint(entry), loc:
             for op in group:
                 _clone_into(op, mapping)
             func.ReturnOp([mapping[v] for v in outputs])
@@ -380,6 +381,20 @@ def _outline(module, fn, groups, target: str) -> None:
             op.operation.erase()
         stable_topological_sort(block)
     _erase_dead(block)
+
+
+def _group_location(group) -> ir.Location:
+    """The kernel's location: its ops' source locations, fused (diagnostics about a kernel
+    then name the user's code instead of loc(unknown))."""
+    locs, seen = [], set()
+    for op in group:
+        loc = op.location
+        if str(loc) not in seen and str(loc) != "loc(unknown)":
+            seen.add(str(loc))
+            locs.append(loc)
+    if not locs:
+        return ir.Location.unknown()
+    return locs[0] if len(locs) == 1 else ir.Location.fused(locs)
 
 
 def _returned(value) -> bool:
