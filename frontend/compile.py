@@ -51,8 +51,10 @@ def stage_label(element: str) -> str:
     return parse_element(element)[0]
 
 
-def run_pipeline(module, pipeline: str, dump: DebugDump | None = None) -> None:
-    """Runs `pipeline` element by element so that the IR after each one can be dumped."""
+def run_pipeline(module, pipeline: str, dump: DebugDump | None = None,
+                 seconds: dict[str, float] | None = None) -> None:
+    """Runs `pipeline` element by element so that the IR after each one can be dumped;
+    `seconds` (when given) gets each element's wall time, by stage label."""
     from ..passes.pipeline import build_pass_manager, split_top_level, strip_anchor
     ctx = module.context
     diagnostics: list[str] = []
@@ -67,12 +69,16 @@ def run_pipeline(module, pipeline: str, dump: DebugDump | None = None) -> None:
     try:
         for element in split_top_level(strip_anchor(pipeline)):
             pm = build_pass_manager(f"builtin.module({element})", context=ctx)
+            t0 = time.perf_counter()
             try:
                 pm.run(module.operation)
             except Exception as err:
                 # A Python pass that raises (a bug, not a diagnostic) still names its error.
                 raise PipelineFailure(stage_label(element),
                                       diagnostics or [describe_error(err)]) from err
+            if seconds is not None:
+                label = stage_label(element)
+                seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t0
             if dump is not None:
                 dump.stage(stage_label(element), module)
     finally:
@@ -166,6 +172,9 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     if library:
         gm, calls = outline(gm, library)
     ctx = new_context()
+    # Wall seconds per stage (import, each pipeline element, export, build), for the report.
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
     # MLIR's part (import, passes, export) runs with its diagnostics and fd 2 captured; the
     # build captures the compiler's output itself, and its errors carry it (error.txt).
     native = NativeOutput(ctx)
@@ -173,17 +182,23 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         with native, ctx, torch.no_grad():
             module = import_graph(gm, ctx, native)
             stitch(module, calls)
+            seconds["import"] = time.perf_counter() - t0
             dump.stage("import", module)
-            run_pipeline(module, default_pipeline(options, target), dump)
+            run_pipeline(module, default_pipeline(options, target), dump, seconds)
+            t0 = time.perf_counter()
             program = export_program(module)
             restore_signedness(program, [t.dtype for t in tensors], out_dtypes)
             summary = _summary(module)
+            seconds["export"] = time.perf_counter() - t0
     finally:
         if native.lines:
             dump.write("diagnostics.txt", "\n".join(native.lines) + "\n")
     dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]
+    t0 = time.perf_counter()
     compiled = load(program, device, cache=options.cache_dir)
+    seconds["build"] = time.perf_counter() - t0
+    summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
     # Only inference graphs (a training forward returns its saved activations, which the
     # graph's outputs would have to copy out on every step), and only where the launches saved
     # outweigh that copy: a replay clones its outputs out of the graph's memory.

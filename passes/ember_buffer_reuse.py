@@ -82,14 +82,22 @@ def _find_func(module: ir.Operation, name: str):
     return None
 
 
-def _kernel_of(module, op):
-    """The kernel func an op on the host launches (`func.call` of an `ember.kernel` func), or None."""
+def _kernel_funcs(module: ir.Operation) -> dict:
+    """name -> func.func for every `ember.kernel` function of `module` (one walk, not one per
+    call site)."""
+    out = {}
+    for op in module.regions[0].blocks[0].operations:
+        if op.operation.name == "func.func" and "ember.kernel" in op.attributes:
+            out.setdefault(ir.StringAttr(op.attributes["sym_name"]).value, op)
+    return out
+
+
+def _kernel_of(kernels: dict, op):
+    """The kernel func an op on the host launches (`func.call` of an `ember.kernel` func in
+    `kernels`, from _kernel_funcs), or None."""
     if op.operation.name != "func.call":
         return None
-    callee = _find_func(module, ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-    if callee is None or "ember.kernel" not in callee.attributes:
-        return None
-    return callee
+    return kernels.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
 
 
 def _is_identity(attr) -> bool:
@@ -172,6 +180,10 @@ def _plan(module, alignment: int, in_place: bool):
     if main is None or not main.regions[0].blocks:
         return {"arena_bytes": 0, "unplanned_bytes": 0, "alignment": alignment, "buffers": []}, [], {}
     ops = list(main.regions[0].blocks[0].operations)
+    kernels = _kernel_funcs(module)
+    # One numbering of the module's values: `Value.get_name()` without a state numbers the
+    # whole module again on every call (quadratic: minutes for an optimizer step's graph).
+    names = ir.AsmState(module) if hasattr(ir, "AsmState") else None
     root: dict = {}              # value -> Buffer it lives in (results and views of them)
     buffers: list[Buffer] = []
     per_op: dict[int, list[Buffer | None]] = {}
@@ -190,7 +202,7 @@ def _plan(module, alignment: int, in_place: bool):
                 buf.end = max(buf.end, i)
                 if name == "func.return":
                     buf.escapes = True
-        if name == "ember.extern" or _kernel_of(module, op) is not None:
+        if name == "ember.extern" or _kernel_of(kernels, op) is not None:
             per_op[i] = []
             for k, r in enumerate(op.results):
                 nbytes = byte_size(r.type)
@@ -198,7 +210,7 @@ def _plan(module, alignment: int, in_place: bool):
                     per_op[i].append(None)
                     continue
                 buf = Buffer(i, k, nbytes, _align(nbytes, alignment), i, i,
-                             name=r.get_name() if hasattr(r, "get_name") else f"op{i}#{k}")
+                             name=r.get_name(names) if names is not None else f"op{i}#{k}")
                 buffers.append(buf)
                 per_op[i].append(buf)
                 root[r] = buf
@@ -207,7 +219,7 @@ def _plan(module, alignment: int, in_place: bool):
 
     planned = [b for b in buffers if not b.escapes]
     if in_place:
-        _match_in_place(module, ops, root, per_op)
+        _match_in_place(kernels, ops, root, per_op)
     # Union the in-place chains into groups that share one offset.
     groups: dict[int, list[Buffer]] = {}
     for b in planned:
@@ -226,13 +238,13 @@ def _plan(module, alignment: int, in_place: bool):
     return report, ops, per_op
 
 
-def _match_in_place(module, ops, root, per_op) -> None:
+def _match_in_place(kernels, ops, root, per_op) -> None:
     taken = set()
     for i, outs in per_op.items():
         op = ops[i]
         if len(outs) != 1 or outs[0] is None or outs[0].escapes:
             continue
-        kernel = _kernel_of(module, op)
+        kernel = _kernel_of(kernels, op)
         if kernel is None:
             continue
         if ir.StringAttr(kernel.attributes["ember.kernel"]).value != "pointwise":

@@ -75,6 +75,15 @@ class EmberFuse(Pass):
                 i = parent[i]
             return i
 
+        # The block does not change while planning, and the cycle check below walks it again
+        # for every candidate edge: it walks integer ids (position in the block) over users
+        # looked up once, not MLIR objects.
+        block_ops = [o.operation for o in block.operations]
+        bid = {o: i for i, o in enumerate(block_ops)}
+        succ = [[bid[u] for r in o.results for u in users(r)] for o in block_ops]
+        compute_of = {bid[op.operation]: i for i, op in enumerate(nodes)}
+        member_ids = {i: [bid[op.operation]] for i, op in enumerate(nodes)}
+
         edges = []
         for op in nodes:
             for res in op.results:
@@ -87,20 +96,22 @@ class EmberFuse(Pass):
         def reaches(src, dst):
             """Is there a path from group src to group dst through an op outside both? (Then
             merging them would make a cycle.) A group is entered whole: a kernel runs at once."""
-            a_ops, b_ops = set(members[src]), set(members[dst])
-            stack = [u for op in members[src] for r in op.results for u in users(r)
+            a_ops, b_ops = set(member_ids[src]), set(member_ids[dst])
+            stack = [u for o in member_ids[src] for u in succ[o]
                      if u not in a_ops and u not in b_ops]
             seen = set()
             while stack:
-                op = stack.pop()
-                if op in b_ops:
+                u = stack.pop()
+                if u in b_ops:
                     return True
-                if op in seen or op in a_ops:
+                if u in seen or u in a_ops:
                     continue
-                seen.add(op)
-                ops = members[find(index[op])] if op in index else [op]
+                seen.add(u)
+                c = compute_of.get(u)
+                ops = member_ids[find(c)] if c is not None else (u,)
                 seen.update(ops)
-                stack.extend(u for o in ops for r in o.results for u in users(r))
+                for o in ops:
+                    stack.extend(succ[o])
             return False
 
         for _, a, b in edges:
@@ -118,6 +129,7 @@ class EmberFuse(Pass):
             parent[gb] = ga
             members[ga] = merged
             del members[gb]
+            member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
 
         groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
         # A view that ends up alone stays a host-side view, not a kernel.
@@ -379,7 +391,12 @@ def _outline(module, fn, groups, target: str) -> None:
             old.replace_all_uses_with(new)
         for op in reversed(group):
             op.operation.erase()
-        stable_topological_sort(block)
+        # The block was in order before, and only the call's users can now precede it (they
+        # followed some op of the group, not necessarily its last): sort only then, which
+        # gives what sorting every time would (a sort of an ordered block changes nothing).
+        call_op = call.operation
+        if any(not call_op.is_before_in_block(u) for r in call.results for u in users(r)):
+            stable_topological_sort(block)
     _erase_dead(block)
 
 
