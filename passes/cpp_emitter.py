@@ -38,6 +38,12 @@ NAN_MINMAX = {"maximumf": "max", "minimumf": "min"}
 OMP_RED = {"addf": "+", "addi": "+", "mulf": "*", "muli": "*", "maximumf": "nanmax",
            "minimumf": "nanmin", "maxnumf": "max", "minnumf": "min", "maxsi": "max",
            "minsi": "min", "ori": "|", "andi": "&", "xori": "^"}
+# Float sums over more elements than this accumulate in blocks: a float partial sum per block
+# (vectorized: one partial per SIMD lane), blocks added into a double. A float accumulator per
+# lane over millions of elements loses digits (and saturates at 2^24 for ones), where eager's
+# cascade sum stays within a few ulps; this keeps the error that of a 2048-element float sum.
+SUM_BLOCK = 2048
+_FLOAT_SUM = ("f32", "f16", "bf16")
 
 
 class CppLang:
@@ -287,13 +293,17 @@ class _Emitter:
         rvars = frozenset(v for _, v in red)
         accs, kinds, results, nans = [], [], [], {}
         used = needed_results(op, [k for k, r in enumerate(op.results) if any(True for _ in r.uses)])
+        blocked = self._sum_blocks(op, red, used, [combiner(op, k, used)[0]
+                                                   for k in range(len(op.results))])
         for k, r in enumerate(op.results):
             ty = type_name(r.type)
             acc = b.fresh("acc")
             kind, operand = combiner(op, k, used)
             if k in used:
                 init = b.value_at(op.outputs[k], b.apply_map(maps[n_in + k], full))
-                b.emit_into(target, f"{CTYPE[ty]} {acc} = {init.text};")
+                # a blocked sum declares its double accumulator here, `acc` after the loops
+                decl = f"double {acc}_wide" if blocked else f"{CTYPE[ty]} {acc}"
+                b.emit_into(target, f"{decl} = {init.text};")
                 if kind in NAN_MINMAX and self.vec:
                     nans[k] = (b.fresh("nan"), operand)
                     b.emit_into(target, f"int {nans[k][0]} = 0;")
@@ -304,6 +314,9 @@ class _Emitter:
             target.binds.add(acc)
             results.append(Expr(acc, deps | {acc}))
             kinds.append(kind)
+        if blocked is not None:
+            return self._blocked_reduce(b, op, full, target, saved, red, blocked, accs, results,
+                                        used)
         scopes = [self.loop(g, v) for g, v in red]
         parent = target
         for sc in scopes:
@@ -340,6 +353,80 @@ class _Emitter:
                 scopes[0].pragmas.append(f"#pragma omp parallel for{simd}{coll}{par} {clause}")
             elif self.vec:
                 scopes[0].pragmas.append(f"#pragma omp simd{coll} {clause}")
+        return results
+
+    def _sum_blocks(self, op, red, used, kinds):
+        """(split position j, block step) when reduction `op` is a float sum over more than
+        SUM_BLOCK elements (or a dynamic count), else None. The reduced loops after j cover at
+        most SUM_BLOCK elements; loop j is walked in chunks of `step` iterations, so that one
+        block (chunk x the loops after j) has about SUM_BLOCK elements."""
+        if not red or not used or any(kinds[k] != "addf" or
+                                       type_name(op.results[k].type) not in _FLOAT_SUM
+                                       for k in used):
+            return None
+        prod, j = 1, len(red) - 1
+        while j >= 0:
+            n = self.sched.size(red[j][0])
+            if n is None or prod * n > SUM_BLOCK:
+                break
+            prod *= n
+            j -= 1
+        if j < 0:
+            return None
+        return j, max(1, SUM_BLOCK // prod)
+
+    def _blocked_reduce(self, b, op, full, target, saved, red, blocked, accs, results, used):
+        """A float sum in blocks (see SUM_BLOCK): `double wide = init; for each block
+        { float part = 0; for the block's elements (simd) part += f; wide += part; }`, and
+        the result `float acc = wide` after the loops. Threads split the blocks."""
+        j, step = blocked
+        wide = {k: f"{accs[k].text}_wide" for k in used}
+        part = {k: b.fresh("part") for k in used}
+        outer = [self.loop(g, v) for g, v in red[:j]]
+        g, v = red[j]
+        n = b.size(g).text
+        if step > 1:
+            c = f"c{self.nloop}"
+            outer.append(Scope({c}, f"for (int64_t {c} = 0; {c} < {n}; {c} += {step})"))
+            outer[-1].pragmas = []
+            inner = [Scope({v}, f"for (int64_t {v} = {c}; {v} < std::min<int64_t>({c} + "
+                                f"{step}, {n}); ++{v})")]
+            inner[0].pragmas = []
+        else:
+            outer.append(self.loop(g, v))
+            inner = []
+        inner += [self.loop(g2, v2) for g2, v2 in red[j + 1:]]
+        parent = target
+        for sc in outer:
+            b.push(sc, parent)
+            parent = sc
+        chunk = parent
+        for k in used:
+            b.emit_into(chunk, f"float {part[k]} = 0.0f;")
+        for sc in inner:
+            b.push(sc, parent)
+            parent = sc
+        paccs = [Expr(part[k], a.deps) if k in part else a for k, a in enumerate(accs)]
+        updates = [f"{part[k]} = {b.generic_yield(op, k, full, outs=paccs).text};" for k in used]
+        parent.stmts.extend(updates)
+        for _ in inner:
+            b.pop()
+        for k in used:
+            chunk.stmts.append(f"{wide[k]} += {part[k]};")
+        for _ in outer:
+            b.pop()
+        b.stack = saved
+        for k in used:
+            b.emit_into(target, f"const float {accs[k].text} = (float){wide[k]};")
+        par = self.par_clause([g2 for g2, _ in red]) if target is b.stack[0] else None
+        if par is not None:
+            clause = " ".join(f"reduction(+:{wide[k]})" for k in used)
+            coll = f" collapse({len(outer)})" if len(outer) > 1 else ""
+            outer[0].pragmas.append(f"#pragma omp parallel for{coll}{par} {clause}")
+        if inner and self.vec:
+            clause = " ".join(f"reduction(+:{part[k]})" for k in used)
+            coll = f" collapse({len(inner)})" if len(inner) > 1 else ""
+            inner[0].pragmas.append(f"#pragma omp simd{coll} {clause}")
         return results
 
     def emit(self, flat: int = 1) -> str:
