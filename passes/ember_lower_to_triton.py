@@ -155,8 +155,12 @@ class _KernelWriter:
         return self.builder.size(g).text
 
     def runtime_extent(self, dims):
-        """The launcher's expression of a flattened extent, from the tensors' sizes."""
-        return " * ".join(f"sizes[{self.sched.size_index(g)}]" for g in dims) or "1"
+        """The launcher's expression of a flattened extent: static sizes as numbers (a dim
+        that only a loop has, an expanded read summed away, is in no tensor's shape), dynamic
+        ones from the tensors' sizes."""
+        parts = [str(self.sched.size(g)) if self.sched.size(g) is not None
+                 else f"sizes[{self.sched.size_index(g)}]" for g in dims]
+        return " * ".join(parts) or "1"
 
     def extent(self, dims):
         parts = [self.size_text(g) for g in dims]
@@ -221,6 +225,9 @@ class _KernelWriter:
             not o.inner or set(g for g in o.inner if not s.unit(g)) == set(rdims)
             for o in s.outputs)
         outer = [g for g in s.outer if not s.unit(g)]
+        # indices over the iteration space (x times r), not only over the tensors, must fit
+        if math.prod(s.size(g) or 1 for g in outer + rdims) > _INT32_MAX:
+            self.wide = True
         root = self.builder.stack[0]
         pid = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
         head = [f"xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]",
