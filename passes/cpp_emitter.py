@@ -9,7 +9,8 @@ import re
 
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, indexing_maps,
-                              iterator_types, needed_results, schedule_kernel, type_name)
+                              iterator_types, masked_combiner, needed_results, schedule_kernel,
+                              type_name)
 
 
 CTYPE = {"f32": "float", "f64": "double", "f16": "float", "bf16": "float", "i1": "bool",
@@ -291,10 +292,12 @@ class _Emitter:
         maps = indexing_maps(op)
         n_in = len(op.inputs)
         rvars = frozenset(v for _, v in red)
-        accs, kinds, results, nans = [], [], [], {}
+        accs, results, nans = [], [], {}
         used = needed_results(op, [k for k, r in enumerate(op.results) if any(True for _ in r.uses)])
-        blocked = self._sum_blocks(op, red, used, [combiner(op, k, used)[0]
-                                                   for k in range(len(op.results))])
+        # the combiner of each result (a masked update `c ? f + acc : acc` reduces as `+`)
+        kinds = [combiner(op, k, used)[0] or masked_combiner(op, k, used)[0]
+                 for k in range(len(op.results))]
+        blocked = self._sum_blocks(op, red, used, kinds)
         for k, r in enumerate(op.results):
             ty = type_name(r.type)
             acc = b.fresh("acc")
@@ -313,7 +316,6 @@ class _Emitter:
             # into the loop-free preamble, even for a full reduction).
             target.binds.add(acc)
             results.append(Expr(acc, deps | {acc}))
-            kinds.append(kind)
         if blocked is not None:
             return self._blocked_reduce(b, op, full, target, saved, red, blocked, accs, results,
                                         used)

@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from .base import Pass, PassError, option
 from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_maps,
-                              schedule_kernel, shape, type_name)
+                              masked_combiner, schedule_kernel, shape, type_name)
 from .kernel_expr import ExprBuilder
 from .graph_utils import attach_kernel_sources
 from .registry import register
@@ -310,12 +310,21 @@ class _KernelWriter:
                 parts.append(None)
                 continue
             kind, operand = combiner(op, k, used)
+            cond = None
+            if kind is None:   # a masked update: reduce select(cond, f, identity)
+                kind, operand, cond, take = masked_combiner(op, k, used)
             if kind not in _COMBINE:
                 b.stack = saved
                 raise PassError(f"ember-lower-to-triton: unsupported reduction combiner "
                                 f"'{kind or 'general body'}'", op.location)
             ctx = self._body_ctx(b, op, full)
-            parts.append((kind, b.scalar(operand, ctx)))
+            val = b.scalar(operand, ctx)
+            if cond is not None:
+                c, ident = b.scalar(cond, ctx), _COMBINE[kind][1]
+                arms = (val.text, ident) if take else (ident, val.text)
+                val = b.bind(f"tl.where(({c.text}) != 0, {arms[0]}, {arms[1]})",
+                             val.deps | c.deps, type_name(op.results[k].type), "m")
+            parts.append((kind, val))
         b.stack = saved
         # The loop goes in after its body was built: a reduction that this one reads (built
         # while evaluating the body) has already put its own loop first.

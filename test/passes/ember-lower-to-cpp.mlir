@@ -516,3 +516,34 @@ module {
     return %2 : tensor<8xbf16>
   }
 }
+
+// -----
+
+// A masked update `c ? f + acc : acc` (embedding_bag's sum over a bag) is still a `+`
+// reduction: OpenMP reduces (and vectorizes) it.
+// CHECK-LABEL: void masked_sum(
+// CHECK: float [[S:acc[0-9]+]] = 0.0f;
+// CHECK: #pragma omp simd reduction(+:[[S]])
+// CHECK: = ({{t[0-9]+}} ? {{t[0-9]+}} : [[S]]);
+// CHECK-SAME: [[S]] = {{t[0-9]+}};
+#ms0 = affine_map<(d0, d1) -> (d0, d1)>
+#ms1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func private @masked_sum(%arg0: tensor<4x8xf32>, %arg1: tensor<4xi64>) -> tensor<4xf32>
+      attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4xf32>
+    %i = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+    %r = linalg.generic {indexing_maps = [#ms0, #ms1, #ms1], iterator_types = ["parallel", "reduction"]}
+        ins(%arg0, %arg1 : tensor<4x8xf32>, tensor<4xi64>) outs(%i : tensor<4xf32>) {
+    ^bb0(%a: f32, %n: i64, %o: f32):
+      %j = linalg.index 1 : index
+      %ji = arith.index_cast %j : index to i64
+      %c = arith.cmpi slt, %ji, %n : i64
+      %s = arith.addf %a, %o : f32
+      %x = arith.select %c, %s, %o : f32
+      linalg.yield %x : f32
+    } -> tensor<4xf32>
+    return %r : tensor<4xf32>
+  }
+}
