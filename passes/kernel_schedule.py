@@ -426,7 +426,7 @@ class KernelSchedule:
             allowed |= set(inner)
             self.outputs.append(Output(r, self.dims(r), inner))
         for v in self.args + [r for op in self.ops for r in op.results]:
-            if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v):
+            if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                 continue
             gs = [g for g in self.dims(v) if not self.unit(g)]
             if len(set(gs)) != len(gs):
@@ -435,7 +435,7 @@ class KernelSchedule:
                                     "under two different index maps)", _location(v))
         for op in self.ops:
             for v in op.results:
-                if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v):
+                if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                     continue
                 bad = [g for g in self.dims(v) if g not in allowed and not self.unit(g)]
                 if bad:
@@ -472,6 +472,15 @@ def _is_empty(v) -> bool:
                 k != len(owner.operands) - 1:
             return False
     return bool(uses)
+
+
+def _is_splat(v) -> bool:
+    """A splat tensor constant: the same value at every index, so its dims need no loop (a
+    zero tensor padded to a larger one, as circular padding's backward makes)."""
+    if not isinstance(v, ir.OpResult) or op_name(v.owner) != "arith.constant":
+        return False
+    attr = v.owner.attributes["value"]
+    return isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat
 
 
 def _location(v):
