@@ -12,6 +12,7 @@ from .compile import EmberGraph
 from .eager_semantics import table as eager_semantics_table
 from .foreach_decomp import foreach_decompositions
 from .scatter_decomp import scatter_decompositions
+from .reduction_decomp import table as reduction_table
 from .options import CompileOptions
 from .report import describe_error, new_graph_id, record, warn_once
 
@@ -139,6 +140,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table[aten.gelu.default] = _gelu
     table[aten.pow.Tensor_Scalar] = _pow_scalar
     table.update(eager_semantics_table())   # NaN propagation, integer floor division
+    table.update(reduction_table())         # 16-bit mean in f32; as_strided reshapes
     table[aten._adaptive_avg_pool2d.default] = _adaptive_avg_pool(
         table[aten._adaptive_avg_pool2d.default])
     if exact_low_precision:

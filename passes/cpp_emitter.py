@@ -1,203 +1,17 @@
-"""C++ (OpenMP) spelling of ember kernels: the prelude, `CppLang` for kernel_schedule's
-expression builder, and `emit_kernel` that prints one kernel function with the ABI of
-docs/internals.md (Stage 4)."""
+"""C++ (OpenMP) spelling of ember kernels: `CppLang` for kernel_schedule's expression builder,
+and `emit_kernel` that prints one kernel function with the ABI of docs/internals.md (Stage 4).
+The prelude those functions use is cpp_prelude.PRELUDE (re-exported here)."""
 from __future__ import annotations
 
 import math
 
 import re
 
+from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, indexing_maps,
-                              iterator_types, needed_results, schedule_kernel, type_name)
+                              iterator_types, masked_combiner, needed_results, schedule_kernel,
+                              type_name)
 
-PRELUDE = r"""// ember C++ kernels (generated)
-#include <cmath>
-#include <cstdint>
-#include <cstring>
-#include <algorithm>
-// 16-bit floats are stored as uint16_t and computed in float.
-static inline float ember_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
-static inline uint16_t ember_f32_to_bf16(float f) {
-  uint32_t u; std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return (uint16_t)(u >> 16);
-}
-static inline float ember_round_bf16(float f) { return ember_bf16_to_f32(ember_f32_to_bf16(f)); }
-static inline float ember_f16_to_f32(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
-static inline uint16_t ember_f32_to_f16(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
-static inline float ember_round_f16(float f) { return (float)(_Float16)f; }
-// Errors in the data (an index out of range, an integer division by zero) cannot throw from a
-// kernel: the first one is recorded in ember_error (kind, value, dim, size) and the host raises
-// it after the kernel (runtime/executor.py, runtime/kernel_errors.py). The checks are cold
-// branches: the value used after a failed check keeps every access in bounds. The record has
-// internal linkage (another library's symbol can never interpose it); the host finds it through
-// ember_error_record().
-static int64_t ember_error[4] = {0, 0, 0, 0};
-extern "C" int64_t* ember_error_record() { return ember_error; }
-__attribute__((cold, noinline)) static void ember_fail(int64_t kind, int64_t v, int64_t d, int64_t n) {
-  int64_t none = 0;
-  if (__atomic_compare_exchange_n(&ember_error[0], &none, kind, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    ember_error[1] = v; ember_error[2] = d; ember_error[3] = n;
-  }
-}
-static inline int64_t ember_chk_index(int64_t i, int64_t n, int64_t d) {
-  if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) { ember_fail(1, i, d, n); return 0; }
-  return i;
-}
-// Integer division: a zero divisor is the error eager raises; MIN / -1 wraps (x86 traps on both).
-template <typename T> static inline T ember_chk_divsi(T a, T b) {
-  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
-  return b == -1 ? (T)(0 - (uint64_t)a) : (T)(a / b);
-}
-template <typename T> static inline T ember_chk_remsi(T a, T b) {
-  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
-  return b == -1 ? (T)0 : (T)(a % b);
-}
-template <typename T> static inline T ember_chk_floordivsi(T a, T b) {
-  T q = ember_chk_divsi(a, b);
-  return (b != 0 && b != -1 && a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
-}
-template <typename T> static inline T ember_chk_divui(T a, T b) {   // T unsigned
-  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
-  return (T)(a / b);
-}
-template <typename T> static inline T ember_chk_remui(T a, T b) {
-  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
-  return (T)(a % b);
-}
-// arith.maximumf/minimumf propagate NaN (as torch.maximum and amax do); written as selects so
-// that gcc vectorizes them.
-template <typename T> static inline T ember_max(T a, T b) { return (a > b || a != a) ? a : b; }
-template <typename T> static inline T ember_min(T a, T b) { return (a < b || a != a) ? a : b; }
-#pragma omp declare reduction(nanmax : float, double : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = omp_orig)
-#pragma omp declare reduction(nanmin : float, double : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = omp_orig)
-// Vectorizable math: branch-free (selects), inline, no libm calls, so gcc vectorizes loops that
-// use them under `#pragma omp simd`. Cephes-style range reduction + polynomials (~1-2 ulp);
-// inf/NaN/overflow/underflow/subnormals handled with selects. double overloads call libm.
-static inline float ember_i2f(int32_t i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
-static inline int32_t ember_f2i(float f) { int32_t i; __builtin_memcpy(&i, &f, 4); return i; }
-static inline float ember_exp(float x) {
-  float xc = x > 89.0f ? 89.0f : x;          // NaN fails both compares and stays NaN
-  xc = xc < -105.0f ? -105.0f : xc;
-  const float magic = 12582912.0f;           // 1.5 * 2^23: adding it rounds to an integer
-  float k = xc * 1.44269504088896341f + magic;
-  float n = k - magic;
-  int32_t ni = ember_f2i(k) - 0x4B400000;     // n as an integer (its low mantissa bits)
-  float r = xc - n * 0.693359375f;           // Cody-Waite: ln2 = C1 + C2
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  float y = p * (r * r) + r + 1.0f;
-  // 2^n in two factors: results in the subnormal range round once, x > 88.72 gives inf.
-  int32_t a = ni >> 1, b = ni - a;
-  return y * ember_i2f((a + 127) << 23) * ember_i2f((b + 127) << 23);
-}
-static inline float ember_log(float x) {
-  int32_t ux = ember_f2i(x);
-  bool sub = (ux & 0x7f800000) == 0;          // subnormal (or zero: fixed below)
-  float xs = x * (sub ? 8388608.0f : 1.0f);   // * 2^23 (selects of constants: gcc if-converts)
-  int32_t u = ember_f2i(xs);
-  int32_t e = ((u >> 23) & 0xff) - (sub ? 149 : 126);
-  int32_t mb = (u & 0x007fffff) | 0x3f000000;  // mantissa in [0.5, 1)
-  bool lo = mb < 0x3f3504f3;                   // m < sqrt(1/2)
-  e = lo ? e - 1 : e;
-  float m = ember_i2f(mb);
-  float f = m * (lo ? 2.0f : 1.0f) - 1.0f;
-  float fe = (float)e;
-  float z = f * f;
-  float p = 7.0376836292E-2f;
-  p = p * f - 1.1514610310E-1f;
-  p = p * f + 1.1676998740E-1f;
-  p = p * f - 1.2420140846E-1f;
-  p = p * f + 1.4249322787E-1f;
-  p = p * f - 1.6668057665E-1f;
-  p = p * f + 2.0000714765E-1f;
-  p = p * f - 2.4999993993E-1f;
-  p = p * f + 3.3333331174E-1f;
-  float y = p * f * z + fe * -2.12194440e-4f - 0.5f * z;
-  float r = (f + y) + fe * 0.693359375f;
-  // Special cases are added (a select between r and a constant makes gcc compute r in a
-  // branch, which it then cannot if-convert): r is finite here for every input.
-  float fix = (ux & 0x7fffffff) == 0 ? -INFINITY : ux < 0 ? NAN : ux >= 0x7f800000 ? x : 0.0f;
-  return r + fix;                             // x < 0: NaN, +-0: -inf, +inf/NaN: x
-}
-static inline float ember_log1p(float x) {
-  float u = 1.0f + x, d = u - 1.0f;           // log(u) * x / (u - 1): corrects u's rounding
-  float w = (d == 0.0f || x == INFINITY) ? 1.0f : d;
-  return ember_log(u) * (x / w) + (d == 0.0f ? x : 0.0f);   // d == 0: log(u) == 0, gives x
-}
-static inline float ember_expm1(float x) {
-  float ax = x < 0.0f ? -x : x;
-  float p = 2.48015873015873016e-5f;          // Taylor to x^8/8!, |x| < 0.5
-  p = p * x + 1.98412698412698413e-4f;
-  p = p * x + 1.38888888888888889e-3f;
-  p = p * x + 8.33333333333333333e-3f;
-  p = p * x + 4.16666666666666667e-2f;
-  p = p * x + 1.66666666666666667e-1f;
-  p = p * x + 0.5f;
-  p = (p * x) * x + x;
-  float e = ember_exp(x) - 1.0f;
-  return ax < 0.5f ? p : e;
-}
-static inline float ember_tanh(float x) {
-  float ax = x < 0.0f ? -x : x;
-  float z = x * x;
-  float p = -5.70498872745E-3f;
-  p = p * z + 2.06390887954E-2f;
-  p = p * z - 5.37397155531E-2f;
-  p = p * z + 1.33314422036E-1f;
-  p = p * z - 3.33332819422E-1f;
-  float small = x + x * z * p;
-  float big = 1.0f - 2.0f / (ember_exp(ax + ax) + 1.0f);   // saturates to 1 (exp -> inf)
-  big = x < 0.0f ? -big : big;
-  return ax < 0.625f ? small : big;
-}
-static inline float ember_erf(float x) {
-  float ax = x < 0.0f ? -x : x;
-  float z = x * x;
-  float t = 7.853861353153693E-5f;            // |x| < 1: x * T(x^2)
-  t = t * z - 8.010193625184903E-4f;
-  t = t * z + 5.188327685732524E-3f;
-  t = t * z - 2.685381193529856E-2f;
-  t = t * z + 1.128358514861418E-1f;
-  t = t * z - 3.761262582423300E-1f;
-  t = t * z + 1.128379165726710E+0f;
-  float q = 1.0f / ax, y = q * q;             // |x| >= 1: 1 - exp(-x^2)/x P(1/x^2)
-  float p = 2.326819970068386E-2f;
-  p = p * y - 1.387039388740657E-1f;
-  p = p * y + 3.687424674597105E-1f;
-  p = p * y - 5.824733027278666E-1f;
-  p = p * y + 6.210004621745983E-1f;
-  p = p * y - 4.944515323274145E-1f;
-  p = p * y + 3.404879937665872E-1f;
-  p = p * y - 2.741127028184656E-1f;
-  p = p * y + 5.638259427386472E-1f;
-  float r = -1.047766399936249E+1f;
-  r = r * y + 1.297719955372516E+1f;
-  r = r * y - 7.495518717768503E+0f;
-  r = r * y + 2.921019019210786E+0f;
-  r = r * y - 1.015265279202700E+0f;
-  r = r * y + 4.218463358204948E-1f;
-  r = r * y - 2.820767439740514E-1f;
-  r = r * y + 5.641895067754075E-1f;
-  float big = 1.0f - ember_exp(-z) * q * (ax < 2.0f ? p : r);
-  big = x < 0.0f ? -big : big;
-  return ax < 1.0f ? x * t : big;
-}
-static inline float ember_sigmoid(float x) { return 1.0f / (1.0f + ember_exp(-x)); }
-static inline double ember_exp(double x) { return std::exp(x); }
-static inline double ember_log(double x) { return std::log(x); }
-static inline double ember_log1p(double x) { return std::log1p(x); }
-static inline double ember_expm1(double x) { return std::expm1(x); }
-static inline double ember_tanh(double x) { return std::tanh(x); }
-static inline double ember_erf(double x) { return std::erf(x); }
-static inline double ember_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-"""
 
 CTYPE = {"f32": "float", "f64": "double", "f16": "float", "bf16": "float", "i1": "bool",
          "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
@@ -225,6 +39,12 @@ NAN_MINMAX = {"maximumf": "max", "minimumf": "min"}
 OMP_RED = {"addf": "+", "addi": "+", "mulf": "*", "muli": "*", "maximumf": "nanmax",
            "minimumf": "nanmin", "maxnumf": "max", "minnumf": "min", "maxsi": "max",
            "minsi": "min", "ori": "|", "andi": "&", "xori": "^"}
+# Float sums over more elements than this accumulate in blocks: a float partial sum per block
+# (vectorized: one partial per SIMD lane), blocks added into a double. A float accumulator per
+# lane over millions of elements loses digits (and saturates at 2^24 for ones), where eager's
+# cascade sum stays within a few ulps; this keeps the error that of a 2048-element float sum.
+SUM_BLOCK = 2048
+_FLOAT_SUM = ("f32", "f16", "bf16")
 
 
 class CppLang:
@@ -472,15 +292,21 @@ class _Emitter:
         maps = indexing_maps(op)
         n_in = len(op.inputs)
         rvars = frozenset(v for _, v in red)
-        accs, kinds, results, nans = [], [], [], {}
+        accs, results, nans = [], [], {}
         used = needed_results(op, [k for k, r in enumerate(op.results) if any(True for _ in r.uses)])
+        # the combiner of each result (a masked update `c ? f + acc : acc` reduces as `+`)
+        kinds = [combiner(op, k, used)[0] or masked_combiner(op, k, used)[0]
+                 for k in range(len(op.results))]
+        blocked = self._sum_blocks(op, red, used, kinds)
         for k, r in enumerate(op.results):
             ty = type_name(r.type)
             acc = b.fresh("acc")
             kind, operand = combiner(op, k, used)
             if k in used:
                 init = b.value_at(op.outputs[k], b.apply_map(maps[n_in + k], full))
-                b.emit_into(target, f"{CTYPE[ty]} {acc} = {init.text};")
+                # a blocked sum declares its double accumulator here, `acc` after the loops
+                decl = f"double {acc}_wide" if blocked else f"{CTYPE[ty]} {acc}"
+                b.emit_into(target, f"{decl} = {init.text};")
                 if kind in NAN_MINMAX and self.vec:
                     nans[k] = (b.fresh("nan"), operand)
                     b.emit_into(target, f"int {nans[k][0]} = 0;")
@@ -490,7 +316,9 @@ class _Emitter:
             # into the loop-free preamble, even for a full reduction).
             target.binds.add(acc)
             results.append(Expr(acc, deps | {acc}))
-            kinds.append(kind)
+        if blocked is not None:
+            return self._blocked_reduce(b, op, full, target, saved, red, blocked, accs, results,
+                                        used)
         scopes = [self.loop(g, v) for g, v in red]
         parent = target
         for sc in scopes:
@@ -527,6 +355,80 @@ class _Emitter:
                 scopes[0].pragmas.append(f"#pragma omp parallel for{simd}{coll}{par} {clause}")
             elif self.vec:
                 scopes[0].pragmas.append(f"#pragma omp simd{coll} {clause}")
+        return results
+
+    def _sum_blocks(self, op, red, used, kinds):
+        """(split position j, block step) when reduction `op` is a float sum over more than
+        SUM_BLOCK elements (or a dynamic count), else None. The reduced loops after j cover at
+        most SUM_BLOCK elements; loop j is walked in chunks of `step` iterations, so that one
+        block (chunk x the loops after j) has about SUM_BLOCK elements."""
+        if not red or not used or any(kinds[k] != "addf" or
+                                       type_name(op.results[k].type) not in _FLOAT_SUM
+                                       for k in used):
+            return None
+        prod, j = 1, len(red) - 1
+        while j >= 0:
+            n = self.sched.size(red[j][0])
+            if n is None or prod * n > SUM_BLOCK:
+                break
+            prod *= n
+            j -= 1
+        if j < 0:
+            return None
+        return j, max(1, SUM_BLOCK // prod)
+
+    def _blocked_reduce(self, b, op, full, target, saved, red, blocked, accs, results, used):
+        """A float sum in blocks (see SUM_BLOCK): `double wide = init; for each block
+        { float part = 0; for the block's elements (simd) part += f; wide += part; }`, and
+        the result `float acc = wide` after the loops. Threads split the blocks."""
+        j, step = blocked
+        wide = {k: f"{accs[k].text}_wide" for k in used}
+        part = {k: b.fresh("part") for k in used}
+        outer = [self.loop(g, v) for g, v in red[:j]]
+        g, v = red[j]
+        n = b.size(g).text
+        if step > 1:
+            c = f"c{self.nloop}"
+            outer.append(Scope({c}, f"for (int64_t {c} = 0; {c} < {n}; {c} += {step})"))
+            outer[-1].pragmas = []
+            inner = [Scope({v}, f"for (int64_t {v} = {c}; {v} < std::min<int64_t>({c} + "
+                                f"{step}, {n}); ++{v})")]
+            inner[0].pragmas = []
+        else:
+            outer.append(self.loop(g, v))
+            inner = []
+        inner += [self.loop(g2, v2) for g2, v2 in red[j + 1:]]
+        parent = target
+        for sc in outer:
+            b.push(sc, parent)
+            parent = sc
+        chunk = parent
+        for k in used:
+            b.emit_into(chunk, f"float {part[k]} = 0.0f;")
+        for sc in inner:
+            b.push(sc, parent)
+            parent = sc
+        paccs = [Expr(part[k], a.deps) if k in part else a for k, a in enumerate(accs)]
+        updates = [f"{part[k]} = {b.generic_yield(op, k, full, outs=paccs).text};" for k in used]
+        parent.stmts.extend(updates)
+        for _ in inner:
+            b.pop()
+        for k in used:
+            chunk.stmts.append(f"{wide[k]} += {part[k]};")
+        for _ in outer:
+            b.pop()
+        b.stack = saved
+        for k in used:
+            b.emit_into(target, f"const float {accs[k].text} = (float){wide[k]};")
+        par = self.par_clause([g2 for g2, _ in red]) if target is b.stack[0] else None
+        if par is not None:
+            clause = " ".join(f"reduction(+:{wide[k]})" for k in used)
+            coll = f" collapse({len(outer)})" if len(outer) > 1 else ""
+            outer[0].pragmas.append(f"#pragma omp parallel for{coll}{par} {clause}")
+        if inner and self.vec:
+            clause = " ".join(f"reduction(+:{part[k]})" for k in used)
+            coll = f" collapse({len(inner)})" if len(inner) > 1 else ""
+            inner[0].pragmas.append(f"#pragma omp simd{coll} {clause}")
         return results
 
     def emit(self, flat: int = 1) -> str:

@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from .base import Pass, PassError, option
 from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_maps,
-                              schedule_kernel, shape, type_name)
+                              masked_combiner, schedule_kernel, shape, type_name)
 from .kernel_expr import ExprBuilder
 from .graph_utils import attach_kernel_sources
 from .registry import register
@@ -155,8 +155,12 @@ class _KernelWriter:
         return self.builder.size(g).text
 
     def runtime_extent(self, dims):
-        """The launcher's expression of a flattened extent, from the tensors' sizes."""
-        return " * ".join(f"sizes[{self.sched.size_index(g)}]" for g in dims) or "1"
+        """The launcher's expression of a flattened extent: static sizes as numbers (a dim
+        that only a loop has, an expanded read summed away, is in no tensor's shape), dynamic
+        ones from the tensors' sizes."""
+        parts = [str(self.sched.size(g)) if self.sched.size(g) is not None
+                 else f"sizes[{self.sched.size_index(g)}]" for g in dims]
+        return " * ".join(parts) or "1"
 
     def extent(self, dims):
         parts = [self.size_text(g) for g in dims]
@@ -221,6 +225,9 @@ class _KernelWriter:
             not o.inner or set(g for g in o.inner if not s.unit(g)) == set(rdims)
             for o in s.outputs)
         outer = [g for g in s.outer if not s.unit(g)]
+        # indices over the iteration space (x times r), not only over the tensors, must fit
+        if math.prod(s.size(g) or 1 for g in outer + rdims) > _INT32_MAX:
+            self.wide = True
         root = self.builder.stack[0]
         pid = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
         head = [f"xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]",
@@ -303,12 +310,21 @@ class _KernelWriter:
                 parts.append(None)
                 continue
             kind, operand = combiner(op, k, used)
+            cond = None
+            if kind is None:   # a masked update: reduce select(cond, f, identity)
+                kind, operand, cond, take = masked_combiner(op, k, used)
             if kind not in _COMBINE:
                 b.stack = saved
                 raise PassError(f"ember-lower-to-triton: unsupported reduction combiner "
                                 f"'{kind or 'general body'}'", op.location)
             ctx = self._body_ctx(b, op, full)
-            parts.append((kind, b.scalar(operand, ctx)))
+            val = b.scalar(operand, ctx)
+            if cond is not None:
+                c, ident = b.scalar(cond, ctx), _COMBINE[kind][1]
+                arms = (val.text, ident) if take else (ident, val.text)
+                val = b.bind(f"tl.where(({c.text}) != 0, {arms[0]}, {arms[1]})",
+                             val.deps | c.deps, type_name(op.results[k].type), "m")
+            parts.append((kind, val))
         b.stack = saved
         # The loop goes in after its body was built: a reduction that this one reads (built
         # while evaluating the body) has already put its own loop first.

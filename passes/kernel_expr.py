@@ -280,7 +280,11 @@ class ExprBuilder:
                                                ty))
             raise Unschedulable("non-splat tensor constant inside a kernel", op.location)
         if name == "tensor.empty":
-            raise Unschedulable("reads an uninitialised tensor.empty", op.location)
+            # Its contents are unspecified (MLIR's tensor.empty; eager's torch.empty): any value
+            # is a valid refinement, and 0 is the one code generation can fold. Decompositions
+            # that fill an empty tensor piece by piece read it through selects whose other arm
+            # wins wherever the result is defined (circular padding: where(mask, part, empty)).
+            return Expr(self.lang.constant(0, ty))
         raise Unschedulable(f"cannot compute '{name}' per element", op.location)
 
     def _round_narrow(self, op, k, e: Expr, ty: str) -> Expr:

@@ -149,6 +149,62 @@ def combiner(op, k: int, used=None) -> tuple[Optional[str], Optional[ir.Value]]:
     return None, None
 
 
+def masked_combiner(op, k: int, used=None):
+    """(kind, operand, cond, take_when) for result k of a reduction generic whose yield is a
+    masked update, `select(cond, combine(f, out_k), out_k)` (or with the arms swapped: then
+    `take_when` is False): a reduction of `f` over the elements where `cond == take_when`
+    (embedding_bag's bags, pooling windows). (None, None, None, None) otherwise. `cond` and `f`
+    do not read out_k. Lowerings reduce `select(cond, f, identity)` with the plain combiner."""
+    none = (None, None, None, None)
+    block = op.regions[0].blocks[0]
+    out_arg = block.arguments[len(op.inputs) + k]
+    term = list(block.operations)[-1]
+    sel = term.operands[k].owner
+    if not hasattr(sel, "name") or sel.name != "arith.select":
+        return none
+    cond, a, b = sel.operands
+    if b == out_arg and a != out_arg:
+        comb, take = a, True
+    elif a == out_arg and b != out_arg:
+        comb, take = b, False
+    else:
+        return none
+    owner = comb.owner
+    if not hasattr(owner, "name") or owner.name == "linalg.yield" or len(owner.operands) != 2:
+        return none
+    x, y = owner.operands
+    f = x if y == out_arg and x != out_arg else y if x == out_arg and y != out_arg else None
+    if f is None or _reads(cond, out_arg) or _reads(f, out_arg):
+        return none
+    # out_k feeds nothing live but this select and its combine
+    live, work = set(), [term.operands[i] for i in (used if used is not None
+                                                     else range(len(term.operands)))]
+    while work:
+        v = work.pop()
+        o = v.owner
+        if hasattr(o, "operands") and hasattr(o, "name") and o not in live:
+            live.add(o)
+            work.extend(o.operands)
+    if sum(1 for u in out_arg.uses if u.owner in live) != 2:
+        return none
+    return owner.name.split(".", 1)[1], f, cond, take
+
+
+def _reads(v, arg) -> bool:
+    """Whether value `v` (in a generic's body) depends on block argument `arg`."""
+    seen, work = set(), [v]
+    while work:
+        v = work.pop()
+        if v == arg:
+            return True
+        o = v.owner
+        if isinstance(v, ir.BlockArgument) or not hasattr(o, "operands") or o in seen:
+            continue
+        seen.add(o)
+        work.extend(o.operands)
+    return False
+
+
 def needed_results(op, used) -> list[int]:
     """Results of reduction generic `op` whose accumulators must be kept: those in `used`,
     and every result whose accumulator (output block argument) a kept one's body reads (the
@@ -370,7 +426,7 @@ class KernelSchedule:
             allowed |= set(inner)
             self.outputs.append(Output(r, self.dims(r), inner))
         for v in self.args + [r for op in self.ops for r in op.results]:
-            if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v):
+            if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                 continue
             gs = [g for g in self.dims(v) if not self.unit(g)]
             if len(set(gs)) != len(gs):
@@ -379,7 +435,7 @@ class KernelSchedule:
                                     "under two different index maps)", _location(v))
         for op in self.ops:
             for v in op.results:
-                if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v):
+                if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                     continue
                 bad = [g for g in self.dims(v) if g not in allowed and not self.unit(g)]
                 if bad:
@@ -416,6 +472,15 @@ def _is_empty(v) -> bool:
                 k != len(owner.operands) - 1:
             return False
     return bool(uses)
+
+
+def _is_splat(v) -> bool:
+    """A splat tensor constant: the same value at every index, so its dims need no loop (a
+    zero tensor padded to a larger one, as circular padding's backward makes)."""
+    if not isinstance(v, ir.OpResult) or op_name(v.owner) != "arith.constant":
+        return False
+    attr = v.owner.attributes["value"]
+    return isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat
 
 
 def _location(v):

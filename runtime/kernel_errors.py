@@ -2,7 +2,7 @@
 
 A kernel cannot throw. It records the first error it meets in a 4-slot int64 record
 (kind, value, dim, size) and goes on with an in-bounds stand-in value: the C++ translation unit
-keeps it in `ember_error`, returned by `ember_error_record()` (passes/cpp_emitter.py); a Triton
+keeps it in `ember_error`, returned by `ember_error_record()` (passes/cpp_prelude.py); a Triton
 module keeps one record per device (`_ember_error_buffer` in passes/triton_lang.py; read under
 the interpreter only: on a GPU the kernel's device-side assert reports, as eager's CUDA kernels
 do). After a kernel that checks, the runtime reads the record, clears it and raises:

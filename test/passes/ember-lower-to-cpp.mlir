@@ -72,9 +72,16 @@
 // CHECK-SAME: in0[(([[R]] * 70) + [[C]])]
 // CHECK-SAME: out0[[[C]]] = [[S]];
 
-// Full sum: no outer space, the reduction itself is split over threads.
+// Full sum: no outer space, the reduction itself is split over threads. 150000 elements: a
+// blocked sum (float partial per block of 4 rows x 500, vectorized; blocks added in double).
 // CHECK-LABEL: func.func private @full_sum
-// CHECK-SAME: #pragma omp parallel for simd collapse(2) reduction(+:[[S:acc[0-9]+]])
+// CHECK-SAME: double [[W:acc[0-9]+_wide]] = 0.0f;
+// CHECK-SAME: #pragma omp parallel for reduction(+:[[W]])\0A  for (int64_t [[C:c[0-9]+]] = 0; [[C]] < 300; [[C]] += 4)
+// CHECK-SAME: float [[P:part[0-9]+]] = 0.0f;
+// CHECK-SAME: #pragma omp simd collapse(2) reduction(+:[[P]])\0A    for (int64_t [[R:i0_[0-9]+]] = [[C]]; [[R]] < std::min<int64_t>([[C]] + 4, 300);
+// CHECK-SAME: [[P]] = {{t[0-9]+}};
+// CHECK-SAME: [[W]] += [[P]];
+// CHECK-SAME: const float [[S:acc[0-9]+]] = (float)[[W]];
 // CHECK-SAME: out0[0] = [[S]];
 
 // Dynamic sizes come from the ABI's sizes table; OpenMP only when the work is large.
@@ -452,5 +459,91 @@ module {
       linalg.yield %6, %8 : i64, i64
     } -> (tensor<8xi64>, tensor<8xi64>)
     return %3#1 : tensor<8xi64>
+  }
+}
+
+// -----
+
+// A sum of at most 2048 (SUM_BLOCK) elements keeps one float accumulator per lane.
+// CHECK-LABEL: void small_sum(
+// CHECK: float [[S:acc[0-9]+]] = 0.0f;
+// CHECK-NOT: double
+// CHECK: #pragma omp simd collapse(2) reduction(+:[[S]])
+// CHECK: out0[0] = [[S]];
+#ss0 = affine_map<(d0, d1) -> (d0, d1)>
+#ss1 = affine_map<(d0, d1) -> ()>
+module {
+  func.func private @small_sum(%arg0: tensor<16x128xf32>) -> tensor<f32> attributes {ember.kernel = "reduction"} {
+    %cst = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() : tensor<f32>
+    %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<f32>) -> tensor<f32>
+    %2 = linalg.generic {indexing_maps = [#ss0, #ss1], iterator_types = ["reduction", "reduction"]} ins(%arg0 : tensor<16x128xf32>) outs(%1 : tensor<f32>) {
+    ^bb0(%in: f32, %out: f32):
+      %3 = arith.addf %in, %out : f32
+      linalg.yield %3 : f32
+    } -> tensor<f32>
+    return %2 : tensor<f32>
+  }
+}
+
+// -----
+
+// Row sums of bf16 over a dynamic dim: blocked per row (chunks of 2048 of the dynamic dim),
+// accumulated in float then double, rounded to bf16 once at the store.
+// CHECK-LABEL: void dyn_row_sum_bf16(
+// CHECK: const int64_t [[N:s[0-9]+]] = sizes[1];
+// CHECK: double [[W:acc[0-9]+_wide]] = 0.0f;
+// CHECK: for (int64_t [[C:c[0-9]+]] = 0; [[C]] < [[N]]; [[C]] += 2048)
+// CHECK: float [[P:part[0-9]+]] = 0.0f;
+// CHECK: #pragma omp simd reduction(+:[[P]])
+// CHECK: < std::min<int64_t>([[C]] + 2048, [[N]]);
+// CHECK: ember_bf16_to_f32(in0[
+// CHECK: [[W]] += [[P]];
+// CHECK: const float [[S:acc[0-9]+]] = (float)[[W]];
+// CHECK: = ember_f32_to_bf16([[S]]);
+#rs0 = affine_map<(d0, d1) -> (d0, d1)>
+#rs1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func private @dyn_row_sum_bf16(%arg0: tensor<8x?xbf16>) -> tensor<8xbf16> attributes {ember.kernel = "reduction"} {
+    %cst = arith.constant 0.000000e+00 : bf16
+    %0 = tensor.empty() : tensor<8xbf16>
+    %1 = linalg.fill ins(%cst : bf16) outs(%0 : tensor<8xbf16>) -> tensor<8xbf16>
+    %2 = linalg.generic {indexing_maps = [#rs0, #rs1], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<8x?xbf16>) outs(%1 : tensor<8xbf16>) {
+    ^bb0(%in: bf16, %out: bf16):
+      %3 = arith.addf %in, %out : bf16
+      linalg.yield %3 : bf16
+    } -> tensor<8xbf16>
+    return %2 : tensor<8xbf16>
+  }
+}
+
+// -----
+
+// A masked update `c ? f + acc : acc` (embedding_bag's sum over a bag) is still a `+`
+// reduction: OpenMP reduces (and vectorizes) it.
+// CHECK-LABEL: void masked_sum(
+// CHECK: float [[S:acc[0-9]+]] = 0.0f;
+// CHECK: #pragma omp simd reduction(+:[[S]])
+// CHECK: = ({{t[0-9]+}} ? {{t[0-9]+}} : [[S]]);
+// CHECK-SAME: [[S]] = {{t[0-9]+}};
+#ms0 = affine_map<(d0, d1) -> (d0, d1)>
+#ms1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func private @masked_sum(%arg0: tensor<4x8xf32>, %arg1: tensor<4xi64>) -> tensor<4xf32>
+      attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
+    %zero = arith.constant 0.0 : f32
+    %e = tensor.empty() : tensor<4xf32>
+    %i = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+    %r = linalg.generic {indexing_maps = [#ms0, #ms1, #ms1], iterator_types = ["parallel", "reduction"]}
+        ins(%arg0, %arg1 : tensor<4x8xf32>, tensor<4xi64>) outs(%i : tensor<4xf32>) {
+    ^bb0(%a: f32, %n: i64, %o: f32):
+      %j = linalg.index 1 : index
+      %ji = arith.index_cast %j : index to i64
+      %c = arith.cmpi slt, %ji, %n : i64
+      %s = arith.addf %a, %o : f32
+      %x = arith.select %c, %s, %o : f32
+      linalg.yield %x : f32
+    } -> tensor<4xf32>
+    return %r : tensor<4xf32>
   }
 }

@@ -340,3 +340,75 @@ func.func private @unsigned_bytes(%arg0: tensor<64xi8>, %arg1: tensor<64xi8>) ->
   } -> (tensor<64xi8>, tensor<64xi1>, tensor<64xf32>)
   return %r#0, %r#1, %r#2 : tensor<64xi8>, tensor<64xi1>, tensor<64xf32>
 }
+
+// -----
+
+// The sum of an expanded read: the expanded dim (65537) is in no kernel argument's or
+// result's shape, so the launcher takes its static size (it asked the tensors' sizes for it:
+// "dynamic dim N is not a dim of any kernel argument or result"). 65537 x 65536 elements pass
+// 2^31: program ids and the extents are 64-bit.
+// CHECK-LABEL: func.func private @expand_sum
+// CHECK-SAME: tl.program_id(0).to(tl.int64)
+// CHECK-SAME: rnumel = 65537 * 65536\0A
+// CHECK-SAME: 'rnumel': 'i64'
+func.func private @expand_sum(%arg0: tensor<65536xf32>) -> tensor<f32> attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
+  %cst = arith.constant 0.000000e+00 : f32
+  %0 = tensor.empty() : tensor<65537x65536xf32>
+  %1 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<65536xf32>) outs(%0 : tensor<65537x65536xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    linalg.yield %in : f32
+  } -> tensor<65537x65536xf32>
+  %2 = tensor.empty() : tensor<f32>
+  %3 = linalg.fill ins(%cst : f32) outs(%2 : tensor<f32>) -> tensor<f32>
+  %4 = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> ()>], iterator_types = ["reduction", "reduction"]} ins(%1 : tensor<65537x65536xf32>) outs(%3 : tensor<f32>) {
+  ^bb0(%in: f32, %out: f32):
+    %5 = arith.addf %in, %out : f32
+    linalg.yield %5 : f32
+  } -> tensor<f32>
+  return %4 : tensor<f32>
+}
+
+// -----
+
+// A masked update (embedding_bag's sum over a bag, pooling windows): `select(c, f + acc, acc)`
+// reduces select(c, f, 0) with tl.sum; the arms swapped, select(c, -inf, f) with the max.
+// CHECK-LABEL: func.func private @masked_sum
+// CHECK-SAME: tl.where(({{.*}}) != 0, {{x[0-9]+}}, 0.0)
+// CHECK-SAME: tl.sum(
+// CHECK-LABEL: func.func private @masked_max_swapped
+// CHECK-SAME: tl.where(({{.*}}) != 0, float(\22-inf\22), {{x[0-9]+}})
+// CHECK-SAME: _ember_nanmax_reduce(
+func.func private @masked_sum(%arg0: tensor<4x8xf32>, %arg1: tensor<4xi64>) -> tensor<4xf32>
+    attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %i = linalg.fill ins(%zero : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}
+      ins(%arg0, %arg1 : tensor<4x8xf32>, tensor<4xi64>) outs(%i : tensor<4xf32>) {
+  ^bb0(%a: f32, %n: i64, %o: f32):
+    %j = linalg.index 1 : index
+    %ji = arith.index_cast %j : index to i64
+    %c = arith.cmpi slt, %ji, %n : i64
+    %s = arith.addf %a, %o : f32
+    %x = arith.select %c, %s, %o : f32
+    linalg.yield %x : f32
+  } -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+func.func private @masked_max_swapped(%arg0: tensor<4x8xf32>, %arg1: tensor<4xi64>) -> tensor<4xf32>
+    attributes {ember.kernel = "reduction", ember.ops = ["amax"]} {
+  %ninf = arith.constant 0xFF800000 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %i = linalg.fill ins(%ninf : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}
+      ins(%arg0, %arg1 : tensor<4x8xf32>, tensor<4xi64>) outs(%i : tensor<4xf32>) {
+  ^bb0(%a: f32, %n: i64, %o: f32):
+    %j = linalg.index 1 : index
+    %ji = arith.index_cast %j : index to i64
+    %c = arith.cmpi sge, %ji, %n : i64
+    %m = arith.maximumf %o, %a : f32
+    %x = arith.select %c, %o, %m : f32
+    linalg.yield %x : f32
+  } -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}

@@ -133,11 +133,8 @@ def test_conv_channels_last(name, target, device):
 
 
 @pytest.mark.targets("cpu")
-@pytest.mark.parametrize("mode", ["reflect", "replicate"])   # circular: see below
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
 def test_conv_padding_modes(mode, target, device):
-    # padding_mode="circular" falls back (not a convolution matter): its pad is an empty tensor
-    # filled through slice copies, which ember-lower-to-cpp rejects ("reads an uninitialised
-    # tensor.empty")
     torch.manual_seed(0)
     conv = nn.Conv2d(3, 4, 3, padding=1, padding_mode=mode).to(device)
     _fwd_bwd(conv, [_randn((1, 3, 6, 6))], target, device)

@@ -1,0 +1,58 @@
+"""Decompositions around reductions where torch-mlir's lowering differs from eager or does not
+compile (applied while AOTAutograd traces, below autograd; NotImplemented leaves the op alone).
+
+* `mean` of bf16/f16: torch-mlir sums into the 16-bit type and divides by the element count
+  converted to that type: 65536 is inf in f16 (the mean of 65536 f16 values came out 0) and
+  counts above 2048 (f16) or 256 (bf16) are rounded. Eager (CPU) sums in f32, divides in f32
+  and rounds once (`cast_fp32 -> sum -> div -> cast`, ReduceOps.cpp); so does this.
+* `as_strided` that is a reshape (group norm's decomposition makes one: a contiguous input at
+  offset 0, as many elements as the result, contiguous strides) is a `view`: torch-mlir turns
+  as_strided into a gather through a constant index tensor, which no kernel can hold.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+aten = torch.ops.aten
+_NARROW = (torch.float16, torch.bfloat16)
+
+
+def _mean(x, dim=None, keepdim=False, *, dtype=None):
+    if not isinstance(x, torch.Tensor) or x.dtype not in _NARROW or \
+            (dtype is not None and dtype != x.dtype):
+        return NotImplemented
+    dims = list(range(x.dim())) if dim is None or len(dim) == 0 else \
+        [d % max(1, x.dim()) for d in dim]
+    n = math.prod(x.shape[d] for d in dims) if x.dim() else 1
+    s = torch.sum(x, dims, keepdim, dtype=torch.float32) if x.dim() else x.float()
+    return (s / n).to(x.dtype)
+
+
+def _mean_default(x, *, dtype=None):
+    return _mean(x, None, False, dtype=dtype)
+
+
+def _contiguous_strides(size) -> list[int]:
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= max(1, n)
+    return strides[::-1]
+
+
+def _as_strided(x, size, stride, storage_offset=None):
+    size, stride = list(size), list(stride)
+    if not all(isinstance(v, int) for v in size + stride) or storage_offset not in (None, 0):
+        return NotImplemented
+    if x.storage_offset() != 0 or not x.is_contiguous() or x.numel() != math.prod(size):
+        return NotImplemented
+    if any(n != 1 and s != c for n, s, c in zip(size, stride, _contiguous_strides(size))):
+        return NotImplemented
+    return aten.view.default(x, size)
+
+
+def table() -> dict:
+    return {aten.mean.dim: _mean, aten.mean.default: _mean_default,
+            aten.as_strided.default: _as_strided}

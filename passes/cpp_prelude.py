@@ -1,0 +1,194 @@
+"""The C++ prelude of every ember CPU translation unit: 16-bit float conversions, the
+error record of data errors, NaN-propagating min/max (and their OpenMP reductions) and
+branch-free vectorizable math (exp, log, tanh, erf, ...). cpp_emitter prints the kernels
+that use it."""
+
+
+PRELUDE = r"""// ember C++ kernels (generated)
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+// 16-bit floats are stored as uint16_t and computed in float.
+static inline float ember_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t ember_f32_to_bf16(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return (uint16_t)(u >> 16);
+}
+static inline float ember_round_bf16(float f) { return ember_bf16_to_f32(ember_f32_to_bf16(f)); }
+static inline float ember_f16_to_f32(uint16_t h) { _Float16 v; std::memcpy(&v, &h, 2); return (float)v; }
+static inline uint16_t ember_f32_to_f16(float f) { _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h; }
+static inline float ember_round_f16(float f) { return (float)(_Float16)f; }
+// Errors in the data (an index out of range, an integer division by zero) cannot throw from a
+// kernel: the first one is recorded in ember_error (kind, value, dim, size) and the host raises
+// it after the kernel (runtime/executor.py, runtime/kernel_errors.py). The checks are cold
+// branches: the value used after a failed check keeps every access in bounds. The record has
+// internal linkage (another library's symbol can never interpose it); the host finds it through
+// ember_error_record().
+static int64_t ember_error[4] = {0, 0, 0, 0};
+extern "C" int64_t* ember_error_record() { return ember_error; }
+__attribute__((cold, noinline)) static void ember_fail(int64_t kind, int64_t v, int64_t d, int64_t n) {
+  int64_t none = 0;
+  if (__atomic_compare_exchange_n(&ember_error[0], &none, kind, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    ember_error[1] = v; ember_error[2] = d; ember_error[3] = n;
+  }
+}
+static inline int64_t ember_chk_index(int64_t i, int64_t n, int64_t d) {
+  if (__builtin_expect((uint64_t)i >= (uint64_t)n, 0)) { ember_fail(1, i, d, n); return 0; }
+  return i;
+}
+// Integer division: a zero divisor is the error eager raises; MIN / -1 wraps (x86 traps on both).
+template <typename T> static inline T ember_chk_divsi(T a, T b) {
+  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
+  return b == -1 ? (T)(0 - (uint64_t)a) : (T)(a / b);
+}
+template <typename T> static inline T ember_chk_remsi(T a, T b) {
+  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
+  return b == -1 ? (T)0 : (T)(a % b);
+}
+template <typename T> static inline T ember_chk_floordivsi(T a, T b) {
+  T q = ember_chk_divsi(a, b);
+  return (b != 0 && b != -1 && a % b != 0 && ((a < 0) != (b < 0))) ? (T)(q - 1) : q;
+}
+template <typename T> static inline T ember_chk_divui(T a, T b) {   // T unsigned
+  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
+  return (T)(a / b);
+}
+template <typename T> static inline T ember_chk_remui(T a, T b) {
+  if (__builtin_expect(b == 0, 0)) { ember_fail(2, 0, 0, 0); return 0; }
+  return (T)(a % b);
+}
+// arith.maximumf/minimumf propagate NaN (as torch.maximum and amax do); written as selects so
+// that gcc vectorizes them.
+template <typename T> static inline T ember_max(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> static inline T ember_min(T a, T b) { return (a < b || a != a) ? a : b; }
+#pragma omp declare reduction(nanmax : float, double : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+#pragma omp declare reduction(nanmin : float, double : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = omp_orig)
+// Vectorizable math: branch-free (selects), inline, no libm calls, so gcc vectorizes loops that
+// use them under `#pragma omp simd`. Cephes-style range reduction + polynomials (~1-2 ulp);
+// inf/NaN/overflow/underflow/subnormals handled with selects. double overloads call libm.
+static inline float ember_i2f(int32_t i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
+static inline int32_t ember_f2i(float f) { int32_t i; __builtin_memcpy(&i, &f, 4); return i; }
+static inline float ember_exp(float x) {
+  float xc = x > 89.0f ? 89.0f : x;          // NaN fails both compares and stays NaN
+  xc = xc < -105.0f ? -105.0f : xc;
+  const float magic = 12582912.0f;           // 1.5 * 2^23: adding it rounds to an integer
+  float k = xc * 1.44269504088896341f + magic;
+  float n = k - magic;
+  int32_t ni = ember_f2i(k) - 0x4B400000;     // n as an integer (its low mantissa bits)
+  float r = xc - n * 0.693359375f;           // Cody-Waite: ln2 = C1 + C2
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  float y = p * (r * r) + r + 1.0f;
+  // 2^n in two factors: results in the subnormal range round once, x > 88.72 gives inf.
+  int32_t a = ni >> 1, b = ni - a;
+  return y * ember_i2f((a + 127) << 23) * ember_i2f((b + 127) << 23);
+}
+static inline float ember_log(float x) {
+  int32_t ux = ember_f2i(x);
+  bool sub = (ux & 0x7f800000) == 0;          // subnormal (or zero: fixed below)
+  float xs = x * (sub ? 8388608.0f : 1.0f);   // * 2^23 (selects of constants: gcc if-converts)
+  int32_t u = ember_f2i(xs);
+  int32_t e = ((u >> 23) & 0xff) - (sub ? 149 : 126);
+  int32_t mb = (u & 0x007fffff) | 0x3f000000;  // mantissa in [0.5, 1)
+  bool lo = mb < 0x3f3504f3;                   // m < sqrt(1/2)
+  e = lo ? e - 1 : e;
+  float m = ember_i2f(mb);
+  float f = m * (lo ? 2.0f : 1.0f) - 1.0f;
+  float fe = (float)e;
+  float z = f * f;
+  float p = 7.0376836292E-2f;
+  p = p * f - 1.1514610310E-1f;
+  p = p * f + 1.1676998740E-1f;
+  p = p * f - 1.2420140846E-1f;
+  p = p * f + 1.4249322787E-1f;
+  p = p * f - 1.6668057665E-1f;
+  p = p * f + 2.0000714765E-1f;
+  p = p * f - 2.4999993993E-1f;
+  p = p * f + 3.3333331174E-1f;
+  float y = p * f * z + fe * -2.12194440e-4f - 0.5f * z;
+  float r = (f + y) + fe * 0.693359375f;
+  // Special cases are added (a select between r and a constant makes gcc compute r in a
+  // branch, which it then cannot if-convert): r is finite here for every input.
+  float fix = (ux & 0x7fffffff) == 0 ? -INFINITY : ux < 0 ? NAN : ux >= 0x7f800000 ? x : 0.0f;
+  return r + fix;                             // x < 0: NaN, +-0: -inf, +inf/NaN: x
+}
+static inline float ember_log1p(float x) {
+  float u = 1.0f + x, d = u - 1.0f;           // log(u) * x / (u - 1): corrects u's rounding
+  float w = (d == 0.0f || x == INFINITY) ? 1.0f : d;
+  return ember_log(u) * (x / w) + (d == 0.0f ? x : 0.0f);   // d == 0: log(u) == 0, gives x
+}
+static inline float ember_expm1(float x) {
+  float ax = x < 0.0f ? -x : x;
+  float p = 2.48015873015873016e-5f;          // Taylor to x^8/8!, |x| < 0.5
+  p = p * x + 1.98412698412698413e-4f;
+  p = p * x + 1.38888888888888889e-3f;
+  p = p * x + 8.33333333333333333e-3f;
+  p = p * x + 4.16666666666666667e-2f;
+  p = p * x + 1.66666666666666667e-1f;
+  p = p * x + 0.5f;
+  p = (p * x) * x + x;
+  float e = ember_exp(x) - 1.0f;
+  return ax < 0.5f ? p : e;
+}
+static inline float ember_tanh(float x) {
+  float ax = x < 0.0f ? -x : x;
+  float z = x * x;
+  float p = -5.70498872745E-3f;
+  p = p * z + 2.06390887954E-2f;
+  p = p * z - 5.37397155531E-2f;
+  p = p * z + 1.33314422036E-1f;
+  p = p * z - 3.33332819422E-1f;
+  float small = x + x * z * p;
+  float big = 1.0f - 2.0f / (ember_exp(ax + ax) + 1.0f);   // saturates to 1 (exp -> inf)
+  big = x < 0.0f ? -big : big;
+  return ax < 0.625f ? small : big;
+}
+static inline float ember_erf(float x) {
+  float ax = x < 0.0f ? -x : x;
+  float z = x * x;
+  float t = 7.853861353153693E-5f;            // |x| < 1: x * T(x^2)
+  t = t * z - 8.010193625184903E-4f;
+  t = t * z + 5.188327685732524E-3f;
+  t = t * z - 2.685381193529856E-2f;
+  t = t * z + 1.128358514861418E-1f;
+  t = t * z - 3.761262582423300E-1f;
+  t = t * z + 1.128379165726710E+0f;
+  float q = 1.0f / ax, y = q * q;             // |x| >= 1: 1 - exp(-x^2)/x P(1/x^2)
+  float p = 2.326819970068386E-2f;
+  p = p * y - 1.387039388740657E-1f;
+  p = p * y + 3.687424674597105E-1f;
+  p = p * y - 5.824733027278666E-1f;
+  p = p * y + 6.210004621745983E-1f;
+  p = p * y - 4.944515323274145E-1f;
+  p = p * y + 3.404879937665872E-1f;
+  p = p * y - 2.741127028184656E-1f;
+  p = p * y + 5.638259427386472E-1f;
+  float r = -1.047766399936249E+1f;
+  r = r * y + 1.297719955372516E+1f;
+  r = r * y - 7.495518717768503E+0f;
+  r = r * y + 2.921019019210786E+0f;
+  r = r * y - 1.015265279202700E+0f;
+  r = r * y + 4.218463358204948E-1f;
+  r = r * y - 2.820767439740514E-1f;
+  r = r * y + 5.641895067754075E-1f;
+  float big = 1.0f - ember_exp(-z) * q * (ax < 2.0f ? p : r);
+  big = x < 0.0f ? -big : big;
+  return ax < 1.0f ? x * t : big;
+}
+static inline float ember_sigmoid(float x) { return 1.0f / (1.0f + ember_exp(-x)); }
+static inline double ember_exp(double x) { return std::exp(x); }
+static inline double ember_log(double x) { return std::log(x); }
+static inline double ember_log1p(double x) { return std::log1p(x); }
+static inline double ember_expm1(double x) { return std::expm1(x); }
+static inline double ember_tanh(double x) { return std::tanh(x); }
+static inline double ember_erf(double x) { return std::erf(x); }
+static inline double ember_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+"""
