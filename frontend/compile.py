@@ -196,7 +196,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]
     t0 = time.perf_counter()
-    compiled = load(program, device, cache=options.cache_dir)
+    compiled = load(program, device, cache=options.cache_dir,
+                    parallel_compile=options.parallel_compile)
     seconds["build"] = time.perf_counter() - t0
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
     # Only inference graphs (a training forward returns its saved activations, which the

@@ -36,6 +36,9 @@ class CompileOptions:
     exact_low_precision: bf16/f16 layer norms run eager's own kernel (a library call) so that
       results match eager bit for bit where the rest does; False decomposes and fuses them
       (one memory pass fewer per norm; within bf16 rounding of eager, not identical).
+    parallel_compile: on a GPU, compile every Triton kernel of a graph (every autotuning
+      configuration) in worker processes when the graph is loaded, instead of one at a time
+      at each kernel's first launch (runtime/triton_warm.py). Same kernels either way.
     """
 
     target: str = "auto"
@@ -46,6 +49,7 @@ class CompileOptions:
     pipeline: str | None = None
     cudagraphs: bool = True
     exact_low_precision: bool = True
+    parallel_compile: bool = True
 
     def __post_init__(self):
         if self.target not in TARGETS:
@@ -55,7 +59,7 @@ class CompileOptions:
                 or self.max_group_size < 1):
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
-        for name in ("fallback", "cudagraphs", "exact_low_precision"):
+        for name in ("fallback", "cudagraphs", "exact_low_precision", "parallel_compile"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")

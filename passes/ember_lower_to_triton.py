@@ -415,8 +415,10 @@ def _source(k: _Kernel, sched, writer) -> str:
         keys = [p for p in k.jit_params if p in k.numels]
         # ember-buffer-reuse may give an output the memory of an input (in-place): timing a
         # config runs the kernel, so the inputs are restored after each trial.
+        # Only inputs whose memory an output overlaps at run time are saved (see the prelude).
         restore = writer.in_names
-        lines.append(f"@_ember_autotune(configs=[{cfgs}], key={keys!r}, restore={restore!r})")
+        lines.append(f"@_ember_autotune(configs=[{cfgs}], key={keys!r}, restore={restore!r}, "
+                     f"outputs={writer.out_names!r})")
     lines.append("@triton.jit")
     params = k.jit_params + [f"{c}: tl.constexpr" for c in k.constexprs]
     lines.append(f"def {jit}({', '.join(params)}):")

@@ -48,7 +48,8 @@ def _numel(shape: Sequence[int]) -> int:
 class CompiledProgram:
     def __init__(self, program: Program, device: str | torch.device = "cpu", *,
                  cache: ArtifactCache | Path | str | None = None,
-                 extra_flags: Sequence[str] = (), reuse_arena: bool = True):
+                 extra_flags: Sequence[str] = (), reuse_arena: bool = True,
+                 parallel_compile: bool = True):
         self.program = p = program
         self.device = dev = torch.device(device)
         if p.lang == "cpp" and dev.type != "cpu":
@@ -77,11 +78,16 @@ class CompiledProgram:
         self._host_scalar_ok = dev.type != "cpu"
         self._host_scalar_moves = {i for i in range(p.num_inputs) if i in on_device}
         self._pool: list[list] | None = [] if dev.type == "cpu" and reuse_arena else None
+        self.precompiled: dict | None = None
+        if parallel_compile and p.lang == "python" and dev.type == "cuda" \
+                and not triton_interpreted() and self._module is not None:
+            self._precompile()
 
     # ---- load-time preparation -------------------------------------------------------------
     def _bind_kernels(self, cache: ArtifactCache, extra_flags: Sequence[str]) -> dict[str, Callable]:
         p = self.program
         out: dict[str, Callable] = {}
+        self._module = None
         self._error_record = None     # kernels' error record (runtime/kernel_errors.py)
         self._checked: set[str] = set()
         if p.lang == "cpp":
@@ -99,6 +105,7 @@ class CompiledProgram:
                 out[name].restype = None
         else:
             mod = load_python_module(p.source, cache) if p.kernel_names else None
+            self._module = mod
             for name in p.kernel_names:
                 fn = getattr(mod, name, None)
                 if not callable(fn):
@@ -110,6 +117,24 @@ class CompiledProgram:
                     self._checked.add(name)
                     self._error_record = mod._ember_error_buffer(self.device)
         return out
+
+    def _precompile(self) -> None:
+        """Compiles every kernel launch of the first call (every autotuning configuration) in
+        worker processes, into Triton's disk cache (runtime/triton_warm.py); never raises."""
+        from .triton_warm import precompile
+        p, launches, seen = self.program, [], set()
+        for s in p.steps:
+            if s.kind != "kernel":
+                continue
+            args = []
+            for i in tuple(s.inputs) + tuple(s.outputs):
+                off = p.values[self._root(i)].offset
+                args.append((tuple(p.values[i].shape), self._dtypes[i], off or 0))
+            key = (s.name, tuple((a[0], str(a[1]), a[2] % 16) for a in args))
+            if key not in seen:
+                seen.add(key)
+                launches.append((s.name, args))
+        self.precompiled = precompile(self._module, launches, self.device)
 
     def _alloc_runs(self, outputs: Sequence[int]) -> list[Callable[[list], None]]:
         """Outputs without an arena offset get their own tensor, allocated when produced."""
@@ -313,9 +338,12 @@ def _checked_cpp_kernels(source: str, names) -> set[str]:
 
 def load(program: Program, device: str | torch.device = "cpu", *,
          cache: ArtifactCache | Path | str | None = None,
-         extra_flags: Sequence[str] = (), reuse_arena: bool = True) -> CompiledProgram:
+         extra_flags: Sequence[str] = (), reuse_arena: bool = True,
+         parallel_compile: bool = True) -> CompiledProgram:
     """Build (through the artifact cache) and bind a Program; `cache` defaults to the one named
     by EMBER_CACHE_DIR (runtime/env.py). `reuse_arena=False` allocates a fresh arena on
-    every call on the CPU too (see CompiledProgram._take_template)."""
+    every call on the CPU too (see CompiledProgram._take_template). `parallel_compile` (GPU
+    Triton programs) compiles all kernels in worker processes before the first call
+    (runtime/triton_warm.py); False leaves each to Triton's JIT at its first launch."""
     return CompiledProgram(program, device, cache=cache, extra_flags=extra_flags,
-                           reuse_arena=reuse_arena)
+                           reuse_arena=reuse_arena, parallel_compile=parallel_compile)

@@ -1,0 +1,113 @@
+"""Parallel compile of a Triton program's kernels (runtime/triton_warm.py), without a GPU.
+
+A small graph (a pointwise kernel, autotuned over 3 configurations, and a reduction) is
+compiled through the interpreter to get its Program; a fresh interpreter (the Triton
+interpreter patches triton in place) with a stand-in driver that names sm_90 then finds the
+first call's compile requests, compiles them in 2 worker processes into a fresh Triton cache,
+and replays the launches' own compiles through Triton's JIT: each must be a cache hit (no new
+cache entry), which proves that the workers compiled exactly what the launches ask for.
+"""
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+import ember  # noqa: E402,F401
+from ember.runtime import executor  # noqa: E402
+
+SCRIPT = textwrap.dedent('''
+    import glob, json, os, pickle, sys, time
+    os.environ.pop("TRITON_INTERPRET", None)
+    prog = pickle.load(open(sys.argv[1], "rb"))
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class FakeDriver:
+        def get_current_device(self): return 0
+        def get_current_stream(self, device=None): return 0
+        def get_current_target(self): return GPUTarget("cuda", 90, 32)
+    driver.set_active(FakeDriver())
+    import torch
+    from ember.runtime import triton_warm
+    path = sys.argv[2]
+    with open(path, "w") as f:
+        f.write(prog.source)
+    mod = triton_warm.load_as(prog.source, path, "ember_generated_warmtest")
+    launches = []
+    for s in prog.steps:
+        if s.kind == "kernel":
+            args = [(tuple(prog.values[i].shape), getattr(torch, prog.values[i].dtype),
+                     prog.values[i].offset or 0) for i in list(s.inputs) + list(s.outputs)]
+            launches.append((s.name, args))
+    reqs = triton_warm.compile_requests(mod, launches, "cuda")
+    res = triton_warm.compile_pool(prog.source, path, mod.__name__, reqs, jobs=2)
+    cache = os.environ["TRITON_CACHE_DIR"]
+    before = sorted(glob.glob(cache + "/*/*.cubin"))
+    t0 = time.perf_counter()
+    for jit, args, kw in triton_warm.launch_variants(mod, launches, "cuda"):
+        k = jit.run(*args, grid=None, warmup=True, **kw)
+        assert k.asm.get("cubin"), "no cubin"
+    replay = time.perf_counter() - t0
+    after = sorted(glob.glob(cache + "/*/*.cubin"))
+    print(json.dumps({"requests": [r[0] for r in reqs], "res": res, "before": len(before),
+                      "after": len(after), "replay_s": replay,
+                      "variants": len(triton_warm.launch_variants(mod, launches, "cuda"))}))
+''')
+
+
+def _program(monkeypatch, fn, *args, **options):
+    got = []
+    real = executor.load
+
+    def spy(program, *a, **kw):
+        got.append((program, kw))
+        return real(program, *a, **kw)
+    monkeypatch.setattr(executor, "load", spy)
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend="ember", options={"target": "triton", **options})(*args)
+    torch.testing.assert_close(out, fn(*args))
+    assert got
+    return got
+
+
+def f(x, y):
+    return (x * y + 1.0).sum(dim=-1), torch.relu(x - y)
+
+
+def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path):
+    x, y = torch.randn(64, 300), torch.randn(64, 300)
+    (program, kw), = _program(monkeypatch, f, x, y)
+    assert kw.get("parallel_compile") is True
+    assert any(s.kind == "kernel" for s in program.steps)
+    (tmp_path / "p.pkl").write_bytes(pickle.dumps(program))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "p.pkl"),
+                           str(tmp_path / "kernels.py")], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(r)
+    assert r["res"]["errors"] == []
+    # every launch variant (kernel x kept configuration) is one request, all compiled
+    assert r["variants"] > len([s for s in program.steps if s.kind == "kernel"])
+    assert len(r["requests"]) == r["variants"] == r["res"]["ok"]
+    assert r["before"] == r["res"]["ok"]
+    assert r["after"] == r["before"], "a launch missed the cache the workers filled"
+
+
+def test_option_turns_it_off(monkeypatch):
+    x, y = torch.randn(8, 16), torch.randn(8, 16)
+    (_, kw), = _program(monkeypatch, f, x, y, parallel_compile=False)
+    assert kw.get("parallel_compile") is False
+    from ember.frontend.options import CompileOptions, OptionsError
+    with pytest.raises(OptionsError):
+        CompileOptions(parallel_compile="yes")
