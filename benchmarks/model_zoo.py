@@ -52,6 +52,10 @@ def build(name: str, device: str, small: bool):
         model = getattr(torchvision.models, name)(num_classes=1000)
         x = torch.randn(batch, 3, res, res, generator=g)
         return model.to(device), (x.to(device),), lambda out: out.float().square().mean()
+    try:
+        import_torchvision()    # transformers imports torchvision where it is installed
+    except ImportError:
+        pass
     import transformers as tf
     batch, seq = (2, 32) if small else (8, 128)
     if name == "bert":
@@ -174,7 +178,7 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
         if dtype == torch.bfloat16:
             with torch.no_grad():
                 truth = _first(copy.deepcopy(base).eval()(*inputs))
-            noise = (rel_err(out.float(), truth), rel_err(ref.float(), truth))
+            noise = (rel_err(out, truth), rel_err(ref, truth))
     else:
         ref_model, model = copy.deepcopy(base).train(), copy.deepcopy(base).train()
         ref_step, _ = _train_fns(ref_model, inputs, loss_fn, mode, None)
