@@ -5,6 +5,7 @@ their neighbours, instead of `tensor.insert_slice`, which no kernel body takes.
 slice_scatter(base, src, dim, start, end, 1) ==
     where(start <= i < end along dim, pad(src, start before, size - end after), base);
 select_scatter(base, src, dim, i) == slice_scatter(base, src.unsqueeze(dim), dim, i, i + 1).
+as_strided_scatter that covers `base` in its own order is `src` reshaped (others stay).
 A strided slice (step > 1) spreads `src` first: `step - 1` zeros after each element."""
 from __future__ import annotations
 
@@ -58,6 +59,17 @@ def _select_scatter(base, src, dim, index):
     return _slice_scatter(base, src.unsqueeze(dim), dim, index, index + 1)
 
 
+def _as_strided_scatter(base, src, size, stride, storage_offset=None):
+    """Where the strides restate `base`'s own layout (strided_views.restates_layout: the
+    backward of a squeeze or of an `as_strided` that AOTAutograd wrote for a layout change),
+    `src` overwrites every element of `base` in order: the result is `src` in `base`'s shape."""
+    from .strided_views import restates_layout
+    if not restates_layout(base, size, stride, storage_offset):
+        return NotImplemented
+    return src.to(base.dtype).reshape(base.shape).clone()
+
+
 def scatter_decompositions() -> dict:
     return {aten.slice_scatter.default: _slice_scatter,
-            aten.select_scatter.default: _select_scatter}
+            aten.select_scatter.default: _select_scatter,
+            aten.as_strided_scatter.default: _as_strided_scatter}
