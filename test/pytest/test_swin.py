@@ -126,6 +126,27 @@ def test_swin_block_training_bf16(target, device):
     _assert_no_fallback()
 
 
+@pytest.mark.targets("cpu")
+def test_bf16_layer_norm_saved_stats(target, device):
+    """swin's patch embedding under bf16 autocast: a bf16 activation into LayerNorm with f32
+    weights. The CPU kernel (a library call) returns f32 mean/rstd where torch's meta, which
+    typed the graphs, says bf16; the backward must get what it was compiled for."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 4))
+    mc = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 4))
+    mc.load_state_dict(m.state_dict())
+    x = torch.randn(4, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = m(x).float().square().mean()
+        out = _compile(mc, target)(x).float().square().mean()
+    ref.backward()
+    out.backward()
+    assert_close(out, ref, tol=1e-2)
+    for (name, p), q in zip(m.named_parameters(), mc.parameters()):
+        assert_close(q.grad, p.grad, tol=1e-2, what=name)
+    _assert_no_fallback()
+
+
 def test_roll_variants(target, device):
     """roll over one dim, two dims, negative and oversized shifts, and flattened (no dims)."""
     def f(x):
