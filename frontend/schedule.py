@@ -102,7 +102,6 @@ def _resource_to_python(op) -> Any:
 
 def dense_to_python(attr) -> Any:
     """A DenseElementsAttr -> nested lists (or a scalar for rank 0)."""
-    attr = ir.DenseElementsAttr(attr)
     shape = list(attr.type.shape)
     if attr.is_splat:
         v = attr.get_splat_value()
