@@ -11,6 +11,7 @@ from .attention_masks import drop_visible_attention_masks
 from .compile import EmberGraph
 from .eager_semantics import table as eager_semantics_table
 from .foreach_decomp import foreach_decompositions
+from .roll_decomp import roll_decompositions
 from .scatter_decomp import scatter_decompositions
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions
@@ -133,6 +134,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
                 table[op] = core[op]
     table.update(foreach_decompositions())     # optimizer steps (AdamW, SGD) fuse
     table.update(scatter_decompositions())     # slicing backward: concatenations that fuse
+    table.update(roll_decompositions())        # shifted windows (swin): slices + concat
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c

@@ -16,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from .output_layouts import permute_inputs, plan_computed, replay
+from .strided_views import as_strided_to_view
 from .zero_size import fold_zero_size
 
 
@@ -271,6 +272,7 @@ def _fold_copy_into_empty(gm: fx.GraphModule) -> None:
 def prepare(gm: fx.GraphModule) -> PreparedGraph:
     _drop_unused_pool_indices(gm)
     _fold_copy_into_empty(gm)
+    as_strided_to_view(gm)
     fold_zero_size(gm)
     _tensorize_narrow_int_scalars(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")

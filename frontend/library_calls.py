@@ -167,9 +167,14 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
 
 
 def _copy_graph(graph: fx.Graph) -> fx.Graph:
+    """A copy with every placeholder first, in their order. The submodules of a split graph
+    (partition.partition_graph) create placeholders where first used, between other nodes;
+    `outline` adds its placeholders after the last one, which must precede every use."""
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
-    for n in graph.nodes:
+    nodes = list(graph.nodes)
+    for n in [n for n in nodes if n.op == "placeholder"] + \
+            [n for n in nodes if n.op != "placeholder"]:
         env[n] = new.node_copy(n, lambda x: env[x])   # node_copy keeps `meta`
     return new
 

@@ -5,7 +5,8 @@ their neighbours, instead of `tensor.insert_slice`, which no kernel body takes.
 slice_scatter(base, src, dim, start, end, 1) ==
     where(start <= i < end along dim, pad(src, start before, size - end after), base);
 select_scatter(base, src, dim, i) == slice_scatter(base, src.unsqueeze(dim), dim, i, i + 1).
-Strided slices (step > 1) are left alone (NotImplemented)."""
+as_strided_scatter that covers `base` in its own order is `src` reshaped (others stay).
+A strided slice (step > 1) spreads `src` first: `step - 1` zeros after each element."""
 from __future__ import annotations
 
 import torch
@@ -23,17 +24,31 @@ def _bounds(size: int, start, end) -> tuple[int, int]:
 
 
 def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
-    if step != 1 or not all(isinstance(s, int) for s in base.shape):
+    if not isinstance(step, int) or step < 1 or not all(isinstance(s, int) for s in base.shape):
         return NotImplemented
     dim = dim % base.dim()
     size = base.shape[dim]
     start, end = _bounds(size, start, end)
-    if start == 0 and end == size:
-        return src.to(base.dtype).expand(base.shape).clone()
+    src = src.to(base.dtype)
+    if step > 1:
+        # src[k] goes to start + k * step: interleave step - 1 zeros after each element
+        # (unsqueeze, pad the new dim, merge it back), then place as for step 1.
+        m = src.shape[dim]
+        if m == 0:
+            return base.clone()
+        wide = torch.nn.functional.pad(src.unsqueeze(dim + 1),
+                                       [0, 0] * (src.dim() - 1 - dim) + [0, step - 1])
+        src = wide.flatten(dim, dim + 1).narrow(dim, 0, min(m * step, size - start))
+        end = start + src.shape[dim]
+    elif start == 0 and end == size:
+        return src.expand(base.shape).clone()
     pad = [0, 0] * (base.dim() - 1 - dim) + [start, size - end]
-    spread = torch.nn.functional.pad(src.to(base.dtype), pad)
+    spread = torch.nn.functional.pad(src, pad)
     i = torch.arange(size, device=base.device).view([-1] + [1] * (base.dim() - 1 - dim))
-    return torch.where((i >= start) & (i < end), spread, base)
+    inside = (i >= start) & (i < end)
+    if step > 1:
+        inside = inside & ((i - start) % step == 0)
+    return torch.where(inside, spread, base)
 
 
 def _select_scatter(base, src, dim, index):
@@ -44,6 +59,17 @@ def _select_scatter(base, src, dim, index):
     return _slice_scatter(base, src.unsqueeze(dim), dim, index, index + 1)
 
 
+def _as_strided_scatter(base, src, size, stride, storage_offset=None):
+    """Where the strides restate `base`'s own layout (strided_views.restates_layout: the
+    backward of a squeeze or of an `as_strided` that AOTAutograd wrote for a layout change),
+    `src` overwrites every element of `base` in order: the result is `src` in `base`'s shape."""
+    from .strided_views import restates_layout
+    if not restates_layout(base, size, stride, storage_offset):
+        return NotImplemented
+    return src.to(base.dtype).reshape(base.shape).clone()
+
+
 def scatter_decompositions() -> dict:
     return {aten.slice_scatter.default: _slice_scatter,
-            aten.select_scatter.default: _select_scatter}
+            aten.select_scatter.default: _select_scatter,
+            aten.as_strided_scatter.default: _as_strided_scatter}

@@ -73,6 +73,33 @@ def attr_to_python(attr: ir.Attribute) -> Any:
     return str(attr)
 
 
+def _is_resource(attr) -> bool:
+    try:
+        ir.DenseResourceElementsAttr(attr)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _resource_to_python(op) -> Any:
+    """The elements of `arith.constant dense_resource<blob>` (torch-mlir's form for tensor
+    constants: a relative-position index, as_strided's gather indices) as nested lists. The
+    bindings give no access to a blob's bytes, so a clone of the op is printed alone in a
+    module: the text ends with its blob in hex, after a 4-byte alignment header."""
+    import torch
+    tmp = ir.Module.create(op.location)
+    with ir.InsertionPoint(tmp.body):
+        op.operation.clone()
+    text = str(tmp)
+    found = re.search(r'dialect_resources:.*?:\s*"0x([0-9A-Fa-f]*)"', text, re.S)
+    ty = ir.RankedTensorType(op.results[0].type)
+    if found is None:
+        raise ScheduleError(f"{op.location}: cannot read the data of a resource constant")
+    dtype = getattr(torch, dtype_name(ty.element_type))
+    raw = bytearray(bytes.fromhex(found.group(1))[4:])
+    return torch.frombuffer(raw, dtype=dtype).reshape(list(ty.shape)).tolist()
+
+
 def dense_to_python(attr) -> Any:
     """A DenseElementsAttr -> nested lists (or a scalar for rank 0)."""
     shape = list(attr.type.shape)
@@ -258,8 +285,10 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
         elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
             steps.append(Step("view", name.split(".")[1], ins[:1], outs))
         elif name == "arith.constant":
-            steps.append(Step("const", "constant", (), outs,
-                              {"value": dense_to_python(op.attributes["value"])}))
+            value = op.attributes["value"]
+            steps.append(Step("const", "constant", (), outs, {
+                "value": _resource_to_python(op) if _is_resource(value)
+                else dense_to_python(value)}))
         elif name == "tensor.empty":
             steps.append(Step("empty", "empty", (), outs))
         else:

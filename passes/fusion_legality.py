@@ -108,11 +108,23 @@ def shape_screen(ops, fuse_reductions: bool = True) -> bool:
                for o in compute if o not in reds)
 
 
+def _non_splat_tensor(op) -> bool:
+    if not isinstance(op.results[0].type, ir.RankedTensorType):
+        return False
+    attr = op.attributes["value"]
+    return not (isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat)
+
+
 def cloneable(op) -> bool:
-    """Cheap producers that each kernel re-creates instead of reading from memory."""
+    """Cheap producers that each kernel re-creates instead of reading from memory. A dense
+    tensor constant whose elements differ (a relative-position index, a constant-folded
+    attention mask) is not one: no kernel body computes it per element, so it stays a host
+    constant that kernels read as an argument."""
     name = op_name(op)
-    if name in ("arith.constant", "tensor.empty"):
+    if name == "tensor.empty":
         return True
+    if name == "arith.constant":
+        return not _non_splat_tensor(op)
     if name == "linalg.fill":
         value = defining_op(op.operands[0])
         init = defining_op(op.operands[1])

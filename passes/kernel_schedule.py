@@ -434,6 +434,8 @@ class KernelSchedule:
                 raise Unschedulable("two dims of one tensor map to the same loop (it is read "
                                     "under two different index maps)", _location(v))
         for op in self.ops:
+            if op_name(op) == "arith.constant":
+                continue    # a splat: the same value at every index (kernel_expr), no loop
             for v in op.results:
                 if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                     continue

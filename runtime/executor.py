@@ -181,9 +181,14 @@ class CompiledProgram:
             lfn = resolve_library(s.name, dict(s.params))
             ins, outs = tuple(s.inputs), tuple(s.outputs)
 
-            def run_lib(vals, lfn=lfn, ins=ins, outs=outs):
-                for o, t in zip(outs, lfn([vals[i] for i in ins])):
-                    vals[o] = t
+            dts = tuple(self._dtypes[o] for o in outs)
+
+            def run_lib(vals, lfn=lfn, ins=ins, outs=outs, dts=dts):
+                for o, dt, t in zip(outs, dts, lfn([vals[i] for i in ins])):
+                    # torch's meta functions (which typed the graph) and its kernels disagree
+                    # now and then: CPU layer norm of a bf16 input with f32 weights returns f32
+                    # mean/rstd, its meta says bf16. Kernels and the graph read the declared type.
+                    vals[o] = t if t.dtype == dt else t.to(dt)
             return [run_lib]
         if s.kind == "view":
             (i,), (o,) = s.inputs, s.outputs

@@ -438,3 +438,57 @@ func.func @bf16_conv_bias(%arg0: tensor<16x8x3x3xbf16>, %arg1: tensor<16xbf16>, 
   } -> tensor<2x16x10x10xbf16>
   return %6 : tensor<2x16x10x10xbf16>
 }
+
+// -----
+
+// A dense constant whose elements differ (a relative-position index, a constant-folded attention
+// mask) is no cheap producer: it stays a host constant in @main and the kernel reads it as an
+// argument (no kernel body computes it per element). A splat constant padded into a bigger
+// tensor (an attention mask's `mask[a:b, c:d] = k`) is cloned into the kernel, which computes
+// it with no loop of its own.
+// CHECK-LABEL: func.func @non_splat_constant
+// CHECK:         %[[K:.*]] = arith.constant dense<[0.000000e+00, 1.000000e+00, 2.000000e+00, 3.000000e+00]> : tensor<4xf32>
+// CHECK:         %[[R:.*]] = call @ember_fused_{{.*}}(%arg0, %[[K]]) : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+// CHECK-NEXT:    return %[[R]]
+// CHECK:       func.func private @ember_fused_
+// CHECK-NOT:     dense<[
+// CHECK:         return
+// TRITON-LABEL: func.func @non_splat_constant
+// TRITON:         arith.constant dense<[0.000000e+00, 1.000000e+00, 2.000000e+00, 3.000000e+00]>
+// TRITON:         call @ember_fused_{{.*}}(%arg0, %{{.*}}) : (tensor<4xf32>, tensor<4xf32>)
+#nsc = affine_map<(d0) -> (d0)>
+func.func @non_splat_constant(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+  %k = arith.constant dense<[0.0, 1.0, 2.0, 3.0]> : tensor<4xf32>
+  %e = tensor.empty() : tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [#nsc, #nsc, #nsc], iterator_types = ["parallel"]} ins(%arg0, %k : tensor<4xf32>, tensor<4xf32>) outs(%e : tensor<4xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %a = arith.addf %x, %y : f32
+    linalg.yield %a : f32
+  } -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @splat_constant_padded
+// CHECK-NOT:     arith.constant
+// CHECK:         %[[P:.*]] = call @ember_fused_pad_{{.*}}() : () -> tensor<4x8xf32>
+// CHECK:       func.func private @ember_fused_pad_
+// CHECK:         arith.constant dense<3.000000e+00> : tensor<2x4xf32>
+// CHECK:         tensor.pad
+#spc = affine_map<(d0, d1) -> (d0, d1)>
+func.func @splat_constant_padded(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %k = arith.constant dense<3.0> : tensor<2x4xf32>
+  %z = arith.constant 0.0 : f32
+  %p = tensor.pad %k low[1, 2] high[1, 2] {
+  ^bb0(%i: index, %j: index):
+    tensor.yield %z : f32
+  } : tensor<2x4xf32> to tensor<4x8xf32>
+  %e = tensor.empty() : tensor<4x8xf32>
+  %r = linalg.generic {indexing_maps = [#spc, #spc, #spc], iterator_types = ["parallel", "parallel"]} ins(%arg0, %p : tensor<4x8xf32>, tensor<4x8xf32>) outs(%e : tensor<4x8xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %a = arith.addf %x, %y : f32
+    linalg.yield %a : f32
+  } -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}

@@ -1,0 +1,232 @@
+"""The pieces of a Swin transformer (torchvision's swin_t), written with torch ops so that CI
+needs no torchvision: cyclic shift (`roll`), window partition, relative-position-bias gather,
+the shifted-window attention mask built by slice assignment, patch merging (pad + strided
+slices + cat). Each compiles with no eager fallback, forward and backward, on both targets."""
+import pytest
+import torch
+import torch.fx as fx
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ember
+from conftest import assert_close, clear_reports
+
+
+class MiniSwin(nn.Module):
+    """One shifted-window attention block and a patch merging, as swin_t computes them."""
+
+    def __init__(self, c=8, heads=2, ws=4, shift=2):
+        super().__init__()
+        self.heads, self.ws, self.shift = heads, ws, shift
+        self.table = nn.Parameter(torch.randn((2 * ws - 1) ** 2, heads) * 0.1)
+        grid = torch.stack(torch.meshgrid(torch.arange(ws), torch.arange(ws), indexing="ij"))
+        grid = grid.flatten(1)
+        rel = (grid[:, :, None] - grid[:, None, :]).permute(1, 2, 0) + (ws - 1)
+        self.register_buffer("index", (rel[..., 0] * (2 * ws - 1) + rel[..., 1]).flatten())
+        self.norm = nn.LayerNorm(c)
+        self.qkv = nn.Linear(c, 3 * c)
+        self.proj = nn.Linear(c, c)
+        self.reduce = nn.Linear(4 * c, 2 * c, bias=False)
+
+    def _mask(self, like, ph, pw):
+        ws, s = self.ws, self.shift
+        mask = like.new_zeros((ph, pw))
+        count = 0
+        for h in ((0, -ws), (-ws, -s), (-s, None)):
+            for w in ((0, -ws), (-ws, -s), (-s, None)):
+                mask[h[0]:h[1], w[0]:w[1]] = count
+                count += 1
+        n = ws * ws
+        mask = mask.view(ph // ws, ws, pw // ws, ws).permute(0, 2, 1, 3).reshape(-1, n)
+        mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+        return mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+
+    def forward(self, x):
+        b, h, w, c = x.shape
+        ws, s, nh, n = self.ws, self.shift, self.heads, self.ws * self.ws
+        y = F.pad(self.norm(x), (0, 0, 0, (ws - w % ws) % ws, 0, (ws - h % ws) % ws))
+        _, ph, pw, _ = y.shape
+        y = torch.roll(y, shifts=(-s, -s), dims=(1, 2))
+        nw = (ph // ws) * (pw // ws)
+        y = y.view(b, ph // ws, ws, pw // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b * nw, n, c)
+        qkv = self.qkv(y).reshape(b * nw, n, 3, nh, c // nh).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * (c // nh) ** -0.5).matmul(k.transpose(-2, -1))
+        bias = self.table[self.index].view(n, n, -1).permute(2, 0, 1).contiguous().unsqueeze(0)
+        attn = attn + bias
+        attn = attn.view(b, nw, nh, n, n) + self._mask(y, ph, pw).unsqueeze(1).unsqueeze(0)
+        attn = F.softmax(attn.view(-1, nh, n, n), dim=-1)
+        y = self.proj(attn.matmul(v).transpose(1, 2).reshape(b * nw, n, c))
+        y = y.view(b, ph // ws, pw // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b, ph, pw, c)
+        y = torch.roll(y, shifts=(s, s), dims=(1, 2))
+        x = x + y[:, :h, :w, :].contiguous()
+        x = F.pad(x, (0, 0, 0, w % 2, 0, h % 2))            # patch merging
+        x = torch.cat([x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :],
+                       x[..., 0::2, 1::2, :], x[..., 1::2, 1::2, :]], -1)
+        return self.reduce(x)
+
+
+def _compile(fn, target):
+    torch._dynamo.reset()
+    clear_reports()
+    return torch.compile(fn, backend="ember", options={"target": target})
+
+
+def _assert_no_fallback():
+    reports = ember.last_reports()
+    assert reports
+    for r in reports:
+        assert r["status"] == "compiled", (r["graph_id"], r["status"], r.get("error"))
+        assert r["eager_fallback_ops"] == [], (r["graph_id"], r["fallback_reasons"])
+
+
+def test_swin_block_inference(target, device):
+    torch.manual_seed(0)
+    m = MiniSwin().eval().to(device)
+    x = torch.randn(2, 7, 7, 8, device=device)
+    with torch.no_grad():
+        out = _compile(m, target)(x)
+        assert_close(out, m(x), matmul=True)
+    _assert_no_fallback()
+
+
+def test_swin_block_training(target, device):
+    torch.manual_seed(0)
+    m = MiniSwin().to(device)
+    cm_model = MiniSwin().to(device)
+    cm_model.load_state_dict(m.state_dict())
+    x = torch.randn(2, 7, 7, 8, device=device)
+    xr, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    m(xr).square().mean().backward()
+    out = _compile(cm_model, target)(xc)
+    out.square().mean().backward()
+    assert_close(out, m(x), matmul=True)
+    assert_close(xc.grad, xr.grad, matmul=True)
+    for (name, p), q in zip(m.named_parameters(), cm_model.parameters()):
+        assert_close(q.grad, p.grad, matmul=True, what=name)
+    _assert_no_fallback()
+
+
+@pytest.mark.targets("cpu", "cuda")     # the interpreter adds minutes, not coverage
+def test_swin_block_training_bf16(target, device):
+    torch.manual_seed(0)
+    m = MiniSwin().to(device)
+    cm_model = MiniSwin().to(device)
+    cm_model.load_state_dict(m.state_dict())
+    x = torch.randn(2, 7, 7, 8, device=device)
+    with torch.autocast(device, dtype=torch.bfloat16):
+        ref = m(x).float().square().mean()
+        cm = _compile(cm_model, target)
+        out = cm(x).float().square().mean()
+    ref.backward()
+    out.backward()
+    assert_close(out, ref, tol=1e-2)
+    for (name, p), q in zip(m.named_parameters(), cm_model.parameters()):
+        assert_close(q.grad, p.grad, tol=1e-2, what=name)
+    _assert_no_fallback()
+
+
+@pytest.mark.targets("cpu")
+def test_bf16_layer_norm_saved_stats(target, device):
+    """swin's patch embedding under bf16 autocast: a bf16 activation into LayerNorm with f32
+    weights. The CPU kernel (a library call) returns f32 mean/rstd where torch's meta, which
+    typed the graphs, says bf16; the backward must get what it was compiled for."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 4))
+    mc = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 4))
+    mc.load_state_dict(m.state_dict())
+    x = torch.randn(4, 5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = m(x).float().square().mean()
+        out = _compile(mc, target)(x).float().square().mean()
+    ref.backward()
+    out.backward()
+    assert_close(out, ref, tol=1e-2)
+    for (name, p), q in zip(m.named_parameters(), mc.parameters()):
+        assert_close(q.grad, p.grad, tol=1e-2, what=name)
+    _assert_no_fallback()
+
+
+def test_roll_variants(target, device):
+    """roll over one dim, two dims, negative and oversized shifts, and flattened (no dims)."""
+    def f(x):
+        return (torch.roll(x, 3, 1) + torch.roll(x, (-2, 9), (0, 2))
+                + torch.roll(x, 5).sin() + torch.roll(x, 0, 1))
+    x = torch.randn(5, 6, 7, device=device, requires_grad=True)
+    xc = x.detach().clone().requires_grad_()
+    ref = f(x)
+    out = _compile(f, target)(xc)
+    assert_close(out, ref)
+    ref.square().sum().backward()
+    out.square().sum().backward()
+    assert_close(xc.grad, x.grad)
+    _assert_no_fallback()
+
+
+def test_strided_slice_backward(target, device):
+    """The backward of strided slices (patch merging): slice_scatter with step 2 and 3, odd
+    sizes, starts past 0."""
+    def f(x):
+        return x[:, 1::2, ::3] * 2, x[:, 0::2, 1::3].exp()
+    x = torch.randn(3, 9, 10, device=device, requires_grad=True)
+    xc = x.detach().clone().requires_grad_()
+    ref = f(x)
+    out = _compile(f, target)(xc)
+    assert_close(out, ref)
+    (ref[0].sum() + ref[1].sum()).backward()
+    (out[0].sum() + out[1].sum()).backward()
+    assert_close(xc.grad, x.grad)
+    _assert_no_fallback()
+
+
+def test_as_strided_restating_layout(target, device):
+    """as_strided whose strides are the input's own layout (up to size-1 dims) is a view."""
+    def f(x):
+        y = x.permute(0, 3, 1, 2).mean((-1, -2), keepdim=True)        # strides of a permute
+        return torch.as_strided(y, (2, 6, 1, 1), (6, 1, 6, 6)).flatten(1) * 3
+    x = torch.randn(2, 4, 5, 6, device=device)
+    out = _compile(f, target)(x)
+    assert_close(out, f(x))
+    _assert_no_fallback()
+
+
+def test_pooled_head_backward(target, device):
+    """swin's head: channels-last features permuted and average-pooled to 1x1. AOTAutograd
+    writes the pooled layout as `as_strided` and its backward as `as_strided_scatter`, both of
+    which restate a layout (a view, a reshape)."""
+    def f(x, w):
+        return F.adaptive_avg_pool2d(x.permute(0, 3, 1, 2), 1).flatten(1) @ w
+    for shape in ((1, 1, 1, 8), (2, 2, 2, 8)):
+        x = torch.randn(*shape, device=device, requires_grad=True)
+        w = torch.randn(8, 4, device=device, requires_grad=True)
+        xc, wc = (t.detach().clone().requires_grad_() for t in (x, w))
+        ref, out = f(x, w), _compile(f, target)(xc, wc)
+        assert_close(out, ref, matmul=True)
+        ref.square().sum().backward()
+        out.square().sum().backward()
+        assert_close(xc.grad, x.grad, matmul=True)
+        assert_close(wc.grad, w.grad, matmul=True)
+        _assert_no_fallback()
+
+
+def test_outline_keeps_topological_order():
+    """A piece of a split graph creates its placeholders where first used; a library call cut
+    out of it gets placeholders that must still precede their uses."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from ember.frontend.library_calls import outline
+    g = fx.Graph()
+    a = g.placeholder("a")
+    scan = g.call_function(torch.ops.aten.cumsum.default, (a, 0))
+    twice = g.call_function(torch.ops.aten.mul.Tensor, (scan, 2.0))
+    b = g.placeholder("b")
+    out = g.call_function(torch.ops.aten.add.Tensor, (twice, b))
+    g.output((out,))
+    with FakeTensorMode():
+        for node in (a, scan, twice, b, out):
+            node.meta["val"] = torch.empty(4)
+    gm, calls = outline(fx.GraphModule(torch.nn.Module(), g), {scan})
+    gm.graph.lint()
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    assert names == ["a", "b", "ember_lib0_out0"] and len(calls) == 1
+    x, y, s = torch.randn(4), torch.randn(4), torch.randn(4)
+    assert torch.equal(gm(x, y, s)[0], s * 2 + y)
