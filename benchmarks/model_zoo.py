@@ -126,6 +126,7 @@ def _train_fns(model, inputs, loss_fn, mode, compile_fn):
     opt_step = compile_fn(opt.step) if compile_fn else opt.step
 
     def step():
+        torch.manual_seed(0)    # dropout and stochastic depth draw the same masks on both sides
         opt.zero_grad(set_to_none=True)
         with torch.autocast(inputs[0].device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = loss_fn(fwd(*inputs))
