@@ -121,3 +121,12 @@ def test_circular_pad(pad, target):
     """torch fills an empty tensor through selects that read it before it is written: the
     read is of unspecified values that the selects then replace."""
     _fwd_bwd(lambda x: F.pad(x, pad, mode="circular") * 2, [_randn((2, 3, 6, 7))], target)
+
+
+def test_prod(target):
+    """Products: the Triton lowering had no `mulf` combiner. Forward only: prod's backward is a
+    cumprod (tm_tensor.scan), which runs eagerly."""
+    x = 0.5 + torch.rand(6, 12, generator=torch.Generator().manual_seed(0))
+    _fwd_bwd(lambda x: x.prod(1), [x], target, grads=False)
+    _fwd_bwd(lambda x: torch.arange(1, 9).view(2, 4).mul(x.shape[0]).prod(1), [x], target,
+             grads=False)
