@@ -41,6 +41,8 @@ _COMBINE = {
     "maxsi": ("tl.max", "-(2**62)", "tl.maximum({a}, {b})"),
     "minsi": ("tl.min", "2**62", "tl.minimum({a}, {b})"),
     "ori": ("tl.max", "0", "{a} | {b}"), "andi": ("tl.min", "1", "{a} & {b}"),
+    "mulf": ("_ember_prod_reduce", "1.0", "{a} * {b}"),
+    "muli": ("_ember_prod_reduce", "1", "{a} * {b}"),
 }
 
 

@@ -231,6 +231,16 @@ def _ember_nanmin_reduce(x, axis: tl.constexpr):
 
 
 @triton.jit
+def _ember_mul(a, b):
+    return a * b
+
+
+@triton.jit
+def _ember_prod_reduce(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, _ember_mul)
+
+
+@triton.jit
 def _ember_pow(a, b):
     # a**b for float a, b: sign from a when b is an odd integer, NaN for negative a otherwise.
     mag = tl.exp2(b * tl.log2(tl.abs(a)))

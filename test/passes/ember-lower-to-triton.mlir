@@ -412,3 +412,22 @@ func.func private @masked_max_swapped(%arg0: tensor<4x8xf32>, %arg1: tensor<4xi6
   } -> tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// Products reduce with the prelude's tl.reduce combiner (identity 1 for masked lanes).
+// CHECK-LABEL: func.func private @row_prod
+// CHECK-SAME: _ember_prod_reduce(tl.where(xmask & rmask, {{x[0-9]+}}, 1.0), 1)
+func.func private @row_prod(%arg0: tensor<4x8xf32>) -> tensor<4xf32>
+    attributes {ember.kernel = "reduction", ember.ops = ["prod"]} {
+  %one = arith.constant 1.0 : f32
+  %e = tensor.empty() : tensor<4xf32>
+  %i = linalg.fill ins(%one : f32) outs(%e : tensor<4xf32>) -> tensor<4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0)>], iterator_types = ["parallel", "reduction"]}
+      ins(%arg0 : tensor<4x8xf32>) outs(%i : tensor<4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %x = arith.mulf %a, %o : f32
+    linalg.yield %x : f32
+  } -> tensor<4xf32>
+  return %r : tensor<4xf32>
+}

@@ -16,7 +16,9 @@ def _randn(shape, dtype=torch.float32, seed=0):
 
 def _fwd_bwd(fn, args, target, tol=None, grads=True):
     """fn(*args) compiled vs eager, then the gradients of the floating inputs through a fixed
-    random cotangent; nothing may run eagerly."""
+    random cotangent; nothing may run eagerly. Tensors go to the target's device."""
+    dev = "cuda" if target != "cpu" and torch.cuda.is_available() else "cpu"
+    args = [a.to(dev) for a in args]
     ref_in = [a.detach().clone().requires_grad_(grads and a.is_floating_point()) for a in args]
     out_in = [a.detach().clone().requires_grad_(grads and a.is_floating_point()) for a in args]
     ref = fn(*ref_in)
@@ -25,7 +27,7 @@ def _fwd_bwd(fn, args, target, tol=None, grads=True):
     if not grads:
         check_fallbacks()
         return
-    cot = _randn(ref.shape, seed=7).to(ref.dtype)
+    cot = _randn(ref.shape, seed=7).to(dev, ref.dtype)
     (ref * cot).sum().backward()
     (out * cot).sum().backward()
     for i, (o, r) in enumerate(zip(out_in, ref_in)):
@@ -66,13 +68,13 @@ def test_large_f32_sum_within_eager_rounding(case, target):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_mean_var_sum_16bit(dtype, target, interpreted):
+def test_mean_var_sum_16bit(dtype, target, interpreted, device):
     """16-bit reductions accumulate in f32 and round once, as eager: the mean of 65536 f16
     values was 0 (torch-mlir divided by the count in f16, where 65536 is inf), and a count
     above 256 (bf16) was rounded."""
     n = 4099 if interpreted else 65536
     g = torch.Generator().manual_seed(0)
-    x = (torch.rand(3, n, generator=g) + 0.5).to(dtype)
+    x = (torch.rand(3, n, generator=g) + 0.5).to(device, dtype)
     for fn in (lambda x: x.mean(), lambda x: x.mean(1), lambda x: x.sum(1),
                lambda x: x.var(1)):
         out = ember_compile(fn, target)(x)
@@ -86,10 +88,10 @@ def test_mean_var_sum_16bit(dtype, target, interpreted):
 
 # --- reductions that fell back -------------------------------------------------------------
 
-def test_group_norm(target):
+def test_group_norm(target, device):
     """Forward and backward: as_strided reshapes became gathers with constant index tensors
     (eager aten.index), and on Triton a dim that only a loop has had no size."""
-    gn = torch.nn.GroupNorm(4, 16)
+    gn = torch.nn.GroupNorm(4, 16).to(device)
     with torch.no_grad():
         gn.weight.copy_(_randn(16, seed=1))
         gn.bias.copy_(_randn(16, seed=2))
@@ -102,11 +104,11 @@ def test_sum_of_expanded_read(target):
              [_randn((8, 12))], target)
 
 
-def test_embedding_bag_sum(target):
+def test_embedding_bag_sum(target, device):
     """A masked update select(in_bag, w + acc, acc): the Triton lowering had no combiner for it.
     Forward only: aten._embedding_bag_backward still runs eagerly (torch-mlir cannot import it)."""
-    idx = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8])
-    offsets = torch.tensor([0, 3, 7])
+    idx = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8], device=device)
+    offsets = torch.tensor([0, 3, 7], device=device)
     _fwd_bwd(lambda w: F.embedding_bag(idx, w, offsets, mode="sum"), [_randn((10, 8))], target,
              grads=False)
 
@@ -121,3 +123,12 @@ def test_circular_pad(pad, target):
     """torch fills an empty tensor through selects that read it before it is written: the
     read is of unspecified values that the selects then replace."""
     _fwd_bwd(lambda x: F.pad(x, pad, mode="circular") * 2, [_randn((2, 3, 6, 7))], target)
+
+
+def test_prod(target, device):
+    """Products: the Triton lowering had no `mulf` combiner. Forward only: prod's backward is a
+    cumprod (tm_tensor.scan), which runs eagerly."""
+    x = 0.5 + torch.rand(6, 12, generator=torch.Generator().manual_seed(0))
+    _fwd_bwd(lambda x: x.prod(1), [x], target, grads=False)
+    ints = torch.arange(1, 9, device=device).view(2, 4)
+    _fwd_bwd(lambda x: ints.mul(x.shape[0]).prod(1), [x], target, grads=False)
