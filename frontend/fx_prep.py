@@ -16,6 +16,7 @@ import torch
 import torch.fx as fx
 
 from .output_layouts import permute_inputs, plan_computed, replay
+from .rank_zero import lift_rank_zero
 from .zero_size import fold_zero_size
 
 
@@ -272,6 +273,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     _drop_unused_pool_indices(gm)
     _fold_copy_into_empty(gm)
     fold_zero_size(gm)
+    lift_rank_zero(gm)
     _tensorize_narrow_int_scalars(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
