@@ -76,6 +76,8 @@ def _fold_full(graph: fx.Graph, node: fx.Node, result, val) -> fx.Node | None:
         return None
     if tuple(result.shape) != tuple(val.shape) or result.dtype != val.dtype:
         return None
+    if result.numel() == 0:     # (an output of a tuple without elements: it folds on its own)
+        return None
     value = _uniform_value(result)
     if value is None:
         return None

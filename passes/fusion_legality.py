@@ -111,7 +111,14 @@ def shape_screen(ops, fuse_reductions: bool = True) -> bool:
 def cloneable(op) -> bool:
     """Cheap producers that each kernel re-creates instead of reading from memory."""
     name = op_name(op)
-    if name in ("arith.constant", "tensor.empty"):
+    if name == "arith.constant":
+        # A tensor of distinct values (an index list, `x[[0, 2]]`) is read from memory: kernels
+        # compute each element from an expression, and an array literal has none.
+        attr = op.attributes["value"]
+        if not isinstance(op.results[0].type, ir.ShapedType):
+            return True
+        return isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat
+    if name == "tensor.empty":
         return True
     if name == "linalg.fill":
         value = defining_op(op.operands[0])

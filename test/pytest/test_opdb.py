@@ -47,7 +47,13 @@ ZERO_NO_GRAPH = {"view-float32-zero", "reshape-float32-zero", "addmm-float32-zer
 # Cases that fall back to eager today (results checked, and correct): ember does not compile
 # these ops yet. A new fallback fails its test; so does a
 # fallback that goes away (delete the entry).
+_EMPTY_SOURCE = ("a gather from a source without elements (eager raises IndexError) or of 0-dim "
+                 "tensors: refused before torch-mlir (importer.refuse_native_crashes)")
 EXPECTED_FALLBACK = {
+    "gather-float32-zero": _EMPTY_SOURCE,
+    "index_select-float32-zero": _EMPTY_SOURCE,
+    "take_along_dim-float32-zero": _EMPTY_SOURCE,
+    "nn.functional.embedding-float32-zero": _EMPTY_SOURCE,
     "__getitem__-float32-fwd": "aten.index.Tensor with a constant index tensor: ember-lower-to-cpp "
                                "'non-splat tensor constant inside a kernel'",
     "__getitem__-float32-bwd": "as __getitem__ fwd",
@@ -63,17 +69,7 @@ EXPECTED_FALLBACK = {
 
 # Known bugs (strict xfail: the test flips to XPASS, a failure, once fixed). Reason = the
 # status and cause the harness recorded.
-# Gathers from an empty source (eager raises IndexError): the compiled kernel reads out of
-# bounds at run time (runtime/executor.py), no bounds check (issue 9).
-_OOB = "crash: an index out of range (eager raises IndexError) reads out of bounds (issue 9)"
 KNOWN_BUGS = {
-    # (the forward's wrong indices are fixed: argmax accumulators, test_semantics.py)
-    "max.reduction_with_dim-float32-bwd": "mismatch: grads of torch.max(x, dim) differ from "
-                                          "eager's (backward graph; cause not yet found)",
-    "gather-float32-zero": _OOB + ", SIGSEGV",
-    "index_select-float32-zero": _OOB + ", SIGSEGV",
-    "take_along_dim-float32-zero": _OOB + ", SIGILL",
-    "nn.functional.embedding-float32-zero": _OOB + ", SIGSEGV",
     "nn.functional.linear-float32-zero": "error: bias [4] broadcast to [0, 1]: eager raises, "
                                          "ember returns a result",
 }
