@@ -11,6 +11,7 @@ from .attention_masks import drop_visible_attention_masks
 from .compile import EmberGraph
 from .eager_semantics import table as eager_semantics_table
 from .foreach_decomp import foreach_decompositions
+from .pointwise_decomp import pointwise_decompositions
 from .scatter_decomp import scatter_decompositions
 from .options import CompileOptions
 from .report import describe_error, new_graph_id, record, warn_once
@@ -25,7 +26,7 @@ _EXTRA = ("max_pool2d_with_indices_backward", "avg_pool2d_backward", "_adaptive_
           "leaky_relu_backward", "mse_loss_backward", "_to_copy", "clone",
           # data movement torch-mlir lowers to slices and concatenations no kernel can hold (or
           # not at all): as gathers and selects they fuse
-          "roll", "block_diag", "eye", "narrow_copy")
+          "block_diag", "eye", "narrow_copy")
 # Composite ops torch-mlir has no lowering for, whose reference decompositions (torch._decomp's
 # full table, not the core one) are plain ATen ops that it lowers.
 _EXTRA_REFS = ("addmv", "dist", "diag_embed")
@@ -145,6 +146,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
                 table[op] = refs[op]
     table.update(foreach_decompositions())     # optimizer steps (AdamW, SGD) fuse
     table.update(scatter_decompositions())     # slicing backward: concatenations that fuse
+    table.update(pointwise_decompositions())   # fmax/fmin, roll
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c

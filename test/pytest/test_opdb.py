@@ -45,8 +45,8 @@ NO_GRAD = {"argmax", "int", "bool"}  # integer / boolean results: no backward ca
 ZERO_NO_GRAPH = {"view-float32-zero", "reshape-float32-zero", "addmm-float32-zero"}
 
 # Cases that fall back to eager today (results checked, and correct): ember does not compile
-# these ops yet. A new fallback fails its test; so does a
-# fallback that goes away (delete the entry).
+# these ops yet. A new fallback fails its test; so does a fallback that goes away (delete the
+# entry).
 _EMPTY_SOURCE = ("a gather from a source without elements (eager raises IndexError) or of 0-dim "
                  "tensors: refused before torch-mlir (importer.refuse_native_crashes)")
 EXPECTED_FALLBACK = {
@@ -54,14 +54,8 @@ EXPECTED_FALLBACK = {
     "index_select-float32-zero": _EMPTY_SOURCE,
     "take_along_dim-float32-zero": _EMPTY_SOURCE,
     "nn.functional.embedding-float32-zero": _EMPTY_SOURCE,
-    "__getitem__-float32-fwd": "aten.index.Tensor with a constant index tensor: ember-lower-to-cpp "
-                               "'non-splat tensor constant inside a kernel'",
-    "__getitem__-float32-bwd": "as __getitem__ fwd",
-    "__getitem__-float32-zero": "as __getitem__ fwd",
-    # New on main after the layouts/fallback merges (2026-11-23): these compiled before.
-    "max.reduction_with_dim-float32-zero": "empty input: IndexError 'index 0 is out of bounds' "
-                                           "in the compile",
-    "split-float32-zero": "[5, 5, 0] input: IndexError 'index 0 is out of bounds' in the compile",
+    "__getitem__-float32-zero": "aten.index.Tensor reading a tensor without elements: refused "
+                                "before torch-mlir (importer.refuse_native_crashes)",
     "narrow-float32-fwd": "a 0-dim tensor start: 'tracing failed: DataDependentOutputException'",
     "narrow-float32-bwd": "as narrow fwd",
     "narrow-float32-zero": "as narrow fwd",
