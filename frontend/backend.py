@@ -12,6 +12,7 @@ from .compile import EmberGraph
 from .eager_semantics import table as eager_semantics_table
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
+from .pointwise_decomp import pointwise_decompositions
 from .scatter_decomp import scatter_decompositions
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions
@@ -24,7 +25,13 @@ _EXTRA = ("max_pool2d_with_indices_backward", "avg_pool2d_backward", "_adaptive_
           "_softmax_backward_data", "_log_softmax_backward_data", "gelu_backward",
           "threshold_backward", "embedding_dense_backward", "silu_backward", "sigmoid_backward",
           "tanh_backward", "nll_loss_backward", "nll_loss_forward", "hardtanh_backward",
-          "leaky_relu_backward", "mse_loss_backward", "_to_copy", "clone")
+          "leaky_relu_backward", "mse_loss_backward", "_to_copy", "clone",
+          # data movement torch-mlir lowers to slices and concatenations no kernel can hold (or
+          # not at all): as gathers and selects they fuse
+          "block_diag", "eye", "narrow_copy")
+# Composite ops torch-mlir has no lowering for, whose reference decompositions (torch._decomp's
+# full table, not the core one) are plain ATen ops that it lowers.
+_EXTRA_REFS = ("addmv", "dist", "diag_embed")
 # Left to torch-mlir's own lowering (its decomposition of convolution_backward is conv ops), or
 # kept whole: attention traces to the fused kernel torch picks (flash, memory-efficient,
 # cuDNN; flash-for-CPU), which runs as a library call, instead of a softmax(QK^T)V in
@@ -132,9 +139,17 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
             op = getattr(packet, overload)
             if op not in table and op in core:
                 table[op] = core[op]
+    from torch._decomp import decomposition_table as refs
+    for name in _EXTRA_REFS:
+        packet = getattr(aten, name, None)
+        for overload in (packet.overloads() if packet is not None else ()):
+            op = getattr(packet, overload)
+            if op not in table and op in refs:
+                table[op] = refs[op]
     table.update(foreach_decompositions())     # optimizer steps (AdamW, SGD) fuse
     table.update(scatter_decompositions())     # slicing backward: concatenations that fuse
     table.update(roll_decompositions())        # shifted windows (swin): slices + concat
+    table.update(pointwise_decompositions())   # fmax/fmin, roll
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c

@@ -17,6 +17,7 @@ import torch.fx as fx
 
 from .output_layouts import permute_inputs, plan_computed, replay
 from .strided_views import as_strided_to_view
+from .rank_zero import lift_rank_zero
 from .zero_size import fold_zero_size
 
 
@@ -274,6 +275,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     _fold_copy_into_empty(gm)
     as_strided_to_view(gm)
     fold_zero_size(gm)
+    lift_rank_zero(gm)
     _tensorize_narrow_int_scalars(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import torch.fx as fx
 from torch_mlir import ir, passmanager
 from torch_mlir.dialects import torch as torch_d
-from torch_mlir.extras.fx_importer import FxImporter
+from torch_mlir.extras.fx_importer import (TORCH_DTYPE_TO_MLIR_TYPE, TORCH_DTYPE_TO_NPY_TYPE,
+                                           FxImporter, FxImporterHooks)
 
 from ..dialects import make_context
 
@@ -52,13 +53,37 @@ TORCH_MLIR_PIPELINES = (
 )
 
 
+# Up to this many elements, a tensor literal (an index list, `x[[0, 2]]`) is imported as an
+# inline `dense<...>` rather than torch-mlir's default `dense_resource` blob, which ember's
+# schedule cannot read back: it runs as a host constant (passes/fusion_legality.cloneable).
+INLINE_LITERAL_ELEMENTS = 1 << 14
+
+
+class _Hooks(FxImporterHooks):
+    def resolve_literal(self, gni, literal, info):
+        import numpy as np
+        import torch
+        if not isinstance(literal, torch.Tensor) or not 1 < literal.numel() <= INLINE_LITERAL_ELEMENTS:
+            return None
+        npy = TORCH_DTYPE_TO_NPY_TYPE.get(literal.dtype)
+        mlir_type = TORCH_DTYPE_TO_MLIR_TYPE.get(literal.dtype)
+        if npy is None or mlir_type is None or literal.dtype in (torch.bfloat16, torch.float16) \
+                or literal.is_complex():
+            return None
+        arr = np.array(literal.tolist()).astype(npy)
+        attr = ir.DenseElementsAttr.get(arr, type=mlir_type(), shape=list(arr.shape))
+        return ir.Operation.create("torch.vtensor.literal",
+                                   results=[gni._cc.tensor_to_vtensor_type(literal)],
+                                   attributes={"value": attr}).result
+
+
 def import_fx(gm: fx.GraphModule, context: ir.Context | None = None,
               func_name: str = "main") -> ir.Module:
     """Imports `gm` (static shapes, tensor inputs and outputs) to linalg-on-tensors."""
     refuse_native_crashes(gm)
     ctx = context or new_context()
     try:
-        importer = FxImporter(context=ctx)
+        importer = FxImporter(context=ctx, hooks=_Hooks())
         importer.import_stateless_graph(gm.graph, func_name=func_name)
         module = importer.module
         with ctx:

@@ -174,6 +174,43 @@ LIBRARY_OPS = frozenset({
     "aten.bernoulli.p", "aten.bernoulli.default", "aten.bernoulli.Tensor",
     "aten.native_dropout.default", "aten.rand_like.default", "aten.randn_like.default",
     "aten.randint_like.default", "aten.randint_like.low_dtype",
+    # Ops torch-mlir has no lowering for (or lowers to `tm_tensor` sorts, scans and scatters
+    # that no ember kernel can hold), which no fused kernel would speed up: Inductor too calls
+    # ATen for sorts, scatters with a reduction and the linear-algebra decompositions. Some
+    # of their backward graphs crash torch-mlir's lowering in native code (a 1-d
+    # `scatter.src`: SIGSEGV), so they must never reach it.
+    # sorting, selection, scans
+    "aten.sort.default", "aten.sort.stable", "aten.topk.default", "aten.kthvalue.default",
+    "aten.mode.default", "aten.median.default", "aten.median.dim", "aten.nanmedian.default",
+    "aten.nanmedian.dim", "aten.cummax.default", "aten.cummin.default", "aten.cumprod.default",
+    "aten.logcumsumexp.default", "aten.searchsorted.Tensor", "aten.bucketize.Tensor",
+    "aten.histc.default",
+    # scatters (the backward of gathers, sorts and selections)
+    "aten.scatter.src", "aten.scatter.value", "aten.scatter.reduce", "aten.scatter.value_reduce",
+    "aten.scatter_add.default", "aten.scatter_reduce.two", "aten.index_reduce.default",
+    "aten.masked_scatter.default", "aten.masked_scatter_backward.default",
+    "aten.diagonal_scatter.default",
+    # linear algebra: LAPACK / cuSOLVER
+    "aten._linalg_svd.default", "aten._linalg_eigh.default", "aten.linalg_inv_ex.default",
+    "aten._linalg_det.default", "aten._linalg_slogdet.default", "aten.linalg_lu.default",
+    "aten.linalg_lu_factor_ex.default", "aten.linalg_lu_solve.default", "aten.lu_unpack.default",
+    "aten.linalg_solve_triangular.default", "aten._linalg_solve_ex.default",
+    "aten.linalg_cholesky_ex.default", "aten.cholesky.default", "aten.cholesky_inverse.default",
+    "aten.cholesky_solve.default", "aten.linalg_qr.default", "aten.geqrf.default",
+    "aten.ormqr.default", "aten.linalg_householder_product.default",
+    "aten.linalg_ldl_factor_ex.default", "aten.linalg_ldl_solve.default",
+    "aten.linalg_matrix_exp.default", "aten.triangular_solve.default",
+    "aten.linalg_pinv.atol_rtol_tensor",
+    # segment reductions, embedding bags, distances, sampling
+    "aten.segment_reduce.default", "aten._segment_reduce_backward.default",
+    "aten._embedding_bag.default", "aten._embedding_bag_forward_only.default",
+    "aten._embedding_bag_backward.default", "aten._embedding_bag_dense_backward.default",
+    "aten._embedding_bag_per_sample_weights_backward.default",
+    "aten._cdist_forward.default", "aten._cdist_backward.default",
+    "aten._pdist_forward.default", "aten._pdist_backward.default",
+    "aten.grid_sampler_2d_backward.default", "aten.grid_sampler_3d.default",
+    "aten.grid_sampler_3d_backward.default",
+    "aten._upsample_bilinear2d_aa.default", "aten._upsample_bilinear2d_aa_backward.default",
     # attention: flash / memory-efficient / cuDNN kernels (and their backward)
     "aten.scaled_dot_product_attention.default",
     "aten._scaled_dot_product_flash_attention.default",

@@ -76,6 +76,8 @@ def _fold_full(graph: fx.Graph, node: fx.Node, result, val) -> fx.Node | None:
         return None
     if tuple(result.shape) != tuple(val.shape) or result.dtype != val.dtype:
         return None
+    if result.numel() == 0:     # (an output of a tuple without elements: it folds on its own)
+        return None
     value = _uniform_value(result)
     if value is None:
         return None
@@ -86,6 +88,13 @@ def _fold_full(graph: fx.Graph, node: fx.Node, result, val) -> fx.Node | None:
     return full
 
 
+def _reads_indices(node: fx.Node) -> bool:
+    """An operand of integer indices with elements (a scatter into an empty tensor): eager checks
+    them and may raise, so the node must run (as a library call) rather than fold away."""
+    return any(isinstance(v := n.meta.get("val"), torch.Tensor) and v.numel() > 0
+               and v.dtype in (torch.int64, torch.int32) for n in node.all_input_nodes)
+
+
 def fold_zero_size(gm: fx.GraphModule) -> bool:
     """Rewrites `gm` in place as the module docstring says; True when anything changed."""
     graph = gm.graph
@@ -94,7 +103,7 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
         if node.op != "call_function" or node.target is aten.empty_strided.default:
             continue
         val = node.meta.get("val")
-        if is_empty(val):
+        if is_empty(val) and not _reads_indices(node):
             with graph.inserting_before(node):
                 node.replace_all_uses_with(_empty_like_val(graph, val))
             changed = True

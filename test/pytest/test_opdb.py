@@ -45,59 +45,25 @@ NO_GRAD = {"argmax", "int", "bool"}  # integer / boolean results: no backward ca
 ZERO_NO_GRAPH = {"view-float32-zero", "reshape-float32-zero", "addmm-float32-zero"}
 
 # Cases that fall back to eager today (results checked, and correct): ember does not compile
-# these ops yet (issue 8 names argmax, topk, sort). A new fallback fails its test; so does a
-# fallback that goes away (delete the entry).
-_AMAX_0DIM = "aten.amax on a 0-dim input: torch-mlir's lowering to linalg fails (FxImportError)"
-_SORT = "aten.sort / topk: 'tm_tensor.sort' is not allowed in a kernel body (ember-fuse)"
-_SCATTER_ADD = "aten.scatter_add (the gather backward): 'tensor.insert_slice' not allowed in a kernel"
+# these ops yet. A new fallback fails its test; so does a fallback that goes away (delete the
+# entry).
+_EMPTY_SOURCE = ("a gather from a source without elements (eager raises IndexError) or of 0-dim "
+                 "tensors: refused before torch-mlir (importer.refuse_native_crashes)")
 EXPECTED_FALLBACK = {
-    "amax-float32-fwd": _AMAX_0DIM,
-    "amax-float32-bwd": _AMAX_0DIM,
-    "amax-float32-zero": _AMAX_0DIM,
-    "logsumexp-float32-fwd": _AMAX_0DIM,
-    "logsumexp-float32-bwd": _AMAX_0DIM,
-    "logsumexp-float32-zero": _AMAX_0DIM,
-    "log_softmax-float32-zero": _AMAX_0DIM,
-    "prod-float32-bwd": "aten.cumprod: 'tm_tensor.scan' is not allowed in a kernel body",
-    "prod-float32-zero": "aten.prod.dim_int on a 0-dim input: torch-mlir's lowering fails",
-    "argmax-float32-fwd": "aten.argmax: torch-mlir's lowering to linalg fails (issue 8)",
-    "argmax-float32-zero": "aten.argmax: torch-mlir's lowering to linalg fails (issue 8)",
-    "gather-float32-bwd": _SCATTER_ADD,
-    "take_along_dim-float32-bwd": _SCATTER_ADD,
-    "__getitem__-float32-zero": "aten.index.Tensor with a constant index tensor on a zero-size "
-                                "input",
-    # New on main after the layouts/fallback merges (2026-11-23): these compiled before.
-    "max.reduction_with_dim-float32-zero": "empty input: IndexError 'index 0 is out of bounds' "
-                                           "in the compile",
-    "split-float32-zero": "[5, 5, 0] input: IndexError 'index 0 is out of bounds' in the compile",
+    "gather-float32-zero": _EMPTY_SOURCE,
+    "index_select-float32-zero": _EMPTY_SOURCE,
+    "take_along_dim-float32-zero": _EMPTY_SOURCE,
+    "nn.functional.embedding-float32-zero": _EMPTY_SOURCE,
+    "__getitem__-float32-zero": "aten.index.Tensor reading a tensor without elements: refused "
+                                "before torch-mlir (importer.refuse_native_crashes)",
     "narrow-float32-fwd": "a 0-dim tensor start: 'tracing failed: DataDependentOutputException'",
     "narrow-float32-bwd": "as narrow fwd",
     "narrow-float32-zero": "as narrow fwd",
-    "sort-float32-fwd": _SORT,
-    "sort-float32-zero": _SORT,
-    "topk-float32-fwd": _SORT,
-    "topk-float32-zero": _SORT,
 }
 
 # Known bugs (strict xfail: the test flips to XPASS, a failure, once fixed). Reason = the
 # status and cause the harness recorded.
-# Gathers from an empty source (eager raises IndexError): the compiled kernel reads out of
-# bounds at run time (runtime/executor.py), no bounds check (issue 9).
-_OOB = "crash: an index out of range (eager raises IndexError) reads out of bounds (issue 9)"
 KNOWN_BUGS = {
-    # (the forward's wrong indices are fixed: argmax accumulators, test_semantics.py)
-    "max.reduction_with_dim-float32-bwd": "mismatch: grads of torch.max(x, dim) differ from "
-                                          "eager's (backward graph; cause not yet found)",
-    "gather-float32-zero": _OOB + ", SIGSEGV",
-    "index_select-float32-zero": _OOB + ", SIGSEGV",
-    "take_along_dim-float32-zero": _OOB + ", SIGILL",
-    "nn.functional.embedding-float32-zero": _OOB + ", SIGSEGV",
-    # Native crashes inside torch-mlir's lowering (stateless_fx_import), e.g. "LLVM ERROR: out
-    # of memory", on the backward graphs of ops it cannot lower: the import is not guarded.
-    "sort-float32-bwd": "crash: SIGSEGV/SIGABRT in torch-mlir's lowering of the sort backward",
-    "topk-float32-bwd": "crash: SIGSEGV/SIGABRT in torch-mlir's lowering of the topk backward",
-    "softmax-float32-zero": "timeout: softmax over a 0-dim tensor hangs ('failed to get softmax "
-                            "result' repeated)",
     "nn.functional.linear-float32-zero": "error: bias [4] broadcast to [0, 1]: eager raises, "
                                          "ember returns a result",
 }
