@@ -237,6 +237,11 @@ class CompiledProgram:
                 raise ValueError(f"ember runtime: output %{o} is never produced by a step")
             if self._producer.get(r) is not None and self._producer[r].kind == "const":
                 self._clone_out.add(o)      # constants live across calls: never hand them out
+            elif r < p.num_inputs:
+                # The frontend keeps outputs that alias an input out of the program (they run on
+                # the host), so this one is a copy MLIR folded away (`clone`, a reduction over
+                # no dims): eager returns a new tensor, not the caller's input.
+                self._clone_out.add(o)
 
     # ---- per call ------------------------------------------------------------------------
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
