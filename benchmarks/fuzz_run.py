@@ -47,7 +47,7 @@ def main(argv=None) -> int:
         seconds[r["target"]] += r.get("seconds", 0.0)
         if r["fallback"]:
             counts[(r["target"], "fallback")] += 1
-        if r["status"] in runner.FAILURES:
+        if r["status"] in runner.FAILURES or r["status"] == "upstream":
             out.mkdir(parents=True, exist_ok=True)
             path = out / f"seed{r['seed']}_{r['index']}_{r['target']}.py"
             header = "".join(f"# {ln}\n" for ln in
@@ -65,13 +65,14 @@ def main(argv=None) -> int:
     print(f"seed {args.seed}, graphs {args.start}..{args.start + args.count - 1}, "
           f"{args.jobs} jobs, {wall:.1f} s wall")
     for t in targets:
-        row = {s: counts[(t, s)] for s in ("pass", *runner.FAILURES, "fallback")}
-        tried = sum(row[s] for s in ("pass", *runner.FAILURES))
+        row = {s: counts[(t, s)] for s in ("pass", "upstream", *runner.FAILURES, "fallback")}
+        tried = sum(row[s] for s in ("pass", "upstream", *runner.FAILURES))
         failures += sum(row[s] for s in runner.FAILURES)
         rate = tried / seconds[t] if seconds[t] else 0.0
         print(f"  {t:6}: {tried} graphs tried, {row['mismatch']} mismatches, {row['error']} "
               f"error mismatches, {row['crash']} crashes, {row['timeout']} timeouts "
-              f"({row['fallback']} with an eager fallback); {seconds[t]:.1f} s in workers, "
+              f"({row['fallback']} with an eager fallback, {row['upstream']} where "
+              f"aot_eager differs from eager too); {seconds[t]:.1f} s in workers, "
               f"{rate:.2f} graphs/s per worker")
     return 1 if failures else 0
 

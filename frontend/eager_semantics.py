@@ -44,6 +44,20 @@ def _min2(a, b):
     return torch.where((a < b) | (a != a), a, b)
 
 
+def _fmax(a, b):
+    """fmax/fmin: NaN only where both are NaN. torch-mlir's own decomposition types its NaN
+    tests with the broadcast shape and fails to lower operands that broadcast (fuzz seed 1)."""
+    if not _floating(a, b):
+        return torch.maximum(a, b)
+    return torch.where((a > b) | (b != b), a, b)
+
+
+def _fmin(a, b):
+    if not _floating(a, b):
+        return torch.minimum(a, b)
+    return torch.where((a < b) | (b != b), a, b)
+
+
 def _lower_bound(y, lo):
     """max(y, lo) for a clamp bound: NaN in y stays, a NaN bound gives NaN (as eager)."""
     if isinstance(lo, torch.Tensor):
@@ -167,6 +181,7 @@ def table() -> dict:
     amax, amin = torch.amax, torch.amin
     return {
         aten.maximum.default: _max2, aten.minimum.default: _min2,
+        aten.fmax.default: _fmax, aten.fmin.default: _fmin,
         aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
         aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,
         aten.clamp_max.default: _clamp_max, aten.clamp_max.Tensor: _clamp_max,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import operator
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +149,39 @@ def _tensorize_narrow_int_scalars(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+# Tensor operands that are not promoted with the others (a condition, a mask).
+_NOT_PROMOTED = {"where": (0,), "masked_fill": (1,)}
+
+
+def _cast_bool_operands_of_narrow_int_ops(gm: fx.GraphModule) -> None:
+    """`torch.maximum(bool_t, int8_t)` -> `torch.maximum(bool_t.to(int8), int8_t)`: eager
+    promotes the bool operand to the result's int8/uint8 type before computing, and torch-mlir's
+    lowering, asked to convert it itself, fails without the original dtype and then crashes
+    (SIGSEGV; fuzz seed 1 index 145). Pointwise ops only, their condition/mask operands apart."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        val = node.meta.get("val")
+        if (not isinstance(val, torch.Tensor) or val.dtype not in _NARROW_INTS
+                or torch.Tag.pointwise not in node.target.tags):
+            continue
+        skip = _NOT_PROMOTED.get(node.target.overloadpacket.__name__, ())
+        for i, arg in enumerate(node.args):
+            aval = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+            if i in skip or not isinstance(aval, torch.Tensor) or aval.dtype != torch.bool:
+                continue
+            with gm.graph.inserting_before(node):
+                cast = gm.graph.call_function(torch.ops.prims.convert_element_type.default,
+                                              (arg, val.dtype))
+            with aval.fake_mode if getattr(aval, "fake_mode", None) else _nullcontext():
+                cast.meta["val"] = aval.to(val.dtype)
+            node.update_arg(i, cast)
+            changed = True
+    if changed:
+        gm.recompile()
+
+
 def _is_view_op(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
@@ -273,6 +307,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     _fold_copy_into_empty(gm)
     fold_zero_size(gm)
     _tensorize_narrow_int_scalars(gm)
+    _cast_bool_operands_of_narrow_int_ops(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (tuple, list))

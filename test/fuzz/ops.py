@@ -34,6 +34,7 @@ BINARY = [
     ("torch.maximum({x}, {y})", False, True, False, False),
     ("torch.minimum({x}, {y})", False, True, False, False),
     ("torch.fmax({x}, {y})", False, True, False, False),
+    ("torch.fmin({x}, {y})", False, True, False, False),
     ("{x} == {y}", False, True, True, False), ("{x} != {y}", False, True, True, False),
     ("{x} < {y}", False, True, True, False), ("{x} <= {y}", False, True, True, False),
     ("{x} > {y}", False, True, True, False), ("{x} >= {y}", False, True, True, False),
