@@ -157,27 +157,41 @@ def _cast_bool_operands_of_narrow_int_ops(gm: fx.GraphModule) -> None:
     """`torch.maximum(bool_t, int8_t)` -> `torch.maximum(bool_t.to(int8), int8_t)`: eager
     promotes the bool operand to the result's int8/uint8 type before computing, and torch-mlir's
     lowering, asked to convert it itself, fails without the original dtype and then crashes
-    (SIGSEGV; fuzz seed 1 index 145). Pointwise ops only, their condition/mask operands apart."""
+    (SIGSEGV; fuzz seed 1 index 145, seed 2 index 123). Pointwise ops (their condition/mask
+    operands apart) and `cat`."""
     changed = False
+
+    def cast(node, arg, dtype):
+        with gm.graph.inserting_before(node):
+            c = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (arg, dtype))
+        aval = arg.meta["val"]
+        with aval.fake_mode if getattr(aval, "fake_mode", None) else _nullcontext():
+            c.meta["val"] = aval.to(dtype)
+        return c
+
+    def is_bool(arg):
+        val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.dtype == torch.bool
+
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         val = node.meta.get("val")
-        if (not isinstance(val, torch.Tensor) or val.dtype not in _NARROW_INTS
-                or torch.Tag.pointwise not in node.target.tags):
+        if not isinstance(val, torch.Tensor) or val.dtype not in _NARROW_INTS:
+            continue
+        if node.target is torch.ops.aten.cat.default:
+            if any(is_bool(a) for a in node.args[0]):
+                node.update_arg(0, [cast(node, a, val.dtype) if is_bool(a) else a
+                                    for a in node.args[0]])
+                changed = True
+            continue
+        if torch.Tag.pointwise not in node.target.tags:
             continue
         skip = _NOT_PROMOTED.get(node.target.overloadpacket.__name__, ())
         for i, arg in enumerate(node.args):
-            aval = arg.meta.get("val") if isinstance(arg, fx.Node) else None
-            if i in skip or not isinstance(aval, torch.Tensor) or aval.dtype != torch.bool:
-                continue
-            with gm.graph.inserting_before(node):
-                cast = gm.graph.call_function(torch.ops.prims.convert_element_type.default,
-                                              (arg, val.dtype))
-            with aval.fake_mode if getattr(aval, "fake_mode", None) else _nullcontext():
-                cast.meta["val"] = aval.to(val.dtype)
-            node.update_arg(i, cast)
-            changed = True
+            if i not in skip and is_bool(arg):
+                node.update_arg(i, cast(node, arg, val.dtype))
+                changed = True
     if changed:
         gm.recompile()
 

@@ -137,8 +137,8 @@ REDUCTIONS = [("sum", False, False), ("mean", True, False), ("amax", False, True
 def reduction(b):
     name, floats_only, keeps = b.rng.choice(REDUCTIONS)
     x = b.pick(lambda v: (v.is_float or not floats_only)
-                         and (not keeps or v.exact or name not in ("argmax", "argmin", "max",
-                                                                   "min")))
+                         and (v.exact or name not in ("argmax", "argmin", "max", "min", "any",
+                                                      "all")))
     if x is None:
         return None
     rng, rank = b.rng, x.value.dim()

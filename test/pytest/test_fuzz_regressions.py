@@ -63,3 +63,18 @@ def test_fmax_fmin_broadcast(target, dtype):
         inputs = inputs.replace("nan", "0.0")
     src = _case(inputs, "return (torch.fmax(a0, a1), torch.fmin(a1, a0))", exact=(True, True))
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 2 index 123: cat of a bool and a uint8 tensor (result uint8) killed the process, as above.
+def test_cat_bool_with_uint8(target):
+    inputs = ("a0 = torch.tensor([True, False])\n"
+              "a1 = torch.tensor([2, 200], dtype=torch.uint8)")
+    _no_fallback(_assert_matches(_case(inputs, "return (torch.cat([a0, a1, a0]),)"), target))
+
+
+# seed 2 index 114: `trunc` of an integer tensor (an identity MLIR folds) came back as the same
+# tensor as another output: eager returns two tensors that do not share memory.
+def test_folded_copy_does_not_alias_another_output(target):
+    src = _case("a0 = torch.tensor([[3, -4], [5, 6]], dtype=torch.int32)",
+                "v0 = torch.square(a0)\nreturn (torch.trunc(v0), v0, v0)", exact=(True,) * 3)
+    _assert_matches(src, target)
