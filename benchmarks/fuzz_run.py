@@ -40,6 +40,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     counts: collections.Counter = collections.Counter()
     seconds: collections.Counter = collections.Counter()
+    fallback_ops = collections.defaultdict(collections.Counter)
     start = time.time()
 
     def on_result(r: dict) -> None:
@@ -47,6 +48,7 @@ def main(argv=None) -> int:
         seconds[r["target"]] += r.get("seconds", 0.0)
         if r["fallback"]:
             counts[(r["target"], "fallback")] += 1
+            fallback_ops[r["target"]].update(set(r["fallback"]))
         if r["status"] in runner.FAILURES or r["status"] == "upstream":
             out.mkdir(parents=True, exist_ok=True)
             path = out / f"seed{r['seed']}_{r['index']}_{r['target']}.py"
@@ -74,6 +76,9 @@ def main(argv=None) -> int:
               f"({row['fallback']} with an eager fallback, {row['upstream']} where "
               f"aot_eager differs from eager too); {seconds[t]:.1f} s in workers, "
               f"{rate:.2f} graphs/s per worker")
+        if fallback_ops[t]:
+            top = ", ".join(f"{op} x{n}" for op, n in fallback_ops[t].most_common(8))
+            print(f"          eager fallbacks (graphs): {top}")
     return 1 if failures else 0
 
 

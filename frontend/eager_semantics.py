@@ -144,15 +144,23 @@ def _floor_div(a, b):
 
 
 def _uint8(a, b) -> bool:
+    """An integer op on a uint8 tensor (a Python float operand makes it a float op: fuzz
+    seed 3 index 227, `fmod(uint8_t, 1e-3)` came back uint8)."""
     return any(isinstance(x, torch.Tensor) and x.dtype == torch.uint8 for x in (a, b)) and \
-        not _floating(a, b)
+        not _floating(a, b) and not any(isinstance(x, float) for x in (a, b))
 
 
 def _widened(op):
     """`op` on uint8 operands computed in int16 (exact for every uint8 value): torch-mlir
     lowers integer division and remainder to the signed ops on its signless i8, which is wrong
-    from 128 on."""
+    from 128 on. With a Python float operand, the uint8 tensor is converted to the float type
+    first (torch-mlir converted it as signed: `remainder(uint8 200, 2.5)` was that of -56)."""
     def decomp(a, b, *args, **kwargs):
+        if any(isinstance(x, float) for x in (a, b)) and any(
+                isinstance(x, torch.Tensor) and x.dtype == torch.uint8 for x in (a, b)):
+            fa, fb = (x.to(torch.get_default_dtype()) if isinstance(x, torch.Tensor) else x
+                      for x in (a, b))
+            return op(fa, fb, *args, **kwargs)
         if not _uint8(a, b):
             return NotImplemented
         wa = a.to(torch.int16) if isinstance(a, torch.Tensor) else a
@@ -164,11 +172,15 @@ def _widened(op):
 def _div_mode(a, b, rounding_mode=None):
     if rounding_mode is not None and _uint8(a, b) and not isinstance(b, float):
         return _widened(torch.div)(a, b, rounding_mode=rounding_mode)
-    if rounding_mode != "floor" or _floating(a, b) or isinstance(b, float) or \
-            isinstance(a, torch.Tensor) and a.dtype == torch.bool:
+    if rounding_mode != "floor" or _floating(a, b) or isinstance(b, float):
         return NotImplemented
-    if isinstance(b, torch.Tensor) and b.dtype == torch.bool:
+    dt = torch.result_type(a, b)
+    if dt == torch.bool:
         return NotImplemented
+    # A bool operand computes in the other's type (torch-mlir crashed converting it to int8
+    # itself: fuzz seed 3 index 258).
+    a, b = (x.to(dt) if isinstance(x, torch.Tensor) and x.dtype == torch.bool else x
+            for x in (a, b))
     return _floor_div(a, b)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .output_layouts import permute_inputs, plan_computed, replay
 from .zero_size import fold_zero_size
@@ -149,13 +150,14 @@ def _tensorize_narrow_int_scalars(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+_CASTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
 # Tensor operands that are not promoted with the others (a condition, a mask).
 _NOT_PROMOTED = {"where": (0,), "masked_fill": (1,)}
 
 
 def _cast_bool_operands_of_narrow_int_ops(gm: fx.GraphModule) -> None:
-    """`torch.maximum(bool_t, int8_t)` -> `torch.maximum(bool_t.to(int8), int8_t)`: eager
-    promotes the bool operand to the result's int8/uint8 type before computing, and torch-mlir's
+    """`torch.maximum(bool_t, int8_t)` -> `torch.maximum(bool_t.to(int8), int8_t)` (and integer
+    0-dim tensors of another type): eager promotes the operand to the result's int8/uint8 type before computing, and torch-mlir's
     lowering, asked to convert it itself, fails without the original dtype and then crashes
     (SIGSEGV; fuzz seed 1 index 145, seed 2 index 123). Pointwise ops (their condition/mask
     operands apart) and `cat`."""
@@ -169,28 +171,45 @@ def _cast_bool_operands_of_narrow_int_ops(gm: fx.GraphModule) -> None:
             c.meta["val"] = aval.to(dtype)
         return c
 
-    def is_bool(arg):
+    def other_int(arg, dtype):
+        """A bool or integer tensor operand of another dtype than the result's (a 0-dim int32
+        next to an int8 tensor does not promote it, as a Python int does not)."""
         val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
-        return isinstance(val, torch.Tensor) and val.dtype == torch.bool
+        return (isinstance(val, torch.Tensor) and val.dtype != dtype
+                and not val.dtype.is_floating_point and not val.dtype.is_complex)
 
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
         val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.dtype not in _NARROW_INTS:
+        if not isinstance(val, torch.Tensor):
             continue
         if node.target is torch.ops.aten.cat.default:
-            if any(is_bool(a) for a in node.args[0]):
-                node.update_arg(0, [cast(node, a, val.dtype) if is_bool(a) else a
+            if val.dtype in _NARROW_INTS and any(other_int(a, val.dtype) for a in node.args[0]):
+                node.update_arg(0, [cast(node, a, val.dtype) if other_int(a, val.dtype) else a
                                     for a in node.args[0]])
                 changed = True
             continue
-        if torch.Tag.pointwise not in node.target.tags:
+        if torch.Tag.pointwise not in node.target.tags or node.target in _CASTS:
             continue
         skip = _NOT_PROMOTED.get(node.target.overloadpacket.__name__, ())
-        for i, arg in enumerate(node.args):
-            if i not in skip and is_bool(arg):
-                node.update_arg(i, cast(node, arg, val.dtype))
+        promoted = [(i, a) for i, a in enumerate(node.args) if i not in skip and
+                    (isinstance(a, (bool, int, float)) or
+                     isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor))]
+        if len(promoted) < 2:
+            continue
+        # the type the op computes in: a comparison's bool result says nothing of it
+        try:
+            _, common = elementwise_dtypes(
+                *[a.meta["val"] if isinstance(a, fx.Node) else a for _, a in promoted],
+                type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        except Exception:  # noqa: BLE001 - an op whose operands do not promote: left alone
+            continue
+        if common not in _NARROW_INTS:
+            continue
+        for i, arg in promoted:
+            if other_int(arg, common):
+                node.update_arg(i, cast(node, arg, common))
                 changed = True
     if changed:
         gm.recompile()

@@ -141,6 +141,8 @@ def reduction(b):
                                                       "all")))
     if x is None:
         return None
+    if name == "std" and x.value.numel() and (x.value.double().abs() > 1e15).any():
+        return None     # eager's CPU std accumulates in float64: see test_fuzz_regressions
     rng, rank = b.rng, x.value.dim()
     keep = rng.choice(["", ", keepdim=True"])
     one_dim = name in ("argmax", "argmin", "max", "min", "prod", "any", "all", "logsumexp",

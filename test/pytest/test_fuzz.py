@@ -17,11 +17,14 @@ SEED, COUNT = 0, 30     # ~60 s for cpu + triton with 2 workers on the 2-core CI
 @pytest.fixture(scope="module")
 def fuzz_results(request):
     from conftest import selected_targets
-    targets = selected_targets(request.config)
+    targets = [t for t in selected_targets(request.config) if t in ("cpu", "triton")]
     cases = [(SEED, i, t) for i in range(COUNT) for t in targets]
     return runner.run(cases, jobs=2, timeout=120.0)
 
 
+# On a GPU machine the inputs would have to move there, and an out-of-range index then is a
+# device-side assert that poisons the process's CUDA context: the fuzzer runs on CPU tensors.
+@pytest.mark.targets("cpu", "triton")
 def test_fuzz(target, fuzz_results):
     mine = [r for r in fuzz_results if r["target"] == target]
     assert len(mine) == COUNT

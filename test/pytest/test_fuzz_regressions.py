@@ -78,3 +78,36 @@ def test_folded_copy_does_not_alias_another_output(target):
     src = _case("a0 = torch.tensor([[3, -4], [5, 6]], dtype=torch.int32)",
                 "v0 = torch.square(a0)\nreturn (torch.trunc(v0), v0, v0)", exact=(True,) * 3)
     _assert_matches(src, target)
+
+
+# seed 3 indices 198 and 230: the same crash for an integer operand of another type than the
+# narrow type the op computes in: a 0-dim int32 next to an int8 tensor (no promotion), a bool
+# tensor compared with a uint8 one (the comparison computes in uint8).
+# seed 3 index 258: `bool_0d // int8_0d`.
+@pytest.mark.parametrize("expr", ["(a2 & a0) * 3", "a1.to(torch.uint8) < a3", "a0 == a3",
+                                  "a3 // a0", "torch.where(a3, a0, a2)"])
+def test_other_int_operand_of_narrow_int_op(target, expr):
+    inputs = ("a0 = torch.tensor([-1, -6, 1], dtype=torch.int8)\n"
+              "a1 = torch.tensor([2, 200, 7], dtype=torch.int32)\n"
+              "a2 = torch.tensor(3, dtype=torch.int32)\n"
+              "a3 = torch.tensor([True, False, True])")
+    _no_fallback(_assert_matches(_case(inputs, f"return ({expr},)"), target))
+
+
+# seed 3 index 227: `fmod(uint8_tensor, 1e-3)` came back uint8 (eager: float32): the uint8
+# widening decomposition took the Python float for an integer operand.
+@pytest.mark.parametrize("op", ["torch.fmod", "torch.remainder"])
+def test_uint8_op_with_float_scalar_is_float(target, op):
+    src = _case("a0 = torch.tensor([5, 8, 200], dtype=torch.uint8)",
+                f"return ({op}(a0, 1e-3), {op}(a0, 2.5))", exact=(False, False))
+    _assert_matches(src, target)
+
+
+# seed 3 index 381: std of a float32 row holding 1e30 is inf (the squares overflow float32);
+# eager's CPU kernel accumulates in float64 and gives 5e29. Reductions' accumulation type is
+# being reworked (engineer `reduce`); the fuzzer leaves std of values past 1e15 out until then.
+@pytest.mark.xfail(strict=True, reason="float32 std accumulates in float32 (eager CPU: float64)")
+def test_std_accumulates_wide(target):
+    src = _case("a0 = torch.tensor([[0.058, 2.9e-39, 1e30, 3.04], [1.0, 2.0, 3.0, 4.0]])",
+                "return (a0.std(-1),)", exact=(False,))
+    _assert_matches(src, target)
