@@ -150,17 +150,20 @@ def _tensorize_narrow_int_scalars(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+_ACCUMULATE = ("sum", "prod", "cumsum", "cumprod", "nansum")
 _CASTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
 # Tensor operands that are not promoted with the others (a condition, a mask).
 _NOT_PROMOTED = {"where": (0,), "masked_fill": (1,)}
 
 
-def _cast_bool_operands_of_narrow_int_ops(gm: fx.GraphModule) -> None:
+def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
     """`torch.maximum(bool_t, int8_t)` -> `torch.maximum(bool_t.to(int8), int8_t)` (and integer
     0-dim tensors of another type): eager promotes the operand to the result's int8/uint8 type before computing, and torch-mlir's
     lowering, asked to convert it itself, fails without the original dtype and then crashes
-    (SIGSEGV; fuzz seed 1 index 145, seed 2 index 123). Pointwise ops (their condition/mask
-    operands apart) and `cat`."""
+    (SIGSEGV; fuzz seed 1 index 145, seed 2 index 123). And a uint8 operand of an op that
+    computes in a wider type: torch-mlir widens its signless i8 as signed (`f32 * uint8(254)`
+    gave -3 * f; fuzz seed 4 indices 2, 176), while the explicit conversion is unsigned.
+    Pointwise ops (their condition/mask operands apart) and `cat`."""
     changed = False
 
     def cast(node, arg, dtype):
@@ -178,6 +181,15 @@ def _cast_bool_operands_of_narrow_int_ops(gm: fx.GraphModule) -> None:
         return (isinstance(val, torch.Tensor) and val.dtype != dtype
                 and not val.dtype.is_floating_point and not val.dtype.is_complex)
 
+    def is_uint8(arg):
+        val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.dtype == torch.uint8
+
+    def needs_cast(arg, common):
+        if common in _NARROW_INTS:
+            return other_int(arg, common)
+        return is_uint8(arg)
+
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
@@ -185,9 +197,16 @@ def _cast_bool_operands_of_narrow_int_ops(gm: fx.GraphModule) -> None:
         if not isinstance(val, torch.Tensor):
             continue
         if node.target is torch.ops.aten.cat.default:
-            if val.dtype in _NARROW_INTS and any(other_int(a, val.dtype) for a in node.args[0]):
-                node.update_arg(0, [cast(node, a, val.dtype) if other_int(a, val.dtype) else a
+            if any(needs_cast(a, val.dtype) for a in node.args[0]):
+                node.update_arg(0, [cast(node, a, val.dtype) if needs_cast(a, val.dtype) else a
                                     for a in node.args[0]])
+                changed = True
+            continue
+        if node.target.overloadpacket.__name__ in _ACCUMULATE:
+            # sum(uint8) accumulates in int64: torch-mlir widened the elements as signed
+            # (sum([254, 1, 200]) was -57)
+            if is_uint8(node.args[0]) and val.dtype != torch.uint8:
+                node.update_arg(0, cast(node, node.args[0], val.dtype))
                 changed = True
             continue
         if torch.Tag.pointwise not in node.target.tags or node.target in _CASTS:
@@ -205,10 +224,8 @@ def _cast_bool_operands_of_narrow_int_ops(gm: fx.GraphModule) -> None:
                 type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
         except Exception:  # noqa: BLE001 - an op whose operands do not promote: left alone
             continue
-        if common not in _NARROW_INTS:
-            continue
         for i, arg in promoted:
-            if other_int(arg, common):
+            if needs_cast(arg, common):
                 node.update_arg(i, cast(node, arg, common))
                 changed = True
     if changed:
@@ -340,7 +357,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     _fold_copy_into_empty(gm)
     fold_zero_size(gm)
     _tensorize_narrow_int_scalars(gm)
-    _cast_bool_operands_of_narrow_int_ops(gm)
+    _cast_operands_torch_mlir_mispromotes(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (tuple, list))

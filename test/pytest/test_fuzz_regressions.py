@@ -111,3 +111,23 @@ def test_std_accumulates_wide(target):
     src = _case("a0 = torch.tensor([[0.058, 2.9e-39, 1e30, 3.04], [1.0, 2.0, 3.0, 4.0]])",
                 "return (a0.std(-1),)", exact=(False,))
     _assert_matches(src, target)
+
+
+# seed 4 indices 2 and 176: a uint8 operand of an op computing in a wider type was widened as
+# signed (`f32 * uint8(254)` gave -3 * f; `where(c, int64, uint8(254))` gave -2).
+@pytest.mark.parametrize("expr", ["a0 * a1", "a0 % a1", "torch.where(a2 > 0, a2, a1)",
+                                  "a2 < a1", "torch.cat([a1.to(torch.int32), a1.int()])"])
+def test_uint8_operand_widened_unsigned(target, expr):
+    inputs = ("a0 = torch.tensor([1.5, 2.5, 3.5])\n"
+              "a1 = torch.tensor([254, 1, 200], dtype=torch.uint8)\n"
+              "a2 = torch.tensor([-1, 2, 3])")
+    _no_fallback(_assert_matches(_case(inputs, f"return ({expr},)", exact=(False,)), target))
+
+
+# found while reducing seed 4 index 2: sum/prod of uint8 (int64 results) widened the elements
+# as signed (sum([254, 1, 200]) was -57), and `uint8_t.max()` killed the process.
+@pytest.mark.parametrize("expr", ["a0.sum()", "a0.sum(1)", "a0.prod(1)", "a0.max()", "a0.min()",
+                                  "a0.cumsum(1)"])
+def test_uint8_reductions(target, expr):
+    src = _case("a0 = torch.tensor([[254, 1, 200]], dtype=torch.uint8)", f"return ({expr},)")
+    _assert_matches(src, target)
