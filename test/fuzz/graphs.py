@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -42,6 +43,7 @@ class Var:
     name: str
     value: torch.Tensor
     exact: bool
+    lowp: bool = False
 
     @property
     def dtype(self):
@@ -264,6 +266,10 @@ class Builder:
         self.env[name] = value
         self.g.lines.append(f"{name} = {expr}")
         v = Var(name, value, exact or not value.dtype.is_floating_point)
+        # an inexact bf16/fp16 value keeps its tolerance when promoted to float32
+        used = [u for u in self.vars if re.search(rf"\b{u.name}\b", expr)]
+        v.lowp = not v.exact and (value.dtype in (torch.bfloat16, torch.float16) or
+                                  any(u.lowp for u in used))
         self.vars.append(v)
         return v
 
@@ -300,5 +306,5 @@ def generate(seed: int, index: int, max_ops: int = 7) -> Graph:
         for _ in range(rng.choice([0, 0, 1, 2])):
             outs.append(rng.choice(b.vars))   # inputs too: aliasing with the inputs
         b.g.outputs = [v.name for v in outs]
-        b.g.exact = {v.name: v.exact for v in outs}
+        b.g.exact = {v.name: "low" if v.lowp else v.exact for v in outs}
     return b.g
