@@ -188,7 +188,10 @@ def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
     def needs_cast(arg, common):
         if common in _NARROW_INTS:
             return other_int(arg, common)
-        return is_uint8(arg)
+        # uint8, and bool next to wider integers (`bool_t >= int64_t` compared True as -1:
+        # fuzz seed 5 index 240)
+        return is_uint8(arg) or common != torch.bool and other_int(arg, common) and \
+            arg.meta["val"].dtype == torch.bool
 
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):

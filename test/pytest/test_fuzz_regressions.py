@@ -172,14 +172,31 @@ def test_fmod_float_is_exact(target, request):
 # seed 4 indices 143 and 314: eager refuses some ops on bool tensors ("ceil_vml_cpu" not
 # implemented for 'Bool', "Boolean inputs not supported for relu", fmod); ember computes them.
 @pytest.mark.xfail(strict=True, reason="ember computes ops eager's kernels reject for bool")
-@pytest.mark.parametrize("expr", ["torch.ceil(a0)", "torch.relu(a0)"])
+# seed 5 indices 227 and 283: abs, `bool_t - -1` likewise.
+@pytest.mark.parametrize("expr", ["torch.ceil(a0)", "torch.relu(a0)", "torch.abs(a0)",
+                                  "a0 - -1"])
 def test_bool_ops_eager_rejects(target, expr):
     _assert_matches(_case("a0 = torch.tensor([True, False])", f"return ({expr},)"), target)
 
 
-# seed 4 index 209: any(0, keepdim=True) of a strided int64 tensor compared with it: one
-# element differs on both targets (not reduced further yet).
-@pytest.mark.xfail(strict=True, reason="any(keepdim) of a strided int64 input, then <")
+# seed 5 index 240: a bool tensor compared with an int64 one (True became -1: torch-mlir
+# widened the i1 as signed); fx_prep now converts the bool operand first.
+@pytest.mark.parametrize("expr", ["a0 >= a1", "a0 + a1", "torch.where(a0, a1, a0)",
+                                  "torch.maximum(a0, a1)"])
+def test_bool_operand_of_wide_int_op(target, expr):
+    inputs = "a0 = torch.tensor([True, False, True])\na1 = torch.tensor([-6, 0, 1])"
+    _no_fallback(_assert_matches(_case(inputs, f"return ({expr},)"), target))
+
+
+# seed 5 index 249: `-2.5 % bool_t`: the bool operand, widened to float as signed, was -1.0.
+def test_float_remainder_by_bool(target):
+    src = _case("a0 = torch.tensor([True, False, True, False])",
+                "return ((-2.5 % a0).nan_to_num(0.0, 0.0, 0.0).to(torch.bool), -2.5 % a0)",
+                exact=(True, True))
+    _assert_matches(src, target)
+
+
+# seed 4 index 209: `bool_t < int64_t` (True widened as -1), fixed with seed 5 index 240 below.
 def test_any_keepdim_strided_compare(target):
     src = _case("a0 = torch.tensor([6, 4, 2, 2, 2, 1, 0, 5, 0, 1, 1, -1, 1, -6, 5, -1, 2, 4, 6, "
                 "-1, -4, 5, 1, -2]).reshape(4, 6)[:, ::2]",
