@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import copy
 import operator
+from contextlib import nullcontext as _nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.fx as fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .output_layouts import permute_inputs, plan_computed, replay
 from .strided_views import as_strided_to_view
@@ -150,6 +152,91 @@ def _tensorize_narrow_int_scalars(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+_ACCUMULATE = ("sum", "prod", "cumsum", "cumprod", "nansum")
+_CASTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
+# Tensor operands that are not promoted with the others (a condition, a mask).
+_NOT_PROMOTED = {"where": (0,), "masked_fill": (1,)}
+
+
+def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
+    """`torch.maximum(bool_t, int8_t)` -> `torch.maximum(bool_t.to(int8), int8_t)` (and integer
+    0-dim tensors of another type): eager promotes the operand to the result's int8/uint8 type before computing, and torch-mlir's
+    lowering, asked to convert it itself, fails without the original dtype and then crashes
+    (SIGSEGV; fuzz seed 1 index 145, seed 2 index 123). And a uint8 operand of an op that
+    computes in a wider type: torch-mlir widens its signless i8 as signed (`f32 * uint8(254)`
+    gave -3 * f; fuzz seed 4 indices 2, 176), while the explicit conversion is unsigned.
+    Pointwise ops (their condition/mask operands apart) and `cat`."""
+    changed = False
+
+    def cast(node, arg, dtype):
+        with gm.graph.inserting_before(node):
+            c = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (arg, dtype))
+        aval = arg.meta["val"]
+        with aval.fake_mode if getattr(aval, "fake_mode", None) else _nullcontext():
+            c.meta["val"] = aval.to(dtype)
+        return c
+
+    def other_int(arg, dtype):
+        """A bool or integer tensor operand of another dtype than the result's (a 0-dim int32
+        next to an int8 tensor does not promote it, as a Python int does not)."""
+        val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+        return (isinstance(val, torch.Tensor) and val.dtype != dtype
+                and not val.dtype.is_floating_point and not val.dtype.is_complex)
+
+    def is_uint8(arg):
+        val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
+        return isinstance(val, torch.Tensor) and val.dtype == torch.uint8
+
+    def needs_cast(arg, common):
+        if common in _NARROW_INTS:
+            return other_int(arg, common)
+        # uint8, and bool next to wider integers (`bool_t >= int64_t` compared True as -1:
+        # fuzz seed 5 index 240)
+        return is_uint8(arg) or common != torch.bool and other_int(arg, common) and \
+            arg.meta["val"].dtype == torch.bool
+
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        if node.target is torch.ops.aten.cat.default:
+            if any(needs_cast(a, val.dtype) for a in node.args[0]):
+                node.update_arg(0, [cast(node, a, val.dtype) if needs_cast(a, val.dtype) else a
+                                    for a in node.args[0]])
+                changed = True
+            continue
+        if node.target.overloadpacket.__name__ in _ACCUMULATE:
+            # sum(uint8) accumulates in int64: torch-mlir widened the elements as signed
+            # (sum([254, 1, 200]) was -57)
+            if is_uint8(node.args[0]) and val.dtype != torch.uint8:
+                node.update_arg(0, cast(node, node.args[0], val.dtype))
+                changed = True
+            continue
+        if torch.Tag.pointwise not in node.target.tags or node.target in _CASTS:
+            continue
+        skip = _NOT_PROMOTED.get(node.target.overloadpacket.__name__, ())
+        promoted = [(i, a) for i, a in enumerate(node.args) if i not in skip and
+                    (isinstance(a, (bool, int, float)) or
+                     isinstance(a, fx.Node) and isinstance(a.meta.get("val"), torch.Tensor))]
+        if len(promoted) < 2:
+            continue
+        # the type the op computes in: a comparison's bool result says nothing of it
+        try:
+            _, common = elementwise_dtypes(
+                *[a.meta["val"] if isinstance(a, fx.Node) else a for _, a in promoted],
+                type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+        except Exception:  # noqa: BLE001 - an op whose operands do not promote: left alone
+            continue
+        for i, arg in promoted:
+            if needs_cast(arg, common):
+                node.update_arg(i, cast(node, arg, common))
+                changed = True
+    if changed:
+        gm.recompile()
+
+
 def _is_view_op(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
@@ -277,6 +364,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     fold_zero_size(gm)
     lift_rank_zero(gm)
     _tensorize_narrow_int_scalars(gm)
+    _cast_operands_torch_mlir_mispromotes(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (tuple, list))

@@ -261,10 +261,12 @@ class CompiledProgram:
 
     def _check_outputs(self) -> None:
         """The caller keeps outputs past the call, and the next call reuses the arena: an
-        output in (or viewing) the arena would be overwritten under the caller's feet."""
+        output in (or viewing) the arena would be overwritten under the caller's feet. Sets
+        `_clone_out`, the output positions handed out as copies."""
         p = self.program
         self._clone_out: set[int] = set()
-        for o in p.outputs:
+        roots: set[int] = set()
+        for pos, o in enumerate(p.outputs):
             r = self._root(o)
             assert p.values[r].offset is None, (
                 f"ember runtime: output %{o} aliases the arena (root %{r} at offset "
@@ -272,7 +274,14 @@ class CompiledProgram:
             if r not in self._producer and r >= p.num_inputs:
                 raise ValueError(f"ember runtime: output %{o} is never produced by a step")
             if self._producer.get(r) is not None and self._producer[r].kind == "const":
-                self._clone_out.add(o)      # constants live across calls: never hand them out
+                self._clone_out.add(pos)    # constants live across calls: never hand them out
+            elif r < p.num_inputs or r in roots:
+                # The frontend returns each value once and keeps outputs that alias an input or
+                # another output out of the program (they are views made on the host), so this
+                # is a copy MLIR folded away (`clone`, `trunc` of an integer, a reduction over
+                # no dims): eager returns a new tensor, not the input or the other output.
+                self._clone_out.add(pos)
+            roots.add(r)
 
     # ---- per call ------------------------------------------------------------------------
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
@@ -325,7 +334,8 @@ class CompiledProgram:
         if self._pool is not None:
             self._pool.append(base)
         if self._clone_out:
-            return [vals[o].clone() if o in self._clone_out else vals[o] for o in p.outputs]
+            return [vals[o].clone() if i in self._clone_out else vals[o]
+                    for i, o in enumerate(p.outputs)]
         return [vals[o] for o in p.outputs]
 
 

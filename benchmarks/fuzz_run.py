@@ -1,0 +1,95 @@
+"""The differential fuzzer's long run (issue 9, item 2): random graphs through ember against eager.
+
+    python benchmarks/fuzz_run.py --seed 0 --count 1000 --targets cpu,triton --jobs 2 --out fuzz-out
+
+Graph (seed, i) for i in [0, count) runs on each target in a pool of child processes
+(test/fuzz/runner.py; a crash or a hang is a finding). Prints graphs tried, mismatches, errors,
+crashes and time; each failing case is written to --out as `seed<S>_<i>_<target>.py`: the
+graph's source (a runnable reproducer) with the finding in its header. Exit status 1 if any.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--count", type=int, default=200)
+    p.add_argument("--start", type=int, default=0, help="first graph index")
+    p.add_argument("--targets", default="cpu,triton")
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
+    p.add_argument("--out", default="fuzz-out", help="folder for the reproducers")
+    p.add_argument("--quiet", action="store_true")
+    args = p.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "test"))
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    from fuzz import runner
+
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    cases = [(args.seed, i, t) for i in range(args.start, args.start + args.count)
+             for t in targets]
+    out = Path(args.out)
+    counts: collections.Counter = collections.Counter()
+    seconds: collections.Counter = collections.Counter()
+    fallback_ops = collections.defaultdict(collections.Counter)
+    start = time.time()
+
+    def on_result(r: dict) -> None:
+        counts[(r["target"], r["status"])] += 1
+        seconds[r["target"]] += r.get("seconds", 0.0)
+        if r["fallback"]:
+            counts[(r["target"], "fallback")] += 1
+            fallback_ops[r["target"]].update(set(r["fallback"]))
+        if r["status"] in runner.FAILURES or r["status"] == "upstream":
+            out.mkdir(parents=True, exist_ok=True)
+            path = out / f"seed{r['seed']}_{r['index']}_{r['target']}.py"
+            header = "".join(f"# {ln}\n" for ln in
+                             f"target={r['target']} status={r['status']}\n{r['reason']}".splitlines())
+            path.write_text(header + r["source"] + _FOOTER.format(target=r["target"]))
+            print(f"{r['status']:8} {r['target']:6} seed={r['seed']} index={r['index']}: "
+                  f"{r['reason'][:300]}", flush=True)
+        elif not args.quiet and sum(counts.values()) % 100 == 0:
+            print(f"... {sum(v for (t, s), v in counts.items() if s != 'fallback')} cases, "
+                  f"{time.time() - start:.0f} s", flush=True)
+
+    runner.run(cases, jobs=args.jobs, timeout=args.timeout, on_result=on_result)
+    wall = time.time() - start
+    failures = 0
+    print(f"seed {args.seed}, graphs {args.start}..{args.start + args.count - 1}, "
+          f"{args.jobs} jobs, {wall:.1f} s wall")
+    for t in targets:
+        row = {s: counts[(t, s)] for s in ("pass", "upstream", *runner.FAILURES, "fallback")}
+        tried = sum(row[s] for s in ("pass", "upstream", *runner.FAILURES))
+        failures += sum(row[s] for s in runner.FAILURES)
+        rate = tried / seconds[t] if seconds[t] else 0.0
+        print(f"  {t:6}: {tried} graphs tried, {row['mismatch']} mismatches, {row['error']} "
+              f"error mismatches, {row['crash']} crashes, {row['timeout']} timeouts "
+              f"({row['fallback']} with an eager fallback, {row['upstream']} where "
+              f"aot_eager differs from eager too); {seconds[t]:.1f} s in workers, "
+              f"{rate:.2f} graphs/s per worker")
+        if fallback_ops[t]:
+            top = ", ".join(f"{op} x{n}" for op, n in fallback_ops[t].most_common(8))
+            print(f"          eager fallbacks (graphs): {top}")
+    return 1 if failures else 0
+
+
+_FOOTER = '''
+
+if __name__ == "__main__":
+    ref = fn(*make_inputs())
+    out = torch.compile(fn, backend="ember", options={{"target": "{target}"}})(*make_inputs())
+    print("eager:", ref)
+    print("ember:", out)
+'''
+
+if __name__ == "__main__":
+    sys.exit(main())

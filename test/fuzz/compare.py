@@ -1,0 +1,167 @@
+"""One fuzz graph through ember against eager: values, dtypes, shapes, strides, aliasing and
+raised errors. `check(source, target)` runs in a worker process (runner.py)."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from .graphs import load
+
+# ||out - ref|| <= rtol * ||ref|| + atol * sqrt(n) over the finite elements of a float output
+# that is not bit-exact (DESIGN.md "Numerics"; opdb_harness uses the same bound).
+TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-4, 1e-5),
+             torch.bfloat16: (2e-2, 1e-3), torch.float16: (1e-2, 1e-3)}
+
+
+def _flat(out) -> list:
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _strides(t: torch.Tensor) -> tuple:
+    """Strides a user can observe: dims of size 1 (and empty tensors) have no meaningful one."""
+    if t.numel() == 0:
+        return ()
+    return tuple(s if n > 1 else None for s, n in zip(t.stride(), t.shape))
+
+
+def _aliases(outs: list, inputs: list) -> list:
+    """For each output: the earlier outputs and the inputs it shares storage with (by index)."""
+    def ptr(t):
+        return t.untyped_storage().data_ptr() if t.numel() else None
+    rel = []
+    for i, o in enumerate(outs):
+        p = ptr(o)
+        same_out = tuple(j for j in range(i) if p is not None and ptr(outs[j]) == p)
+        same_in = tuple(j for j, a in enumerate(inputs) if p is not None and ptr(a) == p)
+        rel.append((same_out, same_in, o.storage_offset() if same_in else None))
+    return rel
+
+
+def value_diff(out: torch.Tensor, ref: torch.Tensor, exact) -> str | None:
+    """`exact`: True (bit for bit), False (tolerance of the dtype) or "low" (bf16's)."""
+    if out.dtype != ref.dtype:
+        return f"dtype {out.dtype} != eager {ref.dtype}"
+    if out.shape != ref.shape:
+        return f"shape {tuple(out.shape)} != eager {tuple(ref.shape)}"
+    if not ref.dtype.is_floating_point:
+        bad = int((out != ref).sum())
+        return f"{bad} of {ref.numel()} {ref.dtype} elements differ" if bad else None
+    o, r = out.double(), ref.double()
+    if not torch.equal(torch.isnan(o), torch.isnan(r)):
+        return f"NaN positions differ ({int(torch.isnan(o).sum())} NaN, eager {int(torch.isnan(r).sum())})"
+    inf = torch.isinf(r) | torch.isinf(o)
+    if not torch.equal(o[inf], r[inf]):
+        return "infinities differ"
+    finite = ~(inf | torch.isnan(r))
+    o, r = o[finite], r[finite]
+    if exact is True:
+        bad = int((o != r).sum())
+        return f"{bad} of {r.numel()} exact {ref.dtype} elements differ" if bad else None
+    # "low": computed from inexact bf16/fp16 values, whatever its own type
+    rtol, atol = TOLERANCE[torch.bfloat16 if exact == "low" else ref.dtype]
+    err, den = torch.linalg.vector_norm(o - r).item(), torch.linalg.vector_norm(r).item()
+    if err > rtol * den + atol * math.sqrt(max(r.numel(), 1)):
+        return f"relative error {err / den if den else err:.2e} > {rtol:.0e} ({ref.dtype})"
+    return None
+
+
+def diff(outs: list, refs: list, out_inputs: list, ref_inputs: list, exact: list) -> str | None:
+    if len(outs) != len(refs):
+        return f"{len(outs)} outputs, eager {len(refs)}"
+    for i, (o, r) in enumerate(zip(outs, refs)):
+        if not isinstance(o, torch.Tensor):
+            return f"out[{i}]: {type(o).__name__}, eager a tensor"
+        d = value_diff(o, r, exact[i])
+        if d:
+            return f"out[{i}]: {d}"
+        if _strides(o) != _strides(r):
+            return f"out[{i}]: strides {o.stride()} != eager {r.stride()} (shape {tuple(r.shape)})"
+    a, b = _aliases(outs, out_inputs), _aliases(refs, ref_inputs)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return (f"out[{i}]: aliases outputs {x[0]} / inputs {x[1]} (offset {x[2]}), "
+                    f"eager {y[0]} / {y[1]} (offset {y[2]})")
+    return None
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    text = next((ln for ln in lines[:8] if "Error" in ln), lines[0] if lines else "")
+    return f"{type(e).__name__}: {text}"[:300]
+
+
+def _fallbacks() -> list:
+    import ember
+    ops = []
+    for r in ember.last_reports():
+        fb = list(r.get("eager_fallback_ops") or [])
+        if fb or r.get("status") in ("eager", "partitioned"):
+            ops.extend(map(str, fb or [r.get("status")]))
+    return ops
+
+
+def check(source: str, target: str) -> dict:
+    """{'status': 'pass'|'mismatch'|'error', 'reason': ..., 'fallback': [...]}: 'error' is an
+    error raised by one side only."""
+    import ember
+    ns = load(source)
+    fn, make, exact_map = ns["fn"], ns["make_inputs"], ns["EXACT"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref_inputs = make()
+        try:
+            refs, ref_err = _flat(fn(*ref_inputs)), None
+        except Exception as e:  # noqa: BLE001
+            refs, ref_err = None, e
+        torch._dynamo.reset()
+        ember.clear_reports()
+        compiled = torch.compile(fn, backend="ember", options={"target": target})
+        out_inputs = make()
+        try:
+            outs, err = _flat(compiled(*out_inputs)), None
+        except Exception as e:  # noqa: BLE001
+            outs, err = None, e
+        fallback = _fallbacks()
+    torch._dynamo.reset()
+    r = _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, list(exact_map), target)
+    if r[0] != "pass" and _upstream(fn, make, ref_err, refs, ref_inputs, list(exact_map)):
+        r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}")
+    return dict(status=r[0], reason=r[1], fallback=fallback)
+
+
+def _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target) -> tuple:
+    if ref_err is not None and err is None:
+        if target == "triton" and "ZeroDivisionError" in str(ref_err):
+            # The triton target has eager CUDA's semantics: an integer division by zero does
+            # not raise (the quotient is unspecified), under the interpreter too.
+            return "pass", "integer division by zero: CUDA semantics"
+        return "error", f"eager raised {_one_line(ref_err)}; ember did not"
+    if ref_err is None and err is not None:
+        return "error", f"ember raised {_one_line(err)}"
+    if ref_err is not None:
+        return "pass", "both raised"
+    d = diff(outs, refs, out_inputs, ref_inputs, exact)
+    # the inputs must come out as eager leaves them (no op here mutates)
+    if d is None:
+        for i, (x, y) in enumerate(zip(out_inputs, ref_inputs)):
+            if value_diff(x, y, True):
+                d = f"input {i} modified"
+                break
+    return ("mismatch", d) if d else ("pass", "")
+
+
+def _upstream(fn, make, ref_err, refs, ref_inputs, exact) -> bool:
+    """True when Dynamo + AOTAutograd without ember already differ from eager (not ember's
+    bug: e.g. `True - int_tensor` raises in eager and not once traced)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch._dynamo.reset()
+        inputs = make()
+        try:
+            outs, err = _flat(torch.compile(fn, backend="aot_eager")(*inputs)), None
+        except Exception as e:  # noqa: BLE001
+            outs, err = None, e
+        torch._dynamo.reset()
+    return _verdict(ref_err, err, refs, outs, ref_inputs, inputs, exact, "cpu")[0] != "pass"
