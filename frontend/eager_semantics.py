@@ -44,20 +44,6 @@ def _min2(a, b):
     return torch.where((a < b) | (a != a), a, b)
 
 
-def _fmax(a, b):
-    """fmax/fmin: NaN only where both are NaN. torch-mlir's own decomposition types its NaN
-    tests with the broadcast shape and fails to lower operands that broadcast (fuzz seed 1)."""
-    if not _floating(a, b):
-        return torch.maximum(a, b)
-    return torch.where((a > b) | (b != b), a, b)
-
-
-def _fmin(a, b):
-    if not _floating(a, b):
-        return torch.minimum(a, b)
-    return torch.where((a < b) | (b != b), a, b)
-
-
 def _full_extreme(extreme):
     """`x.max()` of an integer tensor as `amax` over every dim: torch-mlir's own lowering of
     the full `max`/`min` crashed the process on uint8 (fuzz seed 4)."""
@@ -204,7 +190,6 @@ def table() -> dict:
     amax, amin = torch.amax, torch.amin
     return {
         aten.maximum.default: _max2, aten.minimum.default: _min2,
-        aten.fmax.default: _fmax, aten.fmin.default: _fmin,
         aten.max.default: _full_extreme(amax), aten.min.default: _full_extreme(amin),
         aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
         aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,

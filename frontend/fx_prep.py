@@ -237,6 +237,25 @@ def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
         gm.recompile()
 
 
+_COMPARE_SCALAR = {getattr(torch.ops.aten, n).Scalar for n in ("lt", "le", "gt", "ge", "eq", "ne")}
+
+
+def _float_compare_scalars(gm: fx.GraphModule) -> None:
+    """`float_tensor < 0` -> `float_tensor < 0.0`: the same in eager (the number is converted to
+    the tensor's type), and it keeps torch-mlir's folder off a wrong path: it folds a comparison
+    of a constant float tensor with an integer scalar to the wrong answer
+    (`torch.full([5], 1.0) < 0` folded to all True; zero-size sums feeding a clamp gave 0)."""
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target not in _COMPARE_SCALAR or len(node.args) < 2:
+            continue
+        val = getattr(node.args[0], "meta", {}).get("val")
+        other = node.args[1]
+        if isinstance(val, torch.Tensor) and val.is_floating_point() \
+                and isinstance(other, int) and not isinstance(other, bool):
+            node.update_arg(1, float(other))
+    gm.recompile()
+
+
 def _is_view_op(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
@@ -365,6 +384,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     lift_rank_zero(gm)
     _tensorize_narrow_int_scalars(gm)
     _cast_operands_torch_mlir_mispromotes(gm)
+    _float_compare_scalars(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (tuple, list))

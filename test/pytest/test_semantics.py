@@ -259,3 +259,20 @@ def test_embedding_bag(target, device):
     bag = torch.nn.EmbeddingBag(10, 3, mode="sum").to(device)
     i = torch.tensor([[0, 1, 9], [2, 3, 3]], device=device)
     check(bag, (i,), target)
+
+
+# --- constants: torch-mlir's folder ---------------------------------------------------------
+
+def test_comparisons_of_constant_tensors_with_int_scalars(target, device):
+    """torch-mlir folds a comparison of a constant float tensor with an integer scalar to the
+    wrong answer (`full(1.0) < 0` was all True); a sum over an empty dim is such a constant
+    (robust's op_db find: triplet_margin_with_distance_loss of [5, 0] inputs gave 0, eager 1)."""
+    def f(a, e):
+        c = torch.full([5], 1.0, device=a.device)
+        return ((c < 0).float() + (c > 0).float() * 2 + (c == 1).float() * 4 + (c <= 0).float() * 8
+                + (c >= 1).float() * 16 + (c != 1).float() * 32 + a,
+                torch.clamp_min((e.sum(-1) + 1.0) - e.sum(-1), 0) + a)
+    args = (torch.zeros(5, device=device), torch.randn(5, 0, device=device))
+    out = check(f, args, target)
+    _exact(out, f(*args))
+    assert out[0].tolist() == [22.0] * 5 and out[1].tolist() == [1.0] * 5
