@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from . import fx_prep
+from . import fx_prep, symbolic
 from .options import CompileOptions, default_pipeline, resolve_target
 from .report import DebugDump, NativeOutput, describe_error, new_graph_id, record, warn_once
 
@@ -176,7 +176,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
             dump.stage("import", module)
             run_pipeline(module, default_pipeline(options, target), dump)
             program = export_program(module)
-            restore_signedness(program, [t.dtype for t in tensors], out_dtypes)
+            restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
             summary = _summary(module)
     finally:
         if native.lines:
@@ -187,7 +187,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # Only inference graphs (a training forward returns its saved activations, which the
     # graph's outputs would have to copy out on every step), and only where the launches saved
     # outweigh that copy: a replay clones its outputs out of the graph's memory.
-    if (options.cudagraphs and kind == "inference" and device.type == "cuda"
+    static = all(isinstance(d, int) for v in program.values for d in v.shape)
+    if (options.cudagraphs and kind == "inference" and device.type == "cuda" and static
             and graph_pays_off(program)):
         from ..runtime.cuda_graphs import GraphedProgram
         compiled = GraphedProgram(compiled)
@@ -228,11 +229,17 @@ class EmberGraph:
         self.eager_modules: list[fx.GraphModule] = []    # what runs in torch (tests, debugging)
         # Dynamo guards shapes, dtypes and strides of a static graph already: no per-call key.
         self._static_graph = not fx_prep.needs_specialization(gm)
+        # A graph with symbolic sizes is first compiled once with them (frontend/symbolic.py);
+        # what that cannot handle is compiled per input shape.
+        self._try_symbolic = not self._static_graph and symbolic.has_symbols(gm)
         self._static: Callable | None = None
         self._eager = _eager_call(gm)
 
     def __call__(self, *args):
         fn = self._static
+        if fn is None and self._try_symbolic:
+            self._try_symbolic = False
+            fn = self._static = symbolic.build(self, args)
         if fn is None:
             key = fx_prep.input_key(args)
             fn = self._cache.get(key)

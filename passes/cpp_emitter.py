@@ -8,7 +8,8 @@ import math
 import re
 
 from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, indexing_maps,
-                              iterator_types, needed_results, schedule_kernel, type_name)
+                              iterator_types, needed_results, schedule_kernel, tensor_args,
+                              type_name)
 
 PRELUDE = r"""// ember C++ kernels (generated)
 #include <cmath>
@@ -416,7 +417,7 @@ class _Emitter:
         self.func, self.name = func, name
         self.min_el, self.vec = omp_min_elements, vectorize
         self.sched = s = schedule_kernel(func)
-        args = list(func.regions[0].blocks[0].arguments)
+        args = tensor_args(func.regions[0].blocks[0])
         self.bufs = {a: f"in{i}" for i, a in enumerate(args)}
         self.lang = CppLang()
         self.b = ExprBuilder(s, self.lang, self.bufs, reduce_hook=self.reduce)

@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from .base import Pass, PassError, option
 from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_maps,
-                              schedule_kernel, shape, type_name)
+                              schedule_kernel, shape, tensor_args, type_name)
 from .kernel_expr import ExprBuilder
 from .graph_utils import attach_kernel_sources
 from .registry import register
@@ -142,7 +142,7 @@ class _KernelWriter:
         narrow = any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type)
                      in ("bf16", "f16") for t in list(ftype.inputs) + list(ftype.results))
         self.lang = TritonLang(precise=narrow)
-        self.args = list(block.arguments)
+        self.args = tensor_args(block)
         self.results = list(sched.results)
         self.in_names = [f"in{i}" for i in range(len(self.args))]
         self.out_names = [f"out{i}" for i in range(len(self.results))]

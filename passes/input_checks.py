@@ -57,6 +57,22 @@ def _first_dynamic(module: ir.Operation) -> tuple[ir.Type, ir.Location] | None:
     return found[0] if found else None
 
 
+_SIZE_USERS = ("tensor.empty", "tensor.expand_shape", "tensor.dim")
+
+
+def _shape_arg(arg) -> bool:
+    """An `index` kernel argument used only as a size (of a tensor.empty or expand_shape): a
+    shape argument, which code generation never evaluates (see ember-fuse)."""
+    if not isinstance(arg.type, ir.IndexType):
+        return False
+    for use in arg.uses:
+        owner = use.owner
+        if owner.name not in _SIZE_USERS or (owner.name == "tensor.expand_shape"
+                                             and use.operand_number == 0):
+            return False
+    return True
+
+
 def _first_scalar_kernel_arg(module: ir.Operation):
     """(kernel name, arg index, type, location of its first call, else of the kernel)."""
     kernels: dict[str, tuple[int, ir.Type, ir.Location]] = {}
@@ -66,8 +82,9 @@ def _first_scalar_kernel_arg(module: ir.Operation):
         op = op.operation
         if op.name == "func.func" and "ember.kernel" in op.attributes:
             ft = _func_type(op)
+            args = op.regions[0].blocks[0].arguments if op.regions[0].blocks else ()
             for i, t in enumerate(ft.inputs if ft is not None else ()):
-                if not isinstance(t, ir.ShapedType):
+                if not isinstance(t, ir.ShapedType) and not (i < len(args) and _shape_arg(args[i])):
                     name = ir.StringAttr(op.attributes["sym_name"]).value
                     kernels[name] = (i, t, op.location)
                     break

@@ -456,6 +456,13 @@ def schedule_ops(ops, results, args=None, kind=None) -> KernelSchedule:
     return KernelSchedule(ops, args, results, kind)
 
 
+def tensor_args(block) -> list:
+    """A kernel's tensor arguments, in order. Its `index` arguments are shape arguments (sizes of
+    dynamic `tensor.empty`s; see ember-fuse): code generation never evaluates them, sizes are
+    read from the tensors at run time, and the host passes only the tensors."""
+    return [a for a in block.arguments if isinstance(a.type, ir.ShapedType)]
+
+
 def schedule_kernel(func) -> KernelSchedule:
     """Schedule of a kernel `func.func` (ops of its body; args; returned values)."""
     block = func.regions[0].blocks[0]
@@ -467,7 +474,7 @@ def schedule_kernel(func) -> KernelSchedule:
             kind = ir.StringAttr(func.attributes["ember.kernel"]).value
         except (ValueError, TypeError):
             kind = None
-    return KernelSchedule(ops[:-1], list(block.arguments), list(ret.operands), kind)
+    return KernelSchedule(ops[:-1], tensor_args(block), list(ret.operands), kind)
 
 
 from .kernel_expr import ExprBuilder, Lang, Scope  # noqa: E402,F401  (re-exported API)
