@@ -14,13 +14,15 @@ the ShapeEnv while compiling, which Dynamo would not check), makes the graph com
 shape instead (one warning), as it did before: never a wrong answer, never an error.
 
 What is symbolic: pointwise and reduction kernels (any dims), matmul externs (mm, addmm, bmm,
-baddbmm), host views (expand/collapse), `tensor.empty`, size arithmetic, SymInt inputs, outputs
-computed by the program or taken from inputs on the host. Not (compiled per shape): library
-calls (eager ops inside the program), convolution/pooling/attention externs with dynamic
-results, outputs that are views or re-laid-out copies of computed values, permuted inputs.
+baddbmm), library calls (eager ops inside the program, which size their own results), host
+views (expand/collapse), `tensor.empty`, size arithmetic, SymInt inputs, outputs computed by
+the program or taken from inputs on the host, outputs that are views of computed values (their
+view arguments are evaluated for each call's sizes), inputs taken permuted. Not (compiled per
+shape): convolution, pooling and attention externs with dynamic results.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable
 
@@ -115,19 +117,81 @@ def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
     prep = fx_prep.prepare(graph.gm)
     if prep.gm is None:
         raise NotSymbolic("nothing to compile")
-    if prep.in_perms:
-        raise NotSymbolic("inputs laid out permuted")
-    if any(entry[0] == "view" for entry in prep.plan):
-        raise NotSymbolic("an output is a view or a re-laid-out copy of a computed value")
+    sizes = _Sizes(graph.gm)
+    sizes.check(prep.plan)
+    from .library_calls import can_outline
     library = library_nodes(prep.gm)
+    if any(not can_outline(n) for n in library):
+        raise NotSymbolic("a library op that cannot be a call inside the program")
     if library:
-        raise NotSymbolic(f"library calls ({', '.join(sorted({op_name(n) for n in library}))})")
-    run, summary = compile_static(prep.gm, list(args), graph.options, target, dump, graph.kind)
+        report["library_calls"] = sorted(op_name(n) for n in library)
+    run, summary = compile_static(prep.gm, list(args), graph.options, target, dump, graph.kind,
+                                  library=library)
     report.update(summary)
+    report["num_externs"] = report.get("num_externs", 0) + len(library)
     host = prep.host_gm
 
+    plans: dict[tuple, Any] = {}
+    symbolic_plan = sizes.symbolic(prep.plan)
+
     def call(*call_args):
-        c = run(*call_args)
+        c = run(*fx_prep.compiled_inputs(prep, call_args))
         h = host(*call_args) if host is not None else ()
-        return fx_prep.assemble(prep, c, h)
+        p = prep
+        if symbolic_plan:       # output views whose arguments are sizes: this call's sizes
+            key = sizes.key(call_args)
+            p = plans.get(key)
+            if p is None:
+                p = plans[key] = dataclasses.replace(prep, plan=sizes.concrete(prep.plan, key))
+        return fx_prep.assemble(p, c, h)
     return call
+
+
+class _Sizes:
+    """Binds the graph's symbols to the sizes of a call's inputs: each symbol is read from the
+    first placeholder (a SymInt) or tensor dim that is exactly that symbol."""
+
+    def __init__(self, gm: fx.GraphModule):
+        self.sources: list[tuple[Any, int, int | None]] = []
+        seen = set()
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i, node in enumerate(placeholders):
+            val = node.meta.get("val")
+            dims = [(None, val)] if isinstance(val, torch.SymInt) else (
+                list(enumerate(val.shape)) if isinstance(val, torch.Tensor) else [])
+            for d, n in dims:
+                if isinstance(n, torch.SymInt) and n.node.expr.is_Symbol \
+                        and n.node.expr not in seen:
+                    seen.add(n.node.expr)
+                    self.sources.append((n.node.expr, i, d))
+        self.symbols = [s for s, _, _ in self.sources]
+
+    def key(self, args) -> tuple:
+        return tuple(int(args[i]) if d is None else args[i].shape[d] for _, i, d in self.sources)
+
+    def _walk(self, obj, fn):
+        if isinstance(obj, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return fn(obj)
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self._walk(x, fn) for x in obj)
+        if isinstance(obj, dict):
+            return {k: self._walk(v, fn) for k, v in obj.items()}
+        return obj
+
+    def symbolic(self, obj) -> bool:
+        found = []
+        self._walk(obj, lambda v: found.append(v) or v)
+        return bool(found)
+
+    def check(self, obj) -> None:
+        def ok(v):
+            free = v.node.expr.free_symbols
+            if not free <= set(self.symbols):
+                raise NotSymbolic(f"size {v} is not a function of the inputs' sizes")
+            return v
+        self._walk(obj, ok)
+
+    def concrete(self, obj, key: tuple):
+        env = dict(zip(self.symbols, key))
+        kinds = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
+        return self._walk(obj, lambda v: kinds[type(v)](v.node.expr.xreplace(env)))
