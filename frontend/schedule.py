@@ -248,6 +248,11 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
         values.append(value_info(v.type, offset, dims))
         return ids[v]
 
+    def new_scalar(v) -> int:     # a host size, or a tuple of sizes (tensor.from_elements)
+        ids[v] = len(values)
+        values.append(ValueInfo(shape=(), dtype="index"))
+        return ids[v]
+
     def vid(v) -> int:
         if v not in ids:
             raise ScheduleError(f"host value {v.get_name()} is used before it is defined")
@@ -272,8 +277,8 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                 steps.append(Step("scalar", "constant", (), (o,),
                                   {"value": int(ir.IntegerAttr(op.attributes["value"]).value)}))
             continue  # other scalars on the host feed nothing the runtime runs
-        if name in SCALAR_OPS or name in ("tensor.dim", "cf.assert"):
-            outs = tuple(new_value(r) for r in op.results)
+        if name in SCALAR_OPS or name in ("tensor.dim", "cf.assert", "tensor.from_elements"):
+            outs = tuple(new_scalar(r) for r in op.results)
             params = {}
             if name == "arith.cmpi":
                 params["predicate"] = int(ir.IntegerAttr(op.attributes["predicate"]).value)
@@ -317,6 +322,8 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                 vparams["reassociation"] = [[int(ir.IntegerAttr(i).value) for i in ir.ArrayAttr(g)]
                                             for g in ir.ArrayAttr(op.attributes["reassociation"])]
             steps.append(Step("view", name.split(".")[1], ins[:1], outs, vparams))
+        elif name == "tensor.reshape":
+            steps.append(Step("view", "reshape", ins[:1], outs, {"shape_from": ins[1]}))
         elif name == "arith.constant":
             steps.append(Step("const", "constant", (), outs,
                               {"value": dense_to_python(op.attributes["value"])}))

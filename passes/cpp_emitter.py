@@ -535,9 +535,6 @@ class _Emitter:
         are one loop over their flattened space (`flat_vars` names those loops)."""
         s, b = self.sched, self.b
         top = b.stack[0]
-        for g in sorted(set(self.work()) | set(s._size_ref)):
-            if s.size(g) is None:
-                top.stmts.append(f"const int64_t s{g} = sizes[{s.size_index(g)}];")
         outer = list(s.outer)
         if flat > 1:
             dims0 = [g for g in s.outputs[0].dims if not s.unit(g)]
@@ -607,6 +604,9 @@ class _Emitter:
                    for n, o in enumerate(s.outputs)]
         params.append("const int64_t* __restrict__ sizes")
         lines = [f'extern "C" void {self.name}({", ".join(params)}) {{']
+        # sizes first: hoisted invariants in the preamble may read them (dynamic broadcasting)
+        lines += [f"  const int64_t s{g} = sizes[{s.size_index(g)}];"
+                  for g in sorted(set(self.work()) | set(s._size_ref)) if s.size(g) is None]
         lines += ["  " + p for p in b.preamble]
         _render(top, 1, lines)
         lines.append("}")

@@ -26,7 +26,7 @@ from torch_mlir import ir
 from .base import OptionError, Pass, option
 from .registry import register
 
-VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
+VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape")  # reshape: dynamic
 
 
 @dataclasses.dataclass

@@ -173,6 +173,9 @@ def is_size_op(op) -> bool:
     name = op_name(op)
     if name in ("tensor.dim", "cf.assert"):
         return True
+    if name == "tensor.from_elements":      # the shape operand of a tensor.reshape
+        return isinstance(ir.ShapedType(op.results[0].type).element_type,
+                          (ir.IndexType, ir.IntegerType))
     if not name.startswith("arith.") or not len(op.results):
         return False
     return all(isinstance(v.type, (ir.IndexType, ir.IntegerType))
@@ -183,8 +186,8 @@ def _is_compute(op, dynamic: bool = False) -> bool:
     name = op_name(op)
     if name in HOST_OPS:
         return False
-    if dynamic and is_size_op(op):
-        return False
+    if dynamic and (is_size_op(op) or name == "tensor.reshape"):
+        return False    # tensor.reshape: a host view (its sizes are computed on the host)
     if name == "linalg.fill" and _cloneable(op) and \
             not any(op_name(u) == "func.return" for u in users(op.results[0])):
         return False    # cloned into its users; one that is returned is a kernel of its own
@@ -457,14 +460,21 @@ def _dim_value(value, i: int, in_group, anchor):
     """The host value holding the size of dynamic dim `i` of `value` (a group result): traced
     through destination-style ops to the `tensor.empty` or `tensor.expand_shape` that set it, or
     a `tensor.dim` made before `anchor` when it is a dim of a value from outside the group."""
+    index = ir.IndexType.get()
+
+    def constant(n):
+        with ir.InsertionPoint(anchor), anchor.location:
+            return ir.Operation.create("arith.constant", results=[index],
+                                       attributes={"value": ir.IntegerAttr.get(index, n)})
+
     for _ in range(10000):
         op = defining_op(value)
         name = op_name(op) if op is not None else ""
+        if not ir.ShapedType(value.type).is_dynamic_dim(i):
+            return constant(ir.ShapedType(value.type).get_dim_size(i)).results[0]
         if op is None or (op not in in_group and not _clone_tree_ok(op)):
+            c = constant(i)
             with ir.InsertionPoint(anchor), anchor.location:
-                index = ir.IndexType.get()
-                c = ir.Operation.create("arith.constant", results=[index],
-                                        attributes={"value": ir.IntegerAttr.get(index, i)})
                 return ir.Operation.create("tensor.dim", results=[index],
                                            operands=[value, c.results[0]]).results[0]
         if name == "tensor.empty":
@@ -473,9 +483,26 @@ def _dim_value(value, i: int, in_group, anchor):
         if name == "tensor.expand_shape":
             shape = ir.ShapedType(value.type).shape
             return op.operands[1 + sum(1 for d in shape[:i] if d < 0)]
-        if name.startswith("linalg.") and hasattr(op.opview, "outputs"):
+        if name == "tensor.cast":
+            value = op.operands[0]
+            continue
+        if name == "tensor.collapse_shape":
+            # the product of the source dims it collapses, computed on the host
+            group = [[int(ir.IntegerAttr(j).value) for j in ir.ArrayAttr(g)]
+                     for g in ir.ArrayAttr(op.attributes["reassociation"])][i]
+            size = None
+            for j in group:
+                d = _dim_value(op.operands[0], j, in_group, anchor)
+                if size is not None:
+                    with ir.InsertionPoint(anchor), anchor.location:
+                        d = ir.Operation.create("arith.muli", results=[index],
+                                                operands=[size, d]).results[0]
+                size = d
+            return size
+        if name.startswith("linalg.") and len(op.results):
+            # destination style: result k has the shape of init k, the last operands
             k = list(op.results).index(value)
-            value = list(op.opview.outputs)[k]
+            value = op.operands[len(op.operands) - len(op.results) + k]
             continue
         raise PassError(f"ember-fuse: cannot tell the size of dynamic dim {i} of a result of "
                         f"'{name}' (the graph is compiled for static shapes instead)", op.location)

@@ -113,7 +113,7 @@ def _decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dic
     strides.reverse()
     for k, (g, s, st) in enumerate(zip(dims, sizes, strides)):
         name = f"{prefix}{g}"
-        e = index if st == 1 else f"({index} // {st})"
+        e = index if st == 1 else f"({index} // ({st}))"   # st may be a product of sizes
         if k > 0:
             e = f"({e} % {s})"
         lines.append(f"{name} = {e}")

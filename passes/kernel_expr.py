@@ -245,6 +245,8 @@ class ExprBuilder:
         if name == "linalg.broadcast":
             added = set(_int_array(op.attributes["dimensions"]))
             return self.value_at(op.operands[0], [e for i, e in enumerate(idx) if i not in added])
+        if name == "tensor.cast":
+            return self.value_at(op.operands[0], idx)
         if name == "tensor.expand_shape":
             src = op.operands[0]
             return self.value_at(src, [self._linearize(v, g, idx) for g in reassociation(op)])
@@ -434,6 +436,11 @@ class ExprBuilder:
                     e = self.checked_index(e, d, src, op)
                 idx.append(e)
             return self.value_at(src, idx)
+        if name == "tensor.dim":     # a size (dynamic broadcasting tests it against 1)
+            k = op.operands[1].owner
+            if isinstance(k, ir.Block) or k.name != "arith.constant":
+                raise Unschedulable("tensor.dim of a computed dim", op.location)
+            return self.dim(op.operands[0], int(ir.IntegerAttr(k.attributes["value"]).value))
         if not (name.startswith("arith.") or name.startswith("math.")):
             raise Unschedulable(f"'{name}' is not allowed in a kernel body", op.location)
         if name == "arith.truncf" and not isinstance(op.operands[0].owner, ir.Block) and \

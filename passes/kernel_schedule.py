@@ -36,7 +36,8 @@ from torch_mlir import ir
 ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
                "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape",
                "tensor.extract_slice", "tensor.pad", "tensor.concat", "func.return",
-               "tensor.dim"}  # tensor.dim: sizes of dynamic tensor.empty (never evaluated)
+               "tensor.dim",  # tensor.dim: sizes of dynamic tensor.empty (never evaluated)
+               "tensor.cast"}  # between static and `?` dims: the same elements
 CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
         "ule", "une", "uno", "true"]
 CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
@@ -290,6 +291,9 @@ class KernelSchedule:
                 kept = [i for i in range(len(shape(res))) if i not in added]
                 for s, i in enumerate(kept):
                     uf.union((res, i), (op.operands[0], s))
+        elif name == "tensor.cast":
+            for i in range(len(shape(op.results[0]))):
+                uf.union((op.results[0], i), (op.operands[0], i))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
             src, res = op.operands[0], op.results[0]
             big, small = (res, src) if name == "tensor.expand_shape" else (src, res)

@@ -197,9 +197,14 @@ class CompiledProgram:
             if not _static(shape):
                 groups = s.params.get("reassociation")
 
-                def run_view_dyn(vals, i=i, o=o, shape=shape, groups=groups, kind=s.name):
+                shape_from = s.params.get("shape_from")
+
+                def run_view_dyn(vals, i=i, o=o, shape=shape, groups=groups, kind=s.name,
+                                 shape_from=shape_from):
                     src = vals[i]
-                    if kind == "collapse_shape" and groups is not None:
+                    if shape_from is not None:      # tensor.reshape: sizes made on the host
+                        size = list(vals[shape_from])
+                    elif kind == "collapse_shape" and groups is not None:
                         size = [_numel([src.shape[k] for k in g]) for g in groups]
                     else:
                         size = [-1 if d is None else d for d in _resolve(shape, vals)]
@@ -412,6 +417,10 @@ def _scalar_run(s: Step) -> Callable[[list], None]:
         def run_dim(vals, t=ins[0], k=ins[1], o=outs[0]):
             vals[o] = vals[t].shape[vals[k]]
         return run_dim
+    if s.name == "from_elements":
+        def run_tuple(vals, ins=ins, o=outs[0]):
+            vals[o] = tuple(vals[i] for i in ins)
+        return run_tuple
     if s.name == "assert":
         msg = s.params.get("msg", "")
 
