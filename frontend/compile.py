@@ -115,13 +115,14 @@ def graph_pays_off(program) -> bool:
     return launches * LAUNCH_OVERHEAD_S > 2 * out_bytes / COPY_BYTES_PER_S
 
 
-def import_graph(gm: fx.GraphModule, ctx, native: NativeOutput | None = None):
+def import_graph(gm: fx.GraphModule, ctx, native: NativeOutput | None = None,
+                 symbolic: bool = False):
     """`gm` imported to linalg in `ctx` (placement kwargs dropped: fx_prep.strip_placement).
     MLIR's diagnostics are caught by `native`; an import failure names the first of them (the
     illegal op) rather than torch-mlir's "failed with the following diagnostics"."""
     from .importer import FxImportError, import_fx
     try:
-        return import_fx(fx_prep.strip_placement(gm), ctx)
+        return import_fx(fx_prep.strip_placement(gm), ctx, symbolic=symbolic)
     except FxImportError as err:
         first = native.first() if native is not None else None
         if first is None:
@@ -142,7 +143,7 @@ def _short_diagnostic(line: str) -> str:
 
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
                    dump: DebugDump, kind: str = "graph",
-                   library=()) -> tuple[Callable, dict[str, Any]]:
+                   library=(), symbolic: bool = False) -> tuple[Callable, dict[str, Any]]:
     """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
     failure. `library`: nodes called as ATen kernels inside the program
     (frontend/library_calls.py): library ops and ops ember cannot compile. Returns the runtime's
@@ -171,7 +172,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     native = NativeOutput(ctx)
     try:
         with native, ctx, torch.no_grad():
-            module = import_graph(gm, ctx, native)
+            module = import_graph(gm, ctx, native, symbolic)
             stitch(module, calls)
             dump.stage("import", module)
             run_pipeline(module, default_pipeline(options, target), dump)

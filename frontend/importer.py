@@ -44,13 +44,33 @@ def refuse_native_crashes(gm: fx.GraphModule) -> None:
                                 f"int8/uint8 op; torch-mlir cannot import it")
 
 
+def _import_symbolic(gm: fx.GraphModule, importer: FxImporter, func_name: str) -> ir.Module:
+    """A graph with symbolic sizes (frontend/symbolic.py), lowered with torch-mlir's strict
+    symbolic-shape semantics: its legacy `aten.view` lowering pairs up `?` dims by position
+    (a `view(x, [-1, 4])` of a `?x?` tensor becomes the identity), while the strict one reshapes
+    to the sizes computed on the host; and a symbolic dim is never 1 (Dynamo specializes 0 and
+    1), so broadcasting needs no run-time test of it."""
+    from torch_mlir import fx as torch_fx
+    importer.import_stateless_graph(gm.graph, func_name=func_name)
+    module = importer.module
+    with module.context:
+        for op in module.body.operations:
+            if op.operation.name == "func.func":
+                op.attributes["torch.disable_legacy_view"] = ir.UnitAttr.get()
+                op.attributes["torch.assume_strict_symbolic_shapes"] = ir.UnitAttr.get()
+    return torch_fx._module_lowering(False, False, OutputType.LINALG_ON_TENSORS, module)
+
+
 def import_fx(gm: fx.GraphModule, context: ir.Context | None = None,
-              func_name: str = "main") -> ir.Module:
-    """Imports `gm` (static shapes, tensor inputs and outputs) to linalg-on-tensors."""
+              func_name: str = "main", symbolic: bool = False) -> ir.Module:
+    """Imports `gm` (tensor inputs and outputs; static shapes unless `symbolic`) to
+    linalg-on-tensors."""
     refuse_native_crashes(gm)
     ctx = context or new_context()
     importer = FxImporter(context=ctx)
     try:
+        if symbolic:
+            return _import_symbolic(gm, importer, func_name)
         return stateless_fx_import(gm, output_type=OutputType.LINALG_ON_TENSORS,
                                    fx_importer=importer, model_name=func_name)
     except Exception as err:  # torch-mlir raises plain Exceptions with the diagnostics

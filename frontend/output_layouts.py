@@ -27,11 +27,18 @@ aten = torch.ops.aten
 Step = tuple[Callable, tuple, dict]     # fn(t, *args, **kwargs)
 
 
+def _known(cond) -> bool:
+    """`cond` for static sizes; for symbolic ones, whether it holds for every size, decided
+    without adding a guard (frontend/symbolic.py: a compile may not depend on a size)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return statically_known_true(cond)
+
+
 def dense_permutation(val: torch.Tensor) -> tuple[int, ...] | None:
     """The dim order (outermost first) in which `val` is laid out contiguously, when that is
     not the logical order; None when `val` is contiguous or not a permutation of a dense layout
     (callers copy then)."""
-    if val.is_contiguous():
+    if _known(val.is_contiguous()):
         return None
     stride = val.stride()
     perm = tuple(sorted(range(val.dim()), key=lambda d: (-stride[d], d)))
@@ -52,7 +59,7 @@ def _restride(t: torch.Tensor, size, stride) -> torch.Tensor:
 def layout_steps(val: torch.Tensor) -> tuple[tuple[int, ...] | None, tuple[Step, ...]]:
     """(perm, steps): compute `permute(value, perm)` (contiguous) when perm is not None, then
     `steps` give eager's layout back from what the program returns."""
-    if val.numel() <= 1 or val.is_contiguous():
+    if _known(val.numel() <= 1) or _known(val.is_contiguous()):
         return None, ()
     perm = dense_permutation(val)
     if perm is not None:
@@ -119,7 +126,7 @@ def permute_inputs(sub: fx.GraphModule) -> dict[int, list[int]]:
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     for i, ph in enumerate(placeholders):
         val = ph.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.numel() <= 1 or not ph.users:
+        if not isinstance(val, torch.Tensor) or _known(val.numel() <= 1) or not ph.users:
             continue
         perm = dense_permutation(val)
         if perm is None:

@@ -90,8 +90,11 @@ def build(graph, args) -> Callable | None:
     try:
         run = _compile(graph, args, report, dump)
         if env is not None and len(env.guards) != guards:
-            raise NotSymbolic("compiling read a symbolic size (a new guard on "
-                              f"{env.guards[-1].expr})")
+            import traceback
+            g = env.guards[-1]
+            where = "".join(traceback.format_list(g.stack.summary()[-6:])) if getattr(g, "stack", None) else ""
+            dump.write("symbolic-guard.txt", f"{g.expr}\n{where}")
+            raise NotSymbolic(f"compiling read a symbolic size (a new guard on {g.expr})")
     except Exception as err:
         from .compile import _format
         dump.write("error-symbolic.txt", _format(err))
@@ -126,7 +129,7 @@ def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
     if library:
         report["library_calls"] = sorted(op_name(n) for n in library)
     run, summary = compile_static(prep.gm, list(args), graph.options, target, dump, graph.kind,
-                                  library=library)
+                                  library=library, symbolic=True)
     report.update(summary)
     report["num_externs"] = report.get("num_externs", 0) + len(library)
     host = prep.host_gm

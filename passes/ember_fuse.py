@@ -486,6 +486,30 @@ def _dim_value(value, i: int, in_group, anchor):
         if name == "tensor.cast":
             value = op.operands[0]
             continue
+        if name == "tensor.insert_slice":
+            value = op.operands[1]
+            continue
+        if name == "tensor.extract_slice":
+            static = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+            offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+            dyn = ir.ShapedType.get_dynamic_size()
+            if len(static) == ir.ShapedType(value.type).rank and static[i] == dyn:
+                n_off = sum(1 for o in offsets if o == dyn)
+                return op.operands[1 + n_off + sum(1 for d in static[:i] if d == dyn)]
+        if name == "tensor.concat":
+            axis = int(ir.IntegerAttr(op.attributes["dim"]).value)
+            if axis != i:
+                value = op.operands[0]
+                continue
+            size = None
+            for src in op.operands:
+                d = _dim_value(src, i, in_group, anchor)
+                if size is not None:
+                    with ir.InsertionPoint(anchor), anchor.location:
+                        d = ir.Operation.create("arith.addi", results=[index],
+                                                operands=[size, d]).results[0]
+                size = d
+            return size
         if name == "tensor.collapse_shape":
             # the product of the source dims it collapses, computed on the host
             group = [[int(ir.IntegerAttr(j).value) for j in ir.ArrayAttr(g)]
