@@ -304,9 +304,12 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                                ir.StringAttr(callee.attributes["sym_name"]).value)
             if symbol not in kernel_names:
                 kernel_names.append(symbol)
-            # index operands are shape arguments: kernels read sizes from the tensors
+            # scalar operands (sizes, symbolic ints) go after every tensor dim in the kernel's
+            # sizes table (kernel_schedule.scalar_args)
             tensors_in = tuple(i for i in ins if values[i].dtype != "index")
-            steps.append(Step("kernel", symbol, tensors_in, outs))
+            scalars = [i for i in ins if values[i].dtype == "index"]
+            steps.append(Step("kernel", symbol, tensors_in, outs,
+                              {"scalars": scalars} if scalars else {}))
         elif name == "ember.extern":
             params = {}
             if "params" in op.attributes:

@@ -122,6 +122,7 @@ def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
         raise NotSymbolic("nothing to compile")
     sizes = _Sizes(graph.gm)
     sizes.check(prep.plan)
+    explicit_view_sizes(prep.gm)
     from .library_calls import can_outline
     library = library_nodes(prep.gm)
     if any(not can_outline(n) for n in library):
@@ -198,3 +199,82 @@ class _Sizes:
         env = dict(zip(self.symbols, key))
         kinds = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}
         return self._walk(obj, lambda v: kinds[type(v)](v.node.expr.xreplace(env)))
+
+
+_VIEWS = (torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+          torch.ops.aten.reshape.default)
+
+
+def explicit_view_sizes(gm: fx.GraphModule) -> None:
+    """`view(x, [-1, 4])` of a tensor with symbolic sizes -> `view(x, [s0*s1//4, 4])`, the size
+    built in the graph from the inputs' sizes (torch-mlir's strict view lowering does not infer
+    a -1 from `?` dims). A size it cannot build stays -1 (the import then fails and the graph
+    compiles per shape)."""
+    import operator
+
+    import sympy
+    from torch.utils._sympy.functions import FloorDiv
+
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    sources = _Sizes(gm).sources
+    first = next((n for n in gm.graph.nodes if n.op != "placeholder"), None)
+    if first is None:
+        return
+    made: dict = {}
+
+    def build(expr):
+        if expr in made:
+            return made[expr]
+        if expr.is_Integer:
+            return int(expr)
+        node = None
+        if expr.is_Symbol:
+            src = next(((i, d) for s, i, d in sources if s == expr), None)
+            if src is None:
+                return None
+            i, d = src
+            ph = placeholders[i]
+            if d is None:
+                node = ph
+            else:
+                with gm.graph.inserting_before(first):
+                    node = gm.graph.call_function(torch.ops.aten.sym_size.int, (ph, d))
+                node.meta["val"] = ph.meta["val"].shape[d]
+        else:
+            fn = {sympy.Mul: operator.mul, sympy.Add: operator.add, FloorDiv: operator.floordiv}
+            op = next((f for cls, f in fn.items() if isinstance(expr, cls)), None)
+            args = [build(a) for a in expr.args] if op is not None else [None]
+            if any(a is None for a in args):
+                return None
+            node = args[0]
+            for a in args[1:]:
+                val = op(_val(node), _val(a))
+                with gm.graph.inserting_before(first):
+                    node = gm.graph.call_function(op, (node, a))
+                node.meta["val"] = val
+        made[expr] = node
+        return node
+
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _VIEWS or len(node.args) < 2:
+            continue
+        sizes, val = node.args[1], node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not any(isinstance(d, int) and d == -1
+                                                         for d in sizes):
+            continue
+        new = list(sizes)
+        for k, d in enumerate(sizes):
+            if isinstance(d, int) and d == -1:
+                n = val.shape[k]
+                built = n if isinstance(n, int) else build(n.node.expr)
+                new[k] = -1 if built is None else built
+        node.args = (node.args[0], new) + tuple(node.args[2:])
+        changed = True
+    if changed:
+        gm.graph.lint()
+        gm.recompile()
+
+
+def _val(x):
+    return x.meta["val"] if isinstance(x, fx.Node) else x

@@ -408,14 +408,20 @@ def _source(k: _Kernel, sched, writer) -> str:
     lines.append("")
     lines.append("")
     n_in = len(writer.args)
-    lines.append(f"def {k.name}(*tensors):")
+    if writer.sched.scalars:     # sizes / symbolic ints, after the tensors (kernel ABI)
+        n_t = n_in + len(writer.results)
+        lines.append(f"def {k.name}(*args):")
+        lines.append(f"    tensors, scalars = args[:{n_t}], [int(x) for x in args[{n_t}:]]")
+    else:
+        lines.append(f"def {k.name}(*tensors):")
     # linalg's integers are signless: a uint8 tensor holds an i8 value, read as int8 (the ops
     # that care, divui/uitofp/cmpi ult, reinterpret as unsigned themselves).
     bytes_ = [n for n, v in enumerate(writer.args + writer.results) if type_name(v.type) == "i8"]
     if bytes_:
         lines.append(f"    tensors = [t.view(torch.int8) if t.dtype == torch.uint8 else t "
                      f"for t in tensors]")
-    lines.append("    sizes = [d for t in tensors for d in t.shape]")
+    lines.append("    sizes = [d for t in tensors for d in t.shape]"
+                 + (" + scalars" if writer.sched.scalars else ""))
     for name, expr in k.numels.items():
         lines.append(f"    {name} = {expr}")
     for idx, name in sorted(writer.lang.dynamic_sizes.items()):

@@ -57,20 +57,12 @@ def _first_dynamic(module: ir.Operation) -> tuple[ir.Type, ir.Location] | None:
     return found[0] if found else None
 
 
-_SIZE_USERS = ("tensor.empty", "tensor.expand_shape", "tensor.dim")
-
-
 def _shape_arg(arg) -> bool:
-    """An `index` kernel argument used only as a size (of a tensor.empty or expand_shape): a
-    shape argument, which code generation never evaluates (see ember-fuse)."""
-    if not isinstance(arg.type, ir.IndexType):
-        return False
-    for use in arg.uses:
-        owner = use.owner
-        if owner.name not in _SIZE_USERS or (owner.name == "tensor.expand_shape"
-                                             and use.operand_number == 0):
-            return False
-    return True
+    """A size or symbolic int (`index`, `i64`): the lowerings read such scalar arguments from
+    the sizes table (kernel_schedule.scalar_args)."""
+    t = arg.type
+    return isinstance(t, ir.IndexType) or (isinstance(t, ir.IntegerType)
+                                           and ir.IntegerType(t).width == 64)
 
 
 def _first_scalar_kernel_arg(module: ir.Operation):

@@ -264,12 +264,13 @@ class ExprBuilder:
             src = op.operands[0]
             offs = _int_array(op.attributes["static_offsets"])
             strides = _int_array(op.attributes["static_strides"])
-            if any(x < -(2 ** 62) for x in offs + strides):
-                raise Unschedulable("dynamic extract_slice offsets/strides", op.location)
-            out = [Expr(str(o)) for o in offs]
+            if any(x < -(2 ** 62) for x in strides):
+                raise Unschedulable("dynamic extract_slice strides", op.location)
+            dyn = iter(op.operands[1:])     # dynamic offsets come first among the operands
+            off = [self.scalar(next(dyn), {}) if o < -(2 ** 62) else Expr(str(o)) for o in offs]
+            out = list(off)
             for s, r in _slice_dims(op):
-                out[s] = self.iop("add", Expr(str(offs[s])),
-                                  self.iop("mul", idx[r], Expr(str(strides[s]))))
+                out[s] = self.iop("add", off[s], self.iop("mul", idx[r], Expr(str(strides[s]))))
             return self.value_at(src, out)
         if name == "tensor.pad":
             return self._pad(op, idx, ty)
@@ -400,7 +401,10 @@ class ExprBuilder:
             return ctx[v]()
         owner = v.owner
         if not hasattr(owner, "operation") and not hasattr(owner, "name"):
-            raise Unschedulable("scalar kernel arguments are not supported")
+            g = self.sched.scalar_gid.get(v)
+            if g is None:
+                raise Unschedulable("scalar kernel arguments are not supported")
+            return self.size(g)       # from the sizes table, as an int64
         key = (v, ctx.get("key", ()))
         hit = self._get(key)
         if hit is not None:

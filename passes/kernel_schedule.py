@@ -196,8 +196,9 @@ class _UnionFind:
 class KernelSchedule:
     """See the module docstring. Build with `schedule_kernel` / `schedule_ops`."""
 
-    def __init__(self, ops, args, results, kind=None):
+    def __init__(self, ops, args, results, kind=None, scalars=()):
         self.ops, self.args, self.results = list(ops), list(args), list(results)
+        self.scalars = list(scalars)
         uf, static = _UnionFind(), {}
         self._uf = uf
 
@@ -237,6 +238,13 @@ class KernelSchedule:
                 for i, g in enumerate(self.dims(v)):
                     self._size_ref.setdefault(g, off + i)
                 off += len(shape(v))
+        # Scalar arguments (sizes, symbolic ints) come after every dim in the sizes table; each
+        # is a pseudo global dim of unknown size, read the way a dynamic dim is.
+        self.scalar_gid = {}
+        for j, a in enumerate(self.scalars):
+            g = self.scalar_gid[a] = len(self._gid) + j
+            self._size[g] = None
+            self._size_ref[g] = off + j
         self._plan(kind)
 
     # --- global dims -----------------------------------------------------------------------
@@ -461,10 +469,22 @@ def schedule_ops(ops, results, args=None, kind=None) -> KernelSchedule:
 
 
 def tensor_args(block) -> list:
-    """A kernel's tensor arguments, in order. Its `index` arguments are shape arguments (sizes of
-    dynamic `tensor.empty`s; see ember-fuse): code generation never evaluates them, sizes are
-    read from the tensors at run time, and the host passes only the tensors."""
+    """A kernel's tensor arguments, in order (its scalar arguments: `scalar_args`)."""
     return [a for a in block.arguments if isinstance(a.type, ir.ShapedType)]
+
+
+def scalar_args(block) -> list:
+    """A kernel's scalar arguments, in order: sizes and symbolic ints (`index`, `i64`), appended
+    to the sizes table after the dims of the tensors (docs/internals.md, kernel ABI)."""
+    out = []
+    for a in block.arguments:
+        if isinstance(a.type, ir.ShapedType):
+            continue
+        if not (isinstance(a.type, ir.IndexType) or
+                (isinstance(a.type, ir.IntegerType) and ir.IntegerType(a.type).width == 64)):
+            raise Unschedulable(f"scalar kernel argument of type {a.type}")
+        out.append(a)
+    return out
 
 
 def schedule_kernel(func) -> KernelSchedule:
@@ -478,7 +498,8 @@ def schedule_kernel(func) -> KernelSchedule:
             kind = ir.StringAttr(func.attributes["ember.kernel"]).value
         except (ValueError, TypeError):
             kind = None
-    return KernelSchedule(ops[:-1], tensor_args(block), list(ret.operands), kind)
+    return KernelSchedule(ops[:-1], tensor_args(block), list(ret.operands), kind,
+                          scalar_args(block))
 
 
 from .kernel_expr import ExprBuilder, Lang, Scope  # noqa: E402,F401  (re-exported API)

@@ -138,13 +138,17 @@ class CompiledProgram:
                 raise ValueError(f"ember runtime: step calls kernel {s.name!r}, which is not in "
                                  f"Program.kernel_names")
             ids = tuple(s.inputs) + tuple(s.outputs)
-            if p.lang == "cpp" and not all(_static(vals_info[i].shape) for i in ids):
+            scalars = tuple(s.params.get("scalars", ()))
+            if p.lang == "cpp" and (scalars or not all(_static(vals_info[i].shape) for i in ids)):
                 fn.argtypes = [ctypes.c_void_p] * len(ids) + [ctypes.POINTER(ctypes.c_int64)]
 
-                def run(vals, fn=fn, ids=ids):      # sizes of this call's tensors
-                    dims = [d for i in ids for d in vals[i].shape]
+                def run(vals, fn=fn, ids=ids, scalars=scalars):   # this call's sizes
+                    dims = [d for i in ids for d in vals[i].shape] + [vals[i] for i in scalars]
                     fn(*[vals[i].data_ptr() for i in ids],
                        (ctypes.c_int64 * max(len(dims), 1))(*dims))
+            elif scalars:
+                def run(vals, fn=fn, ids=ids, scalars=scalars):
+                    fn(*[vals[i] for i in ids], *[vals[i] for i in scalars])
             elif p.lang == "cpp":
                 dims = [d for i in ids for d in vals_info[i].shape]
                 sizes = (ctypes.c_int64 * max(len(dims), 1))(*dims)
