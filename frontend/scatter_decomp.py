@@ -23,7 +23,9 @@ def _bounds(size: int, start, end) -> tuple[int, int]:
 
 
 def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
-    if step != 1 or not all(isinstance(s, int) for s in base.shape):
+    # Only the scattered dim's size must be known (other dims may be symbolic sizes).
+    if step != 1 or not isinstance(base.shape[dim % base.dim()], int) or \
+            not all(isinstance(b, (int, type(None))) for b in (start, end)):
         return NotImplemented
     dim = dim % base.dim()
     size = base.shape[dim]
@@ -37,7 +39,7 @@ def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
 
 
 def _select_scatter(base, src, dim, index):
-    if not all(isinstance(s, int) for s in base.shape):
+    if not isinstance(base.shape[dim % base.dim()], int) or not isinstance(index, int):
         return NotImplemented
     dim = dim % base.dim()
     index = index + base.shape[dim] if index < 0 else index

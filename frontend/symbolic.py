@@ -84,7 +84,7 @@ def build(graph, args) -> Callable | None:
         "fused_groups": [], "eager_fallback_ops": [], "fallback_reasons": {},
         "planned_peak_bytes": 0, "unplanned_peak_bytes": 0,
     }
-    dump = DebugDump(graph.options.debug_dir, graph.graph_id)
+    dump = DebugDump(graph.options.debug_dir, f"{graph.graph_id}-symbolic")
     env = _shape_env(graph.gm)
     guards = len(env.guards) if env is not None else 0
     try:

@@ -486,6 +486,18 @@ def _dim_value(value, i: int, in_group, anchor):
         if name == "tensor.cast":
             value = op.operands[0]
             continue
+        if name == "tensor.pad":
+            low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))[i]
+            high = list(ir.DenseI64ArrayAttr(op.attributes["static_high"]))[i]
+            dyn = ir.ShapedType.get_dynamic_size()
+            if low != dyn and high != dyn:
+                d = _dim_value(op.operands[0], i, in_group, anchor)
+                if low + high == 0:
+                    return d
+                with ir.InsertionPoint(anchor), anchor.location:
+                    return ir.Operation.create(
+                        "arith.addi", results=[index],
+                        operands=[d, constant(low + high).results[0]]).results[0]
         if name == "tensor.insert_slice":
             value = op.operands[1]
             continue
