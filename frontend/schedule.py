@@ -325,6 +325,8 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                 vparams["reassociation"] = [[int(ir.IntegerAttr(i).value) for i in ir.ArrayAttr(g)]
                                             for g in ir.ArrayAttr(op.attributes["reassociation"])]
             steps.append(Step("view", name.split(".")[1], ins[:1], outs, vparams))
+        elif name == "tensor.cast":     # between `?` and static dims: the same tensor
+            steps.append(Step("view", "cast", ins[:1], outs))
         elif name == "tensor.reshape":
             steps.append(Step("view", "reshape", ins[:1], outs, {"shape_from": ins[1]}))
         elif name == "arith.constant":

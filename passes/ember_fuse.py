@@ -39,7 +39,7 @@ from .registry import register
 
 HOST_OPS = {"func.call", "ember.extern", "func.return", "arith.constant", "tensor.empty"}
 RESULT_DIMS_ATTR = "ember.result_dims"
-VIEW_OPS = {"tensor.expand_shape", "tensor.collapse_shape"}
+VIEW_OPS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast"}
 
 
 @register

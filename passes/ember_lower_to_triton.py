@@ -401,7 +401,12 @@ def _source(k: _Kernel, sched, writer) -> str:
         # config runs the kernel, so the inputs are restored after each trial.
         restore = writer.in_names
         lines.append(f"@_ember_autotune(configs=[{cfgs}], key={keys!r}, restore={restore!r})")
-    lines.append("@triton.jit")
+    # Scalar arguments (after every tensor dim in the sizes table) are values, not sizes: Triton
+    # must not specialize one that is 1 into a constexpr (a cast of it would not compile).
+    n_dims = sum(len(shape(v)) for v in writer.args + writer.results)
+    scalar_params = [n for k, n in sorted(writer.lang.dynamic_sizes.items()) if k >= n_dims]
+    lines.append(f"@triton.jit(do_not_specialize={scalar_params!r})" if scalar_params
+                 else "@triton.jit")
     params = k.jit_params + [f"{c}: tl.constexpr" for c in k.constexprs]
     lines.append(f"def {jit}({', '.join(params)}):")
     lines += k.body

@@ -198,6 +198,11 @@ class CompiledProgram:
                     vals[o] = vals[i].view(dt)
                 return [run_bitcast]
 
+            if s.name == "cast":
+
+                def run_cast(vals, i=i, o=o):
+                    vals[o] = vals[i]
+                return [run_cast]
             if not _static(shape):
                 groups = s.params.get("reassociation")
 
