@@ -67,10 +67,24 @@ def layout_steps(val: torch.Tensor) -> tuple[tuple[int, ...] | None, tuple[Step,
     return None, ((_restride, (tuple(val.shape), tuple(val.stride())), {}),)
 
 
+def _size_arg(x):
+    """A view's argument with its symbolic sizes (a SymInt placeholder of a dynamic graph) as
+    their SymInt values (frontend/symbolic.py evaluates them for each call)."""
+    if isinstance(x, fx.Node):
+        return x.meta.get("val")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_size_arg(a) for a in x)
+    return x
+
+
+def _is_size(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), torch.SymInt)
+
+
 def _is_single_view(node: fx.Node, is_view: Callable[[fx.Node], bool]) -> bool:
     if node.target is operator.getitem or not is_view(node):
         return False
-    ins = node.all_input_nodes
+    ins = [n for n in node.all_input_nodes if not _is_size(n)]
     return (len(ins) == 1 and bool(node.args) and node.args[0] is ins[0]
             and isinstance(node.meta.get("val"), torch.Tensor)
             and isinstance(ins[0].meta.get("val"), torch.Tensor))
@@ -82,7 +96,7 @@ def view_chain(out: fx.Node, is_view: Callable[[fx.Node], bool],
     chain = []
     node = out
     while _is_single_view(node, is_view) and not host_only[node.args[0]]:
-        chain.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
+        chain.append((node.target, _size_arg(tuple(node.args[1:])), dict(node.kwargs)))
         node = node.args[0]
     return node, tuple(reversed(chain))
 
