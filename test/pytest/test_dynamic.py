@@ -145,3 +145,50 @@ def test_no_symbolic_compile_falls_back_per_shape(target, monkeypatch):
     msgs = [str(w.message) for w in caught if "compiled for each input shape" in str(w.message)]
     assert len(msgs) == 1
     check_fallbacks()
+
+
+@pytest.mark.targets("cpu")
+def test_bert_training_dynamic_batch_and_sequence(target):
+    """transformers' BertModel (a small config), dynamic batch and sequence length, forward and
+    backward: one symbolic forward and one symbolic backward for three shapes."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    try:
+        from common import import_torchvision
+        import_torchvision()        # transformers imports it; its extension may not load here
+    except Exception:
+        pass
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                  intermediate_size=64, vocab_size=100,
+                                  max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                  attention_probs_dropout_prob=0.0)
+    model = transformers.BertModel(cfg)
+
+    class LastHidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = model
+
+        def forward(self, ids):
+            return self.bert(input_ids=ids).last_hidden_state
+
+    m = LastHidden()
+    counters.clear()
+    clear_reports()
+    cm = torch.compile(m, backend="ember", options={"target": target}, dynamic=True)
+    for b, t in ((2, 8), (3, 11), (4, 5)):
+        ids = torch.randint(0, 100, (b, t))
+        grads = []
+        for f in (cm, m):
+            m.zero_grad()
+            out = f(ids)
+            (out * torch.sin(torch.arange(out.numel()).view(out.shape).float())).sum().backward()
+            # every gradient eager computes, as one vector (a key bias's is ~1e-10: noise)
+            g = torch.cat([p.grad.flatten() for n, p in sorted(model.named_parameters())
+                           if not n.startswith("pooler")])
+            grads.append((out, g))
+        assert rel_err(grads[0][0], grads[1][0]) < 1e-4 and rel_err(grads[0][1], grads[1][1]) < 1e-3
+    _one_symbolic_compile(list(ember.last_reports()))
