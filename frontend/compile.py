@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from . import fx_prep
+from . import fx_prep, symbolic
 from .options import CompileOptions, default_pipeline, resolve_target
 from .report import DebugDump, NativeOutput, describe_error, new_graph_id, record, warn_once
 
@@ -121,13 +121,14 @@ def graph_pays_off(program) -> bool:
     return launches * LAUNCH_OVERHEAD_S > 2 * out_bytes / COPY_BYTES_PER_S
 
 
-def import_graph(gm: fx.GraphModule, ctx, native: NativeOutput | None = None):
+def import_graph(gm: fx.GraphModule, ctx, native: NativeOutput | None = None,
+                 symbolic: bool = False):
     """`gm` imported to linalg in `ctx` (placement kwargs dropped: fx_prep.strip_placement).
     MLIR's diagnostics are caught by `native`; an import failure names the first of them (the
     illegal op) rather than torch-mlir's "failed with the following diagnostics"."""
     from .importer import FxImportError, import_fx
     try:
-        return import_fx(fx_prep.strip_placement(gm), ctx)
+        return import_fx(fx_prep.strip_placement(gm), ctx, symbolic=symbolic)
     except FxImportError as err:
         first = native.first() if native is not None else None
         if first is None:
@@ -148,7 +149,7 @@ def _short_diagnostic(line: str) -> str:
 
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
                    dump: DebugDump, kind: str = "graph",
-                   library=()) -> tuple[Callable, dict[str, Any]]:
+                   library=(), symbolic: bool = False) -> tuple[Callable, dict[str, Any]]:
     """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
     failure. `library`: nodes called as ATen kernels inside the program
     (frontend/library_calls.py): library ops and ops ember cannot compile. Returns the runtime's
@@ -180,14 +181,14 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     native = NativeOutput(ctx)
     try:
         with native, ctx, torch.no_grad():
-            module = import_graph(gm, ctx, native)
+            module = import_graph(gm, ctx, native, symbolic)
             stitch(module, calls)
             seconds["import"] = time.perf_counter() - t0
             dump.stage("import", module)
             run_pipeline(module, default_pipeline(options, target), dump, seconds)
             t0 = time.perf_counter()
             program = export_program(module)
-            restore_signedness(program, [t.dtype for t in tensors], out_dtypes)
+            restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
             summary = _summary(module)
             seconds["export"] = time.perf_counter() - t0
     finally:
@@ -203,7 +204,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # Only inference graphs (a training forward returns its saved activations, which the
     # graph's outputs would have to copy out on every step), and only where the launches saved
     # outweigh that copy: a replay clones its outputs out of the graph's memory.
-    if (options.cudagraphs and kind == "inference" and device.type == "cuda"
+    static = all(isinstance(d, int) for v in program.values for d in v.shape)
+    if (options.cudagraphs and kind == "inference" and device.type == "cuda" and static
             and graph_pays_off(program)):
         from ..runtime.cuda_graphs import GraphedProgram
         compiled = GraphedProgram(compiled)
@@ -244,11 +246,17 @@ class EmberGraph:
         self.eager_modules: list[fx.GraphModule] = []    # what runs in torch (tests, debugging)
         # Dynamo guards shapes, dtypes and strides of a static graph already: no per-call key.
         self._static_graph = not fx_prep.needs_specialization(gm)
+        # A graph with symbolic sizes is first compiled once with them (frontend/symbolic.py);
+        # what that cannot handle is compiled per input shape.
+        self._try_symbolic = not self._static_graph and symbolic.has_symbols(gm)
         self._static: Callable | None = None
         self._eager = _eager_call(gm)
 
     def __call__(self, *args):
         fn = self._static
+        if fn is None and self._try_symbolic:
+            self._try_symbolic = False
+            fn = self._static = symbolic.build(self, args)
         if fn is None:
             key = fx_prep.input_key(args)
             fn = self._cache.get(key)

@@ -77,9 +77,22 @@ class _Hooks(FxImporterHooks):
                                    attributes={"value": attr}).result
 
 
+def _strict_symbolic(module: ir.Module) -> None:
+    """A graph with symbolic sizes (frontend/symbolic.py) is lowered with torch-mlir's strict
+    symbolic-shape semantics: its legacy `aten.view` lowering pairs up `?` dims by position
+    (a `view(x, [-1, 4])` of a `?x?` tensor becomes the identity), while the strict one reshapes
+    to the sizes computed on the host; and a symbolic dim is never 1 (Dynamo specializes 0 and
+    1), so broadcasting needs no run-time test of it."""
+    for op in module.body.operations:
+        if op.operation.name == "func.func":
+            op.attributes["torch.disable_legacy_view"] = ir.UnitAttr.get()
+            op.attributes["torch.assume_strict_symbolic_shapes"] = ir.UnitAttr.get()
+
+
 def import_fx(gm: fx.GraphModule, context: ir.Context | None = None,
-              func_name: str = "main") -> ir.Module:
-    """Imports `gm` (static shapes, tensor inputs and outputs) to linalg-on-tensors."""
+              func_name: str = "main", symbolic: bool = False) -> ir.Module:
+    """Imports `gm` (tensor inputs and outputs; static shapes unless `symbolic`) to
+    linalg-on-tensors."""
     refuse_native_crashes(gm)
     ctx = context or new_context()
     try:
@@ -87,6 +100,8 @@ def import_fx(gm: fx.GraphModule, context: ir.Context | None = None,
         importer.import_stateless_graph(gm.graph, func_name=func_name)
         module = importer.module
         with ctx:
+            if symbolic:
+                _strict_symbolic(module)
             # Passes can emit errors without signalling failure (torch-mlir #3506): report them.
             ctx.emit_error_diagnostics = True
             for pipeline in TORCH_MLIR_PIPELINES:

@@ -27,11 +27,18 @@ aten = torch.ops.aten
 Step = tuple[Callable, tuple, dict]     # fn(t, *args, **kwargs)
 
 
+def _known(cond) -> bool:
+    """`cond` for static sizes; for symbolic ones, whether it holds for every size, decided
+    without adding a guard (frontend/symbolic.py: a compile may not depend on a size)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return statically_known_true(cond)
+
+
 def dense_permutation(val: torch.Tensor) -> tuple[int, ...] | None:
     """The dim order (outermost first) in which `val` is laid out contiguously, when that is
     not the logical order; None when `val` is contiguous or not a permutation of a dense layout
     (callers copy then)."""
-    if val.is_contiguous():
+    if _known(val.is_contiguous()):
         return None
     stride = val.stride()
     perm = tuple(sorted(range(val.dim()), key=lambda d: (-stride[d], d)))
@@ -52,7 +59,7 @@ def _restride(t: torch.Tensor, size, stride) -> torch.Tensor:
 def layout_steps(val: torch.Tensor) -> tuple[tuple[int, ...] | None, tuple[Step, ...]]:
     """(perm, steps): compute `permute(value, perm)` (contiguous) when perm is not None, then
     `steps` give eager's layout back from what the program returns."""
-    if val.numel() <= 1 or val.is_contiguous():
+    if _known(val.numel() <= 1) or _known(val.is_contiguous()):
         return None, ()
     perm = dense_permutation(val)
     if perm is not None:
@@ -60,10 +67,24 @@ def layout_steps(val: torch.Tensor) -> tuple[tuple[int, ...] | None, tuple[Step,
     return None, ((_restride, (tuple(val.shape), tuple(val.stride())), {}),)
 
 
+def _size_arg(x):
+    """A view's argument with its symbolic sizes (a SymInt placeholder of a dynamic graph) as
+    their SymInt values (frontend/symbolic.py evaluates them for each call)."""
+    if isinstance(x, fx.Node):
+        return x.meta.get("val")
+    if isinstance(x, (list, tuple)):
+        return type(x)(_size_arg(a) for a in x)
+    return x
+
+
+def _is_size(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), torch.SymInt)
+
+
 def _is_single_view(node: fx.Node, is_view: Callable[[fx.Node], bool]) -> bool:
     if node.target is operator.getitem or not is_view(node):
         return False
-    ins = node.all_input_nodes
+    ins = [n for n in node.all_input_nodes if not _is_size(n)]
     return (len(ins) == 1 and bool(node.args) and node.args[0] is ins[0]
             and isinstance(node.meta.get("val"), torch.Tensor)
             and isinstance(ins[0].meta.get("val"), torch.Tensor))
@@ -75,7 +96,7 @@ def view_chain(out: fx.Node, is_view: Callable[[fx.Node], bool],
     chain = []
     node = out
     while _is_single_view(node, is_view) and not host_only[node.args[0]]:
-        chain.append((node.target, tuple(node.args[1:]), dict(node.kwargs)))
+        chain.append((node.target, _size_arg(tuple(node.args[1:])), dict(node.kwargs)))
         node = node.args[0]
     return node, tuple(reversed(chain))
 
@@ -119,7 +140,7 @@ def permute_inputs(sub: fx.GraphModule) -> dict[int, list[int]]:
     placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
     for i, ph in enumerate(placeholders):
         val = ph.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.numel() <= 1 or not ph.users:
+        if not isinstance(val, torch.Tensor) or _known(val.numel() <= 1) or not ph.users:
             continue
         perm = dense_permutation(val)
         if perm is None:

@@ -24,10 +24,19 @@ def _bounds(size: int, start, end) -> tuple[int, int]:
 
 
 def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
-    if not isinstance(step, int) or step < 1 or not all(isinstance(s, int) for s in base.shape):
+    if not isinstance(step, int) or step < 1 \
+            or not all(isinstance(b, (int, type(None))) for b in (start, end)):
         return NotImplemented
     dim = dim % base.dim()
     size = base.shape[dim]
+    if not isinstance(size, int):
+        if step != 1:
+            return NotImplemented
+        # A symbolic size (frontend/symbolic.py): the whole dim only (the backward of `x[:, 0]`
+        # slices every row); other dims may be symbolic anyway.
+        if start in (None, 0) and (end is None or end >= 2 ** 62):
+            return src.to(base.dtype).expand(base.shape).clone()
+        return NotImplemented
     start, end = _bounds(size, start, end)
     src = src.to(base.dtype)
     if step > 1:
@@ -52,9 +61,16 @@ def _slice_scatter(base, src, dim=0, start=None, end=None, step=1):
 
 
 def _select_scatter(base, src, dim, index):
-    if not all(isinstance(s, int) for s in base.shape):
+    if not isinstance(index, int):
         return NotImplemented
     dim = dim % base.dim()
+    if not isinstance(base.shape[dim], int):
+        if index < 0:
+            return NotImplemented
+        # a symbolic size: the same `where`, the position compared with the index
+        i = torch.arange(base.shape[dim], device=base.device)
+        i = i.view([-1] + [1] * (base.dim() - 1 - dim))
+        return torch.where(i == index, src.unsqueeze(dim).to(base.dtype), base)
     index = index + base.shape[dim] if index < 0 else index
     return _slice_scatter(base, src.unsqueeze(dim), dim, index, index + 1)
 

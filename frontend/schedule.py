@@ -41,14 +41,32 @@ def dtype_name(elem: ir.Type) -> str:
     raise ScheduleError(f"element type {text} has no torch dtype")
 
 
-def value_info(ty: ir.Type, offset: int | None = None) -> ValueInfo:
+def value_info(ty: ir.Type, offset: int | None = None, dims=None) -> ValueInfo:
+    """`dims`: for each dynamic dim, the value id of the host scalar holding its size (a str
+    "vN" in the shape), or None where the runtime finds it (an extern's or a view's result)."""
+    if isinstance(ty, (ir.IndexType, ir.IntegerType)) and not isinstance(ty, ir.ShapedType):
+        return ValueInfo(shape=(), dtype="index", offset=None)
     if not isinstance(ty, ir.RankedTensorType):
         raise ScheduleError(f"host value of type {ty} is not a ranked tensor")
     t = ty
     if not t.has_static_shape:
-        raise ScheduleError(f"host value of type {ty} has a dynamic shape (the frontend "
-                            f"specializes shapes before import)")
+        dims = dims or {}
+        shape = tuple(t.get_dim_size(i) if not t.is_dynamic_dim(i)
+                      else (f"v{dims[i]}" if dims.get(i) is not None else None)
+                      for i in range(t.rank))
+        return ValueInfo(shape=shape, dtype=dtype_name(t.element_type), offset=None)
     return ValueInfo(shape=tuple(t.shape), dtype=dtype_name(t.element_type), offset=offset)
+
+
+# Host-side size arithmetic of a dynamic graph (ember-fuse leaves it on the host); the runtime
+# evaluates it on Python ints (runtime/executor.py, `_SCALAR_OPS`).
+SCALAR_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.divui",
+              "arith.floordivsi", "arith.ceildivsi", "arith.remsi", "arith.remui", "arith.maxsi",
+              "arith.minsi", "arith.index_cast", "arith.index_castui", "arith.extsi",
+              "arith.extui", "arith.trunci", "arith.cmpi", "arith.select", "arith.andi",
+              "arith.ori", "arith.xori"}
+# Externs whose result sizes the runtime infers from their operands (runtime/externs.py).
+DYNAMIC_EXTERNS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm"}
 
 
 def attr_to_python(attr: ir.Attribute) -> Any:
@@ -222,6 +240,24 @@ def restore_signedness(program: Program, inputs, outputs) -> None:
         program.outputs[k] = len(program.values) - 1
 
 
+def _result_dims(op, ins, values) -> list[dict]:
+    """Per result of a host op, {dynamic dim: value id of the scalar holding its size}: a kernel
+    call's `ember.result_dims` (call operands), a `tensor.empty`'s or `tensor.expand_shape`'s
+    size operands. Dims it does not name are found by the runtime (externs, collapses)."""
+    name = op.operation.name
+    out: list[dict] = [{} for _ in op.results]
+    if name == "func.call" and "ember.result_dims" in op.attributes:
+        for k, arr in enumerate(ir.ArrayAttr(op.attributes["ember.result_dims"])):
+            out[k] = {i: ins[j] for i, j in enumerate(ir.DenseI64ArrayAttr(arr)) if j >= 0}
+    elif name in ("tensor.empty", "tensor.expand_shape") and op.results:
+        t = ir.RankedTensorType(op.results[0].type)
+        sizes = list(ins) if name == "tensor.empty" else list(ins[1:])
+        dyn = [i for i in range(t.rank) if t.is_dynamic_dim(i)]
+        if len(dyn) == len(sizes):
+            out[0] = dict(zip(dyn, sizes))
+    return out
+
+
 def export_program(module: ir.Module, func_name: str = "main") -> Program:
     funcs = find_funcs(module)
     if func_name not in funcs:
@@ -234,9 +270,14 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
     ids: dict[Any, int] = {}
     values: list[ValueInfo] = []
 
-    def new_value(v, offset=None) -> int:
+    def new_value(v, offset=None, dims=None) -> int:
         ids[v] = len(values)
-        values.append(value_info(v.type, offset))
+        values.append(value_info(v.type, offset, dims))
+        return ids[v]
+
+    def new_scalar(v) -> int:     # a host size, or a tuple of sizes (tensor.from_elements)
+        ids[v] = len(values)
+        values.append(ValueInfo(shape=(), dtype="index"))
         return ids[v]
 
     def vid(v) -> int:
@@ -258,10 +299,24 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
             outputs = list(ins)
             continue
         if name == "arith.constant" and not isinstance(op.results[0].type, ir.RankedTensorType):
-            continue  # scalars on the host feed nothing the runtime runs
+            if isinstance(op.results[0].type, (ir.IndexType, ir.IntegerType)):
+                (o,) = (new_value(op.results[0]),)
+                steps.append(Step("scalar", "constant", (), (o,),
+                                  {"value": int(ir.IntegerAttr(op.attributes["value"]).value)}))
+            continue  # other scalars on the host feed nothing the runtime runs
+        if name in SCALAR_OPS or name in ("tensor.dim", "cf.assert", "tensor.from_elements"):
+            outs = tuple(new_scalar(r) for r in op.results)
+            params = {}
+            if name == "arith.cmpi":
+                params["predicate"] = int(ir.IntegerAttr(op.attributes["predicate"]).value)
+            if name == "cf.assert":
+                params["msg"] = _str_attr(op, "msg")
+            steps.append(Step("scalar", name.split(".")[1], ins, outs, params))
+            continue
         offsets = _i64_array(op, "ember.offsets") or [-1] * len(op.results)
-        outs = tuple(new_value(r, off if off >= 0 else None)
-                     for r, off in zip(op.results, offsets))
+        dims = _result_dims(op, ins, values)
+        outs = tuple(new_value(r, off if off >= 0 else None, d)
+                     for r, off, d in zip(op.results, offsets, dims))
         if name in ("func.call", "ember.fused"):
             ref = op.attributes["callee" if name == "func.call" else "kernel"]
             callee = funcs.get(ir.FlatSymbolRefAttr(ref).value)
@@ -276,14 +331,31 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                                ir.StringAttr(callee.attributes["sym_name"]).value)
             if symbol not in kernel_names:
                 kernel_names.append(symbol)
-            steps.append(Step("kernel", symbol, ins, outs))
+            # scalar operands (sizes, symbolic ints) go after every tensor dim in the kernel's
+            # sizes table (kernel_schedule.scalar_args)
+            tensors_in = tuple(i for i in ins if values[i].dtype != "index")
+            scalars = [i for i in ins if values[i].dtype == "index"]
+            steps.append(Step("kernel", symbol, tensors_in, outs,
+                              {"scalars": scalars} if scalars else {}))
         elif name == "ember.extern":
             params = {}
             if "params" in op.attributes:
                 params = attr_to_python(op.attributes["params"])
-            steps.append(Step("extern", _str_attr(op, "target"), ins, outs, params))
+            target_name = _str_attr(op, "target")
+            if any(None in values[o].shape for o in outs) and target_name not in DYNAMIC_EXTERNS:
+                raise ScheduleError(f"{op.location}: extern {target_name} with a result of "
+                                    f"dynamic shape")
+            steps.append(Step("extern", target_name, ins, outs, params))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
-            steps.append(Step("view", name.split(".")[1], ins[:1], outs))
+            vparams = {}
+            if None in values[outs[0]].shape:
+                vparams["reassociation"] = [[int(ir.IntegerAttr(i).value) for i in ir.ArrayAttr(g)]
+                                            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+            steps.append(Step("view", name.split(".")[1], ins[:1], outs, vparams))
+        elif name == "tensor.cast":     # between `?` and static dims: the same tensor
+            steps.append(Step("view", "cast", ins[:1], outs))
+        elif name == "tensor.reshape":
+            steps.append(Step("view", "reshape", ins[:1], outs, {"shape_from": ins[1]}))
         elif name == "arith.constant":
             value = op.attributes["value"]
             steps.append(Step("const", "constant", (), outs, {

@@ -10,6 +10,7 @@ import re
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, indexing_maps,
                               iterator_types, masked_combiner, needed_results, schedule_kernel,
+                              tensor_args,
                               type_name)
 
 
@@ -236,7 +237,7 @@ class _Emitter:
         self.func, self.name = func, name
         self.min_el, self.vec = omp_min_elements, vectorize
         self.sched = s = schedule_kernel(func)
-        args = list(func.regions[0].blocks[0].arguments)
+        args = tensor_args(func.regions[0].blocks[0])
         self.bufs = {a: f"in{i}" for i, a in enumerate(args)}
         self.lang = CppLang()
         self.b = ExprBuilder(s, self.lang, self.bufs, reduce_hook=self.reduce)
@@ -436,9 +437,6 @@ class _Emitter:
         are one loop over their flattened space (`flat_vars` names those loops)."""
         s, b = self.sched, self.b
         top = b.stack[0]
-        for g in sorted(set(self.work()) | set(s._size_ref)):
-            if s.size(g) is None:
-                top.stmts.append(f"const int64_t s{g} = sizes[{s.size_index(g)}];")
         outer = list(s.outer)
         if flat > 1:
             dims0 = [g for g in s.outputs[0].dims if not s.unit(g)]
@@ -508,6 +506,9 @@ class _Emitter:
                    for n, o in enumerate(s.outputs)]
         params.append("const int64_t* __restrict__ sizes")
         lines = [f'extern "C" void {self.name}({", ".join(params)}) {{']
+        # sizes first: hoisted invariants in the preamble may read them (dynamic broadcasting)
+        lines += [f"  const int64_t s{g} = sizes[{s.size_index(g)}];"
+                  for g in sorted(set(self.work()) | set(s._size_ref)) if s.size(g) is None]
         lines += ["  " + p for p in b.preamble]
         _render(top, 1, lines)
         lines.append("}")

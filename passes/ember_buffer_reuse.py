@@ -26,7 +26,8 @@ from torch_mlir import ir
 from .base import OptionError, Pass, option
 from .registry import register
 
-VIEWS = ("tensor.expand_shape", "tensor.collapse_shape")
+VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape",  # dynamic shapes:
+         "tensor.cast")                                                  # host views
 
 
 @dataclasses.dataclass

@@ -14,6 +14,12 @@ groups merge when the merged group (a) stays acyclic with the rest of the graph,
 Cheap producers (constants, `tensor.empty`, fills of a constant) are cloned into every kernel that
 reads them instead of being passed in. Each kernel names what it fuses in `ember.ops`
 (report.json's `fused_groups`).
+
+Dynamic shapes (`?` dims): size computations (`tensor.dim`, integer `arith` on sizes, `cf.assert`
+of shape checks) stay on the host. A kernel takes the sizes its `tensor.empty`s need as `index`
+arguments (shape arguments: code generation never evaluates them, it reads sizes from the tensors
+at run time), and its call carries `ember.result_dims`: for each result, per dim, the call
+operand that holds that dim's size (-1 where static), so that the host can allocate results.
 """
 import dataclasses
 
@@ -26,13 +32,14 @@ from .base import Pass, PassError, option
 from .externs import fill_is_zero as _fill_is_zero, make_extern as _make_extern
 from .externs import narrow_source as _narrow_source
 from .graph_utils import (
-    bytes_of, defining_op, op_name, stable_topological_sort,
+    bytes_of, defining_op, element_type_bits, op_name, stable_topological_sort,
     users,
 )
 from .registry import register
 
 HOST_OPS = {"func.call", "ember.extern", "func.return", "arith.constant", "tensor.empty"}
-VIEW_OPS = {"tensor.expand_shape", "tensor.collapse_shape"}
+RESULT_DIMS_ATTR = "ember.result_dims"
+VIEW_OPS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast"}
 
 
 @register
@@ -43,6 +50,8 @@ class EmberFuse(Pass):
     name = "ember-fuse"
     summary = ("Fuse pointwise chains and reductions (with their pointwise producers/consumers) "
                "into kernels; matmul/conv become ember.extern")
+
+    dynamic_shapes = True       # sizes stay on the host; kernels take them as shape arguments
 
     max_group_size: int = option(64, min=1)
     fuse_reductions: bool = True
@@ -64,7 +73,8 @@ class EmberFuse(Pass):
     def plan(self, fn) -> list[list]:
         """The fusion groups of `fn`, each a list of ops in program order."""
         block = fn.regions[0].blocks[0]
-        nodes = [op for op in block.operations if _is_compute(op)]
+        dynamic = _is_dynamic(fn)
+        nodes = [op for op in block.operations if _is_compute(op, dynamic)]
         index = {op: i for i, op in enumerate(nodes)}
         parent = list(range(len(nodes)))
         members = {i: [op] for i, op in enumerate(nodes)}
@@ -89,7 +99,7 @@ class EmberFuse(Pass):
             for res in op.results:
                 for user in users(res):
                     if user in index:
-                        edges.append((bytes_of(res.type), index[op], index[user]))
+                        edges.append((_bytes(res.type), index[op], index[user]))
         # Most bytes saved first; ties in program order (stable).
         edges.sort(key=lambda e: -e[0])
 
@@ -143,10 +153,53 @@ def _public_functions(module):
             yield op
 
 
-def _is_compute(op) -> bool:
+def _is_dynamic(fn) -> bool:
+    """Whether `fn` takes or makes a tensor with `?` dims or takes a scalar (a symbolic size)."""
+    ft = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    for t in list(ft.inputs) + list(ft.results):
+        if not isinstance(t, ir.ShapedType) or not ir.ShapedType(t).has_static_shape:
+            return True
+    for op in fn.regions[0].blocks[0].operations:
+        for r in op.results:
+            if isinstance(r.type, ir.ShapedType) and not ir.ShapedType(r.type).has_static_shape:
+                return True
+    return False
+
+
+def _bytes(t) -> int:
+    """Bytes of a tensor type, a dynamic dim counted as 64 (fusion order only)."""
+    if not isinstance(t, ir.ShapedType):
+        return 0
+    st = ir.ShapedType(t)
+    if st.has_static_shape:
+        return bytes_of(t)
+    n = 1
+    for i in range(st.rank):
+        n *= 64 if st.is_dynamic_dim(i) else st.get_dim_size(i)
+    return n * max(element_type_bits(st.element_type) // 8, 1)
+
+
+def is_size_op(op) -> bool:
+    """A host-side size computation of a dynamic graph: `tensor.dim`, a shape check, or integer
+    `arith` on scalars (sizes, symbolic ints)."""
+    name = op_name(op)
+    if name in ("tensor.dim", "cf.assert"):
+        return True
+    if name == "tensor.from_elements":      # the shape operand of a tensor.reshape
+        return isinstance(ir.ShapedType(op.results[0].type).element_type,
+                          (ir.IndexType, ir.IntegerType))
+    if not name.startswith("arith.") or not len(op.results):
+        return False
+    return all(isinstance(v.type, (ir.IndexType, ir.IntegerType))
+               for v in list(op.results) + list(op.operands))
+
+
+def _is_compute(op, dynamic: bool = False) -> bool:
     name = op_name(op)
     if name in HOST_OPS:
         return False
+    if dynamic and (is_size_op(op) or name == "tensor.reshape"):
+        return False    # tensor.reshape: a host view (its sizes are computed on the host)
     if name == "linalg.fill" and _cloneable(op) and \
             not any(op_name(u) == "func.return" for u in users(op.results[0])):
         return False    # cloned into its users; one that is returned is a kernel of its own
@@ -354,7 +407,11 @@ def _outline(module, fn, groups, target: str) -> None:
             if value in seen:
                 return
             producer = defining_op(value)
-            if producer is not None and (producer in in_group or _clone_tree_ok(producer)):
+            if producer is not None and producer in in_group:
+                return
+            if producer is not None and _clone_tree_ok(producer):
+                for operand in producer.operands:     # the sizes of a dynamic tensor.empty
+                    note_input(operand)
                 return
             seen.add(value)
             inputs.append(value)
@@ -367,6 +424,20 @@ def _outline(module, fn, groups, target: str) -> None:
             for res in op.results:
                 if any(u not in in_group for u in users(res)) or _returned(res):
                     outputs.append(res)
+        result_dims = None
+        if any(not ir.ShapedType(v.type).has_static_shape for v in outputs
+               if isinstance(v.type, ir.ShapedType)):
+            result_dims = []
+            for v in outputs:
+                dims = []
+                for i, n in enumerate(ir.ShapedType(v.type).shape):
+                    if n >= 0:
+                        dims.append(-1)
+                        continue
+                    size = _dim_value(v, i, in_group, group[-1])
+                    note_input(size)
+                    dims.append(inputs.index(size))
+                result_dims.append(dims)
         kind = "reduction" if any(fusion_legality.is_reduction(o) for o in group) else "pointwise"
         tags = kernel_tags(group)
         name = kernel_name(tags, counter)
@@ -387,6 +458,9 @@ def _outline(module, fn, groups, target: str) -> None:
         last = group[-1]
         with ir.InsertionPoint(last), last.location:
             call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(name), inputs)
+        if result_dims is not None:
+            call.attributes[RESULT_DIMS_ATTR] = ir.ArrayAttr.get(
+                [ir.DenseI64ArrayAttr.get(d) for d in result_dims])
         for old, new in zip(outputs, call.results):
             old.replace_all_uses_with(new)
         for op in reversed(group):
@@ -412,6 +486,95 @@ def _group_location(group) -> ir.Location:
     if not locs:
         return ir.Location.unknown()
     return locs[0] if len(locs) == 1 else ir.Location.fused(locs)
+
+
+def _dim_value(value, i: int, in_group, anchor):
+    """The host value holding the size of dynamic dim `i` of `value` (a group result): traced
+    through destination-style ops to the `tensor.empty` or `tensor.expand_shape` that set it, or
+    a `tensor.dim` made before `anchor` when it is a dim of a value from outside the group."""
+    index = ir.IndexType.get()
+
+    def constant(n):
+        with ir.InsertionPoint(anchor), anchor.location:
+            return ir.Operation.create("arith.constant", results=[index],
+                                       attributes={"value": ir.IntegerAttr.get(index, n)})
+
+    for _ in range(10000):
+        op = defining_op(value)
+        name = op_name(op) if op is not None else ""
+        if not ir.ShapedType(value.type).is_dynamic_dim(i):
+            return constant(ir.ShapedType(value.type).get_dim_size(i)).results[0]
+        if op is None or (op not in in_group and not _clone_tree_ok(op)):
+            c = constant(i)
+            with ir.InsertionPoint(anchor), anchor.location:
+                return ir.Operation.create("tensor.dim", results=[index],
+                                           operands=[value, c.results[0]]).results[0]
+        if name == "tensor.empty":
+            shape = ir.ShapedType(value.type).shape
+            return op.operands[sum(1 for d in shape[:i] if d < 0)]
+        if name == "tensor.expand_shape":
+            shape = ir.ShapedType(value.type).shape
+            return op.operands[1 + sum(1 for d in shape[:i] if d < 0)]
+        if name == "tensor.cast":
+            value = op.operands[0]
+            continue
+        if name == "tensor.pad":
+            low = list(ir.DenseI64ArrayAttr(op.attributes["static_low"]))[i]
+            high = list(ir.DenseI64ArrayAttr(op.attributes["static_high"]))[i]
+            dyn = ir.ShapedType.get_dynamic_size()
+            if low != dyn and high != dyn:
+                d = _dim_value(op.operands[0], i, in_group, anchor)
+                if low + high == 0:
+                    return d
+                with ir.InsertionPoint(anchor), anchor.location:
+                    return ir.Operation.create(
+                        "arith.addi", results=[index],
+                        operands=[d, constant(low + high).results[0]]).results[0]
+        if name == "tensor.insert_slice":
+            value = op.operands[1]
+            continue
+        if name == "tensor.extract_slice":
+            static = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+            offsets = list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"]))
+            dyn = ir.ShapedType.get_dynamic_size()
+            if len(static) == ir.ShapedType(value.type).rank and static[i] == dyn:
+                n_off = sum(1 for o in offsets if o == dyn)
+                return op.operands[1 + n_off + sum(1 for d in static[:i] if d == dyn)]
+        if name == "tensor.concat":
+            axis = int(ir.IntegerAttr(op.attributes["dim"]).value)
+            if axis != i:
+                value = op.operands[0]
+                continue
+            size = None
+            for src in op.operands:
+                d = _dim_value(src, i, in_group, anchor)
+                if size is not None:
+                    with ir.InsertionPoint(anchor), anchor.location:
+                        d = ir.Operation.create("arith.addi", results=[index],
+                                                operands=[size, d]).results[0]
+                size = d
+            return size
+        if name == "tensor.collapse_shape":
+            # the product of the source dims it collapses, computed on the host
+            group = [[int(ir.IntegerAttr(j).value) for j in ir.ArrayAttr(g)]
+                     for g in ir.ArrayAttr(op.attributes["reassociation"])][i]
+            size = None
+            for j in group:
+                d = _dim_value(op.operands[0], j, in_group, anchor)
+                if size is not None:
+                    with ir.InsertionPoint(anchor), anchor.location:
+                        d = ir.Operation.create("arith.muli", results=[index],
+                                                operands=[size, d]).results[0]
+                size = d
+            return size
+        if name.startswith("linalg.") and len(op.results):
+            # destination style: result k has the shape of init k, the last operands
+            k = list(op.results).index(value)
+            value = op.operands[len(op.operands) - len(op.results) + k]
+            continue
+        raise PassError(f"ember-fuse: cannot tell the size of dynamic dim {i} of a result of "
+                        f"'{name}' (the graph is compiled for static shapes instead)", op.location)
+    raise PassError("ember-fuse: size chain too long")
 
 
 def _returned(value) -> bool:

@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from .base import Pass, PassError, option
 from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, indexing_maps,
-                              masked_combiner, schedule_kernel, shape, type_name)
+                              masked_combiner, schedule_kernel, shape, tensor_args, type_name)
 from .kernel_expr import ExprBuilder
 from .graph_utils import attach_kernel_sources
 from .registry import register
@@ -115,7 +115,7 @@ def _decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dic
     strides.reverse()
     for k, (g, s, st) in enumerate(zip(dims, sizes, strides)):
         name = f"{prefix}{g}"
-        e = index if st == 1 else f"({index} // {st})"
+        e = index if st == 1 else f"({index} // ({st}))"   # st may be a product of sizes
         if k > 0:
             e = f"({e} % {s})"
         lines.append(f"{name} = {e}")
@@ -144,7 +144,7 @@ class _KernelWriter:
         narrow = any(isinstance(t, ir.ShapedType) and str(ir.ShapedType(t).element_type)
                      in ("bf16", "f16") for t in list(ftype.inputs) + list(ftype.results))
         self.lang = TritonLang(precise=narrow)
-        self.args = list(block.arguments)
+        self.args = tensor_args(block)
         self.results = list(sched.results)
         self.in_names = [f"in{i}" for i in range(len(self.args))]
         self.out_names = [f"out{i}" for i in range(len(self.results))]
@@ -421,21 +421,32 @@ def _source(k: _Kernel, sched, writer) -> str:
         restore = writer.in_names
         lines.append(f"@_ember_autotune(configs=[{cfgs}], key={keys!r}, restore={restore!r}, "
                      f"outputs={writer.out_names!r})")
-    lines.append("@triton.jit")
+    # Scalar arguments (after every tensor dim in the sizes table) are values, not sizes: Triton
+    # must not specialize one that is 1 into a constexpr (a cast of it would not compile).
+    n_dims = sum(len(shape(v)) for v in writer.args + writer.results)
+    scalar_params = [n for k, n in sorted(writer.lang.dynamic_sizes.items()) if k >= n_dims]
+    lines.append(f"@triton.jit(do_not_specialize={scalar_params!r})" if scalar_params
+                 else "@triton.jit")
     params = k.jit_params + [f"{c}: tl.constexpr" for c in k.constexprs]
     lines.append(f"def {jit}({', '.join(params)}):")
     lines += k.body
     lines.append("")
     lines.append("")
     n_in = len(writer.args)
-    lines.append(f"def {k.name}(*tensors):")
+    if writer.sched.scalars:     # sizes / symbolic ints, after the tensors (kernel ABI)
+        n_t = n_in + len(writer.results)
+        lines.append(f"def {k.name}(*args):")
+        lines.append(f"    tensors, scalars = args[:{n_t}], [int(x) for x in args[{n_t}:]]")
+    else:
+        lines.append(f"def {k.name}(*tensors):")
     # linalg's integers are signless: a uint8 tensor holds an i8 value, read as int8 (the ops
     # that care, divui/uitofp/cmpi ult, reinterpret as unsigned themselves).
     bytes_ = [n for n, v in enumerate(writer.args + writer.results) if type_name(v.type) == "i8"]
     if bytes_:
         lines.append(f"    tensors = [t.view(torch.int8) if t.dtype == torch.uint8 else t "
                      f"for t in tensors]")
-    lines.append("    sizes = [d for t in tensors for d in t.shape]")
+    lines.append("    sizes = [d for t in tensors for d in t.shape]"
+                 + (" + scalars" if writer.sched.scalars else ""))
     for name, expr in k.numels.items():
         lines.append(f"    {name} = {expr}")
     for idx, name in sorted(writer.lang.dynamic_sizes.items()):

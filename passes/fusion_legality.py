@@ -10,7 +10,7 @@ from .graph_utils import defining_op, op_name, users
 from .kernel_schedule import Unschedulable, schedule_kernel, schedule_ops
 
 POINTWISE_NAMED = {"linalg.transpose", "linalg.broadcast", "linalg.fill", "linalg.copy"}
-VIEWS = {"tensor.expand_shape", "tensor.collapse_shape"}
+VIEWS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast"}
 
 # Body op -> tag, most telling first: a gelu body holds erf, mul and add; call it gelu.
 _TAG_PRIORITY = [

@@ -57,6 +57,14 @@ def _first_dynamic(module: ir.Operation) -> tuple[ir.Type, ir.Location] | None:
     return found[0] if found else None
 
 
+def _shape_arg(arg) -> bool:
+    """A size or symbolic int (`index`, `i64`): the lowerings read such scalar arguments from
+    the sizes table (kernel_schedule.scalar_args)."""
+    t = arg.type
+    return isinstance(t, ir.IndexType) or (isinstance(t, ir.IntegerType)
+                                           and ir.IntegerType(t).width == 64)
+
+
 def _first_scalar_kernel_arg(module: ir.Operation):
     """(kernel name, arg index, type, location of its first call, else of the kernel)."""
     kernels: dict[str, tuple[int, ir.Type, ir.Location]] = {}
@@ -66,8 +74,9 @@ def _first_scalar_kernel_arg(module: ir.Operation):
         op = op.operation
         if op.name == "func.func" and "ember.kernel" in op.attributes:
             ft = _func_type(op)
+            args = op.regions[0].blocks[0].arguments if op.regions[0].blocks else ()
             for i, t in enumerate(ft.inputs if ft is not None else ()):
-                if not isinstance(t, ir.ShapedType):
+                if not isinstance(t, ir.ShapedType) and not (i < len(args) and _shape_arg(args[i])):
                     name = ir.StringAttr(op.attributes["sym_name"]).value
                     kernels[name] = (i, t, op.location)
                     break

@@ -245,6 +245,8 @@ class ExprBuilder:
         if name == "linalg.broadcast":
             added = set(_int_array(op.attributes["dimensions"]))
             return self.value_at(op.operands[0], [e for i, e in enumerate(idx) if i not in added])
+        if name == "tensor.cast":
+            return self.value_at(op.operands[0], idx)
         if name == "tensor.expand_shape":
             src = op.operands[0]
             return self.value_at(src, [self._linearize(v, g, idx) for g in reassociation(op)])
@@ -262,12 +264,13 @@ class ExprBuilder:
             src = op.operands[0]
             offs = _int_array(op.attributes["static_offsets"])
             strides = _int_array(op.attributes["static_strides"])
-            if any(x < -(2 ** 62) for x in offs + strides):
-                raise Unschedulable("dynamic extract_slice offsets/strides", op.location)
-            out = [Expr(str(o)) for o in offs]
+            if any(x < -(2 ** 62) for x in strides):
+                raise Unschedulable("dynamic extract_slice strides", op.location)
+            dyn = iter(op.operands[1:])     # dynamic offsets come first among the operands
+            off = [self.scalar(next(dyn), {}) if o < -(2 ** 62) else Expr(str(o)) for o in offs]
+            out = list(off)
             for s, r in _slice_dims(op):
-                out[s] = self.iop("add", Expr(str(offs[s])),
-                                  self.iop("mul", idx[r], Expr(str(strides[s]))))
+                out[s] = self.iop("add", off[s], self.iop("mul", idx[r], Expr(str(strides[s]))))
             return self.value_at(src, out)
         if name == "tensor.pad":
             return self._pad(op, idx, ty)
@@ -402,7 +405,10 @@ class ExprBuilder:
             return ctx[v]()
         owner = v.owner
         if not hasattr(owner, "operation") and not hasattr(owner, "name"):
-            raise Unschedulable("scalar kernel arguments are not supported")
+            g = self.sched.scalar_gid.get(v)
+            if g is None:
+                raise Unschedulable("scalar kernel arguments are not supported")
+            return self.size(g)       # from the sizes table, as an int64
         key = (v, ctx.get("key", ()))
         hit = self._get(key)
         if hit is not None:
@@ -438,6 +444,11 @@ class ExprBuilder:
                     e = self.checked_index(e, d, src, op)
                 idx.append(e)
             return self.value_at(src, idx)
+        if name == "tensor.dim":     # a size (dynamic broadcasting tests it against 1)
+            k = op.operands[1].owner
+            if isinstance(k, ir.Block) or k.name != "arith.constant":
+                raise Unschedulable("tensor.dim of a computed dim", op.location)
+            return self.dim(op.operands[0], int(ir.IntegerAttr(k.attributes["value"]).value))
         if not (name.startswith("arith.") or name.startswith("math.")):
             raise Unschedulable(f"'{name}' is not allowed in a kernel body", op.location)
         if name == "arith.truncf" and not isinstance(op.operands[0].owner, ir.Block) and \

@@ -36,7 +36,8 @@ from torch_mlir import ir
 ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
                "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape",
                "tensor.extract_slice", "tensor.pad", "tensor.concat", "func.return",
-               "tensor.dim"}  # tensor.dim: sizes of dynamic tensor.empty (never evaluated)
+               "tensor.dim",  # tensor.dim: sizes of dynamic tensor.empty (never evaluated)
+               "tensor.cast"}  # between static and `?` dims: the same elements
 CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
         "ule", "une", "uno", "true"]
 CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
@@ -251,8 +252,9 @@ class _UnionFind:
 class KernelSchedule:
     """See the module docstring. Build with `schedule_kernel` / `schedule_ops`."""
 
-    def __init__(self, ops, args, results, kind=None):
+    def __init__(self, ops, args, results, kind=None, scalars=()):
         self.ops, self.args, self.results = list(ops), list(args), list(results)
+        self.scalars = list(scalars)
         uf, static = _UnionFind(), {}
         self._uf = uf
 
@@ -292,6 +294,13 @@ class KernelSchedule:
                 for i, g in enumerate(self.dims(v)):
                     self._size_ref.setdefault(g, off + i)
                 off += len(shape(v))
+        # Scalar arguments (sizes, symbolic ints) come after every dim in the sizes table; each
+        # is a pseudo global dim of unknown size, read the way a dynamic dim is.
+        self.scalar_gid = {}
+        for j, a in enumerate(self.scalars):
+            g = self.scalar_gid[a] = len(self._gid) + j
+            self._size[g] = None
+            self._size_ref[g] = off + j
         self._plan(kind)
 
     # --- global dims -----------------------------------------------------------------------
@@ -346,6 +355,9 @@ class KernelSchedule:
                 kept = [i for i in range(len(shape(res))) if i not in added]
                 for s, i in enumerate(kept):
                     uf.union((res, i), (op.operands[0], s))
+        elif name == "tensor.cast":
+            for i in range(len(shape(op.results[0]))):
+                uf.union((op.results[0], i), (op.operands[0], i))
         elif name in ("tensor.expand_shape", "tensor.collapse_shape"):
             src, res = op.operands[0], op.results[0]
             big, small = (res, src) if name == "tensor.expand_shape" else (src, res)
@@ -523,6 +535,21 @@ def schedule_ops(ops, results, args=None, kind=None) -> KernelSchedule:
     return KernelSchedule(ops, args, results, kind)
 
 
+def tensor_args(block) -> list:
+    """A kernel's tensor arguments, in order (its scalar arguments: `scalar_args`)."""
+    return [a for a in block.arguments if isinstance(a.type, ir.ShapedType)]
+
+
+def scalar_args(block) -> list:
+    """A kernel's scalar arguments, in order: sizes and symbolic ints (`index`, `i64`), appended
+    to the sizes table after the dims of the tensors (docs/internals.md, kernel ABI)."""
+    # Other scalars (floats) are not arguments the lowerings take (passes/input_checks.py);
+    # reading one raises Unschedulable.
+    return [a for a in block.arguments
+            if isinstance(a.type, ir.IndexType)
+            or (isinstance(a.type, ir.IntegerType) and ir.IntegerType(a.type).width == 64)]
+
+
 def schedule_kernel(func) -> KernelSchedule:
     """Schedule of a kernel `func.func` (ops of its body; args; returned values)."""
     block = func.regions[0].blocks[0]
@@ -534,7 +561,8 @@ def schedule_kernel(func) -> KernelSchedule:
             kind = ir.StringAttr(func.attributes["ember.kernel"]).value
         except (ValueError, TypeError):
             kind = None
-    return KernelSchedule(ops[:-1], list(block.arguments), list(ret.operands), kind)
+    return KernelSchedule(ops[:-1], tensor_args(block), list(ret.operands), kind,
+                          scalar_args(block))
 
 
 from .kernel_expr import ExprBuilder, Lang, Scope  # noqa: E402,F401  (re-exported API)

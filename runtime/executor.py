@@ -15,7 +15,7 @@ import torch
 from .cache import ArtifactCache, as_cache
 from .cpp_build import load_library
 from .env import triton_interpreted
-from .externs import resolve, resolve_library
+from .externs import extern_result_shape, resolve, resolve_library
 from .kernel_errors import error_for
 from .program import Program, Step, ValueInfo
 from .py_module import load_python_module
@@ -24,6 +24,8 @@ _ARENA_ALIGN = 64
 
 
 def _dtype(name: str) -> torch.dtype:
+    if name == "index":         # a host scalar (a size): a Python int at run time
+        return torch.int64
     dt = getattr(torch, name, None)
     if not isinstance(dt, torch.dtype):
         raise ValueError(f"ember runtime: unknown dtype {name!r}")
@@ -57,6 +59,8 @@ class CompiledProgram:
         if p.lang not in ("cpp", "python"):
             raise ValueError(f"ember runtime: unknown program language {p.lang!r}")
         self._kernels = self._bind_kernels(as_cache(cache), extra_flags)
+        # Dynamic shapes: sizes are "vN" (the host scalar N) or None (found at run time).
+        self._dynamic = any(v.dtype == "index" or not _static(v.shape) for v in p.values)
 
         self._dtypes = [_dtype(v.dtype) for v in p.values]
         self._init: list = [None] * len(p.values)   # per-call value table, constants prefilled
@@ -141,7 +145,15 @@ class CompiledProgram:
         runs = []
         for o in outputs:
             v = self.program.values[o]
-            if v.offset is None:
+            if v.offset is None and not _static(v.shape):
+                if None in v.shape:
+                    continue            # sized by the step that makes it
+                shape, dt, dev = tuple(v.shape), self._dtypes[o], self.device
+
+                def alloc_dyn(vals, o=o, shape=shape, dt=dt, dev=dev):
+                    vals[o] = torch.empty(_resolve(shape, vals), dtype=dt, device=dev)
+                runs.append(alloc_dyn)
+            elif v.offset is None:
                 shape, dt, dev = tuple(v.shape), self._dtypes[o], self.device
 
                 def alloc(vals, o=o, shape=shape, dt=dt, dev=dev):
@@ -157,7 +169,18 @@ class CompiledProgram:
                 raise ValueError(f"ember runtime: step calls kernel {s.name!r}, which is not in "
                                  f"Program.kernel_names")
             ids = tuple(s.inputs) + tuple(s.outputs)
-            if p.lang == "cpp":
+            scalars = tuple(s.params.get("scalars", ()))
+            if p.lang == "cpp" and (scalars or not all(_static(vals_info[i].shape) for i in ids)):
+                fn.argtypes = [ctypes.c_void_p] * len(ids) + [ctypes.POINTER(ctypes.c_int64)]
+
+                def run(vals, fn=fn, ids=ids, scalars=scalars):   # this call's sizes
+                    dims = [d for i in ids for d in vals[i].shape] + [vals[i] for i in scalars]
+                    fn(*[vals[i].data_ptr() for i in ids],
+                       (ctypes.c_int64 * max(len(dims), 1))(*dims))
+            elif scalars:
+                def run(vals, fn=fn, ids=ids, scalars=scalars):
+                    fn(*[vals[i] for i in ids], *[vals[i] for i in scalars])
+            elif p.lang == "cpp":
                 dims = [d for i in ids for d in vals_info[i].shape]
                 sizes = (ctypes.c_int64 * max(len(dims), 1))(*dims)
                 fn.argtypes = [ctypes.c_void_p] * len(ids) + [ctypes.POINTER(ctypes.c_int64)]
@@ -173,6 +196,16 @@ class CompiledProgram:
         if s.kind == "extern":
             efn = resolve(s.name, dict(s.params))
             ins, outs = tuple(s.inputs), tuple(s.outputs)
+            if any(None in vals_info[o].shape for o in outs):
+                size = extern_result_shape(s.name, dict(s.params))
+                (o,) = outs
+                dt, dev = self._dtypes[o], self.device
+
+                def run_ext_dyn(vals, efn=efn, ins=ins, o=o, size=size, dt=dt, dev=dev):
+                    a = [vals[i] for i in ins]
+                    vals[o] = torch.empty(size(a), dtype=dt, device=dev)
+                    efn(a, [vals[o]])
+                return [run_ext_dyn]
 
             def run_ext(vals, efn=efn, ins=ins, outs=outs):
                 efn([vals[i] for i in ins], [vals[o] for o in outs])
@@ -201,6 +234,31 @@ class CompiledProgram:
                     vals[o] = vals[i].view(dt)
                 return [run_bitcast]
 
+            if s.name == "cast":
+
+                def run_cast(vals, i=i, o=o):
+                    vals[o] = vals[i]
+                return [run_cast]
+            if not _static(shape):
+                groups = s.params.get("reassociation")
+
+                shape_from = s.params.get("shape_from")
+
+                def run_view_dyn(vals, i=i, o=o, shape=shape, groups=groups, kind=s.name,
+                                 shape_from=shape_from):
+                    src = vals[i]
+                    if shape_from is not None:      # tensor.reshape: sizes made on the host
+                        size = list(vals[shape_from])
+                    elif kind == "collapse_shape" and groups is not None:
+                        size = [_numel([src.shape[k] for k in g]) for g in groups]
+                    else:
+                        size = [-1 if d is None else d for d in _resolve(shape, vals)]
+                    try:
+                        vals[o] = src.view(size)
+                    except RuntimeError:
+                        vals[o] = src.reshape(size)
+                return [run_view_dyn]
+
             def run_view(vals, i=i, o=o, shape=shape):
                 try:
                     vals[o] = vals[i].view(shape)
@@ -213,6 +271,8 @@ class CompiledProgram:
             return []
         if s.kind == "empty":
             return self._alloc_runs(s.outputs)
+        if s.kind == "scalar":
+            return [_scalar_run(s)]
         raise ValueError(f"ember runtime: unknown step kind {s.kind!r}")
 
     def _raise_kernel_error(self, vals) -> None:
@@ -316,6 +376,37 @@ class CompiledProgram:
             raise TypeError(f"ember: compiled graph takes {p.num_inputs} tensors, got {len(inputs)}")
         base = self._take_template()
         vals = base.copy()
+        if self._dynamic:
+            self._bind_inputs(inputs, vals)
+        else:
+            self._take_inputs(inputs, vals)
+        for run in self._runs:
+            run(vals)
+        if self._pool is not None:
+            self._pool.append(base)
+        if self._clone_out:
+            return [vals[o].clone() if i in self._clone_out else vals[o]
+                    for i, o in enumerate(p.outputs)]
+        return [vals[o] for o in p.outputs]
+
+    def _bind_inputs(self, inputs: tuple, vals: list) -> None:
+        """A dynamic program's inputs: symbolic ints as they are, tensors checked for their rank,
+        dtype, device and static dims (Dynamo's guards hold the symbolic ones)."""
+        dev_type = self._dev_type
+        for i, t in enumerate(inputs):
+            shape, dt = self._in_checks[i]
+            if self.program.values[i].dtype == "index":
+                vals[i] = int(t)
+                continue
+            if (not isinstance(t, torch.Tensor) or t.dim() != len(shape) or t.dtype != dt
+                    or t.device.type != dev_type
+                    or any(isinstance(d, int) and d != n for d, n in zip(shape, t.shape))):
+                raise ValueError(f"ember: input {i} must be {dt} of shape {list(shape)} on "
+                                 f"{dev_type}, got {getattr(t, 'dtype', type(t))} "
+                                 f"{list(getattr(t, 'shape', ()))}")
+            vals[i] = t if t.is_contiguous() else t.contiguous()
+
+    def _take_inputs(self, inputs: tuple, vals: list) -> None:
         dev_type = self._dev_type
         for i, t in enumerate(inputs):
             shape, dt = self._in_checks[i]
@@ -329,14 +420,82 @@ class CompiledProgram:
                     f"{t.dtype} {list(t.shape)} on {t.device} (the graph was compiled for "
                     f"static shapes; recompile for new shapes)")
             vals[i] = t if t.is_contiguous() else t.contiguous()
-        for run in self._runs:
-            run(vals)
-        if self._pool is not None:
-            self._pool.append(base)
-        if self._clone_out:
-            return [vals[o].clone() if i in self._clone_out else vals[o]
-                    for i, o in enumerate(p.outputs)]
-        return [vals[o] for o in p.outputs]
+
+
+def _static(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _resolve(shape, vals) -> tuple:
+    """A dynamic shape at run time: "vN" -> the host scalar N's value (None stays None)."""
+    return tuple(vals[int(d[1:])] if isinstance(d, str) else d for d in shape)
+
+
+def _floordiv(a, b):
+    return a // b
+
+
+def _ceildiv(a, b):
+    return -(-a // b)
+
+
+def _trunc_div(a, b):
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _trunc_rem(a, b):
+    return a - b * _trunc_div(a, b)
+
+
+_CMPI = [lambda a, b: a == b, lambda a, b: a != b, lambda a, b: a < b, lambda a, b: a <= b,
+         lambda a, b: a > b, lambda a, b: a >= b, lambda a, b: a < b, lambda a, b: a <= b,
+         lambda a, b: a > b, lambda a, b: a >= b]
+_SCALAR_OPS = {
+    "addi": lambda a, b: a + b, "subi": lambda a, b: a - b, "muli": lambda a, b: a * b,
+    "divsi": _trunc_div, "divui": _trunc_div, "floordivsi": _floordiv, "ceildivsi": _ceildiv,
+    "remsi": _trunc_rem, "remui": _trunc_rem, "maxsi": max, "minsi": min,
+    "andi": lambda a, b: a & b, "ori": lambda a, b: a | b, "xori": lambda a, b: a ^ b,
+    "index_cast": int, "index_castui": int, "extsi": int, "extui": int, "trunci": int,
+    "select": lambda c, a, b: a if c else b,
+}
+
+
+def _scalar_run(s: Step) -> Callable[[list], None]:
+    """A host-side size computation (schedule.SCALAR_OPS) on Python ints. Sizes are small
+    non-negative numbers, so signed/unsigned and width do not matter; cf.assert raises."""
+    ins, outs = tuple(s.inputs), tuple(s.outputs)
+    if s.name == "constant":
+        value = s.params["value"]
+
+        def run_const(vals, o=outs[0], value=value):
+            vals[o] = value
+        return run_const
+    if s.name == "dim":
+        def run_dim(vals, t=ins[0], k=ins[1], o=outs[0]):
+            vals[o] = vals[t].shape[vals[k]]
+        return run_dim
+    if s.name == "from_elements":
+        def run_tuple(vals, ins=ins, o=outs[0]):
+            vals[o] = tuple(vals[i] for i in ins)
+        return run_tuple
+    if s.name == "assert":
+        msg = s.params.get("msg", "")
+
+        def run_assert(vals, c=ins[0], msg=msg):
+            if not vals[c]:
+                raise RuntimeError(f"ember: shape check failed: {msg}")
+        return run_assert
+    if s.name == "cmpi":
+        fn = _CMPI[s.params["predicate"]]
+    elif s.name in _SCALAR_OPS:
+        fn = _SCALAR_OPS[s.name]
+    else:
+        raise ValueError(f"ember runtime: unknown scalar op {s.name!r}")
+
+    def run(vals, fn=fn, ins=ins, o=outs[0]):
+        vals[o] = fn(*[vals[i] for i in ins])
+    return run
 
 
 def _checked_cpp_kernels(source: str, names) -> set[str]:

@@ -142,6 +142,20 @@ def _generic(name: str, p: dict[str, Any]) -> ExternFn:
     return run
 
 
+def extern_result_shape(name: str, params: dict[str, Any]) -> Callable[[list], tuple]:
+    """The result shape of a matmul extern from its operands (a dynamic program allocates it
+    at run time): (..., rows of a, columns of b), through `transpose_a` / `transpose_b`."""
+    first = 1 if name in ("aten.addmm", "aten.baddbmm") else 0
+    if name not in ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm"):
+        raise ValueError(f"ember runtime: extern {name} has no dynamic result shape")
+    ab = _operands(params, first)
+
+    def shape(ins):
+        a, b = ab(ins)
+        return tuple(a.shape[:-1]) + (b.shape[-1],)
+    return shape
+
+
 def resolve(name: str, params: dict[str, Any]) -> ExternFn:
     make = _TABLE.get(name)
     if make is not None:

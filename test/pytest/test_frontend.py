@@ -186,15 +186,17 @@ def test_export_program_from_lowered_module():
 
 # ---------------------------------------------------------------- dynamic shapes
 
-def test_dynamic_shapes_recompile_per_shape():
+def test_dynamic_shapes_compile_once():
+    """One symbolic compile for every size (more in test_dynamic.py)."""
     def f(x, b):
         return torch.tanh(x * 2 + b).sum(-1)
     cf = compile_(f, dynamic=True)
     for n in (3, 5, 9, 5):
         x, b = torch.randn(n, 16), torch.randn(16)
         torch.testing.assert_close(cf(x, b), f(x, b))
-    shapes = {tuple(map(tuple, r["input_shapes"])) for r in ember.last_reports()}
-    assert ((3, 16), (16,)) in shapes and ((9, 16), (16,)) in shapes
+    reports = ember.last_reports()
+    assert len(reports) == 1 and reports[0]["symbolic"]
+    assert all(isinstance(d, str) for s in reports[0]["input_shapes"] for d in s)
 
 
 def test_dynamic_training():
