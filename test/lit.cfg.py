@@ -11,7 +11,7 @@ import lit.formats
 config.name = "ember"
 config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".py", ".test"]
-config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "pytest", "Inputs", "__pycache__"]
+config.excludes = ["lit.cfg.py", "lit.site.cfg.py", "pytest", "fuzz", "Inputs", "__pycache__"]
 config.test_source_root = os.path.dirname(__file__)
 
 # The same interpreter that runs lit runs the tests, so ember and filecheck come from one

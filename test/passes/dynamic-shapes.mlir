@@ -21,7 +21,7 @@
 // TRITON-SAME: def ember_fused_tanh_0_kernel(in0, in1, out0, xnumel, s0, XBLOCK: tl.constexpr)
 // TRITON-SAME: def ember_fused_tanh_0(*args):
 // TRITON-SAME: sizes = [d for t in tensors for d in t.shape] + scalars
-// TRITON-SAME: xnumel = sizes[0] * sizes[1]\0A    s0 = sizes[0]
+// TRITON-SAME: xnumel = sizes[0] * 8\0A    s0 = sizes[0]
 // TRITON-SAME: grid = lambda meta: (triton.cdiv(xnumel, meta[\22XBLOCK\22]),)
 func.func @main(%arg0: tensor<?x8xf32>, %arg1: tensor<8xf32>) -> tensor<?x8xf32> {
   %c0 = arith.constant 0 : index
