@@ -205,11 +205,9 @@ def test_any_keepdim_strided_compare(target):
     _assert_matches(src, target)
 
 
-# seed 6 index 196: `uint8_t.max(dim).values` comes back int8 on the triton target (cpu is
-# right; `a0.max(1)` alone is right too). Triton reductions are being reworked (engineer
-# `reduce`).
-def test_uint8_max_dim_values_dtype(target, request):
-    _xfail_on(request, target, ("triton",), "uint8 max(dim) is int8 on triton")
+# seed 6 index 196: `uint8_t.max(dim).values` came back int8 on the triton target (fixed by
+# the reduction work's merge).
+def test_uint8_max_dim_values_dtype(target):
     src = _case("a0 = torch.tensor([8, 0, 5], dtype=torch.uint8).reshape(1, 3, 1)\n"
                 "a1 = torch.tensor([0, -1, -1, -1])",
                 "return (a0[a1].max(1).values,)")
