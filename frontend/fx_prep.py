@@ -207,6 +207,18 @@ def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
                                     for a in node.args[0]])
                 changed = True
             continue
+        if val.is_floating_point() and node.target not in _CASTS and (
+                torch.Tag.pointwise in node.target.tags
+                or node.target.overloadpacket.__name__ == "mean"):
+            # A float result from uint8 operands (`uint8_t / 2`, `true_divide`, `mean(dtype=)`):
+            # eager converts them to the result's type first; torch-mlir widened them as signed
+            # (254 / 2 gave -1.0; fuzz seed 8 index 467).
+            ups = [i for i, a in enumerate(node.args) if is_uint8(a)]
+            for i in ups:
+                node.update_arg(i, cast(node, node.args[i], val.dtype))
+            changed = changed or bool(ups)
+            if ups:
+                continue
         if node.target.overloadpacket.__name__ in _ACCUMULATE:
             # sum(uint8) accumulates in int64: torch-mlir widened the elements as signed
             # (sum([254, 1, 200]) was -57)

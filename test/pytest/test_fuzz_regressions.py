@@ -212,3 +212,14 @@ def test_uint8_max_dim_values_dtype(target):
                 "a1 = torch.tensor([0, -1, -1, -1])",
                 "return (a0[a1].max(1).values,)")
     _assert_matches(src, target)
+
+
+# seed 8 index 467: a float result from uint8 operands (`uint8_t / uint8_t`, `uint8_t / 2`,
+# `mean(dtype=float32)`) widened them as signed: 254 / 2 gave -1.0.
+def test_uint8_true_division_and_mean_are_unsigned(target):
+    src = _case("a0 = torch.tensor([5, 254, 200, 255], dtype=torch.uint8)\n"
+                "a1 = torch.tensor([3, 6, 1, 8], dtype=torch.uint8)",
+                "return (a0 / a1, a0 / 2, torch.true_divide(a0, 3), a0.mean(dtype=torch.float32), "
+                "torch.log(torch.log(a0 / a1)))",
+                exact=(True, True, True, False, False))
+    _assert_matches(src, target)
