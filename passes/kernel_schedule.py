@@ -132,13 +132,7 @@ def combiner(op, k: int, used=None) -> tuple[Optional[str], Optional[ir.Value]]:
     owner = yielded.owner
     if not hasattr(owner, "operands") or len(owner.operands) != 2 or owner.name == "linalg.yield":
         return None, None
-    live, work = set(), [term.operands[i] for i in (used if used is not None else range(len(term.operands)))]
-    while work:
-        v = work.pop()
-        o = v.owner
-        if hasattr(o, "operands") and hasattr(o, "name") and o not in live:
-            live.add(o)
-            work.extend(o.operands)
+    live = _live_ops(term, used)
     if sum(1 for u in out_arg.uses if u.owner in live) != 1:
         return None, None
     a, b = owner.operands
@@ -148,6 +142,18 @@ def combiner(op, k: int, used=None) -> tuple[Optional[str], Optional[ir.Value]]:
     if a == out_arg and b != out_arg:
         return kind, b
     return None, None
+
+
+def _live_ops(term, used=None) -> set:
+    """The ops of a reduction body that the yielded results `used` (default: all) depend on."""
+    live, work = set(), [term.operands[i] for i in (used if used is not None
+                                                     else range(len(term.operands)))]
+    while work:
+        o = work.pop().owner
+        if hasattr(o, "operands") and hasattr(o, "name") and o not in live:
+            live.add(o)
+            work.extend(o.operands)
+    return live
 
 
 def masked_combiner(op, k: int, used=None):
@@ -178,14 +184,7 @@ def masked_combiner(op, k: int, used=None):
     if f is None or _reads(cond, out_arg) or _reads(f, out_arg):
         return none
     # out_k feeds nothing live but this select and its combine
-    live, work = set(), [term.operands[i] for i in (used if used is not None
-                                                     else range(len(term.operands)))]
-    while work:
-        v = work.pop()
-        o = v.owner
-        if hasattr(o, "operands") and hasattr(o, "name") and o not in live:
-            live.add(o)
-            work.extend(o.operands)
+    live = _live_ops(term, used)
     if sum(1 for u in out_arg.uses if u.owner in live) != 2:
         return none
     return owner.name.split(".", 1)[1], f, cond, take

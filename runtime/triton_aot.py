@@ -194,31 +194,23 @@ def compile_sources(sources, targets=DEFAULT_TARGETS, shard=(0, 1)) -> dict:
     return results
 
 
-def compile_sources_isolated(sources, targets=DEFAULT_TARGETS, jobs: int | None = None,
-                             timeout: float = 1800) -> dict:
-    """compile_sources in fresh interpreters (see compile_isolated), the distinct kernels split
-    over `jobs` parallel subprocesses (default: the CPU count, at most 8); each subprocess
-    loads every module and compiles its share."""
+def run_workers(argv, payloads, timeout: float) -> list[tuple]:
+    """Runs one `argv` process per payload (JSON on its stdin), all at once, outside the Triton
+    interpreter; [(returncode, stdout, stderr)] in payload order. Files, not pipes: every
+    process starts at once and none blocks on a full pipe. A process past `timeout` is killed."""
     import json
     import subprocess
-    sources = list(dict.fromkeys(sources))
-    if not sources:
-        return {}
-    jobs = max(1, jobs or min(os.cpu_count() or 1, 8))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    results: dict[str, dict[str, str]] = {}
-    errors = []
-    with tempfile.TemporaryDirectory(prefix="ember_aot_") as tmp:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="ember_workers_") as tmp:
         procs = []
-        for k in range(jobs):
+        for k, payload in enumerate(payloads):
             files = [os.path.join(tmp, f"{k}.{x}") for x in ("in", "out", "err")]
             with open(files[0], "w") as f:
-                json.dump({"sources": sources, "shard": [k, jobs],
-                           "targets": [list(_target_tuple(t)) for t in targets]}, f)
-            # Files, not pipes: every subprocess starts at once and none blocks on a full pipe.
+                json.dump(payload, f)
             with open(files[0]) as fin, open(files[1], "w") as fout, open(files[2], "w") as ferr:
-                procs.append((subprocess.Popen([sys.executable, "-m", __name__], stdin=fin,
-                                               stdout=fout, stderr=ferr, env=env), files))
+                procs.append((subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr,
+                                               env=env), files))
         for p, files in procs:
             try:
                 p.wait(timeout=timeout)
@@ -226,11 +218,29 @@ def compile_sources_isolated(sources, targets=DEFAULT_TARGETS, jobs: int | None 
                 p.kill()
                 p.wait()
             with open(files[1]) as fout, open(files[2]) as ferr:
-                out, err = fout.read(), ferr.read()
-            if p.returncode != 0 or not out.strip():
-                errors.append(f"exit {p.returncode}: {err[-4000:]}")
-                continue
-            results.update(json.loads(out.strip().splitlines()[-1]))
+                results.append((p.returncode, fout.read(), ferr.read()))
+    return results
+
+
+def compile_sources_isolated(sources, targets=DEFAULT_TARGETS, jobs: int | None = None,
+                             timeout: float = 1800) -> dict:
+    """compile_sources in fresh interpreters (see compile_isolated), the distinct kernels split
+    over `jobs` parallel subprocesses (default: the CPU count, at most 8); each subprocess
+    loads every module and compiles its share."""
+    import json
+    sources = list(dict.fromkeys(sources))
+    if not sources:
+        return {}
+    jobs = max(1, jobs or min(os.cpu_count() or 1, 8))
+    results: dict[str, dict[str, str]] = {}
+    errors = []
+    payloads = [{"sources": sources, "shard": [k, jobs],
+                 "targets": [list(_target_tuple(t)) for t in targets]} for k in range(jobs)]
+    for code, out, err in run_workers([sys.executable, "-m", __name__], payloads, timeout):
+        if code != 0 or not out.strip():
+            errors.append(f"exit {code}: {err[-4000:]}")
+            continue
+        results.update(json.loads(out.strip().splitlines()[-1]))
     if errors:
         raise RuntimeError("AOT compile subprocess failed:\n" + "\n".join(errors))
     return results

@@ -146,39 +146,22 @@ def compile_pool(source: str, path: str, modname: str, requests, jobs: int | Non
                  timeout: float = 600) -> dict:
     """Compiles `requests` (from compile_requests) in `jobs` worker processes; returns
     {"ok": n, "errors": [text]}. Request k goes to worker k % jobs (deterministic)."""
-    import subprocess
-    import tempfile
+    from .triton_aot import run_workers
     requests = list(requests)
     if not requests:
         return {"ok": 0, "errors": []}
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(requests), 32))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    payloads = [{"source": source, "path": path, "module": modname,
+                 "requests": requests[k::jobs]} for k in range(jobs)]
     result = {"ok": 0, "errors": []}
-    with tempfile.TemporaryDirectory(prefix="ember_warm_") as tmp:
-        procs = []
-        for k in range(jobs):
-            files = [os.path.join(tmp, f"{k}.{x}") for x in ("in", "out", "err")]
-            with open(files[0], "w") as f:
-                json.dump({"source": source, "path": path, "module": modname,
-                           "requests": requests[k::jobs]}, f)
-            with open(files[0]) as fin, open(files[1], "w") as fout, open(files[2], "w") as ferr:
-                procs.append((subprocess.Popen([sys.executable, os.path.abspath(__file__)],
-                                               stdin=fin, stdout=fout, stderr=ferr, env=env),
-                              files))
-        for p, files in procs:
-            try:
-                p.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            with open(files[1]) as fout, open(files[2]) as ferr:
-                out, err = fout.read(), ferr.read()
-            try:
-                r = json.loads(out.strip().splitlines()[-1])
-                result["ok"] += r["ok"]
-                result["errors"] += r["errors"]
-            except (ValueError, IndexError, KeyError):
-                result["errors"].append(f"worker exit {p.returncode}: {err[-2000:]}")
+    for code, out, err in run_workers([sys.executable, os.path.abspath(__file__)], payloads,
+                                      timeout):
+        try:
+            r = json.loads(out.strip().splitlines()[-1])
+            result["ok"] += r["ok"]
+            result["errors"] += r["errors"]
+        except (ValueError, IndexError, KeyError):
+            result["errors"].append(f"worker exit {code}: {err[-2000:]}")
     return result
 
 
