@@ -21,9 +21,12 @@ def _case(inputs: str, body: str, exact=(True,)) -> str:
             f"    return [{args}]\n\ndef fn({args}):\n{ind(body)}\n")
 
 
-def _assert_matches(source: str, target: str):
+def _assert_matches(source: str, target: str, allow_fallback: bool = False):
+    """Eager's results, compiled by ember: a fallback to eager would hide the bug."""
     r = check(source, target)
     assert r["status"] == "pass", r["reason"]
+    if not allow_fallback:
+        _no_fallback(r)
     return r
 
 
@@ -77,7 +80,8 @@ def test_cat_bool_with_uint8(target):
 def test_folded_copy_does_not_alias_another_output(target):
     src = _case("a0 = torch.tensor([[3, -4], [5, 6]], dtype=torch.int32)",
                 "v0 = torch.square(a0)\nreturn (torch.trunc(v0), v0, v0)", exact=(True,) * 3)
-    _assert_matches(src, target)
+    # aten.pow.Tensor_Scalar of this dtype runs eagerly: a known gap, not what this test pins
+    _assert_matches(src, target, allow_fallback=True)
 
 
 # seed 3 indices 198 and 230: the same crash for an integer operand of another type than the
@@ -100,7 +104,8 @@ def test_other_int_operand_of_narrow_int_op(target, expr):
 def test_uint8_op_with_float_scalar_is_float(target, op):
     src = _case("a0 = torch.tensor([5, 8, 200], dtype=torch.uint8)",
                 f"return ({op}(a0, 1e-3), {op}(a0, 2.5))", exact=(False, False))
-    _assert_matches(src, target)
+    # fmod.Scalar of uint8 runs eagerly: a known gap, not what this test pins
+    _assert_matches(src, target, allow_fallback=True)
 
 
 # seed 3 index 381: std of a float32 row holding 1e30 is inf (the squares overflow float32);
@@ -130,7 +135,8 @@ def test_uint8_operand_widened_unsigned(target, expr):
                                   "a0.cumsum(1)"])
 def test_uint8_reductions(target, expr):
     src = _case("a0 = torch.tensor([[254, 1, 200]], dtype=torch.uint8)", f"return ({expr},)")
-    _assert_matches(src, target)
+    # uint8 amax/amin run eagerly on triton: a known gap, not what this test pins
+    _assert_matches(src, target, allow_fallback=True)
 
 
 # seed 4 index 226: uint8 % int8 (an int16 result in eager) came back uint8: the uint8
@@ -193,7 +199,8 @@ def test_float_remainder_by_bool(target):
     src = _case("a0 = torch.tensor([True, False, True, False])",
                 "return ((-2.5 % a0).nan_to_num(0.0, 0.0, 0.0).to(torch.bool), -2.5 % a0)",
                 exact=(True, True))
-    _assert_matches(src, target)
+    # remainder.Scalar_Tensor runs eagerly: a known gap, not what this test pins
+    _assert_matches(src, target, allow_fallback=True)
 
 
 # seed 4 index 209: `bool_t < int64_t` (True widened as -1), fixed with seed 5 index 240 below.
@@ -211,7 +218,8 @@ def test_uint8_max_dim_values_dtype(target):
     src = _case("a0 = torch.tensor([8, 0, 5], dtype=torch.uint8).reshape(1, 3, 1)\n"
                 "a1 = torch.tensor([0, -1, -1, -1])",
                 "return (a0[a1].max(1).values,)")
-    _assert_matches(src, target)
+    # uint8 amax runs eagerly on triton: a known gap, not what this test pins
+    _assert_matches(src, target, allow_fallback=True)
 
 
 # seed 8 index 467: a float result from uint8 operands (`uint8_t / uint8_t`, `uint8_t / 2`,
