@@ -280,6 +280,8 @@ def main(argv=None):
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     modes, backends = args.modes.split(","), args.backends.split(",")
+    if "ember" in backends:
+        import torch_mlir  # noqa: F401  -- without it every ember row would silently run eagerly
     if args.one:
         run_one(args.one, modes, backends, args.device, args.small, args.repeats)
         return
