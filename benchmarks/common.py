@@ -192,7 +192,14 @@ def ember_summary() -> dict:
     except Exception:  # noqa: BLE001
         return {}
     ops = [op for r in reports for op in r.get("eager_fallback_ops", [])]
-    return {"graphs": len(reports), "statuses": sorted({r.get("status") for r in reports}),
+    reasons = {op: why for r in reports for op, why in (r.get("fallback_reasons") or {}).items()}
+    stages: dict[str, float] = {}
+    for r in reports:
+        for stage, s in (r.get("stage_seconds") or {}).items():
+            stages[stage] = round(stages.get(stage, 0.0) + s, 2)
+    return {"fallback_reasons": {op: str(why)[:200] for op, why in sorted(reasons.items())},
+            "stage_seconds": stages,
+"graphs": len(reports), "statuses": sorted({r.get("status") for r in reports}),
             "kernels": sum(r.get("num_kernels", 0) for r in reports),
             "externs": sum(r.get("num_externs", 0) for r in reports),
             "eager_fallback_ops": sorted(set(ops))}

@@ -213,6 +213,8 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
     return {**row, "eager_ms": round(eager_ms, 3), "ms": round(ms, 3),
             "speedup": round(eager_ms / ms, 3), "first_call_s": round(first_s, 2),
             "fallback_ops": summary.get("eager_fallback_ops", []),
+            "fallback_reasons": summary.get("fallback_reasons", {}),
+            "stage_seconds": summary.get("stage_seconds", {}),
             "kernels": summary.get("kernels")}
 
 

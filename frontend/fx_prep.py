@@ -321,10 +321,28 @@ def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
     return sub
 
 
-def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node]) -> fx.GraphModule:
+def _mutates(node: fx.Node) -> bool:
+    """Whether `node` must survive dead-code elimination of the host half: placeholders, the
+    output, and ops that write memory. Unlike FX's default purity rule, ops that draw random
+    numbers (`nondeterministic_seeded`: SDPA, dropout's rand) whose results nobody reads are
+    dead here: the compiled half already runs them once; running them again would recompute
+    the graph up to them eagerly on every call and draw from the generator twice."""
+    if node.op in ("placeholder", "output"):
+        return True
+    if node.op != "call_function":
+        return node.op == "call_module"
+    target = node.target
+    if target in getattr(fx.node, "_side_effectful_functions", ()):
+        return True
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
+def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node], host: bool = False) -> fx.GraphModule:
     """A copy of `gm` returning `outputs` (nodes of gm), with dead code removed; all
     placeholders stay so that both graphs take the original inputs. Placement kwargs stay
-    (`strip_placement` drops them for the importer only)."""
+    (`strip_placement` drops them for the importer only). The `host` half (views of the
+    inputs, run by torch on every call) keeps nothing but what its outputs read."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in gm.graph.nodes:
@@ -332,7 +350,7 @@ def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node]) -> fx.GraphModule:
             continue
         env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[n] for n in outputs))
-    graph.eliminate_dead_code()
+    graph.eliminate_dead_code(is_impure_node=_mutates if host else None)
     sub = fx.GraphModule(gm, graph)
     sub.recompile()
     return sub
@@ -431,7 +449,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases))
     sub = _subgraph(gm, compiled) if compiled else None
     return PreparedGraph(
-        gm=sub, host_gm=_subgraph(gm, host) if host else None,
+        gm=sub, host_gm=_subgraph(gm, host, host=True) if host else None,
         plan=plan, single=single, in_perms=permute_inputs(sub) if sub is not None else {})
 
 
