@@ -109,16 +109,42 @@ LAUNCH_OVERHEAD_S = 5e-6
 COPY_BYTES_PER_S = 2e12
 
 
-def graph_pays_off(program) -> bool:
-    launches = sum(1 for s in program.steps if s.kind in ("kernel", "extern"))
-    out_bytes = 0
-    for vid in program.outputs:
-        v = program.values[vid]
-        n = 1
-        for d in v.shape:
-            n *= d
-        out_bytes += n * getattr(torch, v.dtype).itemsize
-    return launches * LAUNCH_OVERHEAD_S > 2 * out_bytes / COPY_BYTES_PER_S
+def _unread_host_inputs(program) -> frozenset[int]:
+    """Inputs that may arrive as 0-dim host tensors whose value no step reads: the philox seed
+    and offset an attention backward takes, where its dropout_p is 0. A CUDA graph may capture
+    them (a replay would bake in the seed read at capture: harmless when it is never used)."""
+    unread = set()
+    for i in range(program.num_inputs):
+        if program.values[i].shape:
+            continue
+        readers = [s for s in program.steps if i in s.inputs]
+        if readers and all(s.kind == "library" and "scaled_dot_product" in s.name
+                           and dict(s.params).get("kwargs", {}).get("dropout_p", None) == 0.0
+                           for s in readers):
+            unread.add(i)
+    return frozenset(unread)
+
+
+def graph_pays_off(program, kind: str = "inference") -> bool:
+    """Whether replaying `program` as one CUDA graph beats launching its steps one by one: the
+    launches saved against the copies a replay adds (outputs cloned out of the graph's pool;
+    a backward graph's inputs, the saved activations, copied into its static buffers; a
+    forward's inputs are mostly parameters, read in place)."""
+    launches = sum(1 for s in program.steps if s.kind in ("kernel", "extern", "library"))
+
+    def nbytes(vids) -> int:
+        total = 0
+        for vid in vids:
+            v = program.values[vid]
+            n = 1
+            for d in v.shape:
+                n *= d
+            total += n * getattr(torch, v.dtype).itemsize
+        return total
+    copied = nbytes(program.outputs)
+    if kind == "backward":
+        copied += nbytes(range(program.num_inputs))
+    return launches * LAUNCH_OVERHEAD_S > 2 * copied / COPY_BYTES_PER_S
 
 
 def import_graph(gm: fx.GraphModule, ctx, native: NativeOutput | None = None,
@@ -201,14 +227,15 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                     parallel_compile=options.parallel_compile)
     seconds["build"] = time.perf_counter() - t0
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
-    # Only inference graphs (a training forward returns its saved activations, which the
-    # graph's outputs would have to copy out on every step), and only where the launches saved
-    # outweigh that copy: a replay clones its outputs out of the graph's memory.
+    # Inference and training graphs alike, where the launches saved outweigh the copies a
+    # replay adds (a training forward's saved activations are cloned out of the graph's
+    # memory, and copied into the backward graph's static inputs): Python-driven launches of
+    # a training step cost more than the step's GPU time on small and mid-sized models.
     static = all(isinstance(d, int) for v in program.values for d in v.shape)
-    if (options.cudagraphs and kind == "inference" and device.type == "cuda" and static
-            and graph_pays_off(program)):
+    if (options.cudagraphs and device.type == "cuda" and static
+            and graph_pays_off(program, kind)):
         from ..runtime.cuda_graphs import GraphedProgram
-        compiled = GraphedProgram(compiled)
+        compiled = GraphedProgram(compiled, unread_host_inputs=_unread_host_inputs(program))
         summary["cudagraphs"] = True
     return compiled, summary
 

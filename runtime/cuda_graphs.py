@@ -10,7 +10,8 @@ buffers): those are read in place by the graph; the others get static buffers th
 copies into. Call 3 captures, and every later call replays. Outputs are cloned out of the
 graph's memory pool, because the next replay overwrites it.
 
-Correctness first: a program given host (CPU) tensors is never captured; a call whose in-place
+Correctness first: a program given host (CPU) tensors is never captured, except those its
+steps never read (`unread_host_inputs`: an attention backward's philox seed without dropout); a call whose in-place
 input arrives with a different storage, or any capture failure, runs without the graph (and a
 failed capture is not retried).
 """
@@ -22,8 +23,12 @@ import torch
 
 
 class GraphedProgram:
-    def __init__(self, run: Callable[..., list], warmup_calls: int = 2):
+    MAX_RECAPTURES = 3
+
+    def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
+                 unread_host_inputs: frozenset[int] = frozenset()):
         self._run = run
+        self._unread = unread_host_inputs   # host tensors whose value no step reads
         self._warmup = warmup_calls
         self._calls = 0
         self._first_ptrs: list[int] | None = None
@@ -33,6 +38,7 @@ class GraphedProgram:
         self._copied: list[int] = []          # inputs copied into static buffers per call
         self._inplace: list[tuple[int, int]] = []   # (input index, data_ptr) read in place
         self._static_out: list[torch.Tensor] = []
+        self._recaptures = 0
 
     @property
     def captured(self) -> bool:
@@ -43,7 +49,7 @@ class GraphedProgram:
             return self._replay(inputs)
         if self._failed:
             return self._run(*inputs)
-        if any(t.device.type == "cpu" for t in inputs):
+        if any(t.device.type == "cpu" and i not in self._unread for i, t in enumerate(inputs)):
             # A host tensor (efficient attention's philox seed and offset) would be read once,
             # at capture, and its value baked into every replay.
             self._failed = True
@@ -66,7 +72,9 @@ class GraphedProgram:
     def _capture(self, inputs: Sequence[torch.Tensor]) -> None:
         static = []
         for i, t in enumerate(inputs):
-            if self._stable[i] and t.is_contiguous():
+            if t.device.type == "cpu":       # unread (checked above): passed as it is
+                static.append(t)
+            elif self._stable[i] and t.is_contiguous():
                 static.append(t)
                 self._inplace.append((i, t.data_ptr()))
             else:
@@ -87,12 +95,30 @@ class GraphedProgram:
         self._graph = graph
 
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        for i, ptr in self._inplace:
-            if inputs[i].data_ptr() != ptr:
+        moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
+        if moved:
+            # An input that kept its storage over the warm-up calls (by the caching allocator's
+            # chance: a backward's saved activations) arrives elsewhere: from now on it is
+            # copied into a static buffer, which needs a new capture (a few at most).
+            if self._recaptures >= self.MAX_RECAPTURES:
+                return self._run(*inputs)
+            self._recaptures += 1
+            for i in moved:
+                self._stable[i] = False
+            self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
+            try:
+                self._capture(inputs)
+            except Exception:  # noqa: BLE001 - as in the first capture: run without the graph
+                self._graph, self._failed = None, True
                 return self._run(*inputs)
         for i in self._copied:
             if inputs[i].shape != self._static_in[i].shape:
                 return self._run(*inputs)   # raises the executor's clear shape error
-            self._static_in[i].copy_(inputs[i])
+        if self._copied:    # one multi-tensor copy: a training graph has hundreds of inputs
+            torch._foreach_copy_([self._static_in[i] for i in self._copied],
+                                 [inputs[i] for i in self._copied])
         self._graph.replay()
-        return [o.clone() for o in self._static_out]
+        outs = [torch.empty_like(o, memory_format=torch.preserve_format) for o in self._static_out]
+        if outs:
+            torch._foreach_copy_(outs, self._static_out)
+        return outs

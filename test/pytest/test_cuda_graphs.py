@@ -61,11 +61,11 @@ def test_cudagraphs_option_off():
     assert not any(r.get("cudagraphs") for r in ember.last_reports())
 
 
-def test_training_graph_with_host_scalars_runs_and_is_not_captured():
+def test_training_graph_with_host_scalars_runs_and_is_captured_when_unread():
     """Efficient attention's backward takes its philox seed and offset as 0-dim CPU tensors: the
     executor passes them to the library call as they are (it rejected them: 'input 4 must be
-    on cuda, got cpu'), and the CUDA graph is never captured (a captured graph would replay the
-    seed it read at capture)."""
+    on cuda, got cpu'). Without dropout their values are never read, so the backward is still
+    captured (with dropout it would not be: a replay would reuse the seed read at capture)."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 64, 32, device="cuda", requires_grad=True) for _ in range(3))
 
@@ -82,3 +82,46 @@ def test_training_graph_with_host_scalars_runs_and_is_not_captured():
     reports = ember.last_reports()
     assert len(reports) == 2 and all(r["status"] == "compiled" and not r["eager_fallback_ops"]
                                      for r in reports), reports
+    assert all(r.get("cudagraphs") for r in reports), reports
+
+
+def test_training_graphs_are_captured_and_match_eager():
+    """A training step's forward and backward graphs replay as CUDA graphs too (their launches
+    cost more host time than the step's GPU time): saved activations are copied out of the
+    forward's pool and into the backward's static inputs, so steps with new inputs, and
+    activations kept across a second forward, stay exact."""
+    torch.manual_seed(0)
+    model = _model().train()
+    ref_model = _model().train()
+    ember.clear_reports()
+    compiled = torch.compile(model, backend="ember")
+    for step in range(5):
+        x = torch.randn(32, 64, device="cuda")
+        y = compiled(x)
+        y2 = compiled(x * 2)            # a second forward before the first's backward
+        (y.square().mean() + y2.mean()).backward()
+        ref = ref_model(x)
+        (ref.square().mean() + ref_model(x * 2).mean()).backward()
+        for p, q in zip(model.parameters(), ref_model.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
+    reports = [r for r in ember.last_reports() if r.get("status") == "compiled"]
+    kinds = {r["graph_id"].rsplit("-", 1)[-1] for r in reports if r.get("cudagraphs")}
+    assert kinds == {"forward", "backward"}, reports
+
+
+def test_input_that_moves_after_capture_is_copied_from_then_on():
+    """An input that kept its storage over the warm-up calls only by the caching allocator's
+    chance (a backward graph's saved activations) arrives elsewhere later: the graph is captured
+    again with that input copied in, instead of every later call running without the graph."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+
+    graphed = GraphedProgram(lambda a, b: [a * 2 + b])
+    a, b = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+    for _ in range(3):
+        graphed(a, b)
+    assert graphed.captured
+    for step in range(3):
+        a2 = torch.randn(64, device="cuda")          # new storage on every call
+        torch.testing.assert_close(graphed(a2, b)[0], a2 * 2 + b)
+        assert graphed.captured and graphed._recaptures == 1, step

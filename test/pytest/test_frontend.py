@@ -338,6 +338,24 @@ def test_cuda_graph_heuristic_weighs_launches_against_output_copies():
     assert not graph_pays_off(program(1, (1 << 28,)))
     # A transformer-sized graph: 150 launches, a 6 MiB output.
     assert graph_pays_off(program(150, (16, 128, 768)))
+    # A backward graph copies its inputs (saved activations) in as well.
+    big_in = program(150, (16, 128, 768))
+    big_in.values[0] = ValueInfo((1 << 28,), "float32")
+    assert graph_pays_off(big_in, "forward") and not graph_pays_off(big_in, "backward")
+
+
+def test_cuda_graph_may_capture_only_unread_host_inputs():
+    from ember.frontend.compile import _unread_host_inputs
+    from ember.runtime.program import Program, Step, ValueInfo
+
+    def program(dropout_p):
+        vals = [ValueInfo((4, 8), "float32"), ValueInfo((), "int64"), ValueInfo((4, 8), "float32")]
+        attn = Step("library", "aten._scaled_dot_product_efficient_attention_backward.default",
+                    (0, 1), (2,), {"tensor_args": ["grad_out_", "philox_seed"],
+                                   "kwargs": {"dropout_p": dropout_p}})
+        return Program("triton", "python", "", vals, 2, [attn], [2])
+    assert _unread_host_inputs(program(0.0)) == {1}
+    assert _unread_host_inputs(program(0.1)) == set()
 
 
 # ---------------------------------------------------------------- library calls in the program
