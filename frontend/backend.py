@@ -210,7 +210,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         decomps = decomposition_table(opts.exact_low_precision)
         backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                                inference_compiler=compiler("inference"),
-                               decompositions=decomps)
+                               decompositions=decomps,
+                               # an optimizer step's parameter updates stay in the graph as
+                               # copy_ (frontend/input_mutations.py): one multi-tensor copy
+                               keep_inference_input_mutations=True)
         compiled = backend(gm, example_inputs)
     except RestartAnalysis:
         raise                                  # Dynamo's control flow, not a failure

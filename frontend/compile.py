@@ -24,6 +24,7 @@ import torch
 import torch.fx as fx
 
 from . import fx_prep, symbolic
+from .input_mutations import lift_input_mutations, write_back
 from .options import CompileOptions, default_pipeline, resolve_target
 from .report import DebugDump, NativeOutput, describe_error, new_graph_id, record, warn_once
 
@@ -261,6 +262,8 @@ class EmberGraph:
     def __init__(self, gm: fx.GraphModule, options: CompileOptions, kind: str = "graph",
                  allow_partition: bool = True, decompositions=None,
                  graph_id: str | None = None, on_eager: Callable | None = None):
+        # copy_ into inputs (kept by AOTAutograd) -> extra outputs, written back after each call
+        self._mutations = lift_input_mutations(gm)
         self.gm = gm
         self.options = options
         self.kind = kind
@@ -280,6 +283,10 @@ class EmberGraph:
         self._eager = _eager_call(gm)
 
     def __call__(self, *args):
+        out = self._call(args)
+        return out if self._mutations is None else write_back(self._mutations, args, out)
+
+    def _call(self, args):
         fn = self._static
         if fn is None and self._try_symbolic:
             self._try_symbolic = False
@@ -342,6 +349,7 @@ class EmberGraph:
             "input_shapes": [list(t.shape) for t in args if isinstance(t, torch.Tensor)],
             "num_kernels": 0, "num_externs": 0, "fused_groups": [], "eager_fallback_ops": [],
             "fallback_reasons": {}, "planned_peak_bytes": 0, "unplanned_peak_bytes": 0,
+            "input_mutations": len(self._mutations.targets) if self._mutations else 0,
         }
         try:
             run = self._compile(args, report, dump)

@@ -276,3 +276,30 @@ def test_comparisons_of_constant_tensors_with_int_scalars(target, device):
     out = check(f, args, target)
     _exact(out, f(*args))
     assert out[0].tolist() == [22.0] * 5 and out[1].tolist() == [1.0] * 5
+
+
+def test_input_mutations_are_written_back(target, device):
+    """In-place updates of inputs stay in the graph as copy_ (keep_inference_input_mutations)
+    and are written back after the compiled call, in the inputs' own storage, as eager does —
+    two buffers, one updated twice, one of another dtype."""
+    def f(x, buf, count):
+        buf.mul_(0.5).add_(x)
+        count.add_(1)
+        return (x * 2).sum(-1)
+
+    x = torch.randn(4, 8, device=device)
+    bufs = [torch.ones(4, 8, device=device) for _ in range(2)]
+    counts = [torch.zeros((), dtype=torch.int64, device=device) for _ in range(2)]
+    storage = bufs[1].data_ptr()
+    ember.clear_reports()
+    cf = ember_compile(f, target)
+    with torch.no_grad():
+        for _ in range(2):
+            ref = f(x, bufs[0], counts[0])
+            out = cf(x, bufs[1], counts[1])
+    assert_close(out, ref)
+    assert_close(bufs[1], bufs[0])
+    assert int(counts[1]) == int(counts[0]) == 2
+    assert bufs[1].data_ptr() == storage
+    check_fallbacks()
+    assert max(r.get("input_mutations", 0) for r in ember.last_reports()) == 2

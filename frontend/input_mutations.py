@@ -1,0 +1,76 @@
+"""Input mutations a graph keeps (AOTAutograd's `keep_inference_input_mutations`): an
+optimizer step's `copy_(param, new_param)`, BatchNorm's running statistics.
+
+    mutations = lift_input_mutations(gm)   # gm now returns the new values after its outputs
+    outs = write_back(mutations, args, gm(*args))
+
+`lift_input_mutations` establishes: `gm` has no `copy_` into a placeholder; each such copy's
+value is an extra output, after the graph's own ones, and `mutations` says which input it
+goes to. The compiled program then stays functional (what the importer and every pass
+assume), and `write_back` applies all the copies with one multi-tensor copy — where
+AOTAutograd, given a functional graph, copies each mutated input back with its own `copy_`
+(an AdamW step over a BERT: hundreds of host-launched copies per step).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+
+
+@dataclass(frozen=True)
+class InputMutations:
+    num_outputs: int                        # the graph's own outputs (the extras follow)
+    targets: tuple[tuple[int, int], ...]    # (input index, output index)
+
+
+def lift_input_mutations(gm: fx.GraphModule) -> InputMutations | None:
+    """Rewrites `gm` in place (see the module docstring); None, and `gm` unchanged, when it has
+    no copy into an input or one that cannot be lifted (its result read by another node, two
+    copies into one input, a copy into a view of an input)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    copies = [n for n in gm.graph.nodes
+              if n.op == "call_function" and n.target is torch.ops.aten.copy_.default]
+    if not copies:
+        return None
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    if any(c.args[0] not in index or len(c.args) != 2 or c.kwargs for c in copies):
+        return None
+    if len({c.args[0] for c in copies}) != len(copies):
+        return None
+    if any(set(c.users) - {out_node} for c in copies):
+        return None
+    outs = out_node.args[0]
+    single = not isinstance(outs, (tuple, list))
+    if single:
+        return None                         # a graph returning a bare value: leave it as it is
+    if any(c in outs for c in copies):
+        return None
+    n = len(outs)
+    targets = tuple((index[c.args[0]], n + k) for k, c in enumerate(copies))
+    values = [c.args[1] for c in copies]
+    for c in copies:
+        gm.graph.erase_node(c)
+    out_node.args = (tuple(outs) + tuple(values),)
+    gm.graph.lint()
+    gm.recompile()
+    return InputMutations(n, targets)
+
+
+def write_back(mutations: InputMutations, args, outs):
+    """Copies the extra outputs into their inputs (one multi-tensor copy) and returns the
+    graph's own outputs."""
+    if not isinstance(outs, (list, tuple)):
+        return outs
+    dsts = [args[i] for i, _ in mutations.targets]
+    srcs = [outs[k] for _, k in mutations.targets]
+    with torch.no_grad():
+        if all(d.device == s.device and d.dtype == s.dtype and d.shape == s.shape
+               for d, s in zip(dsts, srcs)):
+            torch._foreach_copy_(dsts, srcs)
+        else:
+            for d, s in zip(dsts, srcs):
+                d.copy_(s)
+    return list(outs[:mutations.num_outputs])
