@@ -57,7 +57,7 @@ def is_view(node: fx.Node) -> bool:
 
 def is_complex_library_node(node: fx.Node) -> bool:
     """A node that must be an ATen call because of complex values (see the module docstring):
-    not a getitem (it goes with its producer), not a mutation, static result shapes."""
+    not a getitem (it goes with its producer), not a mutation."""
     if node.op != "call_function" or node.target is operator.getitem:
         return False
     if not isinstance(node.target, torch._ops.OpOverload):
@@ -65,6 +65,4 @@ def is_complex_library_node(node: fx.Node) -> bool:
     name = str(node.target)
     if name in COMPLEX_LIBRARY_OPS:
         return True
-    if not touches_complex(node) or _mutates(node):
-        return False
-    return all(isinstance(d, int) for v in _vals(node.meta.get("val")) for d in v.shape)
+    return touches_complex(node) and not _mutates(node)
