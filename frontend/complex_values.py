@@ -19,6 +19,8 @@ import operator
 import torch
 import torch.fx as fx
 
+from .zero_size import AFTER_RAISING
+
 # Ops on complex values (or producing them from real ones) that are library calls whatever
 # their dtypes: the FFTs and the eigendecomposition, whose results are complex.
 COMPLEX_LIBRARY_OPS = frozenset({
@@ -64,6 +66,8 @@ def is_complex_library_node(node: fx.Node) -> bool:
         return False
     name = str(node.target)
     if name in COMPLEX_LIBRARY_OPS:
+        return True
+    if node.meta.get(AFTER_RAISING):     # see zero_size._library_raises
         return True
     if node.target is torch.ops.aten.empty_strided.default and any(
             str(u.target) in COMPLEX_LIBRARY_OPS for u in node.users):

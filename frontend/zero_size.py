@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 
 aten = torch.ops.aten
+AFTER_RAISING = "ember_after_raising"   # node.meta key: reads a library call that will raise
 
 
 def is_empty(v) -> bool:
@@ -113,7 +114,10 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
         if node.op != "call_function" or node.target is aten.empty_strided.default:
             continue
         if any(n in raising for n in node.all_input_nodes) or _library_raises(node):
-            raising.add(node)       # folding a reader away would leave the call dead code
+            # Folding a reader away would leave the call dead code; the readers never run (the
+            # call raises first) and are library calls too, so no kernel reads an empty tensor.
+            raising.add(node)
+            node.meta[AFTER_RAISING] = True
             continue
         val = node.meta.get("val")
         if is_empty(val) and not _reads_indices(node):

@@ -181,11 +181,14 @@ def test_symbolic_complex_view_compiles_per_shape_with_one_warning(target):
 @pytest.mark.targets("cpu")
 def test_fft_of_empty_raises_as_eager(target):
     """MKL/pocketfft reject an empty transform: the call is kept (not folded to an empty
-    result by fold_zero_size), so ember raises eager's error instead of returning a tensor."""
+    result by fold_zero_size), with its readers as calls too (no kernel reads an empty
+    tensor), so the compiled program raises eager's error instead of returning a tensor."""
     fn = lambda x: torch.fft.rfft(x, 10, 1).abs() * 2  # noqa: E731
     x = torch.randn(0, 6, 7)
     with pytest.raises(RuntimeError) as eager:
         fn(x)
-    with pytest.raises(RuntimeError) as ours:
+    with pytest.raises(RuntimeError) as ours, warnings.catch_warnings():
+        warnings.simplefilter("error")      # no fallback warning either
         ember_compile(fn, target)(x)
     assert str(ours.value) == str(eager.value)
+    check_fallbacks()
