@@ -145,7 +145,7 @@ def _verify_library(op) -> None:
     target = op.attributes[LIBRARY_ATTR]
     target = ir.StringAttr(target).value if isinstance(target, ir.StringAttr) else ""
     problem = None
-    if len(target.split(".")) != 3 or not target.startswith("aten."):
+    if len(target.split(".")) != 3 or target.split(".")[0] not in ("aten", "prims"):
         problem = f"library @{name}: 'ember.library' must name an ATen overload (aten.<op>.<overload>)"
     elif "sym_visibility" not in op.attributes or \
             ir.StringAttr(op.attributes["sym_visibility"]).value != "private":

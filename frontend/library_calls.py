@@ -29,6 +29,8 @@ import torch.fx as fx
 from torch_mlir import ir
 
 LIBRARY_ATTR = "ember.library"
+VIEW_ATTR = "ember.view"
+COMPLEX_KEY = "ember.complex"           # {ember.complex = [re, im]}: a complex scalar argument
 
 
 @dataclass
@@ -39,6 +41,7 @@ class LibraryCall:
     results: list[int]                        # indices into the op's outputs
     operand_slots: list[int] = field(default_factory=list)   # graph-output index per operand
     result_slots: list[int] = field(default_factory=list)    # placeholder index per result
+    view: bool = False                        # a result aliases an operand (view_as_real)
 
 
 def _is_tensor(v) -> bool:
@@ -46,7 +49,7 @@ def _is_tensor(v) -> bool:
 
 
 def _plain(v) -> bool:
-    if isinstance(v, (bool, int, float, str)) or v is None:
+    if isinstance(v, (bool, int, float, complex, str)) or v is None:
         return True
     if isinstance(v, (list, tuple)):
         return all(isinstance(x, (bool, int, float)) for x in v)
@@ -140,7 +143,8 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
         tensors, params = _split_args(node)
         results = _used_results(node)
         call = LibraryCall(str(node.target), [t for t, _ in tensors], params,
-                           [i for i, _ in results])
+                           [i for i, _ in results],
+                           view=any(r.alias_info is not None for r in node.target._schema.returns))
         for t, arg in tensors:
             call.operand_slots.append(len(outs))
             outs.append(arg)
@@ -186,6 +190,8 @@ def _attr(v: Any) -> ir.Attribute:
         return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), v)
     if isinstance(v, float):
         return ir.FloatAttr.get(ir.F64Type.get(), v)
+    if isinstance(v, complex):          # a complex scalar (`z + 1j`): runtime/externs.py
+        return ir.DictAttr.get({COMPLEX_KEY: _attr([v.real, v.imag])})
     if isinstance(v, (list, tuple)):
         return ir.ArrayAttr.get([_attr(x) for x in v])
     return ir.StringAttr.get(str(v))
@@ -221,6 +227,8 @@ def stitch(module: ir.Module, calls: list[LibraryCall], func_name: str = "main")
                         [ir.StringAttr.get(t) for t in c.tensor_args]),
                     "ember.params": ir.DictAttr.get({k: _attr(v) for k, v in c.params.items()}),
                     "ember.results": ir.DenseI64ArrayAttr.get(c.results),
+                    # the results alias the operands: ember-buffer-reuse keeps those alive
+                    **({VIEW_ATTR: ir.UnitAttr.get()} if c.view else {}),
                 })
             decls.append((decl, arg_types, res_types))
     with main.location, ir.InsertionPoint(ret):

@@ -24,6 +24,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from . import fx_prep
+from .complex_values import is_complex_library_node
 from .options import CompileOptions, default_pipeline
 from .report import describe_error
 
@@ -246,6 +247,8 @@ def _narrow(node: fx.Node) -> bool:
 def is_library_node(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
+    if is_complex_library_node(node):       # FFTs, ops on complex values (complex_values.py)
+        return True
     name = op_name(node)
     if name == "aten.convolution.default":
         return _conv_needs_library(node)

@@ -37,7 +37,8 @@ def dtype_name(elem: ir.Type) -> str:
             return names[it.width]
     if isinstance(elem, ir.ComplexType):
         inner = str(elem.element_type)
-        return {"f32": "complex64", "f64": "complex128"}.get(inner, f"complex_{inner}")
+        return {"f16": "complex32", "f32": "complex64", "f64": "complex128"}.get(
+            inner, f"complex_{inner}")
     raise ScheduleError(f"element type {text} has no torch dtype")
 
 

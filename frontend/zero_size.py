@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 
 aten = torch.ops.aten
+AFTER_RAISING = "ember_after_raising"   # node.meta key: reads a library call that will raise
 
 
 def is_empty(v) -> bool:
@@ -95,12 +96,28 @@ def _reads_indices(node: fx.Node) -> bool:
                and v.dtype in (torch.int64, torch.int32) for n in node.all_input_nodes)
 
 
+def _library_raises(node: fx.Node) -> bool:
+    """An FFT of an empty tensor: MKL/pocketfft raise in eager ("Inconsistent configuration
+    parameters"); the node stays, as the library call it is (it never reaches torch-mlir), so
+    that the compiled program raises where eager does."""
+    from .complex_values import COMPLEX_LIBRARY_OPS
+    return (str(node.target) in COMPLEX_LIBRARY_OPS and touches_empty(node)
+            and _evaluate(node) is None)
+
+
 def fold_zero_size(gm: fx.GraphModule) -> bool:
     """Rewrites `gm` in place as the module docstring says; True when anything changed."""
     graph = gm.graph
     changed = False
+    raising: set[fx.Node] = set()   # library calls that raise in eager, and what reads them
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is aten.empty_strided.default:
+            continue
+        if any(n in raising for n in node.all_input_nodes) or _library_raises(node):
+            # Folding a reader away would leave the call dead code; the readers never run (the
+            # call raises first) and are library calls too, so no kernel reads an empty tensor.
+            raising.add(node)
+            node.meta[AFTER_RAISING] = True
             continue
         val = node.meta.get("val")
         if is_empty(val) and not _reads_indices(node):

@@ -15,7 +15,7 @@ kernel and has the same shape and element size, when the kernel reads it only el
 sizes of the planned results: the memory without reuse).
 
 Live range of a buffer: from its defining op to the last op (in `@main`'s order) that uses it or
-a view of it, both ends inclusive (an op's inputs and outputs are live together).
+a view of it (a view op, or a library call marked `ember.view`), both ends inclusive (an op's inputs and outputs are live together).
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
 start), each at the lowest-waste gap between already placed buffers it overlaps in time.
 """
@@ -91,6 +91,14 @@ def _kernel_funcs(module: ir.Operation) -> dict:
         if op.operation.name == "func.func" and "ember.kernel" in op.attributes:
             out.setdefault(ir.StringAttr(op.attributes["sym_name"]).value, op)
     return out
+
+
+def _view_calls(module: ir.Operation) -> set:
+    """Names of the library declarations whose results alias their operands (`ember.view`:
+    view_as_real of a complex tensor, frontend/library_calls.py)."""
+    return {ir.StringAttr(op.attributes["sym_name"]).value
+            for op in module.regions[0].blocks[0].operations
+            if op.operation.name == "func.func" and "ember.view" in op.attributes}
 
 
 def _kernel_of(kernels: dict, op):
@@ -182,6 +190,7 @@ def _plan(module, alignment: int, in_place: bool):
         return {"arena_bytes": 0, "unplanned_bytes": 0, "alignment": alignment, "buffers": []}, [], {}
     ops = list(main.regions[0].blocks[0].operations)
     kernels = _kernel_funcs(module)
+    view_calls = _view_calls(module)
     # One numbering of the module's values: `Value.get_name()` without a state numbers the
     # whole module again on every call (quadratic: minutes for an optimizer step's graph).
     names = ir.AsmState(module) if hasattr(ir, "AsmState") else None
@@ -217,6 +226,10 @@ def _plan(module, alignment: int, in_place: bool):
                 root[r] = buf
         elif name in VIEWS and op.operands[0] in root:
             root[op.results[0]] = root[op.operands[0]]
+        elif (name == "func.call" and len(op.operands) >= 1 and op.operands[0] in root
+              and ir.FlatSymbolRefAttr(op.attributes["callee"]).value in view_calls):
+            for r in op.results:        # a library view: the first operand is the one viewed
+                root[r] = root[op.operands[0]]
 
     planned = [b for b in buffers if not b.escapes]
     if in_place:

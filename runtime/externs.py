@@ -199,9 +199,9 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
     ("aten._scaled_dot_product_efficient_attention.default"). Returns `run(inputs) -> outputs`:
     the op's own result tensors (made contiguous, the layout every kernel assumes)."""
     parts = name.split(".")
-    if len(parts) != 3 or parts[0] != "aten":
+    if len(parts) != 3 or parts[0] not in ("aten", "prims"):
         raise ValueError(f"ember runtime: library op {name!r} is not 'aten.<op>.<overload>'")
-    packet = getattr(torch.ops.aten, parts[1], None)
+    packet = getattr(getattr(torch.ops, parts[0]), parts[1], None)
     op = getattr(packet, parts[2], None) if packet is not None else None
     if op is None:
         raise ValueError(f"ember runtime: unknown library op {name!r}")
@@ -213,6 +213,8 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
     for k in lists:
         del kwargs[k + ".len"]
     for k, v in kwargs.items():   # dtypes, layouts, memory formats travel as "torch.float64"
+        if isinstance(v, dict) and list(v) == ["ember.complex"]:   # a complex scalar
+            kwargs[k] = complex(*v["ember.complex"])
         if isinstance(v, str) and v.startswith("torch."):
             obj = getattr(torch, v[6:], None)
             if isinstance(obj, (torch.dtype, torch.layout, torch.memory_format)):

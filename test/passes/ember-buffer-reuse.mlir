@@ -141,3 +141,35 @@ func.func @main(%x: tensor<?xf32>) -> tensor<?xf32> {
   %1 = func.call @dyn_neg(%0) : (tensor<?xf32>) -> tensor<?xf32>
   return %1 : tensor<?xf32>
 }
+
+// -----
+
+// A library call marked `ember.view` (view_as_complex of a kernel result) aliases its operand:
+// %0's buffer lives until the FFT reads the view (op 4), so %2 cannot take its bytes (without
+// the rule %0 would die at op 1 and %2 would be placed at offset 0, over the viewed data).
+// CHECK-LABEL: func.func @main
+// CHECK:       %[[A:.*]] = call @re_exp(%arg0) {ember.offsets = array<i64: 0>}
+// CHECK:       %[[V:.*]] = call @ember_lib_0(%[[A]])
+// CHECK:       %[[B:.*]] = call @re_exp(%arg0) {ember.offsets = array<i64: 64>}
+// CHECK:       call @re_exp(%[[B]]) {ember.offsets = array<i64: -1>}
+// CHECK:       call @ember_lib_1(%[[V]])
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func private @re_exp(%a: tensor<4x2xf32>) -> tensor<4x2xf32> attributes {ember.kernel = "pointwise", ember.ops = ["exp"]} {
+  %e = tensor.empty() : tensor<4x2xf32>
+  %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<4x2xf32>) outs(%e : tensor<4x2xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = math.exp %x : f32
+    linalg.yield %y : f32
+  } -> tensor<4x2xf32>
+  return %r : tensor<4x2xf32>
+}
+func.func private @ember_lib_0(tensor<4x2xf32>) -> tensor<4xcomplex<f32>> attributes {ember.library = "aten.view_as_complex.default", ember.params = {}, ember.results = array<i64: 0>, ember.tensor_args = ["self"], ember.view}
+func.func private @ember_lib_1(tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>> attributes {ember.library = "aten._fft_c2c.default", ember.params = {dim = [0], normalization = 0 : i64, forward = true}, ember.results = array<i64: 0>, ember.tensor_args = ["self"]}
+func.func @main(%x: tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<4xcomplex<f32>>) {
+  %0 = func.call @re_exp(%x) : (tensor<4x2xf32>) -> tensor<4x2xf32>
+  %1 = func.call @ember_lib_0(%0) : (tensor<4x2xf32>) -> tensor<4xcomplex<f32>>
+  %2 = func.call @re_exp(%x) : (tensor<4x2xf32>) -> tensor<4x2xf32>
+  %3 = func.call @re_exp(%2) : (tensor<4x2xf32>) -> tensor<4x2xf32>
+  %4 = func.call @ember_lib_1(%1) : (tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>>
+  return %3, %4 : tensor<4x2xf32>, tensor<4xcomplex<f32>>
+}
