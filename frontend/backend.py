@@ -10,6 +10,7 @@ import torch
 from .attention_masks import drop_visible_attention_masks
 from .compile import EmberGraph
 from .eager_semantics import table as eager_semantics_table
+from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
@@ -197,9 +198,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
 
     def compiler(kind):
         def compile_graph(fx_gm, inputs):
+            fx_gm, wrap = lower_effect_tokens(fx_gm)    # linalg error checks: on the host
             graph = EmberGraph(fx_gm, opts, kind=kind, decompositions=decomps,
                                graph_id=f"{base}-{kind}", on_eager=to_eager)
-            boxed = make_boxed_func(graph)  # AOTAutograd's calling convention: one list
+            boxed = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed
         return compile_graph
