@@ -245,7 +245,10 @@ LIBRARY_OPS = frozenset({
         "special_laguerre_polynomial_l", "special_legendre_polynomial_p",
         # those special_decomp.py decomposes, where it does not (NotImplemented)
         "lgamma", "digamma", "erfinv", "erfc", "i0", "special_i0e", "special_i1",
-        "special_i1e", "special_spherical_bessel_j0", "hypot", "copysign", "signbit")
+        "special_i1e", "special_spherical_bessel_j0", "hypot", "copysign", "signbit",
+        # histograms: a scatter-add into data-dependent bins (as histc, above)
+        "histogram", "_histogramdd_bin_edges", "_histogramdd_from_bin_cts",
+        "_histogramdd_from_bin_tensors")
     for overload in getattr(torch.ops.aten, packet).overloads() if "out" not in overload
     # --- end of special functions -----------------------------------------------------------
 )
