@@ -152,7 +152,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table.update(scatter_decompositions())     # slicing backward: concatenations that fuse
     table.update(roll_decompositions())        # shifted windows (swin): slices + concat
     table.update(pointwise_decompositions())   # fmax/fmin, roll
-    table.update(special_decompositions())     # digamma, lgamma, erfinv, i0, ...: they fuse
+    table.update(special_decompositions())     # trigamma, i0e, hypot, ...: they fuse
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c
