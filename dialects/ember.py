@@ -138,15 +138,17 @@ def verify_module(module_op) -> None:
 
 
 def _verify_library(op) -> None:
-    """A library declaration (frontend/library_calls.py): private, no body, an ATen overload
-    name, one `ember.tensor_args` name per argument, one `ember.results` index per result."""
+    """A library declaration (frontend/library_calls.py): private, no body, an op overload
+    name (ATen's or a custom op's), one `ember.tensor_args` name per argument, one `ember.results` index per result."""
     name = ir.StringAttr(op.attributes["sym_name"]).value
     ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
     target = op.attributes[LIBRARY_ATTR]
     target = ir.StringAttr(target).value if isinstance(target, ir.StringAttr) else ""
     problem = None
-    if len(target.split(".")) != 3 or target.split(".")[0] not in ("aten", "prims"):
-        problem = f"library @{name}: 'ember.library' must name an ATen overload (aten.<op>.<overload>)"
+    if len(target.split(".")) != 3 or not all(target.split(".")):
+        # ATen's ops, or a registered custom op (torch.ops.<namespace>) ember cannot compile
+        problem = (f"library @{name}: 'ember.library' must name an op overload "
+                   "(<namespace>.<op>.<overload>, e.g. aten.sort.default)")
     elif "sym_visibility" not in op.attributes or \
             ir.StringAttr(op.attributes["sym_visibility"]).value != "private":
         problem = f"library @{name} must be private"

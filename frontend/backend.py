@@ -10,10 +10,12 @@ import torch
 from .attention_masks import drop_visible_attention_masks
 from .compile import EmberGraph
 from .eager_semantics import table as eager_semantics_table
+from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
 from .scatter_decomp import scatter_decompositions
+from .special_decomp import special_decompositions
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions
 from .report import describe_error, new_graph_id, record, warn_once
@@ -150,6 +152,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table.update(scatter_decompositions())     # slicing backward: concatenations that fuse
     table.update(roll_decompositions())        # shifted windows (swin): slices + concat
     table.update(pointwise_decompositions())   # fmax/fmin, roll
+    table.update(special_decompositions())     # trigamma, i0e, hypot, ...: they fuse
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c
@@ -197,9 +200,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
 
     def compiler(kind):
         def compile_graph(fx_gm, inputs):
+            fx_gm, wrap = lower_effect_tokens(fx_gm)    # linalg error checks: on the host
             graph = EmberGraph(fx_gm, opts, kind=kind, decompositions=decomps,
                                graph_id=f"{base}-{kind}", on_eager=to_eager)
-            boxed = make_boxed_func(graph)  # AOTAutograd's calling convention: one list
+            boxed = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed
         return compile_graph

@@ -222,7 +222,37 @@ LIBRARY_OPS = frozenset({
     "aten._scaled_dot_product_cudnn_attention_backward.default",
     "aten._scaled_dot_product_flash_attention_for_cpu.default",
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default",
-})
+}) | frozenset(
+    # --- special functions (helper `special`) ---------------------------------------------
+    # Those not decomposed into fusible code (frontend/special_decomp.py), or only in part
+    # (polygamma of order >= 2: a Hurwitz zeta): their algorithms loop a data-dependent number
+    # of times (igamma's series and continued fraction, zeta's sum for negative arguments, the
+    # polynomials' recurrences of tensor length) or need long coefficient tables (Bessel J/Y/K,
+    # Airy); eager's kernel as one call inside the program (Inductor too calls ATen for some,
+    # libdevice routines for others). Every overload but `out`.
+    f"aten.{packet}.{overload}"
+    for packet in (
+        "polygamma", "special_zeta", "igamma", "igammac", "frexp", "nextafter",
+        "special_airy_ai", "special_bessel_j0", "special_bessel_j1", "special_bessel_y0",
+        "special_bessel_y1", "special_modified_bessel_i0", "special_modified_bessel_i1",
+        "special_modified_bessel_k0", "special_modified_bessel_k1",
+        "special_scaled_modified_bessel_k0", "special_scaled_modified_bessel_k1",
+        "special_erfcx", "special_ndtri", "special_log_ndtr",
+        "special_chebyshev_polynomial_t", "special_chebyshev_polynomial_u",
+        "special_chebyshev_polynomial_v", "special_chebyshev_polynomial_w",
+        "special_shifted_chebyshev_polynomial_t", "special_shifted_chebyshev_polynomial_u",
+        "special_shifted_chebyshev_polynomial_v", "special_shifted_chebyshev_polynomial_w",
+        "special_hermite_polynomial_h", "special_hermite_polynomial_he",
+        "special_laguerre_polynomial_l", "special_legendre_polynomial_p",
+        # those special_decomp.py decomposes, where it does not (NotImplemented)
+        "lgamma", "digamma", "erfinv", "erfc", "i0", "special_i0e", "special_i1",
+        "special_i1e", "special_spherical_bessel_j0", "hypot", "copysign", "signbit",
+        # histograms: a scatter-add into data-dependent bins (as histc, above)
+        "histogram", "_histogramdd_bin_edges", "_histogramdd_from_bin_cts",
+        "_histogramdd_from_bin_tensors")
+    for overload in getattr(torch.ops.aten, packet).overloads() if "out" not in overload
+    # --- end of special functions -----------------------------------------------------------
+)
 
 
 def _conv_needs_library(node: fx.Node) -> bool:

@@ -2,6 +2,10 @@
 hold) into ATen ops it lowers, with eager's values exactly:
 
 * fmax / fmin: `a` where a >= b (a <= b) or b is NaN, else `b`.
+* float `eq.Tensor(a, b)` as `not(a != b)`: torch-mlir folds `eq(x, x)` (and `x == x.view(..)`)
+  to true, which is false for NaN; `isfinite`'s decomposition (`x == x & |x| != inf`) came out
+  true for NaN with it. `ne` (unordered) is not folded, and `not ne` is eager's `eq` on every
+  input, NaN included.
 
 (roll: frontend/roll_decomp.py.)
 """
@@ -23,8 +27,16 @@ def _fmax_fmin(keep_a):
     return decomp
 
 
+def _eq_tensor(a, b):
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or \
+            not (a.dtype.is_floating_point or b.dtype.is_floating_point):
+        return NotImplemented
+    return torch.logical_not(torch.ne(a, b))
+
+
 def pointwise_decompositions() -> dict:
     return {
+        aten.eq.Tensor: _eq_tensor,
         aten.fmax.default: _fmax_fmin(torch.ge),
         aten.fmin.default: _fmax_fmin(torch.le),
     }

@@ -199,9 +199,11 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
     ("aten._scaled_dot_product_efficient_attention.default"). Returns `run(inputs) -> outputs`:
     the op's own result tensors (made contiguous, the layout every kernel assumes)."""
     parts = name.split(".")
-    if len(parts) != 3 or parts[0] not in ("aten", "prims"):
-        raise ValueError(f"ember runtime: library op {name!r} is not 'aten.<op>.<overload>'")
-    packet = getattr(getattr(torch.ops, parts[0]), parts[1], None)
+    if len(parts) != 3:
+        raise ValueError(f"ember runtime: library op {name!r} is not '<namespace>.<op>.<overload>'")
+    # ATen's ops, and registered custom ops (torch.library) that ember cannot compile
+    namespace = getattr(torch.ops, parts[0], None)
+    packet = getattr(namespace, parts[1], None) if namespace is not None else None
     op = getattr(packet, parts[2], None) if packet is not None else None
     if op is None:
         raise ValueError(f"ember runtime: unknown library op {name!r}")

@@ -79,5 +79,5 @@ func.func private @lib_args(tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> attri
 
 // -----
 
-// expected-error @+1 {{library @lib_name: 'ember.library' must name an ATen overload (aten.<op>.<overload>)}}
+// expected-error @+1 {{library @lib_name: 'ember.library' must name an op overload (<namespace>.<op>.<overload>, e.g. aten.sort.default)}}
 func.func private @lib_name(tensor<4xf32>) -> tensor<4xf32> attributes {ember.library = "cumsum", ember.tensor_args = ["self"], ember.params = {}, ember.results = array<i64: 0>}

@@ -547,3 +547,28 @@ module {
     return %r : tensor<4xf32>
   }
 }
+
+// -----
+
+// An unsigned max over i1 (torch-mlir's `max.dim` of a bool tensor: any) compares as bool,
+// false < true; there is no `ubool` in C++.
+// CHECK-LABEL: void bool_any(
+// CHECK: std::max<bool>((bool)
+// CHECK-NOT: ubool
+#ba0 = affine_map<(d0, d1) -> (d0, d1)>
+#ba1 = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func private @bool_any(%arg0: tensor<4x8xi1>) -> tensor<4xi1>
+      attributes {ember.kernel = "reduction", ember.ops = ["max"]} {
+    %false = arith.constant false
+    %e = tensor.empty() : tensor<4xi1>
+    %i = linalg.fill ins(%false : i1) outs(%e : tensor<4xi1>) -> tensor<4xi1>
+    %r = linalg.generic {indexing_maps = [#ba0, #ba1], iterator_types = ["parallel", "reduction"]}
+        ins(%arg0 : tensor<4x8xi1>) outs(%i : tensor<4xi1>) {
+    ^bb0(%a: i1, %o: i1):
+      %m = arith.maxui %a, %o : i1
+      linalg.yield %m : i1
+    } -> tensor<4xi1>
+    return %r : tensor<4xi1>
+  }
+}

@@ -175,3 +175,39 @@ def check(fn, args, target, tol=None, matmul=False, expect_fallback=False):
     assert_close(out, ref, tol=tol, matmul=matmul)
     check_fallbacks(expect_fallback)
     return out
+
+
+# An op that ember never compiles (torch-mlir has no lowering for a test's own custom op), for
+# the tests of the eager fallback: `unlowered(x)` is bessel_j0(x) run by torch, differentiable,
+# and its gradient is a second such op (`unlowered_grad`). Real ATen ops without a lowering
+# get one sooner or later (bessel_j0 and digamma were these tests' ops until they compiled).
+UNLOWERED = "ember_test.unlowered.default"
+UNLOWERED_GRAD = "ember_test.unlowered_grad.default"
+
+
+@torch.library.custom_op("ember_test::unlowered", mutates_args=())
+def unlowered(x: torch.Tensor) -> torch.Tensor:
+    return torch.special.bessel_j0(x)
+
+
+@unlowered.register_fake
+def _unlowered_fake(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ember_test::unlowered_grad", mutates_args=())
+def unlowered_grad(x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    return -torch.special.bessel_j1(x) * grad
+
+
+@unlowered_grad.register_fake
+def _unlowered_grad_fake(x, grad):
+    return torch.empty_like(x)
+
+
+def _unlowered_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+unlowered.register_autograd(lambda ctx, grad: unlowered_grad(ctx.saved_tensors[0], grad),
+                            setup_context=_unlowered_setup)
