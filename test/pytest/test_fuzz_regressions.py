@@ -9,6 +9,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fuzz.compare import check  # noqa: E402
+from fuzz.graphs import load  # noqa: E402
 
 HEADER = "import torch\nnan, inf = float('nan'), float('inf')\n"
 
@@ -175,14 +176,62 @@ def test_fmod_float_is_exact(target, request):
     _assert_matches(src, target)
 
 
-# seed 4 indices 143 and 314: eager refuses some ops on bool tensors ("ceil_vml_cpu" not
-# implemented for 'Bool', "Boolean inputs not supported for relu", fmod); ember computes them.
-@pytest.mark.xfail(strict=True, reason="ember computes ops eager's kernels reject for bool")
-# seed 5 indices 227 and 283: abs, `bool_t - -1` likewise.
-@pytest.mark.parametrize("expr", ["torch.ceil(a0)", "torch.relu(a0)", "torch.abs(a0)",
-                                  "a0 - -1"])
-def test_bool_ops_eager_rejects(target, expr):
-    _assert_matches(_case("a0 = torch.tensor([True, False])", f"return ({expr},)"), target)
+# seed 4 indices 143 and 314, seed 5 indices 227 and 283, seed 8: eager's kernels refuse some
+# ops for some dtypes ("ceil_vml_cpu" not implemented for 'Bool', "Boolean inputs not supported
+# for relu", `bool_t - -1`, "bitwise_or_cpu" not implemented for 'Half'); ember computed them.
+# frontend/eager_rejects.py probes each (op, dtypes) and runs such a graph eagerly: eager's error.
+REJECTED = {
+    "ceil": ("torch.ceil(a0)", "bool"), "relu": ("torch.relu(a0)", "bool"),
+    "abs": ("torch.abs(a0)", "bool"), "round": ("torch.round(a0)", "bool"),
+    "sub_scalar": ("a0 - -1", "bool"), "rsub_scalar": ("1 - a0", "bool"),
+    "div_trunc": ("torch.div(a0, a0, rounding_mode='trunc')", "bool"),
+    "or_half": ("a0 | a0", "float16"), "or_float": ("a0 | a0", "float32"),
+    "xor_scalar_half": ("(a0 * 2) ^ 1", "float16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_eager_rejects_dtype(target, case):
+    import ember
+    expr, dtype = REJECTED[case]
+    inputs = f"a0 = torch.tensor([True, False]).to(torch.{dtype})"
+    src = _case(inputs, f"v0 = a0.flip(0)\nreturn ({expr}, v0)", exact=(True, True))
+    assert check(src, target)["status"] == "pass"
+    ns = load(src)
+    with pytest.raises(Exception) as ref:
+        ns["fn"](*ns["make_inputs"]())
+    ember.clear_reports()
+    compiled = torch.compile(ns["fn"], backend="ember", options={"target": target})
+    with pytest.raises(Exception) as got:
+        compiled(*ns["make_inputs"]())
+    assert type(got.value) is type(ref.value)
+    assert str(got.value) == str(ref.value)
+    assert [r["status"] for r in ember.last_reports()] == ["eager"]
+    assert "eager rejects" in ember.last_reports()[0]["error"]
+
+
+# The probe of eager_rejects must not take a value-dependent error for a dtype rejection: an
+# integer division by zero (zeros in the probe) and an index past a dim of size 1 (ones) stay
+# compiled, and a normal graph has no fallback.
+def test_eager_rejects_keeps_supported_graphs_compiled(target):
+    import ember
+    from ember.frontend import eager_rejects
+
+    def fn(i, w, a, b, h):
+        e = torch.nn.functional.embedding(i, w)
+        return (e.relu() * 2, a // b, a % b, (h * 2).abs().round(), (a > 0) | (b < 3),
+                torch.where(a > b, a, b).float().softmax(-1))
+    args = (torch.tensor([[1, 3], [0, 2]]), torch.randn(4, 3), torch.tensor([7, -8, 9]),
+            torch.tensor([2, 3, -4]), torch.tensor([1.5, -2.0], dtype=torch.float16))
+    eager_rejects._VERDICTS.clear()
+    ember.clear_reports()
+    out = torch.compile(fn, backend="ember", options={"target": target})(*args)
+    for o, r in zip(out, fn(*args)):
+        assert torch.equal(o, r) if not r.is_floating_point() else torch.allclose(o, r)
+    reports = ember.last_reports()
+    assert [r["status"] for r in reports] == ["compiled"]
+    assert reports[0]["eager_fallback_ops"] == []
+    assert eager_rejects._VERDICTS and not any(eager_rejects._VERDICTS.values())
 
 
 # seed 5 index 240: a bool tensor compared with an int64 one (True became -1: torch-mlir
