@@ -109,14 +109,21 @@ def test_uint8_op_with_float_scalar_is_float(target, op):
     _assert_matches(src, target, allow_fallback=True)
 
 
-# seed 3 index 381: std of a float32 row holding 1e30 is inf (the squares overflow float32);
-# eager's CPU kernel accumulates in float64 and gives 5e29. Reductions' accumulation type is
-# being reworked (engineer `reduce`); the fuzzer leaves std of values past 1e15 out until then.
-@pytest.mark.xfail(strict=True, reason="float32 std accumulates in float32 (eager CPU: float64)")
+# seed 3 index 381: std of a float32 row holding 1e30 was inf (the squares overflow float32);
+# eager's CPU kernel accumulates in float64 and gives 5e29 (eager_semantics._var_cpu).
 def test_std_accumulates_wide(target):
     src = _case("a0 = torch.tensor([[0.058, 2.9e-39, 1e30, 3.04], [1.0, 2.0, 3.0, 4.0]])",
-                "return (a0.std(-1),)", exact=(False,))
-    _assert_matches(src, target)
+                "return (a0.std(-1), a0.var(), a0.to(torch.bfloat16).std(1, keepdim=True), "
+                "torch.var(a0 * 1e10, 0, correction=0))", exact=(False,) * 4)
+    _no_fallback(_assert_matches(src, target))
+
+
+# any/all of uint8 (a uint8 result) did not import (torch-mlir's ui8 reduction): they ran eagerly.
+def test_any_all_uint8(target):
+    src = _case("a0 = torch.tensor([[0, 3, 200], [0, 0, 0]], dtype=torch.uint8)",
+                "return (a0.any(), a0.any(1), a0.all(), a0.all(1, keepdim=True), "
+                "torch.any(a0, (0, 1)))", exact=(True,) * 5)
+    _no_fallback(_assert_matches(src, target))
 
 
 # seed 4 indices 2 and 176: a uint8 operand of an op computing in a wider type was widened as
@@ -157,18 +164,27 @@ def _xfail_on(request, target, targets, reason):
 
 
 # seed 4 index 180: fmod(x, inf) is x in eager; ember's lowering (x - trunc(x / y) * y, as
-# torch-mlir's) gives NaN. remainder(x, inf) likewise.
-@pytest.mark.xfail(strict=True, reason="float fmod/remainder by an infinity gives NaN")
+# torch-mlir's) gave NaN. eager_semantics._fmod: the remainder of the magnitudes, a's sign.
 def test_fmod_by_infinity(target):
-    src = _case("a0 = torch.tensor([2.5, -1.0, 0.75])\na1 = torch.tensor([inf, 2.0, -inf])",
-                "return (torch.fmod(a0, a1),)")
-    _assert_matches(src, target)
+    src = _case("a0 = torch.tensor([2.5, -1.0, 0.75, -0.0, -4.0, inf, nan, 3.0])\n"
+                "a1 = torch.tensor([inf, 2.0, -inf, 2.0, 2.0, 1.0, 1.0, 0.0])",
+                "return (torch.fmod(a0, a1), torch.remainder(a0, a1), torch.fmod(a0, -inf), "
+                "torch.fmod(a0.to(torch.bfloat16), a1[1]), torch.fmod(a0.to(torch.float16), 2.5))",
+                exact=(True,) * 5)
+    _no_fallback(_assert_matches(src, target))
+
+
+# found with the fmod fix: a remainder by a 0-dim float tensor on the triton target failed at
+# run time under the interpreter (`scalar_cmp ^ block_cmp` of i1), and ran eagerly.
+def test_remainder_by_0d_tensor(target):
+    src = _case("a0 = torch.tensor([2.5, -1.0, 0.75])\na1 = torch.tensor([3.0, -2.0])",
+                "return (torch.remainder(a0, a1[1]), (a0 < 0) ^ (a1[1] < 0))", exact=(True, True))
+    _no_fallback(_assert_matches(src, target))
 
 
 # seed 4 index 56: fmod of float32 values is exact in eager (IEEE fmod); under the triton target
-# several elements differ in the last bits (the quotient-based formula rounds).
-def test_fmod_float_is_exact(target, request):
-    _xfail_on(request, target, ("triton",), "triton's float fmod is not exact")
+# several elements differed in the last bits (the quotient-based formula rounds).
+def test_fmod_float_is_exact(target):
     src = _case("a0 = torch.tensor([6.0, -6.0, -4.0, 5.0, 3.0, -3.0])\n"
                 "a1 = torch.tensor([-3.2717442512512207, -0.9861236214637756, 0.3306930661201477,"
                 " 1.4929780960083008, 2.8018412590026855, -7.476507186889648])",
