@@ -105,8 +105,7 @@ def test_other_int_operand_of_narrow_int_op(target, expr):
 def test_uint8_op_with_float_scalar_is_float(target, op):
     src = _case("a0 = torch.tensor([5, 8, 200], dtype=torch.uint8)",
                 f"return ({op}(a0, 1e-3), {op}(a0, 2.5))", exact=(False, False))
-    # fmod.Scalar of uint8 runs eagerly: a known gap, not what this test pins
-    _assert_matches(src, target, allow_fallback=True)
+    _assert_matches(src, target)
 
 
 # seed 3 index 381: std of a float32 row holding 1e30 was inf (the squares overflow float32);
@@ -143,8 +142,7 @@ def test_uint8_operand_widened_unsigned(target, expr):
                                   "a0.cumsum(1)"])
 def test_uint8_reductions(target, expr):
     src = _case("a0 = torch.tensor([[254, 1, 200]], dtype=torch.uint8)", f"return ({expr},)")
-    # uint8 amax/amin run eagerly on triton: a known gap, not what this test pins
-    _assert_matches(src, target, allow_fallback=True)
+    _assert_matches(src, target)
 
 
 # seed 4 index 226: uint8 % int8 (an int16 result in eager) came back uint8: the uint8
@@ -283,8 +281,7 @@ def test_uint8_max_dim_values_dtype(target):
     src = _case("a0 = torch.tensor([8, 0, 5], dtype=torch.uint8).reshape(1, 3, 1)\n"
                 "a1 = torch.tensor([0, -1, -1, -1])",
                 "return (a0[a1].max(1).values,)")
-    # uint8 amax runs eagerly on triton: a known gap, not what this test pins
-    _assert_matches(src, target, allow_fallback=True)
+    _assert_matches(src, target)
 
 
 # seed 8 index 467: a float result from uint8 operands (`uint8_t / uint8_t`, `uint8_t / 2`,
