@@ -62,6 +62,66 @@ def _abs(x):
     return x.clone() if x.dtype == torch.uint8 else NotImplemented
 
 
+def int_pow(x, exponent):
+    """pow(integer tensor, non-negative int) by repeated squaring, wrapping as eager's integer
+    kernel does (torch-mlir has no integer lowering: "non-floating point dtype", it ran eagerly).
+    An integer tensor to a float power: computed in the float result type, as eager (torch-mlir
+    emitted math.fpowi on the integer). Anything else: NotImplemented."""
+    if isinstance(exponent, float) and not (x.is_floating_point() or x.is_complex()) and \
+            x.dtype != torch.bool:
+        return torch.pow(x.to(torch.result_type(x, exponent)), exponent)
+    if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool or \
+            isinstance(exponent, bool) or not isinstance(exponent, int) or \
+            not 0 <= exponent < 1 << 16:
+        return NotImplemented
+    result, base = None, x
+    while exponent:
+        if exponent & 1:
+            result = base if result is None else result * base
+        exponent >>= 1
+        if exponent:
+            base = base * base
+    if result is x:
+        return x.clone()            # pow(x, 1) is a new tensor
+    return torch.ones_like(x) if result is None else result
+
+
+def _shift(left: bool):
+    """`x >> n`, `x << n` (and bitwise_right/left_shift, the same kernel in eager) with eager's
+    CPU semantics for every amount: a shift past the width (or negative) gives 0, or the sign
+    for a signed right shift, where C++ and LLVM leave it undefined (int32 >> 40 gave
+    -8388608; eager -1). As Tensor ops (torch-mlir has no lowering for the Scalar forms, nor for
+    __rshift__.Tensor, which fx_prep makes of a uint8 shift by a number)."""
+    fn = torch.bitwise_left_shift if left else torch.bitwise_right_shift
+
+    def decomp(a, b):
+        dt = torch.result_type(a, b)
+        if dt == torch.bool or dt.is_floating_point or dt.is_complex or _SHIFTING:
+            return NotImplemented     # the inner bitwise_*_shift.Tensor stays the op
+        _SHIFTING.append(True)
+        try:
+            return _shift_exact(fn, left, a, b, dt)
+        finally:
+            _SHIFTING.pop()
+    return decomp
+
+
+_SHIFTING: list = []
+
+
+def _shift_exact(fn, left, a, b, dt):
+    a = a.to(dt) if isinstance(a, torch.Tensor) else torch.scalar_tensor(a, dtype=dt)
+    if not isinstance(b, torch.Tensor):
+        b = torch.scalar_tensor(b, dtype=dt, device=a.device)
+    b = b.to(dt)
+    width = dt.itemsize * 8
+    keeps_sign = not left and dt != torch.uint8     # max shift w - 1: the sign fills in
+    limit = width - 1 if keeps_sign else width
+    out = (b < 0) | (b >= limit)
+    shifted = fn(a, torch.where(out, limit if keeps_sign else 0, b))
+    return shifted if keeps_sign else torch.where(out, 0, shifted)
+
+
 def _lower_bound(y, lo):
     """max(y, lo) for a clamp bound: NaN in y stays, a NaN bound gives NaN (as eager)."""
     if isinstance(lo, torch.Tensor):
@@ -259,6 +319,12 @@ def table() -> dict:
         aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,
         aten.clamp_max.default: _clamp_max, aten.clamp_max.Tensor: _clamp_max,
         aten.hardtanh.default: _hardtanh, aten.abs.default: _abs,
+        **{op: _shift(left=False) for op in (
+            aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor,
+            aten.bitwise_right_shift.Tensor_Scalar, aten.bitwise_right_shift.Scalar_Tensor)},
+        **{op: _shift(left=True) for op in (
+            aten.__lshift__.Scalar, aten.__lshift__.Tensor, aten.bitwise_left_shift.Tensor,
+            aten.bitwise_left_shift.Tensor_Scalar, aten.bitwise_left_shift.Scalar_Tensor)},
         aten.argmax.default: _arg(amax), aten.argmin.default: _arg(amin),
         aten.max.dim: _value_and_index(amax), aten.min.dim: _value_and_index(amin),
         aten.div.Tensor_mode: _div_mode, aten.div.Scalar_mode: _div_mode,

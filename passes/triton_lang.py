@@ -324,7 +324,8 @@ _UNSIGNED_OPS = {"arith.divui": "//", "arith.remui": "%", "arith.shrui": ">>",
 def _as_unsigned(x: str, ty: str, lit) -> str:
     if lit is not None:
         return str(int(lit) & ((1 << _WIDTH[ty]) - 1))
-    return f"{x}.to({_UNSIGNED[ty]}, bitcast=True)"
+    # a value Triton typed wider (a where of int literals is int32) is narrowed first
+    return f"{x}.to({TYPES[ty][1]}).to({_UNSIGNED[ty]}, bitcast=True)"
 
 
 class UnsupportedOp(Exception):

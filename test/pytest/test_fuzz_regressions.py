@@ -319,3 +319,31 @@ def test_uint8_signedness(target, expr):
               "a2 = torch.tensor([100000, -5, 300, 2, -1000, 7, 1])")
     _no_fallback(_assert_matches(_case(inputs, f"return ({expr}, a0)", exact=(True, True)),
                                  target))
+
+
+# fuzz eager fallbacks (pow.Tensor_Scalar x7 on cpu): torch-mlir has no integer pow ("non-floating
+# point dtype"), nor an integer tensor to a float power (math.fpowi on i32): repeated squaring
+# (wrapping as eager), the float power of the converted tensor; a negative integer power raises
+# eager's error (eager_rejects).
+def test_integer_pow(target):
+    src = _case("a0 = torch.tensor([5, -3, 7, 0, 46341, -2147483648], dtype=torch.int32)\n"
+                "a1 = torch.tensor([5, 0, 253, 1, 128, 255], dtype=torch.uint8)",
+                "return (a0 ** 2, a0 ** 3, a0 ** 0, a0.pow(1), a0 ** 13, torch.square(a1), "
+                "a1 ** 7, a0 ** 2.0)", exact=(True,) * 7 + (False,))
+    _no_fallback(_assert_matches(src, target))
+
+
+# fuzz eager fallbacks (bitwise_or.Scalar, __rshift__ of uint8: no lowering for the Scalar
+# forms); found with them: int32 >> 40 gave -8388608 on cpu (eager -1: a shift past the width
+# is defined in eager, undefined in C++/LLVM).
+@pytest.mark.parametrize("expr", ["a1 >> 1", "a1 << 1", "a1 >> a2.to(torch.uint8)",
+                                  "a1 << a2.to(torch.uint8)", "a0 >> a2", "a0 << a2", "a0 >> 40",
+                                  "torch.bitwise_right_shift(a1, 2)", "5 << a2", "a3 >> a4",
+                                  "a3 << a4", "a1.to(torch.int8) >> 9"])
+def test_shifts(target, expr):
+    inputs = ("a0 = torch.tensor([5, -3, 7, 0, 46341, -2147483648], dtype=torch.int32)\n"
+              "a1 = torch.tensor([5, 0, 253, 1, 128, 255], dtype=torch.uint8)\n"
+              "a2 = torch.tensor([1, 3, 7, 8, 9, 40], dtype=torch.int32)\n"
+              "a3 = torch.tensor([3, -7, 2**40, 1, 0, -1])\n"
+              "a4 = torch.tensor([1, 63, 64, -1, 100, 62])")
+    _no_fallback(_assert_matches(_case(inputs, f"return ({expr},)"), target))
