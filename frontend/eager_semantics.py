@@ -139,16 +139,38 @@ def _upper_bound(y, hi):
     return torch.where(y > hi, hi, y)
 
 
+def _wrap_int(v: int, dt: torch.dtype) -> int:
+    """The Python int `v` converted to the integer type `dt` as C++ does (wrapping)."""
+    bits = dt.itemsize * 8
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if dt.is_signed and v >= 1 << (bits - 1) else v
+
+
+def _overflows(v: int, dt: torch.dtype) -> bool:
+    """c10::overflows: whether eager refuses to convert the number `v` to `dt` ("value cannot
+    be converted to type uint8_t without overflow"); an unsigned type takes -max..max."""
+    info = torch.iinfo(dt)
+    return v > info.max or (v < -info.max if info.min == 0 else v < info.min)
+
+
 def _clamp(x, min=None, max=None):
     if not _floating(x) and (min is not None or max is not None) and any(
             isinstance(v, torch.Tensor) and v.dtype == torch.uint8 for v in (x, min, max)):
         # uint8: torch-mlir compares the signless i8 as signed (clamp(200, min=t) gave the
         # bound): computed in int16 (or the wider result type), exact (fuzz seed 9)
-        dt = x.dtype if not any(isinstance(v, torch.Tensor) for v in (min, max)) else \
-            torch.result_type(x, min if min is not None else max) if min is None or max is None \
-            else torch.promote_types(torch.result_type(x, min), torch.result_type(x, max))
+        dt = x.dtype
+        for v in (min, max):
+            if v is not None:
+                dt = torch.promote_types(dt, torch.result_type(x, v))
+        if dt.is_floating_point:
+            return torch.clamp(x.to(dt), min, max)
+        # eager casts a number bound to the type, wrapping (clamp_min(uint8, -2) is max(x, 254):
+        # fuzz seed 10 index 17)
+        if any(isinstance(v, int) and _overflows(v, dt) for v in (min, max)):
+            return NotImplemented   # eager raises: the op stays for eager_rejects to find
+        wrap = [_wrap_int(v, dt) if isinstance(v, int) else v for v in (min, max)]
         wide = torch.promote_types(dt, torch.int16)
-        w = [v.to(wide) if isinstance(v, torch.Tensor) else v for v in (x, min, max)]
+        w = [v.to(wide) if isinstance(v, torch.Tensor) else v for v in (x, *wrap)]
         return torch.clamp(*w).to(dt)
     if not _floating(x) or (min is None and max is None):
         return NotImplemented

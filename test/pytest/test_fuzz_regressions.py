@@ -310,7 +310,11 @@ def test_uint8_constant_outputs(target):
 # `uint8_t.to(torch.int8)` (folded to the input itself) came back with dtype uint8.
 SIGNEDNESS = ["torch.abs(a0)", "torch.clamp(a0, a1, None)", "torch.clamp(a0, None, a1)",
               "torch.clamp(a0, a2)", "torch.clamp(a2, a1, a1[1])", "a0.to(torch.int8)",
-              "torch.abs(torch.clamp(a2, 2, -2).to(torch.uint8))", "a0"]
+              "torch.abs(torch.clamp(a2, 2, -2).to(torch.uint8))", "a0",
+              # seed 10 index 17: a number bound is converted to uint8 first, wrapping (-2 is
+              # 254); a float bound makes the result float
+              "torch.clamp_min(a0, -2)", "torch.clamp_max(a0, -2)", "torch.clamp(a0, 3, 200)",
+              "torch.clamp(a0, 2.5)"]
 
 
 def test_uint8_signedness(target):
@@ -319,6 +323,17 @@ def test_uint8_signedness(target):
               "a2 = torch.tensor([100000, -5, 300, 2, -1000, 7, 1])")
     _no_fallback(_assert_matches(_case(inputs, f"return ({', '.join(SIGNEDNESS)},)",
                                        exact=(True,) * len(SIGNEDNESS)), target))
+
+
+# a bound that does not fit uint8 (300) makes eager raise ("value cannot be converted to type
+# uint8_t without overflow"): the decomposition keeps the op, so that eager_rejects finds it.
+def test_uint8_clamp_bound_overflow_raises(target):
+    import ember
+    a = torch.tensor([1, 200, 255], dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.compile(lambda x: torch.clamp(x, -2, 300), backend="ember",
+                      options={"target": target})(a)
+    assert ember.last_reports()[-1]["status"] == "eager"
 
 
 # fuzz eager fallbacks (pow.Tensor_Scalar x7 on cpu): torch-mlir has no integer pow ("non-floating
