@@ -50,8 +50,21 @@ _COMBINE = {
 }
 # signless type -> (the wider Triton type its unsigned values fit in, the mask that
 # zero-extends; also the largest unsigned value, minui's identity)
+_INT_WIDTH = {"i8": 8, "i16": 16, "i32": 32}
 _UNSIGNED_WIDE = {"i8": ("tl.int32", 0xFF), "i16": ("tl.int32", 0xFFFF),
                   "i32": ("tl.int64", 0xFFFFFFFF)}
+
+
+def _identity(kind: str, ty: str) -> str:
+    """The identity of combiner `kind` for masked lanes, in type `ty`: an integer max/min's is
+    the type's own extreme (2**62 does not fit an int32: the interpreter refuses it), an
+    unsigned one's that of the zero-extended values (_UNSIGNED_WIDE)."""
+    if kind in ("maxui", "minui"):
+        return str(_UNSIGNED_WIDE[ty][1] if kind == "minui" else 0)
+    if kind in ("maxsi", "minsi") and ty in _INT_WIDTH:
+        w = _INT_WIDTH[ty]
+        return f"-(2**{w - 1})" if kind == "maxsi" else f"(2**{w - 1} - 1)"
+    return _COMBINE[kind][1]
 
 
 def _pow2(n: int) -> int:
@@ -329,15 +342,15 @@ class _KernelWriter:
                                 f"'{kind or 'general body'}'", op.location)
             ctx = self._body_ctx(b, op, full)
             val = b.scalar(operand, ctx)
-            if kind in ("maxui", "minui") and type_name(op.results[k].type) not in _UNSIGNED_WIDE:
+            rty = type_name(op.results[k].type)
+            if rty == "i1" and kind in ("maxui", "minui", "maxsi", "minsi"):
+                kind = "ori" if kind in ("maxui", "minsi") else "andi"   # bool amax/amin
+            if kind in ("maxui", "minui") and rty not in _UNSIGNED_WIDE:
                 b.stack = saved
                 raise PassError(f"ember-lower-to-triton: unsupported reduction combiner "
-                                f"'{kind}' on {type_name(op.results[k].type)}", op.location)
+                                f"'{kind}' on {rty}", op.location)
             if cond is not None:
-                c, ident = b.scalar(cond, ctx), _COMBINE[kind][1]
-                if kind in ("maxui", "minui"):
-                    ident = str(_UNSIGNED_WIDE[type_name(op.results[k].type)][1] if
-                                kind == "minui" else 0)
+                c, ident = b.scalar(cond, ctx), _identity(kind, rty)
                 arms = (val.text, ident) if take else (ident, val.text)
                 val = b.bind(f"tl.where(({c.text}) != 0, {arms[0]}, {arms[1]})",
                              val.deps | c.deps, type_name(op.results[k].type), "m")
@@ -352,12 +365,12 @@ class _KernelWriter:
                 continue
             kind, val = part
             ty = type_name(op.results[k].type)
-            red, ident, comb = _COMBINE[kind]
+            red, _, comb = _COMBINE[kind]
+            ident = _identity(kind, ty)
             acc_ty = TYPES[ty][1]
             v = val.text
             if kind in ("maxui", "minui"):
                 acc_ty, mask = _UNSIGNED_WIDE[ty]
-                ident = str(mask if kind == "minui" else 0)
                 v = f"(({v}).to({acc_ty}) & {mask})"
             elif ty not in ("f16", "bf16", "f32", "f64") and ident.startswith("float"):
                 raise PassError("ember-lower-to-triton: float combiner on integers", op.location)
@@ -395,7 +408,8 @@ class _KernelWriter:
             k, ty, comb, total = item
             init = b.value_at(op.outputs[k], b.apply_map(
                 indexing_maps(op)[len(op.inputs) + k], loops))
-            if comb is not None and init.text not in (_COMBINE[kind_of[k]][1], f"({_COMBINE[kind_of[k]][1]})"):
+            ident = _identity(kind_of[k], ty)
+            if comb is not None and init.text not in (ident, f"({ident})"):
                 total = comb.format(a=init.text, b=total)
             accs.append(b.bind(total, frozenset({"x"}), ty, "red"))
         return accs

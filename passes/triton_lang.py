@@ -321,6 +321,12 @@ _UNSIGNED_OPS = {"arith.divui": "//", "arith.remui": "%", "arith.shrui": ">>",
                  "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum"}
 
 
+def _is_compare(text: str) -> bool:
+    """Whether `text` is a parenthesized comparison, whose value the interpreter types bool."""
+    return text.startswith("(") and text.endswith(")") and any(
+        f" {c} " in text for c in ("<", ">", "<=", ">=", "==", "!="))
+
+
 def _as_unsigned(x: str, ty: str, lit) -> str:
     if lit is not None:
         return str(int(lit) & ((1 << _WIDTH[ty]) - 1))
@@ -387,6 +393,13 @@ class TritonLang:
             # the same op on one bit; the interpreter's `^` rejects a scalar comparison's
             # result next to a block's (remainder by a 0-dim float: fuzz, fmod of bf16)
             return f"({args[0]} != {args[1]})"
+        if kind in ("arith.andi", "arith.ori") and rtype == "i1" and \
+                any(_literal(a) is None and not _is_compare(a) for a in args):
+            # likewise for & and |: an operand that is not a comparison's text is compared
+            # with 0 first (a no-op on a GPU; fuzz seed 10 indices 5 and 13)
+            a, b = (x if _literal(x) is not None or _is_compare(x) else f"({x} != 0)"
+                    for x in args)
+            return f"({a} {_BINARY[kind]} {b})"
         if kind in _BINARY:
             return f"({args[0]} {_BINARY[kind]} {args[1]})"
         if kind in _UNSIGNED_OPS and rtype in _UNSIGNED:

@@ -261,8 +261,7 @@ def test_float_remainder_by_bool(target):
     src = _case("a0 = torch.tensor([True, False, True, False])",
                 "return ((-2.5 % a0).nan_to_num(0.0, 0.0, 0.0).to(torch.bool), -2.5 % a0)",
                 exact=(True, True))
-    # remainder.Scalar_Tensor runs eagerly: a known gap, not what this test pins
-    _assert_matches(src, target, allow_fallback=True)
+    _no_fallback(_assert_matches(src, target))
 
 
 # seed 4 index 209: `bool_t < int64_t` (True widened as -1), fixed with seed 5 index 240 below.
@@ -364,3 +363,28 @@ def test_shifts(target):
               "a4 = torch.tensor([1, 63, 64, -1, 100, 62])")
     _no_fallback(_assert_matches(_case(inputs, f"return ({', '.join(SHIFTS)},)",
                                        exact=(True,) * len(SHIFTS)), target))
+
+
+# seed 10 index 11 (and seed 5 index 249 above): `number % tensor` ran eagerly (no lowering for
+# remainder.Scalar_Tensor); as the remainder of a 0-dim tensor of the result type.
+def test_remainder_scalar_tensor(target):
+    src = _case("a0 = torch.tensor([3, 7, 200, 1], dtype=torch.uint8)\n"
+                "a1 = torch.tensor([3, -7, 2, 1])\na2 = torch.tensor([1.5, -2.0, 0.0, 3.0])",
+                "return (300 % a0, -7 % a1, 2.5 % a1, 5 % a2, True % a1)", exact=(True,) * 5)
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 10 index 3: amax/amin of bool generated C++ naming a type `ubool` (unsigned max/min on
+# i1), and triton had no unsigned combiner on i1; seed 10 index 4: int32 amax on triton used
+# the identity -2**62, which an int32 cannot hold; seed 10 indices 5 and 13: `&`/`|` of a
+# scalar comparison and a block's failed under the interpreter (after the fmin of a 0-dim std).
+def test_bool_and_int32_reductions(target):
+    src = _case("a0 = torch.tensor([[False, True, False]])\n"
+                "a1 = torch.tensor([-2, 3, -2147483648, 0], dtype=torch.int32)\n"
+                "a2 = torch.tensor([[-0.0355]])\na3 = torch.tensor([-2, 2, -2, -3]).reshape(4, 1)\n"
+                "a4 = torch.tensor([1.5390625], dtype=torch.bfloat16).reshape(1, 1)",
+                "return (a0.amax(), a0.amin(), torch.cat([a0, a0], 1).amax(1), a0.max(), "
+                "a1.amax(), a1.amin(), torch.sign(a1.amax()) <= a2[0, 0], "
+                "torch.fmin(torch.exp(a2).std(0), a2), torch.logical_and(a3, a4), "
+                "a3.any(-2, keepdim=True))", exact=(True,) * 7 + (False, True, True))
+    _no_fallback(_assert_matches(src, target))
