@@ -67,9 +67,10 @@ def int_pow(x, exponent):
     kernel does (torch-mlir has no integer lowering: "non-floating point dtype", it ran eagerly).
     An integer tensor to a float power: computed in the float result type, as eager (torch-mlir
     emitted math.fpowi on the integer). Anything else: NotImplemented."""
-    if isinstance(exponent, float) and not (x.is_floating_point() or x.is_complex()) and \
-            x.dtype != torch.bool:
+    if isinstance(exponent, float) and not (x.is_floating_point() or x.is_complex()):
         return torch.pow(x.to(torch.result_type(x, exponent)), exponent)
+    if x.dtype == torch.bool and isinstance(exponent, int) and not isinstance(exponent, bool):
+        x = x.to(torch.result_type(x, exponent))    # square(bool) is int64 (fuzz seed 10 #137)
     if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool or \
             isinstance(exponent, bool) or not isinstance(exponent, int) or \
             not 0 <= exponent < 1 << 16:
@@ -154,6 +155,14 @@ def _overflows(v: int, dt: torch.dtype) -> bool:
 
 
 def _clamp(x, min=None, max=None):
+    if not _floating(x) and any(isinstance(v, float) for v in (min, max)):
+        # a float bound makes the result float: x converted first, as eager computes
+        # (torch-mlir compared the int8 with cmpf: fuzz seed 10 index 178)
+        dt = x.dtype
+        for v in (min, max):
+            if v is not None:
+                dt = torch.promote_types(dt, torch.result_type(x, v))
+        return torch.clamp(x.to(dt), min, max)
     if not _floating(x) and (min is not None or max is not None) and any(
             isinstance(v, torch.Tensor) and v.dtype == torch.uint8 for v in (x, min, max)):
         # uint8: torch-mlir compares the signless i8 as signed (clamp(200, min=t) gave the
@@ -212,7 +221,11 @@ def _first_index(x, dim: int, keepdim: bool, extreme):
 
 def _arg(extreme):
     def decomp(x, dim=None, keepdim=False):
-        if x.dtype == torch.bool or x.is_complex() or x.dim() == 0 or x.numel() == 0:
+        if x.dim() == 0 and not x.is_complex():
+            # the only index (torch-mlir's 0-dim argmin was a reduction body the triton
+            # lowering cannot schedule: fuzz seed 10 index 109)
+            return torch.zeros((), dtype=torch.int64, device=x.device)
+        if x.dtype == torch.bool or x.is_complex() or x.numel() == 0:
             return NotImplemented
         if dim is None:
             idx = _first_index(x.reshape(-1), 0, False, extreme)
@@ -225,6 +238,11 @@ def _value_and_index(extreme):
     arg = _arg(extreme)
 
     def decomp(x, dim, keepdim=False):
+        if x.dtype == torch.bool and x.dim() and x.numel():
+            # bool max/min.dim through uint8: torch-mlir's i1 form is a reduction body the
+            # triton lowering cannot schedule (fuzz seed 10 indices 38 and 123)
+            v, i = decomp(x.to(torch.uint8), dim, keepdim)
+            return v.to(torch.bool), i
         idx = arg(x, dim, keepdim)
         if idx is NotImplemented:
             return NotImplemented

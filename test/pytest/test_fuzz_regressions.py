@@ -388,3 +388,16 @@ def test_bool_and_int32_reductions(target):
                 "torch.fmin(torch.exp(a2).std(0), a2), torch.logical_and(a3, a4), "
                 "a3.any(-2, keepdim=True))", exact=(True,) * 7 + (False, True, True))
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 10 indices 38, 109, 123, 137, 178: ran eagerly: max/min.dim of bool (a reduction body
+# the triton lowering cannot schedule; the C++ one did not build), argmin of a 0-dim tensor
+# (likewise), square of bool (an int64 pow), clamp of int8 by a float (cmpf on an i8).
+def test_bool_and_0d_reductions_int_clamp_by_float(target):
+    src = _case("a0 = torch.tensor([[False, True, True], [True, False, True]])\n"
+                "a1 = torch.tensor(1.9794921875, dtype=torch.float16)\n"
+                "a2 = torch.tensor([-5, 3], dtype=torch.int8)",
+                "return (a0.min(0, keepdim=True).indices, a0.max(1).values, a0.max(-1).indices, "
+                "a1.argmin(), a1.argmax(), torch.square(a0), torch.clamp_max(a2, 0.5), "
+                "torch.clamp(a2, -2.5, 1))", exact=(True,) * 8)
+    _no_fallback(_assert_matches(src, target))
