@@ -401,3 +401,13 @@ def test_bool_and_0d_reductions_int_clamp_by_float(target):
                 "a1.argmin(), a1.argmax(), torch.square(a0), torch.clamp_max(a2, 0.5), "
                 "torch.clamp(a2, -2.5, 1))", exact=(True,) * 8)
     _no_fallback(_assert_matches(src, target))
+
+
+# fuzz eager fallbacks (bitwise_xor.Scalar, bitwise_or.Scalar on cpu): no lowering for the
+# Scalar forms; as the Tensor op with a 0-dim tensor of the result type (bool ^ 1 is int64).
+def test_bitwise_scalar(target):
+    src = _case("a0 = torch.tensor([5, -3, 7, 1])\na1 = torch.tensor([True, False, True, False])\n"
+                "a2 = torch.tensor([5, 0, 253, 1], dtype=torch.uint8)",
+                "return (a0 ^ 5, a0 | -8, a0 & 6, a1 | True, a1 ^ 1, a1 & False, a2 ^ 3, a2 | 200)",
+                exact=(True,) * 8)
+    _no_fallback(_assert_matches(src, target))
