@@ -109,14 +109,21 @@ def _numel(out) -> int:
     return total
 
 
+_PROBED: dict[int, bool] = {}     # id(op overload) -> whether its nodes are probed
+
+
 def _probed(node: fx.Node) -> bool:
     op = node.target
+    known = _PROBED.get(id(op))
+    if known is not None:
+        return known
     if not isinstance(op, torch._ops.OpOverload) or op is operator.getitem:
         return False
-    if torch.Tag.nondeterministic_seeded in op.tags:
-        return False
     returns = op._schema.returns
-    return not (returns and returns[0].alias_info is not None and not op._schema.is_mutable)
+    known = torch.Tag.nondeterministic_seeded not in op.tags and not (
+        returns and returns[0].alias_info is not None and not op._schema.is_mutable)
+    _PROBED[id(op)] = known
+    return known
 
 
 def _judge(op, args, kwargs) -> str | None:
