@@ -18,8 +18,11 @@ dtypes and devices (each dim min(size, 1): emptiness and broadcasting are kept, 
   * then on the real device, filled with zeros and, if that fails, with ones: an error that
     depends on values (an integer division by zero, an index past a dim of size 1, an assert)
     fails for one fill only and is left to run time, where it is handled as the program's
-    error (compile.EmberGraph._failed_at_run_time). An error with both fills, which the meta
-    function did not raise, is the kernel refusing the dtypes.
+    error (compile.EmberGraph._failed_at_run_time);
+  * an error with both fills is the kernel refusing the dtypes only if the same tiny probe
+    runs with other dtypes (float32 or int64 inputs): a meta function need not check shapes
+    (convolution_backward's does not), and a kernel refusing the tiny shapes refuses them
+    whatever the dtypes.
 A wrong verdict costs speed, never a wrong answer: the graph runs eagerly. Random ops (the probe
 would consume the user's random numbers), views (no kernel), ops without tensor inputs and ops
 whose tiny result would still be large are not probed.
@@ -60,9 +63,21 @@ class _TensorSpec:
     def key(self) -> tuple:
         return (self.dtype, self.device.type, len(self.shape))
 
-    def make(self, device=None, fill=0):
+    def make(self, device=None, fill=0, dtype=None):
         shape = [_dim(d) for d in self.shape]
-        return torch.full(shape, fill, dtype=self.dtype, device=device or self.device)
+        return torch.full(shape, fill, dtype=dtype or self.dtype, device=device or self.device)
+
+
+# Other dtypes for the inputs, to tell a kernel refusing the dtypes from one refusing the tiny
+# shapes (a meta function need not check shapes: convolution_backward's does not): the same
+# probe with one of these passing means the shapes were fine.
+def _canonical(dt: torch.dtype) -> torch.dtype:
+    if dt in (torch.float32, torch.int64, torch.bool):
+        return dt
+    return torch.float32 if dt.is_floating_point or dt.is_complex else torch.int64
+
+
+_CONTROLS = (_canonical, lambda dt: torch.float32, lambda dt: torch.int64)
 
 
 def _key_and_specs(node: fx.Node):
@@ -91,10 +106,23 @@ def _key_and_specs(node: fx.Node):
     return tuple(key), args, kwargs
 
 
-def _run(op, args, kwargs, device=None, fill=0):
+def _run(op, args, kwargs, device=None, fill=0, retype=None):
     def make(a):
-        return a.make(device, fill) if isinstance(a, _TensorSpec) else a
+        if isinstance(a, _TensorSpec):
+            return a.make(device, fill, retype(a.dtype) if retype is not None else None)
+        return a
     return op(*map_aggregate(args, make), **map_aggregate(kwargs, make))
+
+
+def _runs(op, args, kwargs, retype=None) -> bool:
+    """Whether the tiny probe runs, filled with zeros or else with ones."""
+    for fill in (0, 1):
+        try:
+            _run(op, args, kwargs, fill=fill, retype=retype)
+            return True
+        except Exception:  # noqa: BLE001
+            pass
+    return False
 
 
 def _numel(out) -> int:
@@ -133,17 +161,31 @@ def _judge(op, args, kwargs) -> str | None:
         return None
     if _numel(meta) > _MAX_PROBE_NUMEL:
         return None
-    try:
-        _run(op, args, kwargs)
+    if _runs(op, args, kwargs):
         return None
-    except Exception:  # noqa: BLE001 - maybe the values (zeros): try ones
-        pass
     try:
         _run(op, args, kwargs, fill=1)
+    except Exception as err:  # noqa: BLE001 - eager's kernel refuses these dtypes, or shapes
+        error = err
+    else:
         return None
-    except Exception as err:  # noqa: BLE001 - eager's kernel rejects these dtypes
-        first = (str(err).strip().splitlines() or [""])[0]
-        return f"{type(err).__name__}: {first[:200]}"
+    dtypes = [a.dtype for a in _specs(args, kwargs)]
+    for retype in _CONTROLS:
+        if [retype(d) for d in dtypes] != dtypes and _runs(op, args, kwargs, retype):
+            first = (str(error).strip().splitlines() or [""])[0]
+            return f"{type(error).__name__}: {first[:200]}"
+    return None      # no dtype makes these tiny shapes run: the shapes, not the dtypes
+
+
+def _specs(args, kwargs) -> list:
+    found = []
+
+    def visit(a):
+        if isinstance(a, _TensorSpec):
+            found.append(a)
+        return a
+    map_aggregate((args, kwargs), visit)
+    return found
 
 
 def verdict(node: fx.Node) -> str | None:
