@@ -139,8 +139,7 @@ class CppLang:
         if name in ("maxsi", "minsi"):
             return f"std::{name[:3]}<{ct}>({args[0]}, {args[1]})"
         if name in ("maxui", "minui"):
-            # bool amax/amin: torch-mlir's unsigned max/min on i1 (there was no `ubool`)
-            ut = "bool" if rty == "i1" else "u" + CTYPE[rty]
+            ut = "bool" if rty == "i1" else "u" + CTYPE[rty]   # i1 unsigned: false < true
             return f"({ct})std::{name[:3]}<{ut}>(({ut}){args[0]}, ({ut}){args[1]})"
         if name == "select":
             return f"({args[0]} ? {args[1]} : {args[2]})"

@@ -411,3 +411,13 @@ def test_bitwise_scalar(target):
                 "return (a0 ^ 5, a0 | -8, a0 & 6, a1 | True, a1 ^ 1, a1 & False, a2 ^ 3, a2 | 200)",
                 exact=(True,) * 8)
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 11 index 186: triton's log1p was log(1 + x), 0 for |x| < 2^-24 (1 / log1p(1e-30) gave
+# inf); expm1 likewise (exp(x) - 1). Accurate forms under the interpreter, libdevice on a GPU.
+def test_log1p_expm1_near_zero(target):
+    src = _case("a0 = torch.tensor([1e-30, -1e-7, 3e-3, 0.5, -0.9, 1e30, inf, -inf, nan, -1.0, "
+                "100.0, -100.0, -0.0])",
+                "return (torch.log1p(a0), torch.expm1(a0), 1 / torch.log1p(a0[:3]), "
+                "1 / torch.expm1(a0[:3]), torch.log1p(a0.half()))", exact=(False,) * 5)
+    _no_fallback(_assert_matches(src, target))
