@@ -358,7 +358,32 @@ def _bitwise_scalar(fn):
     return decomp
 
 
+def _floor_div_float(a, b, dt):
+    """Float floor division as eager's kernels (c10::div_floor_floating): (a - fmod(a, b)) / b,
+    corrected towards floor and rounded to the nearest integer; a / b for a zero b. torch-mlir's
+    floor(a / b) differs for an infinite a (eager: NaN, from fmod; fuzz seed 12 index 174), near
+    integers and for -0. Computed in f32 for bf16/f16 (eager's opmath), rounded once."""
+    ct = torch.float32 if dt in (torch.bfloat16, torch.float16) else dt
+    device = (a if isinstance(a, torch.Tensor) else b).device
+    a, b = (x.to(ct) if isinstance(x, torch.Tensor) else
+            torch.scalar_tensor(float(x), dtype=ct, device=device) for x in (a, b))
+    mod = torch.fmod(a, b)
+    div = (a - mod) / b
+    div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floor = torch.floor(div)
+    floor = torch.where(div - floor > 0.5, floor + 1, floor)
+    q = a / b
+    negative = (q < 0) | ((q == 0) & (1 / q < 0))      # copysign(0, a / b)
+    zero = torch.where(negative, -0.0, 0.0)
+    out = torch.where(b == 0, q, torch.where(div != 0, floor, zero))
+    return out.to(dt)
+
+
 def _div_mode(a, b, rounding_mode=None):
+    if rounding_mode == "floor":
+        dt = torch.result_type(a, b)
+        if dt.is_floating_point:
+            return _floor_div_float(a, b, dt)
     if rounding_mode is not None and _uint8(a, b) and not isinstance(b, float):
         return _widened(torch.div)(a, b, rounding_mode=rounding_mode)
     if rounding_mode != "floor" or _floating(a, b) or isinstance(b, float):

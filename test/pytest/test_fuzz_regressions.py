@@ -421,3 +421,17 @@ def test_log1p_expm1_near_zero(target):
                 "return (torch.log1p(a0), torch.expm1(a0), 1 / torch.log1p(a0[:3]), "
                 "1 / torch.expm1(a0[:3]), torch.log1p(a0.half()))", exact=(False,) * 5)
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 12 index 174: float floor division was floor(a / b) (torch-mlir's): inf // 5 is NaN in
+# eager (c10::div_floor_floating goes through fmod), and it rounds differently near integers
+# and for -0; now eager's algorithm, on both targets and for bf16, uint8 and number operands.
+def test_float_floor_division(target):
+    src = _case("a0 = torch.tensor([inf, -inf, 5.0, -5.0, 0.0, -0.0, 7.5, nan, 1e30, 3.0, -7.0, "
+                "1e-30])\na1 = torch.tensor([5.0, 5.0, inf, inf, 3.0, 3.0, -2.0, 1.0, 0.3, 0.0, "
+                "2.0, -3.0])\na2 = torch.tensor([0, 5, 255, 3, 0, 1, 2, 7, 9, 0, 4, 1], "
+                "dtype=torch.uint8)",
+                "return (a0 // a1, a0 // a2, a0.to(torch.bfloat16) // a1.to(torch.bfloat16), "
+                "a0 // 2.5, torch.div(a0, a1, rounding_mode='floor'), a2 // 2.5, "
+                "torch.floor_divide(a0, -0.5))", exact=(True,) * 7)
+    _no_fallback(_assert_matches(src, target))
