@@ -409,7 +409,8 @@ class _KernelWriter:
             init = b.value_at(op.outputs[k], b.apply_map(
                 indexing_maps(op)[len(op.inputs) + k], loops))
             ident = _identity(kind_of[k], ty)
-            if comb is not None and init.text not in (ident, f"({ident})"):
+            same = {"0": "False", "1": "True"}.get(ident)     # an i1 init prints as a bool
+            if comb is not None and init.text not in (ident, f"({ident})", same):
                 total = comb.format(a=init.text, b=total)
             accs.append(b.bind(total, frozenset({"x"}), ty, "red"))
         return accs

@@ -265,11 +265,14 @@ def _ember_prod_reduce(x, axis: tl.constexpr):
 @triton.jit
 def _ember_pow(a, b):
     # a**b for float a, b: sign from a when b is an odd integer, NaN for negative a otherwise.
+    # (`!= 0` on each flag: the interpreter's & rejects a scalar comparison's result next to a
+    # block's, as for a 0-dim exponent: fuzz seed 12 index 14; a no-op on a GPU)
     mag = tl.exp2(b * tl.log2(tl.abs(a)))
-    b_int = tl.floor(b) == b
-    odd = b_int & ((tl.abs(b) % 2.0) == 1.0)
-    r = tl.where((a < 0) & odd, -mag, mag)
-    r = tl.where((a < 0) & (~b_int), float("nan"), r)
+    b_int = (tl.floor(b) == b) != 0
+    odd = b_int & (((tl.abs(b) % 2.0) == 1.0) != 0)
+    neg = (a < 0) != 0
+    r = tl.where(neg & odd, -mag, mag)
+    r = tl.where(neg & (b_int == 0), float("nan"), r)
     return tl.where(b == 0.0, 1.0, r)
 '''
 
@@ -506,7 +509,10 @@ class TritonLang:
         if kind == "arith.bitcast":
             return f"{x}.to({TYPES[rtype][1]}, bitcast=True)"
         if kind in ("arith.extui", "arith.uitofp", "arith.index_castui") and atype in _UNSIGNED:
-            return f"{x}.to({_UNSIGNED[atype]}, bitcast=True).to({TYPES[rtype][1]})"
+            # narrowed first: Triton may type the value wider (a where of int literals is
+            # int32: sign(uint8).to(int32) failed, fuzz seed 12 index 62)
+            return (f"{x}.to({TYPES[atype][1]}).to({_UNSIGNED[atype]}, bitcast=True)"
+                    f".to({TYPES[rtype][1]})")
         if kind in ("arith.fptosi", "arith.fptoui") and rtype in ("i8", "i16"):
             # Through a wide integer, then wrapped, as eager converts (200.0 -> uint8 200:
             # torch-mlir's fptosi to i8 serves uint8 too); see cpp_emitter.

@@ -435,3 +435,17 @@ def test_float_floor_division(target):
                 "a0 // 2.5, torch.div(a0, a1, rounding_mode='floor'), a2 // 2.5, "
                 "torch.floor_divide(a0, -0.5))", exact=(True,) * 7)
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 12 indices 14 and 62 (triton, ran eagerly after failing at run time): pow by a 0-dim
+# exponent (the pow helper's & of a scalar flag under the interpreter), `any` of a row (an i1
+# init printed `False |`), sign of uint8 converted to int32 (a bitcast of an int32 value).
+def test_triton_scalar_flags_and_unsigned_extension(target):
+    src = _case("a0 = torch.tensor([[-6, 6, 3]])\na1 = torch.tensor([[1, -3, 5]])\n"
+                "a2 = torch.tensor([7, 1, 8, 0], dtype=torch.uint8)\n"
+                "a3 = torch.tensor([-2.0, 0.5, 3.0, -1.5])",
+                "v1 = a1.any(-1)\nv3 = v1 / torch.where(v1, v1, a0)\n"
+                "return (torch.pow(v3, v1), a1.any(-1), torch.sign(a2).to(torch.int32), "
+                "torch.pow(a3, a3[2]), torch.pow(a3, a3), torch.pow(a3.abs(), 0.5))",
+                exact=(False, True, True, False, False, False))
+    _no_fallback(_assert_matches(src, target))
