@@ -5,12 +5,15 @@
 Graph (seed, i) for i in [0, count) runs on each target in a pool of child processes
 (test/fuzz/runner.py; a crash or a hang is a finding). Prints graphs tried, mismatches, errors,
 crashes and time; each failing case is written to --out as `seed<S>_<i>_<target>.py`: the
-graph's source (a runnable reproducer) with the finding in its header. Exit status 1 if any.
+graph's source (a runnable reproducer) with the finding in its header, and each graph with an
+eager fallback is a line of --out/fallbacks.jsonl (seed, index, target, op -> reason). Exit
+status 1 if any failure.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import sys
 import time
@@ -49,6 +52,11 @@ def main(argv=None) -> int:
         if r["fallback"]:
             counts[(r["target"], "fallback")] += 1
             fallback_ops[r["target"]].update(set(r["fallback"]))
+            # why each op ran eagerly, one line per graph (triage: benchmarks/README)
+            out.mkdir(parents=True, exist_ok=True)
+            with open(out / "fallbacks.jsonl", "a") as f:
+                f.write(json.dumps({k: r.get(k) for k in ("seed", "index", "target",
+                                                          "fallback_reasons")}) + "\n")
         if r["status"] in runner.FAILURES or r["status"] == "upstream":
             out.mkdir(parents=True, exist_ok=True)
             path = out / f"seed{r['seed']}_{r['index']}_{r['target']}.py"

@@ -9,7 +9,7 @@ import torch
 
 from .attention_masks import drop_visible_attention_masks
 from .compile import EmberGraph
-from .eager_semantics import table as eager_semantics_table
+from .eager_semantics import int_pow, table as eager_semantics_table
 from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
@@ -95,7 +95,7 @@ def _pow_scalar(x, exponent):
     if x.dtype in _NARROW and isinstance(exponent, (int, float)) and exponent in (2, 3):
         y = x * x
         return y * x if exponent == 3 else y
-    return NotImplemented
+    return int_pow(x, exponent)     # integer tensors (eager_semantics)
 
 
 def _keep_narrow(decomp):

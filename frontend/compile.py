@@ -281,6 +281,7 @@ class EmberGraph:
         self._try_symbolic = not self._static_graph and symbolic.has_symbols(gm)
         self._static: Callable | None = None
         self._eager = _eager_call(gm)
+        self._rejects: str | None | bool = False     # not judged yet (eager_rejects.py)
 
     def __call__(self, *args):
         out = self._call(args)
@@ -290,7 +291,8 @@ class EmberGraph:
         fn = self._static
         if fn is None and self._try_symbolic:
             self._try_symbolic = False
-            fn = self._static = symbolic.build(self, args)
+            if self._eager_rejects() is None:
+                fn = self._static = symbolic.build(self, args)
         if fn is None:
             key = fx_prep.input_key(args)
             fn = self._cache.get(key)
@@ -304,6 +306,14 @@ class EmberGraph:
             if fn is self._eager or not self.options.fallback:
                 raise
             return self._failed_at_run_time(fn, err, args)
+
+    def _eager_rejects(self) -> str | None:
+        """Why eager's kernels reject an op of this graph for its dtypes (then the graph runs
+        eagerly, so that a call raises eager's error), or None; judged once."""
+        if self._rejects is False:
+            from .eager_rejects import rejection
+            self._rejects = rejection(self.gm)
+        return self._rejects
 
     @property
     def report(self) -> dict[str, Any] | None:
@@ -390,6 +400,9 @@ class EmberGraph:
         return self._eager
 
     def _compile(self, args, report: dict[str, Any], dump: DebugDump) -> Callable:
+        rejected = self._eager_rejects()
+        if rejected is not None:
+            raise _WholeGraphEager(rejected)
         gm, pos = self.gm, None
         if fx_prep.needs_specialization(gm):
             gm, pos = fx_prep.specialize(gm, args, self.decompositions)

@@ -321,6 +321,19 @@ def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
     return sub
 
 
+def _constants(gm: fx.GraphModule) -> dict[fx.Node, bool]:
+    """The nodes whose value does not depend on the graph's inputs (factory ops and what is
+    computed from them alone), random ops excepted (their draws keep program order)."""
+    constant: dict[fx.Node, bool] = {}
+    for node in gm.graph.nodes:
+        op = node.target
+        constant[node] = (node.op == "call_function" and (
+            op is operator.getitem or isinstance(op, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded not in op.tags)
+            and all(constant.get(n, False) for n in node.all_input_nodes))
+    return constant
+
+
 def _mutates(node: fx.Node) -> bool:
     """Whether `node` must survive dead-code elimination of the host half: placeholders, the
     output, and ops that write memory. Unlike FX's default purity rule, ops that draw random
@@ -422,6 +435,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
         outs = (outs,)
 
     host_only: dict[fx.Node, bool] = {}
+    constant = _constants(gm)
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             host_only[node] = True
@@ -438,9 +452,11 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     for out in outs:
         if not isinstance(out, fx.Node):
             plan.append(("const", out))
-        elif host_only[out] or not _is_tensor(out.meta.get("val")):
+        elif host_only[out] or constant.get(out) or not _is_tensor(out.meta.get("val")):
             # Inputs, their views and scalars: eager torch makes them for free (and keeps the
-            # aliasing that autograd may expect).
+            # aliasing that autograd may expect). Constants too: they cost eager's fill, and
+            # torch-mlir folds a returned uint8 constant into a literal it then rejects
+            # (`si8` for `ui8`: `full`, `full_like`, `scalar_tensor` ran eagerly).
             if out not in host:
                 host.append(out)
             plan.append(("host", host.index(out)))

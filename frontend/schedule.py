@@ -230,12 +230,15 @@ def restore_signedness(program: Program, inputs, outputs) -> None:
     for vid, dt in zip(program.outputs, outputs):
         asked.setdefault(vid, set()).add(str(dt).replace("torch.", ""))
     for k, (vid, dt) in enumerate(zip(list(program.outputs), outputs)):
-        name = want(vid, dt)
-        if name is None:
+        name = str(dt).replace("torch.", "")
+        cur = program.values[vid].dtype
+        if name == cur or _SIGNLESS.get(name, name) != _SIGNLESS.get(cur, cur):
             continue
-        if len(asked[vid]) == 1:
+        if want(vid, dt) and len(asked[vid]) == 1 and vid >= program.num_inputs:
             retype(vid, name)
             continue
+        # the value has the other signedness (an input's: `uint8_t.to(torch.int8)` folds to
+        # the input itself, which came back as uint8), or is asked for with both
         program.values.append(dataclasses.replace(program.values[vid], dtype=name, offset=None))
         program.steps.append(Step("view", "bitcast", (vid,), (len(program.values) - 1,)))
         program.outputs[k] = len(program.values) - 1

@@ -43,7 +43,28 @@ _COMBINE = {
     "ori": ("tl.max", "0", "{a} | {b}"), "andi": ("tl.min", "1", "{a} & {b}"),
     "mulf": ("_ember_prod_reduce", "1.0", "{a} * {b}"),
     "muli": ("_ember_prod_reduce", "1", "{a} * {b}"),
+    # unsigned (uint8 amax/amin): reduced over the values zero-extended to a wider type
+    # (_UNSIGNED_WIDE), the identity in that type, the result truncated back
+    "maxui": ("tl.max", "0", "tl.maximum({a}, {b})"),
+    "minui": ("tl.min", None, "tl.minimum({a}, {b})"),
 }
+# signless type -> (the wider Triton type its unsigned values fit in, the mask that
+# zero-extends; also the largest unsigned value, minui's identity)
+_INT_WIDTH = {"i8": 8, "i16": 16, "i32": 32}
+_UNSIGNED_WIDE = {"i8": ("tl.int32", 0xFF), "i16": ("tl.int32", 0xFFFF),
+                  "i32": ("tl.int64", 0xFFFFFFFF)}
+
+
+def _identity(kind: str, ty: str) -> str:
+    """The identity of combiner `kind` for masked lanes, in type `ty`: an integer max/min's is
+    the type's own extreme (2**62 does not fit an int32: the interpreter refuses it), an
+    unsigned one's that of the zero-extended values (_UNSIGNED_WIDE)."""
+    if kind in ("maxui", "minui"):
+        return str(_UNSIGNED_WIDE[ty][1] if kind == "minui" else 0)
+    if kind in ("maxsi", "minsi") and ty in _INT_WIDTH:
+        w = _INT_WIDTH[ty]
+        return f"-(2**{w - 1})" if kind == "maxsi" else f"(2**{w - 1} - 1)"
+    return _COMBINE[kind][1]
 
 
 def _pow2(n: int) -> int:
@@ -321,8 +342,15 @@ class _KernelWriter:
                                 f"'{kind or 'general body'}'", op.location)
             ctx = self._body_ctx(b, op, full)
             val = b.scalar(operand, ctx)
+            rty = type_name(op.results[k].type)
+            if rty == "i1" and kind in ("maxui", "minui", "maxsi", "minsi"):
+                kind = "ori" if kind in ("maxui", "minsi") else "andi"   # bool amax/amin
+            if kind in ("maxui", "minui") and rty not in _UNSIGNED_WIDE:
+                b.stack = saved
+                raise PassError(f"ember-lower-to-triton: unsupported reduction combiner "
+                                f"'{kind}' on {rty}", op.location)
             if cond is not None:
-                c, ident = b.scalar(cond, ctx), _COMBINE[kind][1]
+                c, ident = b.scalar(cond, ctx), _identity(kind, rty)
                 arms = (val.text, ident) if take else (ident, val.text)
                 val = b.bind(f"tl.where(({c.text}) != 0, {arms[0]}, {arms[1]})",
                              val.deps | c.deps, type_name(op.results[k].type), "m")
@@ -337,11 +365,16 @@ class _KernelWriter:
                 continue
             kind, val = part
             ty = type_name(op.results[k].type)
-            red, ident, comb = _COMBINE[kind]
-            if ty not in ("f16", "bf16", "f32", "f64") and ident.startswith("float"):
-                raise PassError("ember-lower-to-triton: float combiner on integers", op.location)
+            red, _, comb = _COMBINE[kind]
+            ident = _identity(kind, ty)
+            acc_ty = TYPES[ty][1]
             v = val.text
-            if ty not in ("f16", "bf16", "f32", "f64"):
+            if kind in ("maxui", "minui"):
+                acc_ty, mask = _UNSIGNED_WIDE[ty]
+                v = f"(({v}).to({acc_ty}) & {mask})"
+            elif ty not in ("f16", "bf16", "f32", "f64") and ident.startswith("float"):
+                raise PassError("ember-lower-to-triton: float combiner on integers", op.location)
+            elif ty not in ("f16", "bf16", "f32", "f64"):
                 # loop indices are int32: the identity (2**62) needs the result's width
                 v = f"({v}).to({TYPES[ty][1]})"
             masked = f"tl.where(xmask & rmask, {v}, {ident})"
@@ -349,9 +382,20 @@ class _KernelWriter:
                 total = f"{red}({masked}, 1)[:, None]"
             else:
                 acc = b.fresh("acc")
-                root.stmts.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {TYPES[ty][1]})")
+                root.stmts.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {acc_ty})")
                 scope.stmts.append(f"{acc} = " + comb.format(a=acc, b=masked))
                 total = f"{red}({acc}, 1)[:, None]"
+            if kind in ("maxui", "minui"):
+                # the initial value too is combined unsigned; the result truncated to the type
+                init = b.value_at(op.outputs[k], b.apply_map(
+                    indexing_maps(op)[len(op.inputs) + k], loops))
+                try:
+                    first = str(int(init.text.strip("()")) & mask)    # a literal
+                except ValueError:
+                    first = f"(({init.text}).to({acc_ty}) & {mask})"
+                total = comb.format(a=first, b=total)
+                total = f"({total}).to({TYPES[ty][1]})"
+                comb = None
             finals.append((k, ty, comb, total))
             kind_of[k] = kind
         if scope is not None:
@@ -364,7 +408,9 @@ class _KernelWriter:
             k, ty, comb, total = item
             init = b.value_at(op.outputs[k], b.apply_map(
                 indexing_maps(op)[len(op.inputs) + k], loops))
-            if init.text not in (_COMBINE[kind_of[k]][1], f"({_COMBINE[kind_of[k]][1]})"):
+            ident = _identity(kind_of[k], ty)
+            same = {"0": "False", "1": "True"}.get(ident)     # an i1 init prints as a bool
+            if comb is not None and init.text not in (ident, f"({ident})", same):
                 total = comb.format(a=init.text, b=total)
             accs.append(b.bind(total, frozenset({"x"}), ty, "red"))
         return accs

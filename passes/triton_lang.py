@@ -131,6 +131,20 @@ if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
     def _ember_sqrt(x):
         return tl.sqrt(x)
 
+    # log1p/expm1 without libdevice, accurate near 0 (log(1 + x) is 0 for |x| < 2^-24: fuzz
+    # seed 11 index 186 took 1/log1p(1e-30) for inf): Goldberg's and Kahan's forms.
+    @triton.jit
+    def _ember_log1p(x):
+        u = 1.0 + x
+        y = tl.where(u == 1.0, x, tl.log(u) * (x / (u - 1.0)))
+        return tl.where(x == float("inf"), x, y)
+
+    @triton.jit
+    def _ember_expm1(x):
+        u = tl.exp(x)
+        y = tl.where(u == 1.0, x, tl.where(u - 1.0 == -1.0, -1.0, (u - 1.0) * (x / tl.log(u))))
+        return tl.where(u == float("inf"), u, y)
+
     _EMBER_LAUNCH = {}
 else:
     # What eager's CUDA/HIP kernels call: expf, logf, tanhf, erff, sinf, cosf, IEEE / and sqrt.
@@ -167,6 +181,14 @@ else:
     @triton.jit
     def _ember_sqrt(x):
         return tl.sqrt_rn(x)
+
+    @triton.jit
+    def _ember_log1p(x):
+        return libdevice.log1p(x)
+
+    @triton.jit
+    def _ember_expm1(x):
+        return libdevice.expm1(x)
 
     # Triton links libdevice with flush-to-zero selected by default; eager's kernels are built
     # without, and its erff/tanhf/sinf then differ in the last place now and then (and on
@@ -243,11 +265,14 @@ def _ember_prod_reduce(x, axis: tl.constexpr):
 @triton.jit
 def _ember_pow(a, b):
     # a**b for float a, b: sign from a when b is an odd integer, NaN for negative a otherwise.
+    # (`!= 0` on each flag: the interpreter's & rejects a scalar comparison's result next to a
+    # block's, as for a 0-dim exponent: fuzz seed 12 index 14; a no-op on a GPU)
     mag = tl.exp2(b * tl.log2(tl.abs(a)))
-    b_int = tl.floor(b) == b
-    odd = b_int & ((tl.abs(b) % 2.0) == 1.0)
-    r = tl.where((a < 0) & odd, -mag, mag)
-    r = tl.where((a < 0) & (~b_int), float("nan"), r)
+    b_int = (tl.floor(b) == b) != 0
+    odd = b_int & (((tl.abs(b) % 2.0) == 1.0) != 0)
+    neg = (a < 0) != 0
+    r = tl.where(neg & odd, -mag, mag)
+    r = tl.where(neg & (b_int == 0), float("nan"), r)
     return tl.where(b == 0.0, 1.0, r)
 '''
 
@@ -297,7 +322,7 @@ _CALLS = {
     "math.exp": "_ember_exp", "math.exp2": "tl.exp2", "math.log": "_ember_log",
     "math.log2": "tl.log2", "math.rsqrt": "tl.rsqrt",
     "math.erf": "_ember_erf", "math.sin": "_ember_sin", "math.cos": "_ember_cos",
-    "math.tanh": "_ember_tanh",
+    "math.tanh": "_ember_tanh", "math.log1p": "_ember_log1p", "math.expm1": "_ember_expm1",
     "math.absf": "tl.abs", "math.absi": "tl.abs", "math.floor": "tl.floor", "math.ceil": "tl.ceil",
     "arith.maxnumf": "tl.maximum", "arith.minnumf": "tl.minimum",
     "arith.maxsi": "tl.maximum", "arith.minsi": "tl.minimum",
@@ -321,10 +346,17 @@ _UNSIGNED_OPS = {"arith.divui": "//", "arith.remui": "%", "arith.shrui": ">>",
                  "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum"}
 
 
+def _is_compare(text: str) -> bool:
+    """Whether `text` is a parenthesized comparison, whose value the interpreter types bool."""
+    return text.startswith("(") and text.endswith(")") and any(
+        f" {c} " in text for c in ("<", ">", "<=", ">=", "==", "!="))
+
+
 def _as_unsigned(x: str, ty: str, lit) -> str:
     if lit is not None:
         return str(int(lit) & ((1 << _WIDTH[ty]) - 1))
-    return f"{x}.to({_UNSIGNED[ty]}, bitcast=True)"
+    # a value Triton typed wider (a where of int literals is int32) is narrowed first
+    return f"{x}.to({TYPES[ty][1]}).to({_UNSIGNED[ty]}, bitcast=True)"
 
 
 class UnsupportedOp(Exception):
@@ -382,6 +414,17 @@ class TritonLang:
                     return literal(_FOLD2[kind](float(lits[0]), float(lits[1])), rtype)
             except (ValueError, ZeroDivisionError, OverflowError):
                 pass
+        if kind == "arith.xori" and rtype == "i1":
+            # the same op on one bit; the interpreter's `^` rejects a scalar comparison's
+            # result next to a block's (remainder by a 0-dim float: fuzz, fmod of bf16)
+            return f"({args[0]} != {args[1]})"
+        if kind in ("arith.andi", "arith.ori") and rtype == "i1" and \
+                any(_literal(a) is None and not _is_compare(a) for a in args):
+            # likewise for & and |: an operand that is not a comparison's text is compared
+            # with 0 first (a no-op on a GPU; fuzz seed 10 indices 5 and 13)
+            a, b = (x if _literal(x) is not None or _is_compare(x) else f"({x} != 0)"
+                    for x in args)
+            return f"({a} {_BINARY[kind]} {b})"
         if kind in _BINARY:
             return f"({args[0]} {_BINARY[kind]} {args[1]})"
         if kind in _UNSIGNED_OPS and rtype in _UNSIGNED:
@@ -446,10 +489,6 @@ class TritonLang:
             if e is not None and float(e) == 0.5:
                 return self.op("math.sqrt", [x], rtype, atypes[:1])
             return f"_ember_pow({x}, ({args[1]}) * 1.0)"
-        if kind == "math.log1p":
-            return self.op("math.log", [f"(1.0 + {args[0]})"], rtype, atypes)
-        if kind == "math.expm1":
-            return f"({self.op('math.exp', args, rtype, atypes)} - 1.0)"
         if kind == "math.isnan":
             return f"({args[0]} != {args[0]})"
         if kind == "math.trunc":
@@ -470,7 +509,10 @@ class TritonLang:
         if kind == "arith.bitcast":
             return f"{x}.to({TYPES[rtype][1]}, bitcast=True)"
         if kind in ("arith.extui", "arith.uitofp", "arith.index_castui") and atype in _UNSIGNED:
-            return f"{x}.to({_UNSIGNED[atype]}, bitcast=True).to({TYPES[rtype][1]})"
+            # narrowed first: Triton may type the value wider (a where of int literals is
+            # int32: sign(uint8).to(int32) failed, fuzz seed 12 index 62)
+            return (f"{x}.to({TYPES[atype][1]}).to({_UNSIGNED[atype]}, bitcast=True)"
+                    f".to({TYPES[rtype][1]})")
         if kind in ("arith.fptosi", "arith.fptoui") and rtype in ("i8", "i16"):
             # Through a wide integer, then wrapped, as eager converts (200.0 -> uint8 200:
             # torch-mlir's fptosi to i8 serves uint8 too); see cpp_emitter.

@@ -92,14 +92,17 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}"[:300]
 
 
-def _fallbacks() -> list:
+def _fallbacks() -> tuple[list, dict]:
+    """The ops that ran eagerly, and why (op -> the first reason given)."""
     import ember
-    ops = []
+    ops, why = [], {}
     for r in ember.last_reports():
         fb = list(r.get("eager_fallback_ops") or [])
         if fb or r.get("status") in ("eager", "partitioned"):
             ops.extend(map(str, fb or [r.get("status")]))
-    return ops
+            for op, reason in (r.get("fallback_reasons") or {}).items():
+                why.setdefault(str(op), str(reason)[:300])
+    return ops, why
 
 
 def check(source: str, target: str) -> dict:
@@ -123,12 +126,12 @@ def check(source: str, target: str) -> dict:
             outs, err = _flat(compiled(*out_inputs)), None
         except Exception as e:  # noqa: BLE001
             outs, err = None, e
-        fallback = _fallbacks()
+        fallback, fallback_reasons = _fallbacks()
     torch._dynamo.reset()
     r = _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, list(exact_map), target)
     if r[0] != "pass" and _upstream(fn, make, ref_err, refs, ref_inputs, list(exact_map)):
         r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}")
-    return dict(status=r[0], reason=r[1], fallback=fallback)
+    return dict(status=r[0], reason=r[1], fallback=fallback, fallback_reasons=fallback_reasons)
 
 
 def _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target) -> tuple:

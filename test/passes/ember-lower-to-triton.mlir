@@ -321,9 +321,9 @@ func.func private @checked_gather(%arg0: tensor<4x6xi64>, %arg1: tensor<10x16xf3
 // Signless i8 holds uint8 tensors too: the launcher views them as int8, and the unsigned ops
 // reinterpret their operands (a plain // or < of int8 would be signed).
 // CHECK-LABEL: func.func private @unsigned_bytes
-// CHECK-SAME: (([[A:x[0-9]+]].to(tl.uint8, bitcast=True) // [[B:x[0-9]+]].to(tl.uint8, bitcast=True))).to(tl.int8)
-// CHECK-SAME: ([[A]].to(tl.uint8, bitcast=True) < [[B]].to(tl.uint8, bitcast=True))
-// CHECK-SAME: [[A]].to(tl.uint8, bitcast=True).to(tl.float32)
+// CHECK-SAME: (([[A:x[0-9]+]].to(tl.int8).to(tl.uint8, bitcast=True) // [[B:x[0-9]+]].to(tl.int8).to(tl.uint8, bitcast=True))).to(tl.int8)
+// CHECK-SAME: ([[A]].to(tl.int8).to(tl.uint8, bitcast=True) < [[B]].to(tl.int8).to(tl.uint8, bitcast=True))
+// CHECK-SAME: [[A]].to(tl.int8).to(tl.uint8, bitcast=True).to(tl.float32)
 // CHECK-SAME: tensors = [t.view(torch.int8) if t.dtype == torch.uint8 else t for t in tensors]
 func.func private @unsigned_bytes(%arg0: tensor<64xi8>, %arg1: tensor<64xi8>) -> (tensor<64xi8>, tensor<64xi1>, tensor<64xf32>)
     attributes {ember.kernel = "pointwise", ember.ops = ["div"]} {

@@ -9,6 +9,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fuzz.compare import check  # noqa: E402
+from fuzz.graphs import load  # noqa: E402
 
 HEADER = "import torch\nnan, inf = float('nan'), float('inf')\n"
 
@@ -104,18 +105,24 @@ def test_other_int_operand_of_narrow_int_op(target, expr):
 def test_uint8_op_with_float_scalar_is_float(target, op):
     src = _case("a0 = torch.tensor([5, 8, 200], dtype=torch.uint8)",
                 f"return ({op}(a0, 1e-3), {op}(a0, 2.5))", exact=(False, False))
-    # fmod.Scalar of uint8 runs eagerly: a known gap, not what this test pins
-    _assert_matches(src, target, allow_fallback=True)
+    _assert_matches(src, target)
 
 
-# seed 3 index 381: std of a float32 row holding 1e30 is inf (the squares overflow float32);
-# eager's CPU kernel accumulates in float64 and gives 5e29. Reductions' accumulation type is
-# being reworked (engineer `reduce`); the fuzzer leaves std of values past 1e15 out until then.
-@pytest.mark.xfail(strict=True, reason="float32 std accumulates in float32 (eager CPU: float64)")
+# seed 3 index 381: std of a float32 row holding 1e30 was inf (the squares overflow float32);
+# eager's CPU kernel accumulates in float64 and gives 5e29 (eager_semantics._var_cpu).
 def test_std_accumulates_wide(target):
     src = _case("a0 = torch.tensor([[0.058, 2.9e-39, 1e30, 3.04], [1.0, 2.0, 3.0, 4.0]])",
-                "return (a0.std(-1),)", exact=(False,))
-    _assert_matches(src, target)
+                "return (a0.std(-1), a0.var(), a0.to(torch.bfloat16).std(1, keepdim=True), "
+                "torch.var(a0 * 1e10, 0, correction=0))", exact=(False,) * 4)
+    _no_fallback(_assert_matches(src, target))
+
+
+# any/all of uint8 (a uint8 result) did not import (torch-mlir's ui8 reduction): they ran eagerly.
+def test_any_all_uint8(target):
+    src = _case("a0 = torch.tensor([[0, 3, 200], [0, 0, 0]], dtype=torch.uint8)",
+                "return (a0.any(), a0.any(1), a0.all(), a0.all(1, keepdim=True), "
+                "torch.any(a0, (0, 1)), a0[:, :0].all(1))", exact=(True,) * 6)
+    _no_fallback(_assert_matches(src, target))
 
 
 # seed 4 indices 2 and 176: a uint8 operand of an op computing in a wider type was widened as
@@ -135,8 +142,7 @@ def test_uint8_operand_widened_unsigned(target, expr):
                                   "a0.cumsum(1)"])
 def test_uint8_reductions(target, expr):
     src = _case("a0 = torch.tensor([[254, 1, 200]], dtype=torch.uint8)", f"return ({expr},)")
-    # uint8 amax/amin run eagerly on triton: a known gap, not what this test pins
-    _assert_matches(src, target, allow_fallback=True)
+    _assert_matches(src, target)
 
 
 # seed 4 index 226: uint8 % int8 (an int16 result in eager) came back uint8: the uint8
@@ -156,18 +162,27 @@ def _xfail_on(request, target, targets, reason):
 
 
 # seed 4 index 180: fmod(x, inf) is x in eager; ember's lowering (x - trunc(x / y) * y, as
-# torch-mlir's) gives NaN. remainder(x, inf) likewise.
-@pytest.mark.xfail(strict=True, reason="float fmod/remainder by an infinity gives NaN")
+# torch-mlir's) gave NaN. eager_semantics._fmod: the remainder of the magnitudes, a's sign.
 def test_fmod_by_infinity(target):
-    src = _case("a0 = torch.tensor([2.5, -1.0, 0.75])\na1 = torch.tensor([inf, 2.0, -inf])",
-                "return (torch.fmod(a0, a1),)")
-    _assert_matches(src, target)
+    src = _case("a0 = torch.tensor([2.5, -1.0, 0.75, -0.0, -4.0, inf, nan, 3.0])\n"
+                "a1 = torch.tensor([inf, 2.0, -inf, 2.0, 2.0, 1.0, 1.0, 0.0])",
+                "return (torch.fmod(a0, a1), torch.remainder(a0, a1), torch.fmod(a0, -inf), "
+                "torch.fmod(a0.to(torch.bfloat16), a1[1]), torch.fmod(a0.to(torch.float16), 2.5))",
+                exact=(True,) * 5)
+    _no_fallback(_assert_matches(src, target))
+
+
+# found with the fmod fix: a remainder by a 0-dim float tensor on the triton target failed at
+# run time under the interpreter (`scalar_cmp ^ block_cmp` of i1), and ran eagerly.
+def test_remainder_by_0d_tensor(target):
+    src = _case("a0 = torch.tensor([2.5, -1.0, 0.75])\na1 = torch.tensor([3.0, -2.0])",
+                "return (torch.remainder(a0, a1[1]), (a0 < 0) ^ (a1[1] < 0))", exact=(True, True))
+    _no_fallback(_assert_matches(src, target))
 
 
 # seed 4 index 56: fmod of float32 values is exact in eager (IEEE fmod); under the triton target
-# several elements differ in the last bits (the quotient-based formula rounds).
-def test_fmod_float_is_exact(target, request):
-    _xfail_on(request, target, ("triton",), "triton's float fmod is not exact")
+# several elements differed in the last bits (the quotient-based formula rounds).
+def test_fmod_float_is_exact(target):
     src = _case("a0 = torch.tensor([6.0, -6.0, -4.0, 5.0, 3.0, -3.0])\n"
                 "a1 = torch.tensor([-3.2717442512512207, -0.9861236214637756, 0.3306930661201477,"
                 " 1.4929780960083008, 2.8018412590026855, -7.476507186889648])",
@@ -175,14 +190,61 @@ def test_fmod_float_is_exact(target, request):
     _assert_matches(src, target)
 
 
-# seed 4 indices 143 and 314: eager refuses some ops on bool tensors ("ceil_vml_cpu" not
-# implemented for 'Bool', "Boolean inputs not supported for relu", fmod); ember computes them.
-@pytest.mark.xfail(strict=True, reason="ember computes ops eager's kernels reject for bool")
-# seed 5 indices 227 and 283: abs, `bool_t - -1` likewise.
-@pytest.mark.parametrize("expr", ["torch.ceil(a0)", "torch.relu(a0)", "torch.abs(a0)",
-                                  "a0 - -1"])
-def test_bool_ops_eager_rejects(target, expr):
-    _assert_matches(_case("a0 = torch.tensor([True, False])", f"return ({expr},)"), target)
+# seed 4 indices 143 and 314, seed 5 indices 227 and 283, seed 8: eager's kernels refuse some
+# ops for some dtypes ("ceil_vml_cpu" not implemented for 'Bool', "Boolean inputs not supported
+# for relu", `bool_t - -1`, "bitwise_or_cpu" not implemented for 'Half'); ember computed them.
+# frontend/eager_rejects.py probes each (op, dtypes) and runs such a graph eagerly: eager's error.
+REJECTED = {
+    "ceil": ("torch.ceil(a0)", "bool"), "relu": ("torch.relu(a0)", "bool"),
+    "abs": ("torch.abs(a0)", "bool"), "round": ("torch.round(a0)", "bool"),
+    "sub_scalar": ("a0 - -1", "bool"), "rsub_scalar": ("1 - a0", "bool"),
+    "div_trunc": ("torch.div(a0, a0, rounding_mode='trunc')", "bool"),
+    "or_half": ("a0 | a0", "float16"), "or_float": ("a0 | a0", "float32"),
+    "xor_scalar_half": ("(a0 * 2) ^ 1", "float16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REJECTED))
+def test_eager_rejects_dtype(target, case):
+    import ember
+    expr, dtype = REJECTED[case]
+    inputs = f"a0 = torch.tensor([True, False]).to(torch.{dtype})"
+    src = _case(inputs, f"v0 = a0.flip(0)\nreturn ({expr}, v0)", exact=(True, True))
+    ns = load(src)
+    with pytest.raises(Exception) as ref:
+        ns["fn"](*ns["make_inputs"]())
+    ember.clear_reports()
+    compiled = torch.compile(ns["fn"], backend="ember", options={"target": target})
+    with pytest.raises(Exception) as got:
+        compiled(*ns["make_inputs"]())
+    assert type(got.value) is type(ref.value)
+    assert str(got.value) == str(ref.value)
+    assert [r["status"] for r in ember.last_reports()] == ["eager"]
+    assert "eager rejects" in ember.last_reports()[0]["error"]
+
+
+# The probe of eager_rejects must not take a value-dependent error for a dtype rejection: an
+# integer division by zero (zeros in the probe) and an index past a dim of size 1 (ones) stay
+# compiled, and a normal graph has no fallback.
+def test_eager_rejects_keeps_supported_graphs_compiled(target):
+    import ember
+    from ember.frontend import eager_rejects
+
+    def fn(i, w, a, b, h):
+        e = torch.nn.functional.embedding(i, w)
+        return (e.relu() * 2, a // b, a % b, (h * 2).abs().round(), (a > 0) | (b < 3),
+                torch.where(a > b, a, b).float().softmax(-1))
+    args = (torch.tensor([[1, 3], [0, 2]]), torch.randn(4, 3), torch.tensor([7, -8, 9]),
+            torch.tensor([2, 3, -4]), torch.tensor([1.5, -2.0], dtype=torch.float16))
+    eager_rejects._VERDICTS.clear()
+    ember.clear_reports()
+    out = torch.compile(fn, backend="ember", options={"target": target})(*args)
+    for o, r in zip(out, fn(*args)):
+        assert torch.equal(o, r) if not r.is_floating_point() else torch.allclose(o, r)
+    reports = ember.last_reports()
+    assert [r["status"] for r in reports] == ["compiled"]
+    assert reports[0]["eager_fallback_ops"] == []
+    assert eager_rejects._VERDICTS and not any(eager_rejects._VERDICTS.values())
 
 
 # seed 5 index 240: a bool tensor compared with an int64 one (True became -1: torch-mlir
@@ -199,8 +261,7 @@ def test_float_remainder_by_bool(target):
     src = _case("a0 = torch.tensor([True, False, True, False])",
                 "return ((-2.5 % a0).nan_to_num(0.0, 0.0, 0.0).to(torch.bool), -2.5 % a0)",
                 exact=(True, True))
-    # remainder.Scalar_Tensor runs eagerly: a known gap, not what this test pins
-    _assert_matches(src, target, allow_fallback=True)
+    _no_fallback(_assert_matches(src, target))
 
 
 # seed 4 index 209: `bool_t < int64_t` (True widened as -1), fixed with seed 5 index 240 below.
@@ -218,8 +279,7 @@ def test_uint8_max_dim_values_dtype(target):
     src = _case("a0 = torch.tensor([8, 0, 5], dtype=torch.uint8).reshape(1, 3, 1)\n"
                 "a1 = torch.tensor([0, -1, -1, -1])",
                 "return (a0[a1].max(1).values,)")
-    # uint8 amax runs eagerly on triton: a known gap, not what this test pins
-    _assert_matches(src, target, allow_fallback=True)
+    _assert_matches(src, target)
 
 
 # seed 8 index 467: a float result from uint8 operands (`uint8_t / uint8_t`, `uint8_t / 2`,
@@ -231,3 +291,161 @@ def test_uint8_true_division_and_mean_are_unsigned(target):
                 "torch.log(torch.log(a0 / a1)))",
                 exact=(True, True, True, False, False))
     _assert_matches(src, target)
+
+
+# fuzz eager fallbacks (full_like, scalar_tensor, empty_strided): a uint8 constant returned by
+# the graph (a `full`, an empty reduction folded to one) did not import (torch-mlir folds it to
+# a literal typed si8 for ui8); constant outputs are made by the host now, as eager makes them.
+def test_uint8_constant_outputs(target):
+    src = _case("a0 = torch.tensor([1.0, 2.0])\na1 = torch.tensor([[3, 200]], dtype=torch.uint8)",
+                "return (a0 * 2, torch.full((2,), 200, dtype=torch.uint8), "
+                "torch.zeros(2, dtype=torch.int32).to(torch.uint8), a1[:, :0].sum(1).to(torch.uint8), "
+                "a0 * torch.full((2,), 200, dtype=torch.uint8))", exact=(True,) * 5)
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 9 index 5: abs of uint8 (an identity) came back as the signed abs of the i8 (abs(254) was
+# 2); found next to it: clamp of uint8 by tensor bounds compared as signed, and
+# `uint8_t.to(torch.int8)` (folded to the input itself) came back with dtype uint8.
+SIGNEDNESS = ["torch.abs(a0)", "torch.clamp(a0, a1, None)", "torch.clamp(a0, None, a1)",
+              "torch.clamp(a0, a2)", "torch.clamp(a2, a1, a1[1])", "a0.to(torch.int8)",
+              "torch.abs(torch.clamp(a2, 2, -2).to(torch.uint8))", "a0",
+              # seed 10 index 17: a number bound is converted to uint8 first, wrapping (-2 is
+              # 254); a float bound makes the result float
+              "torch.clamp_min(a0, -2)", "torch.clamp_max(a0, -2)", "torch.clamp(a0, 3, 200)",
+              "torch.clamp(a0, 2.5)"]
+
+
+def test_uint8_signedness(target):
+    inputs = ("a0 = torch.tensor([5, 0, 253, 1, 128, 255, 127], dtype=torch.uint8)\n"
+              "a1 = torch.tensor([3, 200, 2, 1, 129, 1, 255], dtype=torch.uint8)\n"
+              "a2 = torch.tensor([100000, -5, 300, 2, -1000, 7, 1])")
+    _no_fallback(_assert_matches(_case(inputs, f"return ({', '.join(SIGNEDNESS)},)",
+                                       exact=(True,) * len(SIGNEDNESS)), target))
+
+
+# a bound that does not fit uint8 (300) makes eager raise ("value cannot be converted to type
+# uint8_t without overflow"): the decomposition keeps the op, so that eager_rejects finds it.
+def test_uint8_clamp_bound_overflow_raises(target):
+    import ember
+    a = torch.tensor([1, 200, 255], dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.compile(lambda x: torch.clamp(x, -2, 300), backend="ember",
+                      options={"target": target})(a)
+    assert ember.last_reports()[-1]["status"] == "eager"
+
+
+# fuzz eager fallbacks (pow.Tensor_Scalar x7 on cpu): torch-mlir has no integer pow ("non-floating
+# point dtype"), nor an integer tensor to a float power (math.fpowi on i32): repeated squaring
+# (wrapping as eager), the float power of the converted tensor; a negative integer power raises
+# eager's error (eager_rejects).
+def test_integer_pow(target):
+    src = _case("a0 = torch.tensor([5, -3, 7, 0, 46341, -2147483648], dtype=torch.int32)\n"
+                "a1 = torch.tensor([5, 0, 253, 1, 128, 255], dtype=torch.uint8)",
+                "return (a0 ** 2, a0 ** 3, a0 ** 0, a0.pow(1), a0 ** 13, torch.square(a1), "
+                "a1 ** 7, a0 ** 2.0)", exact=(True,) * 7 + (False,))
+    _no_fallback(_assert_matches(src, target))
+
+
+# fuzz eager fallbacks (bitwise_or.Scalar, __rshift__ of uint8: no lowering for the Scalar
+# forms); found with them: int32 >> 40 gave -8388608 on cpu (eager -1: a shift past the width
+# is defined in eager, undefined in C++/LLVM).
+SHIFTS = ["a1 >> 1", "a1 << 1", "a1 >> a2.to(torch.uint8)", "a1 << a2.to(torch.uint8)", "a0 >> a2",
+          "a0 << a2", "a0 >> 40", "torch.bitwise_right_shift(a1, 2)", "5 << a2", "a3 >> a4",
+          "a3 << a4", "a1.to(torch.int8) >> 9"]
+
+
+def test_shifts(target):
+    inputs = ("a0 = torch.tensor([5, -3, 7, 0, 46341, -2147483648], dtype=torch.int32)\n"
+              "a1 = torch.tensor([5, 0, 253, 1, 128, 255], dtype=torch.uint8)\n"
+              "a2 = torch.tensor([1, 3, 7, 8, 9, 40], dtype=torch.int32)\n"
+              "a3 = torch.tensor([3, -7, 2**40, 1, 0, -1])\n"
+              "a4 = torch.tensor([1, 63, 64, -1, 100, 62])")
+    _no_fallback(_assert_matches(_case(inputs, f"return ({', '.join(SHIFTS)},)",
+                                       exact=(True,) * len(SHIFTS)), target))
+
+
+# seed 10 index 11 (and seed 5 index 249 above): `number % tensor` ran eagerly (no lowering for
+# remainder.Scalar_Tensor); as the remainder of a 0-dim tensor of the result type.
+def test_remainder_scalar_tensor(target):
+    src = _case("a0 = torch.tensor([3, 7, 200, 1], dtype=torch.uint8)\n"
+                "a1 = torch.tensor([3, -7, 2, 1])\na2 = torch.tensor([1.5, -2.0, 0.0, 3.0])",
+                "return (300 % a0, -7 % a1, 2.5 % a1, 5 % a2, True % a1)", exact=(True,) * 5)
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 10 index 3: amax/amin of bool generated C++ naming a type `ubool` (unsigned max/min on
+# i1), and triton had no unsigned combiner on i1; seed 10 index 4: int32 amax on triton used
+# the identity -2**62, which an int32 cannot hold; seed 10 indices 5 and 13: `&`/`|` of a
+# scalar comparison and a block's failed under the interpreter (after the fmin of a 0-dim std).
+def test_bool_and_int32_reductions(target):
+    src = _case("a0 = torch.tensor([[False, True, False]])\n"
+                "a1 = torch.tensor([-2, 3, -2147483648, 0], dtype=torch.int32)\n"
+                "a2 = torch.tensor([[-0.0355]])\na3 = torch.tensor([-2, 2, -2, -3]).reshape(4, 1)\n"
+                "a4 = torch.tensor([1.5390625], dtype=torch.bfloat16).reshape(1, 1)",
+                "return (a0.amax(), a0.amin(), torch.cat([a0, a0], 1).amax(1), a0.max(), "
+                "a1.amax(), a1.amin(), torch.sign(a1.amax()) <= a2[0, 0], "
+                "torch.fmin(torch.exp(a2).std(0), a2), torch.logical_and(a3, a4), "
+                "a3.any(-2, keepdim=True))", exact=(True,) * 7 + (False, True, True))
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 10 indices 38, 109, 123, 137, 178: ran eagerly: max/min.dim of bool (a reduction body
+# the triton lowering cannot schedule; the C++ one did not build), argmin of a 0-dim tensor
+# (likewise), square of bool (an int64 pow), clamp of int8 by a float (cmpf on an i8).
+def test_bool_and_0d_reductions_int_clamp_by_float(target):
+    src = _case("a0 = torch.tensor([[False, True, True], [True, False, True]])\n"
+                "a1 = torch.tensor(1.9794921875, dtype=torch.float16)\n"
+                "a2 = torch.tensor([-5, 3], dtype=torch.int8)",
+                "return (a0.min(0, keepdim=True).indices, a0.max(1).values, a0.max(-1).indices, "
+                "a1.argmin(), a1.argmax(), torch.square(a0), torch.clamp_max(a2, 0.5), "
+                "torch.clamp(a2, -2.5, 1))", exact=(True,) * 8)
+    _no_fallback(_assert_matches(src, target))
+
+
+# fuzz eager fallbacks (bitwise_xor.Scalar, bitwise_or.Scalar on cpu): no lowering for the
+# Scalar forms; as the Tensor op with a 0-dim tensor of the result type (bool ^ 1 is int64).
+def test_bitwise_scalar(target):
+    src = _case("a0 = torch.tensor([5, -3, 7, 1])\na1 = torch.tensor([True, False, True, False])\n"
+                "a2 = torch.tensor([5, 0, 253, 1], dtype=torch.uint8)",
+                "return (a0 ^ 5, a0 | -8, a0 & 6, a1 | True, a1 ^ 1, a1 & False, a2 ^ 3, a2 | 200)",
+                exact=(True,) * 8)
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 11 index 186: triton's log1p was log(1 + x), 0 for |x| < 2^-24 (1 / log1p(1e-30) gave
+# inf); expm1 likewise (exp(x) - 1). Accurate forms under the interpreter, libdevice on a GPU.
+def test_log1p_expm1_near_zero(target):
+    src = _case("a0 = torch.tensor([1e-30, -1e-7, 3e-3, 0.5, -0.9, 1e30, inf, -inf, nan, -1.0, "
+                "100.0, -100.0, -0.0])",
+                "return (torch.log1p(a0), torch.expm1(a0), 1 / torch.log1p(a0[:3]), "
+                "1 / torch.expm1(a0[:3]), torch.log1p(a0.half()))", exact=(False,) * 5)
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 12 index 174: float floor division was floor(a / b) (torch-mlir's): inf // 5 is NaN in
+# eager (c10::div_floor_floating goes through fmod), and it rounds differently near integers
+# and for -0; now eager's algorithm, on both targets and for bf16, uint8 and number operands.
+def test_float_floor_division(target):
+    src = _case("a0 = torch.tensor([inf, -inf, 5.0, -5.0, 0.0, -0.0, 7.5, nan, 1e30, 3.0, -7.0, "
+                "1e-30])\na1 = torch.tensor([5.0, 5.0, inf, inf, 3.0, 3.0, -2.0, 1.0, 0.3, 0.0, "
+                "2.0, -3.0])\na2 = torch.tensor([0, 5, 255, 3, 0, 1, 2, 7, 9, 0, 4, 1], "
+                "dtype=torch.uint8)",
+                "return (a0 // a1, a0 // a2, a0.to(torch.bfloat16) // a1.to(torch.bfloat16), "
+                "a0 // 2.5, torch.div(a0, a1, rounding_mode='floor'), a2 // 2.5, "
+                "torch.floor_divide(a0, -0.5))", exact=(True,) * 7)
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 12 indices 14 and 62 (triton, ran eagerly after failing at run time): pow by a 0-dim
+# exponent (the pow helper's & of a scalar flag under the interpreter), `any` of a row (an i1
+# init printed `False |`), sign of uint8 converted to int32 (a bitcast of an int32 value).
+def test_triton_scalar_flags_and_unsigned_extension(target):
+    src = _case("a0 = torch.tensor([[-6, 6, 3]])\na1 = torch.tensor([[1, -3, 5]])\n"
+                "a2 = torch.tensor([7, 1, 8, 0], dtype=torch.uint8)\n"
+                "a3 = torch.tensor([-2.0, 0.5, 3.0, -1.5])",
+                "v1 = a1.any(-1)\nv3 = v1 / torch.where(v1, v1, a0)\n"
+                "return (torch.pow(v3, v1), a1.any(-1), torch.sign(a2).to(torch.int32), "
+                "torch.pow(a3, a3[2]), torch.pow(a3, a3), torch.pow(a3.abs(), 0.5))",
+                exact=(False, True, True, False, False, False))
+    _no_fallback(_assert_matches(src, target))

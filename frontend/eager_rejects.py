@@ -1,0 +1,221 @@
+"""Ops that eager's kernels reject for their dtypes: such a graph runs as eager runs it, so that
+the call raises eager's own error (type and message) instead of computing something.
+
+Eager refuses some (op, dtype) pairs in its device kernels only (`relu` of bool: "Boolean inputs
+not supported for relu"; `round` of bool: "round_vml_cpu" not implemented for 'Bool'; `|` of
+half; `div(rounding_mode="trunc")` of bool), not in the meta functions that Dynamo and
+AOTAutograd trace with, so the ATen graph holds them and a compiler would happily compute them.
+
+Invariant: `rejection(gm)` is None for a graph whose every op eager's kernels accept for its
+inputs' dtypes and devices (then nothing changes), else the reason of the first op they reject;
+the caller then runs the graph eagerly, which raises eager's error at call time.
+
+How an (op, arguments) pair is judged, once per process (verdicts are cached by op, input
+dtypes, devices, ranks and the non-tensor arguments): the op runs on tiny tensors of the same
+dtypes and devices (each dim min(size, 1): emptiness and broadcasting are kept, sizes are not).
+  * on the meta device first: if that fails, the tiny shapes do not fit the op's other
+    arguments (a view's sizes, a kernel window): no verdict, the op is accepted;
+  * then on the real device, filled with zeros and, if that fails, with ones: an error that
+    depends on values (an integer division by zero, an index past a dim of size 1, an assert)
+    fails for one fill only and is left to run time, where it is handled as the program's
+    error (compile.EmberGraph._failed_at_run_time);
+  * an error with both fills is the kernel refusing the dtypes only if the same tiny probe
+    runs with other dtypes (float32 or int64 inputs): a meta function need not check shapes
+    (convolution_backward's does not), and a kernel refusing the tiny shapes refuses them
+    whatever the dtypes.
+A wrong verdict costs speed, never a wrong answer: the graph runs eagerly. Random ops (the probe
+would consume the user's random numbers), views (no kernel), ops without tensor inputs and ops
+whose tiny result would still be large are not probed.
+"""
+from __future__ import annotations
+
+import operator
+import threading
+import warnings
+
+import torch
+import torch.fx as fx
+from torch.fx.node import map_aggregate
+
+_VERDICTS: dict[tuple, str | None] = {}
+_LOCK = threading.Lock()
+_MAX_PROBE_NUMEL = 1 << 16     # a tiny probe whose result is larger is not tiny: not probed
+
+
+class _Skip(Exception):
+    """The node is not probed (no verdict: accepted)."""
+
+
+def _dim(d) -> int:
+    return min(d, 1) if type(d) is int else 1      # a symbolic size: taken as non-empty
+
+
+class _TensorSpec:
+    __slots__ = ("shape", "dtype", "device")
+
+    def __init__(self, val: torch.Tensor):
+        # FakeTensor's `device` property is slow; its `fake_device` is the same device
+        device = getattr(val, "fake_device", None) or val.device
+        if device.type == "meta" or val.layout != torch.strided or val.is_quantized:
+            raise _Skip
+        self.shape, self.dtype, self.device = val.shape, val.dtype, device
+
+    def key(self) -> tuple:
+        return (self.dtype, self.device.type, len(self.shape))
+
+    def make(self, device=None, fill=0, dtype=None):
+        shape = [_dim(d) for d in self.shape]
+        return torch.full(shape, fill, dtype=dtype or self.dtype, device=device or self.device)
+
+
+# Other dtypes for the inputs, to tell a kernel refusing the dtypes from one refusing the tiny
+# shapes (a meta function need not check shapes: convolution_backward's does not): the same
+# probe with one of these passing means the shapes were fine.
+def _canonical(dt: torch.dtype) -> torch.dtype:
+    if dt in (torch.float32, torch.int64, torch.bool):
+        return dt
+    return torch.float32 if dt.is_floating_point or dt.is_complex else torch.int64
+
+
+_CONTROLS = (_canonical, lambda dt: torch.float32, lambda dt: torch.int64)
+
+
+def _key_and_specs(node: fx.Node):
+    """(cache key, args, kwargs) with each tensor input replaced by a _TensorSpec."""
+    key: list = [id(node.target)]     # overloads are singletons; hashing one is slow
+    found = []
+
+    def spec(a):
+        if isinstance(a, fx.Node):
+            val = a.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                raise _Skip                    # a symbolic size or a tuple: not judged here
+            s = _TensorSpec(val)
+            found.append(s)
+            key.append(s.key())
+            return s
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise _Skip
+        key.append(a if isinstance(a, (int, float, bool, str, type(None))) else repr(a))
+        return a
+
+    args = map_aggregate(node.args, spec)
+    kwargs = map_aggregate(dict(node.kwargs), spec)
+    if not found:
+        raise _Skip
+    return tuple(key), args, kwargs
+
+
+def _run(op, args, kwargs, device=None, fill=0, retype=None):
+    def make(a):
+        if isinstance(a, _TensorSpec):
+            return a.make(device, fill, retype(a.dtype) if retype is not None else None)
+        return a
+    return op(*map_aggregate(args, make), **map_aggregate(kwargs, make))
+
+
+def _runs(op, args, kwargs, retype=None) -> bool:
+    """Whether the tiny probe runs, filled with zeros or else with ones."""
+    for fill in (0, 1):
+        try:
+            _run(op, args, kwargs, fill=fill, retype=retype)
+            return True
+        except Exception:  # noqa: BLE001
+            pass
+    return False
+
+
+def _numel(out) -> int:
+    total = 0
+
+    def count(x):
+        nonlocal total
+        if isinstance(x, torch.Tensor):
+            total += x.numel()
+        return x
+    map_aggregate(out if isinstance(out, (tuple, list)) else (out,), count)
+    return total
+
+
+_PROBED: dict[int, bool] = {}     # id(op overload) -> whether its nodes are probed
+
+
+def _probed(node: fx.Node) -> bool:
+    op = node.target
+    known = _PROBED.get(id(op))
+    if known is not None:
+        return known
+    if not isinstance(op, torch._ops.OpOverload) or op is operator.getitem:
+        return False
+    returns = op._schema.returns
+    known = torch.Tag.nondeterministic_seeded not in op.tags and not (
+        returns and returns[0].alias_info is not None and not op._schema.is_mutable)
+    _PROBED[id(op)] = known
+    return known
+
+
+def _judge(op, args, kwargs) -> str | None:
+    try:
+        meta = _run(op, args, kwargs, device="meta")
+    except Exception:  # noqa: BLE001 - the tiny shapes do not fit: no verdict
+        return None
+    if _numel(meta) > _MAX_PROBE_NUMEL:
+        return None
+    if _runs(op, args, kwargs):
+        return None
+    try:
+        _run(op, args, kwargs, fill=1)
+    except Exception as err:  # noqa: BLE001 - eager's kernel refuses these dtypes, or shapes
+        error = err
+    else:
+        return None
+    dtypes = [a.dtype for a in _specs(args, kwargs)]
+    for retype in _CONTROLS:
+        if [retype(d) for d in dtypes] != dtypes and _runs(op, args, kwargs, retype):
+            first = (str(error).strip().splitlines() or [""])[0]
+            return f"{type(error).__name__}: {first[:200]}"
+    return None      # no dtype makes these tiny shapes run: the shapes, not the dtypes
+
+
+def _specs(args, kwargs) -> list:
+    found = []
+
+    def visit(a):
+        if isinstance(a, _TensorSpec):
+            found.append(a)
+        return a
+    map_aggregate((args, kwargs), visit)
+    return found
+
+
+def verdict(node: fx.Node) -> str | None:
+    """None when eager's kernel accepts `node`'s op for its inputs' dtypes (or when that cannot
+    be told from a tiny probe), else eager's error, as `Type: message`."""
+    if node.op != "call_function" or not _probed(node):
+        return None
+    try:
+        key, args, kwargs = _key_and_specs(node)
+    except _Skip:
+        return None
+    with _LOCK:
+        if key in _VERDICTS:
+            return _VERDICTS[key]
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily(), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        why = _judge(node.target, args, kwargs)
+    with _LOCK:
+        _VERDICTS[key] = why
+    return why
+
+
+def rejection(gm: fx.GraphModule) -> str | None:
+    """The reason eager rejects the first op of `gm` that its kernels refuse, or None."""
+    for node in gm.graph.nodes:
+        why = verdict(node)
+        if why is not None:
+            dtypes = ", ".join(str(a.meta["val"].dtype).replace("torch.", "")
+                               for a in node.all_input_nodes
+                               if isinstance(a.meta.get("val"), torch.Tensor))
+            return f"eager rejects {node.target} for ({dtypes}): {why}"
+    return None
