@@ -43,6 +43,10 @@ def _matmul(op: Callable, widened: Callable) -> Callable[[dict[str, Any]], Exter
                 except (NotImplementedError, RuntimeError):
                     narrow_ok[0] = False
             op(a.to(out.dtype), b.to(out.dtype), out=out)
+            # An f32 GEMM writes -0.0 where every product is -0.0 (a k=1 outer product of a
+            # zero); eager's bf16/f16 GEMM adds the products to a +0.0 accumulator: +0.0
+            # (rsqrt of it is +inf, not -inf; fuzz seed 13 index 29).
+            out.add_(0.0)
         return run
     return make
 

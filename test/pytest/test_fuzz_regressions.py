@@ -449,3 +449,12 @@ def test_triton_scalar_flags_and_unsigned_extension(target):
                 "torch.pow(a3, a3[2]), torch.pow(a3, a3), torch.pow(a3.abs(), 0.5))",
                 exact=(False, True, True, False, False, False))
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 13 index 29: a bf16 matmul is computed on widened f32 copies on the CPU, whose GEMM
+# writes -0.0 where every product is -0.0 (here k=1); eager's bf16 GEMM sums into a +0.0
+# accumulator: +0.0, so rsqrt gave -inf where eager gives +inf.
+def test_low_precision_matmul_negative_zero_sum(target):
+    inputs = ("a0 = torch.tensor([0.0, -0.0, 1.5], dtype=torch.bfloat16).reshape(3, 1)\n"
+              "a1 = torch.tensor([[-3.34375, 0.5]], dtype=torch.bfloat16)")
+    _assert_matches(_case(inputs, "return (torch.rsqrt(a0 @ a1),)", exact=(False,)), target)
