@@ -271,7 +271,9 @@ def _ember_pow(a, b):
     b_int = (tl.floor(b) == b) != 0
     odd = b_int & (((tl.abs(b) % 2.0) == 1.0) != 0)
     neg = (a < 0) != 0
-    r = tl.where(neg & odd, -mag, mag)
+    # the sign of -0.0 too: (-0.0) ** -1 is -inf (fuzz seed 10 index 44)
+    signed = (neg | ((a == 0) & ((1.0 / a) < 0))) != 0
+    r = tl.where(signed & odd, -mag, mag)
     r = tl.where(neg & (b_int == 0), float("nan"), r)
     return tl.where(b == 0.0, 1.0, r)
 '''
