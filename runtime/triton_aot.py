@@ -35,10 +35,13 @@ def _compiled_mode():
 
 def load_module(source_text: str, name: str = "ember_triton_aot") -> types.ModuleType:
     """Executes generated source as a module. Triton reads a jit function's source through
-    `inspect`, so the text is written to a real file first."""
-    fd, path = tempfile.mkstemp(suffix=".py", prefix="ember_triton_")
-    with os.fdopen(fd, "w") as f:
-        f.write(source_text)
+    `inspect`, which finds it in `linecache` under the module's (pseudo) file name: no file is
+    written, so nothing is left in $TMPDIR (mtime None: `linecache.checkcache` keeps the entry)."""
+    import hashlib
+    import linecache
+    digest = hashlib.sha256(source_text.encode()).hexdigest()[:16]
+    path = f"<ember-triton-aot-{digest}>"
+    linecache.cache[path] = (len(source_text), None, source_text.splitlines(True), path)
     module = types.ModuleType(name)
     module.__file__ = path
     sys.modules[name] = module
