@@ -52,6 +52,12 @@ def load_module(source_text: str, name: str = "ember_triton_aot") -> types.Modul
     return module
 
 
+def _use_triton_cache():
+    """Worker processes inherit TRITON_CACHE_DIR: ember's cache, unless the user set it."""
+    from .cache import use_for_triton
+    use_for_triton()
+
+
 def _jit_function(obj):
     """Unwraps autotuners/heuristics down to the JITFunction that ASTSource wants."""
     seen = 0
@@ -72,6 +78,7 @@ def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int
     """Compiles one jit function for `target`; returns the CompiledKernel (raises on error)."""
     import triton
     from triton.compiler import ASTSource
+    _use_triton_cache()
     src = ASTSource(fn=_jit_function(fn), signature=dict(signature), constexprs=dict(constexprs))
     return triton.compile(src, target=_target(target), options={"num_warps": num_warps})
 
@@ -84,6 +91,7 @@ def compile_isolated(source_text: str, names=None, targets=DEFAULT_TARGETS,
     import subprocess
     payload = json.dumps({"source": source_text, "names": names,
                           "targets": [list(_target_tuple(t)) for t in targets]})
+    _use_triton_cache()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-m", __name__], input=payload, text=True,
                           capture_output=True, timeout=timeout, env=env)
@@ -203,6 +211,7 @@ def run_workers(argv, payloads, timeout: float) -> list[tuple]:
     process starts at once and none blocks on a full pipe. A process past `timeout` is killed."""
     import json
     import subprocess
+    _use_triton_cache()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     results = []
     with tempfile.TemporaryDirectory(prefix="ember_workers_") as tmp:
