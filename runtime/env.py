@@ -64,6 +64,11 @@ def set_env(env: RuntimeEnv | None) -> None:
     _current = env
 
 
+def triton_cache_dir_setting() -> str | None:
+    """TRITON_CACHE_DIR as it is now (set by the user, or by `default_triton_cache_dir`)."""
+    return os.environ.get("TRITON_CACHE_DIR") or None
+
+
 def default_triton_cache_dir(path: Path) -> str:
     """Points Triton's own cache (kernels, launchers) at `path` for this process and the workers
     it starts, unless TRITON_CACHE_DIR is already set (by the user, or by an earlier call: the
