@@ -10,8 +10,8 @@ explicit softmax, GELU MLP), d_model 256, 4 heads, MLP 1024, batch 8 x 128 token
 2-core development machine torchvision is not installed (PyPI's wheel is CUDA-built), so the
 transformer block is what runs there.
 
-Exit status: 0 when ember's output matches eager within DESIGN.md's tolerance (fp32 with matmuls:
-relative error < 1e-3; bf16/fp16: < 1e-2) and no compile error; 1 otherwise.
+Exit status: 0 when ember's output matches eager within docs/design.md's tolerance (fp32 with
+matmuls: relative error < 1e-3; bf16/fp16: < 1e-2) and no compile error; 1 otherwise.
 """
 from __future__ import annotations
 

@@ -124,7 +124,7 @@ def rel_err(out, ref) -> float:
 
 
 def tolerance(dtype: torch.dtype, matmul: bool = False) -> float:
-    """DESIGN.md's numerics bar: fp32 1e-4 (1e-3 with matmuls), bf16/fp16 1e-2."""
+    """The numerics bar (docs/design.md): fp32 1e-4 (1e-3 with matmuls), bf16/fp16 1e-2."""
     if dtype in (torch.bfloat16, torch.float16):
         return 1e-2
     return 1e-3 if matmul else 1e-4

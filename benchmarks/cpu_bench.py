@@ -4,8 +4,8 @@
                                    [--repeats 20] [--json results.json]
 
 Cases (fp32, inference, torch.no_grad):
-  chain       gelu(x*1.7+0.3)*sigmoid(x) over 2^22 elements (DESIGN.md, 2-core CPU: eager 19.2 ms,
-              inductor 1.5 ms)
+  chain       gelu(x*1.7+0.3)*sigmoid(x) over 2^22 elements (docs/design.md, 2-core CPU:
+              eager 19.2 ms, inductor 1.5 ms)
   softmax     softmax over the last dim of 4096x1024
   layer_norm  layer_norm over the last dim of 4096x1024 (with weight and bias)
   mlp         Linear(1024,4096)-GELU-Linear(4096,1024)-LayerNorm(1024) on 64*128 = 8192 rows

@@ -412,6 +412,10 @@ class EmberGraph:
         report["input_shapes"] = [list(t.shape) for t in tensors if isinstance(t, torch.Tensor)]
         dump.write("fx_graph.txt", gm.code)
         prep = fx_prep.prepare(gm)
+        if target == "cpu" and prep.gm is not None:
+            # No working C++/OpenMP compiler: one clear warning, and the graph runs eagerly.
+            from ..runtime.cpp_build import check_compiler
+            check_compiler(self.options.cache_dir)
 
         run: Callable | None = None
         from .library_calls import can_outline, outline_blocker

@@ -256,6 +256,19 @@ class ArtifactCache:
             d.mkdir(parents=True, exist_ok=True)
         return d / f"{key}{suffix}"
 
+    def triton_dir(self) -> Path | None:
+        """`<root>/triton`, for Triton's own cache, when this cache is private and every
+        directory on the way passes the ownership check; else None and Triton keeps its default
+        (`~/.triton/cache`): Triton loads launchers from its cache without any check, so a
+        shared or untrusted directory must not hold it."""
+        if self.shared:
+            return None
+        d = self.root / "triton"
+        try:
+            return d if self._trusted_dir(d, create=True) else None
+        except OSError:
+            return None
+
     # ---- verified reads ---------------------------------------------------------------------
     def _check(self, kind: str, key: str, suffix: str, want_data: bool
                ) -> tuple[Path, str | None, bytes | None]:
@@ -357,6 +370,15 @@ class ArtifactCache:
 def default_cache() -> ArtifactCache:
     from .env import get_env
     return ArtifactCache(get_env().cache_dir)
+
+
+def use_for_triton(cache: ArtifactCache | Path | str | None = None) -> str | None:
+    """Puts Triton's cache under ember's (`<cache>/triton`) for this process and the workers it
+    starts, unless the user set TRITON_CACHE_DIR; returns Triton's cache directory when ember
+    chose it. Called wherever ember makes Triton compile (a module load, an AOT compile)."""
+    from .env import default_triton_cache_dir
+    d = as_cache(cache).triton_dir()
+    return default_triton_cache_dir(d) if d is not None else None
 
 
 def as_cache(cache: ArtifactCache | Path | str | None) -> ArtifactCache:

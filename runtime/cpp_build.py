@@ -6,6 +6,7 @@ import ctypes
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -17,7 +18,7 @@ from .cache import ArtifactCache, as_cache, temp_path_for
 
 log = logging.getLogger("ember.runtime")
 
-CXX = "g++"
+CXX = "g++"     # the default; the CXX environment variable overrides it (runtime/env.py)
 # -fno-math-errno: generated code never reads errno, and errno is what keeps std::sqrt (and so
 # rsqrt) from vectorizing.
 CXX_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared",
@@ -38,11 +39,27 @@ class BuildError(RuntimeError):
         self.stderr = stderr
 
 
+class CompilerUnavailable(BuildError):
+    """The start-up check failed: no working C++ compiler with OpenMP (one line: which compiler,
+    what it said, how to fix it)."""
+
+
+def default_cxx() -> str:
+    from .env import get_env
+    return get_env().cxx
+
+
+def _command(cxx: str) -> list[str]:
+    """CXX may carry a launcher or flags ("ccache g++"), as in make."""
+    return shlex.split(cxx) or [CXX]
+
+
 @lru_cache(maxsize=None)
 def compiler_identity(cxx: str = CXX) -> str:
-    if shutil.which(cxx) is None:
-        raise BuildError(f"C++ compiler {cxx!r} not found on PATH; the cpu target needs g++")
-    out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+    cmd = _command(cxx)
+    if shutil.which(cmd[0]) is None:
+        raise BuildError(f"C++ compiler {cmd[0]!r} not found on PATH")
+    out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, check=False)
     return (out.stdout.splitlines() or [cxx])[0].strip()
 
 
@@ -68,10 +85,11 @@ def _cache_key(cache: ArtifactCache, source: str, flags: tuple[str, ...], cxx: s
 
 def build_shared_library(source: str, extra_flags: Sequence[str] = (), *,
                          cache: ArtifactCache | Path | str | None = None,
-                         cxx: str = CXX) -> tuple[str, Path]:
+                         cxx: str | None = None) -> tuple[str, Path]:
     """Returns (cache key, path of the .so). Compiles only when no artifact of this key on disk
     passes the cache's checks (runtime/cache.py), so the path returned is safe to dlopen."""
     cache = as_cache(cache)
+    cxx = cxx or default_cxx()
     flags = CXX_FLAGS + tuple(extra_flags)
     key = _cache_key(cache, source, flags, cxx)
     # Checked without the lock first (the common hit); a failure is only reported under the
@@ -93,7 +111,7 @@ def _compile(cache: ArtifactCache, key: str, source: str, flags: tuple[str, ...]
     final = cache.path("cpp", key, ".so", create=True)
     tmp = temp_path_for(final)
     try:
-        cmd = [cxx, *flags, str(src), "-o", str(tmp)]
+        cmd = [*_command(cxx), *flags, str(src), "-o", str(tmp)]
         log.debug("ember: compiling %s", " ".join(cmd))
         stats["compiles"] += 1
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -109,9 +127,11 @@ def _compile(cache: ArtifactCache, key: str, source: str, flags: tuple[str, ...]
 
 
 def load_library(source: str, extra_flags: Sequence[str] = (), *,
-                 cache: ArtifactCache | Path | str | None = None, cxx: str = CXX) -> ctypes.CDLL:
+                 cache: ArtifactCache | Path | str | None = None,
+                 cxx: str | None = None) -> ctypes.CDLL:
     """Build (or find) and dlopen; one CDLL per key per process."""
     cache = as_cache(cache)
+    cxx = cxx or default_cxx()
     key = _cache_key(cache, source, CXX_FLAGS + tuple(extra_flags), cxx)
     lib = _loaded.get(key)
     if lib is not None:
@@ -130,7 +150,8 @@ def load_library(source: str, extra_flags: Sequence[str] = (), *,
     return lib
 
 
-def vectorization_report(source: str, extra_flags: Sequence[str] = (), cxx: str = CXX) -> str:
+def vectorization_report(source: str, extra_flags: Sequence[str] = (),
+                         cxx: str | None = None) -> str:
     """gcc's -fopt-info-vec-optimized report for `source` (e.g. "loop vectorized using 32 byte
     vectors"); uncached, for tests that pin that inner loops vectorize."""
     with tempfile.TemporaryDirectory(prefix="ember-vec-") as d:
@@ -138,10 +159,57 @@ def vectorization_report(source: str, extra_flags: Sequence[str] = (), cxx: str 
         with open(src, "w") as f:
             f.write(source)
         flags = [f for f in CXX_FLAGS if f != "-shared"]
-        cmd = [cxx, *flags, *extra_flags, "-c", "-fopt-info-vec-optimized", src,
-               "-o", os.path.join(d, "k.o")]
+        cmd = [*_command(cxx or default_cxx()), *flags, *extra_flags, "-c",
+               "-fopt-info-vec-optimized", src, "-o", os.path.join(d, "k.o")]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BuildError(f"ember: C++ compilation failed\n{proc.stderr.strip()}",
                              stderr=proc.stderr)
         return proc.stderr
+
+
+# The start-up check: an OpenMP reduction, built and loaded like any kernel library (so through
+# the cache: a machine that passed once pays only a lookup).
+PROBE_SOURCE = r"""#include <omp.h>
+extern "C" long ember_openmp_probe(long n) {
+  long s = 0;
+  #pragma omp parallel for reduction(+ : s)
+  for (long i = 0; i < n; ++i) s += i;
+  return omp_get_max_threads() > 0 ? s : -1;
+}
+"""
+
+_probe_failures: dict[str, str | None] = {}
+
+
+def _complaint(err: BaseException) -> str:
+    lines = [ln.strip() for ln in getattr(err, "stderr", "").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    text = (errors or lines or str(err).strip().splitlines() or [type(err).__name__])[0]
+    return text[:200]
+
+
+def check_compiler(cache: ArtifactCache | Path | str | None = None,
+                   cxx: str | None = None) -> None:
+    """Raises CompilerUnavailable unless `cxx` (default: $CXX, else g++) builds and loads an
+    OpenMP library with ember's flags; checked once per process and compiler."""
+    cxx = cxx or default_cxx()
+    if cxx not in _probe_failures:
+        reason = None
+        try:
+            lib = load_library(PROBE_SOURCE, cache=cache, cxx=cxx)
+            lib.ember_openmp_probe.restype = ctypes.c_long
+            lib.ember_openmp_probe.argtypes = [ctypes.c_long]
+            if lib.ember_openmp_probe(1000) != 499500:
+                reason = "its OpenMP build computed a wrong sum"
+        except (BuildError, OSError) as err:
+            reason = _complaint(err)
+        _probe_failures[cxx] = reason
+    reason = _probe_failures[cxx]
+    if reason is not None:
+        raise CompilerUnavailable(
+            f"ember's cpu target needs a C++ compiler with OpenMP, and {cxx!r} with "
+            f"`{' '.join(CXX_FLAGS)}` does not work here ({reason}). Install g++ (Debian/Ubuntu: "
+            f"apt-get install g++; Fedora: dnf install gcc-c++) or set CXX to a compiler that "
+            f"takes these flags (clang++ also needs libomp); meanwhile graphs for the cpu "
+            f"target run in eager torch.")

@@ -20,6 +20,7 @@ class RuntimeEnv:
     # EMBER_CACHE_SHARED=1: the cache is shared between users, so ownership/permission checks
     # are off (contents are still verified against their manifests); see runtime/cache.py.
     cache_shared: bool = False
+    cxx: str = "g++"                # CXX: the C++ compiler of the cpu target (needs -fopenmp)
 
 
 TARGETS = ("auto", "cpu", "cuda", "rocm", "triton")
@@ -42,7 +43,8 @@ def read_env(environ: Mapping[str, str] | None = None) -> RuntimeEnv:
     if shared_text not in ("0", "1", "false", "true", "no", "yes"):
         raise ValueError(f"EMBER_CACHE_SHARED={e['EMBER_CACHE_SHARED']!r}: expected 0 or 1")
     return RuntimeEnv(cache_dir=cache.expanduser(), debug_dir=debug, target=target,
-                      cache_shared=shared_text in ("1", "true", "yes"))
+                      cache_shared=shared_text in ("1", "true", "yes"),
+                      cxx=(e.get("CXX") or "").strip() or "g++")
 
 
 _current: RuntimeEnv | None = None
@@ -60,6 +62,19 @@ def set_env(env: RuntimeEnv | None) -> None:
     """Override (or with None, forget) the process-wide settings: for tests and embedders."""
     global _current
     _current = env
+
+
+def triton_cache_dir_setting() -> str | None:
+    """TRITON_CACHE_DIR as it is now (set by the user, or by `default_triton_cache_dir`)."""
+    return os.environ.get("TRITON_CACHE_DIR") or None
+
+
+def default_triton_cache_dir(path: Path) -> str:
+    """Points Triton's own cache (kernels, launchers) at `path` for this process and the workers
+    it starts, unless TRITON_CACHE_DIR is already set (by the user, or by an earlier call: the
+    first wins), as Inductor does for its cache. Returns the directory Triton uses. Triton reads
+    the variable whenever it opens its cache, so this works after `import triton` too."""
+    return os.environ.setdefault("TRITON_CACHE_DIR", str(path))
 
 
 def triton_interpreted() -> bool:

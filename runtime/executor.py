@@ -23,6 +23,22 @@ from .py_module import load_python_module
 _ARENA_ALIGN = 64
 
 
+def _quiet_ieee(launch: Callable) -> Callable:
+    """The Triton interpreter computes with NumPy, which warns (RuntimeWarning: divide by zero,
+    invalid value) wherever IEEE arithmetic gives an inf or a NaN, as in lanes a mask leaves
+    out (log(0) on padding) or a real log(0); a GPU kernel, like eager torch, gives the same
+    values silently, so an interpreted launch does too."""
+    import functools
+
+    import numpy as np
+
+    @functools.wraps(launch)
+    def quiet(*args, **kwargs):
+        with np.errstate(all="ignore"):
+            return launch(*args, **kwargs)
+    return quiet
+
+
 def _dtype(name: str) -> torch.dtype:
     if name == "index":         # a host scalar (a size): a Python int at run time
         return torch.int64
@@ -114,7 +130,7 @@ class CompiledProgram:
                 fn = getattr(mod, name, None)
                 if not callable(fn):
                     raise ValueError(f"ember runtime: kernel launcher {name!r} not in the module")
-                out[name] = fn
+                out[name] = _quiet_ieee(fn) if triton_interpreted() else fn
                 # On a GPU a failed check is a device-side assert; the interpreter's record is
                 # read after the launch (reading a GPU's would synchronize every call).
                 if getattr(fn, "ember_checked", False) and triton_interpreted():

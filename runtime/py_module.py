@@ -13,7 +13,7 @@ import linecache
 import sys
 import types
 
-from .cache import ArtifactCache, python_identity
+from .cache import ArtifactCache, python_identity, use_for_triton
 from .env import triton_interpreted
 
 # key -> module, in load order (triton_aot.loaded_sources reads it).
@@ -39,6 +39,7 @@ def load_python_module(source: str, cache: ArtifactCache) -> types.ModuleType:
     mod = _modules.get(key)
     if mod is not None:
         return mod
+    use_for_triton(cache)       # Triton's cache beside ember's, unless TRITON_CACHE_DIR is set
     path = str(cached_module_path(source, cache, key))
     name = f"ember_generated_{key[:24]}"
     code = compile(source, path, "exec")

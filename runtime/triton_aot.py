@@ -35,10 +35,13 @@ def _compiled_mode():
 
 def load_module(source_text: str, name: str = "ember_triton_aot") -> types.ModuleType:
     """Executes generated source as a module. Triton reads a jit function's source through
-    `inspect`, so the text is written to a real file first."""
-    fd, path = tempfile.mkstemp(suffix=".py", prefix="ember_triton_")
-    with os.fdopen(fd, "w") as f:
-        f.write(source_text)
+    `inspect`, which finds it in `linecache` under the module's (pseudo) file name: no file is
+    written, so nothing is left in $TMPDIR (mtime None: `linecache.checkcache` keeps the entry)."""
+    import hashlib
+    import linecache
+    digest = hashlib.sha256(source_text.encode()).hexdigest()[:16]
+    path = f"<ember-triton-aot-{digest}>"
+    linecache.cache[path] = (len(source_text), None, source_text.splitlines(True), path)
     module = types.ModuleType(name)
     module.__file__ = path
     sys.modules[name] = module
@@ -47,6 +50,12 @@ def load_module(source_text: str, name: str = "ember_triton_aot") -> types.Modul
     finally:
         sys.modules.pop(name, None)
     return module
+
+
+def _use_triton_cache():
+    """Worker processes inherit TRITON_CACHE_DIR: ember's cache, unless the user set it."""
+    from .cache import use_for_triton
+    use_for_triton()
 
 
 def _jit_function(obj):
@@ -69,6 +78,7 @@ def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int
     """Compiles one jit function for `target`; returns the CompiledKernel (raises on error)."""
     import triton
     from triton.compiler import ASTSource
+    _use_triton_cache()
     src = ASTSource(fn=_jit_function(fn), signature=dict(signature), constexprs=dict(constexprs))
     return triton.compile(src, target=_target(target), options={"num_warps": num_warps})
 
@@ -81,6 +91,7 @@ def compile_isolated(source_text: str, names=None, targets=DEFAULT_TARGETS,
     import subprocess
     payload = json.dumps({"source": source_text, "names": names,
                           "targets": [list(_target_tuple(t)) for t in targets]})
+    _use_triton_cache()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-m", __name__], input=payload, text=True,
                           capture_output=True, timeout=timeout, env=env)
@@ -200,6 +211,7 @@ def run_workers(argv, payloads, timeout: float) -> list[tuple]:
     process starts at once and none blocks on a full pipe. A process past `timeout` is killed."""
     import json
     import subprocess
+    _use_triton_cache()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     results = []
     with tempfile.TemporaryDirectory(prefix="ember_workers_") as tmp:

@@ -10,7 +10,7 @@ import torch
 from .graphs import load
 
 # ||out - ref|| <= rtol * ||ref|| + atol * sqrt(n) over the finite elements of a float output
-# that is not bit-exact (DESIGN.md "Numerics"; opdb_harness uses the same bound).
+# that is not bit-exact (docs/design.md "Numerics"; opdb_harness uses the same bound).
 TOLERANCE = {torch.float32: (1e-4, 1e-5), torch.float64: (1e-4, 1e-5),
              torch.bfloat16: (2e-2, 1e-3), torch.float16: (1e-2, 1e-3)}
 

@@ -14,7 +14,7 @@ if not torch.cuda.is_available():
 
 import pytest  # noqa: E402
 
-# Relative-error tolerances ||out - ref|| / ||ref|| in float64 (docs: DESIGN.md "Numerics").
+# Relative-error tolerances ||out - ref|| / ||ref|| in float64 (docs/design.md, "Numerics").
 TOL = {torch.float32: 1e-4, torch.float64: 1e-4, torch.bfloat16: 1e-2, torch.float16: 1e-2}
 TOL_MATMUL_FP32 = 1e-3
 

@@ -27,7 +27,7 @@ STATUSES = ("crash", "timeout", "mismatch", "error", "fallback", "pass", "skip")
 _RANK = {s: i for i, s in enumerate(STATUSES)}
 DTYPES = ("float32", "bfloat16")
 # ||out - ref|| <= rtol * ||ref|| + atol * sqrt(n) over the finite elements (torch.testing's
-# defaults are elementwise; a relative norm, as in DESIGN.md "Numerics", is loosened to 1e-4 for
+# defaults are elementwise; a relative norm, as in docs/design.md, is loosened to 1e-4 for
 # fp32 so that reassociated reductions pass; bf16 1e-2). Outputs in float64 take the fp32 bound.
 TOLERANCE = {"float32": (1e-4, 1e-5), "float64": (1e-4, 1e-5),
              "bfloat16": (1e-2, 1e-3), "float16": (1e-2, 1e-3)}

@@ -15,11 +15,12 @@ SEED, COUNT = 0, 30     # ~60 s for cpu + triton with 2 workers on the 2-core CI
 
 
 @pytest.fixture(scope="module")
-def fuzz_results(request):
+def fuzz_results(request, tmp_path_factory):
     from conftest import selected_targets
     targets = [t for t in selected_targets(request.config) if t in ("cpu", "triton")]
     cases = [(SEED, i, t) for i in range(COUNT) for t in targets]
-    return runner.run(cases, jobs=2, timeout=120.0)
+    return runner.run(cases, jobs=2, timeout=120.0,
+                      log_dir=str(tmp_path_factory.mktemp("fuzz-logs")))
 
 
 # On a GPU machine the inputs would have to move there, and an out-of-range index then is a

@@ -1,7 +1,7 @@
 """Compiled-vs-eager numerics through the public API: torch.compile(fn, backend="ember").
 
 Every case runs on each selected target (see conftest.py), compares with eager (dtype, shape,
-relative error under DESIGN.md's tolerances, NaN never passes) and checks that ember's compile
+relative error under docs/design.md's tolerances, NaN never passes) and checks that ember's compile
 report lists no op that fell back to eager.
 """
 import copy

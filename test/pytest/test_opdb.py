@@ -96,12 +96,14 @@ def _param(case):
 
 
 @pytest.fixture(scope="module")
-def pool(request):
+def pool(request, tmp_path_factory):
     # Only the cases this session selected (-k, node ids), in the order pytest will ask for them.
     selected = [item.callspec.params["case"] for item in request.session.items
                 if getattr(item, "originalname", None) == "test_opdb"
                 and hasattr(item, "callspec")]
-    p = Pool(jobs=2, timeout=CASE_TIMEOUT_S)
+    # Worker logs in pytest's temporary directory (kept for the last runs), not one more
+    # directory in $TMPDIR per run.
+    p = Pool(jobs=2, timeout=CASE_TIMEOUT_S, log_dir=str(tmp_path_factory.mktemp("opdb-logs")))
     p.start(selected)
     return p
 

@@ -1,4 +1,4 @@
-"""Every registered pass is pinned by a lit test named after its flag (DESIGN.md: conventions)."""
+"""Every registered pass is pinned by a lit test named after its flag (docs/design.md)."""
 import dataclasses
 from pathlib import Path
 
