@@ -234,7 +234,8 @@ def _timed(fns, repeats, device):
 
 
 def _train_err(model, ref_model, loss, ref_loss) -> float:
-    """Worst of: the loss, the gradients taken together, and each gradient whose eager norm is
+    """Worst of: the loss, the gradients taken together, each buffer (BatchNorm running
+    statistics; integer buffers must be equal), and each gradient whose eager norm is
     at least 1e-3 of the largest. Gradients that are zero in exact arithmetic (a bias before a
     normalization, attention's key bias) hold only rounding noise, and their relative error
     says nothing; they still count in the joint norm. Parameters are not compared after the
@@ -248,7 +249,13 @@ def _train_err(model, ref_model, loss, ref_loss) -> float:
             rel_err(torch.cat([a.flatten().double() for a, _ in pairs]),
                     torch.cat([b.flatten().double() for _, b in pairs]))]
     errs += [rel_err(a, b) for a, b in pairs if b.double().norm().item() >= 1e-3 * top]
-    return max(errs)
+    # Buffers updated in place by the step (BatchNorm running statistics, counters).
+    for a, b in zip(model.buffers(), ref_model.buffers()):
+        if b.is_floating_point():
+            errs.append(rel_err(a, b))
+        elif not torch.equal(a.cpu(), b.cpu()):
+            errs.append(float("inf"))
+    return float("nan") if any(e != e for e in errs) else max(errs)    # max() can skip a NaN
 
 
 def _clear() -> None:
