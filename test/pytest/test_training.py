@@ -123,3 +123,35 @@ def test_slicing_backward_compiles(case, target, device):
     compiled(x).backward()
     assert_close(x.grad, ref, tol=1e-5, what="grad")
     check_fallbacks()
+
+
+class _RMSNorm(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, n))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def test_rms_norm_between_linears_backward(target, device):
+    """Llama's RMSNorm between two projections: the backward's reduction kernel returns the
+    input gradient both as (1, 8, 512) and flattened to (8, 512) for the weight gradient of the
+    projection before. The Triton lowering re-reads the reduction at the flattened output's
+    index and must put that reduction's loop before the output loop (it read an unbound
+    accumulator: 'acc17')."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512, bias=False), _RMSNorm(512),
+                                torch.nn.Linear(512, 64, bias=False)).to(device)
+    x = torch.randn(1, 8, 512, device=device, requires_grad=True)
+    r = torch.randn(1, 8, 64, device=device)
+    (model(x) * r).sum().backward()
+    ref = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad(set_to_none=True)
+    compiled = torch.compile(model, backend="ember", options={"target": target})
+    clear_reports()
+    (compiled(x) * r).sum().backward()
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    assert_close(got, ref, tol=1e-4, what="grads")
+    check_fallbacks()
