@@ -49,7 +49,7 @@ def build(name: str, device: str, small: bool, tiny: bool = False):
     g = torch.Generator().manual_seed(0)
     if name in VISION:
         torchvision = import_torchvision()
-        batch, res = (1, 32) if tiny else (2, 64) if small else (32, 224)
+        batch, res = (2, 32) if tiny else (2, 64) if small else (32, 224)   # BatchNorm: 2
         model = getattr(torchvision.models, name)(num_classes=10 if tiny else 1000)
         x = torch.randn(batch, 3, res, res, generator=g)
         return model.to(device), (x.to(device),), lambda out: out.float().square().mean()
