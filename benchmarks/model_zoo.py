@@ -43,13 +43,14 @@ TEXT = ("bert", "gpt2", "distilbert", "llama", "whisper_encoder")
 MODES = ("infer-fp32", "infer-bf16", "train-bf16", "train-sgd")
 
 
-def build(name: str, device: str, small: bool):
-    """(model, inputs tuple, output -> tensor used as the training loss)."""
+def build(name: str, device: str, small: bool, tiny: bool = False):
+    """(model, inputs tuple, output -> tensor used as the training loss). `tiny`: batch 1 and
+    the smallest resolution / sequence (the Triton interpreter)."""
     g = torch.Generator().manual_seed(0)
     if name in VISION:
         torchvision = import_torchvision()
-        batch, res = (2, 64) if small else (32, 224)
-        model = getattr(torchvision.models, name)(num_classes=1000)
+        batch, res = (2, 32) if tiny else (2, 64) if small else (32, 224)   # BatchNorm: 2
+        model = getattr(torchvision.models, name)(num_classes=10 if tiny else 1000)
         x = torch.randn(batch, 3, res, res, generator=g)
         return model.to(device), (x.to(device),), lambda out: out.float().square().mean()
     try:
@@ -57,7 +58,8 @@ def build(name: str, device: str, small: bool):
     except ImportError:
         pass
     import transformers as tf
-    batch, seq = (2, 32) if small else (8, 128)
+    batch, seq = (1, 8) if tiny else (2, 32) if small else (8, 128)
+    small = small or tiny
     if name == "bert":
         cfg = tf.BertConfig(attn_implementation="sdpa", hidden_dropout_prob=0.0,
                             attention_probs_dropout_prob=0.0)
@@ -87,11 +89,17 @@ def build(name: str, device: str, small: bool):
             num_mel_bins=80, max_source_positions=1500, dropout=0.0))
         model = tf.WhisperModel(cfg).get_encoder()
         frames = 3000
-        x = torch.randn(batch if not small else 1, 80, frames, generator=g)
+        if tiny:    # fewer positions: the encoder slices its position table to the length
+            cfg.max_source_positions, frames = 16, 32
+            model = tf.WhisperModel(cfg).get_encoder()
+        x = torch.randn(batch if not (small or tiny) else 1, 80, frames, generator=g)
         return (model.to(device), (x.to(device),),
                 lambda out: out.last_hidden_state.float().square().mean())
     else:
         raise KeyError(name)
+    if tiny:    # the same layers with a small vocabulary (the optimizer step over the embeddings)
+        vocab = cfg.vocab_size = 512
+        model = type(model)(cfg)
     ids = torch.randint(0, vocab, (batch, seq), generator=g)
 
     def loss(out):
@@ -107,6 +115,8 @@ def _first(out) -> list[torch.Tensor]:
 def _backend(name: str):
     if name == "ember":
         return lambda f: torch.compile(f, backend="ember")
+    if name == "ember-triton":   # the GPU path's Triton kernels (interpreted on CPU tensors)
+        return lambda f: torch.compile(f, backend="ember", options={"target": "triton"})
     if name == "inductor":
         return lambda f: torch.compile(f, backend="inductor")
     if name == "inductor-ro":
@@ -136,11 +146,12 @@ def _train_fns(model, inputs, loss_fn, mode, compile_fn):
     return step, opt
 
 
-def run_one(name: str, modes, backends, device: str, small: bool, repeats: int) -> None:
+def run_one(name: str, modes, backends, device: str, small: bool, repeats: int,
+            tiny: bool = False) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     try:
-        base, inputs, loss_fn = build(name, device, small)
+        base, inputs, loss_fn = build(name, device, small, tiny)
     except ImportError as err:
         print(json.dumps({"model": name, "mode": "*", "backend": "*", "status": "skipped",
                           "error": f"{type(err).__name__}: {err}"}), flush=True)
@@ -173,8 +184,7 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
             sync(device)
             first_s = time.perf_counter() - t0
             err = rel_err(out, ref)
-            eager_ms, ms = interleaved_median_ms([lambda: model(*ins), lambda: compiled(*ins)],
-                                                 repeats=repeats, device=device)
+            eager_ms, ms = _timed([lambda: model(*ins), lambda: compiled(*ins)], repeats, device)
         tol = 1e-2 if dtype == torch.bfloat16 else 1e-3
         if dtype == torch.bfloat16:
             with torch.no_grad():
@@ -198,13 +208,13 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
             truth_loss = _train_fns(fp32_model, inputs, loss_fn, "train-fp32", None)[0]()
             noise = (_train_err(model, fp32_model, loss, truth_loss),
                      _train_err(ref_model, fp32_model, ref_loss, truth_loss))
-        eager_ms, ms = interleaved_median_ms([ref_step, step], repeats=repeats, device=device)
+        eager_ms, ms = _timed([ref_step, step], repeats, device)
         tol = 1e-2
-    summary = ember_summary() if be == "ember" else {}
+    summary = ember_summary() if be.startswith("ember") else {}
     statuses = summary.get("statuses", [])
     status = ("eager" if statuses == ["eager"] else
               "partitioned" if "partitioned" in statuses or "eager" in statuses else "compiled")
-    row = {"status": status if be == "ember" else "compiled", "rel_err": err,
+    row = {"status": status if be.startswith("ember") else "compiled", "rel_err": err,
            "ok": bool(err <= tol)}
     if noise is not None:
         # ok also when ember's error against fp32 is within twice eager-bf16's own error.
@@ -218,8 +228,16 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
             "kernels": summary.get("kernels")}
 
 
+def _timed(fns, repeats, device):
+    """Median ms of each of `fns` in alternation; `--repeats 0`: not timed (the interpreter)."""
+    if repeats <= 0:
+        return float("nan"), float("nan")
+    return interleaved_median_ms(fns, repeats=repeats, device=device)
+
+
 def _train_err(model, ref_model, loss, ref_loss) -> float:
-    """Worst of: the loss, the gradients taken together, and each gradient whose eager norm is
+    """Worst of: the loss, the gradients taken together, each buffer (BatchNorm running
+    statistics; integer buffers must be equal), and each gradient whose eager norm is
     at least 1e-3 of the largest. Gradients that are zero in exact arithmetic (a bias before a
     normalization, attention's key bias) hold only rounding noise, and their relative error
     says nothing; they still count in the joint norm. Parameters are not compared after the
@@ -233,7 +251,13 @@ def _train_err(model, ref_model, loss, ref_loss) -> float:
             rel_err(torch.cat([a.flatten().double() for a, _ in pairs]),
                     torch.cat([b.flatten().double() for _, b in pairs]))]
     errs += [rel_err(a, b) for a, b in pairs if b.double().norm().item() >= 1e-3 * top]
-    return max(errs)
+    # Buffers updated in place by the step (BatchNorm running statistics, counters).
+    for a, b in zip(model.buffers(), ref_model.buffers()):
+        if b.is_floating_point():
+            errs.append(rel_err(a, b))
+        elif not torch.equal(a.cpu(), b.cpu()):
+            errs.append(float("inf"))
+    return float("nan") if any(e != e for e in errs) else max(errs)    # max() can skip a NaN
 
 
 def _clear() -> None:
@@ -275,6 +299,8 @@ def main(argv=None):
     ap.add_argument("--backends", default="ember,inductor,inductor-ro")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--small", action="store_true", help="small sizes (the CPU machine)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="batch 1, smallest sizes (backend ember-triton under the interpreter)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--timeout", type=float, default=900, help="seconds per model")
     ap.add_argument("--out", default=None, help="directory for zoo.json and the logs")
@@ -282,15 +308,18 @@ def main(argv=None):
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     modes, backends = args.modes.split(","), args.backends.split(",")
-    if "ember" in backends:
+    if "ember-triton" in backends and args.device == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")     # before triton is imported
+    if any(b.startswith("ember") for b in backends):
         import torch_mlir  # noqa: F401  -- without it every ember row would silently run eagerly
     if args.one:
-        run_one(args.one, modes, backends, args.device, args.small, args.repeats)
+        run_one(args.one, modes, backends, args.device, args.small, args.repeats, args.tiny)
         return
     def child(name):
         cmd = [sys.executable, __file__, "--one", name, "--modes", args.modes, "--backends",
                args.backends, "--device", args.device, "--repeats", str(args.repeats)]
         cmd += ["--small"] if args.small else []
+        cmd += ["--tiny"] if args.tiny else []
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             out, err, rc = proc.stdout, proc.stderr, proc.returncode

@@ -115,19 +115,24 @@ def _is_identity(attr) -> bool:
 
 
 def reads_elementwise(kernel, arg_index: int) -> bool:
-    """True if the kernel's only uses of argument `arg_index` are identity-map inputs of
-    all-identity linalg.generics (so writing result element i after reading input element i is
-    safe) and the kernel has one result (no later loop could read the overwritten input)."""
+    """True if every value the kernel derives from argument `arg_index` is computed
+    elementwise: the argument and everything computed from it are read only as identity-map
+    inputs of linalg.generics with identity output maps (so result element i depends on input
+    element i alone, and writing it after reading that element is safe), and the kernel has one
+    result (no later loop could read the overwritten input). A transpose, pad, slice or view
+    on that path (a pointwise kernel ending in `linalg.transpose`) breaks it."""
     ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
     if len(ftype.results) != 1 or not kernel.regions[0].blocks:
         return False
-    arg = kernel.regions[0].blocks[0].arguments[arg_index]
+    derived = [kernel.regions[0].blocks[0].arguments[arg_index]]
     ok = True
     uses = 0
 
     def visit(op):
         nonlocal ok, uses
-        hits = [k for k, v in enumerate(op.operands) if v == arg]
+        if op.name == "func.return":
+            return ir.WalkResult.ADVANCE
+        hits = [k for k, v in enumerate(op.operands) if any(v == d for d in derived)]
         if not hits:
             return ir.WalkResult.ADVANCE
         uses += len(hits)
@@ -140,9 +145,10 @@ def reads_elementwise(kernel, arg_index: int) -> bool:
         if not outs_identity or any(k >= n_in or not _is_identity(maps[k]) for k in hits):
             ok = False
             return ir.WalkResult.INTERRUPT
+        derived.extend(op.results)
         return ir.WalkResult.ADVANCE
 
-    kernel.operation.walk(visit)
+    kernel.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
     return ok and uses > 0
 
 

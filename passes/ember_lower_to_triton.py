@@ -293,10 +293,9 @@ class _KernelWriter:
                                f"rmask = rindex < {self.extent(inner)}"]
                 _decompose(loop.stmts, "rindex", inner, [self.size_text(g) for g in inner],
                            "r", "r", vars_)
-                self.builder.push(loop)
+                self.builder.push(loop)     # attaches the loop to root (once)
                 self.store(k, {**self.xvars, **vars_}, "xmask & rmask", "[XBLOCK, RBLOCK]")
                 self.builder.pop()
-                root.stmts.append(loop)
         return self._kernel(["xnumel", "rnumel"], {"xnumel": self.runtime_extent(outer),
                                                     "rnumel": self.runtime_extent(rdims)},
                             ["XBLOCK", "RBLOCK"], configs, '(triton.cdiv(xnumel, meta["XBLOCK"]),)')
@@ -382,7 +381,7 @@ class _KernelWriter:
                 total = f"{red}({masked}, 1)[:, None]"
             else:
                 acc = b.fresh("acc")
-                root.stmts.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {acc_ty})")
+                b.emit_into(root, f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {acc_ty})")
                 scope.stmts.append(f"{acc} = " + comb.format(a=acc, b=masked))
                 total = f"{red}({acc}, 1)[:, None]"
             if kind in ("maxui", "minui"):
@@ -398,8 +397,8 @@ class _KernelWriter:
                 comb = None
             finals.append((k, ty, comb, total))
             kind_of[k] = kind
-        if scope is not None:
-            root.stmts.append(scope)
+        if scope is not None:   # before an output loop being built (a reduction it reads)
+            b.emit_into(root, scope)
         accs = []
         for item in finals:
             if item is None:

@@ -69,6 +69,35 @@ func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
 
 // -----
 
+// The same when the operand is read elementwise but a later op of the kernel transposes what
+// was computed from it (autograd's rotary-embedding gradient, then `permute`, seq == heads):
+// result element (i, j) comes from operand element (j, i), so no in-place either.
+// CHECK-LABEL: func.func private @neg_then_transpose
+// CHECK-LABEL: func.func @main
+// CHECK:       %[[M:.*]] = "ember.extern"(%arg0, %arg0) {ember.offsets = array<i64: 0>, params = {}, target = "aten.mm"}
+// CHECK:       %[[T:.*]] = call @neg_then_transpose(%[[M]]) {ember.offsets = array<i64: 1024>}
+// CHECK:       call @neg_then_transpose(%[[T]]) {ember.offsets = array<i64: 0>}
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func private @neg_then_transpose(%a: tensor<16x16xf32>) -> tensor<16x16xf32> attributes {ember.kernel = "pointwise", ember.ops = ["neg", "transpose"]} {
+  %e = tensor.empty() : tensor<16x16xf32>
+  %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<16x16xf32>) outs(%e : tensor<16x16xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = arith.negf %x : f32
+    linalg.yield %y : f32
+  } -> tensor<16x16xf32>
+  %t = linalg.transpose ins(%r : tensor<16x16xf32>) outs(%e : tensor<16x16xf32>) permutation = [1, 0]
+  return %t : tensor<16x16xf32>
+}
+func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
+  %0 = "ember.extern"(%x, %x) {target = "aten.mm", params = {}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %1 = func.call @neg_then_transpose(%0) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %2 = func.call @neg_then_transpose(%1) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  %3 = func.call @neg_then_transpose(%2) : (tensor<16x16xf32>) -> tensor<16x16xf32>
+  return %3 : tensor<16x16xf32>
+}
+
+// -----
+
 // Views: %0 is read late through a view chain, which keeps it alive to the last kernel; the
 // returned view %5 makes its source %4 escape. 6xf32 (24 bytes) pads to the alignment. With
 // in-place, %2 and %3 overwrite their dying operand (passed twice: both reads elementwise).

@@ -151,3 +151,62 @@ def test_host_half_recomputes_nothing():
     prep = fx_prep.prepare(gm)
     host_ops = [str(n.target) for n in prep.host_gm.graph.nodes if n.op == "call_function"]
     assert host_ops == ["aten.t.default"] or host_ops == ["aten.permute.default"], host_ops
+
+
+class _RMSNorm(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.linspace(0.5, 1.5, n))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def test_rms_norm_between_linears_backward(target, device):
+    """Llama's RMSNorm between two projections: the backward's reduction kernel returns the
+    input gradient both as (1, 8, 512) and flattened to (8, 512) for the weight gradient of the
+    projection before. The Triton lowering re-reads the reduction at the flattened output's
+    index and must put that reduction's loop before the output loop (it read an unbound
+    accumulator: 'acc17')."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512, bias=False), _RMSNorm(512),
+                                torch.nn.Linear(512, 64, bias=False)).to(device)
+    x = torch.randn(1, 8, 512, device=device, requires_grad=True)
+    r = torch.randn(1, 8, 64, device=device)
+    (model(x) * r).sum().backward()
+    ref = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    x.grad = None
+    model.zero_grad(set_to_none=True)
+    compiled = torch.compile(model, backend="ember", options={"target": target})
+    clear_reports()
+    (compiled(x) * r).sum().backward()
+    got = [x.grad] + [p.grad for p in model.parameters()]
+    assert_close(got, ref, tol=1e-4, what="grads")
+    check_fallbacks()
+
+
+def test_rotary_backward_with_seq_equal_heads(target, device):
+    """The rotary embedding's gradient is permuted back to (batch, seq, heads, dim) in the same
+    kernel; with seq == heads the permuted result has its operand's shape, and buffer reuse
+    wrote it over that operand in place while still reading it (q_proj's gradient was off by
+    ~0.5 on both targets, llama at seq 8 with 8 heads)."""
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(64, 64, bias=False).to(device)
+    pos = torch.arange(4.0, device=device)[:, None] * torch.linspace(0, 1, 16, device=device)
+    cos, sin = pos.cos(), pos.sin()
+
+    def f(h):
+        q = proj(h).view(1, 4, 4, 16).transpose(1, 2)
+        rot = torch.cat((-q[..., 8:], q[..., :8]), dim=-1)
+        return q * cos + rot * sin
+
+    h = torch.randn(1, 4, 64, device=device)
+    r = torch.randn(1, 4, 4, 16, device=device)
+    (f(h) * r).sum().backward()
+    ref = proj.weight.grad.clone()
+    proj.weight.grad = None
+    compiled = torch.compile(f, backend="ember", options={"target": target})
+    clear_reports()
+    (compiled(h) * r).sum().backward()
+    assert_close(proj.weight.grad, ref, tol=1e-5, what="grad")
+    check_fallbacks()
