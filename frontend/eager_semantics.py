@@ -277,8 +277,11 @@ def _widened(op):
             return op(fa, fb, *args, **kwargs)
         if not _uint8(a, b):
             return NotImplemented
-        wa = a.to(torch.int16) if isinstance(a, torch.Tensor) else a
-        wb = b.to(torch.int16) if isinstance(b, torch.Tensor) else b
+        # int16 at least, the result type where wider: int64 // uint8 narrowed the int64 operand
+        # to int16 (2**63 - 2 // 6 gave -1; fuzz seed 20 index 622)
+        wide = torch.promote_types(torch.result_type(a, b), torch.int16)
+        wa = a.to(wide) if isinstance(a, torch.Tensor) else a
+        wb = b.to(wide) if isinstance(b, torch.Tensor) else b
         # eager's result type (uint8 with int8 is int16: fuzz seed 4 index 226)
         return op(wa, wb, *args, **kwargs).to(torch.result_type(a, b))
     return decomp
@@ -294,11 +297,47 @@ def _fmod(a, b):
     dt = torch.result_type(a, b)
     if not dt.is_floating_point:
         return _widened(torch.fmod)(a, b)
+    if isinstance(a, torch.Tensor) and a.dtype in _LOW and isinstance(b, float) and b == b:
+        b = _round_to(b, a.dtype)     # as eager reads it
     a = a.to(dt)
     b = b.to(dt) if isinstance(b, torch.Tensor) else float(b)
     r = torch.remainder(a.abs(), b.abs() if isinstance(b, torch.Tensor) else abs(b))
     # r is 0 only for a finite a: a * 0 is a zero with a's sign
     return torch.where(r == 0, a * 0, torch.where(a < 0, -r, r))
+
+
+_LOW = (torch.float16, torch.bfloat16)
+
+
+def _round_to(value: float, dtype: torch.dtype) -> float:
+    """`value` rounded to float16 / bfloat16 as torch converts a double (bfloat16 through
+    float32), in Python: a tensor made inside a decomposition would be traced."""
+    import math
+    import struct
+    try:
+        if dtype == torch.float16:
+            return struct.unpack("<e", struct.pack("<e", value))[0]
+        (u,) = struct.unpack("<I", struct.pack("<f", value))
+    except OverflowError:
+        return math.copysign(math.inf, value)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", u & 0xFFFFFFFF))[0]
+
+
+def _scalar_in_dtype(op):
+    """`op(half_or_bf16_tensor, python_float)` with the number first rounded to the tensor's
+    type, as eager's sub, remainder and fmod kernels read it (their wrapped scalar is cast to
+    the common dtype; add, mul and div read the double): half `x % 1e-3` is taken modulo
+    0.0010004 (fuzz seed 20 index 531), `x - 3.0001` subtracts 3.0. Not a decomposition once
+    the number is already representable (so the op is not rewritten again)."""
+    def decomp(a, b, *args, **kwargs):
+        if not (isinstance(a, torch.Tensor) and a.dtype in _LOW and isinstance(b, float)):
+            return NotImplemented
+        rounded = _round_to(b, a.dtype)
+        if rounded == b or b != b:
+            return NotImplemented
+        return op(a, rounded, *args, **kwargs)
+    return decomp
 
 
 def _logical_reduction(overload):
@@ -402,6 +441,17 @@ def _floor_divide(a, b):
     return _div_mode(a, b, "floor")
 
 
+def _first_of(*decomps):
+    """The first of `decomps` that applies (returns something other than NotImplemented)."""
+    def decomp(*args, **kwargs):
+        for d in decomps:
+            r = d(*args, **kwargs)
+            if r is not NotImplemented:
+                return r
+        return NotImplemented
+    return decomp
+
+
 def table() -> dict:
     """ATen overload -> decomposition, for backend.decomposition_table."""
     amax, amin = torch.amax, torch.amin
@@ -422,8 +472,11 @@ def table() -> dict:
         aten.max.dim: _value_and_index(amax), aten.min.dim: _value_and_index(amin),
         aten.div.Tensor_mode: _div_mode, aten.div.Scalar_mode: _div_mode,
         aten.floor_divide.default: _floor_divide,
-        aten.remainder.Tensor: _widened(torch.remainder),
-        aten.remainder.Scalar: _widened(torch.remainder),
+        aten.remainder.Tensor: _first_of(_scalar_in_dtype(torch.remainder),
+                                         _widened(torch.remainder)),
+        aten.remainder.Scalar: _first_of(_scalar_in_dtype(torch.remainder),
+                                         _widened(torch.remainder)),
+        aten.sub.Tensor: _scalar_in_dtype(torch.sub), aten.sub.Scalar: _scalar_in_dtype(torch.sub),
         aten.remainder.Scalar_Tensor: _remainder_scalar_tensor,
         aten.bitwise_and.Scalar: _bitwise_scalar(torch.bitwise_and),
         aten.bitwise_or.Scalar: _bitwise_scalar(torch.bitwise_or),

@@ -467,3 +467,27 @@ def test_pow_of_negative_zero_keeps_sign(target):
               "a1 = torch.tensor([-1, -1, 3, -2, 3, 0], dtype=torch.int8)")
     _assert_matches(_case(inputs, "return (torch.pow(a0, a1), torch.pow(a0, 0.5))",
                           exact=(True, True)), target)
+
+
+# seed 20 index 2480: torch-mlir negates integers through f32: -(2**63 - 2) gave -2**63 and any
+# |x| > 2**24 lost its low bits (neg is now ~x + 1).
+def test_integer_neg_is_exact(target):
+    inputs = "a0 = torch.tensor([9223372036854775806, -1, 16777217, -9223372036854775807])"
+    _assert_matches(_case(inputs, "return (torch.neg(a0), -a0.to(torch.int32))",
+                          exact=(True, True)), target)
+
+
+# seed 20 index 622: int64 // uint8 narrowed the int64 operand to int16 (2**63 - 2 // 6 was -1).
+def test_int64_floordiv_uint8_keeps_int64(target):
+    inputs = ("a0 = torch.tensor([9223372036854775806, -70000, 3])\n"
+              "a1 = torch.tensor([6, 3, 200], dtype=torch.uint8)")
+    _assert_matches(_case(inputs, "return (a0 // a1, a0 % a1)", exact=(True, True)), target)
+
+
+# seed 20 index 531: eager's sub, remainder and fmod read a Python number in the tensor's
+# half/bfloat16 type (x % 1e-3 is modulo 0.0010004 in half); add, mul and div read the double.
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_scalar_operand_rounding(target, dtype):
+    inputs = f"a0 = torch.tensor([-1.814453125, -3.888671875, 1.234]).to(torch.{dtype})"
+    body = "return (a0 % 1e-3, torch.fmod(a0, 1e-3), a0 - 3.0001, a0 + 1e-3, a0 * 1.0001)"
+    _assert_matches(_case(inputs, body, exact=(True,) * 5), target)
