@@ -204,6 +204,7 @@ REJECTED = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:ember.*eager rejects:UserWarning")
 @pytest.mark.parametrize("case", sorted(REJECTED))
 def test_eager_rejects_dtype(target, case):
     import ember
@@ -326,6 +327,7 @@ def test_uint8_signedness(target):
 
 # a bound that does not fit uint8 (300) makes eager raise ("value cannot be converted to type
 # uint8_t without overflow"): the decomposition keeps the op, so that eager_rejects finds it.
+@pytest.mark.filterwarnings("ignore:ember.*eager rejects:UserWarning")
 def test_uint8_clamp_bound_overflow_raises(target):
     import ember
     a = torch.tensor([1, 200, 255], dtype=torch.uint8)

@@ -134,6 +134,7 @@ def test_special_dtypes(dtype, all_generated):
         assert _library_calls() == []
 
 
+@pytest.mark.filterwarnings("ignore:ember.*eager rejects:UserWarning")
 def test_special_without_an_eager_kernel_raises_as_eager():
     # spherical_bessel_j0 has no bf16 kernel: the op stays (a library call) and raises the same
     x = torch.randn(8, dtype=torch.bfloat16)
