@@ -279,9 +279,12 @@ def _widened(op):
             return NotImplemented
         # int16 at least, the result type where wider: int64 // uint8 narrowed the int64 operand
         # to int16 (2**63 - 2 // 6 gave -1; fuzz seed 20 index 622)
-        wide = torch.promote_types(torch.result_type(a, b), torch.int16)
-        wa = a.to(wide) if isinstance(a, torch.Tensor) else a
-        wb = b.to(wide) if isinstance(b, torch.Tensor) else b
+        # each operand converted to the result type first, as eager does (a 0-dim int64 -6
+        # with a uint8 tensor is 250: fuzz seed 21 index 2297)
+        rt = torch.result_type(a, b)
+        wide = torch.promote_types(rt, torch.int16)
+        wa = a.to(rt).to(wide) if isinstance(a, torch.Tensor) else a
+        wb = b.to(rt).to(wide) if isinstance(b, torch.Tensor) else b
         # eager's result type (uint8 with int8 is int16: fuzz seed 4 index 226)
         return op(wa, wb, *args, **kwargs).to(torch.result_type(a, b))
     return decomp

@@ -213,7 +213,12 @@ def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
             # A float result from uint8 operands (`uint8_t / 2`, `true_divide`, `mean(dtype=)`):
             # eager converts them to the result's type first; torch-mlir widened them as signed
             # (254 / 2 gave -1.0; fuzz seed 8 index 467).
-            ups = [i for i, a in enumerate(node.args) if is_uint8(a)]
+            # An integer operand of a half/bf16 result likewise: eager converts it to half first
+            # (int32 2**31 - 2 is inf there: inf - it is NaN; fuzz seed 21 index 1035), ember
+            # would compute with its f32 value.
+            low = val.dtype in (torch.float16, torch.bfloat16)
+            ups = [i for i, a in enumerate(node.args) if is_uint8(a) or low and other_int(
+                a, val.dtype) and a.meta["val"].dtype != torch.bool]
             for i in ups:
                 node.update_arg(i, cast(node, node.args[i], val.dtype))
             changed = changed or bool(ups)

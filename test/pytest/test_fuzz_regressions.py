@@ -493,3 +493,20 @@ def test_low_precision_scalar_operand_rounding(target, dtype):
     inputs = f"a0 = torch.tensor([-1.814453125, -3.888671875, 1.234]).to(torch.{dtype})"
     body = "return (a0 % 1e-3, torch.fmod(a0, 1e-3), a0 - 3.0001, a0 + 1e-3, a0 * 1.0001)"
     _assert_matches(_case(inputs, body, exact=(True,) * 5), target)
+
+
+# seed 21 index 1035: an integer operand of a half/bf16 op is converted to half first, as eager
+# does (int32 2**31 - 2 is inf in half, and inf - inf is NaN); ember computed with its f32 value.
+def test_integer_operand_of_half_op_converted_first(target):
+    inputs = ("a0 = torch.tensor([2147483646, -4, 5], dtype=torch.int32)\n"
+              "a1 = torch.tensor([inf, -3.8046875, 1.8984375], dtype=torch.float16)")
+    _assert_matches(_case(inputs, "return (a1 - a0,)", exact=(True,)), target)
+
+
+# seed 21 index 2297: uint8 fmod/remainder/floor division convert each operand to the result
+# type first (a 0-dim int64 -6 next to a uint8 tensor is 250), then compute exactly.
+def test_uint8_integer_ops_convert_operands_first(target):
+    inputs = ("a0 = torch.tensor([6, 7], dtype=torch.uint8)\n"
+              "a1 = torch.tensor(-6)")
+    _assert_matches(_case(inputs, "return (torch.fmod(a1, a0), a1 % a0, a1 // a0)",
+                          exact=(True, True, True)), target)
