@@ -270,6 +270,18 @@ def _float_compare_scalars(gm: fx.GraphModule) -> None:
         if isinstance(val, torch.Tensor) and val.is_floating_point() \
                 and isinstance(other, int) and not isinstance(other, bool):
             node.update_arg(1, float(other))
+        elif isinstance(val, torch.Tensor) and not val.is_floating_point() \
+                and not val.is_complex() and isinstance(other, float):
+            # `int_tensor >= 0.001`: eager compares in the promoted float type; torch-mlir's
+            # integer-tensor-with-float-scalar path crashed the process (SIGSEGV in the import
+            # when a constant fed it: fuzz seed 21 index 2399). Converted explicitly first.
+            dt = torch.result_type(val, other)
+            with gm.graph.inserting_before(node):
+                c = gm.graph.call_function(torch.ops.prims.convert_element_type.default,
+                                           (node.args[0], dt))
+            with val.fake_mode if getattr(val, "fake_mode", None) else _nullcontext():
+                c.meta["val"] = val.to(dt)
+            node.update_arg(0, c)
     gm.recompile()
 
 

@@ -510,3 +510,12 @@ def test_uint8_integer_ops_convert_operands_first(target):
               "a1 = torch.tensor(-6)")
     _assert_matches(_case(inputs, "return (torch.fmod(a1, a0), a1 % a0, a1 // a0)",
                           exact=(True, True, True)), target)
+
+
+# seed 21 index 2399: an integer tensor compared with a float number (`0.001 <= x.argmax()`),
+# its result feeding a multiply, killed the process (SIGSEGV in torch-mlir's import); the
+# integer operand is now converted to the float type first, as eager compares.
+def test_integer_tensor_compared_with_float_number(target):
+    inputs = "a0 = torch.tensor(1, dtype=torch.int32)"
+    body = "return (a0 * (1e-3 <= a0.argmax()), a0.reshape(1) * (a0.long() >= 0.5))"
+    _assert_matches(_case(inputs, body, exact=(True, True)), target)
