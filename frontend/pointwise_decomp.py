@@ -7,6 +7,8 @@ hold) into ATen ops it lowers, with eager's values exactly:
   true for NaN with it. `ne` (unordered) is not folded, and `not ne` is eager's `eq` on every
   input, NaN included.
 
+* bool `add` as `|`: eager's bool + bool is a logical or; the triton target's i1 add wrapped
+  (`any() + True` gave False: fuzz seed 21 index 1824).
 * integer `neg` as `~x + 1`: torch-mlir negates integers through f32 (sitofp, negf, fptosi):
   -(2**63 - 2) gave -2**63, and any |x| > 2**24 lost its low bits (fuzz seed 20 index 2480).
 
@@ -44,8 +46,17 @@ def _neg(a):
     return torch.bitwise_not(a) + 1      # two's complement: wraps as eager's -x does
 
 
+def _bool_add(a, b, *, alpha=1):
+    a_bool = isinstance(a, torch.Tensor) and a.dtype == torch.bool
+    b_bool = isinstance(b, bool) or isinstance(b, torch.Tensor) and b.dtype == torch.bool
+    if not (a_bool and b_bool and alpha == 1):
+        return NotImplemented
+    return torch.bitwise_or(a, b)
+
+
 def pointwise_decompositions() -> dict:
     return {
+        aten.add.Tensor: _bool_add,
         aten.neg.default: _neg,
         aten.eq.Tensor: _eq_tensor,
         aten.fmax.default: _fmax_fmin(torch.ge),

@@ -519,3 +519,11 @@ def test_integer_tensor_compared_with_float_number(target):
     inputs = "a0 = torch.tensor(1, dtype=torch.int32)"
     body = "return (a0 * (1e-3 <= a0.argmax()), a0.reshape(1) * (a0.long() >= 0.5))"
     _assert_matches(_case(inputs, body, exact=(True, True)), target)
+
+
+# seed 21 index 1824 (triton): bool + bool is eager's logical or; the i1 add wrapped to False.
+def test_bool_add_is_or(target):
+    inputs = ("a0 = torch.tensor(-4, dtype=torch.int32)\n"
+              "a1 = torch.tensor([2147483647, 2], dtype=torch.int32)[1:].view(())")
+    body = "v1 = a1.any()\nreturn (v1 + True, v1, a1 | a0)"
+    _assert_matches(_case(inputs, body, exact=(True, True, True)), target)
