@@ -158,6 +158,16 @@ _CASTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.
 _NOT_PROMOTED = {"where": (0,), "masked_fill": (1,)}
 
 
+def _insert_cast(gm: fx.GraphModule, before: fx.Node, arg: fx.Node, dtype) -> fx.Node:
+    """`convert_element_type(arg, dtype)` inserted before `before`, with its fake value."""
+    with gm.graph.inserting_before(before):
+        c = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (arg, dtype))
+    aval = arg.meta["val"]
+    with aval.fake_mode if getattr(aval, "fake_mode", None) else _nullcontext():
+        c.meta["val"] = aval.to(dtype)
+    return c
+
+
 def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
     """`torch.maximum(bool_t, int8_t)` -> `torch.maximum(bool_t.to(int8), int8_t)` (and integer
     0-dim tensors of another type): eager promotes the operand to the result's int8/uint8 type before computing, and torch-mlir's
@@ -169,12 +179,7 @@ def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
     changed = False
 
     def cast(node, arg, dtype):
-        with gm.graph.inserting_before(node):
-            c = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (arg, dtype))
-        aval = arg.meta["val"]
-        with aval.fake_mode if getattr(aval, "fake_mode", None) else _nullcontext():
-            c.meta["val"] = aval.to(dtype)
-        return c
+        return _insert_cast(gm, node, arg, dtype)
 
     def other_int(arg, dtype):
         """A bool or integer tensor operand of another dtype than the result's (a 0-dim int32
@@ -275,13 +280,8 @@ def _float_compare_scalars(gm: fx.GraphModule) -> None:
             # `int_tensor >= 0.001`: eager compares in the promoted float type; torch-mlir's
             # integer-tensor-with-float-scalar path crashed the process (SIGSEGV in the import
             # when a constant fed it: fuzz seed 21 index 2399). Converted explicitly first.
-            dt = torch.result_type(val, other)
-            with gm.graph.inserting_before(node):
-                c = gm.graph.call_function(torch.ops.prims.convert_element_type.default,
-                                           (node.args[0], dt))
-            with val.fake_mode if getattr(val, "fake_mode", None) else _nullcontext():
-                c.meta["val"] = val.to(dt)
-            node.update_arg(0, c)
+            node.update_arg(0, _insert_cast(gm, node, node.args[0],
+                                            torch.result_type(val, other)))
     gm.recompile()
 
 

@@ -67,10 +67,9 @@ def write_back(mutations: InputMutations, args, outs):
     dsts = [args[i] for i, _ in mutations.targets]
     srcs = [outs[k] for _, k in mutations.targets]
     with torch.no_grad():
-        if all(d.device == s.device and d.dtype == s.dtype and d.shape == s.shape
-               for d, s in zip(dsts, srcs)):
+        try:
             torch._foreach_copy_(dsts, srcs)
-        else:
+        except RuntimeError:        # a pair it cannot take (a broadcast): copy_ each (idempotent)
             for d, s in zip(dsts, srcs):
                 d.copy_(s)
     return list(outs[:mutations.num_outputs])
