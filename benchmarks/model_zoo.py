@@ -180,7 +180,8 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
         with torch.no_grad():
             ref = _first(model(*ins))
             t0 = time.perf_counter()
-            out = _first(compiled(*ins))
+            # cloned: Inductor's CUDA-graph outputs are overwritten by the next call
+            out = [t.clone() for t in _first(compiled(*ins))]
             sync(device)
             first_s = time.perf_counter() - t0
             err = rel_err(out, ref)
@@ -336,6 +337,9 @@ def main(argv=None):
                 f.write(err)
         for r in got:
             print(json.dumps(r), flush=True)
+        if args.out:        # rows as each model finishes: a run cut short keeps what it measured
+            with open(os.path.join(args.out, "rows.jsonl"), "a") as f:
+                f.writelines(json.dumps(r) + "\n" for r in got)
         return got
 
     # --jobs > 1 runs models side by side: for finding failures fast, not for timings.
