@@ -33,6 +33,8 @@ from typing import Optional
 
 from torch_mlir import ir
 
+from .kernel_ir import INT, Const, Var
+
 ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
                "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape",
                "tensor.extract_slice", "tensor.pad", "tensor.concat", "func.return",
@@ -67,16 +69,30 @@ class Output:
 
 @dataclasses.dataclass(frozen=True)
 class Expr:
-    """Code text plus the loop variables it depends on (used for hoisting/placement)."""
+    """A kernel_ir expression `node`, its spelling `text` in the kernel's language, and the
+    loop variables it depends on (used for hoisting/placement). Decisions read `node`; an
+    Expr made from a name alone is that variable."""
     text: str
     deps: frozenset = frozenset()
+    node: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.node is None:
+            object.__setattr__(self, "node", Var(self.text, frozenset(self.deps)))
 
     def __str__(self):
         return self.text
 
 
-def const(n) -> Expr:
-    return Expr(str(n))
+def const(n: int) -> Expr:
+    """An index-arithmetic integer literal."""
+    return Expr(str(n), frozenset(), Const(int(n), INT))
+
+
+def var(name: str, deps=None) -> Expr:
+    """A loop variable (depends on itself unless `deps` says otherwise)."""
+    deps = frozenset({name}) if deps is None else frozenset(deps)
+    return Expr(name, deps, Var(name, deps))
 
 
 def type_name(t: ir.Type) -> str:
