@@ -34,10 +34,20 @@ class Var:
     deps: frozenset = frozenset()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Const:
     value: Union[int, float, bool]
     dtype: str
+
+    # Equal when spelled alike: -0.0 is not 0.0, True is not 1, and a NaN equals itself.
+    def _key(self):
+        return (self.dtype, type(self.value).__name__, repr(self.value))
+
+    def __eq__(self, other):
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +56,13 @@ class Op:
     args: tuple
     dtype: str
     atypes: tuple = ()
+
+    def __hash__(self):      # cached: trees are dict keys (memos) many times over
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.kind, self.args, self.dtype, self.atypes))
+            object.__setattr__(self, "_hash", h)
+        return h
 
 
 @dataclasses.dataclass(frozen=True)

@@ -142,3 +142,12 @@ def test_collapse_is_fitted_to_the_perfect_nest():
     assert nest(False) == "#pragma omp parallel for collapse(2) if(n >= 4)"
     assert nest(True) == "#pragma omp parallel for if(n >= 4)"
     assert OmpPragma("simd", 1, " reduction(+:a)").render(5) == "#pragma omp simd reduction(+:a)"
+
+
+def test_constants_are_equal_only_when_spelled_alike():
+    # printing and the value memos key on nodes: -0.0 must not print as 0.0
+    assert Const(-0.0, "f32") != Const(0.0, "f32")
+    assert Const(True, "i1") != Const(1, "i1")
+    assert Const(float("nan"), "f32") == Const(float("nan"), "f32")
+    show = Printer(CppLang())
+    assert show(Const(0.0, "f32")) == "0.0f" and show(Const(-0.0, "f32")) == "-0.0f"
