@@ -65,7 +65,7 @@ class CppLang:
             return f"INT64_C({value})"
         return f"({CTYPE.get(ty, 'int64_t')}){value}"
 
-    def load(self, buf, off, ty):
+    def load(self, buf, off, ty, masks=()):
         if ty == "bf16":
             return f"ember_bf16_to_f32({buf}[{off}])"
         if ty == "f16":

@@ -21,7 +21,7 @@ import math
 from torch_mlir import ir
 
 from .base import Pass, PassError, option
-from .kernel_ir import Const, Raw, int_value, render_stmt
+from .kernel_ir import Const, Load, int_value, render_stmt
 from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, const, indexing_maps,
                               masked_combiner, schedule_kernel, shape, tensor_args, type_name,
                               var)
@@ -107,14 +107,8 @@ class _Builder(ExprBuilder):
             ty = type_name(v.type)
             off = self.offset(v, idx)
             deps = frozenset().union(*[e.deps for e in idx]) if idx else frozenset()
-            masks = [self.masks[d] for d in sorted(deps) if d in self.masks]
-            text = f"tl.load({self.buffers[v]} + {off.text}"   # (masked: a Raw node)
-            if masks:
-                text += f", mask={' & '.join(masks)}, other=0"
-            text += ")"
-            if TYPES[ty][0] != TYPES[ty][1]:
-                text += f".to({TYPES[ty][1]})"
-            return self.bind(text, deps, ty, "x")
+            masks = tuple(self.masks[d] for d in sorted(deps) if d in self.masks)
+            return self.bind(Load(self.buffers[v], off.node, ty, masks), deps, ty, "x")
         return super()._value_at(v, idx)
 
     def checked_index(self, i, d, src, op):

@@ -19,7 +19,7 @@ memoised per (value, index) while that scope is open.
     plain_int(type) -> bool                whether integer constants of `type` are spelled as
                                            bare literals (then they fold as index integers)
     constant(value, type) -> str           value: Python float/int/bool
-    load(buffer, offset, type) -> str
+    load(buffer, offset, type, masks) -> str   masks: names of tile masks (Triton)
     let(name, type, text) -> str           a statement binding a local
     store(buffer, offset, value, type) -> str   a statement storing an element
     dim_size(g, k) -> str                  size of dynamic global dim g (sizes[k] in the ABI)
@@ -47,7 +47,7 @@ class Lang:  # documentation of the protocol; targets subclass or duck-type it
     def fold(self, kind, nodes, rtype, atypes): return None
     def plain_int(self, type): return False
     def constant(self, value, type): raise NotImplementedError
-    def load(self, buffer, offset, type): raise NotImplementedError
+    def load(self, buffer, offset, type, masks): raise NotImplementedError
     def let(self, name, type, text): raise NotImplementedError
     def dim_size(self, g, k): raise NotImplementedError
     def check_index(self, i, n, dim): raise NotImplementedError

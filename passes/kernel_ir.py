@@ -13,7 +13,7 @@ Expressions (immutable, hashable, compared structurally):
     Op(kind, args, dtype, atypes)   an operation: `kind` is an MLIR op name ("arith.addf",
                               "arith.cmpf.ogt", ...), an index op "idx.add|sub|mul|div|rem|
                               min|max|lt|ge", or CHECK_INDEX (args: index, size, Const dim)
-    Load(buffer, offset, dtype)
+    Load(buffer, offset, dtype, masks)
     Raw(text)                 a target snippet that no decision looks into
 Statements: Let(name, dtype, value), Store(buffer, offset, value, dtype), Line(text) and
 Scope (a block with its loop header, the loop variables it binds and its OmpPragmas).
@@ -70,6 +70,7 @@ class Load:
     buffer: str
     offset: object
     dtype: str
+    masks: tuple = ()     # names of the tile masks the load is under (Triton)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +192,7 @@ class Printer:
         if isinstance(n, Const):
             return str(n.value) if n.dtype == INT else lang.constant(n.value, n.dtype)
         if isinstance(n, Load):
-            return lang.load(n.buffer, self(n.offset), n.dtype)
+            return lang.load(n.buffer, self(n.offset), n.dtype, n.masks)
         if n.kind == CHECK_INDEX:
             i, size, dim = n.args
             return lang.check_index(self(i), self(size), dim.value)

@@ -419,8 +419,14 @@ class TritonLang:
     def constant(self, value, type_):
         return literal(value, type_)
 
-    def load(self, buffer, offset, type_):
-        raise AssertionError("loads are emitted by the lowering (they need masks)")
+    def load(self, buffer, offset, type_, masks):
+        text = f"tl.load({buffer} + {offset}"
+        if masks:
+            text += f", mask={' & '.join(masks)}, other=0"
+        text += ")"
+        if TYPES[type_][0] != TYPES[type_][1]:
+            text += f".to({TYPES[type_][1]})"
+        return text
 
     def dim_size(self, g, k):
         return self.dynamic_sizes.setdefault(k, f"s{k}")
