@@ -91,7 +91,11 @@ def deps_of(n) -> frozenset:
     if isinstance(n, Var):
         return n.deps
     if isinstance(n, Op):
-        return frozenset().union(*[deps_of(a) for a in n.args]) if n.args else frozenset()
+        d = n.__dict__.get("_deps")
+        if d is None:
+            d = frozenset().union(*[deps_of(a) for a in n.args]) if n.args else frozenset()
+            object.__setattr__(n, "_deps", d)
+        return d
     if isinstance(n, Load):
         return deps_of(n.offset)
     return frozenset()
