@@ -87,20 +87,21 @@ def run_pipeline(module, pipeline: str, dump: DebugDump | None = None,
 
 
 def _summary(module) -> dict[str, Any]:
-    from .schedule import find_funcs, kernel_funcs, kernel_ops, _int_attr
+    from ..dialects.contract import ARENA_BYTES, UNPLANNED_BYTES, is_extern
+    from .schedule import find_funcs, kernel_funcs, kernel_ops
     main = find_funcs(module).get("main")
     externs = []
     if main is not None:
         for op in main.regions[0].blocks[0].operations:
-            if op.operation.name == "ember.extern":
+            if is_extern(op):
                 externs.append(op.operation)
     kernels = kernel_funcs(module)
     return {
         "num_kernels": len(kernels),
         "num_externs": len(externs),
         "fused_groups": [kernel_ops(k) for k in kernels],
-        "planned_peak_bytes": _int_attr(main, "ember.arena_bytes") if main else 0,
-        "unplanned_peak_bytes": _int_attr(main, "ember.unplanned_bytes") if main else 0,
+        "planned_peak_bytes": ARENA_BYTES.get(main, 0) if main else 0,
+        "unplanned_peak_bytes": UNPLANNED_BYTES.get(main, 0) if main else 0,
     }
 
 

@@ -14,6 +14,8 @@ from typing import Any, ClassVar
 
 from torch_mlir import ir
 
+from ..dialects.contract import ContractError, verify as verify_contract_of
+
 
 # ember-opt --show-traceback sets this: pass bugs then propagate with their traceback.
 reraise_internal_errors = False
@@ -125,8 +127,10 @@ class Pass:
             opts.append(f"{flag}={value}")
         return self.name + ("{" + " ".join(opts) + "}" if opts else "")
 
-    def as_callable(self):
-        """The (op, pass_) callable that `PassManager.add` runs."""
+    def as_callable(self, verify_contract: bool = True):
+        """The (op, pass_) callable that `PassManager.add` runs; with `verify_contract`, the
+        IR it leaves is checked against ember's stage contract (dialects/contract.py), so a
+        pass that breaks it fails at once, at the op's location."""
 
         def run(op, pass_):
             try:
@@ -135,6 +139,11 @@ class Pass:
                 if problem is not None:
                     raise problem
                 self.run(op)
+                if verify_contract:
+                    try:
+                        verify_contract_of(op, after=self.name)
+                    except ContractError:
+                        raise Reported() from None
             except PassError as err:
                 if not isinstance(err, Reported):
                     (err.location or op.location).emit_error(str(err))

@@ -26,7 +26,7 @@ import dataclasses
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
-from ..dialects import KERNEL_ATTR
+from ..dialects.contract import EXTERN_OP, KERNEL, OPS, RESULT_DIMS, is_ember_op, is_kernel
 from . import externs, fusion_legality
 from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
@@ -35,8 +35,7 @@ from .externs import narrow_source as _narrow_source
 from .graph_utils import defining_op, op_name, stable_topological_sort, users
 from .registry import register
 
-HOST_OPS = {"func.call", "ember.extern", "func.return", "arith.constant", "tensor.empty"}
-RESULT_DIMS_ATTR = "ember.result_dims"
+HOST_OPS = {"func.call", EXTERN_OP, "func.return", "arith.constant", "tensor.empty"}
 VIEW_OPS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast"}
 
 
@@ -152,7 +151,7 @@ class EmberFuse(Pass):
 
 def _public_functions(module):
     for op in module.regions[0].blocks[0].operations:
-        if op_name(op) == "func.func" and KERNEL_ATTR not in op.attributes \
+        if op_name(op) == "func.func" and not is_kernel(op) \
                 and "sym_visibility" not in op.attributes and len(op.regions[0].blocks) > 0:
             yield op
 
@@ -332,7 +331,7 @@ def _erase_dead(block) -> None:
         changed = False
         for op in reversed(list(block.operations)):
             name = op_name(op)
-            if name == "func.return" or name.startswith("ember."):
+            if name == "func.return" or is_ember_op(op):
                 continue
             if all(len(list(r.uses)) == 0 for r in op.results) and len(op.results) > 0:
                 op.operation.erase()
@@ -410,8 +409,8 @@ def _outline(module, fn, groups, target: str) -> None:
         with ir.InsertionPoint(module_block), loc:
             kernel = func.FuncOp(name, ([v.type for v in inputs], [v.type for v in outputs]))
         kernel.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        kernel.attributes[KERNEL_ATTR] = ir.StringAttr.get(kind)
-        kernel.attributes["ember.ops"] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in tags])
+        KERNEL.set(kernel, kind)
+        OPS.set(kernel, tags)
         entry = kernel.add_entry_block(arg_locs=[loc] * len(inputs))
         mapping = {v: entry.arguments[i] for i, v in enumerate(inputs)}
         with ir.InsertionPoint(entry), loc:
@@ -423,8 +422,7 @@ def _outline(module, fn, groups, target: str) -> None:
         with ir.InsertionPoint(last), last.location:
             call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(name), inputs)
         if result_dims is not None:
-            call.attributes[RESULT_DIMS_ATTR] = ir.ArrayAttr.get(
-                [ir.DenseI64ArrayAttr.get(d) for d in result_dims])
+            RESULT_DIMS.set(call, result_dims)
         for old, new in zip(outputs, call.results):
             old.replace_all_uses_with(new)
         for op in reversed(group):
@@ -522,6 +520,6 @@ def _remap(clone, mapping) -> None:
 def _next_kernel_index(module) -> int:
     n = 0
     for op in module.regions[0].blocks[0].operations:
-        if op_name(op) == "func.func" and KERNEL_ATTR in op.attributes:
+        if is_kernel(op):
             n += 1
     return n

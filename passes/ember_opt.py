@@ -235,7 +235,8 @@ class Driver:
         with self.ctx:
             # Built before any parsing: a bad pipeline is one error, not one per chunk.
             self.pm = build_pass_manager(args.pass_pipeline or "builtin.module()", self.ctx,
-                                         print_ir_after_all=args.mlir_print_ir_after_all)
+                                         print_ir_after_all=args.mlir_print_ir_after_all,
+                                         verify_each=args.verify_each)
 
     def _handle(self, diag) -> bool:
         d = _convert(diag, self.filename)
@@ -363,6 +364,9 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"process each '{SPLIT_MARKER}'-separated chunk on its own")
     p.add_argument("--verify-diagnostics", action="store_true",
                    help="check diagnostics against expected-error/warning/note directives")
+    p.add_argument("--verify-each", action=argparse.BooleanOptionalAction, default=True,
+                   help="run MLIR's verifier and ember's stage contract (dialects/contract.py) "
+                        "after each pass (default on)")
     p.add_argument("--allow-unregistered-dialect", action="store_true")
     p.add_argument("--mlir-print-ir-after-all", action="store_true", help="IR after each pass, to stderr")
     p.add_argument("--mlir-print-debuginfo", action="store_true")

@@ -21,17 +21,10 @@ whole as library calls (frontend/partition.py, `is_library_node`).
 """
 from torch_mlir import ir
 
+from ..dialects import make_extern
 from .graph_utils import defining_op, is_zero_constant, op_name
 
 _NARROW = ("bf16", "f16")
-
-
-def make_extern(target: str, operands, result_type, params: dict, anchor):
-    attrs = {"target": ir.StringAttr.get(target), "params": ir.DictAttr.get(params)}
-    with ir.InsertionPoint(anchor), anchor.location:
-        op = ir.Operation.create("ember.extern", results=[result_type],
-                                 operands=list(operands), attributes=attrs)
-    return op
 
 
 def fill_is_zero(value) -> bool:

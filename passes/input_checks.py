@@ -9,6 +9,7 @@ exception).
 from torch_mlir import ir
 
 from ..dialects import verify_module
+from ..dialects.contract import is_kernel
 from .base import Pass, PassError, Reported
 
 
@@ -72,7 +73,7 @@ def _first_scalar_kernel_arg(module: ir.Operation):
 
     def visit(op):
         op = op.operation
-        if op.name == "func.func" and "ember.kernel" in op.attributes:
+        if is_kernel(op):
             ft = _func_type(op)
             args = op.regions[0].blocks[0].arguments if op.regions[0].blocks else ()
             for i, t in enumerate(ft.inputs if ft is not None else ()):

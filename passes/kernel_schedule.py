@@ -33,6 +33,8 @@ from typing import Optional
 
 from torch_mlir import ir
 
+from ..dialects.contract import KERNEL
+
 ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
                "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape",
                "tensor.extract_slice", "tensor.pad", "tensor.concat", "func.return",
@@ -555,9 +557,9 @@ def schedule_kernel(func) -> KernelSchedule:
     ops = list(block.operations)
     ret = ops[-1]
     kind = None
-    if "ember.kernel" in func.attributes:
+    if KERNEL.has(func):
         try:
-            kind = ir.StringAttr(func.attributes["ember.kernel"]).value
+            kind = KERNEL.get(func)
         except (ValueError, TypeError):
             kind = None
     return KernelSchedule(ops[:-1], tensor_args(block), list(ret.operands), kind,
