@@ -25,6 +25,7 @@ import torch.fx as fx
 
 from . import fx_prep, symbolic
 from .input_mutations import lift_input_mutations, write_back
+from ..passes.backends import backend_named
 from .options import CompileOptions, default_pipeline, resolve_target
 from .report import DebugDump, NativeOutput, describe_error, new_graph_id, record, warn_once
 
@@ -222,7 +223,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     finally:
         if native.lines:
             dump.write("diagnostics.txt", "\n".join(native.lines) + "\n")
-    dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
+    dump.write(backend_named(program.target).source_file, program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]
     t0 = time.perf_counter()
     compiled = load(program, device, cache=options.cache_dir,

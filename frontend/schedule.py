@@ -15,6 +15,7 @@ from torch_mlir import ir
 
 from ..dialects import contract as C
 from ..dialects import extern_callee
+from ..passes.backends import backend_named
 from ..runtime.program import Program, Step, ValueInfo
 
 _FLOAT_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
@@ -360,7 +361,7 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
 
     prelude = C.PRELUDE.get(mod_op, "")
     sources = [C.SOURCE.get(f, "") for f in kernel_funcs(module)]
-    lang = "cpp" if target == "cpu" else "python"
+    lang = backend_named(target).lang
     return Program(
         target=target, lang=lang,
         source="\n".join([prelude] + [s for s in sources if s]),

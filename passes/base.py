@@ -15,29 +15,12 @@ from typing import Any, ClassVar
 from torch_mlir import ir
 
 from ..dialects.contract import ContractError, verify as verify_contract_of
+from .errors import OptionError, PassError, Reported  # noqa: F401  (the passes' API)
+from .input_checks import unsupported_input
 
 
 # ember-opt --show-traceback sets this: pass bugs then propagate with their traceback.
 reraise_internal_errors = False
-
-
-class PassError(Exception):
-    """A problem in the input IR that the user must fix; `location` names the place."""
-
-    def __init__(self, message: str, location: "ir.Location | None" = None):
-        super().__init__(message)
-        self.location = location
-
-
-class Reported(PassError):
-    """A problem already emitted as a located diagnostic: only fail the pass."""
-
-    def __init__(self):
-        super().__init__("")
-
-
-class OptionError(ValueError):
-    """A bad pass option in a pipeline string."""
 
 
 INT_MAX = 2**31 - 1
@@ -134,7 +117,6 @@ class Pass:
 
         def run(op, pass_):
             try:
-                from .input_checks import unsupported_input
                 problem = unsupported_input(op, self)
                 if problem is not None:
                     raise problem

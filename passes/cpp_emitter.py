@@ -8,7 +8,8 @@ import math
 import re
 
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
-from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, indexing_maps,
+from .kernel_expr import ExprBuilder, Scope
+from .kernel_schedule import (Expr, Unschedulable, combiner, indexing_maps,
                               iterator_types, masked_combiner, needed_results, schedule_kernel,
                               tensor_args,
                               type_name)

@@ -25,10 +25,9 @@ from torch_mlir import ir
 
 from ..dialects.contract import ARENA_BYTES, KERNEL, OFFSETS, UNPLANNED_BYTES, VIEW, is_extern, is_kernel
 from .base import OptionError, Pass, option
-from .registry import register
+from .ir_queries import HOST_VIEW_OPS
 
-VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape",  # dynamic shapes:
-         "tensor.cast")                                                  # host views
+VIEWS = HOST_VIEW_OPS
 
 
 @dataclasses.dataclass
@@ -287,7 +286,6 @@ def _match_in_place(kernels, ops, root, per_op) -> None:
                 break
 
 
-@register
 @dataclasses.dataclass(frozen=True)
 class EmberBufferReuse(Pass):
     """Assigns arena offsets to @main's intermediates (see the module docstring)."""

@@ -138,7 +138,7 @@ def _unsplit(value, groups, anchor):
 
 # ----------------------------------------------------------------------------- convolution
 
-_CONV_KINDS = {
+CONV_KINDS = {
     "linalg.conv_1d_ncw_fcw": "plain",
     "linalg.conv_2d_nchw_fchw": "plain",
     "linalg.conv_3d_ncdhw_fcdhw": "plain",
@@ -150,7 +150,7 @@ _CONV_KINDS = {
 
 
 def is_conv(op) -> bool:
-    return op_name(op) in _CONV_KINDS
+    return op_name(op) in CONV_KINDS
 
 
 def absorb_pad(x, is_pad_value):
@@ -181,7 +181,7 @@ def _bias_of_broadcast(value, rank: int):
 def conv_extern(op):
     """The `aten.convolution` extern replacing the linalg conv `op` (a value to replace op's
     result with), or None when `op` stays generic code."""
-    kind = _CONV_KINDS[op_name(op)]
+    kind = CONV_KINDS[op_name(op)]
     x, w, init = op.operands[0], op.operands[1], op.operands[2]
     rtype = ir.RankedTensorType(op.results[0].type)
     if kind == "grouped":

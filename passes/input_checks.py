@@ -10,7 +10,7 @@ from torch_mlir import ir
 
 from ..dialects import verify_module
 from ..dialects.contract import is_kernel
-from .base import Pass, PassError, Reported
+from .errors import PassError, Reported
 
 
 def _dynamic(t: ir.Type) -> bool:
@@ -92,7 +92,8 @@ def _first_scalar_kernel_arg(module: ir.Operation):
     return None
 
 
-def unsupported_input(module: ir.Operation, p: Pass) -> PassError | None:
+def unsupported_input(module: ir.Operation, p) -> PassError | None:
+    """`p`: the pass (a base.Pass) about to run on `module`."""
     # Kernel and library declarations well-formed (e.g. a kernel has a body): every pass
     # relies on it; verify_module emits its own located error.
     try:
