@@ -2,7 +2,7 @@
 between stages (contract.py). Imports nothing from passes or frontend."""
 from . import contract
 from .contract import ContractError, KERNEL_KINDS, verify as verify_module
-from .ember import Ember, ExternOp, EXTERN_TARGETS, extern_callee, load, make_context, make_extern
+from .ember import Ember, ExternOp, EXTERN_CALLEES, extern_callee, load, make_context, make_extern
 
-__all__ = ["contract", "ContractError", "Ember", "ExternOp", "KERNEL_KINDS", "EXTERN_TARGETS",
+__all__ = ["contract", "ContractError", "Ember", "ExternOp", "KERNEL_KINDS", "EXTERN_CALLEES",
            "extern_callee", "load", "make_context", "make_extern", "verify_module"]

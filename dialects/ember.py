@@ -28,7 +28,7 @@ from torch_mlir.dialects.ext import (Dialect, DialectAlreadyLoadedError, Operand
 from .contract import EXTERN_OP
 
 # Library kernels ember knows how to call, with their operand counts (min, max).
-EXTERN_TARGETS: dict[str, tuple[int, int]] = {
+EXTERN_CALLEES: dict[str, tuple[int, int]] = {
     "aten.mm": (2, 2),            # C = A @ B
     "aten.addmm": (3, 3),         # C = acc + A @ B (acc: the linalg init operand)
     "aten.bmm": (2, 2),           # batched
@@ -65,7 +65,7 @@ def _error(op, message: str) -> bool:
 
 class ExternOp(Ember.Operation, name="extern"):
     """A call of a library kernel (matmul, batched matmul, convolution, pooling): `callee` names
-    it (a key of EXTERN_TARGETS), `params` holds its non-tensor arguments."""
+    it (a key of EXTERN_CALLEES), `params` holds its non-tensor arguments."""
 
     callee: ir.StringAttr
     # One field per operand: IRDL binds a constraint variable to the first type it meets, so a
@@ -81,10 +81,10 @@ class ExternOp(Ember.Operation, name="extern"):
     def verify_invariants(self) -> bool:
         op = self.operation
         callee = ir.StringAttr(op.attributes["callee"]).value
-        if callee not in EXTERN_TARGETS:
-            known = ", ".join(sorted(EXTERN_TARGETS))
+        if callee not in EXTERN_CALLEES:
+            known = ", ".join(sorted(EXTERN_CALLEES))
             return _error(op, f"'{EXTERN_OP}' has unknown callee '{callee}' (known: {known})")
-        lo, hi = EXTERN_TARGETS[callee]
+        lo, hi = EXTERN_CALLEES[callee]
         n = len(op.operands)
         if not lo <= n <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
