@@ -10,6 +10,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..passes.backends import Target, backend_for
 from ..runtime.env import TARGETS
 DEFAULT_MAX_GROUP_SIZE = 64
 
@@ -126,18 +127,17 @@ def _check_dump_dir(path: str) -> None:
 def resolve_target(target: str, devices) -> str:
     """The concrete target for tensors on `devices` (torch.device objects): cpu | cuda | rocm |
     triton."""
-    if target != "auto":
-        return target
+    if target != Target.AUTO:
+        return str(Target(target))
     import torch
     if any(d.type == "cuda" for d in devices):
-        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
-    return "cpu"
+        return str(Target.ROCM if getattr(torch.version, "hip", None) else Target.CUDA)
+    return str(Target.CPU)
 
 
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
-    codegen = "cpu" if target == "cpu" else "triton"
-    lower = "ember-lower-to-cpp" if codegen == "cpu" else "ember-lower-to-triton"
+    backend = backend_for(target)
     return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size} "
-            f"target={codegen}}},canonicalize,ember-buffer-reuse,{lower})")
+            f"target={backend.name}}},canonicalize,ember-buffer-reuse,{backend.lowering})")

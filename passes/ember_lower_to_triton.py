@@ -20,14 +20,14 @@ import math
 
 from torch_mlir import ir
 
+from .backends import TRITON
 from .base import Pass, PassError, option
 from .kernel_ir import Const, Load, int_value, render_stmt
-from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, const, indexing_maps,
+from .kernel_schedule import (Expr, Unschedulable, combiner, const, indexing_maps,
                               masked_combiner, schedule_kernel, shape, tensor_args, type_name,
                               var)
-from .kernel_expr import ExprBuilder
+from .kernel_expr import ExprBuilder, Scope
 from .graph_utils import attach_kernel_sources
-from .registry import register
 from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp, round_to
 
 _INT32_MAX = 2 ** 31 - 1
@@ -163,16 +163,7 @@ def _decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dic
         vars_[g] = var(name, {dep})
 
 
-def check_schedule(s) -> None:
-    """What this lowering needs beyond `kernel_schedule` (ember-fuse asks it before fusing for
-    Triton): every reduction of a kernel reduces the same dims, because one program tiles one
-    [XBLOCK, RBLOCK] space."""
-    if s.kind != "reduction":
-        return
-    rdims = {g for g in s.reductions[0].reduced if not s.unit(g)}
-    for r in s.reductions[1:]:
-        if {g for g in r.reduced if not s.unit(g)} != rdims:
-            raise Unschedulable("reductions over different dims in one kernel", r.op.location)
+check_schedule = TRITON.limits     # what ember-fuse asks before fusing for Triton
 
 
 class _KernelWriter:
@@ -536,12 +527,11 @@ def _source(k: _Kernel, sched, writer) -> str:
     return "\n".join(lines) + "\n"
 
 
-@register
 @dataclasses.dataclass(frozen=True)
 class EmberLowerToTriton(Pass):
     """Attaches Triton source to every ember kernel (see the module docstring)."""
 
-    name = "ember-lower-to-triton"
+    name = TRITON.lowering
     summary = "Emit Triton @triton.jit kernels plus Python launchers for every ember kernel"
 
     dynamic_shapes = True
@@ -552,7 +542,7 @@ class EmberLowerToTriton(Pass):
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
-            attach_kernel_sources(module, "triton", PRELUDE, lambda op, name: self.lower(op))
+            attach_kernel_sources(module, TRITON.name, PRELUDE, lambda op, name: self.lower(op))
 
     def lower(self, fn) -> str:
         try:

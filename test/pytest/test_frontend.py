@@ -144,7 +144,7 @@ module attributes {ember.target = "cpu", ember.prelude = "// prelude"} {
     %c = arith.constant dense<[1.0, 2.5]> : tensor<2xbf16>
     %i = arith.constant dense<3> : tensor<2x2xi64>
     %e = tensor.empty() : tensor<4xi1>
-    %0 = "ember.extern"(%arg0, %arg1) {target = "aten.mm", ember.offsets = array<i64: 0>,
+    %0 = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", ember.offsets = array<i64: 0>,
         params = {transpose_b = false, stride = [1, 2], pad = array<i64: 0, 1>, g = 1 : i64}}
         : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
     %1 = call @k0(%0, %arg2) {ember.offsets = array<i64: -1>}
