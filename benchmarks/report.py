@@ -150,21 +150,25 @@ def write_chart(path, rows) -> bool:
     groups: dict[tuple, dict[str, dict]] = {}
     for r in rows:
         groups.setdefault(_key(r), {})[r["backend"]] = r
-    names = [f"{lab}\n{d} {m}" for lab, d, m in groups]
+    groups = {k: by for k, by in groups.items() if any(r.get("speedup") for r in by.values())}
+    modes = {m for _, _, m in groups}
+    names = [f"{lab} {d}" + (f" {m}" if len(modes) > 1 else "") for lab, d, m in groups]
     values = {b: [by.get(b, {}).get("speedup") or 0.0 for by in groups.values()] for b in bes}
     for (d, m), g in geomeans(rows).items():
-        names.append(f"geomean\n{d} {m}")
-        for b in bes:
-            values[b].append(g.get(b) or 0.0)
+        if any(g.get(b) for b in bes):
+            names.append(f"geomean {d}" + (f" {m}" if len(modes) > 1 else ""))
+            for b in bes:
+                values[b].append(g.get(b) or 0.0)
     width = 0.8 / max(len(bes), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(names) * max(len(bes), 1) * 0.45), 4.5))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.35 * len(names) * (len(bes) + 1)), 5.0))
     for i, b in enumerate(bes):
         xs = [j + (i - (len(bes) - 1) / 2) * width for j in range(len(names))]
         ax.bar(xs, values[b], width, label=b)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels(names, fontsize=7)
+    ax.set_xticklabels(names, fontsize=8, rotation=35, ha="right")
     ax.set_ylabel("speed-up over eager (x)")
+    ax.set_title(f"speed-up over eager ({', '.join(sorted(modes))})", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
