@@ -5,7 +5,7 @@
                                [--repeats N] [--timeout S] [--no-warm] [--backends ...]
 
 Backends: eager, inductor (default mode), inductor-ro (mode="reduce-overhead", CUDA graphs: GPU
-only), inductor-ma (mode="max-autotune", with --max-autotune) and ember. Each model runs in its
+only), ember, and with --max-autotune inductor-ma and ember-ma (mode="max-autotune"). Each model runs in its
 own child process (a crash or hang in one does not hide the others), which compiles every backend
 on the same model and inputs and times them in alternation (measure.py); then, unless --no-warm,
 a second child compiles them again with the caches the first one filled (warm start). The caches
@@ -51,9 +51,11 @@ def parse_args(argv=None):
                     help="train: forward + backward (bf16/fp16: autocast, fp32 weights)")
     ap.add_argument("--backends", default=None,
                     help="comma-separated (default: eager,inductor,inductor-ro,ember on a GPU, "
-                         "eager,inductor,ember on the CPU; --max-autotune adds inductor-ma)")
+                         "eager,inductor,ember on the CPU; --max-autotune adds inductor-ma, "
+                         "ember-ma)")
     ap.add_argument("--max-autotune", action="store_true",
-                    help="also Inductor with mode='max-autotune' (inductor-ma)")
+                    help="also mode='max-autotune' of Inductor (inductor-ma) and of ember "
+                         "(ember-ma: a wider Triton configuration search)")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when present)")
     ap.add_argument("--size", choices=("full", "small"), default=None,
                     help="model sizes (default: full on a GPU, small on the CPU)")
@@ -91,12 +93,14 @@ def parse_args(argv=None):
     except KeyError as err:
         ap.error(f"unknown dtype {err}; use fp32, bf16 or fp16")
     if args.backends is None:
-        bes = ["eager", "inductor"] + (["inductor-ro"] if gpu else []) + \
-            (["inductor-ma"] if args.max_autotune else []) + ["ember"]
+        bes = ["eager", "inductor"] + (["inductor-ro"] if gpu else []) + ["ember"]
     else:
         bes = [b.strip() for b in args.backends.split(",") if b.strip()]
-        if args.max_autotune and "inductor-ma" not in bes:
-            bes.insert(bes.index("ember") if "ember" in bes else len(bes), "inductor-ma")
+    if args.max_autotune:       # both compilers' max-autotune, beside their defaults
+        for extra, after in (("inductor-ma", "inductor-ro" if "inductor-ro" in bes else
+                              "inductor"), ("ember-ma", "ember")):
+            if extra not in bes and after in bes:
+                bes.insert(bes.index(after) + 1, extra)
     known = report.ORDER
     if any(b not in known for b in bes):
         ap.error(f"unknown backend(s) {[b for b in bes if b not in known]}; known: {known}")

@@ -153,9 +153,13 @@ def test_arguments():
     args = harness.parse_args(["--device", "cpu", "--dtypes", "float32,bf16", "--max-autotune"])
     assert args.models == list(harness.CPU_DEFAULT) and args.small
     assert args.dtypes == ["fp32", "bf16"]
-    assert args.backends == ["eager", "inductor", "inductor-ma", "ember"]
+    assert args.backends == ["eager", "inductor", "inductor-ma", "ember", "ember-ma"]
     args = harness.parse_args(["--device", "cuda", "--models", "resnet18,gpt2"])
     assert args.backends == ["eager", "inductor", "inductor-ro", "ember"] and not args.small
+    args = harness.parse_args(["--device", "cuda", "--max-autotune", "--mode", "train"])
+    assert args.backends == ["eager", "inductor", "inductor-ro", "inductor-ma", "ember",
+                             "ember-ma"]
+    assert args.models == list(harness.GPU_DEFAULT) and args.mode == "train"
     with pytest.raises(SystemExit):
         harness.parse_args(["--device", "cpu", "--models", "nosuchmodel"])
     with pytest.raises(SystemExit):
