@@ -135,7 +135,8 @@ def markdown(rows: list[dict]) -> str:
         parts.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for r in rs:
             p = r["profile"]
-            parts.append(f"| {r['backend']} | {_cell(p.get('wall_ms'))} | {_cell(p.get('busy_ms'))} "
+            parts.append(f"| {r['backend']} | {_cell(p.get('wall_ms'))} "
+                         f"| {_cell(p.get('busy_ms'))} "
                          f"| {_cell(p['library_ms'], p['library_n'])} "
                          f"| {_cell(p['generated_ms'], p.get('generated_n'))} "
                          f"| {_cell(p['copies_ms'], p['copies_n'])} "

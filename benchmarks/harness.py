@@ -5,11 +5,12 @@
                                [--repeats N] [--timeout S] [--no-warm] [--backends ...]
 
 Backends: eager, inductor (default mode), inductor-ro (mode="reduce-overhead", CUDA graphs: GPU
-only), ember, and with --max-autotune inductor-ma and ember-ma (mode="max-autotune"). Each model runs in its
-own child process (a crash or hang in one does not hide the others), which compiles every backend
-on the same model and inputs and times them in alternation (measure.py); then, unless --no-warm,
-a second child compiles them again with the caches the first one filled (warm start). The caches
-(ember's, Inductor's, Triton's) are fresh per model, so `cold s` is a cold compile.
+only), ember, and with --max-autotune inductor-ma and ember-ma (mode="max-autotune"). Each model
+runs in its own child process (a crash or hang in one does not hide the others), which compiles
+every backend on the same model and inputs and times them in alternation (measure.py); then,
+unless --no-warm, a second child compiles them again with the caches the first one filled (warm
+start). The caches (ember's, Inductor's, Triton's) are fresh per model, so `cold s` is a cold
+compile.
 
 Outputs: a progress bar (tqdm when installed, plain lines otherwise) on stderr; markdown tables
 on stdout; with --out DIR: results.json, results.csv, rows.jsonl (appended as each model

@@ -32,7 +32,7 @@ import torch
 
 from . import breakdown
 from .common import ember_summary, flatten, rel_err, train_err
-from .models import build, label
+from .models import FULL_TEXT_SHAPE, build, label
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INDUCTOR_MODES = {"inductor": None, "inductor-ro": "reduce-overhead", "inductor-ma": "max-autotune"}
@@ -117,7 +117,8 @@ class Case:
 
     def __init__(self, name, dtype, mode, device, small):
         self.device, self.mode, self.dtype = device, mode, dtype
-        base, inputs, self.loss_fn = build(name, device, small)
+        base, inputs, self.loss_fn = build(name, device, small,
+                                           text_shape=None if small else FULL_TEXT_SHAPE.get(name))
         self.label = label(name, inputs)
         if mode == "inference":
             self.model = base.to(DTYPES[dtype]).eval()

@@ -1,4 +1,4 @@
-"""Model builders shared by the benchmarks (`python -m ember.benchmarks`, model_zoo.py, gpu_bench.py).
+"""Model builders shared by the benchmarks (`python -m ember.benchmarks`, model_zoo.py).
 
 `build(name, device, small, tiny)` returns `(model, inputs, loss)`: an fp32 `nn.Module` with
 random weights (nothing is downloaded), its input tuple and `output -> scalar tensor` for a

@@ -75,6 +75,8 @@ def _ms_cell(r) -> str:
         return ""
     if not _ok(r):
         return r.get("status", "error")
+    if r.get("status") in ("eager", "partitioned"):     # ember ran all or part of it eagerly
+        return f"{_f(r['ms'])} ({r['status']})"
     return _f(r["ms"])
 
 
