@@ -10,7 +10,10 @@ What a row holds:
              from other processes falls on all alike). GPU: CUDA events around each call with
              the device idle before it, so launch overhead counts; CPU: perf_counter.
   cold_s     the first call (Dynamo, AOTAutograd, the backend's compile and one run) with the
-             caches the parent made empty for this model.
+             caches the parent made empty for this model. The first dtype's also pays the
+             process's one-time costs (importing the compiler, starting its workers), as a
+             user's first compile does; a later dtype's does not.
+  warm_s     the same first call in a new process whose caches the cold run filled.
   peak_mb    GPU: the most memory allocated above what was allocated before the backend's first
              call, over its warm-up calls (CUDA-graph pools included). CPU: the peak of one
              call's allocations through torch's allocator (profiler memory events).
