@@ -21,6 +21,8 @@ What a row holds:
              CPU only library (aten) calls are visible, generated C++ is not.
   rel_err    ||out - eager|| / ||eager|| (training: worst of the loss and the gradients, see
              common.train_err).
+  fp32_err   bf16/fp16 rows: the same against the model in fp32 (training: an fp32 step without
+             autocast); the eager row's is the dtype's own rounding noise.
 """
 from __future__ import annotations
 
@@ -116,14 +118,21 @@ def _cpu_peak_mb(fn) -> float | None:
 
 class Case:
     """One (model, dtype, mode): `make(backend)` -> (step, check) where `step()` runs one call
-    and `check(out)` gives the error against eager."""
+    and `check(first result)` gives {"rel_err": against eager in the same dtype} and, for bf16
+    and fp16, {"fp32_err": against the fp32 model}: eager's own fp32_err is the rounding noise
+    that a low-precision row's rel_err is to be read against."""
 
     def __init__(self, name, dtype, mode, device, small):
         self.device, self.mode, self.dtype = device, mode, dtype
         base, inputs, self.loss_fn = build(name, device, small,
                                            text_shape=None if small else FULL_TEXT_SHAPE.get(name))
         self.label = label(name, inputs)
+        narrow = dtype != "fp32"
+        self.truth = None
         if mode == "inference":
+            if narrow:
+                with torch.no_grad():
+                    self.truth = [t.clone() for t in _outputs(base.eval()(*inputs))]
             self.model = base.to(DTYPES[dtype]).eval()
             self.inputs = tuple(t.to(DTYPES[dtype]) if t.is_floating_point() else t
                                 for t in inputs)
@@ -133,9 +142,12 @@ class Case:
             self.base, self.inputs = base.train(), inputs
             self.ref_model = copy.deepcopy(base)
             self.ref_loss = self._train_step(self.ref_model, self.ref_model)()
+            if narrow:
+                model = copy.deepcopy(base)
+                self.truth = (model, self._train_step(model, model, autocast=False)())
 
-    def _train_step(self, model, fwd, mark_step=False):
-        bf16 = self.dtype != "fp32"
+    def _train_step(self, model, fwd, mark_step=False, autocast=True):
+        narrow = autocast and self.dtype != "fp32"
         kind = DTYPES[self.dtype]
 
         def step():
@@ -143,14 +155,14 @@ class Case:
                 torch.compiler.cudagraph_mark_step_begin()
             for p in model.parameters():
                 p.grad = None
-            with torch.autocast(self.device, dtype=kind, enabled=bf16):
+            with torch.autocast(self.device, dtype=kind, enabled=narrow):
                 loss = self.loss_fn(fwd(*self.inputs))
             loss.backward()
             return loss.detach()
         return step
 
     def make(self, backend: str):
-        """(step, first-call result -> error)."""
+        """(step, first result -> {"rel_err", "fp32_err"})."""
         wrap = compile_fn(backend)
         ro = backend == "inductor-ro"
         if self.mode == "inference":
@@ -163,12 +175,24 @@ class Case:
                 with torch.no_grad():
                     return fn(*ins)
 
-            # cloned right after the call: Inductor's CUDA-graph outputs are overwritten by the
-            # next call (of any backend sharing the graph pool's memory)
-            return step, lambda out: rel_err([t.clone() for t in _outputs(out)], self.ref)
+            def check(out):
+                # cloned right after the call: Inductor's CUDA-graph outputs are overwritten by
+                # the next call (of any backend sharing the graph pool's memory)
+                outs = [t.clone() for t in _outputs(out)]
+                errs = {"rel_err": rel_err(outs, self.ref)}
+                if self.truth is not None:
+                    errs["fp32_err"] = rel_err(outs, self.truth)
+                return errs
+            return step, check
         model = copy.deepcopy(self.base)
         step = self._train_step(model, wrap(model), mark_step=ro)
-        return step, lambda loss: train_err(model, self.ref_model, loss, self.ref_loss)
+
+        def check(loss):
+            errs = {"rel_err": train_err(model, self.ref_model, loss, self.ref_loss)}
+            if self.truth is not None:
+                errs["fp32_err"] = train_err(model, self.truth[0], loss, self.truth[1])
+            return errs
+        return step, check
 
 
 def _clear_ember():
@@ -221,7 +245,7 @@ def run_model(name, dtypes, mode, backends, device, small, repeats, profile=Fals
                 out = step()
                 sync(device)
                 row["cold_s"] = round(time.perf_counter() - t0, 3)
-                row["rel_err"] = check(out)
+                row.update(check(out))
                 del out
                 if be in EMBER_MODES:
                     row.update(_ember_fields(ember_summary()))

@@ -14,7 +14,7 @@ ORDER = ("eager", "inductor", "inductor-ro", "inductor-ma", "ember", "ember-ma")
 INDUCTORS = ("inductor", "inductor-ro", "inductor-ma")
 CSV_FIELDS = ("model", "label", "dtype", "mode", "backend", "status", "ms", "speedup",
               "vs_best_inductor", "cold_s", "warm_s", "peak_mb", "kernels", "rel_err",
-              "fallback_ops", "error")
+              "fp32_err", "fallback_ops", "error")
 
 
 def _key(r):
@@ -104,10 +104,12 @@ def summary_table(rows) -> str:
 
 
 def detail_table(rows) -> str:
-    """One line per row: time, speed-up, compile seconds, memory, launches, error."""
+    """One line per row: time, speed-up, compile seconds, memory, launches, error against eager
+    and (bf16/fp16) against fp32, whose eager value is the dtype's own noise."""
     lines = ["| model | dtype | mode | backend | ms | x eager | cold s | warm s | peak MB "
-             "| kernels | rel err | status |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| kernels | rel err | vs fp32 | status |",
+             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+             "| --- |"]
     for r in rows:
         status = r.get("status", "")
         if r.get("error"):
@@ -120,7 +122,7 @@ def detail_table(rows) -> str:
             _f(r.get("warm_s"), "{:.2f}"), _f(r.get("peak_mb"), "{:.1f}"),
             _f(r.get("kernels"), "{:g}"),
             "" if r["backend"] == "eager" else _f(r.get("rel_err"), "{:.1e}"),
-            status.replace("|", "/")]) + " |")
+            _f(r.get("fp32_err"), "{:.1e}"), status.replace("|", "/")]) + " |")
     return "\n".join(lines)
 
 
