@@ -164,3 +164,18 @@ def test_arguments():
         harness.parse_args(["--device", "cpu", "--models", "nosuchmodel"])
     with pytest.raises(SystemExit):
         harness.parse_args(["--device", "cpu", "--backends", "eager,inductor-ro"])
+
+
+@pytest.mark.parametrize("mode", ["inference", "train"])
+def test_case_errors_against_eager_and_fp32(mode):
+    """measure.Case without a compiler: eager against itself is exact, and a bf16 row says how
+    far eager-bf16 itself is from fp32 (the noise a bf16 error is read against)."""
+    from ember.benchmarks import measure
+    case = measure.Case("mlp", "bf16", mode, "cpu", small=True)
+    step, check = case.make("eager")
+    errs = check(step())
+    assert errs["rel_err"] == 0.0
+    assert 1e-4 < errs["fp32_err"] < 0.1, errs
+    fp32 = measure.Case("mlp", "fp32", mode, "cpu", small=True)
+    step, check = fp32.make("eager")
+    assert check(step()) == {"rel_err": 0.0}
