@@ -241,10 +241,7 @@ def run(args) -> list[dict]:
                 if rc != 0:
                     print(f"{name}: warm-start process ended with {rc}", file=sys.stderr)
             log.close()
-            for r in got:
-                w = warm.get((r["dtype"], r["backend"]))
-                if w is not None:
-                    r["warm_s"] = w.get("warm_s")
+            merge_warm(got, warm.values())
             bar.finish_model(done[0], per_model)
             rows += got
             _append_rows(args.out, got)
@@ -253,6 +250,17 @@ def run(args) -> list[dict]:
         if args.cache_dir is None:
             shutil.rmtree(cache_root, ignore_errors=True)
     return report.derive(rows)
+
+
+def merge_warm(rows, warm_events) -> None:
+    """Puts each warm-start event's seconds (and error) on its (dtype, backend) row."""
+    by = {(w["dtype"], w["backend"]): w for w in warm_events}
+    for r in rows:
+        w = by.get((r["dtype"], r["backend"]))
+        if w is not None:
+            r["warm_s"] = w.get("warm_s")
+            if w.get("error"):
+                r["warm_error"] = w["error"]
 
 
 def _log(out, name):
