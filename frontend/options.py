@@ -13,6 +13,8 @@ from typing import Any, Mapping
 from ..passes.backends import Target, backend_for
 from ..runtime.env import TARGETS
 DEFAULT_MAX_GROUP_SIZE = 64
+# torch.compile's modes, as `torch.compile(model, backend="ember", mode=...)` passes them.
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 class OptionsError(ValueError):
@@ -40,6 +42,10 @@ class CompileOptions:
     parallel_compile: on a GPU, compile every Triton kernel of a graph (every autotuning
       configuration) in worker processes when the graph is loaded, instead of one at a time
       at each kernel's first launch (runtime/triton_warm.py). Same kernels either way.
+    mode: torch.compile's `mode=` (also accepted here): "default" and "reduce-overhead" (CUDA
+      graphs, which ember replays for inference anyway) compile alike; "max-autotune" widens
+      each Triton kernel's configuration search (ember-lower-to-triton{max-autotune=true});
+      "max-autotune-no-cudagraphs" does that without CUDA graphs (unless `cudagraphs` is set).
     """
 
     target: str = "auto"
@@ -51,8 +57,14 @@ class CompileOptions:
     cudagraphs: bool = True
     exact_low_precision: bool = True
     parallel_compile: bool = True
+    mode: str = "default"
 
     def __post_init__(self):
+        if self.mode is None:
+            object.__setattr__(self, "mode", "default")
+        if self.mode not in MODES:
+            raise OptionsError(f"ember: mode must be one of {', '.join(map(repr, MODES))}; "
+                               f"got {self.mode!r}")
         if self.target not in TARGETS:
             raise OptionsError(f"ember: option 'target' must be one of {', '.join(TARGETS)}; "
                                f"got {self.target!r}")
@@ -94,6 +106,8 @@ class CompileOptions:
             raise OptionsError(f"ember: unknown option(s) {', '.join(map(repr, unknown))}; "
                                f"valid options are: {', '.join(valid)}")
         kwargs = {k.replace("-", "_"): v for k, v in options.items()}
+        if kwargs.get("mode") == "max-autotune-no-cudagraphs":
+            kwargs.setdefault("cudagraphs", False)
         if env is None:
             from ..runtime.env import get_env
             env = get_env()
@@ -139,5 +153,8 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
     backend = backend_for(target)
+    lower = backend.lowering
+    if backend.name == "triton" and options.mode.startswith("max-autotune"):
+        lower += "{max-autotune=true}"
     return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size} "
-            f"target={backend.name}}},canonicalize,ember-buffer-reuse,{backend.lowering})")
+            f"target={backend.name}}},canonicalize,ember-buffer-reuse,{lower})")

@@ -167,8 +167,9 @@ check_schedule = TRITON.limits     # what ember-fuse asks before fusing for Trit
 
 
 class _KernelWriter:
-    def __init__(self, fn, sched, max_rblock: int, autotune: bool):
+    def __init__(self, fn, sched, max_rblock: int, autotune: bool, max_autotune: bool = False):
         self.fn, self.sched, self.max_rblock, self.autotune = fn, sched, max_rblock, autotune
+        self.max_autotune = autotune and max_autotune
         self.name = ir.StringAttr(fn.attributes["sym_name"]).value
         block = fn.regions[0].blocks[0]
         ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
@@ -241,6 +242,9 @@ class _KernelWriter:
         for k in range(len(self.results)):
             self.store(k, vars_, "xmask", ("XBLOCK",))
         configs = [({"XBLOCK": 1024}, 4), ({"XBLOCK": 2048}, 8), ({"XBLOCK": 512}, 4)]
+        if self.max_autotune:
+            configs += [({"XBLOCK": 4096}, 8), ({"XBLOCK": 2048}, 4), ({"XBLOCK": 1024}, 8),
+                        ({"XBLOCK": 256}, 2), ({"XBLOCK": 128}, 4)]
         if not self.autotune:
             configs = configs[:1]
         return self._kernel(["xnumel"], {"xnumel": self.runtime_extent(space)}, ["XBLOCK"], configs,
@@ -284,9 +288,18 @@ class _KernelWriter:
             xb = max(1, min(_pow2(max(1, 4096 // rb)), 64)) if outer else 1
             warps = max(1, min(16, _pow2(xb * rb // 512)))
             configs = [({"XBLOCK": xb, "RBLOCK": rb}, warps)]
+            if self.max_autotune:   # fewer rows per program, other warp counts: no more registers
+                more = [(xb, warps * 2), (xb, warps // 2), (xb // 2, warps), (xb // 4, warps // 2)]
+                for x, w in more:
+                    c = ({"XBLOCK": max(1, x), "RBLOCK": rb}, max(1, min(16, w)))
+                    if c not in configs:
+                        configs.append(c)
         else:
             configs = [({"XBLOCK": 1, "RBLOCK": 2048}, 8), ({"XBLOCK": 1, "RBLOCK": 1024}, 4),
                        ({"XBLOCK": 8, "RBLOCK": 512}, 8), ({"XBLOCK": 64, "RBLOCK": 16}, 4)]
+            if self.max_autotune:
+                configs += [({"XBLOCK": 1, "RBLOCK": 4096}, 16), ({"XBLOCK": 4, "RBLOCK": 256}, 4),
+                            ({"XBLOCK": 16, "RBLOCK": 128}, 4), ({"XBLOCK": 32, "RBLOCK": 64}, 8)]
             if not self.autotune:
                 configs = configs[:1]
         # All reductions first, in op order, so that their loops precede the output loops.
@@ -539,6 +552,9 @@ class EmberLowerToTriton(Pass):
 
     max_rblock: int = option(8192, min=1, max=1 << 20)   # Triton's largest block (2^20 elements)
     autotune: bool = True
+    # torch.compile(mode="max-autotune"): a wider configuration search per kernel (block sizes,
+    # warps); the first configuration, what the interpreter and AOT builds use, is unchanged
+    max_autotune: bool = False
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
@@ -547,7 +563,7 @@ class EmberLowerToTriton(Pass):
     def lower(self, fn) -> str:
         try:
             sched = schedule_kernel(fn)
-            w = _KernelWriter(fn, sched, self.max_rblock, self.autotune)
+            w = _KernelWriter(fn, sched, self.max_rblock, self.autotune, self.max_autotune)
             k = w.pointwise() if sched.kind == "pointwise" else w.reduction()
             return _source(k, sched, w)
         except Unschedulable as err:

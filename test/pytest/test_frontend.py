@@ -1,5 +1,6 @@
 """The torch.compile frontend: registration, options, output handling, dynamic shapes, eager
 fallback, the debug dump and training (docs/internals.md, stages 1 and 5)."""
+import functools
 import json
 import os
 import subprocess
@@ -103,6 +104,42 @@ def test_target_resolution_and_pipeline():
     assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton)")
     assert default_pipeline(CompileOptions(pipeline="builtin.module(x)"), "cpu") == \
         "builtin.module(x)"
+
+
+def test_compile_modes(tmp_path):
+    """torch.compile's `mode=`: max-autotune widens the Triton configuration search
+    (ember-lower-to-triton{max-autotune=true}); the C++ path and the other modes compile as
+    before; a mode torch.compile does not know is an error naming the valid ones."""
+    o = CompileOptions(mode="max-autotune")
+    assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton{max-autotune=true})")
+    assert default_pipeline(o, "cpu") == default_pipeline(CompileOptions(), "cpu")
+    assert default_pipeline(CompileOptions(mode="reduce-overhead"), "cuda") == \
+        default_pipeline(CompileOptions(), "cuda")
+    env = _env()
+    assert not CompileOptions.from_user({"mode": "max-autotune-no-cudagraphs"}, env=env).cudagraphs
+    assert CompileOptions.from_user({"mode": "max-autotune-no-cudagraphs", "cudagraphs": True},
+                                    env=env).cudagraphs
+    with pytest.raises(OptionsError, match="mode must be one of 'default', 'reduce-overhead'"):
+        CompileOptions.from_user({"mode": "fastest"}, env=env)
+
+    def f(x):
+        return torch.sigmoid(x) * 2 + 1
+
+    x = torch.randn(40, 3)
+    torch._dynamo.reset()
+    ember.clear_reports()
+    # what torch.compile(backend="ember", mode=...) calls, with the Triton target (interpreted)
+    backend = functools.partial(ember.ember_backend, mode="max-autotune",
+                                options={"target": "triton", "debug_dir": str(tmp_path)})
+    torch.testing.assert_close(torch.compile(f, backend=backend)(x), f(x))
+    assert [r["status"] for r in ember.last_reports()] == ["compiled"]
+    (source,) = tmp_path.rglob("kernels.py")
+    assert "triton.Config({'XBLOCK': 4096}, num_warps=8)" in source.read_text()
+    torch._dynamo.reset()       # and through torch.compile itself (the C++ target here)
+    torch.testing.assert_close(torch.compile(f, backend="ember", mode="max-autotune")(x), f(x))
+    with pytest.raises(Exception, match="mode must be one of"):
+        torch._dynamo.reset()
+        torch.compile(f, backend="ember", mode="fastest")(x)
 
 
 # ---------------------------------------------------------------- graph preparation
