@@ -218,9 +218,13 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     try:
         drop_visible_attention_masks(gm)
         decomps = decomposition_table(opts.exact_low_precision)
+        split = {}
+        if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
+            from torch._functorch.partitioners import min_cut_rematerialization_partition
+            split["partition_fn"] = min_cut_rematerialization_partition
         backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                                inference_compiler=compiler("inference"),
-                               decompositions=decomps,
+                               decompositions=decomps, **split,
                                # an optimizer step's parameter updates stay in the graph as
                                # copy_ (frontend/input_mutations.py): one multi-tensor copy
                                keep_inference_input_mutations=True)

@@ -36,6 +36,22 @@ class EmberCompileError(RuntimeError):
     """ember could not compile a graph (and fallback is off)."""
 
 
+def _output_sizes(gm: fx.GraphModule) -> dict[str, int]:
+    """How many tensors the graph returns and their bytes (static sizes): for a training
+    forward, mostly the values saved for the backward."""
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    vals = [getattr(o, "meta", {}).get("val") for o in (out if isinstance(out, (list, tuple))
+                                                         else (out,))]
+    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
+    nbytes = 0
+    for v in tensors:
+        try:
+            nbytes += int(v.numel()) * v.element_size()
+        except (TypeError, RuntimeError):       # a symbolic size
+            pass
+    return {"num_outputs": len(tensors), "output_bytes": nbytes}
+
+
 def _lend_written_back(run, prep, mutations) -> None:
     """A CUDA-graphed program hands the new values of mutated inputs out of its pool uncloned:
     `write_back` copies them into the inputs before the next replay can overwrite them, and
@@ -172,6 +188,7 @@ class EmberGraph:
             "num_kernels": 0, "num_externs": 0, "fused_groups": [], "eager_fallback_ops": [],
             "fallback_reasons": {}, "planned_peak_bytes": 0, "unplanned_peak_bytes": 0,
             "input_mutations": len(self._mutations.targets) if self._mutations else 0,
+            **_output_sizes(self.gm),
         }
         try:
             run = self._compile(args, report, dump)

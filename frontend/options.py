@@ -42,6 +42,10 @@ class CompileOptions:
     parallel_compile: on a GPU, compile every Triton kernel of a graph (every autotuning
       configuration) in worker processes when the graph is loaded, instead of one at a time
       at each kernel's first launch (runtime/triton_warm.py). Same kernels either way.
+    recompute: training graphs are split by AOTAutograd's min-cut partitioner (what Inductor
+      uses): cheap pointwise values are recomputed in the backward graph, where ember fuses
+      them into its kernels, instead of being saved by the forward (less memory, fewer copies
+      into a graphed backward); False saves every value the backward reads.
     mode: torch.compile's `mode=` (also accepted here): "default" and "reduce-overhead" (CUDA
       graphs, which ember replays for inference anyway) compile alike; "max-autotune" widens
       each Triton kernel's configuration search (ember-lower-to-triton{max-autotune=true});
@@ -57,6 +61,7 @@ class CompileOptions:
     cudagraphs: bool = True
     exact_low_precision: bool = True
     parallel_compile: bool = True
+    recompute: bool = True
     mode: str = "default"
 
     def __post_init__(self):
@@ -72,7 +77,8 @@ class CompileOptions:
                 or self.max_group_size < 1):
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
-        for name in ("fallback", "cudagraphs", "exact_low_precision", "parallel_compile"):
+        for name in ("fallback", "cudagraphs", "exact_low_precision", "parallel_compile",
+                     "recompute"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")
