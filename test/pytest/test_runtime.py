@@ -327,3 +327,40 @@ def test_inference_attention_library_call_dispatches_like_eager():
     q, k, v = torch.randn(3, 2, 4, 16, 8).unbind(0)
     (out,) = run([q, k, v])
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+THREADS_PROBE = r"""#include <omp.h>
+extern "C" int ember_region_threads() {
+  int n = 0;
+  #pragma omp parallel
+  {
+    #pragma omp single
+    n = omp_get_num_threads();
+  }
+  return n;
+}
+"""
+
+
+def test_kernel_threads_follow_torch(tmp_path):
+    """Kernel libraries are built with -fopenmp against libgomp.so.1, which resolves to the
+    OpenMP runtime torch has already loaded: one thread pool, and a parallel region of a
+    kernel uses torch.get_num_threads() threads (torch.set_num_threads applies, also in a
+    thread that torch set up), never a second pool that oversubscribes the cores."""
+    import threading
+    lib = cpp_build.load_library(THREADS_PROBE, cache=tmp_path)
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            assert lib.ember_region_threads() == n == torch.get_num_threads()
+            seen = []
+
+            def other():
+                seen.append((torch.get_num_threads(), lib.ember_region_threads()))
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+            assert seen[0][0] == seen[0][1], seen
+    finally:
+        torch.set_num_threads(before)
