@@ -4,10 +4,11 @@ The prelude those functions use is cpp_prelude.PRELUDE (re-exported here)."""
 from __future__ import annotations
 
 import math
+import re
 
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
-from .kernel_ir import (Const, OmpPragma, Printer, Store, all_nodes, deps_of, perfect_depth,
-                        render_stmt)
+from .kernel_ir import (Const, Let, Line, Load, Op, OmpPragma, Printer, Raw, Store, Var,
+                        all_nodes, deps_of, perfect_depth, render_stmt, statement_nodes)
 from .kernel_expr import ExprBuilder, Scope
 from .kernel_schedule import (Expr, Unschedulable, combiner, const,
                               indexing_maps, iterator_types, masked_combiner, needed_results,
@@ -531,4 +532,142 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
                 if _flat_is_clean(em):
                     return em.source()
             em = _Emitter(func, name, omp_min_elements, vectorize)
-    return em.build().source()
+    em.build()
+    reuse_row_values(em.b.stack[0])
+    return em.source()
+
+
+# --- row values kept from a reduction loop for the loop after it --------------------------------
+# A reduce-then-broadcast kernel (softmax: max, sum of exp(x - max), exp(x - max) / sum) walks
+# one row in sibling loops; the output loop recomputes what the reduction loop computed for the
+# same element (the exp). Costly values (a math call) are kept in a row array on the stack
+# (per thread: the row's scope is the body of the parallel loop) and read back instead.
+ROW_CACHE_MAX = 16384     # elements of one row kept (64 KiB of floats)
+_ASSIGNED = re.compile(r"\s*(\w+)\s*[-+*/|&^]?=[^=]")
+
+
+def _canon(n, env, var, memo):
+    """`n` with the loop's lets inlined, its loop variable renamed "@" and other variables
+    compared by name; None if it holds target text (Raw)."""
+    key = id(n)
+    if key in memo:
+        return memo[key]
+    if isinstance(n, Var):
+        r = Var("@") if n.name == var else env.get(n.name, Var(n.name))
+    elif isinstance(n, Op):
+        args = [_canon(a, env, var, memo) for a in n.args]
+        r = None if any(a is None for a in args) else Op(n.kind, tuple(args), n.dtype, n.atypes)
+    elif isinstance(n, Load):
+        off = _canon(n.offset, env, var, memo)
+        r = None if off is None else Load(n.buffer, off, n.dtype, n.masks)
+    elif isinstance(n, Raw):
+        r = None
+    else:
+        r = n
+    memo[key] = r
+    return r
+
+
+def _names(n, out):
+    for x in _walk_canon(n):
+        if isinstance(x, Var):
+            out.add(x.name)
+        elif isinstance(x, Load):
+            out.add(("buffer", x.buffer))
+    return out
+
+
+def _walk_canon(n):
+    work = [n]
+    while work:
+        x = work.pop()
+        yield x
+        if isinstance(x, Op):
+            work.extend(x.args)
+        elif isinstance(x, Load):
+            work.append(x.offset)
+
+
+def _row_loop(s):
+    """(loop variable, normalised header, row length) of a flat loop `for (v = 0; v < N; ++v)`
+    of a static N, else None."""
+    if not isinstance(s, Scope) or len(s.binds) != 1 or any(isinstance(x, Scope) for x in s.stmts):
+        return None
+    v = next(iter(s.binds))
+    m = re.fullmatch(rf"for \(int64_t {v} = 0; {v} < (\d+); \+\+{v}\)", s.header)
+    if m is None or int(m.group(1)) > ROW_CACHE_MAX:
+        return None
+    return v, int(m.group(1))
+
+
+def _written(stmts, out):
+    """Names assigned and buffers stored to by `stmts` (nested scopes included)."""
+    for s in stmts:
+        if isinstance(s, Scope):
+            _written(s.stmts, out)
+        elif isinstance(s, Store):
+            out.add(("buffer", s.buffer))
+        elif isinstance(s, (str, Line)):
+            text = s if isinstance(s, str) else s.text
+            for part in text.split(";"):
+                m = _ASSIGNED.match(part.split("{")[-1].split(")")[-1])
+                if m:
+                    out.add(m.group(1))
+    return out
+
+
+def reuse_row_values(root: Scope) -> int:
+    """Keeps the costly values (a math op) that a flat row loop computes and a later sibling
+    loop over the same row recomputes: the first stores them in a stack row, the second reads
+    them. Only values of the loop's own lets, whose inputs nothing between (or in the first
+    loop) writes, are shared. Returns how many values it shared."""
+    shared = 0
+    for s in root.stmts:
+        if isinstance(s, Scope):
+            shared += reuse_row_values(s)
+    stmts = root.stmts
+    decls = []       # (loop, declaration of its row), inserted after the walk
+    for i, first in enumerate(stmts):
+        r1 = _row_loop(first)
+        if r1 is None:
+            continue
+        env, memo, lets = {}, {}, {}
+        bad = _written(first.stmts, set())
+        for st in first.stmts:
+            if isinstance(st, Let):
+                c = _canon(st.value, env, r1[0], memo)
+                if c is None:
+                    continue
+                env[st.name] = c
+                if any(isinstance(x, Op) and x.kind.startswith("math.") for x in _walk_canon(c)):
+                    lets.setdefault(c, st)
+        between = set()
+        for j in range(i + 1, len(stmts)):
+            second = stmts[j]
+            r2 = _row_loop(second)
+            if r2 is not None and r2[1] == r1[1] and lets:
+                env2, memo2 = {}, {}
+                for k, st in enumerate(second.stmts):
+                    if not isinstance(st, Let):
+                        continue
+                    c = _canon(st.value, env2, r2[0], memo2)
+                    if c is None:
+                        continue
+                    env2[st.name] = c
+                    src = lets.get(c)
+                    if src is None or _names(c, set()) & (bad | between):
+                        continue
+                    row = getattr(src, "row", None)
+                    if row is None:
+                        row = src.row = f"row_{src.name}"
+                        decls.append((first, Line(f"alignas(64) {CTYPE.get(src.dtype, 'float')} "
+                                                  f"{row}[{r1[1]}];")))
+                        first.stmts.insert(first.stmts.index(src) + 1,
+                                           Line(f"{row}[{r1[0]}] = {src.name};"))
+                        shared += 1
+                    second.stmts[k] = Let(st.name, st.dtype, Raw(f"{row}[{r2[0]}]"))
+                    env2[st.name] = Var(f"{row}[@]")     # later lets read the kept value
+            _written([second], between)
+    for loop, decl in decls:
+        stmts.insert(next(k for k, x in enumerate(stmts) if x is loop), decl)
+    return shared

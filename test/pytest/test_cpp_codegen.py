@@ -317,3 +317,23 @@ def test_flattened_numerics(tmp_path):
     check(tmp_path, lambda x, y: torch.exp(x) * y + torch.erf(x), [t(7, 3, 5), t(7, 3, 5)],
           "pointwise")
     check(tmp_path, lambda x, b: torch.tanh(x + b), [t(256, 3, 64), t(3, 1)], "pointwise")
+
+
+def test_softmax_keeps_row_of_exp(tmp_path):
+    """Reduce-then-broadcast: the output loop of softmax reads the exp(x - max) that the sum
+    loop computed (a row on the stack) instead of computing it again; a row longer than
+    ROW_CACHE_MAX is recomputed. Both agree with torch, NaN and inf rows included."""
+    from ember.passes.cpp_emitter import ROW_CACHE_MAX
+    for cols, kept in ((300, True), (ROW_CACHE_MAX + 8, False)):
+        x = t(8, cols) * 4
+        x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), -float("inf")
+        prelude, ((sym, src, res, _),) = lower(import_kernel(lambda a: torch.softmax(a, -1),
+                                                              [x], "reduction"))
+        assert src.count("ember_exp(") == (1 if kept else 2), src
+        assert ("row_" in src) == kept
+        lib, _ = build(tmp_path, prelude + src)
+        out, = run_kernel(lib, sym, [x], res)
+        ref = torch.softmax(x, -1)
+        assert torch.equal(torch.isnan(out), torch.isnan(ref))
+        ok = ~torch.isnan(ref)
+        assert rel_err(out[ok], ref[ok]) < (1e-6 if kept else 1e-5), cols
