@@ -542,7 +542,7 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
 # one row in sibling loops; the output loop recomputes what the reduction loop computed for the
 # same element (the exp). Costly values (a math call) are kept in a row array on the stack
 # (per thread: the row's scope is the body of the parallel loop) and read back instead.
-ROW_CACHE_MAX = 16384     # elements of one row kept (64 KiB of floats)
+ROW_CACHE_MAX = 16384     # elements kept in the rows of one scope (64 KiB of floats a thread)
 _ASSIGNED = re.compile(r"\s*(\w+)\s*[-+*/|&^]?=[^=]")
 
 
@@ -627,6 +627,7 @@ def reuse_row_values(root: Scope) -> int:
             shared += reuse_row_values(s)
     stmts = root.stmts
     decls = []       # (loop, declaration of its row), inserted after the walk
+    kept = 0         # elements of the rows declared in this scope
     for i, first in enumerate(stmts):
         r1 = _row_loop(first)
         if r1 is None:
@@ -658,7 +659,10 @@ def reuse_row_values(root: Scope) -> int:
                     if src is None or _names(c, set()) & (bad | between):
                         continue
                     row = getattr(src, "row", None)
+                    if row is None and kept + r1[1] > ROW_CACHE_MAX:
+                        continue            # the rows of one scope stay within the budget
                     if row is None:
+                        kept += r1[1]
                         row = src.row = f"row_{src.name}"
                         decls.append((first, Line(f"alignas(64) {CTYPE.get(src.dtype, 'float')} "
                                                   f"{row}[{r1[1]}];")))
