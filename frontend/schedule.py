@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from torch_mlir import ir
 
+from ..runtime.externs import DYNAMIC_EXTERNS  # externs sized at run time
 from ..runtime.program import Program, Step, ValueInfo
 
 _FLOAT_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
@@ -66,8 +67,6 @@ SCALAR_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.di
               "arith.minsi", "arith.index_cast", "arith.index_castui", "arith.extsi",
               "arith.extui", "arith.trunci", "arith.cmpi", "arith.select", "arith.andi",
               "arith.ori", "arith.xori"}
-# Externs whose result sizes the runtime infers from their operands (runtime/externs.py).
-DYNAMIC_EXTERNS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm"}
 
 
 def attr_to_python(attr: ir.Attribute) -> Any:

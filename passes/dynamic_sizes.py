@@ -139,3 +139,45 @@ def dim_value(value, i: int, in_group, anchor):
         raise PassError(f"ember-fuse: cannot tell the size of dynamic dim {i} of a result of "
                         f"'{name}' (the graph is compiled for static shapes instead)", op.location)
     raise PassError("ember-fuse: size chain too long")
+
+
+def _is_scalar_float_op(op) -> bool:
+    """Float `arith` on host scalars (a SymFloat of the graph: BatchNorm's unbiased-variance
+    factor `n / (n - 1)` with n symbolic), as torch-mlir imports it: no tensor operand or
+    result, some float operand or result."""
+    name = op_name(op)
+    if not name.startswith("arith.") or name == "arith.constant" or not len(op.results):
+        return False
+    vals = list(op.results) + list(op.operands)
+    if any(isinstance(v.type, ir.ShapedType) for v in vals):
+        return False
+    return any(isinstance(v.type, ir.FloatType) for v in vals)
+
+
+def sink_scalar_float_ops(block) -> None:
+    """Moves float scalar arithmetic on the host into the `linalg.generic` bodies that read it
+    (a copy per body; later ops first, so a chain moves whole): the host computes only integer
+    sizes, which kernels take as scalar arguments, and each kernel recomputes the float from
+    them. A float scalar with any other user stays (ember-fuse then reports it)."""
+    for op in reversed(list(block.operations)):
+        if not _is_scalar_float_op(op):
+            continue
+        uses = [u for r in op.results for u in r.uses]
+        bodies = []
+        for use in uses:
+            owner = use.owner.operation
+            parent = owner.parent
+            if parent is None or op_name(parent) != "linalg.generic":
+                break
+            body = owner.block
+            if body not in bodies:
+                bodies.append(body)
+        else:
+            for body in bodies:
+                with ir.InsertionPoint.at_block_begin(body):
+                    clone = op.operation.clone()
+                for old, new in zip(op.results, clone.results):
+                    for use in list(old.uses):
+                        if use.owner.operation.block == body:
+                            use.owner.operation.operands[use.operand_number] = new
+            op.operation.erase()
