@@ -16,6 +16,7 @@ from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
 from .scatter_decomp import scatter_decompositions
 from .special_decomp import special_decompositions
+from .transformer_decomp import transformer_decompositions
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions
 from .report import describe_error, new_graph_id, record, warn_once
@@ -153,6 +154,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table.update(roll_decompositions())        # shifted windows (swin): slices + concat
     table.update(pointwise_decompositions())   # fmax/fmin, roll
     table.update(special_decompositions())     # trigamma, i0e, hypot, ...: they fuse
+    table.update(transformer_decompositions())  # nn.TransformerEncoderLayer's fast path
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c

@@ -71,7 +71,8 @@ def _symbolic_shapes(gm: fx.GraphModule) -> list:
     out = []
     for node in gm.graph.nodes:
         if node.op == "placeholder" and isinstance(node.meta.get("val"), torch.Tensor):
-            out.append([d if isinstance(d, int) else str(d) for d in node.meta["val"].shape])
+            out.append([int(d) if isinstance(d, int) or d.node.expr.is_Integer else str(d)
+                        for d in node.meta["val"].shape])
     return out
 
 
