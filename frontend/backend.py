@@ -113,10 +113,14 @@ def _adaptive_avg_pool(decomp):
     """`decomp` where the input's sizes divide the output's (it is then an average pooling
     with fixed windows, or a mean); otherwise the op stays whole, a library call: windows of
     varying size are loops whose bounds depend on the output index, which the Triton lowering
-    cannot schedule."""
+    cannot schedule. A symbolic size is not tested (that would add a guard, and Dynamo would
+    compile again for sizes that do not divide): the op stays whole unless the output is 1x1,
+    a mean for every size."""
     def run(x, output_size):
         sizes = list(x.shape[-len(output_size):])
-        if all(o > 0 and i % o == 0 for i, o in zip(sizes, output_size)):
+        if all(o == 1 for o in output_size) or (
+                all(isinstance(i, int) for i in sizes)
+                and all(o > 0 and i % o == 0 for i, o in zip(sizes, output_size))):
             return decomp(x, output_size)
         return NotImplemented
     return run

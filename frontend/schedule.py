@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from torch_mlir import ir
 
+from ..passes.dynamic_sizes import HOST_FLOAT_OPS
 from ..runtime.externs import DYNAMIC_EXTERNS  # externs sized at run time
 from ..runtime.program import Program, Step, ValueInfo
 
@@ -66,7 +67,7 @@ SCALAR_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.di
               "arith.floordivsi", "arith.ceildivsi", "arith.remsi", "arith.remui", "arith.maxsi",
               "arith.minsi", "arith.index_cast", "arith.index_castui", "arith.extsi",
               "arith.extui", "arith.trunci", "arith.cmpi", "arith.select", "arith.andi",
-              "arith.ori", "arith.xori"}
+              "arith.ori", "arith.xori"} | HOST_FLOAT_OPS
 
 
 def attr_to_python(attr: ir.Attribute) -> Any:
@@ -306,6 +307,11 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                 (o,) = (new_value(op.results[0]),)
                 steps.append(Step("scalar", "constant", (), (o,),
                                   {"value": int(ir.IntegerAttr(op.attributes["value"]).value)}))
+            elif any(u.owner.operation.name in HOST_FLOAT_OPS and
+                     u.owner.operation.parent.name == "func.func" for u in op.results[0].uses):
+                (o,) = (new_scalar(op.results[0]),)     # read by a float step of a size
+                steps.append(Step("scalar", "constant", (), (o,),
+                                  {"value": float(ir.FloatAttr(op.attributes["value"]).value)}))
             continue  # other scalars on the host feed nothing the runtime runs
         if name in SCALAR_OPS or name in ("tensor.dim", "cf.assert", "tensor.from_elements"):
             outs = tuple(new_scalar(r) for r in op.results)
@@ -314,6 +320,8 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                 params["predicate"] = int(ir.IntegerAttr(op.attributes["predicate"]).value)
             if name == "cf.assert":
                 params["msg"] = _str_attr(op, "msg")
+            if name in HOST_FLOAT_OPS and isinstance(op.results[0].type, ir.FloatType):
+                params["bits"] = ir.FloatType(op.results[0].type).width   # rounded to it
             steps.append(Step("scalar", name.split(".")[1], ins, outs, params))
             continue
         offsets = _i64_array(op, "ember.offsets") or [-1] * len(op.results)

@@ -46,10 +46,21 @@ def is_size_op(op) -> bool:
     if name == "tensor.from_elements":      # the shape operand of a tensor.reshape
         return isinstance(ir.ShapedType(op.results[0].type).element_type,
                           (ir.IndexType, ir.IntegerType))
+    if name in HOST_FLOAT_OPS:     # a float step of a size (arange's ceil(end / step))
+        return _is_scalar_float_op(op)
     if not name.startswith("arith.") or not len(op.results):
         return False
     return all(isinstance(v.type, (ir.IndexType, ir.IntegerType))
                for v in list(op.results) + list(op.operands))
+
+
+# Float arithmetic the host evaluates where a size goes through floats (frontend/schedule.py
+# and runtime/executor.py know the same names); a float that a kernel reads is recomputed in it
+# instead (`sink_scalar_float_ops`).
+HOST_FLOAT_OPS = {"arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui", "arith.addf",
+                  "arith.subf", "arith.mulf", "arith.divf", "arith.negf", "arith.truncf",
+                  "arith.extf", "arith.maximumf", "arith.minimumf", "arith.maxnumf",
+                  "arith.minnumf", "math.ceil", "math.floor"}
 
 
 def dim_value(value, i: int, in_group, anchor):
@@ -142,11 +153,12 @@ def dim_value(value, i: int, in_group, anchor):
 
 
 def _is_scalar_float_op(op) -> bool:
-    """Float `arith` on host scalars (a SymFloat of the graph: BatchNorm's unbiased-variance
-    factor `n / (n - 1)` with n symbolic), as torch-mlir imports it: no tensor operand or
-    result, some float operand or result."""
+    """Float `arith`/`math` on host scalars (a SymFloat of the graph: BatchNorm's
+    unbiased-variance factor `n / (n - 1)` with n symbolic, arange's `ceil(end / step)`), as
+    torch-mlir imports it: no tensor operand or result, some float operand or result."""
     name = op_name(op)
-    if not name.startswith("arith.") or name == "arith.constant" or not len(op.results):
+    if not name.startswith(("arith.", "math.")) or name == "arith.constant" \
+            or not len(op.results):
         return False
     vals = list(op.results) + list(op.operands)
     if any(isinstance(v.type, ir.ShapedType) for v in vals):
@@ -155,29 +167,27 @@ def _is_scalar_float_op(op) -> bool:
 
 
 def sink_scalar_float_ops(block) -> None:
-    """Moves float scalar arithmetic on the host into the `linalg.generic` bodies that read it
-    (a copy per body; later ops first, so a chain moves whole): the host computes only integer
-    sizes, which kernels take as scalar arguments, and each kernel recomputes the float from
-    them. A float scalar with any other user stays (ember-fuse then reports it)."""
+    """Copies float scalar arithmetic on the host into the `linalg.generic` bodies that read it
+    (a copy per body; later ops first, so a chain is copied whole): kernels take only integer
+    sizes as scalar arguments and recompute the float from them. What the host still uses
+    (a float step towards an integer size) stays on the host (`HOST_FLOAT_OPS`)."""
     for op in reversed(list(block.operations)):
         if not _is_scalar_float_op(op):
             continue
-        uses = [u for r in op.results for u in r.uses]
         bodies = []
-        for use in uses:
-            owner = use.owner.operation
-            parent = owner.parent
-            if parent is None or op_name(parent) != "linalg.generic":
-                break
-            body = owner.block
-            if body not in bodies:
-                bodies.append(body)
-        else:
-            for body in bodies:
-                with ir.InsertionPoint.at_block_begin(body):
-                    clone = op.operation.clone()
-                for old, new in zip(op.results, clone.results):
-                    for use in list(old.uses):
-                        if use.owner.operation.block == body:
-                            use.owner.operation.operands[use.operand_number] = new
+        for r in op.results:
+            for use in r.uses:
+                owner = use.owner.operation
+                parent = owner.parent
+                if parent is not None and op_name(parent) == "linalg.generic" \
+                        and owner.block not in bodies:
+                    bodies.append(owner.block)
+        for body in bodies:
+            with ir.InsertionPoint.at_block_begin(body):
+                clone = op.operation.clone()
+            for old, new in zip(op.results, clone.results):
+                for use in list(old.uses):
+                    if use.owner.operation.block == body:
+                        use.owner.operation.operands[use.operand_number] = new
+        if not any(True for r in op.results for _ in r.uses):
             op.operation.erase()
