@@ -191,3 +191,41 @@ def sink_scalar_float_ops(block) -> None:
                         use.owner.operation.operands[use.operand_number] = new
         if not any(True for r in op.results for _ in r.uses):
             op.operation.erase()
+
+
+def expand_affine_apply(block) -> None:
+    """Host `affine.apply` on sizes (torch-mlir's size of a dynamic `tensor.concat`:
+    `s0 + 1`) -> the same integer arithmetic in `arith`, which the host evaluates."""
+    from torch_mlir.dialects import arith
+
+    index = ir.IndexType.get()
+    for op in list(block.operations):
+        if op_name(op) != "affine.apply":
+            continue
+        amap = ir.AffineMapAttr(op.attributes["map"]).value
+        n_dims = amap.n_dims
+        with ir.InsertionPoint(op), op.location:
+            def const(v):
+                return arith.ConstantOp(index, v).result
+
+            def build(e):
+                for cls, fn in ((ir.AffineAddExpr, arith.AddIOp), (ir.AffineMulExpr, arith.MulIOp),
+                                (ir.AffineFloorDivExpr, arith.FloorDivSIOp),
+                                (ir.AffineCeilDivExpr, arith.CeilDivSIOp)):
+                    if isinstance(e, cls):
+                        return fn(build(e.lhs), build(e.rhs)).result
+                if isinstance(e, ir.AffineModExpr):       # non-negative: a - floordiv(a, b) * b
+                    lhs, rhs = build(e.lhs), build(e.rhs)
+                    q = arith.FloorDivSIOp(lhs, rhs).result
+                    return arith.SubIOp(lhs, arith.MulIOp(q, rhs).result).result
+                if isinstance(e, ir.AffineConstantExpr):
+                    return const(e.value)
+                if isinstance(e, ir.AffineDimExpr):
+                    return op.operands[e.position]
+                if isinstance(e, ir.AffineSymbolExpr):
+                    return op.operands[n_dims + e.position]
+                raise PassError(f"ember-fuse: affine expression {e} on the host", op.location)
+
+            (result,) = [build(e) for e in amap.results]
+        op.results[0].replace_all_uses_with(result)
+        op.operation.erase()

@@ -30,7 +30,7 @@ from ..dialects import KERNEL_ATTR
 from . import externs, fusion_legality
 from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
-from .dynamic_sizes import sink_scalar_float_ops
+from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
 from .externs import fill_is_zero as _fill_is_zero, make_extern as _make_extern
 from .externs import narrow_source as _narrow_source
 from .graph_utils import defining_op, op_name, stable_topological_sort, users
@@ -67,6 +67,7 @@ class EmberFuse(Pass):
                 if self.externs:
                     _convert_externs(fn)
                 if is_dynamic(fn):
+                    expand_affine_apply(fn.regions[0].blocks[0])
                     sink_scalar_float_ops(fn.regions[0].blocks[0])
                 groups = self.plan(fn)
                 _outline(module, fn, groups, self.target)
