@@ -17,6 +17,7 @@ from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
 from .scatter_decomp import scatter_decompositions
 from .special_decomp import special_decompositions
+from .transformer_decomp import transformer_decompositions
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions
 from .report import describe_error, new_graph_id, record, warn_once
@@ -113,10 +114,14 @@ def _adaptive_avg_pool(decomp):
     """`decomp` where the input's sizes divide the output's (it is then an average pooling
     with fixed windows, or a mean); otherwise the op stays whole, a library call: windows of
     varying size are loops whose bounds depend on the output index, which the Triton lowering
-    cannot schedule."""
+    cannot schedule. A symbolic size is not tested (that would add a guard, and Dynamo would
+    compile again for sizes that do not divide): the op stays whole unless the output is 1x1,
+    a mean for every size."""
     def run(x, output_size):
         sizes = list(x.shape[-len(output_size):])
-        if all(o > 0 and i % o == 0 for i, o in zip(sizes, output_size)):
+        if all(o == 1 for o in output_size) or (
+                all(isinstance(i, int) for i in sizes)
+                and all(o > 0 and i % o == 0 for i, o in zip(sizes, output_size))):
             return decomp(x, output_size)
         return NotImplemented
     return run
@@ -154,6 +159,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table.update(roll_decompositions())        # shifted windows (swin): slices + concat
     table.update(pointwise_decompositions())   # fmax/fmin, roll
     table.update(special_decompositions())     # trigamma, i0e, hypot, ...: they fuse
+    table.update(transformer_decompositions())  # nn.TransformerEncoderLayer's fast path
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c

@@ -436,7 +436,18 @@ def _fold_copy_into_empty(gm: fx.GraphModule) -> None:
         gm.recompile()
 
 
+def _true_divide_as_div(gm: fx.GraphModule) -> None:
+    """`aten.true_divide.Tensor` -> `aten.div.Tensor` (the same op; torch-mlir lowers only the
+    latter). Dynamo's tensorified float sizes trace as true_divide: nearest upsampling's
+    `in / (scale * in)` with symbolic sizes."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.true_divide.Tensor:
+            node.target = torch.ops.aten.div.Tensor
+    gm.recompile()
+
+
 def prepare(gm: fx.GraphModule) -> PreparedGraph:
+    _true_divide_as_div(gm)
     _drop_unused_pool_indices(gm)
     _fold_copy_into_empty(gm)
     as_strided_to_view(gm)

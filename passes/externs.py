@@ -122,11 +122,27 @@ def _collapse(value, groups, anchor):
 
 
 def _expand(value, groups, shape, anchor):
-    from torch_mlir.dialects import tensor
+    """A new expand_shape view of `value` to `shape`; a dynamic dim (symbolic sizes) is the
+    source dim of its group divided by the group's static sizes (one dynamic dim a group)."""
+    from torch_mlir.dialects import arith, tensor
     t = ir.RankedTensorType(value.type)
+    dyn = ir.ShapedType.get_dynamic_size()
     with ir.InsertionPoint(anchor), anchor.location:
+        sizes = []
+        for j, group in enumerate(groups):
+            if not any(shape[i] == dyn for i in group):
+                continue
+            if sum(shape[i] == dyn for i in group) > 1:
+                raise ValueError("expand_shape with two dynamic dims in one group")
+            size = tensor.DimOp(value, arith.ConstantOp(ir.IndexType.get(), j).result).result
+            rest = 1
+            for i in group:
+                rest *= shape[i] if shape[i] != dyn else 1
+            if rest != 1:
+                size = arith.DivUIOp(size, arith.ConstantOp(ir.IndexType.get(), rest).result).result
+            sizes.append(size)
         return tensor.ExpandShapeOp(ir.RankedTensorType.get(shape, t.element_type), value,
-                                    _reassociation(groups), [], shape).result
+                                    _reassociation(groups), sizes, shape).result
 
 
 def _unsplit(value, groups, anchor):
