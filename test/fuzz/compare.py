@@ -129,9 +129,54 @@ def check(source: str, target: str) -> dict:
         fallback, fallback_reasons = _fallbacks()
     torch._dynamo.reset()
     r = _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, list(exact_map), target)
+    if r[0] == "mismatch":
+        quirk = _eager_quirk(source, fn, make, outs, out_inputs, list(exact_map), target)
+        if quirk:
+            r = ("pass", f"eager quirk {quirk}: {r[1]}")
     if r[0] != "pass" and _upstream(fn, make, ref_err, refs, ref_inputs, list(exact_map)):
         r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}")
     return dict(status=r[0], reason=r[1], fallback=fallback, fallback_reasons=fallback_reasons)
+
+
+def _gelu_inf(original):
+    """gelu with +inf -> +inf (its value: x * 0.5 * (1 + erf(x / sqrt 2)) = inf)."""
+    def gelu(x, approximate="none"):
+        y = original(x, approximate=approximate)
+        return torch.where(torch.isposinf(x), x, y) if x.is_floating_point() else y
+    return gelu
+
+
+# Eager results that are eager's kernels' own accidents, not the op's semantics; each is named,
+# accepted only where it explains the whole difference (ember matches eager run with the op
+# replaced by its intended value), and pinned by a test that fails once torch changes
+# (test_fuzz_regressions_22.py). name -> (what the source must call, torch attribute owner,
+# attribute, replacement).
+QUIRKS = {
+    # eager's CPU gelu of +inf is NaN in its vectorized loop (float32 tensors of two elements
+    # or more, bf16 rows long enough), +inf in its scalar one (fuzz seed 22 index 794)
+    "cpu_gelu_inf_nan": ("torch.nn.functional.gelu(", torch.nn.functional, "gelu", _gelu_inf),
+}
+
+
+def _eager_quirk(source, fn, make, outs, out_inputs, exact, target) -> str | None:
+    """The name of the eager quirk that explains a mismatch, or None."""
+    for name, (call, owner, attr, replacement) in QUIRKS.items():
+        if call not in source:
+            continue
+        original = getattr(owner, attr)
+        setattr(owner, attr, replacement(original))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                inputs = make()
+                refs = _flat(fn(*inputs))
+        except Exception:  # noqa: BLE001 - no alternative reference: not this quirk
+            continue
+        finally:
+            setattr(owner, attr, original)
+        if _verdict(None, None, refs, outs, inputs, out_inputs, exact, target)[0] == "pass":
+            return name
+    return None
 
 
 def _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target) -> tuple:
