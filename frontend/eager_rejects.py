@@ -212,6 +212,27 @@ def _specs(args, kwargs) -> list:
     return found
 
 
+def outside_tracing(fn):
+    """`fn()` in a thread of its own, under no_grad: no fake mode, proxy mode or
+    functionalization is active there (they are thread-local), whatever the caller is tracing.
+    Its exception is raised here."""
+    result: list = [None, None]
+
+    def run():
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result[0] = fn()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller
+            result[1] = err
+    thread = threading.Thread(target=run, name="ember-outside-tracing", daemon=True)
+    thread.start()
+    thread.join()
+    if result[1] is not None:
+        raise result[1]
+    return result[0]
+
+
 def judge(op, args, kwargs) -> str | None:
     """None when eager's kernel accepts `op` for these arguments' dtypes (or when that cannot
     be told from a tiny probe), else eager's error, as `Type: message`. Tensor arguments may be
@@ -225,18 +246,7 @@ def judge(op, args, kwargs) -> str | None:
     with _LOCK:
         if key in _VERDICTS:
             return _VERDICTS[key]
-    result: list = [None]
-
-    def probe():
-        # a thread of its own: no fake mode, proxy mode or functionalization is active here
-        # (they are thread-local), whatever the caller is tracing
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result[0] = _judge(op, args, kwargs)
-    thread = threading.Thread(target=probe, name="ember-eager-rejects", daemon=True)
-    thread.start()
-    thread.join()
-    why = result[0]
+    why = outside_tracing(lambda: _judge(op, args, kwargs))
     with _LOCK:
         _VERDICTS[key] = why
     return why

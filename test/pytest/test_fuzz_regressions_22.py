@@ -90,3 +90,25 @@ def test_eager_quirk_gelu_inf_is_nan(target):
     wrong = [torch.tensor([-0.0757, 7.0, 0.0, 0.2470])]
     assert compare._eager_quirk(src, ns["fn"], ns["make_inputs"], wrong, ns["make_inputs"](),
                                 [False], target) is None
+
+
+# seed 22 indices 639 and 724: a decomposed pointwise op took the layout of its last `where`'s
+# condition, not eager's: float `a // b` (after `fmax(a, b)`; with a contiguous a and a
+# permuted b) came back laid out as b (eager: as a). decomp_layouts.keep_layout gives a
+# decomposition's results the layout eager's op gives (probed on small CPU tensors: the meta
+# kernel of floor_divide is laid out as b, unlike eager's).
+LAYOUTS_22 = {
+    "fmax_floor_divide": ("a0 = torch.arange(50.0).reshape(5, 5, 2, 1).permute(0, 2, 1, 3) - 24\n"
+             "a1 = torch.arange(200).reshape(4, 2, 5, 5).permute(3, 1, 2, 0) - 100",
+             "v0 = torch.fmax(a0, a1) // a1\nreturn (v0, torch.clamp(v0, -1, 1).select(0, -2))"),
+    "floor_divide": ("a0 = torch.arange(27.0).reshape(3, 3, 3) - 13\n"
+                     "a1 = (torch.arange(27.0).reshape(3, 3, 3).permute(1, 2, 0) - 12.5)"
+                     ".to(torch.float16)",
+                     "return (a0 // a1, torch.exp(a0 // a1))"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUTS_22))
+def test_decomposed_pointwise_keeps_eager_layout(target, case):
+    inputs, body = LAYOUTS_22[case]
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(True, False)), target))
