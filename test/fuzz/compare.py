@@ -146,22 +146,37 @@ def _gelu_inf(original):
     return gelu
 
 
-# Eager results that are eager's kernels' own accidents, not the op's semantics; each is named,
-# accepted only where it explains the whole difference (ember matches eager run with the op
-# replaced by its intended value), and pinned by a test that fails once torch changes
-# (test_fuzz_regressions_22.py). name -> (what the source must call, torch attribute owner,
-# attribute, replacement).
+def _prod_f32(original):
+    """prod of bf16/f16 accumulated in f32 and rounded once (eager's CUDA kernel)."""
+    def prod(x, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and x.dtype in (torch.bfloat16, torch.float16) \
+                and "dtype" not in kwargs:
+            return original(x.float(), *args, **kwargs).to(x.dtype)
+        return original(x, *args, **kwargs)
+    return prod
+
+
+# Eager results that are eager's kernels' own accidents or its CPU kernels' choices, not the
+# op's semantics; each is named, accepted only where it explains the whole difference (ember
+# matches eager run with the op replaced by the other value), and pinned by a test that fails
+# once torch changes (test_fuzz_regressions_22.py). name -> (targets, what the source must
+# call, torch attribute owner, attribute, replacement).
 QUIRKS = {
     # eager's CPU gelu of +inf is NaN in its vectorized loop (float32 tensors of two elements
     # or more, bf16 rows long enough), +inf in its scalar one (fuzz seed 22 index 794)
-    "cpu_gelu_inf_nan": ("torch.nn.functional.gelu(", torch.nn.functional, "gelu", _gelu_inf),
+    "cpu_gelu_inf_nan": (("cpu", "triton"), "torch.nn.functional.gelu(", torch.nn.functional,
+                         "gelu", _gelu_inf),
+    # the triton target has eager CUDA's semantics: a bf16/f16 product accumulates in f32
+    # (eager's CPU kernel rounds each partial product to the 16-bit type, so one past 65504 is
+    # inf: fuzz seed 22 index 729); the cpu target calls eager's CPU kernel
+    "cuda_prod_f32_accumulation": (("triton",), ".prod(", torch.Tensor, "prod", _prod_f32),
 }
 
 
 def _eager_quirk(source, fn, make, outs, out_inputs, exact, target) -> str | None:
     """The name of the eager quirk that explains a mismatch, or None."""
-    for name, (call, owner, attr, replacement) in QUIRKS.items():
-        if call not in source:
+    for name, (targets, call, owner, attr, replacement) in QUIRKS.items():
+        if target not in targets or call not in source:
             continue
         original = getattr(owner, attr)
         setattr(owner, attr, replacement(original))

@@ -112,3 +112,29 @@ LAYOUTS_22 = {
 def test_decomposed_pointwise_keeps_eager_layout(target, case):
     inputs, body = LAYOUTS_22[case]
     _no_fallback(_assert_matches(_case(inputs, body, exact=(True, False)), target))
+
+
+# seed 22 index 729: eager's CPU prod of f16 rounds each partial product to f16 (60000 * -1.24
+# is -inf, though the whole product is finite); the C++ kernel multiplied in f32. On the cpu
+# target a bf16/f16 prod is a library call (eager's kernel, bit for bit). The triton target has
+# eager CUDA's f32 accumulation: compare.py accepts that as the named quirk
+# cuda_prod_f32_accumulation, where it explains the whole difference (the first assertion
+# pins eager's CPU behaviour).
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_prod_cpu_rounds_each_product(target, dtype):
+    import ember
+    x = torch.tensor([[60000.0, -1.7490234375], [-1.2421875, 3.796875],
+                      [1.52587890625e-05, 1.0]]).to(getattr(torch, dtype))
+    if dtype == "float16":
+        assert x.prod(0)[0].item() == float("-inf")
+    src = _case(f"a0 = torch.tensor([[60000.0, -1.7490234375], [-1.2421875, 3.796875], "
+                f"[1.52587890625e-05, 1.0]]).to(torch.{dtype})\n"
+                f"a1 = torch.tensor([0, 0, 0])",
+                "return (torch.index_select(a0.prod(-2, keepdim=True), 0, a1), a0.prod())",
+                exact=(False, False))
+    r = _assert_matches(src, target)
+    if target == "cpu":
+        calls = [c for rep in ember.last_reports() for c in rep.get("library_calls") or []]
+        assert "aten.prod.dim_int" in calls and "aten.prod.default" in calls, calls
+    elif dtype == "float16":
+        assert r["reason"].startswith("eager quirk cuda_prod_f32_accumulation"), r["reason"]
