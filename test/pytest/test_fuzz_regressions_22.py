@@ -149,3 +149,22 @@ def test_int64_max_min_identity(target, expr):
     src = _case("a0 = torch.full((3, 2), -9223372036854775808)\n"
                 "a1 = torch.full((3, 5), 9223372036854775807)", f"return ({expr},)")
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 22: the triton target's `round` (math.roundeven as floor(x + 0.5) with a half-way
+# test) lost the sign of a zero (round(-0.4) is -0.0) and rounded the sum first
+# (round(0.49999997) gave 1, round(2**23 + 1) gave 2**23 + 2); triton_lang now rounds from
+# floor(x) and the exact x - floor(x), half to even, a zero with x's sign.
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_round_half_even_and_sign_of_zero(target, dtype):
+    src = _case(f"a0 = torch.tensor([-0.4, -0.5, 0.5, 1.5, 2.5, -2.5, -0.0, 0.0, -1.5, "
+                f"0.49999997, -0.6, 8388609.0, -8388609.0, 1e30, -inf, nan, 3.5, -3.5])"
+                f".to(torch.{dtype})", "return (torch.round(a0),)")
+    _no_fallback(_assert_matches(src, target))
+    # the comparator takes -0.0 == 0.0: the sign is checked here
+    ns = load(src)
+    ref = ns["fn"](*ns["make_inputs"]())[0]
+    torch._dynamo.reset()
+    out = torch.compile(ns["fn"], backend="ember", options={"target": target})(
+        *ns["make_inputs"]())[0]
+    assert torch.equal(torch.signbit(out), torch.signbit(ref))
