@@ -168,3 +168,19 @@ def test_round_half_even_and_sign_of_zero(target, dtype):
     out = torch.compile(ns["fn"], backend="ember", options={"target": target})(
         *ns["make_inputs"]())[0]
     assert torch.equal(torch.signbit(out), torch.signbit(ref))
+
+
+# seed 22 index 197: `1 / gelu(x)` of float32 with x = -3.26: eager's CPU gelu is 1.1e-4
+# (relative) from the exact value there (1 + erf(x / sqrt 2) cancels), ember's 7e-6; the
+# reciprocal made that the whole output's error. compare.py accepts it as the named quirk
+# cpu_gelu_f32_tail_error, where eager with gelu computed in float64 explains the difference.
+def test_eager_quirk_gelu_f32_tail_error(target):
+    x = torch.tensor([-3.261227607727051, 1.0, 2.0])
+    exact = torch.nn.functional.gelu(x.double())
+    eager_err = ((torch.nn.functional.gelu(x).double() - exact) / exact).abs()[0].item()
+    assert eager_err > 5e-5          # eager's own error; fails once torch's gelu is exact here
+    src = _case("a0 = torch.tensor([-3.261227607727051, 2.762643337249756, -1.746936321258545,"
+                " 4.329131603240967])",
+                "return (torch.reciprocal(torch.nn.functional.gelu(a0)),)", exact=(False,))
+    r = _assert_matches(src, target)
+    assert r["reason"].startswith("eager quirk cpu_gelu_f32_tail_error"), r["reason"]
