@@ -9,7 +9,9 @@ from typing import Any
 import torch
 
 from .attention_masks import drop_visible_attention_masks
+from . import eager_rejects
 from .compile import EmberGraph
+from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, table as eager_semantics_table
 from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
@@ -177,7 +179,10 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
         packet = getattr(aten, name, None)
         for overload in (packet.overloads() if packet is not None else ()):
             table.pop(getattr(packet, overload), None)
-    return table
+    # An op eager's kernel rejects for its dtypes is not decomposed (eager_rejects.guard): it
+    # stays in the graph, which then runs eagerly and raises eager's error. A decomposed op's
+    # results keep the op's own layout (decomp_layouts).
+    return {op: eager_rejects.guard(op, keep_layout(op, fn)) for op, fn in table.items()}
 
 
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):

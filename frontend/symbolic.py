@@ -127,7 +127,7 @@ def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
     sizes.check(prep.plan)
     explicit_view_sizes(prep.gm)
     from .library_calls import can_outline
-    library = library_nodes(prep.gm)
+    library = library_nodes(prep.gm, target)
     if any(not can_outline(n) for n in library):
         raise NotSymbolic("a library op that cannot be a call inside the program")
     if library:
