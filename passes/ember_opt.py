@@ -314,6 +314,12 @@ class Driver:
                 self._capture(err)
                 return None
             _rename_locations(module, self.filename)
+            if self.args.verify_each:
+                # The input against the stage contract (each pass then checks its output).
+                try:
+                    verify_module(module.operation)
+                except ValueError:
+                    return None
             try:
                 self.pm.run(module.operation)
             except ir.MLIRError as err:
