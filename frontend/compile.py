@@ -36,6 +36,23 @@ class EmberCompileError(RuntimeError):
     """ember could not compile a graph (and fallback is off)."""
 
 
+def _lend_written_back(run, prep, mutations) -> None:
+    """A CUDA-graphed program hands the new values of mutated inputs out of its pool uncloned:
+    `write_back` copies them into the inputs before the next replay can overwrite them, and
+    nothing else sees them (an AdamW step: hundreds of parameters and moments, each otherwise
+    allocated and copied twice per step)."""
+    from ..runtime.cuda_graphs import GraphedProgram
+    if not isinstance(run, GraphedProgram) or mutations is None or prep.single:
+        return
+    written = {k for _, k in mutations.targets}
+    uses: dict[int, int] = {}
+    for entry in prep.plan:
+        if entry[0] in ("compiled", "view"):
+            uses[entry[1]] = uses.get(entry[1], 0) + 1
+    run.lend({prep.plan[k][1] for k in written
+              if prep.plan[k][0] == "compiled" and uses[prep.plan[k][1]] == 1})
+
+
 class _WholeGraphEager(Exception):
     """Raised inside a compile when the whole graph should run eagerly (`reason` says why)."""
 
@@ -229,6 +246,7 @@ class EmberGraph:
             try:
                 run, summary = compile_static(prep.gm, tensors, self.options, target, dump,
                                               self.kind, library=inline)
+                _lend_written_back(run, prep, self._mutations)
                 report.update(summary)
                 report["num_externs"] = report.get("num_externs", 0) + len(inline)
             except Exception as err:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import math
 
-import re
-
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
+from .kernel_ir import (Const, OmpPragma, Printer, Store, all_nodes, deps_of, perfect_depth,
+                        render_stmt)
 from .kernel_expr import ExprBuilder, Scope
-from .kernel_schedule import (Expr, Unschedulable, combiner, indexing_maps,
-                              iterator_types, masked_combiner, needed_results, schedule_kernel,
-                              tensor_args,
-                              type_name)
+from .kernel_schedule import (Expr, Unschedulable, combiner, const,
+                              indexing_maps, iterator_types, masked_combiner, needed_results,
+                              schedule_kernel, tensor_args, type_name, var)
 
 
 CTYPE = {"f32": "float", "f64": "double", "f16": "float", "bf16": "float", "i1": "bool",
@@ -67,7 +66,7 @@ class CppLang:
             return f"INT64_C({value})"
         return f"({CTYPE.get(ty, 'int64_t')}){value}"
 
-    def load(self, buf, off, ty):
+    def load(self, buf, off, ty, masks=()):
         if ty == "bf16":
             return f"ember_bf16_to_f32({buf}[{off}])"
         if ty == "f16":
@@ -81,6 +80,15 @@ class CppLang:
             return f"ember_f32_to_f16({text})"
         return text
 
+    def store(self, buf, off, value, ty):
+        return f"{buf}[{off}] = {self.store_value(value, ty)};"
+
+    def fold(self, kind, nodes, rty, atys):
+        return None
+
+    def plain_int(self, ty):
+        return False
+
     def let(self, name, ty, text):
         return f"const {CTYPE.get(ty, 'auto')} {name} = {text};"
 
@@ -90,7 +98,7 @@ class CppLang:
     def check_index(self, i, n, dim):
         return f"ember_chk_index({i}, {n}, {dim})"
 
-    def op(self, kind, args, rty, atys):
+    def op(self, kind, args, rty, atys, nodes):
         if kind.startswith("idx."):
             k = kind[4:]
             a, b = args
@@ -125,7 +133,7 @@ class CppLang:
                 return f"({ct})({a} {BIN[name]} {b})"
             return f"({ct})({a} {BIN[name]} {b})" if rty in ("i8", "i16", "i1") else f"({a} {BIN[name]} {b})"
         if name in INT_DIV:
-            return _int_div(name, args, rty)
+            return _int_div(name, args, rty, nodes[1])
         if name == "shrui":
             ut = "u" + CTYPE[rty]
             return f"({ct})(({ut}){args[0]} >> ({ut}){args[1]})"
@@ -181,15 +189,12 @@ class CppLang:
         raise Unschedulable(f"'{kind}' has no C++ spelling")
 
 
-_CONST_INT = re.compile(r"^(?:INT64_C\((-?\d+)\)|\(\w+\)(-?\d+)|(-?\d+))$")
-
-
-def _int_div(name, args, rty) -> str:
+def _int_div(name, args, rty, divisor) -> str:
     """Integer division/remainder: checked (ember_chk_*) unless the divisor is a constant
     other than 0 and -1, which can neither be the error nor overflow."""
     ct = CTYPE[rty]
-    m = _CONST_INT.match(args[1].strip())
-    d = int(next(g for g in m.groups() if g is not None)) if m else None
+    d = int(divisor.value) if isinstance(divisor, Const) and divisor.dtype != "i1" and \
+        not divisor.dtype.startswith(("f", "bf")) else None
     unsigned = name.endswith("ui")
     if d is not None and d not in (0, -1) and name != "floordivsi" and \
             not (unsigned and d < 0):
@@ -203,34 +208,19 @@ def _int_div(name, args, rty) -> str:
     return f"ember_chk_{name}<{ct}>({args[0]}, {args[1]})"
 
 
-def _perfect_depth(scope: Scope) -> int:
-    """How many loops nest perfectly from `scope` down (what OpenMP `collapse` may span)."""
-    depth = 1
-    while len(scope.stmts) == 1 and isinstance(scope.stmts[0], Scope):
-        scope, depth = scope.stmts[0], depth + 1
-    return depth
-
-
-def _fit_collapse(pragma: str, scope: Scope) -> str:
-    """Hoisted loop invariants between loops make a nest imperfect: shrink `collapse(n)`."""
-    m = re.search(r" collapse\((\d+)\)", pragma)
-    if not m:
-        return pragma
-    n = min(int(m.group(1)), _perfect_depth(scope))
-    return pragma.replace(m.group(0), f" collapse({n})" if n > 1 else "")
-
-
-def _render(scope: Scope, indent: int, out: list):
+def _render(scope: Scope, indent: int, out: list, show: Printer):
+    """The C++ printer of statements. Hoisted loop invariants between loops make a nest
+    imperfect: a pragma's collapse count is fitted to the perfect depth here."""
     pad = "  " * indent
     for s in scope.stmts:
         if isinstance(s, Scope):
-            for p in getattr(s, "pragmas", []):
-                out.append(f"{pad}{_fit_collapse(p, s)}")
+            for p in s.pragmas:
+                out.append(f"{pad}{p.render(perfect_depth(s))}")
             out.append(f"{pad}{s.header} {{")
-            _render(s, indent + 1, out)
+            _render(s, indent + 1, out, show)
             out.append(f"{pad}}}")
         else:
-            out.append(pad + s)
+            out.append(pad + render_stmt(s, show))
 
 
 class _Emitter:
@@ -270,9 +260,7 @@ class _Emitter:
         return gs
 
     def loop(self, g, var) -> Scope:
-        sc = Scope({var}, f"for (int64_t {var} = 0; {var} < {self.b.size(g).text}; ++{var})")
-        sc.pragmas = []
-        return sc
+        return Scope({var}, f"for (int64_t {var} = 0; {var} < {self.b.size(g).text}; ++{var})")
 
     def reduce(self, b, op, loops):
         s = self.sched
@@ -287,10 +275,10 @@ class _Emitter:
             if t == "reduction":
                 g = s.loop_gid(op, j)
                 v = self.var(g)
-                full[j] = Expr(v, frozenset({v}))
+                full[j] = var(v)
                 red.append((g, v))
             elif full[j] is None:
-                full[j] = Expr("0")
+                full[j] = const(0)
         maps = indexing_maps(op)
         n_in = len(op.inputs)
         rvars = frozenset(v for _, v in red)
@@ -350,13 +338,13 @@ class _Emitter:
             red_op = {k: NAN_MINMAX[kinds[k]] if k in nans else OMP_RED[kinds[k]] for k in used}
             clause = " ".join(f"reduction({red_op[k]}:{accs[k].text})" for k in used)
             clause += "".join(f" reduction(|:{nan})" for nan, _ in nans.values())
-            coll = f" collapse({len(scopes)})" if len(scopes) > 1 else ""
             par = self.par_clause([g for g, _ in red]) if target is b.stack[0] else None
             simd = " simd" if self.vec else ""
             if par is not None:
-                scopes[0].pragmas.append(f"#pragma omp parallel for{simd}{coll}{par} {clause}")
+                scopes[0].pragmas.append(OmpPragma(f"parallel for{simd}", len(scopes),
+                                                   f"{par} {clause}"))
             elif self.vec:
-                scopes[0].pragmas.append(f"#pragma omp simd{coll} {clause}")
+                scopes[0].pragmas.append(OmpPragma("simd", len(scopes), f" {clause}"))
         return results
 
     def _sum_blocks(self, op, red, used, kinds):
@@ -392,10 +380,8 @@ class _Emitter:
         if step > 1:
             c = f"c{self.nloop}"
             outer.append(Scope({c}, f"for (int64_t {c} = 0; {c} < {n}; {c} += {step})"))
-            outer[-1].pragmas = []
             inner = [Scope({v}, f"for (int64_t {v} = {c}; {v} < std::min<int64_t>({c} + "
                                 f"{step}, {n}); ++{v})")]
-            inner[0].pragmas = []
         else:
             outer.append(self.loop(g, v))
             inner = []
@@ -425,17 +411,16 @@ class _Emitter:
         par = self.par_clause([g2 for g2, _ in red]) if target is b.stack[0] else None
         if par is not None:
             clause = " ".join(f"reduction(+:{wide[k]})" for k in used)
-            coll = f" collapse({len(outer)})" if len(outer) > 1 else ""
-            outer[0].pragmas.append(f"#pragma omp parallel for{coll}{par} {clause}")
+            outer[0].pragmas.append(OmpPragma("parallel for", len(outer), f"{par} {clause}"))
         if inner and self.vec:
             clause = " ".join(f"reduction(+:{part[k]})" for k in used)
-            coll = f" collapse({len(inner)})" if len(inner) > 1 else ""
-            inner[0].pragmas.append(f"#pragma omp simd{coll} {clause}")
+            inner[0].pragmas.append(OmpPragma("simd", len(inner), f" {clause}"))
         return results
 
-    def emit(self, flat: int = 1) -> str:
-        """`flat` > 1 (pointwise kernels): the trailing `flat` non-unit dims of the outputs
-        are one loop over their flattened space (`flat_vars` names those loops)."""
+    def build(self, flat: int = 1) -> "_Emitter":
+        """Builds the kernel's statement tree. `flat` > 1 (pointwise kernels): the trailing
+        `flat` non-unit dims of the outputs are one loop over their flattened space
+        (`flat_vars` names those loops)."""
         s, b = self.sched, self.b
         top = b.stack[0]
         outer = list(s.outer)
@@ -447,13 +432,12 @@ class _Emitter:
         parent = top
         for g in outer:
             v = self.var(g)
-            pvars[g] = Expr(v, frozenset({v}))
+            pvars[g] = var(v)
             sc = self.loop(g, v)
             if parent is top and outer:
                 par = self.par_clause(self.work())
                 if par is not None:
-                    coll = f" collapse({len(outer)})" if len(outer) > 1 else ""
-                    sc.pragmas.append(f"#pragma omp parallel for{coll}{par}")
+                    sc.pragmas.append(OmpPragma("parallel for", len(outer), par))
             b.push(sc, parent)
             parent = sc
         for n, o in enumerate(s.outputs):
@@ -465,7 +449,7 @@ class _Emitter:
                 self.nloop += 1
                 v = f"f{self.nloop}"
                 self.flat_vars.append(v)
-                rest, total = Expr(v, frozenset({v})), Expr("1")
+                rest, total = var(v), const(1)
                 for k, g in enumerate(reversed(group)):
                     total = b.iop("mul", total, b.size(g))
                     if k == len(group) - 1:
@@ -474,13 +458,12 @@ class _Emitter:
                         idx[g] = b.iop("rem", rest, b.size(g))
                         rest = b.iop("div", rest, b.size(g))
                 sc = Scope({v}, f"for (int64_t {v} = 0; {v} < {total.text}; ++{v})")
-                sc.pragmas = []
                 b.push(sc, inner_parent)
                 depth = 1
             else:
                 for g in o.inner:
                     v = self.var(g)
-                    idx[g] = Expr(v, frozenset({v}))
+                    idx[g] = var(v)
                     sc = self.loop(g, v)
                     b.push(sc, inner_parent)
                     inner_parent = sc
@@ -490,18 +473,23 @@ class _Emitter:
                 par = self.par_clause(self.work()) if not outer else None
                 simd = " simd" if self.vec else ""
                 if par is not None and depth == 1:
-                    first.pragmas.append(f"#pragma omp parallel for{simd}{par}")
+                    first.pragmas.append(OmpPragma(f"parallel for{simd}", 1, par))
                 else:
                     if par is not None:
-                        first.pragmas.append(f"#pragma omp parallel for{par}")
+                        first.pragmas.append(OmpPragma("parallel for", 1, par))
                     if self.vec:
-                        innermost.pragmas.append("#pragma omp simd")
-            val = b.value_at(o.value, [idx.get(g, Expr("0")) for g in o.dims])
-            off = b.offset(o.value, [idx.get(g, Expr("0")) for g in o.dims])
+                        innermost.pragmas.append(OmpPragma("simd"))
+            val = b.value_at(o.value, [idx.get(g, const(0)) for g in o.dims])
+            off = b.offset(o.value, [idx.get(g, const(0)) for g in o.dims])
             ty = type_name(o.value.type)
-            b.stack[-1].stmts.append(f"out{n}[{off.text}] = {self.lang.store_value(val.text, ty)};")
+            b.stack[-1].stmts.append(Store(f"out{n}", off.node, val.node, ty))
             for _ in range(depth):
                 b.pop()
+        return self
+
+    def source(self) -> str:
+        """The C++ printer: the kernel function's text from the tree `build` made."""
+        s, b = self.sched, self.b
         params = [f"const {STORAGE[type_name(a.type)]}* __restrict__ {nm}" for a, nm in self.bufs.items()]
         params += [f"{STORAGE[type_name(o.value.type)]}* __restrict__ out{n}"
                    for n, o in enumerate(s.outputs)]
@@ -510,20 +498,19 @@ class _Emitter:
         # sizes first: hoisted invariants in the preamble may read them (dynamic broadcasting)
         lines += [f"  const int64_t s{g} = sizes[{s.size_index(g)}];"
                   for g in sorted(set(self.work()) | set(s._size_ref)) if s.size(g) is None]
-        lines += ["  " + p for p in b.preamble]
-        _render(top, 1, lines)
+        lines += ["  " + render_stmt(p, b.show) for p in b.preamble]
+        _render(b.stack[0], 1, lines, b.show)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
 
-def _flat_is_clean(em: _Emitter, src: str) -> bool:
+def _flat_is_clean(em: _Emitter) -> bool:
     """Every index of a flattened loop folded back to the loop variable (contiguous access)
-    or does not depend on it: no `/` or `%` of the flat index is left in the code."""
+    or does not depend on it: no `/` or `%` of the flat index is left in the kernel's tree."""
     fv = set(em.flat_vars)
-    for table in (em.b._divs, em.b._rems):
-        for text, (x, _) in table.items():
-            if x.deps & fv and text in src:
-                return False
+    for n in all_nodes(em.b.preamble + [em.b.stack[0]]):
+        if getattr(n, "kind", None) in ("idx.div", "idx.rem") and deps_of(n.args[0]) & fv:
+            return False
     return True
 
 
@@ -540,9 +527,8 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
         dims = [[g for g in o.dims if not s.unit(g)] for o in s.outputs]
         if all(d == dims[0] for d in dims):
             for k in range(len(dims[0]), 1, -1):
-                em = _Emitter(func, name, omp_min_elements, vectorize)
-                src = em.emit(flat=k)
-                if _flat_is_clean(em, src):
-                    return src
+                em = _Emitter(func, name, omp_min_elements, vectorize).build(flat=k)
+                if _flat_is_clean(em):
+                    return em.source()
             em = _Emitter(func, name, omp_min_elements, vectorize)
-    return em.emit()
+    return em.build().source()

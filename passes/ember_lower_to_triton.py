@@ -22,8 +22,10 @@ from torch_mlir import ir
 
 from .backends import TRITON
 from .base import Pass, PassError, option
-from .kernel_schedule import (Expr, Unschedulable, combiner, indexing_maps,
-                              masked_combiner, schedule_kernel, shape, tensor_args, type_name)
+from .kernel_ir import Const, Load, int_value, render_stmt
+from .kernel_schedule import (Expr, Unschedulable, combiner, const, indexing_maps,
+                              masked_combiner, schedule_kernel, shape, tensor_args, type_name,
+                              var)
 from .kernel_expr import ExprBuilder, Scope
 from .graph_utils import attach_kernel_sources
 from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp, round_to
@@ -67,6 +69,30 @@ def _identity(kind: str, ty: str) -> str:
     return _COMBINE[kind][1]
 
 
+def _identity_value(kind: str, ty: str):
+    """The value `_identity(kind, ty)` spells."""
+    if kind in ("maxui", "minui"):
+        return _UNSIGNED_WIDE[ty][1] if kind == "minui" else 0
+    if kind in ("maxsi", "minsi"):
+        top = 2 ** (_INT_WIDTH[ty] - 1) if ty in _INT_WIDTH else 2 ** 62
+        return -top if kind == "maxsi" else top - (ty in _INT_WIDTH)
+    return {"addf": 0.0, "addi": 0, "maximumf": -math.inf, "maxnumf": -math.inf,
+            "minimumf": math.inf, "minnumf": math.inf, "ori": 0, "andi": 1,
+            "mulf": 1.0, "muli": 1}[kind]
+
+
+def _is_identity(n, kind: str, ty: str) -> bool:
+    """Whether node `n` is the constant identity of combiner `kind` in type `ty` (combining
+    an accumulator with it changes nothing)."""
+    if not isinstance(n, Const):
+        return False
+    value = _identity_value(kind, ty)
+    if isinstance(value, float):
+        return n.dtype not in ("i1",) and isinstance(n.value, float) and \
+            n.value == value and math.copysign(1, n.value) == math.copysign(1, value)
+    return not isinstance(n.value, float) and int(n.value) == value
+
+
 def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -81,14 +107,8 @@ class _Builder(ExprBuilder):
             ty = type_name(v.type)
             off = self.offset(v, idx)
             deps = frozenset().union(*[e.deps for e in idx]) if idx else frozenset()
-            masks = [self.masks[d] for d in sorted(deps) if d in self.masks]
-            text = f"tl.load({self.buffers[v]} + {off.text}"
-            if masks:
-                text += f", mask={' & '.join(masks)}, other=0"
-            text += ")"
-            if TYPES[ty][0] != TYPES[ty][1]:
-                text += f".to({TYPES[ty][1]})"
-            return self.bind(text, deps, ty, "x")
+            masks = tuple(self.masks[d] for d in sorted(deps) if d in self.masks)
+            return self.bind(Load(self.buffers[v], off.node, ty, masks), deps, ty, "x")
         return super()._value_at(v, idx)
 
     def checked_index(self, i, d, src, op):
@@ -96,7 +116,7 @@ class _Builder(ExprBuilder):
         kernels; `debug` launch option, see triton_lang), and the error record (`err`, read by
         the host under the interpreter); the load uses index 0 instead."""
         n = self.dim(src, d)
-        if n.text == "0":
+        if int_value(n.node) == 0:
             raise Unschedulable("gather from an empty dim", op.location)
         self.checks = True
         masks = [self.masks[x] for x in sorted(i.deps) if x in self.masks]
@@ -126,8 +146,8 @@ class _Kernel:
 
 
 def _decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dict):
-    """Binds one variable per dim of the row-major flattened `index`."""
-    sizes = [int(s) if isinstance(s, str) and s.isdigit() else s for s in sizes]
+    """Binds one variable per dim of the row-major flattened `index`; `sizes`: Exprs."""
+    sizes = [int_value(s.node) if int_value(s.node) is not None else s.text for s in sizes]
     stride = 1
     strides = []
     for s in reversed(sizes):
@@ -140,7 +160,7 @@ def _decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dic
         if k > 0:
             e = f"({e} % {s})"
         lines.append(f"{name} = {e}")
-        vars_[g] = Expr(name, frozenset({dep}))
+        vars_[g] = var(name, {dep})
 
 
 check_schedule = TRITON.limits     # what ember-fuse asks before fusing for Triton
@@ -165,9 +185,6 @@ class _KernelWriter:
         numels = [math.prod(s or 1 for s in shape(v)) for v in self.args + self.results]
         self.wide = max(numels, default=0) > _INT32_MAX
 
-    def size_text(self, g):
-        return self.builder.size(g).text
-
     def runtime_extent(self, dims):
         """The launcher's expression of a flattened extent: static sizes as numbers (a dim
         that only a loop has, an expanded read summed away, is in no tensor's shape), dynamic
@@ -176,16 +193,21 @@ class _KernelWriter:
                  else f"sizes[{self.sched.size_index(g)}]" for g in dims]
         return " * ".join(parts) or "1"
 
+    def sizes(self, dims) -> list:
+        return [self.builder.size(g) for g in dims]
+
     def extent(self, dims):
-        parts = [self.size_text(g) for g in dims]
-        if all(p.isdigit() for p in parts):
-            return str(math.prod(int(p) for p in parts))
-        return " * ".join(parts) or "1"
+        parts = self.sizes(dims)
+        if all(int_value(p.node) is not None for p in parts):
+            return str(math.prod(int_value(p.node) for p in parts))
+        return " * ".join(p.text for p in parts) or "1"
 
     # --- stores ------------------------------------------------------------------------------
-    def store(self, k, loop_vars, mask, shape_text):
+    def store(self, k, loop_vars, mask, tile_shape: tuple):
+        """Stores output k over a tile of `tile_shape` (block sizes: XBLOCK, RBLOCK, 1)."""
+        shape_text = f"[{', '.join(str(d) for d in tile_shape)}]"
         out = self.results[k]
-        idx = [Expr("0") if s == 1 else loop_vars[g] for g, s in
+        idx = [const(0) if s == 1 else loop_vars[g] for g, s in
                zip(self.sched.dims(out), shape(out))]
         val = self.builder.value_at(out, idx)
         off = self.builder.offset(out, idx)
@@ -196,7 +218,7 @@ class _KernelWriter:
         # tl.store broadcasts the value and the mask to the pointer's shape, never the pointer:
         # an offset that misses a tile dim (a full reduction's `out + 0`, an output constant
         # along x) is widened to the tile so that it covers the mask.
-        tile = {"x", "r"} if "RBLOCK" in shape_text else {"x"}
+        tile = {"x", "r"} if "RBLOCK" in tile_shape else {"x"}
         ptr = f"{self.out_names[k]} + {off.text}"
         if not tile <= set(off.deps):
             ptr += f" + tl.zeros({shape_text}, tl.int32)"
@@ -213,11 +235,11 @@ class _KernelWriter:
         pid = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
         head = [f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         vars_ = {}
-        _decompose(head, "xindex", space, [self.size_text(g) for g in space], "i", "x", vars_)
+        _decompose(head, "xindex", space, self.sizes(space), "i", "x", vars_)
         root.stmts.extend(head)
         root.binds = {"x"}
         for k in range(len(self.results)):
-            self.store(k, vars_, "xmask", "[XBLOCK]")
+            self.store(k, vars_, "xmask", ("XBLOCK",))
         configs = [({"XBLOCK": 1024}, 4), ({"XBLOCK": 2048}, 8), ({"XBLOCK": 512}, 4)]
         if not self.autotune:
             configs = configs[:1]
@@ -247,7 +269,7 @@ class _KernelWriter:
         head = [f"xindex = ({pid} * XBLOCK + tl.arange(0, XBLOCK))[:, None]",
                 "xmask = xindex < xnumel"]
         self.xvars = {}
-        _decompose(head, "xindex", outer, [self.size_text(g) for g in outer], "p", "x",
+        _decompose(head, "xindex", outer, self.sizes(outer), "p", "x",
                    self.xvars)
         root.binds = {"x"}
         root.stmts.extend(head)
@@ -255,7 +277,7 @@ class _KernelWriter:
             rb = max(16, _pow2(rnumel))
             self.rvars = {}
             lines = ["rindex = tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"]
-            _decompose(lines, "rindex", rdims, [self.size_text(g) for g in rdims], "r", "r",
+            _decompose(lines, "rindex", rdims, self.sizes(rdims), "r", "r",
                        self.rvars)
             root.stmts.extend(lines)
             # A full reduction (no outer space) is one row: more rows would only repeat it.
@@ -273,19 +295,19 @@ class _KernelWriter:
         for k, o in enumerate(s.outputs):
             inner = [g for g in o.inner if not s.unit(g)]
             if not inner:
-                self.store(k, self.xvars, "xmask", "[XBLOCK, 1]")
+                self.store(k, self.xvars, "xmask", ("XBLOCK", 1))
             elif self.persistent:
-                self.store(k, {**self.xvars, **self.rvars}, "xmask & rmask", "[XBLOCK, RBLOCK]")
+                self.store(k, {**self.xvars, **self.rvars}, "xmask & rmask", ("XBLOCK", "RBLOCK"))
             else:
                 loop = Scope(binds={"r"}, header=f"for roff in range(0, {self.extent(inner)}, "
                                                  f"RBLOCK):", kind="loop")
                 vars_ = {}
                 loop.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
                                f"rmask = rindex < {self.extent(inner)}"]
-                _decompose(loop.stmts, "rindex", inner, [self.size_text(g) for g in inner],
+                _decompose(loop.stmts, "rindex", inner, self.sizes(inner),
                            "r", "r", vars_)
                 self.builder.push(loop)     # attaches the loop to root (once)
-                self.store(k, {**self.xvars, **vars_}, "xmask & rmask", "[XBLOCK, RBLOCK]")
+                self.store(k, {**self.xvars, **vars_}, "xmask & rmask", ("XBLOCK", "RBLOCK"))
                 self.builder.pop()
         return self._kernel(["xnumel", "rnumel"], {"xnumel": self.runtime_extent(outer),
                                                     "rnumel": self.runtime_extent(rdims)},
@@ -295,7 +317,7 @@ class _KernelWriter:
         loops = []
         for j in range(len(ir.ArrayAttr(op.attributes["iterator_types"]))):
             g = self.sched.loop_gid(op, j)
-            loops.append(self.xvars.get(g, Expr("0") if self.sched.unit(g) else None))
+            loops.append(self.xvars.get(g, const(0) if self.sched.unit(g) else None))
         return loops
 
     def _reduce(self, b, op, loops):
@@ -311,10 +333,10 @@ class _KernelWriter:
             scope.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
                             "rmask = rindex < rnumel"]
             rvars = {}
-            _decompose(scope.stmts, "rindex", self.rdims, [self.size_text(g) for g in self.rdims],
+            _decompose(scope.stmts, "rindex", self.rdims, self.sizes(self.rdims),
                        "r", "r", rvars)
             b.stack = [root, scope]
-        full = [l if l is not None else rvars.get(s.loop_gid(op, j), Expr("0"))
+        full = [l if l is not None else rvars.get(s.loop_gid(op, j), const(0))
                 for j, l in enumerate(loops)]
         parts = []
         used = {k for k, r in enumerate(op.results) if list(r.uses)}
@@ -379,9 +401,10 @@ class _KernelWriter:
                 # the initial value too is combined unsigned; the result truncated to the type
                 init = b.value_at(op.outputs[k], b.apply_map(
                     indexing_maps(op)[len(op.inputs) + k], loops))
-                try:
-                    first = str(int(init.text.strip("()")) & mask)    # a literal
-                except ValueError:
+                if isinstance(init.node, Const) and not isinstance(init.node.value, float) \
+                        and init.node.dtype != "i1":
+                    first = str(int(init.node.value) & mask)    # a literal
+                else:
                     first = f"(({init.text}).to({acc_ty}) & {mask})"
                 total = comb.format(a=first, b=total)
                 total = f"({total}).to({TYPES[ty][1]})"
@@ -398,9 +421,7 @@ class _KernelWriter:
             k, ty, comb, total = item
             init = b.value_at(op.outputs[k], b.apply_map(
                 indexing_maps(op)[len(op.inputs) + k], loops))
-            ident = _identity(kind_of[k], ty)
-            same = {"0": "False", "1": "True"}.get(ident)     # an i1 init prints as a bool
-            if comb is not None and init.text not in (ident, f"({ident})", same):
+            if comb is not None and not _is_identity(init.node, kind_of[k], ty):
                 total = comb.format(a=init.text, b=total)
             accs.append(b.bind(total, frozenset({"x"}), ty, "red"))
         return accs
@@ -420,7 +441,7 @@ class _KernelWriter:
     # --- text ------------------------------------------------------------------------------
     def _kernel(self, numel_names, numels, constexprs, configs, grid) -> _Kernel:
         # Statements without a loop dependence (constants folded late) come first.
-        body = ["    " + st for st in getattr(self.builder, "preamble", [])]
+        body = ["    " + render_stmt(st, self.builder.show) for st in self.builder.preamble]
         self._flatten(self.builder.stack[0], body, 1)
         checks = ["err"] if self.builder.checks else []
         params = self.in_names + self.out_names + checks + numel_names + \
@@ -442,7 +463,7 @@ class _KernelWriter:
                 out.append("    " * depth + st.header)
                 self._flatten(st, out, depth + 1)
             else:
-                out.append("    " * depth + st)
+                out.append("    " * depth + render_stmt(st, self.builder.show))
 
 
 def _source(k: _Kernel, sched, writer) -> str:

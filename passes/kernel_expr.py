@@ -9,16 +9,25 @@ loop variables, so loop-invariant work (broadcast loads, per-row scalars) is hoi
 memoised per (value, index) while that scope is open.
 
 `Lang` is what a target supplies (C++ or Triton spelling):
-    op(kind, args, rtype, atypes) -> str   kind: full MLIR op name ("arith.addf", "math.exp",
+    op(kind, args, rtype, atypes, nodes) -> str
+                                           kind: full MLIR op name ("arith.addf", "math.exp",
                                            "arith.cmpf.ogt", "arith.select", casts ...) or an
-                                           index op "idx.add|mul|div|rem|min|max|lt|ge"
+                                           index op "idx.add|mul|div|rem|min|max|lt|ge";
+                                           args: the operands' spellings, nodes: their
+                                           kernel_ir nodes (a spelling may depend on a Const)
+    fold(kind, nodes, rtype, atypes) -> Const|None a constant the target folds the op to, if any
+    plain_int(type) -> bool                whether integer constants of `type` are spelled as
+                                           bare literals (then they fold as index integers)
     constant(value, type) -> str           value: Python float/int/bool
-    load(buffer, offset, type) -> str
+    load(buffer, offset, type, masks) -> str   masks: names of tile masks (Triton)
     let(name, type, text) -> str           a statement binding a local
+    store(buffer, offset, value, type) -> str   a statement storing an element
     dim_size(g, k) -> str                  size of dynamic global dim g (sizes[k] in the ABI)
     check_index(i, n, dim) -> str          index i (from data) checked against size n: records
                                            an out-of-range index, returns one in bounds
 Types are spelled as type_name() strings: 'f32', 'bf16', 'i1', 'i64', 'index', ...
+Expressions are kernel_ir trees (`Expr.node`); index arithmetic is folded on them
+(kernel_ir.fold_index), and `Expr.text` is the tree printed by `Lang`.
 """
 from __future__ import annotations
 
@@ -26,26 +35,22 @@ from typing import Callable, Optional
 
 from torch_mlir import ir
 
+from .kernel_ir import (CHECK_INDEX, INT, Const, Let, Load, Op, Printer, Raw, Scope, deps_of,
+                        fold_index, int_value)
 from .kernel_schedule import (CMPF, CMPI, Expr, KernelSchedule, Unschedulable, _int_array,
-                              _slice_dims, indexing_maps, is_reduction, op_name, reassociation,
-                              shape, type_name)
+                              _slice_dims, const, indexing_maps, is_reduction, op_name,
+                              reassociation, shape, type_name)
 
 
 class Lang:  # documentation of the protocol; targets subclass or duck-type it
-    def op(self, kind, args, rtype, atypes): raise NotImplementedError
+    def op(self, kind, args, rtype, atypes, nodes): raise NotImplementedError
+    def fold(self, kind, nodes, rtype, atypes): return None
+    def plain_int(self, type): return False
     def constant(self, value, type): raise NotImplementedError
-    def load(self, buffer, offset, type): raise NotImplementedError
+    def load(self, buffer, offset, type, masks): raise NotImplementedError
     def let(self, name, type, text): raise NotImplementedError
     def dim_size(self, g, k): raise NotImplementedError
     def check_index(self, i, n, dim): raise NotImplementedError
-
-
-class Scope:
-    """A block of statements; `binds` are the loop variables it introduces."""
-
-    def __init__(self, binds=(), header: str = "", kind: str = ""):
-        self.binds, self.header, self.kind = set(binds), header, kind
-        self.stmts: list = []      # str or nested Scope
 
 
 class ExprBuilder:
@@ -57,11 +62,7 @@ class ExprBuilder:
         self.preamble: list = []   # loop-free locals (constants); render before stack[0]
         self.memo: dict = {}
         self.counter = 0
-        # index texts built by iop: div/rem text -> (X, n text); (X / n) * n text -> (X, n)
-        self._divs: dict = {}
-        self._rems: dict = {}
-        self._floors: dict = {}
-        self._adds: dict = {}
+        self.show = Printer(lang)
         self._data_memo: dict = {}
         self.checks = False        # a checked index (Lang.check_index) was emitted
 
@@ -97,13 +98,33 @@ class ExprBuilder:
         self.counter += 1
         return f"{hint}{self.counter}"
 
-    def bind(self, text: str, deps, type: str, hint="t") -> Expr:
+    def bind(self, value, deps, type: str, hint="t") -> Expr:
+        """A local bound to `value` (an Expr, a node, or target text) in the scope of `deps`."""
+        node = value.node if isinstance(value, Expr) else Raw(value) if isinstance(value, str) \
+            else value
         name = self.fresh(hint)
         if deps:
-            self.emit_into(self.scope_for(deps), self.lang.let(name, type, text))
+            self.emit_into(self.scope_for(deps), Let(name, type, node))
         else:
-            self.preamble.append(self.lang.let(name, type, text))
+            self.preamble.append(Let(name, type, node))
         return Expr(name, frozenset(deps))
+
+    # --- expression nodes --------------------------------------------------------------------
+    def expr(self, node) -> Expr:
+        return Expr(self.show(node), deps_of(node), node)
+
+    def constant(self, value, type: str) -> Expr:
+        if self.lang.plain_int(type):
+            return self.expr(Const(int(value), INT))
+        return self.expr(Const(value, type))
+
+    def op(self, kind: str, args: list, rtype: str, atypes: list) -> Expr:
+        """`kind` applied to Exprs `args`, folded to a constant where the target folds it."""
+        nodes = tuple(a.node for a in args)
+        c = self.lang.fold(kind, nodes, rtype, list(atypes))
+        if c is not None:
+            return self.constant(c.value, c.dtype)
+        return self.expr(Op(kind, nodes, rtype, tuple(atypes)))
 
     def _get(self, key):
         hit = self.memo.get(key)
@@ -115,69 +136,25 @@ class ExprBuilder:
         self.memo[key] = (e, self.scope_for(e.deps))
         return e
 
-    # --- index arithmetic (folds the trivial cases so the code stays readable) -----------
+    # --- index arithmetic (folded on the tree: kernel_ir.fold_index) ------------------------
     def iop(self, kind, a: Expr, b: Expr) -> Expr:
-        ai, bi = _as_int(a.text), _as_int(b.text)
-        if ai is not None and bi is not None:
-            return Expr(str({"add": ai + bi, "mul": ai * bi, "div": ai // max(bi, 1),
-                             "rem": ai % max(bi, 1), "min": min(ai, bi),
-                             "max": max(ai, bi)}[kind]))
-        if kind == "add" and ai == 0 or kind == "mul" and ai == 1:
-            return b
-        if kind in ("add", "sub") and bi == 0 or kind in ("mul", "div") and bi == 1:
-            return a
-        if kind == "mul" and (ai == 0 or bi == 0) or kind == "rem" and bi == 1:
-            return Expr("0")
-        # Delinearize/linearize round trips fold back: (X / n) * n + X % n == X (for any sign,
-        # C and Python alike), so a flattened loop index reads contiguous operands directly.
-        # Row-major offsets nest as ((P + X / n) * n + X % n), so (P + X / n) * n distributes.
-        if kind == "mul" and self._divs.get(a.text, (None, None))[1] == b.text:
-            e = Expr(self.lang.op("idx.mul", [a.text, b.text], "index", ["index", "index"]),
-                     a.deps | b.deps)
-            self._floors[e.text] = (self._divs[a.text][0], b.text)
-            return e
-        if kind == "mul" and a.text in self._adds:
-            p, q = self._adds[a.text]
-            for d, o in ((q, p), (p, q)):
-                if self._divs.get(d.text, (None, None))[1] == b.text:
-                    return self.iop("add", self.iop("mul", o, b), self.iop("mul", d, b))
-        if kind == "add":
-            for f, r in ((a, b), (b, a)):
-                rm = self._rems.get(r.text)
-                if rm is None:
-                    continue
-                if self._floors.get(f.text) == rm:
-                    return rm[0]
-                if f.text in self._adds:                  # (P + floor) + rem -> P + X
-                    p, q = self._adds[f.text]
-                    for fl, o in ((q, p), (p, q)):
-                        if self._floors.get(fl.text) == rm:
-                            return self.iop("add", o, rm[0])
-        e = Expr(self.lang.op("idx." + kind, [a.text, b.text], "index", ["index", "index"]),
-                 a.deps | b.deps)
-        if kind == "div":
-            self._divs[e.text] = (a, b.text)
-        elif kind == "rem":
-            self._rems[e.text] = (a, b.text)
-        elif kind == "add":
-            self._adds[e.text] = (a, b)
-        return e
+        return self.expr(fold_index(kind, a.node, b.node))
 
     def size(self, g) -> Expr:
         s = self.sched.size(g)
         if s is not None:
-            return Expr(str(s))
+            return const(s)
         return Expr(self.lang.dim_size(g, self.sched.size_index(g)))
 
     def dim(self, v, i) -> Expr:
         s = shape(v)[i]
         if s is not None:
-            return Expr(str(s))
+            return const(s)
         return self.size(self.sched.gid(v, i))
 
     def offset(self, v, idx) -> Expr:
         """Row-major linear offset of `idx` in the contiguous tensor `v`."""
-        off = Expr("0")
+        off = const(0)
         for i, e in enumerate(idx):
             off = self.iop("add", self.iop("mul", off, self.dim(v, i)), e)
         return off
@@ -189,7 +166,7 @@ class ExprBuilder:
         if isinstance(e, ir.AffineDimExpr):
             return loops[ir.AffineDimExpr(e).position]
         if isinstance(e, ir.AffineConstantExpr):
-            return Expr(str(ir.AffineConstantExpr(e).value))
+            return const(ir.AffineConstantExpr(e).value)
         for cls, kind in ((ir.AffineAddExpr, "add"), (ir.AffineMulExpr, "mul"),
                           (ir.AffineFloorDivExpr, "div"), (ir.AffineModExpr, "rem")):
             if isinstance(e, cls):
@@ -200,8 +177,8 @@ class ExprBuilder:
     # --- values --------------------------------------------------------------------------
     def value_at(self, v: ir.Value, idx: list[Expr]) -> Expr:
         """Expr of tensor `v` at `idx`; a unit dim's index may be anything (it reads 0)."""
-        idx = [Expr("0") if s == 1 else e for s, e in zip(shape(v), idx)]
-        key = (v, tuple(e.text for e in idx))
+        idx = [const(0) if s == 1 else e for s, e in zip(shape(v), idx)]
+        key = (v, tuple(e.node for e in idx))
         hit = self._get(key)
         if hit is not None:
             return hit
@@ -212,7 +189,7 @@ class ExprBuilder:
         if v in self.buffers:
             off = self.offset(v, idx)
             deps = frozenset().union(*[e.deps for e in idx]) if idx else frozenset()
-            return self.bind(self.lang.load(self.buffers[v], off.text, ty), deps, ty, "x")
+            return self.bind(Load(self.buffers[v], off.node, ty), deps, ty, "x")
         op = v.owner
         name = op_name(op)
         if name == "linalg.generic":
@@ -228,7 +205,7 @@ class ExprBuilder:
             for j, l in enumerate(loops):
                 if l is None:
                     if self.sched.unit(self.sched.loop_gid(op, j)):
-                        loops[j] = Expr("0")
+                        loops[j] = const(0)
                     else:
                         raise Unschedulable("loop dim not determined by the result index",
                                             op.location)
@@ -252,7 +229,7 @@ class ExprBuilder:
             return self.value_at(src, [self._linearize(v, g, idx) for g in reassociation(op)])
         if name == "tensor.collapse_shape":
             src = op.operands[0]
-            out = [Expr("0")] * len(shape(src))
+            out = [const(0)] * len(shape(src))
             for r, group in enumerate(reassociation(op)):
                 rest = idx[r]
                 for i in reversed(group):
@@ -267,10 +244,10 @@ class ExprBuilder:
             if any(x < -(2 ** 62) for x in strides):
                 raise Unschedulable("dynamic extract_slice strides", op.location)
             dyn = iter(op.operands[1:])     # dynamic offsets come first among the operands
-            off = [self.scalar(next(dyn), {}) if o < -(2 ** 62) else Expr(str(o)) for o in offs]
+            off = [self.scalar(next(dyn), {}) if o < -(2 ** 62) else const(o) for o in offs]
             out = list(off)
             for s, r in _slice_dims(op):
-                out[s] = self.iop("add", off[s], self.iop("mul", idx[r], Expr(str(strides[s]))))
+                out[s] = self.iop("add", off[s], self.iop("mul", idx[r], const(strides[s])))
             return self.value_at(src, out)
         if name == "tensor.pad":
             return self._pad(op, idx, ty)
@@ -279,15 +256,14 @@ class ExprBuilder:
         if name == "arith.constant":
             attr = op.attributes["value"]
             if isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat:
-                return Expr(self.lang.constant(_py(ir.DenseElementsAttr(attr).get_splat_value()),
-                                               ty))
+                return self.constant(_py(ir.DenseElementsAttr(attr).get_splat_value()), ty)
             raise Unschedulable("non-splat tensor constant inside a kernel", op.location)
         if name == "tensor.empty":
             # Its contents are unspecified (MLIR's tensor.empty; eager's torch.empty): any value
             # is a valid refinement, and 0 is the one code generation can fold. Decompositions
             # that fill an empty tensor piece by piece read it through selects whose other arm
             # wins wherever the result is defined (circular padding: where(mask, part, empty)).
-            return Expr(self.lang.constant(0, ty))
+            return self.constant(0, ty)
         raise Unschedulable(f"cannot compute '{name}' per element", op.location)
 
     def _round_narrow(self, op, k, e: Expr, ty: str) -> Expr:
@@ -301,10 +277,10 @@ class ExprBuilder:
         owner = yielded.owner
         if isinstance(owner, ir.Block) or op_name(owner) in ("arith.truncf", "arith.constant"):
             return e
-        return self.bind(self.lang.op("arith.truncf", [e.text], ty, ["f32"]), e.deps, ty)
+        return self.bind(self.op("arith.truncf", [e], ty, ["f32"]), e.deps, ty)
 
     def _linearize(self, res, group, idx) -> Expr:
-        e = Expr("0")
+        e = const(0)
         for i in group:
             e = self.iop("add", self.iop("mul", e, self.dim(res, i)), idx[i])
         return e
@@ -318,12 +294,12 @@ class ExprBuilder:
                 sidx.append(e)
                 continue
             n = self.dim(src, i)
-            shifted = self.iop("add", e, Expr(str(-lo[i])))
+            shifted = self.iop("add", e, const(-lo[i]))
             # Clamped so the load is always in bounds; the select picks the pad value outside.
-            clamped = self.iop("min", self.iop("max", shifted, Expr("0")),
-                               self.iop("add", n, Expr("-1")))
+            clamped = self.iop("min", self.iop("max", shifted, const(0)),
+                               self.iop("add", n, const(-1)))
             sidx.append(clamped)
-            ok = self._and(self._cmp("ge", shifted, Expr("0")), self._cmp("lt", shifted, n))
+            ok = self._and(self._cmp("ge", shifted, const(0)), self._cmp("lt", shifted, n))
             inside = ok if inside is None else self._and(inside, ok)
         val = self.value_at(src, sidx)
         if inside is None:
@@ -331,18 +307,19 @@ class ExprBuilder:
         block = op.regions[0].blocks[0]
         ctx = {a: (lambda e=e: e) for a, e in zip(block.arguments, idx)}
         padv = self.scalar(list(block.operations)[-1].operands[0], ctx)
-        return self.bind(self.lang.op("arith.select", [inside.text, val.text, padv.text], ty,
-                                      ["i1", ty, ty]),
+        return self.bind(self.op("arith.select", [inside, val, padv], ty, ["i1", ty, ty]),
                          inside.deps | val.deps | padv.deps, ty)
 
     def _concat(self, op, idx, ty) -> Expr:
         dim = ir.IntegerAttr(op.attributes["dim"]).value
-        start, pieces = Expr("0"), []
+        start, pieces = const(0), []
         for v in op.operands:
             n = self.dim(v, dim)
-            local = self.iop("add", idx[dim], Expr(f"-{start.text}") if _as_int(start.text) is not None
-                             else Expr(self.lang.op("idx.mul", [start.text, "-1"], "index", ["index"] * 2)))
-            clamped = self.iop("min", self.iop("max", local, Expr("0")), self.iop("add", n, Expr("-1")))
+            s0 = int_value(start.node)
+            neg = const(-s0) if s0 is not None else \
+                self.expr(Op("idx.mul", (start.node, Const(-1, INT)), "index", ("index", "index")))
+            local = self.iop("add", idx[dim], neg)
+            clamped = self.iop("min", self.iop("max", local, const(0)), self.iop("add", n, const(-1)))
             sidx = list(idx)
             sidx[dim] = clamped
             pieces.append((self.value_at(v, sidx), self.iop("add", start, n)))
@@ -350,22 +327,19 @@ class ExprBuilder:
         out = pieces[-1][0]
         for val, end in reversed(pieces[:-1]):
             c = self._cmp("lt", idx[dim], end)
-            out = Expr(self.lang.op("arith.select", [c.text, val.text, out.text], ty, ["i1", ty, ty]),
-                       c.deps | val.deps | out.deps)
-        return self.bind(out.text, out.deps, ty)
+            out = self.op("arith.select", [c, val, out], ty, ["i1", ty, ty])
+        return self.bind(out, out.deps, ty)
 
     def _cmp(self, kind, a, b) -> Expr:
-        return Expr(self.lang.op("idx." + kind, [a.text, b.text], "i1", ["index", "index"]),
-                    a.deps | b.deps)
+        return self.op("idx." + kind, [a, b], "i1", ["index", "index"])
 
     def _and(self, a, b) -> Expr:
-        return Expr(self.lang.op("arith.andi", [a.text, b.text], "i1", ["i1", "i1"]),
-                    a.deps | b.deps)
+        return self.op("arith.andi", [a, b], "i1", ["i1", "i1"])
 
     def reduction(self, op, loops) -> list[Expr]:
         """Accumulators of reduction generic `op` at the outer point given by `loops`
         (None for reduced loops), computed once per point and memoised."""
-        key = (op, tuple(l.text if l is not None else None for l in loops))
+        key = (op, tuple(l.node if l is not None else None for l in loops))
         hit = self._get(key)
         if hit is not None:
             return hit
@@ -388,8 +362,8 @@ class ExprBuilder:
         n_in = len(op.inputs)
         maps = indexing_maps(op)
         operands = list(op.inputs) + list(op.outputs)
-        ctx = {"loops": loops, "key": tuple(l.text for l in loops) +
-               tuple(o.text for o in outs or [])}
+        ctx = {"loops": loops, "key": tuple(l.node for l in loops) +
+               tuple(o.node for o in outs or [])}
         for i, arg in enumerate(block.arguments):
             if outs is not None and i >= n_in:
                 ctx[arg] = (lambda e=outs[i - n_in]: e)
@@ -421,10 +395,11 @@ class ExprBuilder:
         target's `Lang.check_index` records it for the host and yields an index that is in
         bounds either way, so that nothing is ever read out of bounds."""
         n = self.dim(src, d)
-        if n.text == "0":   # nothing to read at all: let eager raise its error
+        if int_value(n.node) == 0:   # nothing to read at all: let eager raise its error
             raise Unschedulable("gather from an empty dim", op.location)
         self.checks = True
-        return self.bind(self.lang.check_index(i.text, n.text, d), i.deps | n.deps, "index", "ix")
+        return self.bind(Op(CHECK_INDEX, (i.node, n.node, Const(d, INT)), "index"),
+                         i.deps | n.deps, "index", "ix")
 
     def _scalar_op(self, op, v, ctx) -> Expr:
         name = op.name
@@ -433,7 +408,7 @@ class ExprBuilder:
             attr = op.attributes["value"]
             if isinstance(attr, ir.DenseElementsAttr):
                 attr = ir.DenseElementsAttr(attr).get_splat_value()
-            return Expr(self.lang.constant(_py(attr), ty))
+            return self.constant(_py(attr), ty)
         if name == "linalg.index":
             return ctx["loops"][ir.IntegerAttr(op.attributes["dim"]).value]
         if name == "tensor.extract":
@@ -455,16 +430,15 @@ class ExprBuilder:
                 op_name(op.operands[0].owner) == "arith.constant":
             # A Python scalar in a bf16 op: eager computes with it unrounded (opmath), while
             # torch-mlir narrows it to the tensor's type first. Follow eager.
-            return Expr(self.lang.constant(_py(op.operands[0].owner.attributes["value"]), ty))
+            return self.constant(_py(op.operands[0].owner.attributes["value"]), ty)
         args = [self.scalar(a, ctx) for a in op.operands]
         kind = name
         if name in ("arith.cmpf", "arith.cmpi"):
             pred = ir.IntegerAttr(op.attributes["predicate"]).value
             kind = f"{name}.{(CMPF if name == 'arith.cmpf' else CMPI)[pred]}"
-        text = self.lang.op(kind, [a.text for a in args], ty,
-                            [type_name(a.type) for a in op.operands])
+        e = self.op(kind, args, ty, [type_name(a.type) for a in op.operands])
         deps = frozenset().union(*[a.deps for a in args]) if args else frozenset()
-        return self.bind(text, deps, ty)
+        return self.bind(e, deps, ty)
 
 
 def _from_data(v: ir.Value, memo: dict) -> bool:
@@ -487,13 +461,6 @@ def _from_data(v: ir.Value, memo: dict) -> bool:
             r = any(_from_data(o, memo) for o in op.operands)
     memo[v] = r
     return r
-
-
-def _as_int(text: str):
-    try:
-        return int(text)
-    except ValueError:
-        return None
 
 
 def _py(attr):

@@ -16,15 +16,17 @@ API (stable):
 
     b = ExprBuilder(sched, lang, buffers={arg_value: "in0", ...}, reduce_hook=...)
     b.push(Scope(binds={"i0"}))            # a loop over global dim 0 named "i0"
-    e = b.value_at(result_value, [Expr("i0", {"i0"})])   # -> Expr (text + loop-var deps)
-    # every intermediate becomes a local statement in the innermost scope that binds one of
-    # its dependencies (so loop invariants are hoisted); memoised per (value, index).
+    e = b.value_at(result_value, [var("i0")])   # -> Expr (kernel_ir node, its text, deps)
+    # every intermediate becomes a local statement (kernel_ir.Let) in the innermost scope that
+    # binds one of its dependencies (so loop invariants are hoisted); memoised per (value,
+    # index nodes). Index arithmetic folds on the tree (kernel_ir.fold_index).
 
 Global dims: a union-find over the dims of every tensor value and loop of every op, linked
 through indexing maps, transposes/broadcasts and reshapes of unit dims. A dim of static size 1
 that is not bound by any loop is read at index 0. `lang` spells code (see `Lang`); nothing here
-prints C++ or Triton itself. Reductions are handed to `reduce_hook(builder, op, idx)`, which
-must return one Expr per op result (the accumulators) placed in the scope the index depends on.
+prints C++ or Triton itself (kernel_ir.Printer does, with a `lang`). Reductions are handed to
+`reduce_hook(builder, op, idx)`, which must return one Expr per op result (the accumulators)
+placed in the scope the index depends on.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from typing import Optional
 
 from torch_mlir import ir
 
+from .kernel_ir import INT, Const, Var
 from ..dialects.contract import KERNEL
 from .ir_queries import is_reduction, iterator_types, op_name  # noqa: F401  (used by the emitters)
 
@@ -70,16 +73,30 @@ class Output:
 
 @dataclasses.dataclass(frozen=True)
 class Expr:
-    """Code text plus the loop variables it depends on (used for hoisting/placement)."""
+    """A kernel_ir expression `node`, its spelling `text` in the kernel's language, and the
+    loop variables it depends on (used for hoisting/placement). Decisions read `node`; an
+    Expr made from a name alone is that variable."""
     text: str
     deps: frozenset = frozenset()
+    node: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.node is None:
+            object.__setattr__(self, "node", Var(self.text, frozenset(self.deps)))
 
     def __str__(self):
         return self.text
 
 
-def const(n) -> Expr:
-    return Expr(str(n))
+def const(n: int) -> Expr:
+    """An index-arithmetic integer literal."""
+    return Expr(str(n), frozenset(), Const(int(n), INT))
+
+
+def var(name: str, deps=None) -> Expr:
+    """A loop variable (depends on itself unless `deps` says otherwise)."""
+    deps = frozenset({name}) if deps is None else frozenset(deps)
+    return Expr(name, deps, Var(name, deps))
 
 
 def type_name(t: ir.Type) -> str:

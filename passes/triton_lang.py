@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from .kernel_ir import Const, Op
 
 PRELUDE = '''import torch
 import triton
@@ -348,10 +349,24 @@ _UNSIGNED_OPS = {"arith.divui": "//", "arith.remui": "%", "arith.shrui": ">>",
                  "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum"}
 
 
-def _is_compare(text: str) -> bool:
-    """Whether `text` is a parenthesized comparison, whose value the interpreter types bool."""
-    return text.startswith("(") and text.endswith(")") and any(
-        f" {c} " in text for c in ("<", ">", "<=", ">=", "==", "!="))
+_CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
+          "arith.fptoui", "arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast",
+          "arith.bitcast")
+
+
+def _is_compare(n) -> bool:
+    """Whether node `n` is spelled as a parenthesized comparison, whose value the interpreter
+    types bool: a comparison, an i1 xor (spelled `!=`), or an i1 and/or that is not of two
+    literals (its operands are comparisons or are compared with 0)."""
+    if not isinstance(n, Op):
+        return False
+    if n.kind.startswith(("arith.cmpf.", "arith.cmpi.")) or n.kind in ("idx.lt", "idx.ge"):
+        return True
+    if n.dtype == "i1" and n.kind == "arith.xori":
+        return True
+    if n.dtype == "i1" and n.kind in ("arith.andi", "arith.ori"):
+        return any(_lit(a) is None for a in n.args)
+    return False
 
 
 def _as_unsigned(x: str, ty: str, lit) -> str:
@@ -365,11 +380,15 @@ class UnsupportedOp(Exception):
     """An op the Triton spelling does not know; the pass reports it as a located error."""
 
 
-def _literal(text: str):
-    try:
-        return float(text) if any(c in text for c in ".eEn") else int(text)
-    except ValueError:
+def _lit(n):
+    """The Python number a node is a literal of (folded by Triton as a scalar), else None:
+    booleans and non-finite floats are spelled as expressions (`True`, `float("nan")`)."""
+    if not isinstance(n, Const) or n.dtype == "i1":
         return None
+    if n.dtype in FLOATS:
+        v = float(n.value)
+        return v if math.isfinite(v) else None
+    return int(n.value)
 
 
 def literal(value, type_: str) -> str:
@@ -400,32 +419,52 @@ class TritonLang:
     def constant(self, value, type_):
         return literal(value, type_)
 
-    def load(self, buffer, offset, type_):
-        raise AssertionError("loads are emitted by the lowering (they need masks)")
+    def load(self, buffer, offset, type_, masks):
+        text = f"tl.load({buffer} + {offset}"
+        if masks:
+            text += f", mask={' & '.join(masks)}, other=0"
+        text += ")"
+        if TYPES[type_][0] != TYPES[type_][1]:
+            text += f".to({TYPES[type_][1]})"
+        return text
 
     def dim_size(self, g, k):
         return self.dynamic_sizes.setdefault(k, f"s{k}")
 
-    def op(self, kind, args, rtype, atypes):
-        lits = [_literal(a) for a in args]
-        if all(v is not None for v in lits) and rtype in FLOATS:
+    def plain_int(self, type_):
+        """Integer constants are bare Python literals (kernel_expr folds them as indices)."""
+        return type_ not in FLOATS and type_ != "i1"
+
+    def fold(self, kind, nodes, rtype, atypes):
+        """Scalar math and casts of literals fold to a literal (`tl.sqrt(2.0)` is not valid
+        Triton: it needs a tensor; `.to` likewise)."""
+        lits = [_lit(n) for n in nodes]
+        if not nodes or any(v is None for v in lits):
+            return None
+        if rtype in FLOATS:
             try:
-                if kind in _FOLD and len(args) == 1:
-                    return literal(_FOLD[kind](float(lits[0])), rtype)
+                if kind in _FOLD and len(nodes) == 1:
+                    return Const(_FOLD[kind](float(lits[0])), rtype)
                 if kind in _FOLD2:
-                    return literal(_FOLD2[kind](float(lits[0]), float(lits[1])), rtype)
+                    return Const(_FOLD2[kind](float(lits[0]), float(lits[1])), rtype)
             except (ValueError, ZeroDivisionError, OverflowError):
                 pass
+        if kind.startswith(_CASTS) and rtype in TYPES and atypes[0] in TYPES:
+            return Const(float(lits[0]) if rtype in FLOATS else int(lits[0]), rtype)
+        return None
+
+    def op(self, kind, args, rtype, atypes, nodes):
+        lits = [_lit(n) for n in nodes]
         if kind == "arith.xori" and rtype == "i1":
             # the same op on one bit; the interpreter's `^` rejects a scalar comparison's
             # result next to a block's (remainder by a 0-dim float: fuzz, fmod of bf16)
             return f"({args[0]} != {args[1]})"
         if kind in ("arith.andi", "arith.ori") and rtype == "i1" and \
-                any(_literal(a) is None and not _is_compare(a) for a in args):
-            # likewise for & and |: an operand that is not a comparison's text is compared
-            # with 0 first (a no-op on a GPU; fuzz seed 10 indices 5 and 13)
-            a, b = (x if _literal(x) is not None or _is_compare(x) else f"({x} != 0)"
-                    for x in args)
+                any(v is None and not _is_compare(n) for v, n in zip(lits, nodes)):
+            # likewise for & and |: an operand that is not a comparison is compared with 0
+            # first (a no-op on a GPU; fuzz seed 10 indices 5 and 13)
+            a, b = (x if v is not None or _is_compare(n) else f"({x} != 0)"
+                    for x, v, n in zip(args, lits, nodes))
             return f"({a} {_BINARY[kind]} {b})"
         if kind in _BINARY:
             return f"({args[0]} {_BINARY[kind]} {args[1]})"
@@ -479,17 +518,15 @@ class TritonLang:
             a, b = args
             return (f"tl.where((({a} % {b}) != 0) & (({a} < 0) != ({b} < 0)), "
                     f"({a} // {b}) - 1, ({a} // {b}))")
-        if kind.startswith(("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp",
-                            "arith.fptosi", "arith.fptoui", "arith.extsi", "arith.extui",
-                            "arith.trunci", "arith.index_cast", "arith.bitcast")):
-            return self._cast(kind, args[0], rtype, atypes[0], lits[0])
+        if kind.startswith(_CASTS):
+            return self._cast(kind, args[0], rtype, atypes[0])
         if kind in ("math.powf", "math.fpowi"):
             e = lits[1]
             x = args[0]
             if e is not None and float(e) in (1.0, 2.0, 3.0):
                 return "(" + " * ".join([x] * int(e)) + ")"
             if e is not None and float(e) == 0.5:
-                return self.op("math.sqrt", [x], rtype, atypes[:1])
+                return self.op("math.sqrt", [x], rtype, atypes[:1], nodes[:1])
             return f"_ember_pow({x}, ({args[1]}) * 1.0)"
         if kind == "math.isnan":
             return f"({args[0]} != {args[0]})"
@@ -501,13 +538,10 @@ class TritonLang:
                     f"tl.floor({x} + 0.5))")
         raise UnsupportedOp(f"'{kind}' has no Triton spelling")
 
-    def _cast(self, kind, x, rtype, atype, lit):
+    def _cast(self, kind, x, rtype, atype):
+        # (a literal was converted in Python already: `fold`; `.to` needs a tensor)
         if rtype not in TYPES or atype not in TYPES:
             raise UnsupportedOp(f"'{kind}' from {atype} to {rtype} has no Triton spelling")
-        if lit is not None:   # a literal converts in Python; `.to` needs a tensor
-            if rtype in FLOATS:
-                return literal(float(lit), rtype)
-            return literal(int(lit), rtype)
         if kind == "arith.bitcast":
             return f"{x}.to({TYPES[rtype][1]}, bitcast=True)"
         if kind in ("arith.extui", "arith.uitofp", "arith.index_castui") and atype in _UNSIGNED:

@@ -341,8 +341,10 @@ def test_cuda_graph_heuristic_weighs_launches_against_output_copies():
     assert graph_pays_off(program(150, (16, 128, 768)))
     # A backward graph copies its inputs (saved activations) in as well.
     big_in = program(150, (16, 128, 768))
-    big_in.values[0] = ValueInfo((1 << 28,), "float32")
+    big_in.values[0] = ValueInfo((1 << 31,), "float32")
     assert graph_pays_off(big_in, "forward") and not graph_pays_off(big_in, "backward")
+    # Not where the copies would take more than a quarter of the device's memory.
+    assert not graph_pays_off(program(150, (16, 128, 768)), device_bytes=4 << 20)
 
 
 def test_cuda_graph_may_capture_only_unread_host_inputs():
@@ -493,3 +495,30 @@ def test_library_call_with_none_argument():
         assert rel_err(o, r) < 1e-5
     assert graph.report["status"] == "compiled", graph.report.get("error")
     assert graph.report["library_calls"] == ["aten.convolution_backward.default"]
+
+
+def test_view_outputs_fold_into_one_as_strided():
+    """A chain of view ops over a computed output is replayed as one `as_strided` with eager's
+    geometry (a training forward returns hundreds of such views); a base that comes back in
+    another layout replays the views themselves."""
+    from ember.frontend.output_layouts import _alias, fold_views, replay
+    aten = torch.ops.aten
+    base = torch.empty(4, 6)
+    steps = ((aten.t.default, (), {}), (aten.slice.Tensor, (0, 1, None), {}),
+             (aten.slice.Tensor, (1, 0, None, 2), {}), (aten.unsqueeze.default, (0,), {}))
+    out = replay(base, steps)
+    folded = fold_views(base, steps, out)
+    assert len(folded) == 1 and folded[0][0] is _alias
+    t = torch.randn(4, 6)
+    got, ref = _alias(t, *folded[0][1]), replay(t, steps)
+    assert got.stride() == ref.stride() and got.shape == ref.shape
+    assert got.data_ptr() == ref.data_ptr() and torch.equal(got, ref)
+    odd = torch.randn(6, 4).t()         # not contiguous: the views are replayed
+    assert torch.equal(_alias(odd, *folded[0][1]), replay(odd, steps))
+    # compiled end to end: the outputs are views of one another with eager's strides
+    f = lambda x: (lambda y: (y, y.t()[1:], y.unsqueeze(0)[:, 1]))(x * 2)
+    ours = torch.compile(f, backend="ember", options={"target": "cpu"})(torch.ones(3, 4))
+    theirs = f(torch.ones(3, 4))
+    assert [o.stride() for o in ours] == [o.stride() for o in theirs]
+    ours[0].add_(1)
+    assert ours[1][0, 0].item() == 3.0 and ours[2][0, 0].item() == 3.0

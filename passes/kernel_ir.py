@@ -1,0 +1,288 @@
+"""Structured kernel IR: the typed tree that the C++ and Triton lowerings build, decide on and
+finally print (part of the kernel_schedule API).
+
+Invariant: code generation decisions (index simplification, constant folding, loop
+flattening, OpenMP collapse depth, tile shapes) are made on these nodes; text exists only as
+what a language's printer (`print_expr` with a `Lang`, `render_*` of statements) makes of them.
+
+Expressions (immutable, hashable, compared structurally):
+    Var(name, deps)           a local, a loop variable or a size symbol; `deps`: the loop
+                              variables its value depends on (for hoisting)
+    Const(value, dtype)       a typed constant; dtype INT is an integer of index arithmetic,
+                              printed as a bare literal in every language
+    Op(kind, args, dtype, atypes)   an operation: `kind` is an MLIR op name ("arith.addf",
+                              "arith.cmpf.ogt", ...), an index op "idx.add|sub|mul|div|rem|
+                              min|max|lt|ge", or CHECK_INDEX (args: index, size, Const dim)
+    Load(buffer, offset, dtype, masks)
+    Raw(text)                 a target snippet that no decision looks into
+Statements: Let(name, dtype, value), Store(buffer, offset, value, dtype), Line(text) and
+Scope (a block with its loop header, the loop variables it binds and its OmpPragmas).
+`OmpPragma.collapse` is a count, fitted to the depth of the perfect loop nest when printed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+INT = "int"              # dtype of index-arithmetic integer literals
+CHECK_INDEX = "index.check"      # a bound check on an index (not an MLIR op)
+
+
+@dataclasses.dataclass(frozen=True)
+class Var:
+    name: str
+    deps: frozenset = frozenset()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Const:
+    value: Union[int, float, bool]
+    dtype: str
+
+    # Equal when spelled alike: -0.0 is not 0.0, True is not 1, and a NaN equals itself.
+    def _key(self):
+        return (self.dtype, type(self.value).__name__, repr(self.value))
+
+    def __eq__(self, other):
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    kind: str
+    args: tuple
+    dtype: str
+    atypes: tuple = ()
+
+    def __hash__(self):      # cached: trees are dict keys (memos) many times over
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.kind, self.args, self.dtype, self.atypes))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    buffer: str
+    offset: object
+    dtype: str
+    masks: tuple = ()     # names of the tile masks the load is under (Triton)
+
+
+@dataclasses.dataclass(frozen=True)
+class Raw:
+    text: str
+
+
+Node = Union[Var, Const, Op, Load, Raw]
+
+
+def int_value(n) -> Optional[int]:
+    """The value of an index-arithmetic literal, else None."""
+    return n.value if isinstance(n, Const) and n.dtype == INT else None
+
+
+def deps_of(n) -> frozenset:
+    """Loop variables that node `n` depends on."""
+    if isinstance(n, Var):
+        return n.deps
+    if isinstance(n, Op):
+        d = n.__dict__.get("_deps")
+        if d is None:
+            d = frozenset().union(*[deps_of(a) for a in n.args]) if n.args else frozenset()
+            object.__setattr__(n, "_deps", d)
+        return d
+    if isinstance(n, Load):
+        return deps_of(n.offset)
+    return frozenset()
+
+
+def children(n):
+    if isinstance(n, Op):
+        return n.args
+    if isinstance(n, Load):
+        return (n.offset,)
+    return ()
+
+
+def walk(n):
+    """`n` and every node below it (pre-order; shared subtrees once)."""
+    seen, work = set(), [n]
+    while work:
+        x = work.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        yield x
+        work.extend(children(x))
+
+
+# --- index arithmetic -----------------------------------------------------------------------
+def _idx(kind, a, b):
+    return Op("idx." + kind, (a, b), "index", ("index", "index"))
+
+
+def _is(n, kind) -> bool:
+    return isinstance(n, Op) and n.kind == "idx." + kind
+
+
+def _floor_of(n):
+    """(X, n) when `n` is `(X / n) * n`, else None."""
+    if _is(n, "mul") and _is(n.args[0], "div") and n.args[0].args[1] == n.args[1]:
+        return n.args[0].args
+    return None
+
+
+def fold_index(kind: str, a, b):
+    """`a kind b` for index values (kind: add|sub|mul|div|rem|min|max), simplified:
+    constants fold, identities (x + 0, x * 1, x / 1, x * 0, x % 1) vanish, and
+    delinearize/linearize round trips fold back: (X / n) * n + X % n == X for any sign, C and
+    Python alike, so a flattened loop index reads contiguous operands directly. Row-major
+    offsets nest as ((P + X / n) * n + X % n), so (P + X / n) * n distributes first."""
+    ai, bi = int_value(a), int_value(b)
+    if ai is not None and bi is not None:
+        return Const({"add": ai + bi, "sub": ai - bi, "mul": ai * bi, "div": ai // max(bi, 1),
+                      "rem": ai % max(bi, 1), "min": min(ai, bi),
+                      "max": max(ai, bi)}[kind], INT)
+    if kind == "add" and ai == 0 or kind == "mul" and ai == 1:
+        return b
+    if kind in ("add", "sub") and bi == 0 or kind in ("mul", "div") and bi == 1:
+        return a
+    if kind == "mul" and (ai == 0 or bi == 0) or kind == "rem" and bi == 1:
+        return Const(0, INT)
+    if kind == "mul" and _is(a, "add"):
+        p, q = a.args
+        for d, o in ((q, p), (p, q)):
+            if _is(d, "div") and d.args[1] == b:
+                return fold_index("add", fold_index("mul", o, b), fold_index("mul", d, b))
+    if kind == "add":
+        for f, r in ((a, b), (b, a)):
+            if not _is(r, "rem"):
+                continue
+            if _floor_of(f) == r.args:
+                return r.args[0]
+            if _is(f, "add"):                   # (P + floor) + rem -> P + X
+                p, q = f.args
+                for fl, o in ((q, p), (p, q)):
+                    if _floor_of(fl) == r.args:
+                        return fold_index("add", o, r.args[0])
+    return _idx(kind, a, b)
+
+
+# --- printing ---------------------------------------------------------------------------------
+class Printer:
+    """Prints expression nodes with a language (`Lang` of kernel_expr); memoised per node."""
+
+    def __init__(self, lang):
+        self.lang = lang
+        self.memo: dict = {}
+
+    def __call__(self, n) -> str:
+        hit = self.memo.get(n)
+        if hit is None:
+            hit = self.memo[n] = self._print(n)
+        return hit
+
+    def _print(self, n) -> str:
+        lang = self.lang
+        if isinstance(n, Var):
+            return n.name
+        if isinstance(n, Raw):
+            return n.text
+        if isinstance(n, Const):
+            return str(n.value) if n.dtype == INT else lang.constant(n.value, n.dtype)
+        if isinstance(n, Load):
+            return lang.load(n.buffer, self(n.offset), n.dtype, n.masks)
+        if n.kind == CHECK_INDEX:
+            i, size, dim = n.args
+            return lang.check_index(self(i), self(size), dim.value)
+        return lang.op(n.kind, [self(a) for a in n.args], n.dtype, list(n.atypes), n.args)
+
+
+# --- statements ---------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Let:
+    name: str
+    dtype: str
+    value: object
+
+
+@dataclasses.dataclass
+class Store:
+    buffer: str
+    offset: object
+    value: object
+    dtype: str
+
+
+@dataclasses.dataclass
+class Line:
+    text: str
+
+
+@dataclasses.dataclass
+class OmpPragma:
+    """`#pragma omp <directive> [collapse(n)]<tail>`; `collapse` is how many perfectly nested
+    loops from this one the directive spans (1: no clause)."""
+    directive: str
+    collapse: int = 1
+    tail: str = ""
+
+    def render(self, depth: int) -> str:
+        n = min(self.collapse, depth)
+        return f"#pragma omp {self.directive}{f' collapse({n})' if n > 1 else ''}{self.tail}"
+
+
+class Scope:
+    """A block of statements; `binds` are the loop variables it introduces, `header` its loop
+    line, `pragmas` the OmpPragmas in front of it (C++)."""
+
+    def __init__(self, binds=(), header: str = "", kind: str = ""):
+        self.binds, self.header, self.kind = set(binds), header, kind
+        self.stmts: list = []      # Let, Store, Line, str or nested Scope
+        self.pragmas: list = []
+        self.open = False
+
+
+def perfect_depth(scope: Scope) -> int:
+    """How many loops nest perfectly from `scope` down (what OpenMP `collapse` may span)."""
+    depth = 1
+    while len(scope.stmts) == 1 and isinstance(scope.stmts[0], Scope):
+        scope, depth = scope.stmts[0], depth + 1
+    return depth
+
+
+def statement_nodes(stmt):
+    """The expression trees a statement holds."""
+    if isinstance(stmt, Let):
+        return (stmt.value,)
+    if isinstance(stmt, Store):
+        return (stmt.offset, stmt.value)
+    return ()
+
+
+def all_nodes(stmts):
+    """Every expression node of `stmts` (nested scopes included)."""
+    for s in stmts:
+        if isinstance(s, Scope):
+            yield from all_nodes(s.stmts)
+        else:
+            for n in statement_nodes(s):
+                yield from walk(n)
+
+
+def render_stmt(stmt, show: Printer) -> str:
+    """One statement (not a Scope) as a line of the printer's language."""
+    if isinstance(stmt, str):
+        return stmt
+    if isinstance(stmt, Line):
+        return stmt.text
+    if isinstance(stmt, Let):
+        return show.lang.let(stmt.name, stmt.dtype, show(stmt.value))
+    if isinstance(stmt, Store):
+        return show.lang.store(stmt.buffer, show(stmt.offset), show(stmt.value), stmt.dtype)
+    raise TypeError(f"not a statement: {stmt!r}")

@@ -1,0 +1,153 @@
+"""kernel_ir: index folding on the tree, printing per language, OpenMP collapse fitting, and the
+flattening decision made on the tree (no emitted text is inspected)."""
+import math
+
+from ember.passes.cpp_emitter import CppLang, _render
+from ember.passes.kernel_ir import (INT, Const, Let, Load, OmpPragma, Op, Printer, Scope, Store,
+                                    Var, all_nodes, deps_of, fold_index, render_stmt)
+from ember.passes.triton_lang import TritonLang, _is_compare
+
+X = Var("x", frozenset({"x"}))
+Y = Var("y", frozenset({"y"}))
+N = Var("s3")                # a dynamic size: no loop dependence
+
+
+def c(v):
+    return Const(v, INT)
+
+
+def test_constants_fold():
+    assert fold_index("add", c(3), c(4)) == c(7)
+    assert fold_index("mul", c(3), c(4)) == c(12)
+    assert fold_index("div", c(-7), c(2)) == c(-4)      # the old text folding's floor division
+    assert fold_index("rem", c(7), c(3)) == c(1)
+    assert fold_index("min", c(7), c(3)) == c(3)
+    assert fold_index("max", c(7), c(3)) == c(7)
+
+
+def test_identities_vanish():
+    assert fold_index("add", c(0), X) is X
+    assert fold_index("add", X, c(0)) is X
+    assert fold_index("mul", c(1), X) is X
+    assert fold_index("mul", X, c(1)) is X
+    assert fold_index("div", X, c(1)) is X
+    assert fold_index("mul", X, c(0)) == c(0)
+    assert fold_index("mul", c(0), X) == c(0)
+    assert fold_index("rem", X, c(1)) == c(0)
+    # nothing to fold: a node, not text
+    e = fold_index("add", X, c(2))
+    assert e == Op("idx.add", (X, c(2)), "index", ("index", "index"))
+
+
+def test_delinearize_round_trip_folds_to_the_index():
+    # (X / n) * n + X % n == X, both orders, static and dynamic n
+    for n in (c(8), N):
+        d, r = fold_index("div", X, n), fold_index("rem", X, n)
+        floor = fold_index("mul", d, n)
+        assert fold_index("add", floor, r) == X
+        assert fold_index("add", r, floor) == X
+    # a different divisor does not fold
+    d = fold_index("div", X, c(8))
+    assert fold_index("add", fold_index("mul", d, c(8)), fold_index("rem", X, c(4))) != X
+
+
+def test_row_major_offset_of_a_decomposed_index_is_the_index():
+    # X decomposed over (a, 4, 8) as (X / 32, X / 8 % 4, X % 8), then linearized row-major:
+    # ((i0 * 4 + i1) * 8 + i2) must fold back to X (the distributive rule (P + X/n) * n).
+    i2 = fold_index("rem", X, c(8))
+    rest = fold_index("div", X, c(8))
+    i1 = fold_index("rem", rest, c(4))
+    i0 = fold_index("div", rest, c(4))
+    off = c(0)
+    for i, n in ((i0, c(1)), (i1, c(4)), (i2, c(8))):
+        off = fold_index("add", fold_index("mul", off, n), i)
+    assert off == X
+
+
+def test_a_transposed_read_keeps_div_and_rem():
+    i1 = fold_index("rem", X, c(8))
+    i0 = fold_index("div", X, c(8))
+    off = fold_index("add", fold_index("mul", i1, c(5)), i0)     # the transpose's offset
+    kinds = {n.kind for n in all_nodes([Let("t", "index", off)]) if isinstance(n, Op)}
+    assert {"idx.div", "idx.rem"} <= kinds
+
+
+def test_deps_follow_the_tree():
+    e = fold_index("add", fold_index("mul", X, N), Y)
+    assert deps_of(e) == {"x", "y"}
+    assert deps_of(Load("in0", e, "f32")) == {"x", "y"}
+    assert deps_of(c(1)) == frozenset()
+
+
+def test_printing_per_language():
+    e = fold_index("add", fold_index("mul", fold_index("div", X, c(4)), N), c(1))
+    assert Printer(CppLang())(e) == "(((x / 4) * s3) + 1)"
+    assert Printer(TritonLang())(e) == "(((x // 4) * s3) + 1)"
+    m = fold_index("min", X, c(3))
+    assert Printer(CppLang())(m) == "std::min<int64_t>(x, 3)"
+    assert Printer(TritonLang())(m) == "tl.minimum(x, 3)"
+    # typed constants: an i64 constant is INT64_C in C++, an index literal is bare
+    assert Printer(CppLang())(Op("idx.add", (X, Const(5, "i64")), "index")) == "(x + INT64_C(5))"
+    show = Printer(CppLang())
+    assert render_stmt(Let("t1", "f32", Load("in0", X, "bf16")), show) == \
+        "const float t1 = ember_bf16_to_f32(in0[x]);"
+    assert render_stmt(Store("out0", X, Var("t1"), "f32"), show) == "out0[x] = t1;"
+
+
+def test_cpp_integer_division_reads_the_divisor_node():
+    show = Printer(CppLang())
+    a = Var("a")
+    by_const = Op("arith.divsi", (a, Const(4, "i32")), "i32", ("i32", "i32"))
+    by_var = Op("arith.divsi", (a, Var("b")), "i32", ("i32", "i32"))
+    by_zero = Op("arith.divsi", (a, Const(0, "i32")), "i32", ("i32", "i32"))
+    assert show(by_const) == "(int32_t)(a / (int32_t)4)"
+    assert show(by_var) == "ember_chk_divsi<int32_t>(a, b)"
+    assert show(by_zero) == "ember_chk_divsi<int32_t>(a, (int32_t)0)"
+
+
+def test_triton_folds_literals_on_the_tree():
+    lang = TritonLang()
+    two = Const(2.0, "f32")
+    assert lang.fold("math.sqrt", (two,), "f32", ["f32"]) == Const(math.sqrt(2.0), "f32")
+    assert lang.fold("arith.mulf", (two, Const(3.0, "f32")), "f32", ["f32", "f32"]) == \
+        Const(6.0, "f32")
+    assert lang.fold("arith.sitofp", (Const(3, INT),), "f32", ["i64"]) == Const(3.0, "f32")
+    # not literals: a variable, a bool, a NaN (spelled as expressions)
+    assert lang.fold("math.sqrt", (Var("t"),), "f32", ["f32"]) is None
+    assert lang.fold("arith.extui", (Const(True, "i1"),), "i64", ["i1"]) is None
+    assert lang.fold("math.exp", (Const(float("nan"), "f32"),), "f32", ["f32"]) is None
+    # pow with a literal exponent picks its spelling from the node
+    show = Printer(lang)
+    assert show(Op("math.powf", (Var("t"), Const(2.0, "f32")), "f32", ("f32", "f32"))) == "(t * t)"
+    # i1 and/or: an operand that is not a comparison is compared with 0
+    cmp = Op("arith.cmpf.olt", (Var("a"), Var("b")), "i1", ("f32", "f32"))
+    assert _is_compare(cmp) and not _is_compare(Var("m"))
+    assert show(Op("arith.andi", (cmp, Var("m")), "i1", ("i1", "i1"))) == "((a < b) & (m != 0))"
+
+
+def test_collapse_is_fitted_to_the_perfect_nest():
+    def nest(invariant_between):
+        outer = Scope({"i"}, "for (i)")
+        inner = Scope({"j"}, "for (j)")
+        outer.pragmas.append(OmpPragma("parallel for", 3, " if(n >= 4)"))
+        if invariant_between:
+            outer.stmts.append(Let("t1", "f32", Load("in0", Var("i"), "f32")))
+        outer.stmts.append(inner)
+        inner.stmts.append(Store("out0", Var("j"), Var("t1"), "f32"))
+        top = Scope()
+        top.stmts.append(outer)
+        lines = []
+        _render(top, 0, lines, Printer(CppLang()))
+        return lines[0]
+    assert nest(False) == "#pragma omp parallel for collapse(2) if(n >= 4)"
+    assert nest(True) == "#pragma omp parallel for if(n >= 4)"
+    assert OmpPragma("simd", 1, " reduction(+:a)").render(5) == "#pragma omp simd reduction(+:a)"
+
+
+def test_constants_are_equal_only_when_spelled_alike():
+    # printing and the value memos key on nodes: -0.0 must not print as 0.0
+    assert Const(-0.0, "f32") != Const(0.0, "f32")
+    assert Const(True, "i1") != Const(1, "i1")
+    assert Const(float("nan"), "f32") == Const(float("nan"), "f32")
+    show = Printer(CppLang())
+    assert show(Const(0.0, "f32")) == "0.0f" and show(Const(-0.0, "f32")) == "-0.0f"
