@@ -41,7 +41,11 @@ class Const:
 
     # Equal when spelled alike: -0.0 is not 0.0, True is not 1, and a NaN equals itself.
     def _key(self):
-        return (self.dtype, type(self.value).__name__, repr(self.value))
+        k = self.__dict__.get("_k")
+        if k is None:
+            k = (self.dtype, type(self.value).__name__, repr(self.value))
+            object.__setattr__(self, "_k", k)
+        return k
 
     def __eq__(self, other):
         return isinstance(other, Const) and self._key() == other._key()
@@ -182,6 +186,8 @@ class Printer:
         self.memo: dict = {}
 
     def __call__(self, n) -> str:
+        if isinstance(n, Var):
+            return n.name
         hit = self.memo.get(n)
         if hit is None:
             hit = self.memo[n] = self._print(n)
