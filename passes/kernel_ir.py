@@ -232,15 +232,27 @@ class Line:
 
 @dataclasses.dataclass
 class OmpPragma:
-    """`#pragma omp <directive> [collapse(n)]<tail>`; `collapse` is how many perfectly nested
-    loops from this one the directive spans (1: no clause)."""
-    directive: str
+    """An OpenMP directive on a loop: `parallel for` (threads) and/or `simd`; `collapse`: how
+    many perfectly nested loops from this one it spans; `work` (with `parallel`): the factors
+    (nodes) of the iteration count that must reach `min_work` for threads to start (none:
+    always); `reductions`: (operator, variable) pairs."""
+    parallel: bool = False
+    simd: bool = False
     collapse: int = 1
-    tail: str = ""
+    work: tuple = ()
+    min_work: int = 0
+    reductions: tuple = ()
 
-    def render(self, depth: int) -> str:
+    def render(self, depth: int, show: "Printer") -> str:
+        """The pragma line; `depth`: the perfect depth of the nest it is on (a hoisted loop
+        invariant between two loops makes a nest imperfect, so collapse shrinks to fit)."""
         n = min(self.collapse, depth)
-        return f"#pragma omp {self.directive}{f' collapse({n})' if n > 1 else ''}{self.tail}"
+        text = "#pragma omp " + " ".join(["parallel for"] * self.parallel + ["simd"] * self.simd)
+        if n > 1:
+            text += f" collapse({n})"
+        if self.work:
+            text += f" if({' * '.join(show(f) for f in self.work)} >= {self.min_work})"
+        return text + "".join(f" reduction({op}:{v})" for op, v in self.reductions)
 
 
 class Scope:

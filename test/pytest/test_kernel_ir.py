@@ -129,7 +129,8 @@ def test_collapse_is_fitted_to_the_perfect_nest():
     def nest(invariant_between):
         outer = Scope({"i"}, "for (i)")
         inner = Scope({"j"}, "for (j)")
-        outer.pragmas.append(OmpPragma("parallel for", 3, " if(n >= 4)"))
+        outer.pragmas.append(OmpPragma(parallel=True, collapse=3, work=(Var("n"), c(2)),
+                                       min_work=4))
         if invariant_between:
             outer.stmts.append(Let("t1", "f32", Load("in0", Var("i"), "f32")))
         outer.stmts.append(inner)
@@ -139,9 +140,13 @@ def test_collapse_is_fitted_to_the_perfect_nest():
         lines = []
         _render(top, 0, lines, Printer(CppLang()))
         return lines[0]
-    assert nest(False) == "#pragma omp parallel for collapse(2) if(n >= 4)"
-    assert nest(True) == "#pragma omp parallel for if(n >= 4)"
-    assert OmpPragma("simd", 1, " reduction(+:a)").render(5) == "#pragma omp simd reduction(+:a)"
+    assert nest(False) == "#pragma omp parallel for collapse(2) if(n * 2 >= 4)"
+    assert nest(True) == "#pragma omp parallel for if(n * 2 >= 4)"
+    show = Printer(CppLang())
+    p = OmpPragma(parallel=True, simd=True, collapse=2, reductions=(("+", "a"), ("|", "nan1")))
+    assert p.render(5, show) == \
+        "#pragma omp parallel for simd collapse(2) reduction(+:a) reduction(|:nan1)"
+    assert OmpPragma(simd=True).render(1, show) == "#pragma omp simd"
 
 
 def test_constants_are_equal_only_when_spelled_alike():
