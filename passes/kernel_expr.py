@@ -319,7 +319,8 @@ class ExprBuilder:
             neg = const(-s0) if s0 is not None else \
                 self.expr(Op("idx.mul", (start.node, Const(-1, INT)), "index", ("index", "index")))
             local = self.iop("add", idx[dim], neg)
-            clamped = self.iop("min", self.iop("max", local, const(0)), self.iop("add", n, const(-1)))
+            clamped = self.iop("min", self.iop("max", local, const(0)),
+                               self.iop("add", n, const(-1)))
             sidx = list(idx)
             sidx[dim] = clamped
             pieces.append((self.value_at(v, sidx), self.iop("add", start, n)))
