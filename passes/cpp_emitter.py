@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
-from .kernel_ir import (INT, Const, OmpPragma, Printer, Store, all_nodes, deps_of, perfect_depth,
-                        render_stmt)
+from .kernel_ir import (INT, Assign, Const, OmpPragma, Printer, Store, Var, all_nodes, deps_of,
+                        perfect_depth, render_stmt)
 from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, const,
                               indexing_maps, iterator_types, masked_combiner, needed_results,
                               schedule_kernel, tensor_args, type_name, var)
@@ -81,6 +81,9 @@ class CppLang:
 
     def store(self, buf, off, value, ty):
         return f"{buf}[{off}] = {self.store_value(value, ty)};"
+
+    def assign(self, name, op, value):
+        return f"{name} {op} {value};"
 
     def fold(self, kind, nodes, rty, atys):
         return None
@@ -331,7 +334,7 @@ class _Emitter:
                 updates.append(f"{a} = {f} {cmp} {a} ? {f} : {a};")
                 updates.append(f"{nan} |= ({f} != {f});")
             else:
-                updates.append(f"{a} = {b.generic_yield(op, k, full, outs=accs).text};")
+                updates.append(Assign(a, b.generic_yield(op, k, full, outs=accs).node))
         parent.stmts.extend(updates)
         for _ in scopes:
             b.pop()
@@ -400,12 +403,12 @@ class _Emitter:
             b.push(sc, parent)
             parent = sc
         paccs = [Expr(part[k], a.deps) if k in part else a for k, a in enumerate(accs)]
-        updates = [f"{part[k]} = {b.generic_yield(op, k, full, outs=paccs).text};" for k in used]
+        updates = [Assign(part[k], b.generic_yield(op, k, full, outs=paccs).node) for k in used]
         parent.stmts.extend(updates)
         for _ in inner:
             b.pop()
         for k in used:
-            chunk.stmts.append(f"{wide[k]} += {part[k]};")
+            chunk.stmts.append(Assign(wide[k], Var(part[k]), "+="))
         for _ in outer:
             b.pop()
         b.stack = saved

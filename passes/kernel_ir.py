@@ -15,7 +15,8 @@ Expressions (immutable, hashable, compared structurally):
                               min|max|lt|ge", or CHECK_INDEX (args: index, size, Const dim)
     Load(buffer, offset, dtype, masks)
     Raw(text)                 a target snippet that no decision looks into
-Statements: Let(name, dtype, value), Store(buffer, offset, value, dtype), Line(text) and
+Statements: Let(name, dtype, value), Store(buffer, offset, value, dtype), Assign(name,
+value, op), Line(text) and
 Scope (a block with its loop header, the loop variables it binds and its OmpPragmas).
 `OmpPragma.collapse` is a count, fitted to the depth of the perfect loop nest when printed.
 """
@@ -226,6 +227,14 @@ class Store:
 
 
 @dataclasses.dataclass
+class Assign:
+    """`name op value` on a mutable local (an accumulator): op is "=", "+=", ..."""
+    name: str
+    value: object
+    op: str = "="
+
+
+@dataclasses.dataclass
 class Line:
     text: str
 
@@ -280,6 +289,8 @@ def statement_nodes(stmt):
         return (stmt.value,)
     if isinstance(stmt, Store):
         return (stmt.offset, stmt.value)
+    if isinstance(stmt, Assign):
+        return (stmt.value,)
     return ()
 
 
@@ -303,4 +314,6 @@ def render_stmt(stmt, show: Printer) -> str:
         return show.lang.let(stmt.name, stmt.dtype, show(stmt.value))
     if isinstance(stmt, Store):
         return show.lang.store(stmt.buffer, show(stmt.offset), show(stmt.value), stmt.dtype)
+    if isinstance(stmt, Assign):
+        return show.lang.assign(stmt.name, stmt.op, show(stmt.value))
     raise TypeError(f"not a statement: {stmt!r}")
