@@ -3,8 +3,9 @@ flattening decision made on the tree (no emitted text is inspected)."""
 import math
 
 from ember.passes.cpp_emitter import CppLang, _render
-from ember.passes.kernel_ir import (INT, Const, Let, Load, OmpPragma, Op, Printer, Scope, Store,
-                                    Var, all_nodes, deps_of, fold_index, render_stmt)
+from ember.passes.kernel_ir import (INT, Assign, Const, Let, Load, OmpPragma, Op, Printer,
+                                    Scope, Store, Var, all_nodes, deps_of, fold_index,
+                                    render_stmt)
 from ember.passes.triton_lang import TritonLang, _is_compare
 
 X = Var("x", frozenset({"x"}))
@@ -92,6 +93,10 @@ def test_printing_per_language():
     assert render_stmt(Let("t1", "f32", Load("in0", X, "bf16")), show) == \
         "const float t1 = ember_bf16_to_f32(in0[x]);"
     assert render_stmt(Store("out0", X, Var("t1"), "f32"), show) == "out0[x] = t1;"
+    assert render_stmt(Assign("acc1", Var("part2"), "+="), show) == "acc1 += part2;"
+    # Triton loads carry their tile masks
+    assert Printer(TritonLang())(Load("in0", X, "bf16", ("xmask",))) == \
+        "tl.load(in0 + x, mask=xmask, other=0).to(tl.float32)"
 
 
 def test_cpp_integer_division_reads_the_divisor_node():
@@ -156,3 +161,44 @@ def test_constants_are_equal_only_when_spelled_alike():
     assert Const(float("nan"), "f32") == Const(float("nan"), "f32")
     show = Printer(CppLang())
     assert show(Const(0.0, "f32")) == "0.0f" and show(Const(-0.0, "f32")) == "-0.0f"
+
+
+_KERNEL = """
+func.func private @k(%a: tensor<4x8xf32>, %b: tensor<{bshape}xf32>) -> tensor<4x8xf32>
+    attributes {{ember.kernel = "pointwise"}} {{
+  %e = tensor.empty() : tensor<4x8xf32>
+  %r = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>,
+                                         affine_map<(d0, d1) -> ({bmap})>,
+                                         affine_map<(d0, d1) -> (d0, d1)>],
+                        iterator_types = ["parallel", "parallel"]}}
+      ins(%a, %b : tensor<4x8xf32>, tensor<{bshape}xf32>) outs(%e : tensor<4x8xf32>) {{
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  }} -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}}
+"""
+
+
+def _flat_choice(bshape, bmap):
+    from torch_mlir import ir
+
+    from ember.dialects.ember import make_context
+    from ember.passes.cpp_emitter import _Emitter, _flat_is_clean, emit_kernel
+    with make_context():
+        m = ir.Module.parse(_KERNEL.format(bshape=bshape, bmap=bmap))
+        fn = next(iter(m.body.operations))
+        em = _Emitter(fn, "k", 32768, True).build(flat=2)
+        return _flat_is_clean(em), emit_kernel(fn, "k")
+
+
+def test_flattening_is_decided_on_the_tree():
+    # both operands contiguous: the flat index reads them directly, one flat loop
+    clean, src = _flat_choice("4x8", "d0, d1")
+    assert clean
+    assert "for (int64_t f1 = 0; f1 < 32; ++f1)" in src and "in1[f1]" in src
+    # a transposed operand needs / and % of the flat index: the nested loops are kept
+    clean, src = _flat_choice("8x4", "d1, d0")
+    assert not clean
+    assert "/" not in src and "%" not in src and "f1" not in src
