@@ -2,8 +2,9 @@
 finally print (part of the kernel_schedule API).
 
 Invariant: code generation decisions (index simplification, constant folding, loop
-flattening, OpenMP collapse depth, tile shapes) are made on these nodes; text exists only as
-what a language's printer (`print_expr` with a `Lang`, `render_*` of statements) makes of them.
+flattening, OpenMP collapse depth and clauses, load masks) are made on these nodes; text
+exists only as what a language's printer makes of them (`Printer` with a kernel_expr `Lang`
+for expressions, `render_stmt` for statements, the lowerings' block renderers for Scopes).
 
 Expressions (immutable, hashable, compared structurally):
     Var(name, deps)           a local, a loop variable or a size symbol; `deps`: the loop
@@ -16,9 +17,9 @@ Expressions (immutable, hashable, compared structurally):
     Load(buffer, offset, dtype, masks)
     Raw(text)                 a target snippet that no decision looks into
 Statements: Let(name, dtype, value), Store(buffer, offset, value, dtype), Assign(name,
-value, op), Line(text) and
-Scope (a block with its loop header, the loop variables it binds and its OmpPragmas).
-`OmpPragma.collapse` is a count, fitted to the depth of the perfect loop nest when printed.
+value, op), Line(text) (a statement no decision looks into) and Scope (a block with its loop
+header, the loop variables it binds and its OmpPragmas). `OmpPragma.collapse` is a count,
+fitted to the depth of the perfect loop nest when printed.
 """
 from __future__ import annotations
 
