@@ -202,3 +202,17 @@ def test_flattening_is_decided_on_the_tree():
     clean, src = _flat_choice("8x4", "d1, d0")
     assert not clean
     assert "/" not in src and "%" not in src and "f1" not in src
+
+
+def test_reduction_identity_is_recognized_by_value():
+    # an accumulator initialised to the combiner's identity is not combined again
+    # (int32 amin's init 2147483647 is the identity spelled (2**31 - 1))
+    from ember.passes.ember_lower_to_triton import _is_identity
+    assert _is_identity(Const(2147483647, INT), "minsi", "i32")
+    assert _is_identity(Const(-2147483648, INT), "maxsi", "i32")
+    assert not _is_identity(Const(-2147483648, INT), "maxsi", "i64")
+    assert _is_identity(Const(0.0, "f32"), "addf", "f32")
+    assert not _is_identity(Const(-0.0, "f32"), "addf", "f32")
+    assert _is_identity(Const(float("-inf"), "f32"), "maximumf", "f32")
+    assert _is_identity(Const(False, "i1"), "ori", "i1")
+    assert not _is_identity(Var("t1"), "addf", "f32")
