@@ -123,6 +123,31 @@ def rel_err(out, ref) -> float:
     return worst
 
 
+def train_err(model, ref_model, loss, ref_loss) -> float:
+    """Worst of: the loss, the gradients taken together, each buffer (BatchNorm running
+    statistics; integer buffers must be equal), and each gradient whose eager norm is
+    at least 1e-3 of the largest. Gradients that are zero in exact arithmetic (a bias before a
+    normalization, attention's key bias) hold only rounding noise, and their relative error
+    says nothing; they still count in the joint norm. Parameters are not compared after the
+    step: Adam scales such noise up to a full-size step."""
+    pairs = [(p.grad, q.grad) for p, q in zip(model.parameters(), ref_model.parameters())
+             if q.grad is not None]
+    if any(a is None for a, _ in pairs):
+        return float("inf")
+    top = max(b.double().norm().item() for _, b in pairs)
+    errs = [rel_err(loss, ref_loss),
+            rel_err(torch.cat([a.flatten().double() for a, _ in pairs]),
+                    torch.cat([b.flatten().double() for _, b in pairs]))]
+    errs += [rel_err(a, b) for a, b in pairs if b.double().norm().item() >= 1e-3 * top]
+    # Buffers updated in place by the step (BatchNorm running statistics, counters).
+    for a, b in zip(model.buffers(), ref_model.buffers()):
+        if b.is_floating_point():
+            errs.append(rel_err(a, b))
+        elif not torch.equal(a.cpu(), b.cpu()):
+            errs.append(float("inf"))
+    return float("nan") if any(e != e for e in errs) else max(errs)    # max() can skip a NaN
+
+
 def tolerance(dtype: torch.dtype, matmul: bool = False) -> float:
     """The numerics bar (docs/design.md): fp32 1e-4 (1e-3 with matmuls), bf16/fp16 1e-2."""
     if dtype in (torch.bfloat16, torch.float16):

@@ -122,28 +122,21 @@ def kernel_cases(reps, results, backends):
 
 
 def _models():
-    """(name, builder(dtype) -> (module, args)); imports are lazy so a missing package only
-    skips its model."""
+    """(name, builder(dtype) -> (module, args)) from models.py (the harness's builders); imports
+    are lazy so a missing package only skips its model."""
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from models import FULL_TEXT_SHAPE, build
 
-    def resnet18(dtype):
-        import torchvision
-        m = torchvision.models.resnet18().eval().cuda().to(dtype)
-        return m, (torch.randn(32, 3, 224, 224, device="cuda", dtype=dtype),)
+    def builder(name):
+        def make(dtype):
+            model, inputs, _ = build(name, "cuda", text_shape=FULL_TEXT_SHAPE.get(name))
+            inputs = tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
+            return model.eval().to(dtype), inputs
+        return make
 
-    def bert(dtype):
-        from transformers import BertConfig, BertModel
-        m = BertModel(BertConfig()).eval().cuda().to(dtype)
-        ids = torch.randint(0, 30522, (16, 128), device="cuda")
-        return m, (ids,)
-
-    def gpt2(dtype):
-        from transformers import GPT2Config, GPT2Model
-        m = GPT2Model(GPT2Config()).eval().cuda().to(dtype)
-        ids = torch.randint(0, 50257, (8, 256), device="cuda")
-        return m, (ids,)
-
-    return [("resnet18 (32)", resnet18), ("BERT-base (16x128)", bert),
-            ("GPT-2 small (8x256)", gpt2)]
+    return [("resnet18 (32)", builder("resnet18")), ("BERT-base (16x128)", builder("bert")),
+            ("GPT-2 small (8x256)", builder("gpt2"))]
 
 
 def model_cases(reps, results, backends, only_models=None, dtypes=("float32", "bfloat16")):

@@ -34,78 +34,14 @@ import traceback
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (ember_summary, flatten, import_torchvision, interleaved_median_ms,  # noqa: E402
-                    rel_err, sync)
+from common import ember_summary, flatten, interleaved_median_ms, rel_err, sync  # noqa: E402
+from common import train_err as _train_err  # noqa: E402
+from models import TRANSFORMERS, build  # noqa: E402,F401  (build: the zoo's models, shared)
 
 VISION = ("resnet50", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf", "swin_t",
           "densenet121")
-TEXT = ("bert", "gpt2", "distilbert", "llama", "whisper_encoder")
+TEXT = TRANSFORMERS
 MODES = ("infer-fp32", "infer-bf16", "train-bf16", "train-sgd")
-
-
-def build(name: str, device: str, small: bool, tiny: bool = False):
-    """(model, inputs tuple, output -> tensor used as the training loss). `tiny`: batch 1 and
-    the smallest resolution / sequence (the Triton interpreter)."""
-    g = torch.Generator().manual_seed(0)
-    if name in VISION:
-        torchvision = import_torchvision()
-        batch, res = (2, 32) if tiny else (2, 64) if small else (32, 224)   # BatchNorm: 2
-        model = getattr(torchvision.models, name)(num_classes=10 if tiny else 1000)
-        x = torch.randn(batch, 3, res, res, generator=g)
-        return model.to(device), (x.to(device),), lambda out: out.float().square().mean()
-    try:
-        import_torchvision()    # transformers imports torchvision where it is installed
-    except ImportError:
-        pass
-    import transformers as tf
-    batch, seq = (1, 8) if tiny else (2, 32) if small else (8, 128)
-    small = small or tiny
-    if name == "bert":
-        cfg = tf.BertConfig(attn_implementation="sdpa", hidden_dropout_prob=0.0,
-                            attention_probs_dropout_prob=0.0)
-        if small:
-            cfg.num_hidden_layers = 2
-        model, vocab = tf.BertModel(cfg), cfg.vocab_size
-    elif name == "distilbert":
-        cfg = tf.DistilBertConfig(dropout=0.0, attention_dropout=0.0)
-        if small:
-            cfg.n_layers = 2
-        model, vocab = tf.DistilBertModel(cfg), cfg.vocab_size
-    elif name == "gpt2":
-        cfg = tf.GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
-        if small:
-            cfg.n_layer = 2
-        model, vocab = tf.GPT2Model(cfg), cfg.vocab_size
-    elif name == "llama":
-        cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=512, intermediate_size=1376,
-                             num_hidden_layers=2 if small else 4, num_attention_heads=8,
-                             num_key_value_heads=2, max_position_embeddings=1024,
-                             use_cache=False)
-        model, vocab = tf.LlamaForCausalLM(cfg), cfg.vocab_size
-    elif name == "whisper_encoder":
-        cfg = tf.WhisperConfig.from_dict(dict(
-            d_model=384, encoder_layers=4, encoder_attention_heads=6, decoder_layers=4,
-            decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536,
-            num_mel_bins=80, max_source_positions=1500, dropout=0.0))
-        model = tf.WhisperModel(cfg).get_encoder()
-        frames = 3000
-        if tiny:    # fewer positions: the encoder slices its position table to the length
-            cfg.max_source_positions, frames = 16, 32
-            model = tf.WhisperModel(cfg).get_encoder()
-        x = torch.randn(batch if not (small or tiny) else 1, 80, frames, generator=g)
-        return (model.to(device), (x.to(device),),
-                lambda out: out.last_hidden_state.float().square().mean())
-    else:
-        raise KeyError(name)
-    if tiny:    # the same layers with a small vocabulary (the optimizer step over the embeddings)
-        vocab = cfg.vocab_size = 512
-        model = type(model)(cfg)
-    ids = torch.randint(0, vocab, (batch, seq), generator=g)
-
-    def loss(out):
-        t = out.logits if hasattr(out, "logits") else out.last_hidden_state
-        return t.float().square().mean()
-    return model.to(device), (ids.to(device),), loss
 
 
 def _first(out) -> list[torch.Tensor]:
@@ -234,31 +170,6 @@ def _timed(fns, repeats, device):
     if repeats <= 0:
         return float("nan"), float("nan")
     return interleaved_median_ms(fns, repeats=repeats, device=device)
-
-
-def _train_err(model, ref_model, loss, ref_loss) -> float:
-    """Worst of: the loss, the gradients taken together, each buffer (BatchNorm running
-    statistics; integer buffers must be equal), and each gradient whose eager norm is
-    at least 1e-3 of the largest. Gradients that are zero in exact arithmetic (a bias before a
-    normalization, attention's key bias) hold only rounding noise, and their relative error
-    says nothing; they still count in the joint norm. Parameters are not compared after the
-    step: Adam scales such noise up to a full-size step."""
-    pairs = [(p.grad, q.grad) for p, q in zip(model.parameters(), ref_model.parameters())
-             if q.grad is not None]
-    if any(a is None for a, _ in pairs):
-        return float("inf")
-    top = max(b.double().norm().item() for _, b in pairs)
-    errs = [rel_err(loss, ref_loss),
-            rel_err(torch.cat([a.flatten().double() for a, _ in pairs]),
-                    torch.cat([b.flatten().double() for _, b in pairs]))]
-    errs += [rel_err(a, b) for a, b in pairs if b.double().norm().item() >= 1e-3 * top]
-    # Buffers updated in place by the step (BatchNorm running statistics, counters).
-    for a, b in zip(model.buffers(), ref_model.buffers()):
-        if b.is_floating_point():
-            errs.append(rel_err(a, b))
-        elif not torch.equal(a.cpu(), b.cpu()):
-            errs.append(float("inf"))
-    return float("nan") if any(e != e for e in errs) else max(errs)    # max() can skip a NaN
 
 
 def _clear() -> None:

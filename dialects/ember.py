@@ -3,13 +3,13 @@
 It says what upstream dialects cannot: which values of a compiled graph's host side come from
 a vendor/library kernel, and which functions are ember's fused kernels.
 
-    %m = "ember.extern"(%x, %w) {target = "aten.mm", params = {}}
+    %m = "ember.extern"(%x, %w) {callee = "aten.mm", params = {}}
            : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
     %r = func.call @ember_fused_add_gelu_0(%m, %b) : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
     func.func private @ember_fused_add_gelu_0(...) attributes {ember.kernel = "pointwise", ...}
 
 A fused kernel is a private `func.func` carrying `ember.kernel = "pointwise" | "reduction"`
-(checked by `verify_module`), launched by a plain `func.call`. Why not an `ember.fused` op with a
+(checked by `contract.verify`), launched by a plain `func.call`. Why not an `ember.fused` op with a
 variadic operand list: IRDL binds each constraint variable to the first type it verifies, so the
 values of one variadic field must all have the same type (llvm-project
 mlir/lib/Dialect/IRDL/IRDLLoading.cpp, `ConstraintVerifier`), and kernels take and return
@@ -22,13 +22,13 @@ frontend/library_calls.py). Extensible (IRDL) dialects have no properties, so at
 from typing import Any, Optional
 
 from torch_mlir import ir
-from torch_mlir.dialects.ext import Dialect, DialectAlreadyLoadedError, Operand, Result, result
+from torch_mlir.dialects.ext import (Dialect, DialectAlreadyLoadedError, Operand, Result, attribute,
+                                     result)
 
-KERNEL_ATTR = "ember.kernel"
-LIBRARY_ATTR = "ember.library"
+from .contract import EXTERN_OP
 
 # Library kernels ember knows how to call, with their operand counts (min, max).
-EXTERN_TARGETS: dict[str, tuple[int, int]] = {
+EXTERN_CALLEES: dict[str, tuple[int, int]] = {
     "aten.mm": (2, 2),            # C = A @ B
     "aten.addmm": (3, 3),         # C = acc + A @ B (acc: the linalg init operand)
     "aten.bmm": (2, 2),           # batched
@@ -64,31 +64,53 @@ def _error(op, message: str) -> bool:
 
 
 class ExternOp(Ember.Operation, name="extern"):
-    """A call of a library kernel (matmul, batched matmul, convolution, attention)."""
+    """A call of a library kernel (matmul, batched matmul, convolution, pooling): `callee` names
+    it (a key of EXTERN_CALLEES), `params` holds its non-tensor arguments."""
 
-    target: ir.StringAttr
-    params: ir.DictAttr
+    callee: ir.StringAttr
     # One field per operand: IRDL binds a constraint variable to the first type it meets, so a
     # single variadic field would force all operands to share one type (see module docstring).
     a: Operand[Any]
     b: Operand[Any]
     out: Result[Any] = result()
     c: Optional[Operand[Any]] = None
+    # ext's builder treats an empty dictionary as "not given" (`if attr:`); the factory turns
+    # that back into the empty dictionary.
+    params: ir.DictAttr = attribute(default_factory=lambda: ir.DictAttr.get({}))
 
     def verify_invariants(self) -> bool:
         op = self.operation
-        target = ir.StringAttr(op.attributes["target"]).value
-        if target not in EXTERN_TARGETS:
-            known = ", ".join(sorted(EXTERN_TARGETS))
-            return _error(op, f"'ember.extern' has unknown target '{target}' (known: {known})")
-        lo, hi = EXTERN_TARGETS[target]
+        callee = ir.StringAttr(op.attributes["callee"]).value
+        if callee not in EXTERN_CALLEES:
+            known = ", ".join(sorted(EXTERN_CALLEES))
+            return _error(op, f"'{EXTERN_OP}' has unknown callee '{callee}' (known: {known})")
+        lo, hi = EXTERN_CALLEES[callee]
         n = len(op.operands)
         if not lo <= n <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
-            return _error(op, f"'ember.extern' target '{target}' takes {want} operands, got {n}")
+            return _error(op, f"'{EXTERN_OP}' callee '{callee}' takes {want} operands, got {n}")
         if len(op.results) != 1:
-            return _error(op, "'ember.extern' must produce exactly one result")
+            return _error(op, f"'{EXTERN_OP}' must produce exactly one result")
         return True
+
+
+def make_extern(callee: str, operands, result_type, params: dict, anchor) -> ir.Operation:
+    """An `ember.extern` calling `callee` on `operands`, inserted before `anchor` at its
+    location (`params`: name -> attribute)."""
+    operands = list(operands)
+    with ir.InsertionPoint(anchor), anchor.location:
+        op = ExternOp(ir.StringAttr.get(callee), operands[0], operands[1], result_type,
+                      c=operands[2] if len(operands) > 2 else None,
+                      params=ir.DictAttr.get(params))
+    # The builder records the optional operand's presence as `operandSegmentSizes`; the op's
+    # verifier and every reader go by the operand count, and the text form (what lit tests and
+    # parsed inputs hold) has none, so it is dropped to keep one spelling.
+    del op.operation.attributes["operandSegmentSizes"]
+    return op.operation
+
+
+def extern_callee(op) -> str:
+    return ir.StringAttr(op.attributes["callee"]).value
 
 
 def load(context: "ir.Context | None" = None) -> None:
@@ -106,60 +128,3 @@ def make_context() -> ir.Context:
     ctx = ir.Context()
     load(ctx)
     return ctx
-
-
-KERNEL_KINDS = ("pointwise", "reduction")
-
-
-def verify_module(module_op) -> None:
-    """Checks what op verifiers cannot see alone: every function marked `ember.kernel` is private,
-    has a body and a known kind; every `ember.library` declaration is private, body-less and
-    describes its arguments and results. Emits a located diagnostic and raises `ValueError`."""
-    for op in module_op.regions[0].blocks[0].operations:
-        if op.operation.name == "func.func" and LIBRARY_ATTR in op.attributes:
-            _verify_library(op)
-            continue
-        if op.operation.name != "func.func" or KERNEL_ATTR not in op.attributes:
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        attr = op.attributes[KERNEL_ATTR]
-        kind = ir.StringAttr(attr).value if isinstance(attr, ir.StringAttr) else None
-        problem = None
-        if kind not in KERNEL_KINDS:
-            problem = f"kernel @{name}: 'ember.kernel' must be one of {', '.join(KERNEL_KINDS)}"
-        elif "sym_visibility" not in op.attributes or \
-                ir.StringAttr(op.attributes["sym_visibility"]).value != "private":
-            problem = f"kernel @{name} must be private"
-        elif len(op.regions[0].blocks) == 0:
-            problem = f"kernel @{name} has no body"
-        if problem:
-            op.location.emit_error(problem)
-            raise ValueError(problem)
-
-
-def _verify_library(op) -> None:
-    """A library declaration (frontend/library_calls.py): private, no body, an op overload
-    name (ATen's or a custom op's), one `ember.tensor_args` name per argument, one `ember.results` index per result."""
-    name = ir.StringAttr(op.attributes["sym_name"]).value
-    ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-    target = op.attributes[LIBRARY_ATTR]
-    target = ir.StringAttr(target).value if isinstance(target, ir.StringAttr) else ""
-    problem = None
-    if len(target.split(".")) != 3 or not all(target.split(".")):
-        # ATen's ops, or a registered custom op (torch.ops.<namespace>) ember cannot compile
-        problem = (f"library @{name}: 'ember.library' must name an op overload "
-                   "(<namespace>.<op>.<overload>, e.g. aten.sort.default)")
-    elif "sym_visibility" not in op.attributes or \
-            ir.StringAttr(op.attributes["sym_visibility"]).value != "private":
-        problem = f"library @{name} must be private"
-    elif len(op.regions[0].blocks) != 0:
-        problem = f"library @{name} is a declaration: it must have no body"
-    elif "ember.tensor_args" not in op.attributes or \
-            len(ir.ArrayAttr(op.attributes["ember.tensor_args"])) != len(ftype.inputs):
-        problem = f"library @{name}: 'ember.tensor_args' must name each of its {len(ftype.inputs)} arguments"
-    elif "ember.results" not in op.attributes or \
-            len(ir.DenseI64ArrayAttr(op.attributes["ember.results"])) != len(ftype.results):
-        problem = f"library @{name}: 'ember.results' must give an output index for each of its {len(ftype.results)} results"
-    if problem:
-        op.location.emit_error(problem)
-        raise ValueError(problem)

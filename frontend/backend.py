@@ -2,6 +2,7 @@
 (parameters are graph inputs, never constants), each becomes an `EmberGraph`."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -185,10 +186,15 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     from torch._dynamo.exc import RestartAnalysis
     from torch._functorch.aot_autograd import make_boxed_func
 
-    if kwargs.pop("mode", None) not in (None, "default"):
-        raise ValueError("ember: torch.compile(mode=...) is not supported; use options={...}")
+    mode = kwargs.pop("mode", None)
     if kwargs:
         raise TypeError(f"ember_backend: unexpected arguments {sorted(kwargs)}")
+    if mode is not None:    # torch.compile(mode=...) (torch allows mode or options, not both)
+        if isinstance(options, CompileOptions):
+            off = {"cudagraphs": False} if mode == "max-autotune-no-cudagraphs" else {}
+            options = dataclasses.replace(options, mode=mode, **off)
+        else:
+            options = {**(options or {}), "mode": mode}
     opts = CompileOptions.from_user(options)
     base = new_graph_id("dynamo")
     # Where calls go: AOTAutograd's function, until a forward graph falls back whole.

@@ -24,221 +24,33 @@ import torch
 import torch.fx as fx
 
 from . import fx_prep, symbolic
+from .compile_module import (COPY_BYTES_PER_S, LAUNCH_OVERHEAD_S, PipelineFailure,  # noqa: F401
+                             _devices, _unread_host_inputs, compile_static, format_error as _format,
+                             graph_pays_off, import_graph, run_pipeline)
 from .input_mutations import lift_input_mutations, write_back
-from .options import CompileOptions, default_pipeline, resolve_target
-from .report import DebugDump, NativeOutput, describe_error, new_graph_id, record, warn_once
+from .options import CompileOptions, resolve_target
+from .report import DebugDump, describe_error, new_graph_id, record, warn_once
 
 
 class EmberCompileError(RuntimeError):
     """ember could not compile a graph (and fallback is off)."""
 
 
-class PipelineFailure(RuntimeError):
-    """A pass failed; carries the diagnostics it emitted."""
-
-    def __init__(self, stage: str, diagnostics: list[str]):
-        first = diagnostics[0] if diagnostics else "(no diagnostic)"
-        super().__init__(f"{stage} failed: {first}" + "".join(f"\n  {d}" for d in diagnostics[1:]))
-        self.stage = stage
-        self.diagnostics = list(diagnostics)
-
-
-def _devices(tensors) -> list[torch.device]:
-    return [t.device for t in tensors if isinstance(t, torch.Tensor)]
-
-
-def stage_label(element: str) -> str:
-    from ..passes.pipeline import parse_element
-    return parse_element(element)[0]
-
-
-def run_pipeline(module, pipeline: str, dump: DebugDump | None = None,
-                 seconds: dict[str, float] | None = None) -> None:
-    """Runs `pipeline` element by element so that the IR after each one can be dumped;
-    `seconds` (when given) gets each element's wall time, by stage label."""
-    from ..passes.pipeline import build_pass_manager, split_top_level, strip_anchor
-    ctx = module.context
-    diagnostics: list[str] = []
-
-    def collect(d):
-        # Python passes emit located errors; keep them for the exception (and the report)
-        # instead of letting them go to stderr, which a user's program should not see.
-        diagnostics.append(f"{d.location}: {d.message}")
-        return True
-
-    handler = ctx.attach_diagnostic_handler(collect)
-    try:
-        for element in split_top_level(strip_anchor(pipeline)):
-            pm = build_pass_manager(f"builtin.module({element})", context=ctx)
-            t0 = time.perf_counter()
-            try:
-                pm.run(module.operation)
-            except Exception as err:
-                # A Python pass that raises (a bug, not a diagnostic) still names its error.
-                raise PipelineFailure(stage_label(element),
-                                      diagnostics or [describe_error(err)]) from err
-            if seconds is not None:
-                label = stage_label(element)
-                seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t0
-            if dump is not None:
-                dump.stage(stage_label(element), module)
-    finally:
-        handler.detach()
-
-
-def _summary(module) -> dict[str, Any]:
-    from .schedule import find_funcs, kernel_funcs, kernel_ops, _int_attr
-    main = find_funcs(module).get("main")
-    externs = []
-    if main is not None:
-        for op in main.regions[0].blocks[0].operations:
-            if op.operation.name == "ember.extern":
-                externs.append(op.operation)
-    kernels = kernel_funcs(module)
-    return {
-        "num_kernels": len(kernels),
-        "num_externs": len(externs),
-        "fused_groups": [kernel_ops(k) for k in kernels],
-        "planned_peak_bytes": _int_attr(main, "ember.arena_bytes") if main else 0,
-        "unplanned_peak_bytes": _int_attr(main, "ember.unplanned_bytes") if main else 0,
-    }
-
-
-# What a CUDA graph saves per launch it replaces (Python + driver), and the device bandwidth its
-# output copies cost; both rough, measured on an H200 (docs/internals.md, CUDA graphs).
-LAUNCH_OVERHEAD_S = 5e-6
-COPY_BYTES_PER_S = 2e12
-
-
-def _unread_host_inputs(program) -> frozenset[int]:
-    """Inputs that may arrive as 0-dim host tensors whose value no step reads: the philox seed
-    and offset an attention backward takes, where its dropout_p is 0. A CUDA graph may capture
-    them (a replay would bake in the seed read at capture: harmless when it is never used)."""
-    unread = set()
-    for i in range(program.num_inputs):
-        if program.values[i].shape:
-            continue
-        readers = [s for s in program.steps if i in s.inputs]
-        if readers and all(s.kind == "library" and "scaled_dot_product" in s.name
-                           and dict(s.params).get("kwargs", {}).get("dropout_p", None) == 0.0
-                           for s in readers):
-            unread.add(i)
-    return frozenset(unread)
-
-
-def graph_pays_off(program, kind: str = "inference") -> bool:
-    """Whether replaying `program` as one CUDA graph beats launching its steps one by one: the
-    launches saved against the copies a replay adds (outputs cloned out of the graph's pool;
-    a backward graph's inputs, the saved activations, copied into its static buffers; a
-    forward's inputs are mostly parameters, read in place)."""
-    launches = sum(1 for s in program.steps if s.kind in ("kernel", "extern", "library"))
-
-    def nbytes(vids) -> int:
-        total = 0
-        for vid in vids:
-            v = program.values[vid]
-            n = 1
-            for d in v.shape:
-                n *= d
-            total += n * getattr(torch, v.dtype).itemsize
-        return total
-    copied = nbytes(program.outputs)
-    if kind == "backward":
-        copied += nbytes(range(program.num_inputs))
-    return launches * LAUNCH_OVERHEAD_S > 2 * copied / COPY_BYTES_PER_S
-
-
-def import_graph(gm: fx.GraphModule, ctx, native: NativeOutput | None = None,
-                 symbolic: bool = False):
-    """`gm` imported to linalg in `ctx` (placement kwargs dropped: fx_prep.strip_placement).
-    MLIR's diagnostics are caught by `native`; an import failure names the first of them (the
-    illegal op) rather than torch-mlir's "failed with the following diagnostics"."""
-    from .importer import FxImportError, import_fx
-    try:
-        return import_fx(fx_prep.strip_placement(gm), ctx, symbolic=symbolic)
-    except FxImportError as err:
-        first = native.first() if native is not None else None
-        if first is None:
-            raise
-        raise FxImportError(f"torch-mlir import failed: {_short_diagnostic(first)}") from err
-
-
-def _short_diagnostic(line: str) -> str:
-    """`loc(...): failed to legalize operation 'torch.operator' ...{name = "torch.aten.X"}...`
-    -> `no lowering for torch.aten.X (failed to legalize operation 'torch.operator')`."""
-    import re
-    text = re.sub(r'^loc\(.*?\):\s*(error:\s*)?', "", line.strip())
-    name = re.search(r'name = "([\w.]+)"', text)
-    if name and "failed to legalize" in text:
-        return f"no lowering for {name.group(1)} ({text.split(' that was')[0]})"
-    return text[:300]
-
-
-def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
-                   dump: DebugDump, kind: str = "graph",
-                   library=(), symbolic: bool = False) -> tuple[Callable, dict[str, Any]]:
-    """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
-    failure. `library`: nodes called as ATen kernels inside the program
-    (frontend/library_calls.py): library ops and ops ember cannot compile. Returns the runtime's
-    callable and the report fields it knows."""
-    from ..runtime.executor import load
-    from .importer import new_context
-    from .library_calls import outline, stitch
-    from .schedule import export_program, restore_signedness
-
-    outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    out_dtypes = [getattr(n.meta.get("val"), "dtype", None) if isinstance(n, fx.Node) else None
-                  for n in (outs if isinstance(outs, (tuple, list)) else (outs,))]
-    calls = []
-    # Library calls lose placement kwargs too: the runtime calls them where their inputs are,
-    # and a layout or device would not survive the trip through an attribute.
-    stripped = fx_prep.strip_placement(gm)
-    if stripped is not gm:
-        by_name = {n.name: n for n in stripped.graph.nodes}
-        library = {by_name[n.name] for n in library}
-        gm = stripped
-    if library:
-        gm, calls = outline(gm, library)
-    ctx = new_context()
-    # Wall seconds per stage (import, each pipeline element, export, build), for the report.
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    # MLIR's part (import, passes, export) runs with its diagnostics and fd 2 captured; the
-    # build captures the compiler's output itself, and its errors carry it (error.txt).
-    native = NativeOutput(ctx)
-    try:
-        with native, ctx, torch.no_grad():
-            module = import_graph(gm, ctx, native, symbolic)
-            stitch(module, calls)
-            seconds["import"] = time.perf_counter() - t0
-            dump.stage("import", module)
-            run_pipeline(module, default_pipeline(options, target), dump, seconds)
-            t0 = time.perf_counter()
-            program = export_program(module)
-            restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
-            summary = _summary(module)
-            seconds["export"] = time.perf_counter() - t0
-    finally:
-        if native.lines:
-            dump.write("diagnostics.txt", "\n".join(native.lines) + "\n")
-    dump.write("kernels.cpp" if program.lang == "cpp" else "kernels.py", program.source)
-    device = (_devices(tensors) or [torch.device("cpu")])[0]
-    t0 = time.perf_counter()
-    compiled = load(program, device, cache=options.cache_dir,
-                    parallel_compile=options.parallel_compile)
-    seconds["build"] = time.perf_counter() - t0
-    summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
-    # Inference and training graphs alike, where the launches saved outweigh the copies a
-    # replay adds (a training forward's saved activations are cloned out of the graph's
-    # memory, and copied into the backward graph's static inputs): Python-driven launches of
-    # a training step cost more than the step's GPU time on small and mid-sized models.
-    static = all(isinstance(d, int) for v in program.values for d in v.shape)
-    if (options.cudagraphs and device.type == "cuda" and static
-            and graph_pays_off(program, kind)):
-        from ..runtime.cuda_graphs import GraphedProgram
-        compiled = GraphedProgram(compiled, unread_host_inputs=_unread_host_inputs(program))
-        summary["cudagraphs"] = True
-    return compiled, summary
+def _lend_written_back(run, prep, mutations) -> None:
+    """A CUDA-graphed program hands the new values of mutated inputs out of its pool uncloned:
+    `write_back` copies them into the inputs before the next replay can overwrite them, and
+    nothing else sees them (an AdamW step: hundreds of parameters and moments, each otherwise
+    allocated and copied twice per step)."""
+    from ..runtime.cuda_graphs import GraphedProgram
+    if not isinstance(run, GraphedProgram) or mutations is None or prep.single:
+        return
+    written = {k for _, k in mutations.targets}
+    uses: dict[int, int] = {}
+    for entry in prep.plan:
+        if entry[0] in ("compiled", "view"):
+            uses[entry[1]] = uses.get(entry[1], 0) + 1
+    run.lend({prep.plan[k][1] for k in written
+              if prep.plan[k][0] == "compiled" and uses[prep.plan[k][1]] == 1})
 
 
 class _WholeGraphEager(Exception):
@@ -434,6 +246,7 @@ class EmberGraph:
             try:
                 run, summary = compile_static(prep.gm, tensors, self.options, target, dump,
                                               self.kind, library=inline)
+                _lend_written_back(run, prep, self._mutations)
                 report.update(summary)
                 report["num_externs"] = report.get("num_externs", 0) + len(inline)
             except Exception as err:
@@ -498,7 +311,7 @@ class EmberGraph:
         if not self.allow_partition:
             raise _WholeGraphEager(report.get("error") or "cannot split", ops_blamed=True)
         try:
-            module = partition_graph(gm, split, self.options, report["graph_id"],
+            module = partition_graph(gm, split, self.options, report["graph_id"], EmberGraph,
                                      self.decompositions, self.kind)
         except Exception as perr:
             raise _WholeGraphEager(perr) from perr
@@ -509,11 +322,6 @@ class EmberGraph:
 def _compute_ops(gm: fx.GraphModule) -> list[str]:
     from .partition import eager_ops
     return eager_ops(gm)
-
-
-def _format(err: BaseException) -> str:
-    import traceback
-    return "".join(traceback.format_exception(type(err), err, err.__traceback__))
 
 
 def _eager_call(gm: fx.GraphModule) -> Callable:

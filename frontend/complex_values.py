@@ -19,8 +19,9 @@ import operator
 import torch
 import torch.fx as fx
 
-from .zero_size import AFTER_RAISING
 
+# node.meta key (set by zero_size.py): the node reads a library call that will raise
+AFTER_RAISING = "ember_after_raising"
 # Ops on complex values (or producing them from real ones) that are library calls whatever
 # their dtypes: the FFTs and the eigendecomposition, whose results are complex.
 COMPLEX_LIBRARY_OPS = frozenset({

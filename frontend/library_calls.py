@@ -28,9 +28,8 @@ import torch
 import torch.fx as fx
 from torch_mlir import ir
 
-LIBRARY_ATTR = "ember.library"
-VIEW_ATTR = "ember.view"
-COMPLEX_KEY = "ember.complex"           # {ember.complex = [re, im]}: a complex scalar argument
+from ..dialects.contract import COMPLEX_KEY, LIBRARY, PARAMS, RESULTS, TENSOR_ARGS, VIEW
+
 
 
 @dataclass
@@ -222,13 +221,11 @@ def stitch(module: ir.Module, calls: list[LibraryCall], func_name: str = "main")
                     "sym_name": ir.StringAttr.get(f"ember_lib_{i}"),
                     "sym_visibility": ir.StringAttr.get("private"),
                     "function_type": ir.TypeAttr.get(ir.FunctionType.get(arg_types, res_types)),
-                    LIBRARY_ATTR: ir.StringAttr.get(c.op),
-                    "ember.tensor_args": ir.ArrayAttr.get(
-                        [ir.StringAttr.get(t) for t in c.tensor_args]),
-                    "ember.params": ir.DictAttr.get({k: _attr(v) for k, v in c.params.items()}),
-                    "ember.results": ir.DenseI64ArrayAttr.get(c.results),
+                    **dict([LIBRARY.make(c.op), TENSOR_ARGS.make(list(c.tensor_args)),
+                            PARAMS.make(ir.DictAttr.get({k: _attr(v) for k, v in c.params.items()})),
+                            RESULTS.make(list(c.results))]),
                     # the results alias the operands: ember-buffer-reuse keeps those alive
-                    **({VIEW_ATTR: ir.UnitAttr.get()} if c.view else {}),
+                    **(dict([VIEW.make(True)]) if c.view else {}),
                 })
             decls.append((decl, arg_types, res_types))
     with main.location, ir.InsertionPoint(ret):

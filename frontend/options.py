@@ -10,8 +10,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ..passes.backends import Target, backend_for
 from ..runtime.env import TARGETS
 DEFAULT_MAX_GROUP_SIZE = 64
+# torch.compile's modes, as `torch.compile(model, backend="ember", mode=...)` passes them.
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 
 class OptionsError(ValueError):
@@ -39,6 +42,10 @@ class CompileOptions:
     parallel_compile: on a GPU, compile every Triton kernel of a graph (every autotuning
       configuration) in worker processes when the graph is loaded, instead of one at a time
       at each kernel's first launch (runtime/triton_warm.py). Same kernels either way.
+    mode: torch.compile's `mode=` (also accepted here): "default" and "reduce-overhead" (CUDA
+      graphs, which ember replays for inference anyway) compile alike; "max-autotune" widens
+      each Triton kernel's configuration search (ember-lower-to-triton{max-autotune=true});
+      "max-autotune-no-cudagraphs" does that without CUDA graphs (unless `cudagraphs` is set).
     """
 
     target: str = "auto"
@@ -50,8 +57,14 @@ class CompileOptions:
     cudagraphs: bool = True
     exact_low_precision: bool = True
     parallel_compile: bool = True
+    mode: str = "default"
 
     def __post_init__(self):
+        if self.mode is None:
+            object.__setattr__(self, "mode", "default")
+        if self.mode not in MODES:
+            raise OptionsError(f"ember: mode must be one of {', '.join(map(repr, MODES))}; "
+                               f"got {self.mode!r}")
         if self.target not in TARGETS:
             raise OptionsError(f"ember: option 'target' must be one of {', '.join(TARGETS)}; "
                                f"got {self.target!r}")
@@ -93,6 +106,8 @@ class CompileOptions:
             raise OptionsError(f"ember: unknown option(s) {', '.join(map(repr, unknown))}; "
                                f"valid options are: {', '.join(valid)}")
         kwargs = {k.replace("-", "_"): v for k, v in options.items()}
+        if kwargs.get("mode") == "max-autotune-no-cudagraphs":
+            kwargs.setdefault("cudagraphs", False)
         if env is None:
             from ..runtime.env import get_env
             env = get_env()
@@ -126,18 +141,20 @@ def _check_dump_dir(path: str) -> None:
 def resolve_target(target: str, devices) -> str:
     """The concrete target for tensors on `devices` (torch.device objects): cpu | cuda | rocm |
     triton."""
-    if target != "auto":
-        return target
+    if target != Target.AUTO:
+        return str(Target(target))
     import torch
     if any(d.type == "cuda" for d in devices):
-        return "rocm" if getattr(torch.version, "hip", None) else "cuda"
-    return "cpu"
+        return str(Target.ROCM if getattr(torch.version, "hip", None) else Target.CUDA)
+    return str(Target.CPU)
 
 
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
-    codegen = "cpu" if target == "cpu" else "triton"
-    lower = "ember-lower-to-cpp" if codegen == "cpu" else "ember-lower-to-triton"
+    backend = backend_for(target)
+    lower = backend.lowering
+    if backend.name == "triton" and options.mode.startswith("max-autotune"):
+        lower += "{max-autotune=true}"
     return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size} "
-            f"target={codegen}}},canonicalize,ember-buffer-reuse,{lower})")
+            f"target={backend.name}}},canonicalize,ember-buffer-reuse,{lower})")

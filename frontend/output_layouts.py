@@ -126,8 +126,33 @@ def plan_computed(gm: fx.GraphModule, out: fx.Node, is_view, host_only,
         compiled.append(target)
         bases[base] = (len(compiled) - 1, steps)
     j, steps = bases[base]
-    steps = steps + chain
+    steps = fold_views(base.meta["val"], steps + chain, out.meta.get("val"))
     return ("view", j, steps) if steps else ("compiled", j)
+
+
+def _alias(t: torch.Tensor, size, stride, offset: int, steps: tuple[Step, ...]) -> torch.Tensor:
+    if t.is_contiguous():
+        return t.as_strided(size, stride, t.storage_offset() + offset)
+    return replay(t, steps)     # a library call's result in another layout: the views themselves
+
+
+def fold_views(base_val, steps: tuple[Step, ...], out_val) -> tuple[Step, ...]:
+    """`steps`, when they are all views and the sizes static, as one `as_strided` with the
+    output's eager geometry: the program returns the base in eager's memory layout (contiguous,
+    or a dense permutation returned in physical order), so eager's sizes, strides and offset
+    relative to the base address the same elements (checked per call: a base that comes back in
+    another layout replays the views). One call in place of a chain of view ops,
+    some of which (prims views from decompositions) cost a Python autograd wrapper each: a
+    training forward returns hundreds of such views, and their replay dominated its host time."""
+    if (not steps or any(fn is _restride for fn, _, _ in steps)
+            or not isinstance(out_val, torch.Tensor) or not isinstance(base_val, torch.Tensor)):
+        return steps
+    geometry = (*out_val.shape, *out_val.stride(), out_val.storage_offset(),
+                base_val.storage_offset())
+    if not all(isinstance(x, int) for x in geometry):       # symbolic: replay the views
+        return steps
+    offset = out_val.storage_offset() - base_val.storage_offset()
+    return ((_alias, (tuple(out_val.shape), tuple(out_val.stride()), offset, steps), {}),)
 
 
 def permute_inputs(sub: fx.GraphModule) -> dict[int, list[int]]:

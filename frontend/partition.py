@@ -82,10 +82,7 @@ def _one_node_graph(node: fx.Node) -> fx.GraphModule:
 
 def probe(node: fx.Node, options: CompileOptions, target: str) -> str | None:
     """None when ember compiles `node` alone, else the reason it cannot."""
-    from .compile import import_graph, run_pipeline
-    from .importer import new_context
-    from .report import NativeOutput
-    from .schedule import export_program
+    from .compile_module import compile_module
 
     pipeline = default_pipeline(options, target)
     key = _probe_key(node, target, pipeline)
@@ -95,12 +92,7 @@ def probe(node: fx.Node, options: CompileOptions, target: str) -> str | None:
     try:
         prep = fx_prep.prepare(_one_node_graph(node))
         if prep.gm is not None:
-            ctx = new_context()
-            native = NativeOutput(ctx)
-            with native, ctx, torch.no_grad():
-                module = import_graph(prep.gm, ctx, native)
-                run_pipeline(module, pipeline)
-                export_program(module)
+            compile_module(prep.gm, pipeline)
         verdict = None
     except Exception as err:  # any failure means: not this node through ember
         verdict = describe_error(err)
@@ -353,11 +345,12 @@ def can_call(node: fx.Node) -> bool:
 
 
 def partition_graph(gm: fx.GraphModule, split: set[fx.Node], options: CompileOptions,
-                    graph_id: str, decompositions=None, kind: str = "graph") -> fx.GraphModule:
+                    graph_id: str, EmberGraph, decompositions=None,
+                    kind: str = "graph") -> fx.GraphModule:
     """`gm` split around the nodes `split` (run by torch): the other nodes are grouped into
-    submodules, each an EmberGraph compiled lazily (one that needs no split of its own: any
-    node ember cannot compile in it becomes a call inside its program)."""
-    from .compile import EmberGraph
+    submodules, each an `EmberGraph` (compile.EmberGraph, passed in: compile.py imports this
+    module) compiled lazily (one that needs no split of its own: any node ember cannot compile
+    in it becomes a call inside its program)."""
 
     partitioner = CapabilityBasedPartitioner(gm, _Support(set(split)),
                                              allows_single_node_partition=True)

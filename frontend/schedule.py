@@ -13,6 +13,9 @@ from typing import Any
 import numpy as np
 from torch_mlir import ir
 
+from ..dialects import contract as C
+from ..dialects import extern_callee
+from ..passes.backends import backend_named
 from ..runtime.program import Program, Step, ValueInfo
 
 _FLOAT_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
@@ -156,18 +159,6 @@ def _parse_half_dense(text: str, elem: str) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def _i64_array(op, name: str) -> list[int] | None:
-    if name not in op.attributes:
-        return None
-    return [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[name])]
-
-
-def _int_attr(op, name: str, default: int = 0) -> int:
-    if name not in op.attributes:
-        return default
-    return int(ir.IntegerAttr(op.attributes[name]).value)
-
-
 def _str_attr(op, name: str, default: str = "") -> str:
     if name not in op.attributes:
         return default
@@ -184,21 +175,19 @@ def find_funcs(module: ir.Module) -> dict[str, ir.Operation]:
 
 def kernel_funcs(module: ir.Module) -> list[ir.Operation]:
     """The kernels, in module order (each carries `ember.kernel`)."""
-    return [f for f in find_funcs(module).values() if "ember.kernel" in f.attributes]
+    return [f for f in find_funcs(module).values() if C.is_kernel(f)]
 
 
 def kernel_ops(func) -> list[str]:
-    if "ember.ops" not in func.attributes:
-        return []
-    return [attr_to_python(a) for a in ir.ArrayAttr(func.attributes["ember.ops"])]
+    return C.OPS.get(func, [])
 
 
 def library_params(decl) -> dict[str, Any]:
     """What the runtime needs to call an `ember.library` declaration's ATen op (see
     frontend/library_calls.py): operand names, other arguments, which outputs are results."""
-    return {"tensor_args": attr_to_python(decl.attributes["ember.tensor_args"]),
-            "kwargs": attr_to_python(decl.attributes["ember.params"]),
-            "results": attr_to_python(decl.attributes["ember.results"])}
+    return {"tensor_args": attr_to_python(C.TENSOR_ARGS.raw(decl)),
+            "kwargs": attr_to_python(C.PARAMS.raw(decl)),
+            "results": attr_to_python(C.RESULTS.raw(decl))}
 
 
 _SIGNLESS = {"uint8": "int8", "uint16": "int16", "uint32": "int32", "uint64": "int64"}
@@ -250,9 +239,9 @@ def _result_dims(op, ins, values) -> list[dict]:
     size operands. Dims it does not name are found by the runtime (externs, collapses)."""
     name = op.operation.name
     out: list[dict] = [{} for _ in op.results]
-    if name == "func.call" and "ember.result_dims" in op.attributes:
-        for k, arr in enumerate(ir.ArrayAttr(op.attributes["ember.result_dims"])):
-            out[k] = {i: ins[j] for i, j in enumerate(ir.DenseI64ArrayAttr(arr)) if j >= 0}
+    if name == "func.call" and C.RESULT_DIMS.has(op):
+        for k, arr in enumerate(C.RESULT_DIMS.get(op)):
+            out[k] = {i: ins[j] for i, j in enumerate(arr) if j >= 0}
     elif name in ("tensor.empty", "tensor.expand_shape") and op.results:
         t = ir.RankedTensorType(op.results[0].type)
         sizes = list(ins) if name == "tensor.empty" else list(ins[1:])
@@ -268,7 +257,7 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
         raise ScheduleError(f"lowered module has no @{func_name}")
     main = funcs[func_name]
     mod_op = module.operation
-    target = _str_attr(mod_op, "ember.target", "cpu")
+    target = C.TARGET.get(mod_op, "cpu")
     block = main.regions[0].blocks[0]
 
     ids: dict[Any, int] = {}
@@ -317,22 +306,21 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                 params["msg"] = _str_attr(op, "msg")
             steps.append(Step("scalar", name.split(".")[1], ins, outs, params))
             continue
-        offsets = _i64_array(op, "ember.offsets") or [-1] * len(op.results)
+        offsets = C.OFFSETS.get(op, None) or [-1] * len(op.results)
         dims = _result_dims(op, ins, values)
         outs = tuple(new_value(r, off if off >= 0 else None, d)
                      for r, off, d in zip(op.results, offsets, dims))
-        if name in ("func.call", "ember.fused"):
-            ref = op.attributes["callee" if name == "func.call" else "kernel"]
+        if name == "func.call":
+            ref = op.attributes["callee"]
             callee = funcs.get(ir.FlatSymbolRefAttr(ref).value)
-            if callee is not None and "ember.library" in callee.attributes:
-                steps.append(Step("library", _str_attr(callee, "ember.library"), ins, outs,
+            if callee is not None and C.is_library(callee):
+                steps.append(Step("library", C.LIBRARY.get(callee), ins, outs,
                                   library_params(callee)))
                 continue
-            if callee is None or "ember.kernel" not in callee.attributes:
+            if callee is None or not C.is_kernel(callee):
                 raise ScheduleError(f"{op.location}: {name} of {ref}, which is not an ember "
                                     f"kernel")
-            symbol = _str_attr(callee, "ember.symbol",
-                               ir.StringAttr(callee.attributes["sym_name"]).value)
+            symbol = C.SYMBOL.get(callee, ir.StringAttr(callee.attributes["sym_name"]).value)
             if symbol not in kernel_names:
                 kernel_names.append(symbol)
             # scalar operands (sizes, symbolic ints) go after every tensor dim in the kernel's
@@ -341,11 +329,11 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
             scalars = [i for i in ins if values[i].dtype == "index"]
             steps.append(Step("kernel", symbol, tensors_in, outs,
                               {"scalars": scalars} if scalars else {}))
-        elif name == "ember.extern":
+        elif name == C.EXTERN_OP:
             params = {}
             if "params" in op.attributes:
                 params = attr_to_python(op.attributes["params"])
-            target_name = _str_attr(op, "target")
+            target_name = extern_callee(op)
             if any(None in values[o].shape for o in outs) and target_name not in DYNAMIC_EXTERNS:
                 raise ScheduleError(f"{op.location}: extern {target_name} with a result of "
                                     f"dynamic shape")
@@ -371,12 +359,12 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
             raise ScheduleError(f"{op.location}: '{name}' cannot run on the host; every compute "
                                 f"op must be inside a kernel (ember-fuse's contract)")
 
-    prelude = _str_attr(mod_op, "ember.prelude")
-    sources = [_str_attr(f, "ember.source") for f in kernel_funcs(module)]
-    lang = "cpp" if target == "cpu" else "python"
+    prelude = C.PRELUDE.get(mod_op, "")
+    sources = [C.SOURCE.get(f, "") for f in kernel_funcs(module)]
+    lang = backend_named(target).lang
     return Program(
         target=target, lang=lang,
         source="\n".join([prelude] + [s for s in sources if s]),
         values=values, num_inputs=num_inputs, steps=steps, outputs=outputs,
-        arena_bytes=_int_attr(main, "ember.arena_bytes"),
+        arena_bytes=C.ARENA_BYTES.get(main, 0),
         kernel_names=kernel_names)

@@ -96,8 +96,8 @@ def build(graph, args) -> Callable | None:
             dump.write("symbolic-guard.txt", f"{g.expr}\n{where}")
             raise NotSymbolic(f"compiling read a symbolic size (a new guard on {g.expr})")
     except Exception as err:
-        from .compile import _format
-        dump.write("error-symbolic.txt", _format(err))
+        from .compile_module import format_error
+        dump.write("error-symbolic.txt", format_error(err))
         why = describe_error(err)
         warn_once(f"symbolic:{why}", f"ember: graph {graph.graph_id} is compiled for each input "
                   f"shape (symbolic sizes: {why})")
@@ -111,7 +111,7 @@ def build(graph, args) -> Callable | None:
 
 
 def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
-    from .compile import compile_static
+    from .compile_module import compile_static
     from .partition import library_nodes, op_name
     target = resolve_target(graph.options.target,
                             [a.device for a in args if isinstance(a, torch.Tensor)])

@@ -24,8 +24,9 @@ import operator
 import torch
 import torch.fx as fx
 
+from .complex_values import AFTER_RAISING, COMPLEX_LIBRARY_OPS
+
 aten = torch.ops.aten
-AFTER_RAISING = "ember_after_raising"   # node.meta key: reads a library call that will raise
 
 
 def is_empty(v) -> bool:
@@ -100,7 +101,6 @@ def _library_raises(node: fx.Node) -> bool:
     """An FFT of an empty tensor: MKL/pocketfft raise in eager ("Inconsistent configuration
     parameters"); the node stays, as the library call it is (it never reaches torch-mlir), so
     that the compiled program raises where eager does."""
-    from .complex_values import COMPLEX_LIBRARY_OPS
     return (str(node.target) in COMPLEX_LIBRARY_OPS and touches_empty(node)
             and _evaluate(node) is None)
 

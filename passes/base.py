@@ -14,28 +14,13 @@ from typing import Any, ClassVar
 
 from torch_mlir import ir
 
+from ..dialects.contract import ContractError, verify as verify_contract_of
+from .errors import OptionError, PassError, Reported  # noqa: F401  (the passes' API)
+from .input_checks import unsupported_input
+
 
 # ember-opt --show-traceback sets this: pass bugs then propagate with their traceback.
 reraise_internal_errors = False
-
-
-class PassError(Exception):
-    """A problem in the input IR that the user must fix; `location` names the place."""
-
-    def __init__(self, message: str, location: "ir.Location | None" = None):
-        super().__init__(message)
-        self.location = location
-
-
-class Reported(PassError):
-    """A problem already emitted as a located diagnostic: only fail the pass."""
-
-    def __init__(self):
-        super().__init__("")
-
-
-class OptionError(ValueError):
-    """A bad pass option in a pipeline string."""
 
 
 INT_MAX = 2**31 - 1
@@ -125,16 +110,22 @@ class Pass:
             opts.append(f"{flag}={value}")
         return self.name + ("{" + " ".join(opts) + "}" if opts else "")
 
-    def as_callable(self):
-        """The (op, pass_) callable that `PassManager.add` runs."""
+    def as_callable(self, verify_contract: bool = True):
+        """The (op, pass_) callable that `PassManager.add` runs; with `verify_contract`, the
+        IR it leaves is checked against ember's stage contract (dialects/contract.py), so a
+        pass that breaks it fails at once, at the op's location."""
 
         def run(op, pass_):
             try:
-                from .input_checks import unsupported_input
                 problem = unsupported_input(op, self)
                 if problem is not None:
                     raise problem
                 self.run(op)
+                if verify_contract:
+                    try:
+                        verify_contract_of(op, after=self.name)
+                    except ContractError:
+                        raise Reported() from None
             except PassError as err:
                 if not isinstance(err, Reported):
                     (err.location or op.location).emit_error(str(err))

@@ -8,7 +8,8 @@ import math
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .kernel_ir import (INT, Assign, Const, OmpPragma, Printer, Store, Var, all_nodes, deps_of,
                         perfect_depth, render_stmt)
-from .kernel_schedule import (Expr, ExprBuilder, Scope, Unschedulable, combiner, const,
+from .kernel_expr import ExprBuilder, Scope
+from .kernel_schedule import (Expr, Unschedulable, combiner, const,
                               indexing_maps, iterator_types, masked_combiner, needed_results,
                               schedule_kernel, tensor_args, type_name, var)
 

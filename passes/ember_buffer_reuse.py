@@ -23,11 +23,11 @@ import dataclasses
 
 from torch_mlir import ir
 
+from ..dialects.contract import ARENA_BYTES, KERNEL, OFFSETS, UNPLANNED_BYTES, VIEW, is_extern, is_kernel
 from .base import OptionError, Pass, option
-from .registry import register
+from .ir_queries import HOST_VIEW_OPS
 
-VIEWS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.reshape",  # dynamic shapes:
-         "tensor.cast")                                                  # host views
+VIEWS = HOST_VIEW_OPS
 
 
 @dataclasses.dataclass
@@ -88,7 +88,7 @@ def _kernel_funcs(module: ir.Operation) -> dict:
     call site)."""
     out = {}
     for op in module.regions[0].blocks[0].operations:
-        if op.operation.name == "func.func" and "ember.kernel" in op.attributes:
+        if is_kernel(op):
             out.setdefault(ir.StringAttr(op.attributes["sym_name"]).value, op)
     return out
 
@@ -98,7 +98,7 @@ def _view_calls(module: ir.Operation) -> set:
     view_as_real of a complex tensor, frontend/library_calls.py)."""
     return {ir.StringAttr(op.attributes["sym_name"]).value
             for op in module.regions[0].blocks[0].operations
-            if op.operation.name == "func.func" and "ember.view" in op.attributes}
+            if op.operation.name == "func.func" and VIEW.has(op)}
 
 
 def _kernel_of(kernels: dict, op):
@@ -218,7 +218,7 @@ def _plan(module, alignment: int, in_place: bool):
                 buf.end = max(buf.end, i)
                 if name == "func.return":
                     buf.escapes = True
-        if name == "ember.extern" or _kernel_of(kernels, op) is not None:
+        if is_extern(op) or _kernel_of(kernels, op) is not None:
             per_op[i] = []
             for k, r in enumerate(op.results):
                 nbytes = byte_size(r.type)
@@ -267,7 +267,7 @@ def _match_in_place(kernels, ops, root, per_op) -> None:
         kernel = _kernel_of(kernels, op)
         if kernel is None:
             continue
-        if ir.StringAttr(kernel.attributes["ember.kernel"]).value != "pointwise":
+        if KERNEL.get(kernel) != "pointwise":
             continue
         out = outs[0]
         result_type = op.results[0].type
@@ -286,7 +286,6 @@ def _match_in_place(kernels, ops, root, per_op) -> None:
                 break
 
 
-@register
 @dataclasses.dataclass(frozen=True)
 class EmberBufferReuse(Pass):
     """Assigns arena offsets to @main's intermediates (see the module docstring)."""
@@ -311,8 +310,7 @@ class EmberBufferReuse(Pass):
             return
         for i, outs in per_op.items():
             offsets = [-1 if b is None or b.escapes else b.offset for b in outs]
-            ops[i].attributes["ember.offsets"] = ir.DenseI64ArrayAttr.get(offsets)
+            OFFSETS.set(ops[i], offsets)
         main = ops[0].operation.parent
-        i64 = ir.IntegerType.get_signless(64)
-        main.attributes["ember.arena_bytes"] = ir.IntegerAttr.get(i64, result["arena_bytes"])
-        main.attributes["ember.unplanned_bytes"] = ir.IntegerAttr.get(i64, result["unplanned_bytes"])
+        ARENA_BYTES.set(main, result["arena_bytes"])
+        UNPLANNED_BYTES.set(main, result["unplanned_bytes"])

@@ -4,8 +4,9 @@ Invariant established (docs/internals.md, stage 2): every public function holds 
 ops (`func.call` of a kernel, `ember.extern`, views, constants, `tensor.empty`, `func.return`);
 every other computation sits in a private `func.func` marked `ember.kernel` ("pointwise" or
 "reduction") whose loop structure code generation can handle (for the `target` option's code
-generator). Matmul, batched matmul, convolution and 2-D pooling become `ember.extern` calls of
-library kernels (the convolution and pooling patterns: passes/externs.py).
+generator). With `externs` (the default), the library-call patterns of `ember-convert-externs`
+run first (matmul, batched matmul, convolution and 2-D pooling become `ember.extern`), so one
+`ember-fuse` is the whole stage; the pass itself only plans groups and outlines them.
 
 How groups are chosen (a scheduler in the style of Inductor's): every compute op starts as its own
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
@@ -26,21 +27,18 @@ import dataclasses
 from torch_mlir import ir
 from torch_mlir.dialects import func
 
-from ..dialects import KERNEL_ATTR
-from . import externs, fusion_legality
+from ..dialects.contract import EXTERN_OP, KERNEL, OPS, RESULT_DIMS, is_kernel
+from . import fusion_legality
+from .backends import BACKENDS, CPP
 from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
-from .externs import fill_is_zero as _fill_is_zero, make_extern as _make_extern
-from .externs import narrow_source as _narrow_source
-from .graph_utils import defining_op, op_name, stable_topological_sort, users
-from .registry import register
+from .ember_convert_externs import convert_externs
+from .graph_utils import defining_op, erase_dead, op_name, stable_topological_sort, users
+from .ir_queries import VIEW_OPS
 
-HOST_OPS = {"func.call", "ember.extern", "func.return", "arith.constant", "tensor.empty"}
-RESULT_DIMS_ATTR = "ember.result_dims"
-VIEW_OPS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast"}
+HOST_OPS = {"func.call", EXTERN_OP, "func.return", "arith.constant", "tensor.empty"}
 
 
-@register
 @dataclasses.dataclass(frozen=True)
 class EmberFuse(Pass):
     """Groups pointwise chains and reductions with their pointwise producers and consumers."""
@@ -53,18 +51,18 @@ class EmberFuse(Pass):
 
     max_group_size: int = option(64, min=1)
     fuse_reductions: bool = True
-    externs: bool = True
+    externs: bool = True        # first apply ember-convert-externs' patterns
     # whose code generator decides legality
-    target: str = option("cpu", choices=tuple(fusion_legality.TARGETS))
+    target: str = option(CPP.name, choices=tuple(BACKENDS))
 
     def run(self, module: ir.Operation) -> None:
-        if self.target not in fusion_legality.TARGETS:
+        if self.target not in BACKENDS:
             raise PassError(f"ember-fuse: unknown target '{self.target}' "
-                            f"(one of {', '.join(fusion_legality.TARGETS)})")
+                            f"(one of {', '.join(BACKENDS)})")
         with module.context, ir.Location.unknown():
             for fn in _public_functions(module):
                 if self.externs:
-                    _convert_externs(fn)
+                    convert_externs(fn)
                 groups = self.plan(fn)
                 _outline(module, fn, groups, self.target)
 
@@ -152,7 +150,7 @@ class EmberFuse(Pass):
 
 def _public_functions(module):
     for op in module.regions[0].blocks[0].operations:
-        if op_name(op) == "func.func" and KERNEL_ATTR not in op.attributes \
+        if op_name(op) == "func.func" and not is_kernel(op) \
                 and "sym_visibility" not in op.attributes and len(op.regions[0].blocks) > 0:
             yield op
 
@@ -170,173 +168,6 @@ def _is_compute(op, dynamic: bool = False) -> bool:
 
 
 _cloneable = fusion_legality.cloneable
-
-
-# ----------------------------------------------------------------------------- externs
-
-def _transposed_source(value):
-    """If `value` is a 2-D transpose of X (last two dims swapped), returns X."""
-    op = defining_op(value)
-    if op is None or op_name(op) != "linalg.transpose":
-        return None
-    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
-    rank = len(perm)
-    if rank >= 2 and perm == list(range(rank - 2)) + [rank - 1, rank - 2]:
-        return op.operands[0]
-    return None
-
-
-def _matmul_operand(value):
-    """(the value a library matmul reads, whether it is read transposed) for a matmul operand:
-    looks through a last-two-dims transpose and a widening to f32, in either order."""
-    transposed = False
-    src = _transposed_source(value)
-    if src is not None:
-        value, transposed = src, True
-    narrow = _narrow_source(value)
-    if narrow is not None:
-        value = narrow
-        src = _transposed_source(value) if not transposed else None
-        if src is not None:
-            value, transposed = src, True
-    return value, transposed
-
-
-def _single_user(value):
-    us = users(value)
-    return us[0] if len(us) == 1 and len(list(value.uses)) == 1 else None
-
-
-def _generic_body(op, n_inputs: int):
-    """The body ops of an all-parallel, identity-output `linalg.generic` with `n_inputs`
-    inputs (None for anything else)."""
-    if op is None or op_name(op) != "linalg.generic" or len(op.opview.inputs) != n_inputs \
-            or len(op.results) != 1:
-        return None
-    if any("reduction" in str(t) for t in ir.ArrayAttr(op.attributes["iterator_types"])):
-        return None
-    out_map = ir.AffineMapAttr(list(ir.ArrayAttr(op.attributes["indexing_maps"]))[-1]).value
-    if out_map != ir.AffineMap.get_identity(out_map.n_dims):
-        return None
-    return list(op.regions[0].blocks[0].operations)
-
-
-def _narrow_epilogue(result, narrow_a, batched: bool):
-    """For an f32 matmul of two bf16/f16 operands whose result is only rounded back to that
-    type, optionally after adding a bias vector given in that type (torch-mlir's import of
-    eager's `mm` / `bmm` / `addmm(bias, ...)`, computed in f32): (narrow bias or None, the
-    rounding generic). None for anything else (the f32 result is read otherwise)."""
-    narrow = ir.RankedTensorType(narrow_a.type).element_type
-    bias = None
-    op = _single_user(result)
-    body = _generic_body(op, 2)
-    if body is not None and not batched:
-        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-        args = list(op.regions[0].blocks[0].arguments)
-        ins = list(op.opview.inputs)
-        row = ir.AffineMap.get(2, 0, [ir.AffineDimExpr.get(1)])
-        if (len(body) != 2 or op_name(body[0]) != "arith.addf"
-                or set(body[0].operands) != {args[0], args[1]} or ins[0] != result
-                or maps[0] != ir.AffineMap.get_identity(2) or maps[1] != row):
-            return None
-        bias = _narrow_source(ins[1])
-        if bias is None or ir.RankedTensorType(bias.type).element_type != narrow:
-            return None
-        op = _single_user(op.results[0])
-    body = _generic_body(op, 1)
-    if body is None or len(body) != 2 or op_name(body[0]) != "arith.truncf" \
-            or body[0].operands[0] != op.regions[0].blocks[0].arguments[0]:
-        return None
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims) \
-            or ir.RankedTensorType(op.results[0].type).element_type != narrow:
-        return None
-    return bias, op
-
-
-def _strip_transpose(value):
-    src = _transposed_source(value)
-    return (value, False) if src is None else (src, True)
-
-
-_DEFAULT_MAPS = {
-    "linalg.matmul": "[affine_map<(d0, d1, d2) -> (d0, d2)>, affine_map<(d0, d1, d2) -> (d2, d1)>, "
-                     "affine_map<(d0, d1, d2) -> (d0, d1)>]",
-    "linalg.batch_matmul": "[affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, "
-                           "affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, "
-                           "affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>]",
-}
-
-
-def _default_matmul_maps(op) -> bool:
-    if "indexing_maps" not in op.attributes:
-        return True
-    return str(op.attributes["indexing_maps"]) == _DEFAULT_MAPS[op_name(op)]
-
-
-def _convert_externs(fn) -> None:
-    block = fn.regions[0].blocks[0]
-    for op in list(block.operations):
-        name = op_name(op)
-        if name in ("linalg.matmul", "linalg.batch_matmul"):
-            if not _default_matmul_maps(op):
-                continue  # transposed/broadcast variants stay generic code
-            a, b, init = op.operands[0], op.operands[1], op.operands[2]
-            params = {}
-            (na, ta), (nb, tb) = _matmul_operand(a), _matmul_operand(b)
-            if na.type != a.type and (ir.RankedTensorType(na.type).element_type !=
-                                      ir.RankedTensorType(nb.type).element_type
-                                      or not _fill_is_zero(init)):
-                # Only a plain product of two operands of one low precision reads them narrow.
-                (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
-            narrow = na.type != a.type
-            a, b = na, nb
-            if ta:
-                params["transpose_a"] = ir.BoolAttr.get(True)
-            if tb:
-                params["transpose_b"] = ir.BoolAttr.get(True)
-            batched = name == "linalg.batch_matmul"
-            epilogue = _narrow_epilogue(op.results[0], a, batched) if narrow else None
-            if epilogue is not None:
-                # eager's own call (mm/bmm, or addmm with the bias) with the narrow result
-                # cuBLAS rounds once: the same kernel, so the same bits.
-                bias, final = epilogue
-                target = "aten.addmm" if bias is not None else ("aten.bmm" if batched else "aten.mm")
-                operands = [bias, a, b] if bias is not None else [a, b]
-                new = _make_extern(target, operands, final.results[0].type, params, final)
-                final.results[0].replace_all_uses_with(new.results[0])
-                continue   # the f32 matmul, bias add and rounding are dead now
-            if _fill_is_zero(init):
-                target, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]
-            else:
-                target, operands = ("aten.baddbmm" if batched else "aten.addmm"), [init, a, b]
-            new = _make_extern(target, operands, op.results[0].type, params, op)
-        elif externs.is_conv(op) or name in ("linalg.pooling_nchw_max", "linalg.pooling_nchw_sum"):
-            # the replacement may be a view of the extern's result (grouped convolution)
-            result = (externs.conv_extern if externs.is_conv(op) else externs.pooling_extern)(op)
-            if result is None:
-                continue
-            op.results[0].replace_all_uses_with(result)
-            op.operation.erase()
-            continue
-        else:
-            continue
-        op.results[0].replace_all_uses_with(new.results[0])
-        op.operation.erase()
-    _erase_dead(block)
-
-
-def _erase_dead(block) -> None:
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(block.operations)):
-            name = op_name(op)
-            if name == "func.return" or name.startswith("ember."):
-                continue
-            if all(len(list(r.uses)) == 0 for r in op.results) and len(op.results) > 0:
-                op.operation.erase()
-                changed = True
 
 
 # ----------------------------------------------------------------------------- outlining
@@ -410,8 +241,8 @@ def _outline(module, fn, groups, target: str) -> None:
         with ir.InsertionPoint(module_block), loc:
             kernel = func.FuncOp(name, ([v.type for v in inputs], [v.type for v in outputs]))
         kernel.attributes["sym_visibility"] = ir.StringAttr.get("private")
-        kernel.attributes[KERNEL_ATTR] = ir.StringAttr.get(kind)
-        kernel.attributes["ember.ops"] = ir.ArrayAttr.get([ir.StringAttr.get(t) for t in tags])
+        KERNEL.set(kernel, kind)
+        OPS.set(kernel, tags)
         entry = kernel.add_entry_block(arg_locs=[loc] * len(inputs))
         mapping = {v: entry.arguments[i] for i, v in enumerate(inputs)}
         with ir.InsertionPoint(entry), loc:
@@ -423,8 +254,7 @@ def _outline(module, fn, groups, target: str) -> None:
         with ir.InsertionPoint(last), last.location:
             call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(name), inputs)
         if result_dims is not None:
-            call.attributes[RESULT_DIMS_ATTR] = ir.ArrayAttr.get(
-                [ir.DenseI64ArrayAttr.get(d) for d in result_dims])
+            RESULT_DIMS.set(call, result_dims)
         for old, new in zip(outputs, call.results):
             old.replace_all_uses_with(new)
         for op in reversed(group):
@@ -437,7 +267,7 @@ def _outline(module, fn, groups, target: str) -> None:
             unsorted = True
     if unsorted:
         stable_topological_sort(block)
-    _erase_dead(block)
+    erase_dead(block)
 
 
 def _group_location(group) -> ir.Location:
@@ -522,6 +352,6 @@ def _remap(clone, mapping) -> None:
 def _next_kernel_index(module) -> int:
     n = 0
     for op in module.regions[0].blocks[0].operations:
-        if op_name(op) == "func.func" and KERNEL_ATTR in op.attributes:
+        if is_kernel(op):
             n += 1
     return n

@@ -10,19 +10,18 @@ import dataclasses
 
 from torch_mlir import ir
 
+from .backends import CPP
 from .base import Pass, PassError, option
 from .cpp_emitter import PRELUDE, emit_kernel
 from .kernel_schedule import Unschedulable
 from .graph_utils import attach_kernel_sources
-from .registry import register
 
 
-@register
 @dataclasses.dataclass(frozen=True)
 class EmberLowerToCpp(Pass):
     """Lowers ember kernels to OpenMP C++ source text (attributes; IR otherwise unchanged)."""
 
-    name = "ember-lower-to-cpp"
+    name = CPP.lowering
     summary = "Attach OpenMP C++ source (ember.source/ember.symbol) to each ember kernel"
 
     dynamic_shapes = True       # '?' dims are read from the sizes array at run time
@@ -41,4 +40,4 @@ class EmberLowerToCpp(Pass):
                 raise PassError(f"cannot lower kernel @{name} to C++: {err.reason}",
                                 err.location or op.location) from None
 
-        attach_kernel_sources(module, "cpu", PRELUDE, lower)
+        attach_kernel_sources(module, CPP.name, PRELUDE, lower)

@@ -20,14 +20,14 @@ import math
 
 from torch_mlir import ir
 
+from .backends import TRITON
 from .base import Pass, PassError, option
 from .kernel_ir import Const, Load, int_value, render_stmt
-from .kernel_schedule import (Expr, Scope, Unschedulable, combiner, const, indexing_maps,
+from .kernel_schedule import (Expr, Unschedulable, combiner, const, indexing_maps,
                               masked_combiner, schedule_kernel, shape, tensor_args, type_name,
                               var)
-from .kernel_expr import ExprBuilder
+from .kernel_expr import ExprBuilder, Scope
 from .graph_utils import attach_kernel_sources
-from .registry import register
 from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp, round_to
 
 _INT32_MAX = 2 ** 31 - 1
@@ -163,21 +163,13 @@ def _decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dic
         vars_[g] = var(name, {dep})
 
 
-def check_schedule(s) -> None:
-    """What this lowering needs beyond `kernel_schedule` (ember-fuse asks it before fusing for
-    Triton): every reduction of a kernel reduces the same dims, because one program tiles one
-    [XBLOCK, RBLOCK] space."""
-    if s.kind != "reduction":
-        return
-    rdims = {g for g in s.reductions[0].reduced if not s.unit(g)}
-    for r in s.reductions[1:]:
-        if {g for g in r.reduced if not s.unit(g)} != rdims:
-            raise Unschedulable("reductions over different dims in one kernel", r.op.location)
+check_schedule = TRITON.limits     # what ember-fuse asks before fusing for Triton
 
 
 class _KernelWriter:
-    def __init__(self, fn, sched, max_rblock: int, autotune: bool):
+    def __init__(self, fn, sched, max_rblock: int, autotune: bool, max_autotune: bool = False):
         self.fn, self.sched, self.max_rblock, self.autotune = fn, sched, max_rblock, autotune
+        self.max_autotune = autotune and max_autotune
         self.name = ir.StringAttr(fn.attributes["sym_name"]).value
         block = fn.regions[0].blocks[0]
         ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
@@ -250,6 +242,9 @@ class _KernelWriter:
         for k in range(len(self.results)):
             self.store(k, vars_, "xmask", ("XBLOCK",))
         configs = [({"XBLOCK": 1024}, 4), ({"XBLOCK": 2048}, 8), ({"XBLOCK": 512}, 4)]
+        if self.max_autotune:
+            configs += [({"XBLOCK": 4096}, 8), ({"XBLOCK": 2048}, 4), ({"XBLOCK": 1024}, 8),
+                        ({"XBLOCK": 256}, 2), ({"XBLOCK": 128}, 4)]
         if not self.autotune:
             configs = configs[:1]
         return self._kernel(["xnumel"], {"xnumel": self.runtime_extent(space)}, ["XBLOCK"], configs,
@@ -293,9 +288,18 @@ class _KernelWriter:
             xb = max(1, min(_pow2(max(1, 4096 // rb)), 64)) if outer else 1
             warps = max(1, min(16, _pow2(xb * rb // 512)))
             configs = [({"XBLOCK": xb, "RBLOCK": rb}, warps)]
+            if self.max_autotune:   # fewer rows per program, other warp counts: no more registers
+                more = [(xb, warps * 2), (xb, warps // 2), (xb // 2, warps), (xb // 4, warps // 2)]
+                for x, w in more:
+                    c = ({"XBLOCK": max(1, x), "RBLOCK": rb}, max(1, min(16, w)))
+                    if c not in configs:
+                        configs.append(c)
         else:
             configs = [({"XBLOCK": 1, "RBLOCK": 2048}, 8), ({"XBLOCK": 1, "RBLOCK": 1024}, 4),
                        ({"XBLOCK": 8, "RBLOCK": 512}, 8), ({"XBLOCK": 64, "RBLOCK": 16}, 4)]
+            if self.max_autotune:
+                configs += [({"XBLOCK": 1, "RBLOCK": 4096}, 16), ({"XBLOCK": 4, "RBLOCK": 256}, 4),
+                            ({"XBLOCK": 16, "RBLOCK": 128}, 4), ({"XBLOCK": 32, "RBLOCK": 64}, 8)]
             if not self.autotune:
                 configs = configs[:1]
         # All reductions first, in op order, so that their loops precede the output loops.
@@ -536,12 +540,11 @@ def _source(k: _Kernel, sched, writer) -> str:
     return "\n".join(lines) + "\n"
 
 
-@register
 @dataclasses.dataclass(frozen=True)
 class EmberLowerToTriton(Pass):
     """Attaches Triton source to every ember kernel (see the module docstring)."""
 
-    name = "ember-lower-to-triton"
+    name = TRITON.lowering
     summary = "Emit Triton @triton.jit kernels plus Python launchers for every ember kernel"
 
     dynamic_shapes = True
@@ -549,15 +552,18 @@ class EmberLowerToTriton(Pass):
 
     max_rblock: int = option(8192, min=1, max=1 << 20)   # Triton's largest block (2^20 elements)
     autotune: bool = True
+    # torch.compile(mode="max-autotune"): a wider configuration search per kernel (block sizes,
+    # warps); the first configuration, what the interpreter and AOT builds use, is unchanged
+    max_autotune: bool = False
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
-            attach_kernel_sources(module, "triton", PRELUDE, lambda op, name: self.lower(op))
+            attach_kernel_sources(module, TRITON.name, PRELUDE, lambda op, name: self.lower(op))
 
     def lower(self, fn) -> str:
         try:
             sched = schedule_kernel(fn)
-            w = _KernelWriter(fn, sched, self.max_rblock, self.autotune)
+            w = _KernelWriter(fn, sched, self.max_rblock, self.autotune, self.max_autotune)
             k = w.pointwise() if sched.kind == "pointwise" else w.reduction()
             return _source(k, sched, w)
         except Unschedulable as err:

@@ -4,6 +4,7 @@ Python passes and upstream passes, verifies, prints.
     ember-opt in.mlir --pass-pipeline='builtin.module(ember-fuse{max-group-size=8},canonicalize)'
     ember-opt --split-input-file --verify-diagnostics invalid.mlir
     ember-opt --list-passes
+    ember-opt in.mlir --pass-pipeline='builtin.module(ember-lower-to-cpp)' --emit-source
 
 Diagnostics read `FILE:LINE:COL: error: MESSAGE` with FILE as given on the command line; a
 user mistake (bad IR, bytes that are not UTF-8, nesting deeper than --max-nesting, unknown
@@ -20,6 +21,7 @@ import tempfile
 from torch_mlir import ir
 
 from ..dialects import make_context, verify_module
+from ..dialects.contract import PRELUDE, SOURCE, SYMBOL, TARGET, is_kernel
 from . import base, forked
 from .pipeline import PipelineError, build_pass_manager
 from .registry import all_passes
@@ -235,7 +237,8 @@ class Driver:
         with self.ctx:
             # Built before any parsing: a bad pipeline is one error, not one per chunk.
             self.pm = build_pass_manager(args.pass_pipeline or "builtin.module()", self.ctx,
-                                         print_ir_after_all=args.mlir_print_ir_after_all)
+                                         print_ir_after_all=args.mlir_print_ir_after_all,
+                                         verify_each=args.verify_each)
 
     def _handle(self, diag) -> bool:
         d = _convert(diag, self.filename)
@@ -326,11 +329,38 @@ class Driver:
                 if not any(d.severity == "error" for d in self.diags):
                     self.diags.append(Diag("error", None, 0, 0, "module verification failed"))
                 return None
+            if self.args.emit_source:
+                return emit_source(module.operation, self.args.emit_source == "all")
             out = io.StringIO()
             module.operation.print(file=out, enable_debug_info=self.args.mlir_print_debuginfo,
                                    print_generic_op_form=self.args.mlir_print_op_generic,
                                    assume_verified=True)
             return out.getvalue()
+
+
+def emit_source(module_op, prelude: bool = False) -> str:
+    """The kernels' generated code as plain text (what the lowering passes store in
+    `ember.source`), one block per kernel under a `// kernel @NAME` header, so that FileCheck
+    reads real lines. `prelude`: the module's `ember.prelude` first."""
+    out = []
+    if TARGET.has(module_op):
+        out.append(f"// ember.target = {TARGET.get(module_op)}")
+    if prelude and PRELUDE.has(module_op):
+        out += ["// ----- prelude", PRELUDE.get(module_op).rstrip("\n")]
+    kernels = [op for op in module_op.regions[0].blocks[0].operations if is_kernel(op)]
+    for op in kernels:
+        name = ir.StringAttr(op.attributes["sym_name"]).value
+        symbol = SYMBOL.get(op, name)
+        if not SOURCE.has(op):
+            out.append(f"// ----- kernel @{name}: no source (run a lowering pass: "
+                       f"ember-lower-to-cpp or ember-lower-to-triton)")
+            continue
+        source = SOURCE.get(op)
+        if symbol != name:
+            out.append(f"// ----- kernel @{name}: the code of @{symbol}")
+            continue
+        out += [f"// ----- kernel @{name}", source.rstrip("\n")]
+    return "\n".join(out) + "\n"
 
 
 def list_passes() -> str:
@@ -363,6 +393,12 @@ def make_parser() -> argparse.ArgumentParser:
                    help=f"process each '{SPLIT_MARKER}'-separated chunk on its own")
     p.add_argument("--verify-diagnostics", action="store_true",
                    help="check diagnostics against expected-error/warning/note directives")
+    p.add_argument("--verify-each", action=argparse.BooleanOptionalAction, default=True,
+                   help="run MLIR's verifier and ember's stage contract (dialects/contract.py) "
+                        "after each pass (default on)")
+    p.add_argument("--emit-source", nargs="?", const="kernels", choices=("kernels", "all"),
+                   help="print the generated kernels' source text instead of the IR "
+                        "('all': the prelude too)")
     p.add_argument("--allow-unregistered-dialect", action="store_true")
     p.add_argument("--mlir-print-ir-after-all", action="store_true", help="IR after each pass, to stderr")
     p.add_argument("--mlir-print-debuginfo", action="store_true")

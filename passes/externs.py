@@ -21,17 +21,10 @@ whole as library calls (frontend/partition.py, `is_library_node`).
 """
 from torch_mlir import ir
 
+from ..dialects import make_extern
 from .graph_utils import defining_op, is_zero_constant, op_name
 
 _NARROW = ("bf16", "f16")
-
-
-def make_extern(target: str, operands, result_type, params: dict, anchor):
-    attrs = {"target": ir.StringAttr.get(target), "params": ir.DictAttr.get(params)}
-    with ir.InsertionPoint(anchor), anchor.location:
-        op = ir.Operation.create("ember.extern", results=[result_type],
-                                 operands=list(operands), attributes=attrs)
-    return op
 
 
 def fill_is_zero(value) -> bool:
@@ -145,7 +138,7 @@ def _unsplit(value, groups, anchor):
 
 # ----------------------------------------------------------------------------- convolution
 
-_CONV_KINDS = {
+CONV_KINDS = {
     "linalg.conv_1d_ncw_fcw": "plain",
     "linalg.conv_2d_nchw_fchw": "plain",
     "linalg.conv_3d_ncdhw_fcdhw": "plain",
@@ -157,7 +150,7 @@ _CONV_KINDS = {
 
 
 def is_conv(op) -> bool:
-    return op_name(op) in _CONV_KINDS
+    return op_name(op) in CONV_KINDS
 
 
 def absorb_pad(x, is_pad_value):
@@ -188,7 +181,7 @@ def _bias_of_broadcast(value, rank: int):
 def conv_extern(op):
     """The `aten.convolution` extern replacing the linalg conv `op` (a value to replace op's
     result with), or None when `op` stays generic code."""
-    kind = _CONV_KINDS[op_name(op)]
+    kind = CONV_KINDS[op_name(op)]
     x, w, init = op.operands[0], op.operands[1], op.operands[2]
     rtype = ir.RankedTensorType(op.results[0].type)
     if kind == "grouped":

@@ -6,11 +6,13 @@ shape screen rejects groups that cannot possibly fit (different iteration spaces
 """
 from torch_mlir import ir
 
-from .graph_utils import defining_op, op_name, users
+from .backends import BACKENDS, backend_named
+from .graph_utils import defining_op, users
+from .ir_queries import VIEW_OPS, is_reduction, iterator_types, op_name  # noqa: F401
 from .kernel_schedule import Unschedulable, schedule_kernel, schedule_ops
 
 POINTWISE_NAMED = {"linalg.transpose", "linalg.broadcast", "linalg.fill", "linalg.copy"}
-VIEWS = {"tensor.expand_shape", "tensor.collapse_shape", "tensor.cast"}
+VIEWS = VIEW_OPS
 
 # Body op -> tag, most telling first: a gelu body holds erf, mul and add; call it gelu.
 _TAG_PRIORITY = [
@@ -26,16 +28,6 @@ _TAG_PRIORITY = [
 _REDUCE_TAG = {"arith.addf": "sum", "arith.addi": "sum", "arith.maximumf": "amax",
                "arith.minimumf": "amin", "arith.mulf": "prod", "arith.maxsi": "amax",
                "arith.minsi": "amin", "arith.maxnumf": "amax", "arith.minnumf": "amin"}
-
-
-def iterator_types(op) -> list[str]:
-    if op_name(op) != "linalg.generic":
-        return []
-    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-
-
-def is_reduction(op) -> bool:
-    return "reduction" in iterator_types(op)
 
 
 def loop_ranges(op) -> list[int]:
@@ -160,15 +152,12 @@ def group_results(ops) -> list:
     return out
 
 
-TARGETS = ("cpu", "triton")
+TARGETS = tuple(BACKENDS)
 
 
 def _target_check(target: str):
-    """The lowering's own extra requirements on a schedule, by target."""
-    if target == "triton":
-        from .ember_lower_to_triton import check_schedule
-        return check_schedule
-    return lambda sched: None
+    """The code generator's own extra requirements on a schedule (passes/backends.py)."""
+    return backend_named(target).limits
 
 
 def is_legal(ops, fuse_reductions: bool = True, target: str = "cpu") -> bool:

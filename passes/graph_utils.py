@@ -4,12 +4,11 @@ Ops are handled as `ir.Operation` (not OpView) so that they hash and compare con
 """
 from torch_mlir import ir
 
+from ..dialects.contract import PRELUDE, SOURCE, SYMBOL, TARGET, is_ember_op, is_kernel
+from .ir_queries import op_name  # noqa: F401  (re-exported: the passes' one op_name)
+
 _BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "i64": 64, "i32": 32, "i16": 16,
          "i8": 8, "ui8": 8, "i1": 8, "index": 64}
-
-
-def op_name(op) -> str:
-    return op.operation.name
 
 
 def defining_op(value):
@@ -132,16 +131,31 @@ def attach_kernel_sources(module, target: str, prelude: str, lower) -> None:
     A kernel whose source is an earlier kernel's but for its name (the same layer repeated in a
     transformer) gets an empty `ember.source` and the earlier one's `ember.symbol`: the code is
     built (and JIT-compiled, autotuned) once."""
-    ctx = module.context
     seen: dict[str, str] = {}
-    for op in module.regions[0].blocks[0].operations:
-        if op.operation.name != "func.func" or "ember.kernel" not in op.attributes:
-            continue
-        name = ir.StringAttr(op.attributes["sym_name"]).value
-        src = lower(op, name)
-        key = src.replace(name, "\0")
-        symbol = seen.setdefault(key, name)
-        op.attributes["ember.source"] = ir.StringAttr.get(src if symbol == name else "", ctx)
-        op.attributes["ember.symbol"] = ir.StringAttr.get(symbol, ctx)
-    module.attributes["ember.target"] = ir.StringAttr.get(target, ctx)
-    module.attributes["ember.prelude"] = ir.StringAttr.get(prelude, ctx)
+    with module.context:
+        for op in module.regions[0].blocks[0].operations:
+            if not is_kernel(op):
+                continue
+            name = ir.StringAttr(op.attributes["sym_name"]).value
+            src = lower(op, name)
+            key = src.replace(name, "\0")
+            symbol = seen.setdefault(key, name)
+            SOURCE.set(op, src if symbol == name else "")
+            SYMBOL.set(op, symbol)
+        TARGET.set(module, target)
+        PRELUDE.set(module, prelude)
+def erase_dead(block) -> None:
+    """Erases ops of `block` whose results are all unused (repeatedly: their producers may
+    die too); `func.return` and ember ops (externs) stay."""
+    changed = True
+    while changed:
+        changed = False
+        for op in reversed(list(block.operations)):
+            name = op_name(op)
+            if name == "func.return" or is_ember_op(op):
+                continue
+            if all(len(list(r.uses)) == 0 for r in op.results) and len(op.results) > 0:
+                op.operation.erase()
+                changed = True
+
+

@@ -9,7 +9,8 @@ exception).
 from torch_mlir import ir
 
 from ..dialects import verify_module
-from .base import Pass, PassError, Reported
+from ..dialects.contract import is_kernel
+from .errors import PassError, Reported
 
 
 def _dynamic(t: ir.Type) -> bool:
@@ -72,7 +73,7 @@ def _first_scalar_kernel_arg(module: ir.Operation):
 
     def visit(op):
         op = op.operation
-        if op.name == "func.func" and "ember.kernel" in op.attributes:
+        if is_kernel(op):
             ft = _func_type(op)
             args = op.regions[0].blocks[0].arguments if op.regions[0].blocks else ()
             for i, t in enumerate(ft.inputs if ft is not None else ()):
@@ -91,7 +92,8 @@ def _first_scalar_kernel_arg(module: ir.Operation):
     return None
 
 
-def unsupported_input(module: ir.Operation, p: Pass) -> PassError | None:
+def unsupported_input(module: ir.Operation, p) -> PassError | None:
+    """`p`: the pass (a base.Pass) about to run on `module`."""
     # Kernel and library declarations well-formed (e.g. a kernel has a body): every pass
     # relies on it; verify_module emits its own located error.
     try:

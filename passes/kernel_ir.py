@@ -27,7 +27,7 @@ import dataclasses
 from typing import Optional, Union
 
 INT = "int"              # dtype of index-arithmetic integer literals
-CHECK_INDEX = "ember.check_index"
+CHECK_INDEX = "index.check"      # a bound check on an index (not an MLIR op)
 
 
 @dataclasses.dataclass(frozen=True)

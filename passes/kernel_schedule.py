@@ -37,6 +37,8 @@ from typing import Optional
 from torch_mlir import ir
 
 from .kernel_ir import INT, Const, Var
+from ..dialects.contract import KERNEL
+from .ir_queries import is_reduction, iterator_types, op_name  # noqa: F401  (used by the emitters)
 
 ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
                "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape",
@@ -106,10 +108,6 @@ def type_name(t: ir.Type) -> str:
     return str(t)
 
 
-def op_name(op) -> str:
-    return op.operation.name
-
-
 def _int_array(attr) -> list[int]:
     if attr is None:
         return []
@@ -126,14 +124,6 @@ def reassociation(op) -> list[list[int]]:
 
 def indexing_maps(op) -> list[ir.AffineMap]:
     return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
-def iterator_types(op) -> list[str]:
-    return [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-
-
-def is_reduction(op) -> bool:
-    return op_name(op) == "linalg.generic" and "reduction" in iterator_types(op)
 
 
 def shape(v: ir.Value) -> list[Optional[int]]:
@@ -575,13 +565,11 @@ def schedule_kernel(func) -> KernelSchedule:
     ops = list(block.operations)
     ret = ops[-1]
     kind = None
-    if "ember.kernel" in func.attributes:
+    if KERNEL.has(func):
         try:
-            kind = ir.StringAttr(func.attributes["ember.kernel"]).value
+            kind = KERNEL.get(func)
         except (ValueError, TypeError):
             kind = None
     return KernelSchedule(ops[:-1], tensor_args(block), list(ret.operands), kind,
                           scalar_args(block))
 
-
-from .kernel_expr import ExprBuilder, Lang, Scope  # noqa: E402,F401  (re-exported API)

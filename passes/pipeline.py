@@ -75,10 +75,14 @@ def strip_anchor(pipeline: str) -> str:
 
 
 def build_pass_manager(pipeline: str, context: ir.Context | None = None,
-                       print_ir_after_all: bool = False) -> passmanager.PassManager:
-    """A PassManager on builtin.module running `pipeline` (anchor optional)."""
+                       print_ir_after_all: bool = False,
+                       verify_each: bool = True) -> passmanager.PassManager:
+    """A PassManager on builtin.module running `pipeline` (anchor optional). With
+    `verify_each`, MLIR's verifier runs after every pass and ember's stage contract
+    (dialects/contract.py) after every ember pass."""
     ctx = context or ir.Context.current
     pm = passmanager.PassManager("builtin.module", context=ctx)
+    pm.enable_verifier(verify_each)
     body = strip_anchor(pipeline)
     for element in split_top_level(body):
         name, options = parse_element(element)
@@ -88,7 +92,7 @@ def build_pass_manager(pipeline: str, context: ir.Context | None = None,
                 p = cls.from_options(options or {})
             except OptionError as err:
                 raise PipelineError(str(err)) from None
-            pm.add(p.as_callable(), name=type(p).__name__, argument=cls.name,
+            pm.add(p.as_callable(verify_contract=verify_each), name=type(p).__name__, argument=cls.name,
                    description=cls.summary)
         else:
             try:
@@ -96,6 +100,7 @@ def build_pass_manager(pipeline: str, context: ir.Context | None = None,
             except (ValueError, RuntimeError, ir.MLIRError) as err:
                 raise PipelineError(f"'{element}' is neither an ember pass nor an upstream "
                                     f"pass ({str(err).strip()})") from None
+
     if print_ir_after_all:
         pm.enable_ir_printing(print_after_all=True)
     return pm

@@ -1,25 +1,32 @@
-"""The one map from pass flag to pass class. A test asserts each flag has a lit test file."""
+"""The one map from pass flag to pass class. A test asserts each flag has a lit test file.
+
+Pass modules do not register themselves (they would import this module, which imports them):
+the list below is the registry. Adding a pass: its module, one line here (docs/adding.md).
+"""
 from .base import Pass
 
 _PASSES: dict[str, type[Pass]] = {}
 
 
-def register(cls: type[Pass]) -> type[Pass]:
-    if not cls.name or cls.name in _PASSES:
-        raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")
-    _PASSES[cls.name] = cls
-    return cls
-
-
-def _load_builtin() -> None:
-    # Importing a pass module registers it; kept here so that `registry` is the single entry.
-    # The lowerings only print source text, so none of them needs triton or a compiler here.
-    from . import ember_buffer_reuse, ember_fuse, ember_lower_to_cpp, ember_lower_to_triton  # noqa: F401
+def _load_builtin() -> dict[str, type[Pass]]:
+    # The lowerings only print source text, so none of them needs a compiler here.
+    from .ember_buffer_reuse import EmberBufferReuse
+    from .ember_convert_externs import EmberConvertExterns
+    from .ember_fuse import EmberFuse
+    from .ember_lower_to_cpp import EmberLowerToCpp
+    from .ember_lower_to_triton import EmberLowerToTriton
+    passes = {}
+    for cls in (EmberConvertExterns, EmberFuse, EmberBufferReuse, EmberLowerToCpp,
+                EmberLowerToTriton):
+        if not cls.name or cls.name in passes:
+            raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")
+        passes[cls.name] = cls
+    return passes
 
 
 def all_passes() -> dict[str, type[Pass]]:
     if not _PASSES:
-        _load_builtin()
+        _PASSES.update(_load_builtin())
     return dict(sorted(_PASSES.items()))
 
 

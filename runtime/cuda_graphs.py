@@ -8,7 +8,8 @@ Call 1 runs normally (Triton compiles and autotunes; nothing of that may be capt
 runs normally too and tells which inputs keep their storage from call to call (parameters,
 buffers): those are read in place by the graph; the others get static buffers that each call
 copies into. Call 3 captures, and every later call replays. Outputs are cloned out of the
-graph's memory pool, because the next replay overwrites it.
+graph's memory pool, because the next replay overwrites it, except those the caller borrows
+(`lend`: new values of mutated inputs, copied into the inputs right away).
 
 Correctness first: a program given host (CPU) tensors is never captured, except those its
 steps never read (`unread_host_inputs`: an attention backward's philox seed without dropout); a call whose in-place
@@ -39,6 +40,12 @@ class GraphedProgram:
         self._inplace: list[tuple[int, int]] = []   # (input index, data_ptr) read in place
         self._static_out: list[torch.Tensor] = []
         self._recaptures = 0
+        self._lent: frozenset[int] = frozenset()
+
+    def lend(self, outputs) -> None:
+        """Outputs returned as the graph's own buffers, not cloned: the caller consumes them
+        (copies them elsewhere) before it calls again."""
+        self._lent = frozenset(outputs)
 
     @property
     def captured(self) -> bool:
@@ -118,7 +125,10 @@ class GraphedProgram:
             torch._foreach_copy_([self._static_in[i] for i in self._copied],
                                  [inputs[i] for i in self._copied])
         self._graph.replay()
-        outs = [torch.empty_like(o, memory_format=torch.preserve_format) for o in self._static_out]
-        if outs:
-            torch._foreach_copy_(outs, self._static_out)
+        lent = self._lent
+        outs = [o if j in lent else torch.empty_like(o, memory_format=torch.preserve_format)
+                for j, o in enumerate(self._static_out)]
+        fresh = [j for j in range(len(outs)) if j not in lent]
+        if fresh:
+            torch._foreach_copy_([outs[j] for j in fresh], [self._static_out[j] for j in fresh])
         return outs

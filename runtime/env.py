@@ -23,6 +23,8 @@ class RuntimeEnv:
     cxx: str = "g++"                # CXX: the C++ compiler of the cpu target (needs -fopenmp)
 
 
+# The values of passes/backends.py's `Target` (the runtime imports nothing of the compiler;
+# test_architecture checks that the two agree).
 TARGETS = ("auto", "cpu", "cuda", "rocm", "triton")
 
 

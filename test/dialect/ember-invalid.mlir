@@ -3,29 +3,29 @@
 
 // Without --verify-diagnostics the same errors read file:line:col (line numbers of the whole
 // file, not of the chunk).
-// LOC: ember-invalid.mlir:[[# @LINE + 3]]:8: error: 'ember.extern' has unknown target 'aten.nope'
+// LOC: ember-invalid.mlir:[[# @LINE + 3]]:8: error: 'ember.extern' has unknown callee 'aten.nope'
 
 func.func @unknown_target(%a: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = "ember.extern"(%a, %a) {target = "aten.nope", params = {}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
-  // expected-error @-1 {{'ember.extern' has unknown target 'aten.nope' (known: aten.addmm}}
+  %0 = "ember.extern"(%a, %a) {callee = "aten.nope", params = {}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @-1 {{'ember.extern' has unknown callee 'aten.nope' (known: aten.addmm}}
   return %0 : tensor<4xf32>
 }
 
 // -----
 
-// LOC: ember-invalid.mlir:[[# @LINE + 3]]:8: error: 'ember.extern' target 'aten.mm' takes 2 operands, got 3
+// LOC: ember-invalid.mlir:[[# @LINE + 3]]:8: error: 'ember.extern' callee 'aten.mm' takes 2 operands, got 3
 
 func.func @wrong_operand_count(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {
-  %0 = "ember.extern"(%a, %a, %a) {target = "aten.mm", params = {}} : (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
-  // expected-error @above {{'ember.extern' target 'aten.mm' takes 2 operands, got 3}}
+  %0 = "ember.extern"(%a, %a, %a) {callee = "aten.mm", params = {}} : (tensor<4x4xf32>, tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  // expected-error @above {{'ember.extern' callee 'aten.mm' takes 2 operands, got 3}}
   return %0 : tensor<4x4xf32>
 }
 
 // -----
 
 func.func @conv_range(%a: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @below {{'ember.extern' target 'aten.convolution' takes 2 to 3 operands, got 1}}
-  %0 = "ember.extern"(%a) {target = "aten.convolution", params = {}} : (tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @below {{'ember.extern' callee 'aten.convolution' takes 2 to 3 operands, got 1}}
+  %0 = "ember.extern"(%a) {callee = "aten.convolution", params = {}} : (tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
 

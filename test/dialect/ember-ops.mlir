@@ -7,11 +7,11 @@
 
 // CHECK-LABEL: func.func @main
 // CHECK-SAME:    (%[[X:.*]]: tensor<8x16xf32>, %[[W:.*]]: tensor<16x32xf32>, %[[B:.*]]: tensor<32xf32>)
-// CHECK:         %[[MM:.*]] = "ember.extern"(%[[X]], %[[W]]) {params = {}, target = "aten.mm"} : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+// CHECK:         %[[MM:.*]] = "ember.extern"(%[[X]], %[[W]]) {callee = "aten.mm", params = {}} : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
 // CHECK:         %[[R:.*]] = call @ember_fused_add_0(%[[MM]], %[[B]]) : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
 // CHECK:         return %[[R]]
 func.func @main(%arg0: tensor<8x16xf32>, %arg1: tensor<16x32xf32>, %arg2: tensor<32xf32>) -> tensor<8x32xf32> {
-  %0 = "ember.extern"(%arg0, %arg1) {target = "aten.mm", params = {}} : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  %0 = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {}} : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
   %1 = func.call @ember_fused_add_0(%0, %arg2) : (tensor<8x32xf32>, tensor<32xf32>) -> tensor<8x32xf32>
   return %1 : tensor<8x32xf32>
 }
@@ -25,13 +25,13 @@ func.func private @ember_fused_add_0(%arg0: tensor<8x32xf32>, %arg1: tensor<32xf
 
 // Extern targets with an optional third operand (bias / accumulator) and parameters.
 // CHECK-LABEL: func.func @conv
-// CHECK:         "ember.extern"(%{{.*}}, %{{.*}}) {params = {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [2, 2]}, target = "aten.convolution"} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x3x3xf32>
-// CHECK:         "ember.extern"(%{{.*}}, %{{.*}}, %{{.*}}) {params = {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]}, target = "aten.convolution"} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<1x4x6x6xf32>
-// CHECK:         "ember.extern"(%{{.*}}, %{{.*}}, %{{.*}}) {params = {}, target = "aten.addmm"} : (tensor<8x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+// CHECK:         "ember.extern"(%{{.*}}, %{{.*}}) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [2, 2]}} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x3x3xf32>
+// CHECK:         "ember.extern"(%{{.*}}, %{{.*}}, %{{.*}}) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]}} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<1x4x6x6xf32>
+// CHECK:         "ember.extern"(%{{.*}}, %{{.*}}, %{{.*}}) {callee = "aten.addmm", params = {}} : (tensor<8x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
 func.func @conv(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>, %acc: tensor<8x8xf32>, %p: tensor<8x16xf32>, %q: tensor<16x8xf32>) -> (tensor<1x4x3x3xf32>, tensor<1x4x6x6xf32>, tensor<8x8xf32>) {
-  %0 = "ember.extern"(%x, %w) {target = "aten.convolution", params = {stride = [2, 2], padding = [0, 0], dilation = [1, 1], groups = 1}} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x3x3xf32>
-  %1 = "ember.extern"(%x, %w, %b) {target = "aten.convolution", params = {stride = [1, 1], padding = [0, 0], dilation = [1, 1], groups = 1}} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<1x4x6x6xf32>
-  %2 = "ember.extern"(%acc, %p, %q) {target = "aten.addmm", params = {}} : (tensor<8x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
+  %0 = "ember.extern"(%x, %w) {callee = "aten.convolution", params = {stride = [2, 2], padding = [0, 0], dilation = [1, 1], groups = 1}} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x3x3xf32>
+  %1 = "ember.extern"(%x, %w, %b) {callee = "aten.convolution", params = {stride = [1, 1], padding = [0, 0], dilation = [1, 1], groups = 1}} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<1x4x6x6xf32>
+  %2 = "ember.extern"(%acc, %p, %q) {callee = "aten.addmm", params = {}} : (tensor<8x8xf32>, tensor<8x16xf32>, tensor<16x8xf32>) -> tensor<8x8xf32>
   return %0, %1, %2 : tensor<1x4x3x3xf32>, tensor<1x4x6x6xf32>, tensor<8x8xf32>
 }
 

@@ -45,7 +45,7 @@ func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
 // CHECK-LABEL: func.func private @transpose_neg
 // CHECK-LABEL: func.func @main
 // CHECK-SAME:  attributes {ember.arena_bytes = 2048 : i64, ember.unplanned_bytes = 3072 : i64}
-// CHECK:       %[[M:.*]] = "ember.extern"(%arg0, %arg0) {ember.offsets = array<i64: 0>, params = {}, target = "aten.mm"}
+// CHECK:       %[[M:.*]] = "ember.extern"(%arg0, %arg0) {callee = "aten.mm", ember.offsets = array<i64: 0>, params = {}}
 // CHECK:       %[[T:.*]] = call @transpose_neg(%[[M]]) {ember.offsets = array<i64: 1024>}
 // CHECK:       call @transpose_neg(%[[T]]) {ember.offsets = array<i64: 0>}
 #id = affine_map<(d0, d1) -> (d0, d1)>
@@ -60,7 +60,7 @@ func.func private @transpose_neg(%a: tensor<16x16xf32>) -> tensor<16x16xf32> att
   return %r : tensor<16x16xf32>
 }
 func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
-  %0 = "ember.extern"(%x, %x) {target = "aten.mm", params = {}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %0 = "ember.extern"(%x, %x) {callee = "aten.mm", params = {}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
   %1 = func.call @transpose_neg(%0) : (tensor<16x16xf32>) -> tensor<16x16xf32>
   %2 = func.call @transpose_neg(%1) : (tensor<16x16xf32>) -> tensor<16x16xf32>
   %3 = func.call @transpose_neg(%2) : (tensor<16x16xf32>) -> tensor<16x16xf32>
@@ -74,7 +74,7 @@ func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
 // result element (i, j) comes from operand element (j, i), so no in-place either.
 // CHECK-LABEL: func.func private @neg_then_transpose
 // CHECK-LABEL: func.func @main
-// CHECK:       %[[M:.*]] = "ember.extern"(%arg0, %arg0) {ember.offsets = array<i64: 0>, params = {}, target = "aten.mm"}
+// CHECK:       %[[M:.*]] = "ember.extern"(%arg0, %arg0) {callee = "aten.mm", ember.offsets = array<i64: 0>, params = {}}
 // CHECK:       %[[T:.*]] = call @neg_then_transpose(%[[M]]) {ember.offsets = array<i64: 1024>}
 // CHECK:       call @neg_then_transpose(%[[T]]) {ember.offsets = array<i64: 0>}
 #id2 = affine_map<(d0, d1) -> (d0, d1)>
@@ -89,7 +89,7 @@ func.func private @neg_then_transpose(%a: tensor<16x16xf32>) -> tensor<16x16xf32
   return %t : tensor<16x16xf32>
 }
 func.func @main(%x: tensor<16x16xf32>) -> tensor<16x16xf32> {
-  %0 = "ember.extern"(%x, %x) {target = "aten.mm", params = {}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
+  %0 = "ember.extern"(%x, %x) {callee = "aten.mm", params = {}} : (tensor<16x16xf32>, tensor<16x16xf32>) -> tensor<16x16xf32>
   %1 = func.call @neg_then_transpose(%0) : (tensor<16x16xf32>) -> tensor<16x16xf32>
   %2 = func.call @neg_then_transpose(%1) : (tensor<16x16xf32>) -> tensor<16x16xf32>
   %3 = func.call @neg_then_transpose(%2) : (tensor<16x16xf32>) -> tensor<16x16xf32>

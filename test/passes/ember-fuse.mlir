@@ -102,7 +102,7 @@ func.func @softmax(%x: tensor<4x16xf32>) -> tensor<4x16xf32> {
 // Linear: the weight transpose folds into the library call (transpose_b), the zero-filled
 // accumulator disappears, and bias + gelu fuse into one pointwise epilogue kernel.
 // CHECK-LABEL: func.func @linear_gelu
-// CHECK-NEXT:    %[[MM:.*]] = "ember.extern"(%arg0, %arg1) {params = {transpose_b = true}, target = "aten.mm"} : (tensor<8x16xf32>, tensor<32x16xf32>) -> tensor<8x32xf32>
+// CHECK-NEXT:    %[[MM:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<8x16xf32>, tensor<32x16xf32>) -> tensor<8x32xf32>
 // CHECK-NEXT:    %[[R:.*]] = call @ember_fused_add_gelu_0(%[[MM]], %arg2)
 // CHECK-NEXT:    return %[[R]]
 // CHECK-NOT:   linalg.matmul
@@ -143,7 +143,7 @@ func.func @linear_gelu(%x: tensor<8x16xf32>, %w: tensor<32x16xf32>, %b: tensor<3
 // Convolution: zero padding of the input and the broadcast bias become the library call's
 // padding and bias operands.
 // CHECK-LABEL: func.func @conv_bias
-// CHECK-NEXT:    "ember.extern"(%arg0, %arg1, %arg2) {params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [2, 2]}, target = "aten.convolution"}
+// CHECK-NEXT:    "ember.extern"(%arg0, %arg1, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [2, 2]}}
 // CHECK-NEXT:    return
 func.func @conv_bias(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>) -> tensor<2x4x4x4xf32> {
   %zero = arith.constant 0.000000e+00 : f32
@@ -166,7 +166,7 @@ func.func @conv_bias(%x: tensor<2x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tenso
 // the library call inside a cycle, so they stay two kernels around it.
 // CHECK-LABEL: func.func @no_cycle
 // CHECK-NEXT:    %[[A:.*]] = call @ember_fused_exp_0(%arg0)
-// CHECK-NEXT:    %[[M:.*]] = "ember.extern"(%[[A]], %arg1) {params = {}, target = "aten.mm"}
+// CHECK-NEXT:    %[[M:.*]] = "ember.extern"(%[[A]], %arg1) {callee = "aten.mm", params = {}}
 // CHECK-NEXT:    %[[R:.*]] = call @ember_fused_add_1(%[[M]], %[[A]])
 // CHECK-NEXT:    return %[[R]]
 func.func @no_cycle(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>) -> tensor<8x8xf32> {
@@ -234,8 +234,8 @@ func.func @two_row_sums(%x: tensor<4x16xf32>, %y: tensor<4x8xf32>) -> tensor<4xf
 // (avg_pool2d before its division) likewise; the division stays a kernel.
 // CHECK-LABEL: func.func @pooling
 // CHECK:         %[[W:.*]] = tensor.empty() : tensor<3x3xf32>
-// CHECK-NEXT:    "ember.extern"(%arg0, %[[W]]) {params = {dilation = [1, 1], padding = [1, 1], stride = [2, 2]}, target = "aten.max_pool2d"}
-// CHECK:         "ember.extern"(%arg0, %{{.*}}) {params = {dilation = [1, 1], padding = [0, 0], stride = [2, 2]}, target = "aten.sum_pool2d"}
+// CHECK-NEXT:    "ember.extern"(%arg0, %[[W]]) {callee = "aten.max_pool2d", params = {dilation = [1, 1], padding = [1, 1], stride = [2, 2]}}
+// CHECK:         "ember.extern"(%arg0, %{{.*}}) {callee = "aten.sum_pool2d", params = {dilation = [1, 1], padding = [0, 0], stride = [2, 2]}}
 // CHECK-NOT:     linalg.pooling
 func.func @pooling(%x: tensor<2x3x8x8xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x4x4xf32>) {
   %ninf = arith.constant 0xFF800000 : f32
@@ -264,7 +264,7 @@ func.func @pooling(%x: tensor<2x3x8x8xf32>) -> (tensor<2x3x4x4xf32>, tensor<2x3x
 // cuBLAS rounds once; no widened copy, no f32 result, no kernel.
 // CHECK-LABEL: func.func @bf16_linear
 // CHECK-NOT:     ember_fused
-// CHECK:         %[[MM:.*]] = "ember.extern"(%arg1, %arg0) {params = {transpose_b = true}, target = "aten.mm"} : (tensor<16x64xbf16>, tensor<32x64xbf16>) -> tensor<16x32xbf16>
+// CHECK:         %[[MM:.*]] = "ember.extern"(%arg1, %arg0) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<16x64xbf16>, tensor<32x64xbf16>) -> tensor<16x32xbf16>
 // CHECK-NEXT:    return %[[MM]]
 #lid = affine_map<(d0, d1) -> (d0, d1)>
 func.func @bf16_linear(%arg0: tensor<32x64xbf16>, %arg2: tensor<16x64xbf16>) -> tensor<16x32xbf16> {
@@ -301,11 +301,11 @@ func.func @bf16_linear(%arg0: tensor<32x64xbf16>, %arg2: tensor<16x64xbf16>) -> 
 // eager's addmm with the bias in cuBLAS's epilogue; it becomes that call with the bf16 bias.
 // CHECK-LABEL: func.func @bf16_addmm
 // CHECK-NOT:     ember_fused
-// CHECK:         %[[MM:.*]] = "ember.extern"(%arg2, %arg1, %arg0) {params = {}, target = "aten.addmm"} : (tensor<32xbf16>, tensor<16x64xbf16>, tensor<64x32xbf16>) -> tensor<16x32xbf16>
+// CHECK:         %[[MM:.*]] = "ember.extern"(%arg2, %arg1, %arg0) {callee = "aten.addmm", params = {}} : (tensor<32xbf16>, tensor<16x64xbf16>, tensor<64x32xbf16>) -> tensor<16x32xbf16>
 // CHECK-NEXT:    return %[[MM]]
 // When the f32 product is also read elsewhere it stays f32 (aten.mm with the f32 accumulator):
 // CHECK-LABEL: func.func @bf16_mm_f32_used
-// CHECK:         "ember.extern"(%arg1, %arg0) {params = {}, target = "aten.mm"} : (tensor<16x64xbf16>, tensor<64x32xbf16>) -> tensor<16x32xf32>
+// CHECK:         "ember.extern"(%arg1, %arg0) {callee = "aten.mm", params = {}} : (tensor<16x64xbf16>, tensor<64x32xbf16>) -> tensor<16x32xf32>
 #am_id = affine_map<(d0, d1) -> (d0, d1)>
 #am_row = affine_map<(d0, d1) -> (d1)>
 func.func @bf16_addmm(%arg0: tensor<64x32xbf16>, %arg1: tensor<16x64xbf16>, %arg2: tensor<32xbf16>) -> tensor<16x32xbf16> {
@@ -404,7 +404,7 @@ func.func @broadcast_producer(%arg0: tensor<16x32xf32>, %arg1: tensor<32xbf16>) 
 // library call takes the bf16 bias and writes bf16; the widening back to f32 fuses into the
 // consumer (with the rounding and the ReLU), so no f32 activation is ever stored.
 // CHECK-LABEL: func.func @bf16_conv_bias
-// CHECK:         %[[C:.*]] = "ember.extern"(%arg2, %arg0, %arg1) {{.*}}target = "aten.convolution"} : (tensor<2x8x10x10xbf16>, tensor<16x8x3x3xbf16>, tensor<16xbf16>) -> tensor<2x16x10x10xbf16>
+// CHECK:         %[[C:.*]] = "ember.extern"(%arg2, %arg0, %arg1) {callee = "aten.convolution", params = {{.*}}} : (tensor<2x8x10x10xbf16>, tensor<16x8x3x3xbf16>, tensor<16xbf16>) -> tensor<2x16x10x10xbf16>
 // CHECK-NEXT:    %[[R:.*]] = call @ember_fused_{{.*}}(%[[C]]) : (tensor<2x16x10x10xbf16>) -> tensor<2x16x10x10xbf16>
 // CHECK-NEXT:    return %[[R]]
 #cv1 = affine_map<(d0) -> (d0)>

@@ -1,12 +1,28 @@
 // RUN: ember-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(ember-lower-to-cpp)' | FileCheck %s
 // RUN: ember-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(ember-lower-to-cpp{omp-min-elements=16 vectorize=false})' | FileCheck %s --check-prefix=NOVEC
+// RUN: ember-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(ember-lower-to-cpp)' --emit-source | FileCheck %s --check-prefix=SRC
 
 // Kernels are torch-mlir imports of the op (the @main turned into a kernel func). The C++
 // source is one escaped string attribute: \0A is a newline, \22 a quote.
 
 // CHECK: module attributes {ember.prelude = "// ember C++ kernels{{.*}}ember_max{{.*}}declare reduction(nanmax{{.*}}static inline float ember_exp(float x){{.*}}static inline float ember_erf(float x){{.*}}", ember.target = "cpu"}
 
-// Broadcast read: the bias is indexed by the inner loop only.
+// SRC: // ember.target = cpu
+
+// Broadcast read: the bias is indexed by the inner loop only. (The SRC prefix: the same C++ as plain
+// lines, from --emit-source.)
+// SRC-LABEL: // ----- kernel @bcast_add
+// SRC-NEXT:  extern "C" void bcast_add(const float* __restrict__ in0, const float* __restrict__ in1, float* __restrict__ out0, const int64_t* __restrict__ sizes) {
+// SRC-NEXT:    for (int64_t [[I:i0_[0-9]+]] = 0; [[I]] < 64; ++[[I]]) {
+// SRC-NEXT:      #pragma omp simd
+// SRC-NEXT:      for (int64_t [[J:i1_[0-9]+]] = 0; [[J]] < 48; ++[[J]]) {
+// SRC:             in1[[[J]]];
+// SRC:             out0[(([[I]] * 48) + [[J]])] =
+// SRC-LABEL: // ----- kernel @flat_exp
+// SRC-NEXT:  extern "C" void flat_exp(
+// SRC-NEXT:    #pragma omp simd
+// SRC-NEXT:    for (int64_t [[F:f[0-9]+]] = 0; [[F]] < 3072; ++[[F]]) {
+// SRC:           ember_exp(
 // CHECK-LABEL: func.func private @bcast_add
 // CHECK-SAME: ember.source = "extern \22C\22 void bcast_add(const float* __restrict__ in0, const float* __restrict__ in1, float* __restrict__ out0, const int64_t* __restrict__ sizes) {
 // CHECK-SAME: for (int64_t [[I:i0_[0-9]+]] = 0; [[I]] < 64; ++[[I]]) {\0A    #pragma omp simd\0A    for (int64_t [[J:i1_[0-9]+]] = 0; [[J]] < 48; ++[[J]])

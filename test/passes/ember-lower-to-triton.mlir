@@ -1,5 +1,6 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-lower-to-triton)' | FileCheck %s
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-lower-to-triton{max-rblock=16 autotune=false})' | FileCheck %s --check-prefix=LOOP
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-lower-to-triton{max-autotune=true})' | FileCheck %s --check-prefix=MAX
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
@@ -10,6 +11,9 @@
 // CHECK-SAME: def _ember_erf(x):\0A        return libdevice.erf(x)
 // CHECK-SAME: def _ember_div(a, b):\0A        return tl.math.div_rn(a, b)
 // CHECK-SAME: ember.target = "triton"
+// torch.compile(mode="max-autotune"): the same first configuration, more tried after it.
+// MAX-LABEL: func.func private @ember_fused_add_gelu_0
+// MAX-SAME: @_ember_autotune(configs=[triton.Config({'XBLOCK': 1024}, num_warps=4), {{.*}}triton.Config({'XBLOCK': 4096}, num_warps=8), {{.*}}triton.Config({'XBLOCK': 128}, num_warps=4)]
 // CHECK-LABEL: func.func private @ember_fused_add_gelu_0
 // CHECK-SAME: ember.source = "{{.*}}@triton.jit\0Adef ember_fused_add_gelu_0_kernel(in0, in1, out0, xnumel, XBLOCK: tl.constexpr)
 // CHECK-SAME: tl.program_id(0)
@@ -44,6 +48,9 @@ func.func private @ember_fused_add_gelu_0(%arg0: tensor<8x32xf32>, %arg1: tensor
 // Softmax: both reductions and the broadcast consumer in one program, the row in registers.
 // The max propagates NaN (arith.maximumf, as eager's amax): a reduce with the prelude's
 // branch-free combiner, not tl.max (which drops NaN).
+// A persistent reduction has one configuration; max-autotune times other warps and fewer rows.
+// MAX-LABEL: func.func private @ember_fused_softmax_0
+// MAX-SAME: @_ember_autotune(configs=[triton.Config({'XBLOCK': 64, 'RBLOCK': 64}, num_warps=8), triton.Config({'XBLOCK': 64, 'RBLOCK': 64}, num_warps=16), {{.*}}triton.Config({'XBLOCK': 16, 'RBLOCK': 64}, num_warps=4)]
 // CHECK-LABEL: func.func private @ember_fused_softmax_0
 // CHECK-SAME: RBLOCK: tl.constexpr
 // CHECK-SAME: _ember_nanmax_reduce(tl.where(xmask & rmask, x{{[0-9]+}}, float(\22-inf\22)), 1)

@@ -52,7 +52,7 @@ def test_ember_ops_do_not_reimport_their_dialect():
 
     ctx = new_context()
     text = ('func.func @main(%a: tensor<2x2xf32>, %b: tensor<2x2xf32>) -> tensor<2x2xf32> {\n'
-            '  %0 = "ember.extern"(%a, %b) {target = "aten.mm", params = {}} : '
+            '  %0 = "ember.extern"(%a, %b) {callee = "aten.mm", params = {}} : '
             '(tensor<2x2xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>\n'
             '  return %0 : tensor<2x2xf32>\n}')
     with ctx:

@@ -150,7 +150,7 @@ def _fail(*args, **kwargs):
 
 
 def _stage_patches():
-    from ember.frontend import compile as comp, fx_prep
+    from ember.frontend import compile_module as comp, fx_prep
     from ember.passes.ember_buffer_reuse import EmberBufferReuse
     from ember.passes.ember_fuse import EmberFuse
     from ember.passes.ember_lower_to_cpp import EmberLowerToCpp
@@ -201,7 +201,7 @@ def test_tracing_failure_runs_dynamos_graph(monkeypatch):
 
 
 def test_fallback_off_still_raises(monkeypatch):
-    from ember.frontend import compile as comp
+    from ember.frontend import compile_module as comp
     monkeypatch.setattr(comp, "import_graph", _fail)
     with pytest.raises(Exception, match="injected failure"):
         compile_(lambda x: x.exp() + 1, fallback=False)(torch.randn(4))

@@ -1,5 +1,6 @@
 """The torch.compile frontend: registration, options, output handling, dynamic shapes, eager
 fallback, the debug dump and training (docs/internals.md, stages 1 and 5)."""
+import functools
 import json
 import os
 import subprocess
@@ -105,6 +106,42 @@ def test_target_resolution_and_pipeline():
         "builtin.module(x)"
 
 
+def test_compile_modes(tmp_path):
+    """torch.compile's `mode=`: max-autotune widens the Triton configuration search
+    (ember-lower-to-triton{max-autotune=true}); the C++ path and the other modes compile as
+    before; a mode torch.compile does not know is an error naming the valid ones."""
+    o = CompileOptions(mode="max-autotune")
+    assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton{max-autotune=true})")
+    assert default_pipeline(o, "cpu") == default_pipeline(CompileOptions(), "cpu")
+    assert default_pipeline(CompileOptions(mode="reduce-overhead"), "cuda") == \
+        default_pipeline(CompileOptions(), "cuda")
+    env = _env()
+    assert not CompileOptions.from_user({"mode": "max-autotune-no-cudagraphs"}, env=env).cudagraphs
+    assert CompileOptions.from_user({"mode": "max-autotune-no-cudagraphs", "cudagraphs": True},
+                                    env=env).cudagraphs
+    with pytest.raises(OptionsError, match="mode must be one of 'default', 'reduce-overhead'"):
+        CompileOptions.from_user({"mode": "fastest"}, env=env)
+
+    def f(x):
+        return torch.sigmoid(x) * 2 + 1
+
+    x = torch.randn(40, 3)
+    torch._dynamo.reset()
+    ember.clear_reports()
+    # what torch.compile(backend="ember", mode=...) calls, with the Triton target (interpreted)
+    backend = functools.partial(ember.ember_backend, mode="max-autotune",
+                                options={"target": "triton", "debug_dir": str(tmp_path)})
+    torch.testing.assert_close(torch.compile(f, backend=backend)(x), f(x))
+    assert [r["status"] for r in ember.last_reports()] == ["compiled"]
+    (source,) = tmp_path.rglob("kernels.py")
+    assert "triton.Config({'XBLOCK': 4096}, num_warps=8)" in source.read_text()
+    torch._dynamo.reset()       # and through torch.compile itself (the C++ target here)
+    torch.testing.assert_close(torch.compile(f, backend="ember", mode="max-autotune")(x), f(x))
+    with pytest.raises(Exception, match="mode must be one of"):
+        torch._dynamo.reset()
+        torch.compile(f, backend="ember", mode="fastest")(x)
+
+
 # ---------------------------------------------------------------- graph preparation
 
 def test_prepare_splits_host_outputs():
@@ -144,7 +181,7 @@ module attributes {ember.target = "cpu", ember.prelude = "// prelude"} {
     %c = arith.constant dense<[1.0, 2.5]> : tensor<2xbf16>
     %i = arith.constant dense<3> : tensor<2x2xi64>
     %e = tensor.empty() : tensor<4xi1>
-    %0 = "ember.extern"(%arg0, %arg1) {target = "aten.mm", ember.offsets = array<i64: 0>,
+    %0 = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", ember.offsets = array<i64: 0>,
         params = {transpose_b = false, stride = [1, 2], pad = array<i64: 0, 1>, g = 1 : i64}}
         : (tensor<8x16xf32>, tensor<16x32xf32>) -> tensor<8x32xf32>
     %1 = call @k0(%0, %arg2) {ember.offsets = array<i64: -1>}
@@ -341,8 +378,10 @@ def test_cuda_graph_heuristic_weighs_launches_against_output_copies():
     assert graph_pays_off(program(150, (16, 128, 768)))
     # A backward graph copies its inputs (saved activations) in as well.
     big_in = program(150, (16, 128, 768))
-    big_in.values[0] = ValueInfo((1 << 28,), "float32")
+    big_in.values[0] = ValueInfo((1 << 31,), "float32")
     assert graph_pays_off(big_in, "forward") and not graph_pays_off(big_in, "backward")
+    # Not where the copies would take more than a quarter of the device's memory.
+    assert not graph_pays_off(program(150, (16, 128, 768)), device_bytes=4 << 20)
 
 
 def test_cuda_graph_may_capture_only_unread_host_inputs():
@@ -493,3 +532,30 @@ def test_library_call_with_none_argument():
         assert rel_err(o, r) < 1e-5
     assert graph.report["status"] == "compiled", graph.report.get("error")
     assert graph.report["library_calls"] == ["aten.convolution_backward.default"]
+
+
+def test_view_outputs_fold_into_one_as_strided():
+    """A chain of view ops over a computed output is replayed as one `as_strided` with eager's
+    geometry (a training forward returns hundreds of such views); a base that comes back in
+    another layout replays the views themselves."""
+    from ember.frontend.output_layouts import _alias, fold_views, replay
+    aten = torch.ops.aten
+    base = torch.empty(4, 6)
+    steps = ((aten.t.default, (), {}), (aten.slice.Tensor, (0, 1, None), {}),
+             (aten.slice.Tensor, (1, 0, None, 2), {}), (aten.unsqueeze.default, (0,), {}))
+    out = replay(base, steps)
+    folded = fold_views(base, steps, out)
+    assert len(folded) == 1 and folded[0][0] is _alias
+    t = torch.randn(4, 6)
+    got, ref = _alias(t, *folded[0][1]), replay(t, steps)
+    assert got.stride() == ref.stride() and got.shape == ref.shape
+    assert got.data_ptr() == ref.data_ptr() and torch.equal(got, ref)
+    odd = torch.randn(6, 4).t()         # not contiguous: the views are replayed
+    assert torch.equal(_alias(odd, *folded[0][1]), replay(odd, steps))
+    # compiled end to end: the outputs are views of one another with eager's strides
+    f = lambda x: (lambda y: (y, y.t()[1:], y.unsqueeze(0)[:, 1]))(x * 2)
+    ours = torch.compile(f, backend="ember", options={"target": "cpu"})(torch.ones(3, 4))
+    theirs = f(torch.ones(3, 4))
+    assert [o.stride() for o in ours] == [o.stride() for o in theirs]
+    ours[0].add_(1)
+    assert ours[1][0, 0].item() == 3.0 and ours[2][0, 0].item() == 3.0

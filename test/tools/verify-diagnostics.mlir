@@ -2,9 +2,9 @@
 // reports both at their lines.
 // RUN: not ember-opt %s --split-input-file --verify-diagnostics 2>&1 | FileCheck %s
 
-// CHECK: verify-diagnostics.mlir:[[# @LINE + 2]]:8: error: unexpected error: 'ember.extern' has unknown target 'aten.x'
+// CHECK: verify-diagnostics.mlir:[[# @LINE + 2]]:8: error: unexpected error: 'ember.extern' has unknown callee 'aten.x'
 func.func @unexpected(%a: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = "ember.extern"(%a, %a) {target = "aten.x", params = {}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %0 = "ember.extern"(%a, %a) {callee = "aten.x", params = {}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %0 : tensor<4xf32>
 }
 

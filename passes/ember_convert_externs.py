@@ -1,0 +1,258 @@
+"""ember-convert-externs: library-call patterns, each op kind that a vendor library computes
+better than generated code becomes an `ember.extern` (docs/internals.md, stage 2, "Matmul-like
+named ops").
+
+Invariant established: in every public function, each `linalg.matmul` / `linalg.batch_matmul`
+with the default indexing maps, each convolution torch-mlir emits for a forward
+`aten.convolution`, and each 2-D max / sum pooling whose init and padding are the reduction's
+identity is gone, replaced by an `ember.extern` (`callee` aten.mm / addmm / bmm / baddbmm /
+convolution / max_pool2d / sum_pool2d) plus the views, widenings and adds that keep the
+results' types; ops left dead are erased. Nothing else changes.
+
+One pattern class per library op (`MatmulToExtern`, `ConvolutionToExtern`, `PoolingToExtern`),
+each with the op names it roots at and `rewrite(op) -> bool`. They are applied by one walk over
+the function body in program order, not by MLIR's greedy driver: the greedy driver also folds
+and reorders, which would change the IR that kernels are generated from. ember-fuse applies the
+same patterns first unless `externs=false`.
+"""
+import dataclasses
+
+from torch_mlir import ir
+
+from . import externs
+from .base import Pass
+from .externs import fill_is_zero, make_extern, narrow_source
+from .graph_utils import defining_op, erase_dead, op_name, users
+from .ir_queries import is_reduction
+
+
+def _transposed_source(value):
+    """If `value` is a 2-D transpose of X (last two dims swapped), returns X."""
+    op = defining_op(value)
+    if op is None or op_name(op) != "linalg.transpose":
+        return None
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    rank = len(perm)
+    if rank >= 2 and perm == list(range(rank - 2)) + [rank - 1, rank - 2]:
+        return op.operands[0]
+    return None
+
+
+def _matmul_operand(value):
+    """(the value a library matmul reads, whether it is read transposed) for a matmul operand:
+    looks through a last-two-dims transpose and a widening to f32, in either order."""
+    transposed = False
+    src = _transposed_source(value)
+    if src is not None:
+        value, transposed = src, True
+    narrow = narrow_source(value)
+    if narrow is not None:
+        value = narrow
+        src = _transposed_source(value) if not transposed else None
+        if src is not None:
+            value, transposed = src, True
+    return value, transposed
+
+
+def _single_user(value):
+    us = users(value)
+    return us[0] if len(us) == 1 and len(list(value.uses)) == 1 else None
+
+
+def _generic_body(op, n_inputs: int):
+    """The body ops of an all-parallel, identity-output `linalg.generic` with `n_inputs`
+    inputs (None for anything else)."""
+    if op is None or op_name(op) != "linalg.generic" or len(op.opview.inputs) != n_inputs \
+            or len(op.results) != 1:
+        return None
+    if is_reduction(op):
+        return None
+    out_map = ir.AffineMapAttr(list(ir.ArrayAttr(op.attributes["indexing_maps"]))[-1]).value
+    if out_map != ir.AffineMap.get_identity(out_map.n_dims):
+        return None
+    return list(op.regions[0].blocks[0].operations)
+
+
+def _narrow_epilogue(result, narrow_a, batched: bool):
+    """For an f32 matmul of two bf16/f16 operands whose result is only rounded back to that
+    type, optionally after adding a bias vector given in that type (torch-mlir's import of
+    eager's `mm` / `bmm` / `addmm(bias, ...)`, computed in f32): (narrow bias or None, the
+    rounding generic). None for anything else (the f32 result is read otherwise)."""
+    narrow = ir.RankedTensorType(narrow_a.type).element_type
+    bias = None
+    op = _single_user(result)
+    body = _generic_body(op, 2)
+    if body is not None and not batched:
+        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        args = list(op.regions[0].blocks[0].arguments)
+        ins = list(op.opview.inputs)
+        row = ir.AffineMap.get(2, 0, [ir.AffineDimExpr.get(1)])
+        if (len(body) != 2 or op_name(body[0]) != "arith.addf"
+                or set(body[0].operands) != {args[0], args[1]} or ins[0] != result
+                or maps[0] != ir.AffineMap.get_identity(2) or maps[1] != row):
+            return None
+        bias = narrow_source(ins[1])
+        if bias is None or ir.RankedTensorType(bias.type).element_type != narrow:
+            return None
+        op = _single_user(op.results[0])
+    body = _generic_body(op, 1)
+    if body is None or len(body) != 2 or op_name(body[0]) != "arith.truncf" \
+            or body[0].operands[0] != op.regions[0].blocks[0].arguments[0]:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if maps[0] != ir.AffineMap.get_identity(maps[0].n_dims) \
+            or ir.RankedTensorType(op.results[0].type).element_type != narrow:
+        return None
+    return bias, op
+
+
+def _strip_transpose(value):
+    src = _transposed_source(value)
+    return (value, False) if src is None else (src, True)
+
+
+def _default_maps(rank: int, batched: bool) -> list:
+    """linalg's own maps of (batch_)matmul: A[.., m, k] * B[.., k, n] -> C[.., m, n]."""
+    n = rank + 1
+    d = [ir.AffineDimExpr.get(i) for i in range(n)]
+    lead = d[:1] if batched else []
+    m, nn, k = d[-3], d[-2], d[-1]
+    return [ir.AffineMap.get(n, 0, lead + [m, k]), ir.AffineMap.get(n, 0, lead + [k, nn]),
+            ir.AffineMap.get(n, 0, lead + [m, nn])]
+
+
+def _default_matmul_maps(op) -> bool:
+    if "indexing_maps" not in op.attributes:
+        return True
+    batched = op_name(op) == "linalg.batch_matmul"
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    return maps == _default_maps(3 if batched else 2, batched)
+
+
+class Pattern:
+    """Rewrites one kind of op into library calls; `rewrite` returns whether it did."""
+
+    roots: tuple[str, ...] = ()
+
+    def rewrite(self, op) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class MatmulToExtern(Pattern):
+    """`linalg.matmul` -> aten.mm (zero-filled init) / aten.addmm (any other init: operands
+    init, a, b); `linalg.batch_matmul` -> aten.bmm / aten.baddbmm. Operands read transposed
+    (last two dims) become `transpose_a/b` params; a bf16/f16 product widened to f32 and only
+    rounded back (maybe after a bias add) is eager's own narrow call."""
+
+    roots = ("linalg.matmul", "linalg.batch_matmul")
+
+    def rewrite(self, op) -> bool:
+        if not _default_matmul_maps(op):
+            return False  # transposed/broadcast variants stay generic code
+        a, b, init = op.operands[0], op.operands[1], op.operands[2]
+        params = {}
+        (na, ta), (nb, tb) = _matmul_operand(a), _matmul_operand(b)
+        if na.type != a.type and (ir.RankedTensorType(na.type).element_type !=
+                                  ir.RankedTensorType(nb.type).element_type
+                                  or not fill_is_zero(init)):
+            # Only a plain product of two operands of one low precision reads them narrow.
+            (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
+        narrow = na.type != a.type
+        a, b = na, nb
+        if ta:
+            params["transpose_a"] = ir.BoolAttr.get(True)
+        if tb:
+            params["transpose_b"] = ir.BoolAttr.get(True)
+        batched = op_name(op) == "linalg.batch_matmul"
+        epilogue = _narrow_epilogue(op.results[0], a, batched) if narrow else None
+        if epilogue is not None:
+            # eager's own call (mm/bmm, or addmm with the bias) with the narrow result
+            # cuBLAS rounds once: the same kernel, so the same bits.
+            bias, final = epilogue
+            callee = "aten.addmm" if bias is not None else ("aten.bmm" if batched else "aten.mm")
+            operands = [bias, a, b] if bias is not None else [a, b]
+            new = make_extern(callee, operands, final.results[0].type, params, final)
+            final.results[0].replace_all_uses_with(new.results[0])
+            return True   # the f32 matmul, bias add and rounding are dead now
+        if fill_is_zero(init):
+            callee, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]
+        else:
+            callee, operands = ("aten.baddbmm" if batched else "aten.addmm"), [init, a, b]
+        new = make_extern(callee, operands, op.results[0].type, params, op)
+        op.results[0].replace_all_uses_with(new.results[0])
+        op.operation.erase()
+        return True
+
+
+class ConvolutionToExtern(Pattern):
+    """Every linalg convolution of a forward `aten.convolution` -> one aten.convolution extern
+    (passes/externs.py `conv_extern`; the replacement may be a view of its result)."""
+
+    roots = tuple(externs.CONV_KINDS)
+
+    def rewrite(self, op) -> bool:
+        return _replace(op, externs.conv_extern(op))
+
+
+class PoolingToExtern(Pattern):
+    """2-D max / sum pooling with the identity as init and padding -> aten.max_pool2d /
+    aten.sum_pool2d (passes/externs.py `pooling_extern`)."""
+
+    roots = ("linalg.pooling_nchw_max", "linalg.pooling_nchw_sum")
+
+    def rewrite(self, op) -> bool:
+        return _replace(op, externs.pooling_extern(op))
+
+
+def _replace(op, result) -> bool:
+    if result is None:
+        return False
+    op.results[0].replace_all_uses_with(result)
+    op.operation.erase()
+    return True
+
+
+PATTERNS: tuple[Pattern, ...] = (MatmulToExtern(), ConvolutionToExtern(), PoolingToExtern())
+
+
+def apply_patterns(fn, patterns=PATTERNS) -> None:
+    """One walk over `fn`'s body in program order: the first pattern rooted at an op's name
+    that rewrites it wins; dead ops are erased afterwards."""
+    by_root: dict[str, list[Pattern]] = {}
+    for p in patterns:
+        for root in p.roots:
+            by_root.setdefault(root, []).append(p)
+    block = fn.regions[0].blocks[0]
+    for op in list(block.operations):
+        for p in by_root.get(op_name(op), ()):
+            if p.rewrite(op):
+                break
+    erase_dead(block)
+
+
+def convert_externs(fn) -> None:
+    """Applies the library-call patterns to one function (ember-fuse's first step)."""
+    apply_patterns(fn)
+
+
+def public_functions(module):
+    for op in module.regions[0].blocks[0].operations:
+        if op_name(op) == "func.func" and "sym_visibility" not in op.attributes \
+                and len(op.regions[0].blocks) > 0:
+            yield op
+
+
+@dataclasses.dataclass(frozen=True)
+class EmberConvertExterns(Pass):
+    """Turns library-computed ops into `ember.extern` calls (see the module docstring)."""
+
+    name = "ember-convert-externs"
+    summary = ("Matmul, batched matmul, convolution and 2-D pooling become ember.extern "
+               "library calls")
+
+    dynamic_shapes = True
+
+    def run(self, module: ir.Operation) -> None:
+        with module.context, ir.Location.unknown():
+            for fn in public_functions(module):
+                convert_externs(fn)

@@ -1,0 +1,88 @@
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-convert-externs)' | FileCheck %s
+
+// A matmul with a zero-filled init reading a transposed weight: one aten.mm with transpose_b;
+// the transpose, the fill and the matmul are gone, the pointwise consumer is left alone
+// (grouping and outlining are ember-fuse's).
+// CHECK-LABEL: func.func @linear
+// CHECK-NEXT:    %[[E:.*]] = tensor.empty() : tensor<8x32xf32>
+// CHECK-NEXT:    %[[MM:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<8x16xf32>, tensor<32x16xf32>) -> tensor<8x32xf32>
+// CHECK-NEXT:    %[[R:.*]] = linalg.generic {{.*}} ins(%[[MM]], %arg2 : tensor<8x32xf32>, tensor<32xf32>)
+// CHECK-NOT:     linalg.matmul
+// CHECK-NOT:     linalg.transpose
+// CHECK-NOT:     linalg.fill
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @linear(%x: tensor<8x16xf32>, %w: tensor<32x16xf32>, %b: tensor<32xf32>) -> tensor<8x32xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %et = tensor.empty() : tensor<16x32xf32>
+  %wt = linalg.transpose ins(%w : tensor<32x16xf32>) outs(%et : tensor<16x32xf32>) permutation = [1, 0]
+  %e = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %mm = linalg.matmul ins(%x, %wt : tensor<8x16xf32>, tensor<16x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %b : tensor<8x32xf32>, tensor<32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %in1: f32, %out: f32):
+    %s = arith.addf %in, %in1 : f32
+    linalg.yield %s : f32
+  } -> tensor<8x32xf32>
+  return %0 : tensor<8x32xf32>
+}
+
+// -----
+
+// A batched matmul accumulating into its argument: aten.baddbmm (init, a, b).
+// CHECK-LABEL: func.func @baddbmm
+// CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg2, %arg0, %arg1) {callee = "aten.baddbmm", params = {}} : (tensor<2x4x8xf32>, tensor<2x4x3xf32>, tensor<2x3x8xf32>) -> tensor<2x4x8xf32>
+// CHECK-NEXT:    return %[[R]]
+func.func @baddbmm(%a: tensor<2x4x3xf32>, %b: tensor<2x3x8xf32>, %c: tensor<2x4x8xf32>) -> tensor<2x4x8xf32> {
+  %r = linalg.batch_matmul ins(%a, %b : tensor<2x4x3xf32>, tensor<2x3x8xf32>) outs(%c : tensor<2x4x8xf32>) -> tensor<2x4x8xf32>
+  return %r : tensor<2x4x8xf32>
+}
+
+// -----
+
+// A matmul with other indexing maps (A read transposed through its maps) is not the library's
+// shape: it stays linalg.
+// CHECK-LABEL: func.func @transposed_maps
+// CHECK-NOT:     ember.extern
+// CHECK:         linalg.matmul
+func.func @transposed_maps(%a: tensor<3x4xf32>, %b: tensor<3x8xf32>, %c: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %r = linalg.matmul indexing_maps = [affine_map<(d0, d1, d2) -> (d2, d0)>, affine_map<(d0, d1, d2) -> (d2, d1)>, affine_map<(d0, d1, d2) -> (d0, d1)>]
+      ins(%a, %b : tensor<3x4xf32>, tensor<3x8xf32>) outs(%c : tensor<4x8xf32>) -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}
+
+// -----
+
+// Max pooling with -inf padding and init: one aten.max_pool2d with padding 1, the pad gone.
+// CHECK-LABEL: func.func @max_pool
+// CHECK:         "ember.extern"(%arg0, %{{.*}}) {callee = "aten.max_pool2d", params = {dilation = [1, 1], padding = [1, 1], stride = [2, 2]}}
+// CHECK-NOT:     tensor.pad
+// CHECK-NOT:     linalg.pooling
+func.func @max_pool(%x: tensor<2x3x8x8xf32>) -> tensor<2x3x4x4xf32> {
+  %ninf = arith.constant 0xFF800000 : f32
+  %p = tensor.pad %x low[0, 0, 1, 1] high[0, 0, 1, 1] {
+  ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
+    tensor.yield %ninf : f32
+  } : tensor<2x3x8x8xf32> to tensor<2x3x10x10xf32>
+  %e = tensor.empty() : tensor<2x3x4x4xf32>
+  %f = linalg.fill ins(%ninf : f32) outs(%e : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  %w = tensor.empty() : tensor<3x3xf32>
+  %m = linalg.pooling_nchw_max {dilations = dense<1> : vector<2xi64>, strides = dense<2> : vector<2xi64>}
+      ins(%p, %w : tensor<2x3x10x10xf32>, tensor<3x3xf32>) outs(%f : tensor<2x3x4x4xf32>) -> tensor<2x3x4x4xf32>
+  return %m : tensor<2x3x4x4xf32>
+}
+
+// -----
+
+// A convolution with a broadcast bias as init: aten.convolution with the bias operand.
+// CHECK-LABEL: func.func @conv_bias
+// CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg0, %arg1, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]}} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>, tensor<4xf32>) -> tensor<1x4x6x6xf32>
+// CHECK-NEXT:    return %[[R]]
+func.func @conv_bias(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tensor<4xf32>) -> tensor<1x4x6x6xf32> {
+  %e = tensor.empty() : tensor<1x4x6x6xf32>
+  %init = linalg.broadcast ins(%b : tensor<4xf32>) outs(%e : tensor<1x4x6x6xf32>) dimensions = [0, 2, 3]
+  %r = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%x, %w : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) outs(%init : tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
+  return %r : tensor<1x4x6x6xf32>
+}
