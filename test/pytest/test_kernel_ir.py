@@ -216,3 +216,44 @@ def test_reduction_identity_is_recognized_by_value():
     assert _is_identity(Const(float("-inf"), "f32"), "maximumf", "f32")
     assert _is_identity(Const(False, "i1"), "ori", "i1")
     assert not _is_identity(Var("t1"), "addf", "f32")
+
+
+GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "cpp_emitter.py",
+              "triton_lang.py", "ember_lower_to_triton.py", "ember_lower_to_cpp.py"]
+
+
+def _text_inspections(source: str) -> list:
+    """(line, what) for each place that reads generated code text back: a comparison or
+    membership test on an `.text` / `*_text` value, a method called on one (`.strip()`,
+    `.isdigit()`, ...), or the `re` module."""
+    import ast
+    hits = []
+
+    def texty(n):
+        return (isinstance(n, ast.Attribute) and (n.attr == "text" or n.attr.endswith("_text"))) \
+            or (isinstance(n, ast.Name) and n.id.endswith("_text"))
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Compare) and any(texty(x) for x in [n.left, *n.comparators]):
+            hits.append((n.lineno, "compares text"))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and texty(n.func.value):
+            hits.append((n.lineno, f"calls .{n.func.attr}() on text"))
+        elif isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+                a.name == "re" for a in n.names) or isinstance(n, ast.ImportFrom) and n.module == "re":
+            hits.append((n.lineno, "imports re"))
+    return hits
+
+
+def test_code_generators_do_not_read_emitted_text():
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2] / "passes"
+    found = {f: _text_inspections((root / f).read_text()) for f in GENERATORS}
+    assert not any(found.values()), found
+
+
+def test_the_text_check_finds_an_inspection():
+    assert _text_inspections("import re\n") == [(1, "imports re")]
+    assert _text_inspections("if e.text == '0':\n    pass\n") == [(1, "compares text")]
+    assert _text_inspections("ok = 'RBLOCK' in shape_text\n") == [(1, "compares text")]
+    assert _text_inspections("n = int(init.text.strip('()'))\n") == \
+        [(1, "calls .strip() on text")]
+    assert _text_inspections("s = f'{e.text} + 1'\n") == []
