@@ -526,7 +526,9 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
     Pointwise kernels: the longest run of trailing dims that every operand reads contiguously
     (or not at all) becomes one flattened loop, so small inner dims still vectorize and the
     whole kernel is one `parallel for simd` when all dims flatten; broadcast/transposed reads
-    that would need `/` and `%` of the flat index keep the nested loops."""
+    that would need `/` and `%` of the flat index keep the nested loops. Each candidate is
+    built as a kernel_ir tree and judged on it (`_flat_is_clean`); only the chosen one is
+    printed."""
     em = _Emitter(func, name, omp_min_elements, vectorize)
     s = em.sched
     if s.kind == "pointwise":
