@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
-from .kernel_ir import (Const, OmpPragma, Printer, Store, all_nodes, deps_of, perfect_depth,
-                        render_stmt)
+from .kernel_ir import (INT, Assign, Const, OmpPragma, Printer, Store, Var, all_nodes, deps_of,
+                        perfect_depth, render_stmt)
 from .kernel_expr import ExprBuilder, Scope
 from .kernel_schedule import (Expr, Unschedulable, combiner, const,
                               indexing_maps, iterator_types, masked_combiner, needed_results,
@@ -82,6 +82,9 @@ class CppLang:
 
     def store(self, buf, off, value, ty):
         return f"{buf}[{off}] = {self.store_value(value, ty)};"
+
+    def assign(self, name, op, value):
+        return f"{name} {op} {value};"
 
     def fold(self, kind, nodes, rty, atys):
         return None
@@ -215,7 +218,7 @@ def _render(scope: Scope, indent: int, out: list, show: Printer):
     for s in scope.stmts:
         if isinstance(s, Scope):
             for p in s.pragmas:
-                out.append(f"{pad}{p.render(perfect_depth(s))}")
+                out.append(f"{pad}{p.render(perfect_depth(s), show)}")
             out.append(f"{pad}{s.header} {{")
             _render(s, indent + 1, out, show)
             out.append(f"{pad}}}")
@@ -238,18 +241,23 @@ class _Emitter:
         self.nloop += 1
         return f"i{g}_{self.nloop}"
 
-    def par_clause(self, gs) -> "str | None":
-        """`if(...)` clause (or '' / None) deciding whether a loop nest is worth threads."""
+    def par_clause(self, gs) -> "tuple | None":
+        """Whether a loop nest over dims `gs` is worth threads: None (never: too little static
+        work), () (always), or the factors of its work that OmpPragma tests at run time."""
         n, dyn = 1, []
         for g in gs:
             sz = self.sched.size(g)
             if sz is None:
-                dyn.append(self.b.size(g).text)
+                dyn.append(self.b.size(g).node)
             else:
                 n *= sz
         if not dyn:
-            return "" if n >= self.min_el else None
-        return f" if({' * '.join(dyn + [str(n)])} >= {self.min_el})"
+            return () if n >= self.min_el else None
+        return tuple(dyn) + (Const(n, INT),)
+
+    def parallel(self, par, simd=False, collapse=1, reductions=()) -> OmpPragma:
+        return OmpPragma(parallel=True, simd=simd, collapse=collapse, work=par,
+                         min_work=self.min_el, reductions=tuple(reductions))
 
     def work(self):
         gs = list(self.sched.outer)
@@ -327,7 +335,7 @@ class _Emitter:
                 updates.append(f"{a} = {f} {cmp} {a} ? {f} : {a};")
                 updates.append(f"{nan} |= ({f} != {f});")
             else:
-                updates.append(f"{a} = {b.generic_yield(op, k, full, outs=accs).text};")
+                updates.append(Assign(a, b.generic_yield(op, k, full, outs=accs).node))
         parent.stmts.extend(updates)
         for _ in scopes:
             b.pop()
@@ -336,15 +344,14 @@ class _Emitter:
             b.emit_into(target, f"if ({nan}) {accs[k].text} = NAN;")
         if scopes and all(kinds[k] in OMP_RED for k in used):
             red_op = {k: NAN_MINMAX[kinds[k]] if k in nans else OMP_RED[kinds[k]] for k in used}
-            clause = " ".join(f"reduction({red_op[k]}:{accs[k].text})" for k in used)
-            clause += "".join(f" reduction(|:{nan})" for nan, _ in nans.values())
+            clause = [(red_op[k], accs[k].text) for k in used]
+            clause += [("|", nan) for nan, _ in nans.values()]
             par = self.par_clause([g for g, _ in red]) if target is b.stack[0] else None
-            simd = " simd" if self.vec else ""
             if par is not None:
-                scopes[0].pragmas.append(OmpPragma(f"parallel for{simd}", len(scopes),
-                                                   f"{par} {clause}"))
+                scopes[0].pragmas.append(self.parallel(par, self.vec, len(scopes), clause))
             elif self.vec:
-                scopes[0].pragmas.append(OmpPragma("simd", len(scopes), f" {clause}"))
+                scopes[0].pragmas.append(OmpPragma(simd=True, collapse=len(scopes),
+                                                   reductions=tuple(clause)))
         return results
 
     def _sum_blocks(self, op, red, used, kinds):
@@ -397,12 +404,12 @@ class _Emitter:
             b.push(sc, parent)
             parent = sc
         paccs = [Expr(part[k], a.deps) if k in part else a for k, a in enumerate(accs)]
-        updates = [f"{part[k]} = {b.generic_yield(op, k, full, outs=paccs).text};" for k in used]
+        updates = [Assign(part[k], b.generic_yield(op, k, full, outs=paccs).node) for k in used]
         parent.stmts.extend(updates)
         for _ in inner:
             b.pop()
         for k in used:
-            chunk.stmts.append(f"{wide[k]} += {part[k]};")
+            chunk.stmts.append(Assign(wide[k], Var(part[k]), "+="))
         for _ in outer:
             b.pop()
         b.stack = saved
@@ -410,11 +417,11 @@ class _Emitter:
             b.emit_into(target, f"const float {accs[k].text} = (float){wide[k]};")
         par = self.par_clause([g2 for g2, _ in red]) if target is b.stack[0] else None
         if par is not None:
-            clause = " ".join(f"reduction(+:{wide[k]})" for k in used)
-            outer[0].pragmas.append(OmpPragma("parallel for", len(outer), f"{par} {clause}"))
+            outer[0].pragmas.append(self.parallel(par, False, len(outer),
+                                                  [("+", wide[k]) for k in used]))
         if inner and self.vec:
-            clause = " ".join(f"reduction(+:{part[k]})" for k in used)
-            inner[0].pragmas.append(OmpPragma("simd", len(inner), f" {clause}"))
+            inner[0].pragmas.append(OmpPragma(simd=True, collapse=len(inner),
+                                              reductions=tuple(("+", part[k]) for k in used)))
         return results
 
     def build(self, flat: int = 1) -> "_Emitter":
@@ -437,7 +444,7 @@ class _Emitter:
             if parent is top and outer:
                 par = self.par_clause(self.work())
                 if par is not None:
-                    sc.pragmas.append(OmpPragma("parallel for", len(outer), par))
+                    sc.pragmas.append(self.parallel(par, collapse=len(outer)))
             b.push(sc, parent)
             parent = sc
         for n, o in enumerate(s.outputs):
@@ -471,14 +478,13 @@ class _Emitter:
             if depth:
                 first, innermost = b.stack[len(b.stack) - depth], b.stack[-1]
                 par = self.par_clause(self.work()) if not outer else None
-                simd = " simd" if self.vec else ""
                 if par is not None and depth == 1:
-                    first.pragmas.append(OmpPragma(f"parallel for{simd}", 1, par))
+                    first.pragmas.append(self.parallel(par, self.vec))
                 else:
                     if par is not None:
-                        first.pragmas.append(OmpPragma("parallel for", 1, par))
+                        first.pragmas.append(self.parallel(par))
                     if self.vec:
-                        innermost.pragmas.append(OmpPragma("simd"))
+                        innermost.pragmas.append(OmpPragma(simd=True))
             val = b.value_at(o.value, [idx.get(g, const(0)) for g in o.dims])
             off = b.offset(o.value, [idx.get(g, const(0)) for g in o.dims])
             ty = type_name(o.value.type)
@@ -520,7 +526,9 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
     Pointwise kernels: the longest run of trailing dims that every operand reads contiguously
     (or not at all) becomes one flattened loop, so small inner dims still vectorize and the
     whole kernel is one `parallel for simd` when all dims flatten; broadcast/transposed reads
-    that would need `/` and `%` of the flat index keep the nested loops."""
+    that would need `/` and `%` of the flat index keep the nested loops. Each candidate is
+    built as a kernel_ir tree and judged on it (`_flat_is_clean`); only the chosen one is
+    printed."""
     em = _Emitter(func, name, omp_min_elements, vectorize)
     s = em.sched
     if s.kind == "pointwise":

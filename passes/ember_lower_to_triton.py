@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from .backends import TRITON
 from .base import Pass, PassError, option
-from .kernel_ir import Const, Load, int_value, render_stmt
+from .kernel_ir import Const, Load, Op, Raw, int_value, render_stmt
 from .kernel_schedule import (Expr, Unschedulable, combiner, const, indexing_maps,
                               masked_combiner, schedule_kernel, shape, tensor_args, type_name,
                               var)
@@ -381,8 +381,8 @@ class _KernelWriter:
                                 f"'{kind}' on {rty}", op.location)
             if cond is not None:
                 c, ident = b.scalar(cond, ctx), _identity(kind, rty)
-                arms = (val.text, ident) if take else (ident, val.text)
-                val = b.bind(f"tl.where(({c.text}) != 0, {arms[0]}, {arms[1]})",
+                arms = (val.node, Raw(ident)) if take else (Raw(ident), val.node)
+                val = b.bind(Op("arith.select", (c.node, *arms), rty, ("i1", rty, rty)),
                              val.deps | c.deps, type_name(op.results[k].type), "m")
             parts.append((kind, val))
         b.stack = saved
