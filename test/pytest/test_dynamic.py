@@ -95,7 +95,7 @@ def test_automatic_dynamic(target):
 
 
 @pytest.mark.parametrize("case", ["pointwise_reduce", "mean_all", "view_minus_one", "bmm",
-                                  "two_symbols", "output_view"])
+                                  "two_symbols", "output_view", "concat_diff", "arange_float"])
 def test_pointwise_reduction_views(target, case):
     torch.manual_seed(0)
     fns = {
@@ -114,6 +114,13 @@ def test_pointwise_reduction_views(target, case):
         # an output that is a view of a computed value, its sizes symbolic: rebuilt per call
         "output_view": (lambda x: (x * 2).unsqueeze(0).expand(3, -1, -1),
                         lambda n: (torch.randn(n, 4),)),
+        # a concat of symbolic size sliced again (transformers' mask construction: torch-mlir
+        # sizes it with affine.apply on the host)
+        "concat_diff": (lambda x: torch.diff(x, prepend=x[:, :1] - 1, dim=-1) * 2,
+                        lambda n: (torch.randn(n, n + 2),)),
+        # a float size: arange's length ceil(end / step) computed on the host at run time
+        "arange_float": (lambda x: x * torch.arange(0, x.shape[0] * 3, 1.5)[: x.shape[0]],
+                         lambda n: (torch.randn(n),)),
     }
     fn, make = fns[case]
     _one_symbolic_compile(_run(fn, target, make))
