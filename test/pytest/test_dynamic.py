@@ -223,6 +223,17 @@ def test_cnn_inference_dynamic_batch(target):
     assert reports[0]["num_externs"] >= 3           # two convolutions, max pooling, linear
 
 
+def test_cnn_bf16_dynamic_spatial(target):
+    """bf16 convolutions (their f32 accumulator type in the IR: a widening and a bias add
+    after the library call, made with run-time sizes) and pooling, batch, height and width
+    symbolic."""
+    torch.manual_seed(0)
+    m = _ConvZoo().eval().to(torch.bfloat16)
+    reports = _run(m, target, lambda n: (torch.randn(n, 3, 9 + n, 14 - n, dtype=torch.bfloat16),),
+                   sizes=(2, 3, 5), tol=1e-2)
+    _one_symbolic_compile(reports)
+
+
 def test_cnn_training_dynamic_batch(target):
     """Forward and backward with symbolic batch: BatchNorm's running variance (its unbiased
     factor n / (n - 1) is a float of the symbolic size) and every gradient as eager's."""
