@@ -398,3 +398,21 @@ def test_extern_result_shapes_match_torch():
             assert conv("aten.max_pool2d", params)([x, window]) == tuple(want)
     q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
     assert conv("aten.sdpa", {})([q, k, v]) == (2, 3, 5, 4)
+
+
+@pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic", "static"])
+def test_bf16_times_wide_rank_zero(target, dynamic):
+    """GPT-2's tanh GELU in bf16: under dynamic shapes Dynamo passes `math.pi` as a 0-dim f32
+    tensor, and eager multiplies a bf16 tensor by a wider 0-dim tensor at the latter's
+    precision (as by a Python float): bit-exact to eager, not rounded to bf16 first."""
+    import math
+
+    def gelu_new(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    torch.manual_seed(0)
+    cf = torch.compile(gelu_new, backend="ember", options={"target": target}, dynamic=dynamic)
+    for n in (64, 96, 160):
+        x = torch.randn(n, 37).to(torch.bfloat16)
+        assert torch.equal(cf(x), gelu_new(x)), n
+    check_fallbacks()
