@@ -52,6 +52,15 @@ def narrow_source(value):
     return src
 
 
+def _sizes_of(value) -> list:
+    """`value`'s shape for a `tensor.empty` at the current insertion point: static dims as
+    ints, a dynamic one (symbolic sizes) as a `tensor.dim` of `value`."""
+    from torch_mlir.dialects import arith, tensor
+    t = ir.RankedTensorType(value.type)
+    return [tensor.DimOp(value, arith.ConstantOp(ir.IndexType.get(), i).result).result
+            if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
+
+
 def widen(value, wide_type, anchor):
     """An elementwise `linalg.generic` widening `value` (bf16/f16) to `wide_type` (f32)."""
     from torch_mlir.dialects import arith, linalg, tensor
@@ -59,7 +68,7 @@ def widen(value, wide_type, anchor):
     ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
     par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
     with ir.InsertionPoint(anchor), anchor.location:
-        empty = tensor.EmptyOp(wide_type.shape, wide_type.element_type)
+        empty = tensor.EmptyOp(_sizes_of(value), wide_type.element_type)
         gen = linalg.GenericOp([wide_type], [value], [empty.result], ir.ArrayAttr.get([ident] * 2),
                                ir.ArrayAttr.get([par] * rank))
         block = gen.regions[0].blocks.append(ir.RankedTensorType(value.type).element_type,
@@ -77,7 +86,7 @@ def _add(acc, value, anchor):
     ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(t.rank))
     par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
     with ir.InsertionPoint(anchor), anchor.location:
-        empty = tensor.EmptyOp(t.shape, t.element_type)
+        empty = tensor.EmptyOp(_sizes_of(value), t.element_type)
         gen = linalg.GenericOp([t], [acc, value], [empty.result], ir.ArrayAttr.get([ident] * 3),
                                ir.ArrayAttr.get([par] * t.rank))
         block = gen.regions[0].blocks.append(t.element_type, t.element_type, t.element_type)

@@ -95,7 +95,7 @@ def test_automatic_dynamic(target):
 
 
 @pytest.mark.parametrize("case", ["pointwise_reduce", "mean_all", "view_minus_one", "bmm",
-                                  "two_symbols", "output_view"])
+                                  "two_symbols", "output_view", "concat_diff", "arange_float"])
 def test_pointwise_reduction_views(target, case):
     torch.manual_seed(0)
     fns = {
@@ -114,6 +114,13 @@ def test_pointwise_reduction_views(target, case):
         # an output that is a view of a computed value, its sizes symbolic: rebuilt per call
         "output_view": (lambda x: (x * 2).unsqueeze(0).expand(3, -1, -1),
                         lambda n: (torch.randn(n, 4),)),
+        # a concat of symbolic size sliced again (transformers' mask construction: torch-mlir
+        # sizes it with affine.apply on the host)
+        "concat_diff": (lambda x: torch.diff(x, prepend=x[:, :1] - 1, dim=-1) * 2,
+                        lambda n: (torch.randn(n, n + 2),)),
+        # a float size: arange's length ceil(end / step) computed on the host at run time
+        "arange_float": (lambda x: x * torch.arange(0, x.shape[0] * 3, 1.5)[: x.shape[0]],
+                         lambda n: (torch.randn(n),)),
     }
     fn, make = fns[case]
     _one_symbolic_compile(_run(fn, target, make))
@@ -214,6 +221,17 @@ def test_cnn_inference_dynamic_batch(target):
     reports = _run(m, target, _images, sizes=(2, 3, 5))
     _one_symbolic_compile(reports)
     assert reports[0]["num_externs"] >= 3           # two convolutions, max pooling, linear
+
+
+def test_cnn_bf16_dynamic_spatial(target):
+    """bf16 convolutions (their f32 accumulator type in the IR: a widening and a bias add
+    after the library call, made with run-time sizes) and pooling, batch, height and width
+    symbolic."""
+    torch.manual_seed(0)
+    m = _ConvZoo().eval().to(torch.bfloat16)
+    reports = _run(m, target, lambda n: (torch.randn(n, 3, 9 + n, 14 - n, dtype=torch.bfloat16),),
+                   sizes=(2, 3, 5), tol=1e-2)
+    _one_symbolic_compile(reports)
 
 
 def test_cnn_training_dynamic_batch(target):
@@ -380,3 +398,21 @@ def test_extern_result_shapes_match_torch():
             assert conv("aten.max_pool2d", params)([x, window]) == tuple(want)
     q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
     assert conv("aten.sdpa", {})([q, k, v]) == (2, 3, 5, 4)
+
+
+@pytest.mark.parametrize("dynamic", [True, False], ids=["dynamic", "static"])
+def test_bf16_times_wide_rank_zero(target, dynamic):
+    """GPT-2's tanh GELU in bf16: under dynamic shapes Dynamo passes `math.pi` as a 0-dim f32
+    tensor, and eager multiplies a bf16 tensor by a wider 0-dim tensor at the latter's
+    precision (as by a Python float): bit-exact to eager, not rounded to bf16 first."""
+    import math
+
+    def gelu_new(x):
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    torch.manual_seed(0)
+    cf = torch.compile(gelu_new, backend="ember", options={"target": target}, dynamic=dynamic)
+    for n in (64, 96, 160):
+        x = torch.randn(n, 37).to(torch.bfloat16)
+        assert torch.equal(cf(x), gelu_new(x)), n
+    check_fallbacks()
