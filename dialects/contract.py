@@ -118,10 +118,12 @@ class Attr:
         """(name, attribute) for building an op's attribute dictionary."""
         return self.name, value if isinstance(value, ir.Attribute) else _TYPES[self.type][2](value)
 
-    def problem(self, op) -> str | None:
-        """Why this attribute on `op` breaks the contract (None when it does not)."""
-        if op.operation.name not in _WHERE_OPS[self.on]:
-            return f"'{self.name}' belongs on a {self.on}, not on '{op.operation.name}'"
+    def problem(self, op, op_name: str | None = None) -> str | None:
+        """Why this attribute on `op` (named `op_name`) breaks the contract (None when it
+        does not)."""
+        op_name = op_name or op.operation.name
+        if op_name not in _WHERE_OPS[self.on]:
+            return f"'{self.name}' belongs on a {self.on}, not on '{op_name}'"
         attr = op.attributes[self.name]
         if not _TYPES[self.type][0](attr):
             return f"'{self.name}' must be a {self.type} attribute, got {attr}"
@@ -218,11 +220,10 @@ def _sym(op) -> str:
 
 
 def _attr_names(op) -> list[str]:
-    attrs = op.attributes
-    return [attrs[i].name for i in range(len(attrs))]
+    return list(op.attributes)          # iterating an attribute map yields the names
 
 
-def _check_attrs(op, where: str) -> None:
+def _check_attrs(op, where: str, op_name: str) -> None:
     for name in _attr_names(op):
         if not name.startswith(PREFIX):
             continue
@@ -232,7 +233,7 @@ def _check_attrs(op, where: str) -> None:
                       f"dialects/contract.py, declares: {', '.join(sorted(ATTRS))})")
         if decl.on != where and not (decl.on == LAUNCH and where == CALL):
             _fail(op, f"'{decl.name}' belongs on a {decl.on}, not on a {where}")
-        problem = decl.problem(op)
+        problem = decl.problem(op, op_name)
         if problem:
             _fail(op, problem)
 
@@ -287,11 +288,11 @@ def verify(module_op, attributes: bool = True, after: str | None = None) -> None
 
 def _verify(module_op, attributes: bool) -> None:
     if attributes:
-        _check_attrs(module_op, MODULE)
+        _check_attrs(module_op, MODULE, "builtin.module")
     for op in module_op.regions[0].blocks[0].operations:
         if op.operation.name != "func.func":
             continue
-        if is_library(op):
+        if LIBRARY.name in op.attributes:
             _check_library(op)
             where = LIBRARY_FUNC
         elif KERNEL.name in op.attributes:
@@ -301,14 +302,14 @@ def _verify(module_op, attributes: bool) -> None:
             where = FUNC
         if not attributes:
             continue
-        _check_attrs(op, where)
+        _check_attrs(op, where, "func.func")
         if where == FUNC and len(op.regions[0].blocks):
             for inner in op.regions[0].blocks[0].operations:
+                names = _attr_names(inner)
+                if not any(a.startswith(PREFIX) for a in names):
+                    continue
                 name = inner.operation.name
-                if name in ("func.call", EXTERN_OP):
-                    _check_attrs(inner, CALL)
-                elif any(a.startswith(PREFIX) for a in _attr_names(inner)):
-                    _check_attrs(inner, name)
+                _check_attrs(inner, CALL if name in ("func.call", EXTERN_OP) else name, name)
 
 
 def describe() -> str:

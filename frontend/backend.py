@@ -9,7 +9,9 @@ from typing import Any
 import torch
 
 from .attention_masks import drop_visible_attention_masks
+from . import eager_rejects
 from .compile import EmberGraph
+from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, table as eager_semantics_table
 from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
@@ -17,6 +19,7 @@ from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
 from .scatter_decomp import scatter_decompositions
 from .special_decomp import special_decompositions
+from .transformer_decomp import transformer_decompositions
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions
 from .report import describe_error, new_graph_id, record, warn_once
@@ -113,10 +116,14 @@ def _adaptive_avg_pool(decomp):
     """`decomp` where the input's sizes divide the output's (it is then an average pooling
     with fixed windows, or a mean); otherwise the op stays whole, a library call: windows of
     varying size are loops whose bounds depend on the output index, which the Triton lowering
-    cannot schedule."""
+    cannot schedule. A symbolic size is not tested (that would add a guard, and Dynamo would
+    compile again for sizes that do not divide): the op stays whole unless the output is 1x1,
+    a mean for every size."""
     def run(x, output_size):
         sizes = list(x.shape[-len(output_size):])
-        if all(o > 0 and i % o == 0 for i, o in zip(sizes, output_size)):
+        if all(o == 1 for o in output_size) or (
+                all(isinstance(i, int) for i in sizes)
+                and all(o > 0 and i % o == 0 for i, o in zip(sizes, output_size))):
             return decomp(x, output_size)
         return NotImplemented
     return run
@@ -154,6 +161,7 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table.update(roll_decompositions())        # shifted windows (swin): slices + concat
     table.update(pointwise_decompositions())   # fmax/fmin, roll
     table.update(special_decompositions())     # trigamma, i0e, hypot, ...: they fuse
+    table.update(transformer_decompositions())  # nn.TransformerEncoderLayer's fast path
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c
@@ -171,7 +179,10 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
         packet = getattr(aten, name, None)
         for overload in (packet.overloads() if packet is not None else ()):
             table.pop(getattr(packet, overload), None)
-    return table
+    # An op eager's kernel rejects for its dtypes is not decomposed (eager_rejects.guard): it
+    # stays in the graph, which then runs eagerly and raises eager's error. A decomposed op's
+    # results keep the op's own layout (decomp_layouts).
+    return {op: eager_rejects.guard(op, keep_layout(op, fn)) for op, fn in table.items()}
 
 
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):

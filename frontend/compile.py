@@ -249,7 +249,7 @@ class EmberGraph:
         run: Callable | None = None
         from .library_calls import can_outline, outline_blocker
         from .partition import library_nodes, op_name
-        library = library_nodes(prep.gm) if prep.gm is not None else set()
+        library = library_nodes(prep.gm, target) if prep.gm is not None else set()
         # Library ops whose arguments and results are plain tensors become calls inside the
         # program; any other (a tuple or symbolic int escaping) splits the graph around it.
         inline = {n for n in library if can_outline(n)}
@@ -295,7 +295,7 @@ class EmberGraph:
         (raises _WholeGraphEager)."""
         from .partition import (blame, can_call, compute_nodes, library_nodes, op_name,
                                 partition_graph)
-        library = library_nodes(gm)
+        library = library_nodes(gm, target)
         reasons = blame(gm, self.options, target, exclude=library)
         if err is not None and not reasons:
             raise _WholeGraphEager(err)     # no op to blame: a build, load or pass failure

@@ -23,6 +23,15 @@ dtypes and devices (each dim min(size, 1): emptiness and broadcasting are kept, 
     runs with other dtypes (float32 or int64 inputs): a meta function need not check shapes
     (convolution_backward's does not), and a kernel refusing the tiny shapes refuses them
     whatever the dtypes.
+  * a Python bool among the arguments is an argument type too (`x - True`: "Subtraction ...
+    with a bool tensor is not supported" whatever the tensor's dtype): one control reads it
+    as an int.
+Decompositions hide ops: `gelu` of int64, `_log_softmax` of int64 become arithmetic eager would
+never run. `guard(op, decomposition)` (backend.decomposition_table wraps every entry) judges
+the op before it is decomposed and keeps a rejected op whole (NotImplemented), so that
+`rejection` finds it in the traced graph. The decomposition runs inside AOTAutograd's tracing
+modes (fake tensors, the proxy mode, functionalization: thread-local), so its probe runs in a
+thread of its own, where none of them is active.
 A wrong verdict costs speed, never a wrong answer: the graph runs eagerly. Random ops (the probe
 would consume the user's random numbers), views (no kernel), ops without tensor inputs and ops
 whose tiny result would still be large are not probed.
@@ -78,29 +87,34 @@ def _canonical(dt: torch.dtype) -> torch.dtype:
 
 
 _CONTROLS = (_canonical, lambda dt: torch.float32, lambda dt: torch.int64)
+_SAME = object()    # the control that keeps the dtypes and reads Python bools as ints
 
 
-def _key_and_specs(node: fx.Node):
-    """(cache key, args, kwargs) with each tensor input replaced by a _TensorSpec."""
-    key: list = [id(node.target)]     # overloads are singletons; hashing one is slow
+def _key_and_specs(op, args, kwargs):
+    """(cache key, args, kwargs) with each tensor argument (a value, fake or real, or an FX
+    node holding one in meta["val"]) replaced by a _TensorSpec."""
+    key: list = [id(op)]     # overloads are singletons; hashing one is slow
     found = []
 
     def spec(a):
         if isinstance(a, fx.Node):
-            val = a.meta.get("val")
-            if not isinstance(val, torch.Tensor):
+            a = a.meta.get("val")
+            if not isinstance(a, torch.Tensor):
                 raise _Skip                    # a symbolic size or a tuple: not judged here
-            s = _TensorSpec(val)
+        if isinstance(a, torch.Tensor):
+            s = _TensorSpec(a)
             found.append(s)
             key.append(s.key())
             return s
         if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             raise _Skip
-        key.append(a if isinstance(a, (int, float, bool, str, type(None))) else repr(a))
+        # type and value: True and 1 are equal keys, not equal arguments
+        key.append((type(a), a) if isinstance(a, (int, float, bool, str, type(None)))
+                   else repr(a))
         return a
 
-    args = map_aggregate(node.args, spec)
-    kwargs = map_aggregate(dict(node.kwargs), spec)
+    args = map_aggregate(args, spec)
+    kwargs = map_aggregate(dict(kwargs), spec)
     if not found:
         raise _Skip
     return tuple(key), args, kwargs
@@ -109,7 +123,10 @@ def _key_and_specs(node: fx.Node):
 def _run(op, args, kwargs, device=None, fill=0, retype=None):
     def make(a):
         if isinstance(a, _TensorSpec):
-            return a.make(device, fill, retype(a.dtype) if retype is not None else None)
+            dtype = retype(a.dtype) if retype not in (None, _SAME) else None
+            return a.make(device, fill, dtype)
+        if retype is _SAME and type(a) is bool:
+            return int(a)
         return a
     return op(*map_aggregate(args, make), **map_aggregate(kwargs, make))
 
@@ -137,11 +154,10 @@ def _numel(out) -> int:
     return total
 
 
-_PROBED: dict[int, bool] = {}     # id(op overload) -> whether its nodes are probed
+_PROBED: dict[int, bool] = {}     # id(op overload) -> whether its calls are probed
 
 
-def _probed(node: fx.Node) -> bool:
-    op = node.target
+def _probed(op) -> bool:
     known = _PROBED.get(id(op))
     if known is not None:
         return known
@@ -170,11 +186,19 @@ def _judge(op, args, kwargs) -> str | None:
     else:
         return None
     dtypes = [a.dtype for a in _specs(args, kwargs)]
-    for retype in _CONTROLS:
-        if [retype(d) for d in dtypes] != dtypes and _runs(op, args, kwargs, retype):
+    bools = _has_bool_scalar((args, kwargs))
+    for retype in (*_CONTROLS, _SAME):
+        changed = bools if retype is _SAME else [retype(d) for d in dtypes] != dtypes
+        if changed and _runs(op, args, kwargs, retype):
             first = (str(error).strip().splitlines() or [""])[0]
             return f"{type(error).__name__}: {first[:200]}"
     return None      # no dtype makes these tiny shapes run: the shapes, not the dtypes
+
+
+def _has_bool_scalar(tree) -> bool:
+    found = []
+    map_aggregate(tree, lambda a: found.append(a) if type(a) is bool else a)
+    return bool(found)
 
 
 def _specs(args, kwargs) -> list:
@@ -188,25 +212,66 @@ def _specs(args, kwargs) -> list:
     return found
 
 
-def verdict(node: fx.Node) -> str | None:
-    """None when eager's kernel accepts `node`'s op for its inputs' dtypes (or when that cannot
-    be told from a tiny probe), else eager's error, as `Type: message`."""
-    if node.op != "call_function" or not _probed(node):
+def outside_tracing(fn):
+    """`fn()` in a thread of its own, under no_grad: no fake mode, proxy mode or
+    functionalization is active there (they are thread-local), whatever the caller is tracing.
+    Its exception is raised here."""
+    result: list = [None, None]
+
+    def run():
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result[0] = fn()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller
+            result[1] = err
+    thread = threading.Thread(target=run, name="ember-outside-tracing", daemon=True)
+    thread.start()
+    thread.join()
+    if result[1] is not None:
+        raise result[1]
+    return result[0]
+
+
+def judge(op, args, kwargs) -> str | None:
+    """None when eager's kernel accepts `op` for these arguments' dtypes (or when that cannot
+    be told from a tiny probe), else eager's error, as `Type: message`. Tensor arguments may be
+    fake (only their dtypes, devices and ranks are used) or FX nodes holding one."""
+    if not _probed(op):
         return None
     try:
-        key, args, kwargs = _key_and_specs(node)
+        key, args, kwargs = _key_and_specs(op, args, kwargs)
     except _Skip:
         return None
     with _LOCK:
         if key in _VERDICTS:
             return _VERDICTS[key]
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    with unset_fake_temporarily(), torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        why = _judge(node.target, args, kwargs)
+    why = outside_tracing(lambda: _judge(op, args, kwargs))
     with _LOCK:
         _VERDICTS[key] = why
     return why
+
+
+def verdict(node: fx.Node) -> str | None:
+    """`judge` of a graph node's op with its arguments."""
+    if node.op != "call_function":
+        return None
+    return judge(node.target, node.args, node.kwargs)
+
+
+def guard(op, decomposition):
+    """`decomposition` of `op`, unless eager's kernel rejects `op` for the arguments' dtypes:
+    then the op stays whole (NotImplemented), for `rejection` to find in the traced graph."""
+    if not (isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"):
+        return decomposition
+
+    def guarded(*args, **kwargs):
+        if judge(op, args, kwargs) is not None:
+            return NotImplemented
+        return decomposition(*args, **kwargs)
+    guarded.__wrapped__ = decomposition
+    guarded.__name__ = getattr(decomposition, "__name__", "decomposition")
+    return guarded
 
 
 def rejection(gm: fx.GraphModule) -> str | None:

@@ -421,7 +421,29 @@ def _floor_div_float(a, b, dt):
     return out.to(dt)
 
 
+def _trunc_div_low(a, b, dt):
+    """Truncating division of half/bf16 as eager's CPU kernel (div_trunc_kernel) computes it.
+    A divisor that is one value (a Python number, a tensor of one element: TensorIterator's
+    `is_scalar`) is read at f32 from its own type and the quotient is taken and truncated in
+    f32, rounded once; otherwise the operands are in the result type and their quotient is
+    rounded to it before the truncation (bf16 9.75 / -0.287 is -34, not trunc(-33.96)).
+    torch-mlir rounds a Python number to the tensor's type first (cpu target: half
+    `3.0 // 0.3` truncated gave 9, eager 10) and truncates the f32 quotient."""
+    device = (a if isinstance(a, torch.Tensor) else b).device
+    fa = a.to(dt).float()
+    if not isinstance(b, torch.Tensor):
+        return torch.trunc(fa / torch.scalar_tensor(float(b), dtype=torch.float32,
+                                                    device=device)).to(dt)
+    if b.numel() == 1:
+        return torch.trunc(fa / b.float()).to(dt)
+    return torch.trunc((fa / b.to(dt).float()).to(dt))
+
+
 def _div_mode(a, b, rounding_mode=None):
+    if rounding_mode == "trunc":
+        dt = torch.result_type(a, b)
+        if dt in _LOW:
+            return _trunc_div_low(a, b, dt)
     if rounding_mode == "floor":
         dt = torch.result_type(a, b)
         if dt.is_floating_point:

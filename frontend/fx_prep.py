@@ -285,6 +285,39 @@ def _float_compare_scalars(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+_OPMATH_BINARY = (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor,
+                  torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor)
+
+
+def _wide_rank_zero_operands(gm: fx.GraphModule) -> None:
+    """`bf16_t * f32_0dim` -> `(bf16_t.float() * f32_0dim.float()).to(bf16)`: eager reads a 0-dim
+    operand of a wider float type at its own precision (TensorIterator's CPU scalar; the
+    same opmath on CUDA), as it reads a Python float, while torch-mlir rounds it to bf16/f16
+    first. Dynamo's tensorified float constants take this form under dynamic shapes (GPT-2's
+    `math.sqrt(2 / math.pi) * x` in bf16 differed from eager in the last place)."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target not in _OPMATH_BINARY:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.dtype not in (torch.bfloat16, torch.float16):
+            continue
+        vals = [a.meta.get("val") if isinstance(a, fx.Node) else None for a in node.args[:2]]
+        if not any(isinstance(v, torch.Tensor) and v.dim() == 0 and v.is_floating_point()
+                   and v.dtype.itemsize > val.dtype.itemsize for v in vals):
+            continue
+        for i, v in enumerate(vals):
+            if isinstance(v, torch.Tensor) and v.dtype != torch.float32:
+                node.update_arg(i, _insert_cast(gm, node, node.args[i], torch.float32))
+        with val.fake_mode if getattr(val, "fake_mode", None) else _nullcontext():
+            node.meta["val"] = val.to(torch.float32)
+        with gm.graph.inserting_after(node):
+            out = gm.graph.call_function(torch.ops.prims.convert_element_type.default,
+                                         (node, val.dtype))
+        out.meta["val"] = val
+        node.replace_all_uses_with(out, delete_user_cb=lambda u: u is not out)
+    gm.recompile()
+
+
 def _is_view_op(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
@@ -436,7 +469,18 @@ def _fold_copy_into_empty(gm: fx.GraphModule) -> None:
         gm.recompile()
 
 
+def _true_divide_as_div(gm: fx.GraphModule) -> None:
+    """`aten.true_divide.Tensor` -> `aten.div.Tensor` (the same op; torch-mlir lowers only the
+    latter). Dynamo's tensorified float sizes trace as true_divide: nearest upsampling's
+    `in / (scale * in)` with symbolic sizes."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.true_divide.Tensor:
+            node.target = torch.ops.aten.div.Tensor
+    gm.recompile()
+
+
 def prepare(gm: fx.GraphModule) -> PreparedGraph:
+    _true_divide_as_div(gm)
     _drop_unused_pool_indices(gm)
     _fold_copy_into_empty(gm)
     as_strided_to_view(gm)
@@ -445,6 +489,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     _tensorize_narrow_int_scalars(gm)
     _cast_operands_torch_mlir_mispromotes(gm)
     _float_compare_scalars(gm)
+    _wide_rank_zero_operands(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (tuple, list))

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..passes.backends import Target, backend_for
-from ..runtime.env import TARGETS
+
+TARGETS = tuple(t.value for t in Target)   # what `target` / EMBER_TARGET may name (passes/backends.py)
 DEFAULT_MAX_GROUP_SIZE = 64
 # torch.compile's modes, as `torch.compile(model, backend="ember", mode=...)` passes them.
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

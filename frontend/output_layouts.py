@@ -145,7 +145,10 @@ def fold_views(base_val, steps: tuple[Step, ...], out_val) -> tuple[Step, ...]:
     some of which (prims views from decompositions) cost a Python autograd wrapper each: a
     training forward returns hundreds of such views, and their replay dominated its host time."""
     if (not steps or any(fn is _restride for fn, _, _ in steps)
-            or not isinstance(out_val, torch.Tensor) or not isinstance(base_val, torch.Tensor)):
+            or not isinstance(out_val, torch.Tensor) or not isinstance(base_val, torch.Tensor)
+            # a dtype-changing view (view_as_real, view(dtype)) or a conj/neg bit: not geometry
+            or out_val.dtype != base_val.dtype or out_val.is_complex()
+            or out_val.is_conj() or out_val.is_neg()):
         return steps
     geometry = (*out_val.shape, *out_val.stride(), out_val.storage_offset(),
                 base_val.storage_offset())

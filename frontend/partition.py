@@ -266,7 +266,21 @@ def _narrow(node: fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16)
 
 
-def is_library_node(node: fx.Node) -> bool:
+# A product of bf16/f16 values on the CPU: eager's CPU kernel multiplies in the 16-bit type,
+# rounding after each product (an intermediate past 65504 is inf, even where the whole product
+# is finite: fuzz seed 22 index 729), in its own order; the C++ kernel multiplies in f32. As a
+# library call, eager's kernel computes it, bit for bit. (Eager's CUDA kernel accumulates in
+# f32, as the Triton kernel does.)
+_CPU_NARROW_LIBRARY = ("aten.prod.default", "aten.prod.dim_int")
+
+
+def _narrow_input(node: fx.Node) -> bool:
+    x = node.args[0] if node.args else None
+    val = getattr(x, "meta", {}).get("val")
+    return isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16)
+
+
+def is_library_node(node: fx.Node, target: str | None = None) -> bool:
     if node.op != "call_function":
         return False
     if is_complex_library_node(node):       # FFTs, ops on complex values (complex_values.py)
@@ -278,11 +292,15 @@ def is_library_node(node: fx.Node) -> bool:
         # torch-mlir's sum pooling rounds the window sum to bf16/f16 before the division;
         # eager's kernel divides the f32 sum and rounds once
         return True
+    if target == "cpu" and name in _CPU_NARROW_LIBRARY and _narrow_input(node):
+        return True
     return name in LIBRARY_OPS
 
 
-def library_nodes(gm: fx.GraphModule) -> set[fx.Node]:
-    return {n for n in gm.graph.nodes if is_library_node(n)}
+def library_nodes(gm: fx.GraphModule, target: str | None = None) -> set[fx.Node]:
+    """The nodes that run as eager's kernels inside the program (`target`: what the graph is
+    compiled for; some ops are library calls on one target only)."""
+    return {n for n in gm.graph.nodes if is_library_node(n, target)}
 
 
 def _is_view(node: fx.Node) -> bool:

@@ -16,6 +16,8 @@ from torch_mlir import ir
 from ..dialects import contract as C
 from ..dialects import extern_callee
 from ..passes.backends import backend_named
+from ..passes.dynamic_sizes import HOST_FLOAT_OPS
+from ..runtime.externs import DYNAMIC_EXTERNS  # externs sized at run time
 from ..runtime.program import Program, Step, ValueInfo
 
 _FLOAT_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
@@ -68,9 +70,7 @@ SCALAR_OPS = {"arith.addi", "arith.subi", "arith.muli", "arith.divsi", "arith.di
               "arith.floordivsi", "arith.ceildivsi", "arith.remsi", "arith.remui", "arith.maxsi",
               "arith.minsi", "arith.index_cast", "arith.index_castui", "arith.extsi",
               "arith.extui", "arith.trunci", "arith.cmpi", "arith.select", "arith.andi",
-              "arith.ori", "arith.xori"}
-# Externs whose result sizes the runtime infers from their operands (runtime/externs.py).
-DYNAMIC_EXTERNS = {"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm"}
+              "arith.ori", "arith.xori"} | HOST_FLOAT_OPS
 
 
 def attr_to_python(attr: ir.Attribute) -> Any:
@@ -296,6 +296,11 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                 (o,) = (new_value(op.results[0]),)
                 steps.append(Step("scalar", "constant", (), (o,),
                                   {"value": int(ir.IntegerAttr(op.attributes["value"]).value)}))
+            elif any(u.owner.operation.name in HOST_FLOAT_OPS and
+                     u.owner.operation.parent.name == "func.func" for u in op.results[0].uses):
+                (o,) = (new_scalar(op.results[0]),)     # read by a float step of a size
+                steps.append(Step("scalar", "constant", (), (o,),
+                                  {"value": float(ir.FloatAttr(op.attributes["value"]).value)}))
             continue  # other scalars on the host feed nothing the runtime runs
         if name in SCALAR_OPS or name in ("tensor.dim", "cf.assert", "tensor.from_elements"):
             outs = tuple(new_scalar(r) for r in op.results)
@@ -304,6 +309,8 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
                 params["predicate"] = int(ir.IntegerAttr(op.attributes["predicate"]).value)
             if name == "cf.assert":
                 params["msg"] = _str_attr(op, "msg")
+            if name in HOST_FLOAT_OPS and isinstance(op.results[0].type, ir.FloatType):
+                params["bits"] = ir.FloatType(op.results[0].type).width   # rounded to it
             steps.append(Step("scalar", name.split(".")[1], ins, outs, params))
             continue
         offsets = C.OFFSETS.get(op, None) or [-1] * len(op.results)

@@ -13,12 +13,14 @@ admit. Anything it cannot do, or any decision that would have to read a size (a 
 the ShapeEnv while compiling, which Dynamo would not check), makes the graph compile per input
 shape instead (one warning), as it did before: never a wrong answer, never an error.
 
-What is symbolic: pointwise and reduction kernels (any dims), matmul externs (mm, addmm, bmm,
-baddbmm), library calls (eager ops inside the program, which size their own results), host
-views (expand/collapse), `tensor.empty`, size arithmetic, SymInt inputs, outputs computed by
-the program or taken from inputs on the host, outputs that are views of computed values (their
-view arguments are evaluated for each call's sizes), inputs taken permuted. Not (compiled per
-shape): convolution, pooling and attention externs with dynamic results.
+What is symbolic: pointwise and reduction kernels (any dims), externs whose result size the
+runtime computes from their operands (runtime/externs.py `DYNAMIC_EXTERNS`: matmuls,
+convolutions, pooling, attention), library calls (eager ops inside the program, which size
+their own results), host views (expand/collapse), `tensor.empty`, size arithmetic (float steps
+included), SymInt inputs, outputs computed by the program or taken from inputs on the host,
+outputs that are views of computed values (their view arguments are evaluated for each call's
+sizes), inputs taken permuted. Not (compiled per shape): scatters over a symbolic dim, dynamic
+slices of a kernel result.
 """
 from __future__ import annotations
 
@@ -71,7 +73,8 @@ def _symbolic_shapes(gm: fx.GraphModule) -> list:
     out = []
     for node in gm.graph.nodes:
         if node.op == "placeholder" and isinstance(node.meta.get("val"), torch.Tensor):
-            out.append([d if isinstance(d, int) else str(d) for d in node.meta["val"].shape])
+            out.append([int(d) if isinstance(d, int) or d.node.expr.is_Integer else str(d)
+                        for d in node.meta["val"].shape])
     return out
 
 
@@ -124,7 +127,7 @@ def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
     sizes.check(prep.plan)
     explicit_view_sizes(prep.gm)
     from .library_calls import can_outline
-    library = library_nodes(prep.gm)
+    library = library_nodes(prep.gm, target)
     if any(not can_outline(n) for n in library):
         raise NotSymbolic("a library op that cannot be a call inside the program")
     if library:

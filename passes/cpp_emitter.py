@@ -4,11 +4,10 @@ The prelude those functions use is cpp_prelude.PRELUDE (re-exported here)."""
 from __future__ import annotations
 
 import math
-import re
 
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
-from .kernel_ir import (Const, Let, Line, Load, Op, OmpPragma, Printer, Raw, Store, Var,
-                        all_nodes, deps_of, perfect_depth, render_stmt, statement_nodes)
+from .kernel_ir import (INT, Assign, Const, Let, Line, Load, Op, OmpPragma, Printer, Store,
+                        Var, all_nodes, deps_of, perfect_depth, render_stmt)
 from .kernel_expr import ExprBuilder, Scope
 from .kernel_schedule import (Expr, Unschedulable, combiner, const,
                               indexing_maps, iterator_types, masked_combiner, needed_results,
@@ -83,6 +82,9 @@ class CppLang:
 
     def store(self, buf, off, value, ty):
         return f"{buf}[{off}] = {self.store_value(value, ty)};"
+
+    def assign(self, name, op, value):
+        return f"{name} {op} {value};"
 
     def fold(self, kind, nodes, rty, atys):
         return None
@@ -216,7 +218,7 @@ def _render(scope: Scope, indent: int, out: list, show: Printer):
     for s in scope.stmts:
         if isinstance(s, Scope):
             for p in s.pragmas:
-                out.append(f"{pad}{p.render(perfect_depth(s))}")
+                out.append(f"{pad}{p.render(perfect_depth(s), show)}")
             out.append(f"{pad}{s.header} {{")
             _render(s, indent + 1, out, show)
             out.append(f"{pad}}}")
@@ -239,18 +241,23 @@ class _Emitter:
         self.nloop += 1
         return f"i{g}_{self.nloop}"
 
-    def par_clause(self, gs) -> "str | None":
-        """`if(...)` clause (or '' / None) deciding whether a loop nest is worth threads."""
+    def par_clause(self, gs) -> "tuple | None":
+        """Whether a loop nest over dims `gs` is worth threads: None (never: too little static
+        work), () (always), or the factors of its work that OmpPragma tests at run time."""
         n, dyn = 1, []
         for g in gs:
             sz = self.sched.size(g)
             if sz is None:
-                dyn.append(self.b.size(g).text)
+                dyn.append(self.b.size(g).node)
             else:
                 n *= sz
         if not dyn:
-            return "" if n >= self.min_el else None
-        return f" if({' * '.join(dyn + [str(n)])} >= {self.min_el})"
+            return () if n >= self.min_el else None
+        return tuple(dyn) + (Const(n, INT),)
+
+    def parallel(self, par, simd=False, collapse=1, reductions=()) -> OmpPragma:
+        return OmpPragma(parallel=True, simd=simd, collapse=collapse, work=par,
+                         min_work=self.min_el, reductions=tuple(reductions))
 
     def work(self):
         gs = list(self.sched.outer)
@@ -261,7 +268,9 @@ class _Emitter:
         return gs
 
     def loop(self, g, var) -> Scope:
-        return Scope({var}, f"for (int64_t {var} = 0; {var} < {self.b.size(g).text}; ++{var})")
+        sc = Scope({var}, f"for (int64_t {var} = 0; {var} < {self.b.size(g).text}; ++{var})")
+        sc.trip = self.sched.size(g)     # a static trip count from 0 (None: dynamic)
+        return sc
 
     def reduce(self, b, op, loops):
         s = self.sched
@@ -328,7 +337,7 @@ class _Emitter:
                 updates.append(f"{a} = {f} {cmp} {a} ? {f} : {a};")
                 updates.append(f"{nan} |= ({f} != {f});")
             else:
-                updates.append(f"{a} = {b.generic_yield(op, k, full, outs=accs).text};")
+                updates.append(Assign(a, b.generic_yield(op, k, full, outs=accs).node))
         parent.stmts.extend(updates)
         for _ in scopes:
             b.pop()
@@ -337,15 +346,14 @@ class _Emitter:
             b.emit_into(target, f"if ({nan}) {accs[k].text} = NAN;")
         if scopes and all(kinds[k] in OMP_RED for k in used):
             red_op = {k: NAN_MINMAX[kinds[k]] if k in nans else OMP_RED[kinds[k]] for k in used}
-            clause = " ".join(f"reduction({red_op[k]}:{accs[k].text})" for k in used)
-            clause += "".join(f" reduction(|:{nan})" for nan, _ in nans.values())
+            clause = [(red_op[k], accs[k].text) for k in used]
+            clause += [("|", nan) for nan, _ in nans.values()]
             par = self.par_clause([g for g, _ in red]) if target is b.stack[0] else None
-            simd = " simd" if self.vec else ""
             if par is not None:
-                scopes[0].pragmas.append(OmpPragma(f"parallel for{simd}", len(scopes),
-                                                   f"{par} {clause}"))
+                scopes[0].pragmas.append(self.parallel(par, self.vec, len(scopes), clause))
             elif self.vec:
-                scopes[0].pragmas.append(OmpPragma("simd", len(scopes), f" {clause}"))
+                scopes[0].pragmas.append(OmpPragma(simd=True, collapse=len(scopes),
+                                                   reductions=tuple(clause)))
         return results
 
     def _sum_blocks(self, op, red, used, kinds):
@@ -398,12 +406,12 @@ class _Emitter:
             b.push(sc, parent)
             parent = sc
         paccs = [Expr(part[k], a.deps) if k in part else a for k, a in enumerate(accs)]
-        updates = [f"{part[k]} = {b.generic_yield(op, k, full, outs=paccs).text};" for k in used]
+        updates = [Assign(part[k], b.generic_yield(op, k, full, outs=paccs).node) for k in used]
         parent.stmts.extend(updates)
         for _ in inner:
             b.pop()
         for k in used:
-            chunk.stmts.append(f"{wide[k]} += {part[k]};")
+            chunk.stmts.append(Assign(wide[k], Var(part[k]), "+="))
         for _ in outer:
             b.pop()
         b.stack = saved
@@ -411,11 +419,11 @@ class _Emitter:
             b.emit_into(target, f"const float {accs[k].text} = (float){wide[k]};")
         par = self.par_clause([g2 for g2, _ in red]) if target is b.stack[0] else None
         if par is not None:
-            clause = " ".join(f"reduction(+:{wide[k]})" for k in used)
-            outer[0].pragmas.append(OmpPragma("parallel for", len(outer), f"{par} {clause}"))
+            outer[0].pragmas.append(self.parallel(par, False, len(outer),
+                                                  [("+", wide[k]) for k in used]))
         if inner and self.vec:
-            clause = " ".join(f"reduction(+:{part[k]})" for k in used)
-            inner[0].pragmas.append(OmpPragma("simd", len(inner), f" {clause}"))
+            inner[0].pragmas.append(OmpPragma(simd=True, collapse=len(inner),
+                                              reductions=tuple(("+", part[k]) for k in used)))
         return results
 
     def build(self, flat: int = 1) -> "_Emitter":
@@ -438,7 +446,7 @@ class _Emitter:
             if parent is top and outer:
                 par = self.par_clause(self.work())
                 if par is not None:
-                    sc.pragmas.append(OmpPragma("parallel for", len(outer), par))
+                    sc.pragmas.append(self.parallel(par, collapse=len(outer)))
             b.push(sc, parent)
             parent = sc
         for n, o in enumerate(s.outputs):
@@ -472,14 +480,13 @@ class _Emitter:
             if depth:
                 first, innermost = b.stack[len(b.stack) - depth], b.stack[-1]
                 par = self.par_clause(self.work()) if not outer else None
-                simd = " simd" if self.vec else ""
                 if par is not None and depth == 1:
-                    first.pragmas.append(OmpPragma(f"parallel for{simd}", 1, par))
+                    first.pragmas.append(self.parallel(par, self.vec))
                 else:
                     if par is not None:
-                        first.pragmas.append(OmpPragma("parallel for", 1, par))
+                        first.pragmas.append(self.parallel(par))
                     if self.vec:
-                        innermost.pragmas.append(OmpPragma("simd"))
+                        innermost.pragmas.append(OmpPragma(simd=True))
             val = b.value_at(o.value, [idx.get(g, const(0)) for g in o.dims])
             off = b.offset(o.value, [idx.get(g, const(0)) for g in o.dims])
             ty = type_name(o.value.type)
@@ -521,7 +528,9 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
     Pointwise kernels: the longest run of trailing dims that every operand reads contiguously
     (or not at all) becomes one flattened loop, so small inner dims still vectorize and the
     whole kernel is one `parallel for simd` when all dims flatten; broadcast/transposed reads
-    that would need `/` and `%` of the flat index keep the nested loops."""
+    that would need `/` and `%` of the flat index keep the nested loops. Each candidate is
+    built as a kernel_ir tree and judged on it (`_flat_is_clean`); only the chosen one is
+    printed."""
     em = _Emitter(func, name, omp_min_elements, vectorize)
     s = em.sched
     if s.kind == "pointwise":
@@ -543,12 +552,12 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
 # same element (the exp). Costly values (a math call) are kept in a row array on the stack
 # (per thread: the row's scope is the body of the parallel loop) and read back instead.
 ROW_CACHE_MAX = 16384     # elements kept in the rows of one scope (64 KiB of floats a thread)
-_ASSIGNED = re.compile(r"\s*(\w+)\s*[-+*/|&^]?=[^=]")
+_OPAQUE = ("opaque",)     # a statement of target text: what it writes is unknown
 
 
 def _canon(n, env, var, memo):
     """`n` with the loop's lets inlined, its loop variable renamed "@" and other variables
-    compared by name; None if it holds target text (Raw)."""
+    compared by name; None if it holds anything else (target text)."""
     key = id(n)
     if key in memo:
         return memo[key]
@@ -560,21 +569,12 @@ def _canon(n, env, var, memo):
     elif isinstance(n, Load):
         off = _canon(n.offset, env, var, memo)
         r = None if off is None else Load(n.buffer, off, n.dtype, n.masks)
-    elif isinstance(n, Raw):
-        r = None
-    else:
+    elif isinstance(n, Const):
         r = n
+    else:
+        r = None
     memo[key] = r
     return r
-
-
-def _names(n, out):
-    for x in _walk_canon(n):
-        if isinstance(x, Var):
-            out.add(x.name)
-        elif isinstance(x, Load):
-            out.add(("buffer", x.buffer))
-    return out
 
 
 def _walk_canon(n):
@@ -588,39 +588,48 @@ def _walk_canon(n):
             work.append(x.offset)
 
 
+def _reads(n) -> set:
+    """Variable names and ("buffer", name) of what canonical tree `n` reads."""
+    out = set()
+    for x in _walk_canon(n):
+        if isinstance(x, Var):
+            out.add(x.name)
+        elif isinstance(x, Load):
+            out.add(("buffer", x.buffer))
+    return out
+
+
 def _row_loop(s):
-    """(loop variable, normalised header, row length) of a flat loop `for (v = 0; v < N; ++v)`
-    of a static N, else None."""
-    if not isinstance(s, Scope) or len(s.binds) != 1 or any(isinstance(x, Scope) for x in s.stmts):
+    """(loop variable, trip count) of a flat loop from 0 with a static trip count of at most
+    ROW_CACHE_MAX, made by _Emitter.loop; else None."""
+    trip = getattr(s, "trip", None)
+    if not isinstance(s, Scope) or trip is None or trip > ROW_CACHE_MAX or len(s.binds) != 1 \
+            or any(isinstance(x, Scope) for x in s.stmts):
         return None
-    v = next(iter(s.binds))
-    m = re.fullmatch(rf"for \(int64_t {v} = 0; {v} < (\d+); \+\+{v}\)", s.header)
-    if m is None or int(m.group(1)) > ROW_CACHE_MAX:
-        return None
-    return v, int(m.group(1))
+    return next(iter(s.binds)), trip
 
 
 def _written(stmts, out):
-    """Names assigned and buffers stored to by `stmts` (nested scopes included)."""
+    """Names assigned and buffers stored to by `stmts` (nested scopes included); _OPAQUE for
+    a statement of target text."""
     for s in stmts:
         if isinstance(s, Scope):
             _written(s.stmts, out)
         elif isinstance(s, Store):
             out.add(("buffer", s.buffer))
-        elif isinstance(s, (str, Line)):
-            text = s if isinstance(s, str) else s.text
-            for part in text.split(";"):
-                m = _ASSIGNED.match(part.split("{")[-1].split(")")[-1])
-                if m:
-                    out.add(m.group(1))
+        elif isinstance(s, Assign):
+            out.add(s.name)
+        elif not isinstance(s, Let):
+            out.add(_OPAQUE)
     return out
 
 
 def reuse_row_values(root: Scope) -> int:
     """Keeps the costly values (a math op) that a flat row loop computes and a later sibling
     loop over the same row recomputes: the first stores them in a stack row, the second reads
-    them. Only values of the loop's own lets, whose inputs nothing between (or in the first
-    loop) writes, are shared. Returns how many values it shared."""
+    them. Only values of the loops' own lets are shared, and only when neither the first loop
+    nor anything between the two writes what they read (statements of target text count as
+    writing anything). Returns how many values it shared."""
     shared = 0
     for s in root.stmts:
         if isinstance(s, Scope):
@@ -646,7 +655,7 @@ def reuse_row_values(root: Scope) -> int:
         for j in range(i + 1, len(stmts)):
             second = stmts[j]
             r2 = _row_loop(second)
-            if r2 is not None and r2[1] == r1[1] and lets:
+            if r2 is not None and r2[1] == r1[1] and lets and _OPAQUE not in bad | between:
                 env2, memo2 = {}, {}
                 for k, st in enumerate(second.stmts):
                     if not isinstance(st, Let):
@@ -656,7 +665,7 @@ def reuse_row_values(root: Scope) -> int:
                         continue
                     env2[st.name] = c
                     src = lets.get(c)
-                    if src is None or _names(c, set()) & (bad | between):
+                    if src is None or _reads(c) & (bad | between):
                         continue
                     row = getattr(src, "row", None)
                     if row is None and kept + r1[1] > ROW_CACHE_MAX:
@@ -667,9 +676,9 @@ def reuse_row_values(root: Scope) -> int:
                         decls.append((first, Line(f"alignas(64) {CTYPE.get(src.dtype, 'float')} "
                                                   f"{row}[{r1[1]}];")))
                         first.stmts.insert(first.stmts.index(src) + 1,
-                                           Line(f"{row}[{r1[0]}] = {src.name};"))
+                                           Store(row, Var(r1[0]), Var(src.name), "f32"))
                         shared += 1
-                    second.stmts[k] = Let(st.name, st.dtype, Raw(f"{row}[{r2[0]}]"))
+                    second.stmts[k] = Let(st.name, st.dtype, Load(row, Var(r2[0]), "f32"))
                     env2[st.name] = Var(f"{row}[@]")     # later lets read the kept value
             _written([second], between)
     for loop, decl in decls:

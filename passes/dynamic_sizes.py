@@ -46,10 +46,21 @@ def is_size_op(op) -> bool:
     if name == "tensor.from_elements":      # the shape operand of a tensor.reshape
         return isinstance(ir.ShapedType(op.results[0].type).element_type,
                           (ir.IndexType, ir.IntegerType))
+    if name in HOST_FLOAT_OPS:     # a float step of a size (arange's ceil(end / step))
+        return _is_scalar_float_op(op)
     if not name.startswith("arith.") or not len(op.results):
         return False
     return all(isinstance(v.type, (ir.IndexType, ir.IntegerType))
                for v in list(op.results) + list(op.operands))
+
+
+# Float arithmetic the host evaluates where a size goes through floats (frontend/schedule.py
+# and runtime/executor.py know the same names); a float that a kernel reads is recomputed in it
+# instead (`sink_scalar_float_ops`).
+HOST_FLOAT_OPS = {"arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui", "arith.addf",
+                  "arith.subf", "arith.mulf", "arith.divf", "arith.negf", "arith.truncf",
+                  "arith.extf", "arith.maximumf", "arith.minimumf", "arith.maxnumf",
+                  "arith.minnumf", "math.ceil", "math.floor"}
 
 
 def dim_value(value, i: int, in_group, anchor):
@@ -139,3 +150,82 @@ def dim_value(value, i: int, in_group, anchor):
         raise PassError(f"ember-fuse: cannot tell the size of dynamic dim {i} of a result of "
                         f"'{name}' (the graph is compiled for static shapes instead)", op.location)
     raise PassError("ember-fuse: size chain too long")
+
+
+def _is_scalar_float_op(op) -> bool:
+    """Float `arith`/`math` on host scalars (a SymFloat of the graph: BatchNorm's
+    unbiased-variance factor `n / (n - 1)` with n symbolic, arange's `ceil(end / step)`), as
+    torch-mlir imports it: no tensor operand or result, some float operand or result."""
+    name = op_name(op)
+    if not name.startswith(("arith.", "math.")) or name == "arith.constant" \
+            or not len(op.results):
+        return False
+    vals = list(op.results) + list(op.operands)
+    if any(isinstance(v.type, ir.ShapedType) for v in vals):
+        return False
+    return any(isinstance(v.type, ir.FloatType) for v in vals)
+
+
+def sink_scalar_float_ops(block) -> None:
+    """Copies float scalar arithmetic on the host into the `linalg.generic` bodies that read it
+    (a copy per body; later ops first, so a chain is copied whole): kernels take only integer
+    sizes as scalar arguments and recompute the float from them. What the host still uses
+    (a float step towards an integer size) stays on the host (`HOST_FLOAT_OPS`)."""
+    for op in reversed(list(block.operations)):
+        if not _is_scalar_float_op(op):
+            continue
+        bodies = []
+        for r in op.results:
+            for use in r.uses:
+                owner = use.owner.operation
+                parent = owner.parent
+                if parent is not None and op_name(parent) == "linalg.generic" \
+                        and owner.block not in bodies:
+                    bodies.append(owner.block)
+        for body in bodies:
+            with ir.InsertionPoint.at_block_begin(body):
+                clone = op.operation.clone()
+            for old, new in zip(op.results, clone.results):
+                for use in list(old.uses):
+                    if use.owner.operation.block == body:
+                        use.owner.operation.operands[use.operand_number] = new
+        if not any(True for r in op.results for _ in r.uses):
+            op.operation.erase()
+
+
+def expand_affine_apply(block) -> None:
+    """Host `affine.apply` on sizes (torch-mlir's size of a dynamic `tensor.concat`:
+    `s0 + 1`) -> the same integer arithmetic in `arith`, which the host evaluates."""
+    from torch_mlir.dialects import arith
+
+    index = ir.IndexType.get()
+    for op in list(block.operations):
+        if op_name(op) != "affine.apply":
+            continue
+        amap = ir.AffineMapAttr(op.attributes["map"]).value
+        n_dims = amap.n_dims
+        with ir.InsertionPoint(op), op.location:
+            def const(v):
+                return arith.ConstantOp(index, v).result
+
+            def build(e):
+                for cls, fn in ((ir.AffineAddExpr, arith.AddIOp), (ir.AffineMulExpr, arith.MulIOp),
+                                (ir.AffineFloorDivExpr, arith.FloorDivSIOp),
+                                (ir.AffineCeilDivExpr, arith.CeilDivSIOp)):
+                    if isinstance(e, cls):
+                        return fn(build(e.lhs), build(e.rhs)).result
+                if isinstance(e, ir.AffineModExpr):       # non-negative: a - floordiv(a, b) * b
+                    lhs, rhs = build(e.lhs), build(e.rhs)
+                    q = arith.FloorDivSIOp(lhs, rhs).result
+                    return arith.SubIOp(lhs, arith.MulIOp(q, rhs).result).result
+                if isinstance(e, ir.AffineConstantExpr):
+                    return const(e.value)
+                if isinstance(e, ir.AffineDimExpr):
+                    return op.operands[e.position]
+                if isinstance(e, ir.AffineSymbolExpr):
+                    return op.operands[n_dims + e.position]
+                raise PassError(f"ember-fuse: affine expression {e} on the host", op.location)
+
+            (result,) = [build(e) for e in amap.results]
+        op.results[0].replace_all_uses_with(result)
+        op.operation.erase()

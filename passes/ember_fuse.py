@@ -35,6 +35,7 @@ from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
 from .ember_convert_externs import convert_externs
 from .graph_utils import defining_op, erase_dead, op_name, stable_topological_sort, users
 from .ir_queries import VIEW_OPS
+from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
 
 HOST_OPS = {"func.call", EXTERN_OP, "func.return", "arith.constant", "tensor.empty"}
 
@@ -63,6 +64,9 @@ class EmberFuse(Pass):
             for fn in _public_functions(module):
                 if self.externs:
                     convert_externs(fn)
+                if is_dynamic(fn):
+                    expand_affine_apply(fn.regions[0].blocks[0])
+                    sink_scalar_float_ops(fn.regions[0].blocks[0])
                 groups = self.plan(fn)
                 _outline(module, fn, groups, self.target)
 

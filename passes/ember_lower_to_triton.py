@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from .backends import TRITON
 from .base import Pass, PassError, option
-from .kernel_ir import Const, Load, int_value, render_stmt
+from .kernel_ir import Const, Load, Op, Raw, int_value, render_stmt
 from .kernel_schedule import (Expr, Unschedulable, combiner, const, indexing_maps,
                               masked_combiner, schedule_kernel, shape, tensor_args, type_name,
                               var)
@@ -59,13 +59,18 @@ _UNSIGNED_WIDE = {"i8": ("tl.int32", 0xFF), "i16": ("tl.int32", 0xFFFF),
 
 def _identity(kind: str, ty: str) -> str:
     """The identity of combiner `kind` for masked lanes, in type `ty`: an integer max/min's is
-    the type's own extreme (2**62 does not fit an int32: the interpreter refuses it), an
+    the type's own extreme (2**62 does not fit an int32: the interpreter refuses it; nor is it
+    int64's: fuzz seed 22), an
     unsigned one's that of the zero-extended values (_UNSIGNED_WIDE)."""
     if kind in ("maxui", "minui"):
         return str(_UNSIGNED_WIDE[ty][1] if kind == "minui" else 0)
     if kind in ("maxsi", "minsi") and ty in _INT_WIDTH:
         w = _INT_WIDTH[ty]
         return f"-(2**{w - 1})" if kind == "maxsi" else f"(2**{w - 1} - 1)"
+    if kind in ("maxsi", "minsi") and ty == "i64":
+        # int64's extremes (2**62 is no identity: amax of a row of INT64_MIN gave -2**62);
+        # -2**63 spelled so that no literal leaves int64 (2**63 alone would be a uint64)
+        return "(-9223372036854775807 - 1)" if kind == "maxsi" else "9223372036854775807"
     return _COMBINE[kind][1]
 
 
@@ -376,8 +381,8 @@ class _KernelWriter:
                                 f"'{kind}' on {rty}", op.location)
             if cond is not None:
                 c, ident = b.scalar(cond, ctx), _identity(kind, rty)
-                arms = (val.text, ident) if take else (ident, val.text)
-                val = b.bind(f"tl.where(({c.text}) != 0, {arms[0]}, {arms[1]})",
+                arms = (val.node, Raw(ident)) if take else (Raw(ident), val.node)
+                val = b.bind(Op("arith.select", (c.node, *arms), rty, ("i1", rty, rty)),
                              val.deps | c.deps, type_name(op.results[k].type), "m")
             parts.append((kind, val))
         b.stack = saved

@@ -22,6 +22,7 @@ from torch_mlir import ir
 
 from ..dialects import make_context, verify_module
 from ..dialects.contract import PRELUDE, SOURCE, SYMBOL, TARGET, is_kernel
+from ..dialects.contract import describe as describe_contract
 from . import base, forked
 from .pipeline import PipelineError, build_pass_manager
 from .registry import all_passes
@@ -313,6 +314,12 @@ class Driver:
                 self._capture(err)
                 return None
             _rename_locations(module, self.filename)
+            if self.args.verify_each:
+                # The input against the stage contract (each pass then checks its output).
+                try:
+                    verify_module(module.operation)
+                except ValueError:
+                    return None
             try:
                 self.pm.run(module.operation)
             except ir.MLIRError as err:
@@ -389,6 +396,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--pass-pipeline", default="",
                    help="e.g. 'builtin.module(ember-fuse{max-group-size=8},canonicalize)'")
     p.add_argument("--list-passes", action="store_true", help="list ember's passes and options")
+    p.add_argument("--list-attributes", action="store_true",
+                   help="list the ember.* attributes of the stage contract (dialects/contract.py)")
     p.add_argument("--split-input-file", action="store_true",
                    help=f"process each '{SPLIT_MARKER}'-separated chunk on its own")
     p.add_argument("--verify-diagnostics", action="store_true",
@@ -468,6 +477,9 @@ def run(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
     if args.list_passes:
         sys.stdout.write(list_passes())
+        return 0
+    if args.list_attributes:
+        sys.stdout.write(describe_contract())
         return 0
     try:
         data, filename = _read_input(args.input)

@@ -52,6 +52,15 @@ def narrow_source(value):
     return src
 
 
+def _sizes_of(value) -> list:
+    """`value`'s shape for a `tensor.empty` at the current insertion point: static dims as
+    ints, a dynamic one (symbolic sizes) as a `tensor.dim` of `value`."""
+    from torch_mlir.dialects import arith, tensor
+    t = ir.RankedTensorType(value.type)
+    return [tensor.DimOp(value, arith.ConstantOp(ir.IndexType.get(), i).result).result
+            if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
+
+
 def widen(value, wide_type, anchor):
     """An elementwise `linalg.generic` widening `value` (bf16/f16) to `wide_type` (f32)."""
     from torch_mlir.dialects import arith, linalg, tensor
@@ -59,7 +68,7 @@ def widen(value, wide_type, anchor):
     ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(rank))
     par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
     with ir.InsertionPoint(anchor), anchor.location:
-        empty = tensor.EmptyOp(wide_type.shape, wide_type.element_type)
+        empty = tensor.EmptyOp(_sizes_of(value), wide_type.element_type)
         gen = linalg.GenericOp([wide_type], [value], [empty.result], ir.ArrayAttr.get([ident] * 2),
                                ir.ArrayAttr.get([par] * rank))
         block = gen.regions[0].blocks.append(ir.RankedTensorType(value.type).element_type,
@@ -77,7 +86,7 @@ def _add(acc, value, anchor):
     ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(t.rank))
     par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
     with ir.InsertionPoint(anchor), anchor.location:
-        empty = tensor.EmptyOp(t.shape, t.element_type)
+        empty = tensor.EmptyOp(_sizes_of(value), t.element_type)
         gen = linalg.GenericOp([t], [acc, value], [empty.result], ir.ArrayAttr.get([ident] * 3),
                                ir.ArrayAttr.get([par] * t.rank))
         block = gen.regions[0].blocks.append(t.element_type, t.element_type, t.element_type)
@@ -122,11 +131,27 @@ def _collapse(value, groups, anchor):
 
 
 def _expand(value, groups, shape, anchor):
-    from torch_mlir.dialects import tensor
+    """A new expand_shape view of `value` to `shape`; a dynamic dim (symbolic sizes) is the
+    source dim of its group divided by the group's static sizes (one dynamic dim a group)."""
+    from torch_mlir.dialects import arith, tensor
     t = ir.RankedTensorType(value.type)
+    dyn = ir.ShapedType.get_dynamic_size()
     with ir.InsertionPoint(anchor), anchor.location:
+        sizes = []
+        for j, group in enumerate(groups):
+            if not any(shape[i] == dyn for i in group):
+                continue
+            if sum(shape[i] == dyn for i in group) > 1:
+                raise ValueError("expand_shape with two dynamic dims in one group")
+            size = tensor.DimOp(value, arith.ConstantOp(ir.IndexType.get(), j).result).result
+            rest = 1
+            for i in group:
+                rest *= shape[i] if shape[i] != dyn else 1
+            if rest != 1:
+                size = arith.DivUIOp(size, arith.ConstantOp(ir.IndexType.get(), rest).result).result
+            sizes.append(size)
         return tensor.ExpandShapeOp(ir.RankedTensorType.get(shape, t.element_type), value,
-                                    _reassociation(groups), [], shape).result
+                                    _reassociation(groups), sizes, shape).result
 
 
 def _unsplit(value, groups, anchor):

@@ -6,7 +6,7 @@ shape screen rejects groups that cannot possibly fit (different iteration spaces
 """
 from torch_mlir import ir
 
-from .backends import BACKENDS, backend_named
+from .backends import backend_named
 from .graph_utils import defining_op, users
 from .ir_queries import VIEW_OPS, is_reduction, iterator_types, op_name  # noqa: F401
 from .kernel_schedule import Unschedulable, schedule_kernel, schedule_ops
@@ -150,9 +150,6 @@ def group_results(ops) -> list:
             if any(u not in inside or op_name(u) == "func.return" for u in users(res)):
                 out.append(res)
     return out
-
-
-TARGETS = tuple(BACKENDS)
 
 
 def _target_check(target: str):

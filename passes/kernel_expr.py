@@ -4,7 +4,7 @@ kernel_schedule API; import from there).
 `ExprBuilder.value_at(v, idx)` returns an `Expr` computing tensor value `v` at index `idx`
 (one Expr per tensor dim). Pointwise producers are inlined (recomputed per consumer index);
 reductions go through `reduce_hook`; kernel arguments are loaded from `buffers`. Every
-intermediate is bound to a local (`lang.let`) in the innermost `Scope` that binds one of its
+intermediate is bound to a local (kernel_ir.Let) in the innermost `Scope` that binds one of its
 loop variables, so loop-invariant work (broadcast loads, per-row scalars) is hoisted, and is
 memoised per (value, index) while that scope is open.
 
@@ -15,13 +15,15 @@ memoised per (value, index) while that scope is open.
                                            index op "idx.add|mul|div|rem|min|max|lt|ge";
                                            args: the operands' spellings, nodes: their
                                            kernel_ir nodes (a spelling may depend on a Const)
-    fold(kind, nodes, rtype, atypes) -> Const|None a constant the target folds the op to, if any
+    fold(kind, nodes, rtype, atypes) -> Const|None
+                                           a constant the target folds the op to, if any
     plain_int(type) -> bool                whether integer constants of `type` are spelled as
                                            bare literals (then they fold as index integers)
     constant(value, type) -> str           value: Python float/int/bool
     load(buffer, offset, type, masks) -> str   masks: names of tile masks (Triton)
     let(name, type, text) -> str           a statement binding a local
-    store(buffer, offset, value, type) -> str   a statement storing an element
+    store(buffer, offset, value, type) -> str   a statement storing an element (C++)
+    assign(name, op, value) -> str         an accumulator update (C++)
     dim_size(g, k) -> str                  size of dynamic global dim g (sizes[k] in the ABI)
     check_index(i, n, dim) -> str          index i (from data) checked against size n: records
                                            an out-of-range index, returns one in bounds
@@ -319,7 +321,8 @@ class ExprBuilder:
             neg = const(-s0) if s0 is not None else \
                 self.expr(Op("idx.mul", (start.node, Const(-1, INT)), "index", ("index", "index")))
             local = self.iop("add", idx[dim], neg)
-            clamped = self.iop("min", self.iop("max", local, const(0)), self.iop("add", n, const(-1)))
+            clamped = self.iop("min", self.iop("max", local, const(0)),
+                               self.iop("add", n, const(-1)))
             sidx = list(idx)
             sidx[dim] = clamped
             pieces.append((self.value_at(v, sidx), self.iop("add", start, n)))

@@ -2,8 +2,9 @@
 finally print (part of the kernel_schedule API).
 
 Invariant: code generation decisions (index simplification, constant folding, loop
-flattening, OpenMP collapse depth, tile shapes) are made on these nodes; text exists only as
-what a language's printer (`print_expr` with a `Lang`, `render_*` of statements) makes of them.
+flattening, OpenMP collapse depth and clauses, load masks) are made on these nodes; text
+exists only as what a language's printer makes of them (`Printer` with a kernel_expr `Lang`
+for expressions, `render_stmt` for statements, the lowerings' block renderers for Scopes).
 
 Expressions (immutable, hashable, compared structurally):
     Var(name, deps)           a local, a loop variable or a size symbol; `deps`: the loop
@@ -15,9 +16,10 @@ Expressions (immutable, hashable, compared structurally):
                               min|max|lt|ge", or CHECK_INDEX (args: index, size, Const dim)
     Load(buffer, offset, dtype, masks)
     Raw(text)                 a target snippet that no decision looks into
-Statements: Let(name, dtype, value), Store(buffer, offset, value, dtype), Line(text) and
-Scope (a block with its loop header, the loop variables it binds and its OmpPragmas).
-`OmpPragma.collapse` is a count, fitted to the depth of the perfect loop nest when printed.
+Statements: Let(name, dtype, value), Store(buffer, offset, value, dtype), Assign(name,
+value, op), Line(text) (a statement no decision looks into) and Scope (a block with its loop
+header, the loop variables it binds and its OmpPragmas). `OmpPragma.collapse` is a count,
+fitted to the depth of the perfect loop nest when printed.
 """
 from __future__ import annotations
 
@@ -41,7 +43,11 @@ class Const:
 
     # Equal when spelled alike: -0.0 is not 0.0, True is not 1, and a NaN equals itself.
     def _key(self):
-        return (self.dtype, type(self.value).__name__, repr(self.value))
+        k = self.__dict__.get("_k")
+        if k is None:
+            k = (self.dtype, type(self.value).__name__, repr(self.value))
+            object.__setattr__(self, "_k", k)
+        return k
 
     def __eq__(self, other):
         return isinstance(other, Const) and self._key() == other._key()
@@ -182,6 +188,8 @@ class Printer:
         self.memo: dict = {}
 
     def __call__(self, n) -> str:
+        if isinstance(n, Var):
+            return n.name
         hit = self.memo.get(n)
         if hit is None:
             hit = self.memo[n] = self._print(n)
@@ -220,21 +228,41 @@ class Store:
 
 
 @dataclasses.dataclass
+class Assign:
+    """`name op value` on a mutable local (an accumulator): op is "=", "+=", ..."""
+    name: str
+    value: object
+    op: str = "="
+
+
+@dataclasses.dataclass
 class Line:
     text: str
 
 
 @dataclasses.dataclass
 class OmpPragma:
-    """`#pragma omp <directive> [collapse(n)]<tail>`; `collapse` is how many perfectly nested
-    loops from this one the directive spans (1: no clause)."""
-    directive: str
+    """An OpenMP directive on a loop: `parallel for` (threads) and/or `simd`; `collapse`: how
+    many perfectly nested loops from this one it spans; `work` (with `parallel`): the factors
+    (nodes) of the iteration count that must reach `min_work` for threads to start (none:
+    always); `reductions`: (operator, variable) pairs."""
+    parallel: bool = False
+    simd: bool = False
     collapse: int = 1
-    tail: str = ""
+    work: tuple = ()
+    min_work: int = 0
+    reductions: tuple = ()
 
-    def render(self, depth: int) -> str:
+    def render(self, depth: int, show: "Printer") -> str:
+        """The pragma line; `depth`: the perfect depth of the nest it is on (a hoisted loop
+        invariant between two loops makes a nest imperfect, so collapse shrinks to fit)."""
         n = min(self.collapse, depth)
-        return f"#pragma omp {self.directive}{f' collapse({n})' if n > 1 else ''}{self.tail}"
+        text = "#pragma omp " + " ".join(["parallel for"] * self.parallel + ["simd"] * self.simd)
+        if n > 1:
+            text += f" collapse({n})"
+        if self.work:
+            text += f" if({' * '.join(show(f) for f in self.work)} >= {self.min_work})"
+        return text + "".join(f" reduction({op}:{v})" for op, v in self.reductions)
 
 
 class Scope:
@@ -262,6 +290,8 @@ def statement_nodes(stmt):
         return (stmt.value,)
     if isinstance(stmt, Store):
         return (stmt.offset, stmt.value)
+    if isinstance(stmt, Assign):
+        return (stmt.value,)
     return ()
 
 
@@ -285,4 +315,6 @@ def render_stmt(stmt, show: Printer) -> str:
         return show.lang.let(stmt.name, stmt.dtype, show(stmt.value))
     if isinstance(stmt, Store):
         return show.lang.store(stmt.buffer, show(stmt.offset), show(stmt.value), stmt.dtype)
+    if isinstance(stmt, Assign):
+        return show.lang.assign(stmt.name, stmt.op, show(stmt.value))
     raise TypeError(f"not a statement: {stmt!r}")

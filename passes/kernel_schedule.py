@@ -31,6 +31,7 @@ placed in the scope the index depends on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Optional
 
 from torch_mlir import ir
@@ -88,6 +89,7 @@ class Expr:
         return self.text
 
 
+@functools.lru_cache(maxsize=4096)
 def const(n: int) -> Expr:
     """An index-arithmetic integer literal."""
     return Expr(str(n), frozenset(), Const(int(n), INT))

@@ -533,9 +533,14 @@ class TritonLang:
         if kind == "math.trunc":
             return f"tl.where({args[0]} < 0, tl.ceil({args[0]}), tl.floor({args[0]}))"
         if kind == "math.roundeven":
+            # From floor(x) and the exact x - floor(x): floor(x + 0.5) rounds the sum first
+            # (0.49999997 + 0.5 is 1.0; 2**23 + 1 + 0.5 is 2**23 + 2). A zero keeps x's sign
+            # (round(-0.4) is -0.0): x * 0.0, x finite there.
             x = args[0]
-            return (f"tl.where(({x} - tl.floor({x})) == 0.5, 2.0 * tl.floor({x} * 0.5 + 0.5), "
-                    f"tl.floor({x} + 0.5))")
+            f, d = f"tl.floor({x})", f"({x} - tl.floor({x}))"
+            odd = f"(({f} - 2.0 * tl.floor({f} * 0.5)) == 1.0)"
+            r = f"({f} + tl.where(({d} > 0.5) | (({d} == 0.5) & {odd}), 1.0, 0.0))"
+            return f"tl.where({r} == 0.0, {x} * 0.0, {r})"
         raise UnsupportedOp(f"'{kind}' has no Triton spelling")
 
     def _cast(self, kind, x, rtype, atype):

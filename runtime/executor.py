@@ -7,9 +7,11 @@ over prebuilt closures.
 from __future__ import annotations
 
 import ctypes
+import math
 from pathlib import Path
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 
 from .cache import ArtifactCache, as_cache
@@ -460,6 +462,13 @@ def _trunc_div(a, b):
     return q if (a >= 0) == (b >= 0) else -q
 
 
+def _float_div(a, b):
+    """IEEE division (Python's raises on a zero divisor)."""
+    if b == 0:
+        return math.copysign(math.inf, a) * math.copysign(1.0, b) if a != 0 else math.nan
+    return a / b
+
+
 def _trunc_rem(a, b):
     return a - b * _trunc_div(a, b)
 
@@ -474,7 +483,14 @@ _SCALAR_OPS = {
     "andi": lambda a, b: a & b, "ori": lambda a, b: a | b, "xori": lambda a, b: a ^ b,
     "index_cast": int, "index_castui": int, "extsi": int, "extui": int, "trunci": int,
     "select": lambda c, a, b: a if c else b,
+    # float steps of a size (arange's ceil(end / step)); results rounded to their type's width
+    "sitofp": float, "uitofp": float, "fptosi": math.trunc, "fptoui": math.trunc,
+    "addf": lambda a, b: a + b, "subf": lambda a, b: a - b, "mulf": lambda a, b: a * b,
+    "divf": _float_div, "negf": lambda a: -a, "truncf": float, "extf": float,
+    "maximumf": max, "minimumf": min, "maxnumf": max, "minnumf": min,
+    "ceil": math.ceil, "floor": math.floor,
 }
+_FLOAT_BITS = {16: np.float16, 32: np.float32}
 
 
 def _scalar_run(s: Step) -> Callable[[list], None]:
@@ -508,6 +524,12 @@ def _scalar_run(s: Step) -> Callable[[list], None]:
         fn = _SCALAR_OPS[s.name]
     else:
         raise ValueError(f"ember runtime: unknown scalar op {s.name!r}")
+
+    rounded = _FLOAT_BITS.get(s.params.get("bits"))
+    if rounded is not None:
+        def run_rounded(vals, fn=fn, ins=ins, o=outs[0], rounded=rounded):
+            vals[o] = float(rounded(fn(*[vals[i] for i in ins])))
+        return run_rounded
 
     def run(vals, fn=fn, ins=ins, o=outs[0]):
         vals[o] = fn(*[vals[i] for i in ins])

@@ -146,18 +146,77 @@ def _generic(name: str, p: dict[str, Any]) -> ExternFn:
     return run
 
 
-def extern_result_shape(name: str, params: dict[str, Any]) -> Callable[[list], tuple]:
-    """The result shape of a matmul extern from its operands (a dynamic program allocates it
-    at run time): (..., rows of a, columns of b), through `transpose_a` / `transpose_b`."""
-    first = 1 if name in ("aten.addmm", "aten.baddbmm") else 0
-    if name not in ("aten.mm", "aten.bmm", "aten.addmm", "aten.baddbmm"):
-        raise ValueError(f"ember runtime: extern {name} has no dynamic result shape")
-    ab = _operands(params, first)
+def _window_out(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool = False) -> int:
+    """Output length of a convolution / pooling window sweep (torch's formula; with
+    `ceil_mode` a last, partial window counts if it starts inside the input or left padding)."""
+    span = n + 2 * p - d * (k - 1) - 1
+    if not ceil_mode:
+        return span // s + 1
+    out = -(-span // s) + 1
+    return out - 1 if (out - 1) * s >= n + p else out
+
+
+def _conv_shape(p: dict[str, Any]) -> Callable[[list], tuple]:
+    stride, padding, dilation = list(p["stride"]), list(p["padding"]), list(p["dilation"])
+    groups = int(p.get("groups", 1))
+    transposed = bool(p.get("transposed", False))
+    out_pad = list(p.get("output_padding", [0] * len(stride)))
 
     def shape(ins):
-        a, b = ab(ins)
-        return tuple(a.shape[:-1]) + (b.shape[-1],)
+        x, w = ins[0], ins[1]
+        if transposed:
+            spatial = [(n - 1) * s - 2 * q + d * (k - 1) + op + 1 for n, k, s, q, d, op in
+                       zip(x.shape[2:], w.shape[2:], stride, padding, dilation, out_pad)]
+            return (x.shape[0], w.shape[1] * groups, *spatial)
+        spatial = [_window_out(n, k, s, q, d) for n, k, s, q, d in
+                   zip(x.shape[2:], w.shape[2:], stride, padding, dilation)]
+        return (x.shape[0], w.shape[0], *spatial)
     return shape
+
+
+def _pool_shape(p: dict[str, Any]) -> Callable[[list], tuple]:
+    stride, padding, dilation = list(p["stride"]), list(p["padding"]), list(p["dilation"])
+    ceil_mode = bool(p.get("ceil_mode", False))
+
+    def shape(ins):
+        x, window = ins[0], ins[1]     # the window operand carries only its shape
+        spatial = [_window_out(n, k, s, q, d, ceil_mode) for n, k, s, q, d in
+                   zip(x.shape[-2:], window.shape, stride, padding, dilation)]
+        return (*x.shape[:-2], *spatial)
+    return shape
+
+
+def _matmul_shape(first: int) -> Callable[[dict[str, Any]], Callable[[list], tuple]]:
+    def make(p: dict[str, Any]) -> Callable[[list], tuple]:
+        ab = _operands(p, first)
+
+        def shape(ins):       # (..., rows of a, columns of b), through transpose_a / _b
+            a, b = ab(ins)
+            return tuple(a.shape[:-1]) + (b.shape[-1],)
+        return shape
+    return make
+
+
+# Externs whose result shape the runtime computes from their operands' run-time sizes, so a
+# program with symbolic sizes allocates them per call (frontend/schedule.py accepts these with
+# `?` result dims; any other extern of dynamic size makes the graph compile per shape).
+_SHAPES: dict[str, Callable[[dict[str, Any]], Callable[[list], tuple]]] = {
+    "aten.mm": _matmul_shape(0), "aten.bmm": _matmul_shape(0),
+    "aten.addmm": _matmul_shape(1), "aten.baddbmm": _matmul_shape(1),
+    "aten.convolution": _conv_shape,
+    "aten.max_pool2d": _pool_shape, "aten.sum_pool2d": _pool_shape,
+    # attention: the query's sizes but the last, which is the value's
+    "aten.sdpa": lambda p: lambda ins: tuple(ins[0].shape[:-1]) + (ins[2].shape[-1],),
+}
+DYNAMIC_EXTERNS = frozenset(_SHAPES)
+
+
+def extern_result_shape(name: str, params: dict[str, Any]) -> Callable[[list], tuple]:
+    """The result shape of extern `name` from its operands (a dynamic program allocates it
+    at run time)."""
+    if name not in _SHAPES:
+        raise ValueError(f"ember runtime: extern {name} has no dynamic result shape")
+    return _SHAPES[name](params)
 
 
 def resolve(name: str, params: dict[str, Any]) -> ExternFn:

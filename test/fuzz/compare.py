@@ -129,9 +129,83 @@ def check(source: str, target: str) -> dict:
         fallback, fallback_reasons = _fallbacks()
     torch._dynamo.reset()
     r = _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, list(exact_map), target)
+    if r[0] == "mismatch":
+        quirk = _eager_quirk(source, fn, make, outs, out_inputs, list(exact_map), target)
+        if quirk:
+            r = ("pass", f"eager quirk {quirk}: {r[1]}")
     if r[0] != "pass" and _upstream(fn, make, ref_err, refs, ref_inputs, list(exact_map)):
         r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}")
     return dict(status=r[0], reason=r[1], fallback=fallback, fallback_reasons=fallback_reasons)
+
+
+def _gelu_inf(original):
+    """gelu with +inf -> +inf (its value: x * 0.5 * (1 + erf(x / sqrt 2)) = inf)."""
+    def gelu(x, approximate="none"):
+        y = original(x, approximate=approximate)
+        return torch.where(torch.isposinf(x), x, y) if x.is_floating_point() else y
+    return gelu
+
+
+def _gelu_f64(original):
+    """float32 gelu computed in float64 and rounded once."""
+    def gelu(x, approximate="none"):
+        if x.dtype != torch.float32:
+            return original(x, approximate=approximate)
+        return original(x.double(), approximate=approximate).float()
+    return gelu
+
+
+def _prod_f32(original):
+    """prod of bf16/f16 accumulated in f32 and rounded once (eager's CUDA kernel)."""
+    def prod(x, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and x.dtype in (torch.bfloat16, torch.float16) \
+                and "dtype" not in kwargs:
+            return original(x.float(), *args, **kwargs).to(x.dtype)
+        return original(x, *args, **kwargs)
+    return prod
+
+
+# Eager results that are eager's kernels' own accidents or its CPU kernels' choices, not the
+# op's semantics; each is named, accepted only where it explains the whole difference (ember
+# matches eager run with the op replaced by the other value), and pinned by a test that fails
+# once torch changes (test_fuzz_regressions_22.py). name -> (targets, what the source must
+# call, torch attribute owner, attribute, replacement).
+QUIRKS = {
+    # eager's CPU gelu of +inf is NaN in its vectorized loop (float32 tensors of two elements
+    # or more, bf16 rows long enough), +inf in its scalar one (fuzz seed 22 index 794)
+    "cpu_gelu_inf_nan": (("cpu", "triton"), "torch.nn.functional.gelu(", torch.nn.functional,
+                         "gelu", _gelu_inf),
+    # eager's CPU float32 erf-GELU loses ~1e-4 relative in the negative tail (x < -3: the
+    # cancellation in 1 + erf(x / sqrt 2) magnifies its erf's error), ember's is within 1e-5 of
+    # float64 there; 1 / gelu(x) carries that into a whole output (fuzz seed 22 index 197)
+    "cpu_gelu_f32_tail_error": (("cpu", "triton"), "torch.nn.functional.gelu(",
+                                torch.nn.functional, "gelu", _gelu_f64),
+    # the triton target has eager CUDA's semantics: a bf16/f16 product accumulates in f32
+    # (eager's CPU kernel rounds each partial product to the 16-bit type, so one past 65504 is
+    # inf: fuzz seed 22 index 729); the cpu target calls eager's CPU kernel
+    "cuda_prod_f32_accumulation": (("triton",), ".prod(", torch.Tensor, "prod", _prod_f32),
+}
+
+
+def _eager_quirk(source, fn, make, outs, out_inputs, exact, target) -> str | None:
+    """The name of the eager quirk that explains a mismatch, or None."""
+    for name, (targets, call, owner, attr, replacement) in QUIRKS.items():
+        if target not in targets or call not in source:
+            continue
+        original = getattr(owner, attr)
+        setattr(owner, attr, replacement(original))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                inputs = make()
+                refs = _flat(fn(*inputs))
+        except Exception:  # noqa: BLE001 - no alternative reference: not this quirk
+            continue
+        finally:
+            setattr(owner, attr, original)
+        if _verdict(None, None, refs, outs, inputs, out_inputs, exact, target)[0] == "pass":
+            return name
+    return None
 
 
 def _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target) -> tuple:

@@ -91,3 +91,48 @@ func.func @reshape(%arg0: tensor<?x?xf32>, %n: i64) -> tensor<?x4xf32> {
   } -> tensor<?x4xf32>
   return %m : tensor<?x4xf32>
 }
+
+// -----
+
+// Float arithmetic on a symbolic size (BatchNorm's unbiased-variance factor n / (n - 1), a
+// SymFloat of the graph): the host keeps no float; the kernel takes the integer n and computes
+// the factor in its body. A float step towards an integer size (arange's ceil(end / 2)) stays
+// on the host, whose runtime evaluates it.
+// FUSE-LABEL: func.func @float_size
+// FUSE-NOT: arith.divf
+// FUSE: %[[H:.*]] = arith.sitofp %arg2 : i64 to f32
+// FUSE: %[[HH:.*]] = arith.mulf %[[H]]
+// FUSE: math.ceil %[[HH]]
+// FUSE: call @ember_fused_div_0(%arg0, %{{.*}}, %arg1)
+// FUSE: func.func private @ember_fused_div_0(%{{.*}}: tensor<?xf32>, %{{.*}}: index, %[[N:.*]]: i64)
+// FUSE: linalg.generic
+// FUSE-NEXT: ^bb0
+// FUSE-NEXT: %[[F:.*]] = arith.sitofp %[[N]] : i64 to f64
+// FUSE-NEXT: %[[M:.*]] = arith.subf %[[F]], %{{.*}} : f64
+// FUSE-NEXT: %[[Q:.*]] = arith.divf %[[F]], %[[M]] : f64
+// FUSE-NEXT: arith.truncf %[[Q]] : f64 to f32
+// CPP-LABEL: func.func private @ember_fused_div_0
+// CPP-SAME: (double)(
+// TRITON-LABEL: func.func private @ember_fused_div_0
+// TRITON-SAME: .to(tl.float64)
+func.func @float_size(%arg0: tensor<?xf32>, %n: i64, %m: i64) -> (tensor<?xf32>, i64) {
+  %c0 = arith.constant 0 : index
+  %one = arith.constant 1.0 : f64
+  %half = arith.constant 0.5 : f32
+  %f = arith.sitofp %n : i64 to f64
+  %nm1 = arith.subf %f, %one : f64
+  %q = arith.divf %f, %nm1 : f64
+  %h = arith.sitofp %m : i64 to f32
+  %hh = arith.mulf %h, %half : f32
+  %ceil = math.ceil %hh : f32
+  %size = arith.fptosi %ceil : f32 to i64
+  %d = tensor.dim %arg0, %c0 : tensor<?xf32>
+  %e = tensor.empty(%d) : tensor<?xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(i) -> (i)>, affine_map<(i) -> (i)>], iterator_types = ["parallel"]} ins(%arg0 : tensor<?xf32>) outs(%e : tensor<?xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %t = arith.truncf %q : f64 to f32
+    %p = arith.mulf %a, %t : f32
+    linalg.yield %p : f32
+  } -> tensor<?xf32>
+  return %r, %size : tensor<?xf32>, i64
+}

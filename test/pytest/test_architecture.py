@@ -149,3 +149,15 @@ def test_every_registered_pass_is_checked_here():
     listed = {"ember-fuse", "ember-convert-externs", "ember-buffer-reuse",
               "ember-lower-to-cpp", "ember-lower-to-triton"}
     assert names == listed
+
+
+def test_each_target_maps_to_one_backend():
+    from ember.frontend.options import CompileOptions, default_pipeline
+    from ember.passes.backends import CPP, TRITON, Target, backend_for, backend_named
+    assert backend_for("cpu") is CPP and backend_named("cpu") is CPP
+    assert all(backend_for(t) is TRITON for t in (Target.CUDA, Target.ROCM, "triton"))
+    with pytest.raises(ValueError, match="resolved"):
+        backend_for(Target.AUTO)
+    for target, backend in (("cpu", CPP), ("rocm", TRITON)):
+        pipeline = default_pipeline(CompileOptions(target=target), target)
+        assert f"target={backend.name}" in pipeline and pipeline.endswith(f"{backend.lowering})")

@@ -550,6 +550,12 @@ def test_view_outputs_fold_into_one_as_strided():
     got, ref = _alias(t, *folded[0][1]), replay(t, steps)
     assert got.stride() == ref.stride() and got.shape == ref.shape
     assert got.data_ptr() == ref.data_ptr() and torch.equal(got, ref)
+    # dtype-changing views and conj bits are not geometry: replayed as they are
+    z = torch.empty(3, dtype=torch.complex64)
+    real = ((aten.view_as_real.default, (), {}),)
+    assert fold_views(z, real, torch.view_as_real(z)) == real
+    conj = ((aten.conj.default, (), {}),)
+    assert fold_views(z, conj, z.conj()) == conj
     odd = torch.randn(6, 4).t()         # not contiguous: the views are replayed
     assert torch.equal(_alias(odd, *folded[0][1]), replay(odd, steps))
     # compiled end to end: the outputs are views of one another with eager's strides

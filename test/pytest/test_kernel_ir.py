@@ -3,8 +3,9 @@ flattening decision made on the tree (no emitted text is inspected)."""
 import math
 
 from ember.passes.cpp_emitter import CppLang, _render
-from ember.passes.kernel_ir import (INT, Const, Let, Load, OmpPragma, Op, Printer, Scope, Store,
-                                    Var, all_nodes, deps_of, fold_index, render_stmt)
+from ember.passes.kernel_ir import (INT, Assign, Const, Let, Load, OmpPragma, Op, Printer,
+                                    Scope, Store, Var, all_nodes, deps_of, fold_index,
+                                    render_stmt)
 from ember.passes.triton_lang import TritonLang, _is_compare
 
 X = Var("x", frozenset({"x"}))
@@ -92,6 +93,10 @@ def test_printing_per_language():
     assert render_stmt(Let("t1", "f32", Load("in0", X, "bf16")), show) == \
         "const float t1 = ember_bf16_to_f32(in0[x]);"
     assert render_stmt(Store("out0", X, Var("t1"), "f32"), show) == "out0[x] = t1;"
+    assert render_stmt(Assign("acc1", Var("part2"), "+="), show) == "acc1 += part2;"
+    # Triton loads carry their tile masks
+    assert Printer(TritonLang())(Load("in0", X, "bf16", ("xmask",))) == \
+        "tl.load(in0 + x, mask=xmask, other=0).to(tl.float32)"
 
 
 def test_cpp_integer_division_reads_the_divisor_node():
@@ -129,7 +134,8 @@ def test_collapse_is_fitted_to_the_perfect_nest():
     def nest(invariant_between):
         outer = Scope({"i"}, "for (i)")
         inner = Scope({"j"}, "for (j)")
-        outer.pragmas.append(OmpPragma("parallel for", 3, " if(n >= 4)"))
+        outer.pragmas.append(OmpPragma(parallel=True, collapse=3, work=(Var("n"), c(2)),
+                                       min_work=4))
         if invariant_between:
             outer.stmts.append(Let("t1", "f32", Load("in0", Var("i"), "f32")))
         outer.stmts.append(inner)
@@ -139,9 +145,13 @@ def test_collapse_is_fitted_to_the_perfect_nest():
         lines = []
         _render(top, 0, lines, Printer(CppLang()))
         return lines[0]
-    assert nest(False) == "#pragma omp parallel for collapse(2) if(n >= 4)"
-    assert nest(True) == "#pragma omp parallel for if(n >= 4)"
-    assert OmpPragma("simd", 1, " reduction(+:a)").render(5) == "#pragma omp simd reduction(+:a)"
+    assert nest(False) == "#pragma omp parallel for collapse(2) if(n * 2 >= 4)"
+    assert nest(True) == "#pragma omp parallel for if(n * 2 >= 4)"
+    show = Printer(CppLang())
+    p = OmpPragma(parallel=True, simd=True, collapse=2, reductions=(("+", "a"), ("|", "nan1")))
+    assert p.render(5, show) == \
+        "#pragma omp parallel for simd collapse(2) reduction(+:a) reduction(|:nan1)"
+    assert OmpPragma(simd=True).render(1, show) == "#pragma omp simd"
 
 
 def test_constants_are_equal_only_when_spelled_alike():
@@ -151,3 +161,99 @@ def test_constants_are_equal_only_when_spelled_alike():
     assert Const(float("nan"), "f32") == Const(float("nan"), "f32")
     show = Printer(CppLang())
     assert show(Const(0.0, "f32")) == "0.0f" and show(Const(-0.0, "f32")) == "-0.0f"
+
+
+_KERNEL = """
+func.func private @k(%a: tensor<4x8xf32>, %b: tensor<{bshape}xf32>) -> tensor<4x8xf32>
+    attributes {{ember.kernel = "pointwise"}} {{
+  %e = tensor.empty() : tensor<4x8xf32>
+  %r = linalg.generic {{indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>,
+                                         affine_map<(d0, d1) -> ({bmap})>,
+                                         affine_map<(d0, d1) -> (d0, d1)>],
+                        iterator_types = ["parallel", "parallel"]}}
+      ins(%a, %b : tensor<4x8xf32>, tensor<{bshape}xf32>) outs(%e : tensor<4x8xf32>) {{
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  }} -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}}
+"""
+
+
+def _flat_choice(bshape, bmap):
+    from torch_mlir import ir
+
+    from ember.dialects.ember import make_context
+    from ember.passes.cpp_emitter import _Emitter, _flat_is_clean, emit_kernel
+    with make_context():
+        m = ir.Module.parse(_KERNEL.format(bshape=bshape, bmap=bmap))
+        fn = next(iter(m.body.operations))
+        em = _Emitter(fn, "k", 32768, True).build(flat=2)
+        return _flat_is_clean(em), emit_kernel(fn, "k")
+
+
+def test_flattening_is_decided_on_the_tree():
+    # both operands contiguous: the flat index reads them directly, one flat loop
+    clean, src = _flat_choice("4x8", "d0, d1")
+    assert clean
+    assert "for (int64_t f1 = 0; f1 < 32; ++f1)" in src and "in1[f1]" in src
+    # a transposed operand needs / and % of the flat index: the nested loops are kept
+    clean, src = _flat_choice("8x4", "d1, d0")
+    assert not clean
+    assert "/" not in src and "%" not in src and "f1" not in src
+
+
+def test_reduction_identity_is_recognized_by_value():
+    # an accumulator initialised to the combiner's identity is not combined again
+    # (int32 amin's init 2147483647 is the identity spelled (2**31 - 1))
+    from ember.passes.ember_lower_to_triton import _is_identity
+    assert _is_identity(Const(2147483647, INT), "minsi", "i32")
+    assert _is_identity(Const(-2147483648, INT), "maxsi", "i32")
+    assert not _is_identity(Const(-2147483648, INT), "maxsi", "i64")
+    assert _is_identity(Const(0.0, "f32"), "addf", "f32")
+    assert not _is_identity(Const(-0.0, "f32"), "addf", "f32")
+    assert _is_identity(Const(float("-inf"), "f32"), "maximumf", "f32")
+    assert _is_identity(Const(False, "i1"), "ori", "i1")
+    assert not _is_identity(Var("t1"), "addf", "f32")
+
+
+GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "cpp_emitter.py",
+              "triton_lang.py", "ember_lower_to_triton.py", "ember_lower_to_cpp.py"]
+
+
+def _text_inspections(source: str) -> list:
+    """(line, what) for each place that reads generated code text back: a comparison or
+    membership test on an `.text` / `*_text` value, a method called on one (`.strip()`,
+    `.isdigit()`, ...), or the `re` module."""
+    import ast
+    hits = []
+
+    def texty(n):
+        return (isinstance(n, ast.Attribute) and (n.attr == "text" or n.attr.endswith("_text"))) \
+            or (isinstance(n, ast.Name) and n.id.endswith("_text"))
+    for n in ast.walk(ast.parse(source)):
+        if isinstance(n, ast.Compare) and any(texty(x) for x in [n.left, *n.comparators]):
+            hits.append((n.lineno, "compares text"))
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and texty(n.func.value):
+            hits.append((n.lineno, f"calls .{n.func.attr}() on text"))
+        elif isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+                a.name == "re" for a in n.names) or isinstance(n, ast.ImportFrom) and n.module == "re":
+            hits.append((n.lineno, "imports re"))
+    return hits
+
+
+def test_code_generators_do_not_read_emitted_text():
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2] / "passes"
+    found = {f: _text_inspections((root / f).read_text()) for f in GENERATORS}
+    assert not any(found.values()), found
+
+
+def test_the_text_check_finds_an_inspection():
+    assert _text_inspections("import re\n") == [(1, "imports re")]
+    assert _text_inspections("if e.text == '0':\n    pass\n") == [(1, "compares text")]
+    assert _text_inspections("ok = 'RBLOCK' in shape_text\n") == [(1, "compares text")]
+    assert _text_inspections("n = int(init.text.strip('()'))\n") == \
+        [(1, "calls .strip() on text")]
+    assert _text_inspections("s = f'{e.text} + 1'\n") == []

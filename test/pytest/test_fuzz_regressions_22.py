@@ -1,0 +1,186 @@
+"""Bugs the differential fuzzer found from seed 22 on (test/fuzz, benchmarks/fuzz_run.py), one
+test each, named after the bug; the comment gives the fuzz graph (seed, index) that found it or
+how it was found. Same comparator and helpers as test_fuzz_regressions.py."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz.compare import check  # noqa: E402,F401
+from fuzz.graphs import load  # noqa: E402
+from test_fuzz_regressions import _assert_matches, _case, _no_fallback  # noqa: E402
+
+
+# Known from seed 22's run, the cpu target: half `torch.div(x, 0.3, rounding_mode='trunc')` of
+# 3.0 gave 9 (the C++ rounded the number to half, 0.30005), eager 10: eager's kernel reads a
+# one-value divisor at f32 and truncates the f32 quotient; with a tensor divisor it rounds the
+# quotient to the type first (bf16 9.75 / -0.2871 is -34, not trunc(-33.96) = -33).
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("divisor", ["0.3", "a1", "a1[:1]", "torch.tensor(0.3)"])
+def test_low_precision_trunc_division(target, dtype, divisor):
+    inputs = (f"a0 = torch.tensor([3.0, -3.0, 9.75, 1.5703125, 2.9, -0.0, 0.6]).to(torch.{dtype})\n"
+              f"a1 = torch.tensor([0.3, 0.3, -0.287109375, -0.033447265625, 0.3, 0.3, 0.3])"
+              f".to(torch.{dtype})")
+    body = f"return (torch.div(a0, {divisor}, rounding_mode='trunc'),)"
+    _no_fallback(_assert_matches(_case(inputs, body), target))
+
+
+# seed 22 index 424 (and 894, 1001): `bf16_t - True` raises in eager ("Subtraction, the `-`
+# operator, with a bool tensor is not supported"), whatever the tensor's dtype: the probe's
+# controls changed the tensor dtypes only, so the refusal was taken for a shape problem. And an
+# op a decomposition hides was never probed: `gelu` and `log_softmax` of int64 (eager: "not
+# implemented for 'Long'") were computed. eager_rejects.guard judges the op before it is
+# decomposed (in a thread of its own, outside AOTAutograd's tracing modes) and keeps it whole.
+REJECTED_22 = {
+    "sub_true": ("torch.sqrt(a0)[0:] - True", "bfloat16"),
+    "rsub_true": ("True - a0", "float32"),
+    "gelu_int": ("torch.nn.functional.gelu(a0)", "int64"),
+    "log_softmax_int": ("a0.log_softmax(-1)", "int64"),
+}
+
+
+@pytest.mark.filterwarnings("ignore:ember.*eager rejects:UserWarning")
+@pytest.mark.parametrize("case", sorted(REJECTED_22))
+def test_eager_rejects_before_decomposition(target, case):
+    import ember
+    expr, dtype = REJECTED_22[case]
+    src = _case(f"a0 = torch.tensor([1.0, 2.0, 4.0]).to(torch.{dtype})",
+                f"v0 = a0.flip(0)\nreturn ({expr}, v0)", exact=(True, True))
+    ns = load(src)
+    with pytest.raises(Exception) as ref:
+        ns["fn"](*ns["make_inputs"]())
+    ember.clear_reports()
+    compiled = torch.compile(ns["fn"], backend="ember", options={"target": target})
+    with pytest.raises(Exception) as got:
+        compiled(*ns["make_inputs"]())
+    assert type(got.value) is type(ref.value)
+    assert str(got.value) == str(ref.value)
+    assert "eager rejects" in ember.last_reports()[0]["error"]
+
+
+# The guard keeps every decomposition where eager accepts the op: gelu of float32 and
+# `x - 1` (an int, not a bool) are still compiled, no eager fallback.
+def test_eager_rejects_guard_keeps_decompositions(target):
+    src = _case("a0 = torch.tensor([1.0, -2.0, 4.0])",
+                "return (torch.nn.functional.gelu(a0) - 1, a0.log_softmax(-1))",
+                exact=(False, False))
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 22 index 794: eager's CPU gelu of float32 +inf is NaN (its vectorized loop), where the
+# formula gives +inf, as ember does. compare.py accepts this one named quirk, and only where it
+# explains the whole difference; the first assertion fails once torch changes (then drop it).
+def test_eager_quirk_gelu_inf_is_nan(target):
+    from fuzz import compare
+    inf = float("inf")
+    # the vectorized loop (two elements or more) gives NaN, the scalar one (one element) +inf
+    assert torch.nn.functional.gelu(torch.tensor([inf])).item() == inf
+    assert torch.isnan(torch.nn.functional.gelu(torch.tensor([inf, 1.0, 2.0, 3.0]))[0])
+    src = _case("a0 = torch.tensor([-1.7, inf, -0.6, 0.38])\n"
+                "a1 = torch.tensor([True, True, False, True])",
+                "v0 = torch.nn.functional.gelu(a0)\nreturn (torch.where(a1, v0, a1),)",
+                exact=(False,))
+    r = _assert_matches(src, target)
+    assert r["reason"].startswith("eager quirk cpu_gelu_inf_nan"), r["reason"]
+    # narrowly: outputs the quirk does not explain are no pass
+    ns = load(src)
+    wrong = [torch.tensor([-0.0757, 7.0, 0.0, 0.2470])]
+    assert compare._eager_quirk(src, ns["fn"], ns["make_inputs"], wrong, ns["make_inputs"](),
+                                [False], target) is None
+
+
+# seed 22 indices 639 and 724: a decomposed pointwise op took the layout of its last `where`'s
+# condition, not eager's: float `a // b` (after `fmax(a, b)`; with a contiguous a and a
+# permuted b) came back laid out as b (eager: as a). decomp_layouts.keep_layout gives a
+# decomposition's results the layout eager's op gives (probed on small CPU tensors: the meta
+# kernel of floor_divide is laid out as b, unlike eager's).
+LAYOUTS_22 = {
+    "fmax_floor_divide": ("a0 = torch.arange(50.0).reshape(5, 5, 2, 1).permute(0, 2, 1, 3) - 24\n"
+             "a1 = torch.arange(200).reshape(4, 2, 5, 5).permute(3, 1, 2, 0) - 100",
+             "v0 = torch.fmax(a0, a1) // a1\nreturn (v0, torch.clamp(v0, -1, 1).select(0, -2))"),
+    "floor_divide": ("a0 = torch.arange(27.0).reshape(3, 3, 3) - 13\n"
+                     "a1 = (torch.arange(27.0).reshape(3, 3, 3).permute(1, 2, 0) - 12.5)"
+                     ".to(torch.float16)",
+                     "return (a0 // a1, torch.exp(a0 // a1))"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAYOUTS_22))
+def test_decomposed_pointwise_keeps_eager_layout(target, case):
+    inputs, body = LAYOUTS_22[case]
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(True, False)), target))
+
+
+# seed 22 index 729: eager's CPU prod of f16 rounds each partial product to f16 (60000 * -1.24
+# is -inf, though the whole product is finite); the C++ kernel multiplied in f32. On the cpu
+# target a bf16/f16 prod is a library call (eager's kernel, bit for bit). The triton target has
+# eager CUDA's f32 accumulation: compare.py accepts that as the named quirk
+# cuda_prod_f32_accumulation, where it explains the whole difference (the first assertion
+# pins eager's CPU behaviour).
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_prod_cpu_rounds_each_product(target, dtype):
+    import ember
+    x = torch.tensor([[60000.0, -1.7490234375], [-1.2421875, 3.796875],
+                      [1.52587890625e-05, 1.0]]).to(getattr(torch, dtype))
+    if dtype == "float16":
+        assert x.prod(0)[0].item() == float("-inf")
+    src = _case(f"a0 = torch.tensor([[60000.0, -1.7490234375], [-1.2421875, 3.796875], "
+                f"[1.52587890625e-05, 1.0]]).to(torch.{dtype})\n"
+                f"a1 = torch.tensor([0, 0, 0])",
+                "return (torch.index_select(a0.prod(-2, keepdim=True), 0, a1), a0.prod())",
+                exact=(False, False))
+    r = _assert_matches(src, target)
+    if target == "cpu":
+        calls = [c for rep in ember.last_reports() for c in rep.get("library_calls") or []]
+        assert "aten.prod.dim_int" in calls and "aten.prod.default" in calls, calls
+    elif dtype == "float16":
+        assert r["reason"].startswith("eager quirk cuda_prod_f32_accumulation"), r["reason"]
+
+
+# seed 22: the triton target's int64 amax/amin took -2**62 / 2**62 as the identity of masked
+# lanes, so a row of INT64_MIN had the amax -2**62 (and a row of INT64_MAX the amin 2**62);
+# ember_lower_to_triton's `_identity` now gives int64's own extremes.
+@pytest.mark.parametrize("expr", ["a0.amax(-1)", "a0.amin(-1)", "a0.amax()", "a0.max(-1)[0]",
+                                  "a1.amin(0)"])
+def test_int64_max_min_identity(target, expr):
+    src = _case("a0 = torch.full((3, 2), -9223372036854775808)\n"
+                "a1 = torch.full((3, 5), 9223372036854775807)", f"return ({expr},)")
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 22: the triton target's `round` (math.roundeven as floor(x + 0.5) with a half-way
+# test) lost the sign of a zero (round(-0.4) is -0.0) and rounded the sum first
+# (round(0.49999997) gave 1, round(2**23 + 1) gave 2**23 + 2); triton_lang now rounds from
+# floor(x) and the exact x - floor(x), half to even, a zero with x's sign.
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_round_half_even_and_sign_of_zero(target, dtype):
+    src = _case(f"a0 = torch.tensor([-0.4, -0.5, 0.5, 1.5, 2.5, -2.5, -0.0, 0.0, -1.5, "
+                f"0.49999997, -0.6, 8388609.0, -8388609.0, 1e30, -inf, nan, 3.5, -3.5])"
+                f".to(torch.{dtype})", "return (torch.round(a0),)")
+    _no_fallback(_assert_matches(src, target))
+    # the comparator takes -0.0 == 0.0: the sign is checked here
+    ns = load(src)
+    ref = ns["fn"](*ns["make_inputs"]())[0]
+    torch._dynamo.reset()
+    out = torch.compile(ns["fn"], backend="ember", options={"target": target})(
+        *ns["make_inputs"]())[0]
+    assert torch.equal(torch.signbit(out), torch.signbit(ref))
+
+
+# seed 22 index 197: `1 / gelu(x)` of float32 with x = -3.26: eager's CPU gelu is 1.1e-4
+# (relative) from the exact value there (1 + erf(x / sqrt 2) cancels), ember's 7e-6; the
+# reciprocal made that the whole output's error. compare.py accepts it as the named quirk
+# cpu_gelu_f32_tail_error, where eager with gelu computed in float64 explains the difference.
+def test_eager_quirk_gelu_f32_tail_error(target):
+    x = torch.tensor([-3.261227607727051, 1.0, 2.0])
+    exact = torch.nn.functional.gelu(x.double())
+    eager_err = ((torch.nn.functional.gelu(x).double() - exact) / exact).abs()[0].item()
+    assert eager_err > 5e-5          # eager's own error; fails once torch's gelu is exact here
+    src = _case("a0 = torch.tensor([-3.261227607727051, 2.762643337249756, -1.746936321258545,"
+                " 4.329131603240967])",
+                "return (torch.reciprocal(torch.nn.functional.gelu(a0)),)", exact=(False,))
+    r = _assert_matches(src, target)
+    assert r["reason"].startswith("eager quirk cpu_gelu_f32_tail_error"), r["reason"]
