@@ -23,9 +23,10 @@ dtypes and devices (each dim min(size, 1): emptiness and broadcasting are kept, 
     runs with other dtypes (float32 or int64 inputs): a meta function need not check shapes
     (convolution_backward's does not), and a kernel refusing the tiny shapes refuses them
     whatever the dtypes.
-  * a Python bool among the arguments is an argument type too (`x - True`: "Subtraction ...
-    with a bool tensor is not supported" whatever the tensor's dtype): one control reads it
-    as an int.
+  * a Python bool or float among the arguments is an argument type too (`x - True`:
+    "Subtraction ... with a bool tensor is not supported" whatever the tensor's dtype;
+    `-2.5 | int_t`: "bitwise_or_cpu" not implemented for 'Float'): one control reads them as
+    ints.
 Decompositions hide ops: `gelu` of int64, `_log_softmax` of int64 become arithmetic eager would
 never run. `guard(op, decomposition)` (backend.decomposition_table wraps every entry) judges
 the op before it is decomposed and keeps a rejected op whole (NotImplemented), so that
@@ -38,6 +39,7 @@ whose tiny result would still be large are not probed.
 """
 from __future__ import annotations
 
+import math
 import operator
 import threading
 import warnings
@@ -87,7 +89,7 @@ def _canonical(dt: torch.dtype) -> torch.dtype:
 
 
 _CONTROLS = (_canonical, lambda dt: torch.float32, lambda dt: torch.int64)
-_SAME = object()    # the control that keeps the dtypes and reads Python bools as ints
+_SAME = object()    # the control that keeps the dtypes and reads Python bools, floats as ints
 
 
 def _key_and_specs(op, args, kwargs):
@@ -125,7 +127,7 @@ def _run(op, args, kwargs, device=None, fill=0, retype=None):
         if isinstance(a, _TensorSpec):
             dtype = retype(a.dtype) if retype not in (None, _SAME) else None
             return a.make(device, fill, dtype)
-        if retype is _SAME and type(a) is bool:
+        if retype is _SAME and type(a) in (bool, float) and math.isfinite(a):
             return int(a)
         return a
     return op(*map_aggregate(args, make), **map_aggregate(kwargs, make))
@@ -186,18 +188,20 @@ def _judge(op, args, kwargs) -> str | None:
     else:
         return None
     dtypes = [a.dtype for a in _specs(args, kwargs)]
-    bools = _has_bool_scalar((args, kwargs))
+    scalars = _has_typed_scalar((args, kwargs))
     for retype in (*_CONTROLS, _SAME):
-        changed = bools if retype is _SAME else [retype(d) for d in dtypes] != dtypes
+        changed = scalars if retype is _SAME else [retype(d) for d in dtypes] != dtypes
         if changed and _runs(op, args, kwargs, retype):
             first = (str(error).strip().splitlines() or [""])[0]
             return f"{type(error).__name__}: {first[:200]}"
     return None      # no dtype makes these tiny shapes run: the shapes, not the dtypes
 
 
-def _has_bool_scalar(tree) -> bool:
+def _has_typed_scalar(tree) -> bool:
+    """Whether a Python bool or float is among the arguments (the _SAME control reads them as
+    ints)."""
     found = []
-    map_aggregate(tree, lambda a: found.append(a) if type(a) is bool else a)
+    map_aggregate(tree, lambda a: found.append(a) if type(a) in (bool, float) else a)
     return bool(found)
 
 

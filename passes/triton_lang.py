@@ -275,8 +275,12 @@ def _ember_pow(a, b):
     # the sign of -0.0 too: (-0.0) ** -1 is -inf (fuzz seed 10 index 44)
     signed = (neg | ((a == 0) & ((1.0 / a) < 0))) != 0
     r = tl.where(signed & odd, -mag, mag)
-    r = tl.where(neg & (b_int == 0), float("nan"), r)
-    return tl.where(b == 0.0, 1.0, r)
+    # a negative finite a to a non-integer power is NaN; -inf's is +0 or +inf (the magnitude:
+    # (-inf) ** -0.49 is 0, fuzz seed 23 index 3)
+    r = tl.where(neg & (b_int == 0) & (a != float("-inf")), float("nan"), r)
+    # 1 ** b (NaN too) and (-1) ** +-inf are 1, as C's pow
+    one = ((b == 0.0) | (a == 1.0) | ((a == -1.0) & (tl.abs(b) == float("inf")))) != 0
+    return tl.where(one, 1.0, r)
 '''
 
 def round_to(x: str, ty: str) -> str:
