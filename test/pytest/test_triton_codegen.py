@@ -172,3 +172,21 @@ def test_aot_batch_dedupes_and_reports_errors():
     bad_results = triton_aot.failures(results)
     assert list(bad_results) == [f"1:{symbols[0]}_kernel"], results
     assert set(bad_results[f"1:{symbols[0]}_kernel"]) == {"cuda:90", "hip:gfx942"}
+
+
+def test_constant_mask_count_compiles():
+    """cross_entropy with a constant target counts (target != ignore_index), folded to `true`:
+    its cast spelled `True.to(tl.int64)`, which neither Triton's compiler nor its interpreter
+    accepts (the graph ran eagerly, with a warning; found by test_triton_aot.py). Folded to 1."""
+    import torch.nn.functional as F
+    import ember
+
+    def f(x):
+        return F.cross_entropy(x, torch.tensor([1, 3]))
+
+    x = torch.randn(2, 5)
+    torch._dynamo.reset()
+    ember.clear_reports()
+    out = torch.compile(f, backend="ember", options={"target": "triton"})(x)
+    assert [r["status"] for r in ember.last_reports()] == ["compiled"]
+    assert rel_err(out, f(x)) < 1e-5
