@@ -17,7 +17,7 @@ from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
 from ember.frontend.importer import import_fx, new_context  # noqa: E402
 from ember.passes.pipeline import build_pass_manager  # noqa: E402
-from ember.runtime import triton_aot  # noqa: E402
+import triton_aot  # noqa: E402  (test/pytest/triton_aot.py)
 
 PIPELINE = "builtin.module(canonicalize,ember-fuse,ember-lower-to-triton{%s})"
 
@@ -161,7 +161,7 @@ def test_transposed_operand():
 
 
 def test_aot_batch_dedupes_and_reports_errors():
-    """compile_sources_isolated (what test_zz_triton_aot.py runs over the whole session):
+    """compile_sources_isolated (what test_triton_aot.py runs over its graphs):
     a kernel shared by two modules compiles once; a kernel only the real compiler rejects
     (a non-power-of-2 arange, which Python executes fine) is reported, not raised."""
     source, symbols, *_ = _single_kernel_case("broadcast_add")
