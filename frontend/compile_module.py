@@ -2,7 +2,7 @@
 symbolic-shape path (frontend/symbolic.py) and partition probing (frontend/partition.py):
 
     compile_module: import -> pass pipeline -> Program (the IR -> Program exporter is
-                    schedule.export_program), in a fresh MLIR context;
+                    export_program.export_program), in a fresh MLIR context;
     compile_static: compile_module, then the runtime build and load (plus CUDA graphs).
 
 Nothing here imports compile.py, symbolic.py or partition.py (they import this module).
@@ -76,7 +76,7 @@ def run_pipeline(module, pipeline: str, dump: DebugDump | None = None,
 
 def _summary(module) -> dict[str, Any]:
     from ..dialects.contract import ARENA_BYTES, UNPLANNED_BYTES, is_extern
-    from .schedule import find_funcs, kernel_funcs, kernel_ops
+    from .export_program import find_funcs, kernel_funcs, kernel_ops
     main = find_funcs(module).get("main")
     externs = []
     if main is not None:
@@ -177,7 +177,7 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
     captured (written to the dump's diagnostics.txt); raises on any failure."""
     from .importer import new_context
     from .library_calls import stitch
-    from .schedule import export_program
+    from .export_program import export_program
 
     seconds = {} if seconds is None else seconds
     ctx = new_context()
@@ -210,7 +210,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     callable and the report fields it knows."""
     from ..runtime.executor import load
     from .library_calls import outline
-    from .schedule import restore_signedness
+    from .export_program import restore_signedness
 
     outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     out_dtypes = [getattr(n.meta.get("val"), "dtype", None) if isinstance(n, fx.Node) else None

@@ -10,7 +10,7 @@ as the view is (passes/ember_buffer_reuse.py). The real-valued arithmetic on the
 `view_as_real` is generated code, as in Inductor, which views complex tensors as real ones.
 
 Complex values flow between calls and in and out of the program through host-side buffers
-(the runtime's dtype names `complex64` / `complex128`, frontend/schedule.py dtype_name).
+(the runtime's dtype names `complex64` / `complex128`, frontend/export_program.py dtype_name).
 """
 from __future__ import annotations
 

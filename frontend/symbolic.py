@@ -5,7 +5,7 @@ torch-mlir imports SymInt placeholders as `i64` arguments and symbolic dims as `
 keeps the size computations on the host and gives kernels sizes as shape arguments; kernels read
 their sizes from the tensors at run time (the C++ `sizes` table, Triton launcher arguments and
 grid); the runtime binds the symbols from the actual inputs, evaluates the host's size
-arithmetic and allocates dynamic buffers when they are made (frontend/schedule.py,
+arithmetic and allocates dynamic buffers when they are made (frontend/export_program.py,
 runtime/executor.py). Buffers of static shape keep their arena offsets.
 
 Invariant: a symbolic compile is used only when it is valid for every size Dynamo's guards

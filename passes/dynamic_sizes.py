@@ -54,7 +54,7 @@ def is_size_op(op) -> bool:
                for v in list(op.results) + list(op.operands))
 
 
-# Float arithmetic the host evaluates where a size goes through floats (frontend/schedule.py
+# Float arithmetic the host evaluates where a size goes through floats (frontend/export_program.py
 # and runtime/executor.py know the same names); a float that a kernel reads is recomputed in it
 # instead (`sink_scalar_float_ops`).
 HOST_FLOAT_OPS = {"arith.sitofp", "arith.uitofp", "arith.fptosi", "arith.fptoui", "arith.addf",

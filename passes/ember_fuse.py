@@ -6,7 +6,8 @@ every other computation sits in a private `func.func` marked `ember.kernel` ("po
 "reduction") whose loop structure code generation can handle (for the `target` option's code
 generator). With `externs` (the default), the library-call patterns of `ember-convert-externs`
 run first (matmul, batched matmul, convolution and 2-D pooling become `ember.extern`), so one
-`ember-fuse` is the whole stage; the pass itself only plans groups and outlines them.
+`ember-fuse` is the whole stage; the pass itself only plans groups and outlines them, and
+leaves the clean-up of the host function (dead ops, duplicates) to `canonicalize` and `cse`.
 
 How groups are chosen (a scheduler in the style of Inductor's): every compute op starts as its own
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
@@ -24,7 +25,7 @@ operand that holds that dim's size (-1 where static), so that the host can alloc
 """
 import dataclasses
 
-from torch_mlir import ir
+from torch_mlir import ir, passmanager
 from torch_mlir.dialects import func
 
 from ..dialects.contract import EXTERN_OP, KERNEL, OPS, RESULT_DIMS, is_kernel
@@ -33,7 +34,7 @@ from .backends import BACKENDS, CPP
 from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
 from .ember_convert_externs import convert_externs
-from .graph_utils import defining_op, erase_dead, op_name, stable_topological_sort, users
+from .graph_utils import defining_op, op_name, stable_topological_sort, users
 from .ir_queries import VIEW_OPS
 from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
 
@@ -271,7 +272,10 @@ def _outline(module, fn, groups, target: str) -> None:
             unsorted = True
     if unsorted:
         stable_topological_sort(block)
-    erase_dead(block)
+    # The ops the kernels replaced that are now unused (a group's inputs' producers, views):
+    # MLIR's own clean-up. (The sort above stays ember's: MLIR's topological-sort pass orders
+    # only graph regions, and a function body is a region with SSA dominance.)
+    passmanager.PassManager.parse("func.func(canonicalize,cse)", fn.context).run(fn.operation)
 
 
 def _group_location(group) -> ir.Location:

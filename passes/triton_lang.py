@@ -356,6 +356,8 @@ _UNSIGNED_OPS = {"arith.divui": "//", "arith.remui": "%", "arith.shrui": ">>",
 _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
           "arith.fptoui", "arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast",
           "arith.bitcast")
+# i1 -> wider: the value `true` becomes (zero extension 1, sign extension -1)
+_BOOL_CASTS = {"arith.extui": 1, "arith.uitofp": 1, "arith.extsi": -1, "arith.sitofp": -1}
 
 
 def _is_compare(n) -> bool:
@@ -442,6 +444,13 @@ class TritonLang:
     def fold(self, kind, nodes, rtype, atypes):
         """Scalar math and casts of literals fold to a literal (`tl.sqrt(2.0)` is not valid
         Triton: it needs a tensor; `.to` likewise)."""
+        if kind in _BOOL_CASTS and len(nodes) == 1 and isinstance(nodes[0], Const) and \
+                nodes[0].dtype == "i1" and rtype in TYPES:
+            # `True.to(tl.int64)` is no Triton (the compiler rejects it; the interpreter too):
+            # a constant mask counted, as cross_entropy's (target != ignore_index) of a
+            # constant target. Signed extension of true is -1.
+            v = _BOOL_CASTS[kind] if nodes[0].value else 0
+            return Const(float(v) if rtype in FLOATS else v, rtype)
         lits = [_lit(n) for n in nodes]
         if not nodes or any(v is None for v in lits):
             return None

@@ -494,7 +494,7 @@ _FLOAT_BITS = {16: np.float16, 32: np.float32}
 
 
 def _scalar_run(s: Step) -> Callable[[list], None]:
-    """A host-side size computation (schedule.SCALAR_OPS) on Python ints. Sizes are small
+    """A host-side size computation (export_program.SCALAR_OPS) on Python ints. Sizes are small
     non-negative numbers, so signed/unsigned and width do not matter; cf.assert raises."""
     ins, outs = tuple(s.inputs), tuple(s.outputs)
     if s.name == "constant":

@@ -198,7 +198,7 @@ def _matmul_shape(first: int) -> Callable[[dict[str, Any]], Callable[[list], tup
 
 
 # Externs whose result shape the runtime computes from their operands' run-time sizes, so a
-# program with symbolic sizes allocates them per call (frontend/schedule.py accepts these with
+# program with symbolic sizes allocates them per call (frontend/export_program.py accepts these with
 # `?` result dims; any other extern of dynamic size makes the graph compile per shape).
 _SHAPES: dict[str, Callable[[dict[str, Any]], Callable[[list], tuple]]] = {
     "aten.mm": _matmul_shape(0), "aten.bmm": _matmul_shape(0),

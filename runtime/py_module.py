@@ -16,7 +16,7 @@ import types
 from .cache import ArtifactCache, python_identity, use_for_triton
 from .env import triton_interpreted
 
-# key -> module, in load order (triton_aot.loaded_sources reads it).
+# key -> module, in load order (test/pytest/triton_aot.py loaded_sources reads it).
 _modules: dict[str, types.ModuleType] = {}
 
 

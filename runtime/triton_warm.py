@@ -142,11 +142,40 @@ def compile_requests(mod, launches, device) -> list[tuple[str, str]]:
     return list(dict.fromkeys(log))
 
 
+def run_workers(argv, payloads, timeout: float) -> list[tuple]:
+    """Runs one `argv` process per payload (JSON on its stdin), all at once, outside the Triton
+    interpreter; [(returncode, stdout, stderr)] in payload order. Files, not pipes: every
+    process starts at once and none blocks on a full pipe. A process past `timeout` is killed."""
+    import subprocess
+    import tempfile
+    from .cache import use_for_triton
+    use_for_triton()     # workers inherit TRITON_CACHE_DIR: ember's cache, unless the user set it
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    results = []
+    with tempfile.TemporaryDirectory(prefix="ember_workers_") as tmp:
+        procs = []
+        for k, payload in enumerate(payloads):
+            files = [os.path.join(tmp, f"{k}.{x}") for x in ("in", "out", "err")]
+            with open(files[0], "w") as f:
+                json.dump(payload, f)
+            with open(files[0]) as fin, open(files[1], "w") as fout, open(files[2], "w") as ferr:
+                procs.append((subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr,
+                                               env=env), files))
+        for p, files in procs:
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            with open(files[1]) as fout, open(files[2]) as ferr:
+                results.append((p.returncode, fout.read(), ferr.read()))
+    return results
+
+
 def compile_pool(source: str, path: str, modname: str, requests, jobs: int | None = None,
                  timeout: float = 600) -> dict:
     """Compiles `requests` (from compile_requests) in `jobs` worker processes; returns
     {"ok": n, "errors": [text]}. Request k goes to worker k % jobs (deterministic)."""
-    from .triton_aot import run_workers
     requests = list(requests)
     if not requests:
         return {"ok": 0, "errors": []}

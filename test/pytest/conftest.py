@@ -43,13 +43,6 @@ def pytest_generate_tests(metafunc):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "targets(*names): run this test only on these targets")
-    config.addinivalue_line("markers", "aot_last: runs after every other test of the session "
-                                       "(test_zz_triton_aot.py compiles what the session generated)")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    # The AOT check compiles every Triton kernel the session generated, so it goes last.
-    items.sort(key=lambda item: item.get_closest_marker("aot_last") is not None)
 
 
 @pytest.fixture(autouse=True)

@@ -155,14 +155,14 @@ def _stage_patches():
     from ember.passes.ember_fuse import EmberFuse
     from ember.passes.ember_lower_to_cpp import EmberLowerToCpp
     from ember.runtime import cpp_build, executor
-    from ember.frontend import schedule
+    from ember.frontend import export_program as exporter
     return {
         "prepare": (fx_prep, "prepare"),
         "import": (comp, "import_graph"),
         "ember-fuse": (EmberFuse, "run"),
         "ember-buffer-reuse": (EmberBufferReuse, "run"),
         "ember-lower-to-cpp": (EmberLowerToCpp, "run"),
-        "export": (schedule, "export_program"),
+        "export": (exporter, "export_program"),
         "build": (cpp_build, "build_shared_library"),
         "load": (executor, "load"),
     }

@@ -201,7 +201,7 @@ module attributes {ember.target = "cpu", ember.prelude = "// prelude"} {
 def test_export_program_from_lowered_module():
     from torch_mlir import ir
     from ember.frontend.importer import new_context
-    from ember.frontend.schedule import export_program
+    from ember.frontend.export_program import export_program
     with new_context() as ctx, ir.Location.unknown(ctx):
         p = export_program(ir.Module.parse(LOWERED))
     assert p.target == "cpu" and p.lang == "cpp" and p.num_inputs == 3

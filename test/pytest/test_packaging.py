@@ -45,8 +45,11 @@ def _files(root: Path) -> set[str]:
 
 
 CHILD = """
-    import json, warnings, dataclasses, torch, ember
-    from ember.runtime import cpp_build, env, triton_aot
+    import json, sys, warnings, dataclasses, torch, ember
+    from ember.runtime import cpp_build, env
+    sys.dont_write_bytecode = True      # the test helper below: no __pycache__ in the repository
+    sys.path.insert(0, TESTDIR)
+    import triton_aot                   # test/pytest/triton_aot.py
 
     def f(x, y):
         return torch.log(torch.relu(x) + 1) * y - 2
@@ -57,7 +60,7 @@ CHILD = """
         out = torch.compile(f, backend="ember", options={"target": target})(x, y)
         torch.testing.assert_close(out, f(x, y))
     assert [r["status"] for r in ember.last_reports()] == ["compiled"] * 2, ember.last_reports()
-    # Triton's own compiler and cache, as test_zz_triton_aot.py drives them (one target here).
+    # Triton's own compiler and cache, as test_triton_aot.py drives them (one target here).
     res = triton_aot.compile_sources_isolated(triton_aot.loaded_sources(),
                                               targets=[("cuda", 90, 32)], jobs=1)
     assert res and not triton_aot.failures(res), res
@@ -93,7 +96,8 @@ def child(tmp_path_factory):
                     '{ echo "fakecxx: error: unsupported option -fopenmp" >&2; exit 1; }; done\n'
                     'exec g++ "$@"\n')
     fake.chmod(0o755)
-    out = _run(CHILD.replace("FAKE", repr(str(fake))), _child_env(base))
+    out = _run(CHILD.replace("FAKE", repr(str(fake)))
+               .replace("TESTDIR", repr(str(Path(__file__).resolve().parent))), _child_env(base))
     (line,) = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
     return base, json.loads(line[len("RESULT "):])
 

@@ -17,7 +17,7 @@ from torch._dynamo.backends.common import aot_autograd  # noqa: E402
 
 from ember.frontend.importer import import_fx, new_context  # noqa: E402
 from ember.passes.pipeline import build_pass_manager  # noqa: E402
-from ember.runtime import triton_aot  # noqa: E402
+import triton_aot  # noqa: E402  (test/pytest/triton_aot.py)
 
 PIPELINE = "builtin.module(canonicalize,ember-fuse,ember-lower-to-triton{%s})"
 
@@ -161,7 +161,7 @@ def test_transposed_operand():
 
 
 def test_aot_batch_dedupes_and_reports_errors():
-    """compile_sources_isolated (what test_zz_triton_aot.py runs over the whole session):
+    """compile_sources_isolated (what test_triton_aot.py runs over its graphs):
     a kernel shared by two modules compiles once; a kernel only the real compiler rejects
     (a non-power-of-2 arange, which Python executes fine) is reported, not raised."""
     source, symbols, *_ = _single_kernel_case("broadcast_add")
@@ -172,3 +172,21 @@ def test_aot_batch_dedupes_and_reports_errors():
     bad_results = triton_aot.failures(results)
     assert list(bad_results) == [f"1:{symbols[0]}_kernel"], results
     assert set(bad_results[f"1:{symbols[0]}_kernel"]) == {"cuda:90", "hip:gfx942"}
+
+
+def test_constant_mask_count_compiles():
+    """cross_entropy with a constant target counts (target != ignore_index), folded to `true`:
+    its cast spelled `True.to(tl.int64)`, which neither Triton's compiler nor its interpreter
+    accepts (the graph ran eagerly, with a warning; found by test_triton_aot.py). Folded to 1."""
+    import torch.nn.functional as F
+    import ember
+
+    def f(x):
+        return F.cross_entropy(x, torch.tensor([1, 3]))
+
+    x = torch.randn(2, 5)
+    torch._dynamo.reset()
+    ember.clear_reports()
+    out = torch.compile(f, backend="ember", options={"target": "triton"})(x)
+    assert [r["status"] for r in ember.last_reports()] == ["compiled"]
+    assert rel_err(out, f(x)) < 1e-5

@@ -1,4 +1,6 @@
-"""Ahead-of-time compilation of generated Triton modules, without a GPU.
+"""Test helper (not a test): ahead-of-time compilation of generated Triton modules, without a
+GPU. Used by test_triton_aot.py, test_triton_codegen.py and test_packaging.py; the runtime
+itself never compiles ahead of time for a named target.
 
 `triton.compile(ASTSource(fn, signature, constexprs), target=GPUTarget(...))` runs Triton's
 whole pipeline (TTIR -> TTGIR -> LLVM -> PTX/cubin or AMDGCN/hsaco) for a target named by hand,
@@ -14,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 import types
 
 DEFAULT_TARGETS = (("cuda", 90, 32), ("hip", "gfx942", 64))
@@ -54,8 +55,12 @@ def load_module(source_text: str, name: str = "ember_triton_aot") -> types.Modul
 
 def _use_triton_cache():
     """Worker processes inherit TRITON_CACHE_DIR: ember's cache, unless the user set it."""
-    from .cache import use_for_triton
+    from ember.runtime.cache import use_for_triton
     use_for_triton()
+
+
+# Workers run this file as a script (a fresh interpreter, outside the Triton interpreter).
+_WORKER = [sys.executable, os.path.abspath(__file__)]
 
 
 def _jit_function(obj):
@@ -93,7 +98,7 @@ def compile_isolated(source_text: str, names=None, targets=DEFAULT_TARGETS,
                           "targets": [list(_target_tuple(t)) for t in targets]})
     _use_triton_cache()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-m", __name__], input=payload, text=True,
+    proc = subprocess.run(_WORKER, input=payload, text=True,
                           capture_output=True, timeout=timeout, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"AOT compile subprocess failed:\n{proc.stderr[-4000:]}")
@@ -143,7 +148,7 @@ def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS) -
 def loaded_sources() -> list[str]:
     """The distinct generated Triton modules this process has loaded through the runtime
     (`py_module.load_python_module`), in load order: what a test session ran, for AOT checks."""
-    from . import py_module
+    from ember.runtime import py_module
     out, seen = [], set()
     for mod in list(py_module._modules.values()):
         # The text the module was executed from (the cached file could have changed since).
@@ -205,41 +210,13 @@ def compile_sources(sources, targets=DEFAULT_TARGETS, shard=(0, 1)) -> dict:
     return results
 
 
-def run_workers(argv, payloads, timeout: float) -> list[tuple]:
-    """Runs one `argv` process per payload (JSON on its stdin), all at once, outside the Triton
-    interpreter; [(returncode, stdout, stderr)] in payload order. Files, not pipes: every
-    process starts at once and none blocks on a full pipe. A process past `timeout` is killed."""
-    import json
-    import subprocess
-    _use_triton_cache()
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    results = []
-    with tempfile.TemporaryDirectory(prefix="ember_workers_") as tmp:
-        procs = []
-        for k, payload in enumerate(payloads):
-            files = [os.path.join(tmp, f"{k}.{x}") for x in ("in", "out", "err")]
-            with open(files[0], "w") as f:
-                json.dump(payload, f)
-            with open(files[0]) as fin, open(files[1], "w") as fout, open(files[2], "w") as ferr:
-                procs.append((subprocess.Popen(argv, stdin=fin, stdout=fout, stderr=ferr,
-                                               env=env), files))
-        for p, files in procs:
-            try:
-                p.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            with open(files[1]) as fout, open(files[2]) as ferr:
-                results.append((p.returncode, fout.read(), ferr.read()))
-    return results
-
-
 def compile_sources_isolated(sources, targets=DEFAULT_TARGETS, jobs: int | None = None,
                              timeout: float = 1800) -> dict:
     """compile_sources in fresh interpreters (see compile_isolated), the distinct kernels split
     over `jobs` parallel subprocesses (default: the CPU count, at most 8); each subprocess
     loads every module and compiles its share."""
     import json
+    from ember.runtime.triton_warm import run_workers
     sources = list(dict.fromkeys(sources))
     if not sources:
         return {}
@@ -248,7 +225,7 @@ def compile_sources_isolated(sources, targets=DEFAULT_TARGETS, jobs: int | None 
     errors = []
     payloads = [{"sources": sources, "shard": [k, jobs],
                  "targets": [list(_target_tuple(t)) for t in targets]} for k in range(jobs)]
-    for code, out, err in run_workers([sys.executable, "-m", __name__], payloads, timeout):
+    for code, out, err in run_workers(_WORKER, payloads, timeout):
         if code != 0 or not out.strip():
             errors.append(f"exit {code}: {err[-4000:]}")
             continue
