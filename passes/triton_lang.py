@@ -277,9 +277,11 @@ def _ember_pow(a, b):
     r = tl.where(signed & odd, -mag, mag)
     # a negative finite a to a non-integer power is NaN; -inf's is +0 or +inf (the magnitude:
     # (-inf) ** -0.49 is 0, fuzz seed 23 index 3)
-    r = tl.where(neg & (b_int == 0) & (a != float("-inf")), float("nan"), r)
+    nan_pow = (neg & ((b_int == 0) != 0) & ((a != float("-inf")) != 0)) != 0
+    r = tl.where(nan_pow, float("nan"), r)
     # 1 ** b (NaN too) and (-1) ** +-inf are 1, as C's pow
-    one = ((b == 0.0) | (a == 1.0) | ((a == -1.0) & (tl.abs(b) == float("inf")))) != 0
+    b_inf = (tl.abs(b) == float("inf")) != 0
+    one = (((b == 0.0) != 0) | ((a == 1.0) != 0) | (((a == -1.0) != 0) & b_inf)) != 0
     return tl.where(one, 1.0, r)
 '''
 
