@@ -285,29 +285,42 @@ def _float_compare_scalars(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
-_OPMATH_BINARY = (torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor,
-                  torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor)
+# The ops whose CPU kernels read a 0-dim second operand at opmath (probed: add and sub round it)
+_OPMATH_BINARY = (torch.ops.aten.mul.Tensor, torch.ops.aten.div.Tensor)
 
 
 def _wide_rank_zero_operands(gm: fx.GraphModule) -> None:
-    """`bf16_t * f32_0dim` -> `(bf16_t.float() * f32_0dim.float()).to(bf16)`: eager reads a 0-dim
-    operand of a wider float type at its own precision (TensorIterator's CPU scalar; the
-    same opmath on CUDA), as it reads a Python float, while torch-mlir rounds it to bf16/f16
-    first. Dynamo's tensorified float constants take this form under dynamic shapes (GPT-2's
-    `math.sqrt(2 / math.pi) * x` in bf16 differed from eager in the last place)."""
+    """`bf16_t * f32_0dim` -> `(bf16_t.float() * f32_0dim.float()).to(bf16)`: eager's CPU kernels
+    of mul and div read a 0-dim CPU operand in the second place at the op's compute
+    precision (TensorIterator's `original_scalar_value<opmath_t>`: f32 for bf16/f16), as they
+    read a Python float, and divide by it as a multiplication by its reciprocal; torch-mlir
+    rounds it to bf16/f16 first. In the first place, on the GPU (a 0-dim GPU tensor), or in
+    add/sub, eager rounds it too, and so does ember. Dynamo's tensorified float constants take this form under
+    dynamic shapes (GPT-2's `math.sqrt(2 / math.pi) * x` in bf16 differed from eager)."""
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in _OPMATH_BINARY:
+        if (node.op != "call_function" or node.target not in _OPMATH_BINARY
+                or len(node.args) < 2 or not isinstance(node.args[1], fx.Node)):
             continue
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor) or val.dtype not in (torch.bfloat16, torch.float16):
             continue
-        vals = [a.meta.get("val") if isinstance(a, fx.Node) else None for a in node.args[:2]]
-        if not any(isinstance(v, torch.Tensor) and v.dim() == 0 and v.is_floating_point()
-                   and v.dtype.itemsize > val.dtype.itemsize for v in vals):
+        x, c = (a.meta.get("val") if isinstance(a, fx.Node) else None for a in node.args[:2])
+        if not (isinstance(x, torch.Tensor) and isinstance(c, torch.Tensor) and c.dim() == 0
+                and c.is_floating_point() and c.dtype.itemsize > val.dtype.itemsize
+                and c.device.type == "cpu"):
             continue
-        for i, v in enumerate(vals):
-            if isinstance(v, torch.Tensor) and v.dtype != torch.float32:
+        for i, v in enumerate((x, c)):
+            if v.dtype != torch.float32:
                 node.update_arg(i, _insert_cast(gm, node, node.args[i], torch.float32))
+        if node.target is torch.ops.aten.div.Tensor and not node.kwargs:
+            # x / c as eager's CPU kernel: x * (1 / c), the reciprocal at f32
+            with gm.graph.inserting_before(node):
+                inv = gm.graph.call_function(torch.ops.aten.reciprocal.default, (node.args[1],))
+            cval = node.args[1].meta["val"]
+            with cval.fake_mode if getattr(cval, "fake_mode", None) else _nullcontext():
+                inv.meta["val"] = torch.reciprocal(cval)
+            node.target = torch.ops.aten.mul.Tensor
+            node.update_arg(1, inv)
         with val.fake_mode if getattr(val, "fake_mode", None) else _nullcontext():
             node.meta["val"] = val.to(torch.float32)
         with gm.graph.inserting_after(node):

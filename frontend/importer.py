@@ -7,6 +7,7 @@ two pipelines run here: its own runner writes a repro file into /tmp for every f
 """
 from __future__ import annotations
 
+import torch
 import torch.fx as fx
 from torch_mlir import ir, passmanager
 from torch_mlir.dialects import torch as torch_d
@@ -89,11 +90,27 @@ def _strict_symbolic(module: ir.Module) -> None:
             op.attributes["torch.assume_strict_symbolic_shapes"] = ir.UnitAttr.get()
 
 
+def drop_stale_tensor_meta(gm: fx.GraphModule) -> None:
+    """torch-mlir's importer types a node by its `tensor_meta` before its `val`: where a rewrite
+    changed `val` (fx_prep computing a bf16 op in f32, a placeholder taken permuted, ...) a
+    stale `tensor_meta` would type the op as before (`bf16_t * f32_0dim` was imported as a bf16
+    multiply again: a wrong answer), so it is dropped wherever it disagrees with `val`."""
+    for node in gm.graph.nodes:
+        meta, val = node.meta.get("tensor_meta"), node.meta.get("val")
+        if meta is None or not isinstance(val, torch.Tensor):
+            continue
+        if (getattr(meta, "dtype", None) != val.dtype
+                or tuple(getattr(meta, "shape", ())) != tuple(val.shape)
+                or tuple(getattr(meta, "stride", ())) != tuple(val.stride())):
+            del node.meta["tensor_meta"]
+
+
 def import_fx(gm: fx.GraphModule, context: ir.Context | None = None,
               func_name: str = "main", symbolic: bool = False) -> ir.Module:
     """Imports `gm` (tensor inputs and outputs; static shapes unless `symbolic`) to
     linalg-on-tensors."""
     refuse_native_crashes(gm)
+    drop_stale_tensor_meta(gm)
     ctx = context or new_context()
     try:
         importer = FxImporter(context=ctx, hooks=_Hooks())

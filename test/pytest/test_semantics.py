@@ -303,3 +303,21 @@ def test_input_mutations_are_written_back(target, device):
     assert bufs[1].data_ptr() == storage
     check_fallbacks()
     assert max(r.get("input_mutations", 0) for r in ember.last_reports()) == 2
+
+
+def test_half_op_with_a_wider_zero_dim_tensor_reads_it_at_its_precision(target, device):
+    """`bf16_t * torch.tensor(1/3)`: eager's CPU mul/div kernels read a 0-dim CPU f32 operand in
+    the second place at f32 (opmath; division by it as multiplication by its reciprocal), as a
+    Python float, and rounds it in the first place; ember rounded it always (fx_prep computed
+    in f32, but torch-mlir typed the op by its stale `tensor_meta`: drop_stale_tensor_meta)."""
+    if device != "cpu":
+        pytest.skip("eager's rule for a 0-dim GPU tensor was probed on the CPU only")
+    c = torch.tensor(1.0 / 3.0, device=device)
+    for dt in (torch.bfloat16, torch.float16):
+        x = torch.linspace(-50, 50, 1001).to(dt).to(device)
+
+        def f(x, c):    # mul/div, second place: read at f32; otherwise rounded, as eager
+            return x * c, x / c, x + c, x - c, c - x, c * x, c / x
+        out = check(f, (x, c), target)
+        _exact(out, f(x, c))
+        assert not torch.equal(out[0], x * c.to(dt))      # the rounded scalar's result differs
