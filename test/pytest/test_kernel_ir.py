@@ -117,9 +117,10 @@ def test_triton_folds_literals_on_the_tree():
     assert lang.fold("arith.mulf", (two, Const(3.0, "f32")), "f32", ["f32", "f32"]) == \
         Const(6.0, "f32")
     assert lang.fold("arith.sitofp", (Const(3, INT),), "f32", ["i64"]) == Const(3.0, "f32")
-    # not literals: a variable, a bool, a NaN (spelled as expressions)
+    # a cast of an i1 constant is its value (`True.to(tl.int64)` is rejected by Triton)
+    assert lang.fold("arith.extui", (Const(True, "i1"),), "i64", ["i1"]) == Const(1, "i64")
+    # not literals: a variable, a NaN (spelled as expressions)
     assert lang.fold("math.sqrt", (Var("t"),), "f32", ["f32"]) is None
-    assert lang.fold("arith.extui", (Const(True, "i1"),), "i64", ["i1"]) is None
     assert lang.fold("math.exp", (Const(float("nan"), "f32"),), "f32", ["f32"]) is None
     # pow with a literal exponent picks its spelling from the node
     show = Printer(lang)
