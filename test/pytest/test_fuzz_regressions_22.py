@@ -209,3 +209,12 @@ def test_pow_special_values_scalar_exponent(target):
     for e in ("1.5", "-0.49", "float('inf')", "2.0", "float('nan')"):
         src = _case(f"a0 = torch.tensor({vals})", f"return (torch.pow(a0, {e}),)", exact=(False,))
         _no_fallback(_assert_matches(src, target))
+
+
+# seed 25 index 429: `-1 // uint8_t` divided -1 where eager divides 255 (a Python int operand is
+# wrapped to the uint8 result type first); 300, 256 and -200 as well.
+def test_uint8_division_by_a_python_int_wraps_it(target):
+    src = _case("a0 = torch.tensor([1, 8, 200, 3, 255, 128], dtype=torch.uint8)",
+                "return (-1 // a0, 300 // a0, torch.remainder(-200, a0), a0 // -1, 256 + 0 * a0)",
+                exact=(True, True, True, True, True))
+    _no_fallback(_assert_matches(src, target))
