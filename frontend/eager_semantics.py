@@ -264,18 +264,6 @@ def _uint8(a, b) -> bool:
         not _floating(a, b) and not any(isinstance(x, float) for x in (a, b))
 
 
-def _wrap_int(x, dt: torch.dtype):
-    """A Python int operand as eager converts it to the integer result type `dt`: wrapped
-    around (`-1 // uint8_t` divides 255: fuzz seed 25 index 429)."""
-    if isinstance(x, bool) or not isinstance(x, int) or dt.is_floating_point or dt == torch.bool:
-        return x
-    bits = torch.iinfo(dt).bits
-    if torch.iinfo(dt).min == 0:
-        return x % (1 << bits)
-    half = 1 << (bits - 1)
-    return (x + half) % (1 << bits) - half
-
-
 def _widened(op):
     """`op` on uint8 operands computed in int16 (exact for every uint8 value): torch-mlir
     lowers integer division and remainder to the signed ops on its signless i8, which is wrong
@@ -295,8 +283,11 @@ def _widened(op):
         # with a uint8 tensor is 250: fuzz seed 21 index 2297)
         rt = torch.result_type(a, b)
         wide = torch.promote_types(rt, torch.int16)
-        wa = a.to(rt).to(wide) if isinstance(a, torch.Tensor) else _wrap_int(a, rt)
-        wb = b.to(rt).to(wide) if isinstance(b, torch.Tensor) else _wrap_int(b, rt)
+        # a Python int wrapped to the result type, as eager converts it (`-1 // uint8_t`
+        # divides 255: fuzz seed 25 index 429)
+        wa, wb = (x.to(rt).to(wide) if isinstance(x, torch.Tensor) else
+                  _wrap_int(x, rt) if isinstance(x, int) and not isinstance(x, bool) else x
+                  for x in (a, b))
         # eager's result type (uint8 with int8 is int16: fuzz seed 4 index 226)
         return op(wa, wb, *args, **kwargs).to(torch.result_type(a, b))
     return decomp
