@@ -9,7 +9,14 @@ runs normally too and tells which inputs keep their storage from call to call (p
 buffers): those are read in place by the graph; the others get static buffers that each call
 copies into. Call 3 captures, and every later call replays. Outputs are cloned out of the
 graph's memory pool, because the next replay overwrites it, except those the caller borrows
-(`lend`: new values of mutated inputs, copied into the inputs right away).
+(`lend`): new values of mutated inputs, copied into the inputs right away; and a training
+forward's saved activations (`guarded`), which only the backward reads. Those are returned as
+aliases of the pool, and a replay first checks that no alias from the previous call is still
+alive (its storage's use count): if one is (two forwards before their backwards, a graph kept
+for a second backward), the call runs without the graph, into fresh memory, instead of
+overwriting values still needed. A graph whose input is such an alias (the backward) reads it
+in place: no clone out of the forward's pool, no copy into the backward's; if such an input
+arrives elsewhere (its forward ran without the graph), that call runs without the graph.
 
 Correctness first: a program given host (CPU) tensors is never captured, except those its
 steps never read (`unread_host_inputs`: an attention backward's philox seed without dropout); a call whose in-place
@@ -18,9 +25,14 @@ failed capture is not retried).
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Sequence
 
 import torch
+
+# Storage addresses of guarded (lent, liveness-checked) outputs of live graphs: a graph capturing
+# with an input in one of them reads it in place (see the module docstring).
+_POOLED: set[int] = set()
 
 
 class GraphedProgram:
@@ -41,18 +53,36 @@ class GraphedProgram:
         self._static_out: list[torch.Tensor] = []
         self._recaptures = 0
         self._lent: frozenset[int] = frozenset()
+        self._guarded: frozenset[int] = frozenset()
+        self._guard: list[tuple[torch.UntypedStorage, int]] = []   # (storage, use count at rest)
+        self._pooled: list[tuple[int, int]] = []    # (input index, data_ptr): another pool's
+        self.ungraphed_calls = 0    # replays given up for a live alias or a moved pooled input
+        self.pool_bytes = 0         # memory the capture reserved (the graph's pool)
+        self._pool_ptrs: set[int] = set()
+        weakref.finalize(self, _POOLED.difference_update, self._pool_ptrs)
 
-    def lend(self, outputs) -> None:
-        """Outputs returned as the graph's own buffers, not cloned: the caller consumes them
-        (copies them elsewhere) before it calls again."""
-        self._lent = frozenset(outputs)
+    def lend(self, outputs, guarded=()) -> None:
+        """Outputs returned as the graph's own buffers, not cloned. `outputs`: the caller
+        consumes them (copies them elsewhere) before it calls again. `guarded`: returned as
+        aliases that may live until some later call; a replay while one is alive runs without
+        the graph instead (a training forward's saved activations, read by its backward)."""
+        self._guarded = frozenset(guarded)
+        self._lent = frozenset(outputs) | self._guarded
 
     @property
     def captured(self) -> bool:
         return self._graph is not None
 
+    def _in_use(self) -> bool:
+        """Whether an alias handed out by the previous replay is still alive."""
+        use = torch._C._storage_Use_Count
+        return any(use(s._cdata) > rest for s, rest in self._guard)
+
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if self._graph is not None:
+            if self._guard and self._in_use():
+                self.ungraphed_calls += 1
+                return self._run(*inputs)
             return self._replay(inputs)
         if self._failed:
             return self._run(*inputs)
@@ -81,6 +111,9 @@ class GraphedProgram:
         for i, t in enumerate(inputs):
             if t.device.type == "cpu":       # unread (checked above): passed as it is
                 static.append(t)
+            elif t.untyped_storage().data_ptr() in _POOLED:   # a forward's saved activation
+                static.append(t)
+                self._pooled.append((i, t.data_ptr()))
             elif self._stable[i] and t.is_contiguous():
                 static.append(t)
                 self._inplace.append((i, t.data_ptr()))
@@ -97,11 +130,24 @@ class GraphedProgram:
             self._run(*static)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
+        reserved = torch.cuda.memory_reserved()
         with torch.cuda.graph(graph):
             self._static_out = self._run(*static)
+        self.pool_bytes = torch.cuda.memory_reserved() - reserved
         self._graph = graph
+        storages = {}
+        for j in sorted(self._guarded):
+            o = self._static_out[j]
+            storages.setdefault(o.untyped_storage().data_ptr(), o.untyped_storage())
+        _POOLED.update(storages)
+        self._pool_ptrs.update(storages)
+        use = torch._C._storage_Use_Count
+        self._guard = [(s, use(s._cdata)) for s in storages.values()]
 
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if any(inputs[i].data_ptr() != ptr for i, ptr in self._pooled):
+            self.ungraphed_calls += 1       # its forward ran without its graph this time
+            return self._run(*inputs)
         moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
         if moved:
             # An input that kept its storage over the warm-up calls (by the caching allocator's
@@ -113,6 +159,9 @@ class GraphedProgram:
             for i in moved:
                 self._stable[i] = False
             self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
+            self._pooled, self._guard = [], []
+            _POOLED.difference_update(self._pool_ptrs)
+            self._pool_ptrs.clear()
             try:
                 self._capture(inputs)
             except Exception:  # noqa: BLE001 - as in the first capture: run without the graph
@@ -125,8 +174,9 @@ class GraphedProgram:
             torch._foreach_copy_([self._static_in[i] for i in self._copied],
                                  [inputs[i] for i in self._copied])
         self._graph.replay()
-        lent = self._lent
-        outs = [o if j in lent else torch.empty_like(o, memory_format=torch.preserve_format)
+        lent, guarded = self._lent, self._guarded
+        outs = [(o.detach() if j in guarded else o) if j in lent
+                else torch.empty_like(o, memory_format=torch.preserve_format)
                 for j, o in enumerate(self._static_out)]
         fresh = [j for j in range(len(outs)) if j not in lent]
         if fresh:
