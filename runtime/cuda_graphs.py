@@ -135,6 +135,9 @@ class GraphedProgram:
             self._static_out = self._run(*static)
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
         self._graph = graph
+        for i, _ in self._pooled:   # not kept: holding them would keep the forward's aliases alive
+            static[i] = None
+        del static
         storages = {}
         for j in sorted(self._guarded):
             o = self._static_out[j]
