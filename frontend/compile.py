@@ -52,16 +52,18 @@ def _output_sizes(gm: fx.GraphModule) -> dict[str, int]:
     return {"num_outputs": len(tensors), "output_bytes": nbytes}
 
 
-def _lend(run, prep, mutations, saved: range | None) -> None:
+def _lend(run, prep, mutations, guarded: range | None) -> None:
     """A CUDA-graphed program hands some outputs out of its pool uncloned
     (runtime/cuda_graphs.py):
       * the new values of mutated inputs: `write_back` copies them into the inputs before the
         next replay can overwrite them, and nothing else sees them (an AdamW step: hundreds of
         parameters and moments, each otherwise allocated and copied twice per step);
-      * a training forward's saved activations (`saved`: AOTAutograd's slice of the outputs),
-        as guarded aliases: only the backward reads them, in place, and a replay while one is
-        still alive runs without the graph. Not cloned out, not copied into the backward.
-    A program output that also feeds any other output of the graph is not lent."""
+      * as guarded aliases (`guarded`: graph output indices): a replay while one of them is
+        still alive runs without the graph. A training forward's saved activations
+        (AOTAutograd's slice of its outputs): only the backward reads them, in place — not
+        cloned out, not copied into the backward; a backward's gradients: autograd adds them to
+        `.grad` or hands them on, and they are dead by the next backward unless kept
+        (accumulation). A program output that also feeds another output is not lent."""
     from ..runtime.cuda_graphs import GraphedProgram
     if not isinstance(run, GraphedProgram) or prep.single:
         return
@@ -72,10 +74,10 @@ def _lend(run, prep, mutations, saved: range | None) -> None:
     written = {k for _, k in mutations.targets} if mutations is not None else set()
     lent = {prep.plan[k][1] for k in written
             if prep.plan[k][0] == "compiled" and len(users[prep.plan[k][1]]) == 1}
-    guarded = {j for j, slots in users.items()
-               if saved is not None and all(i in saved for i in slots)}
-    if lent or guarded:
-        run.lend(lent, guarded=guarded)
+    aliases = {j for j, slots in users.items()
+               if guarded is not None and all(i in guarded for i in slots)}
+    if lent or aliases:
+        run.lend(lent, guarded=aliases)
 
 
 def saved_output_slice(num_outputs: int) -> range | None:
@@ -136,8 +138,9 @@ class EmberGraph:
         self._static: Callable | None = None
         self._eager = _eager_call(gm)
         self._rejects: str | None | bool = False     # not judged yet (eager_rejects.py)
-        # A training forward: the outputs saved for the backward (compile._lend).
-        self.saved_outputs: range | None = None
+        # Outputs a CUDA-graphed program may hand out of its pool as guarded aliases
+        # (compile._lend): a training forward's saved activations, a backward's gradients.
+        self.lent_outputs: range | None = None
 
     def __call__(self, *args):
         out = self._call(args)
@@ -218,8 +221,8 @@ class EmberGraph:
             "input_mutations": len(self._mutations.targets) if self._mutations else 0,
             **_output_sizes(self.gm),
         }
-        if self.saved_outputs is not None:
-            report["saved_outputs"] = len(self.saved_outputs)
+        if self.kind == "forward" and self.lent_outputs is not None:
+            report["saved_outputs"] = len(self.lent_outputs)
         try:
             run = self._compile(args, report, dump)
         except Exception as err:
@@ -293,7 +296,9 @@ class EmberGraph:
             try:
                 run, summary = compile_static(prep.gm, tensors, self.options, target, dump,
                                               self.kind, library=inline)
-                _lend(run, prep, self._mutations, self.saved_outputs)
+                _lend(run, prep, self._mutations, self.lent_outputs)
+                if hasattr(run, "stats"):
+                    run.stats = report
                 report.update(summary)
                 report["num_externs"] = report.get("num_externs", 0) + len(inline)
             except Exception as err:

@@ -58,6 +58,7 @@ class GraphedProgram:
         self._pooled: list[tuple[int, int]] = []    # (input index, data_ptr): another pool's
         self.ungraphed_calls = 0    # replays given up for a live alias or a moved pooled input
         self.pool_bytes = 0         # memory the capture reserved (the graph's pool)
+        self.stats: dict | None = None   # a report to update: graph_pool_bytes, ungraphed_calls
         self._pool_ptrs: set[int] = set()
         weakref.finalize(self, _POOLED.difference_update, self._pool_ptrs)
 
@@ -73,6 +74,11 @@ class GraphedProgram:
     def captured(self) -> bool:
         return self._graph is not None
 
+    def _ungraphed(self) -> None:
+        self.ungraphed_calls += 1
+        if self.stats is not None:
+            self.stats["ungraphed_calls"] = self.ungraphed_calls
+
     def _in_use(self) -> bool:
         """Whether an alias handed out by the previous replay is still alive."""
         use = torch._C._storage_Use_Count
@@ -81,7 +87,7 @@ class GraphedProgram:
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if self._graph is not None:
             if self._guard and self._in_use():
-                self.ungraphed_calls += 1
+                self._ungraphed()
                 return self._run(*inputs)
             return self._replay(inputs)
         if self._failed:
@@ -134,6 +140,8 @@ class GraphedProgram:
         with torch.cuda.graph(graph):
             self._static_out = self._run(*static)
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
+        if self.stats is not None:
+            self.stats["graph_pool_bytes"] = self.pool_bytes
         self._graph = graph
         for i, _ in self._pooled:   # not kept: holding them would keep the forward's aliases alive
             static[i] = None
@@ -149,7 +157,7 @@ class GraphedProgram:
 
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if any(inputs[i].data_ptr() != ptr for i, ptr in self._pooled):
-            self.ungraphed_calls += 1       # its forward ran without its graph this time
+            self._ungraphed()       # its forward ran without its graph this time
             return self._run(*inputs)
         moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
         if moved:

@@ -243,3 +243,30 @@ def test_forward_kept_alive_without_backward_is_not_overwritten():
         ref(xs[k]).square().mean().backward()
     for p, q in zip(ref.parameters(), model.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_accumulation_over_lent_gradients_matches_eager():
+    """The graphed backward hands its gradients out of its pool (autograd may keep them as
+    `.grad`): accumulating over micro-batches without zeroing must not let a replay overwrite
+    a `.grad` still held, and plain steps with zero_grad keep replaying."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+    made, init, spy = _spy_graphs()
+    torch.manual_seed(0)
+    model, ref = _model().train(), _model().train()
+    ref.load_state_dict(model.state_dict())
+    GraphedProgram.__init__ = spy
+    try:
+        f = torch.compile(model, backend="ember")
+        for step in range(8):
+            for micro in range(3 if step % 2 else 1):
+                x = torch.randn(32, 64, device="cuda")
+                f(x).square().mean().backward()
+                ref(x).square().mean().backward()
+            for p, q in zip(ref.parameters(), model.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+            model.zero_grad()
+            ref.zero_grad()
+        bwd = [g for g in made if g._pooled]
+        assert len(bwd) == 1 and bwd[0].captured and bwd[0]._guard
+    finally:
+        GraphedProgram.__init__ = init
