@@ -27,6 +27,7 @@ What a row holds:
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import statistics
 import sys
@@ -239,6 +240,12 @@ def run_model(name, dtypes, mode, backends, device, small, repeats, profile=Fals
                 _clear_ember()
                 step, check = case.make(be)
                 if device == "cuda":
+                    # the shared model's gradients of the previous backend's steps are freed by
+                    # this backend's first step: not part of its base
+                    for m in (getattr(case, "base", None), getattr(case, "model", None)):
+                        for p in (m.parameters() if isinstance(m, torch.nn.Module) else ()):
+                            p.grad = None
+                    gc.collect()
                     torch.cuda.synchronize()
                     base = torch.cuda.memory_allocated()
                 t0 = time.perf_counter()

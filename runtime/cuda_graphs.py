@@ -17,6 +17,8 @@ for a second backward), the call runs without the graph, into fresh memory, inst
 overwriting values still needed. A graph whose input is such an alias (the backward) reads it
 in place: no clone out of the forward's pool, no copy into the backward's; if such an input
 arrives elsewhere (its forward ran without the graph), that call runs without the graph.
+When either happens STREAK calls in a row (a loop that keeps what is lent, as an accumulating
+`.grad`), the graph is captured again without that optimisation (clones, copies).
 
 Correctness first: a program given host (CPU) tensors is never captured, except those its
 steps never read (`unread_host_inputs`: an attention backward's philox seed without dropout); a call whose in-place
@@ -37,6 +39,8 @@ _POOLED: set[int] = set()
 
 class GraphedProgram:
     MAX_RECAPTURES = 3
+    STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
+                    # before the graph is captured again without that optimisation
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset()):
@@ -58,6 +62,8 @@ class GraphedProgram:
         self._pooled: list[tuple[int, int]] = []    # (input index, data_ptr): another pool's
         self.ungraphed_calls = 0    # replays given up for a live alias or a moved pooled input
         self.pool_bytes = 0         # memory the capture reserved (the graph's pool)
+        self._live = self._moved_pool = 0      # current streaks (see STREAK)
+        self._no_pool = False
         self.stats: dict | None = None   # a report to update: graph_pool_bytes, ungraphed_calls
         self._pool_ptrs: set[int] = set()
         weakref.finalize(self, _POOLED.difference_update, self._pool_ptrs)
@@ -88,7 +94,17 @@ class GraphedProgram:
         if self._graph is not None:
             if self._guard and self._in_use():
                 self._ungraphed()
-                return self._run(*inputs)
+                self._live += 1
+                if self._live < self.STREAK:
+                    return self._run(*inputs)
+                # The caller keeps what this graph lends from call to call (a `.grad` that
+                # accumulates, gradients a loop keeps from autograd.grad): clone the outputs
+                # from now on, from a new capture; the old pool stays with the live aliases.
+                self._lent -= self._guarded
+                self._guarded = frozenset()
+                if not self._recapture(inputs):
+                    return self._run(*inputs)
+            self._live = 0
             return self._replay(inputs)
         if self._failed:
             return self._run(*inputs)
@@ -117,7 +133,7 @@ class GraphedProgram:
         for i, t in enumerate(inputs):
             if t.device.type == "cpu":       # unread (checked above): passed as it is
                 static.append(t)
-            elif t.untyped_storage().data_ptr() in _POOLED:   # a forward's saved activation
+            elif not self._no_pool and t.untyped_storage().data_ptr() in _POOLED:
                 static.append(t)
                 self._pooled.append((i, t.data_ptr()))
             elif self._stable[i] and t.is_contiguous():
@@ -136,8 +152,8 @@ class GraphedProgram:
             self._run(*static)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        reserved = torch.cuda.memory_reserved()
         with torch.cuda.graph(graph):
+            reserved = torch.cuda.memory_reserved()   # after the cache was emptied on entry
             self._static_out = self._run(*static)
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
         if self.stats is not None:
@@ -155,28 +171,40 @@ class GraphedProgram:
         use = torch._C._storage_Use_Count
         self._guard = [(s, use(s._cdata)) for s in storages.values()]
 
+    def _recapture(self, inputs: Sequence[torch.Tensor]) -> bool:
+        """A new capture (a few at most); False: run without the graph."""
+        if self._recaptures >= self.MAX_RECAPTURES:
+            return False
+        self._recaptures += 1
+        self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
+        self._pooled, self._guard = [], []
+        _POOLED.difference_update(self._pool_ptrs)
+        self._pool_ptrs.clear()
+        try:
+            self._capture(inputs)
+        except Exception:  # noqa: BLE001 - as in the first capture: run without the graph
+            self._graph, self._failed = None, True
+            return False
+        return True
+
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if any(inputs[i].data_ptr() != ptr for i, ptr in self._pooled):
-            self._ungraphed()       # its forward ran without its graph this time
-            return self._run(*inputs)
+            self._ungraphed()       # its producer ran without its graph (or stopped lending)
+            self._moved_pool += 1
+            if self._moved_pool < self.STREAK:
+                return self._run(*inputs)
+            self._no_pool = True    # it keeps arriving elsewhere: copy it in from now on
+            if not self._recapture(inputs):
+                return self._run(*inputs)
+        self._moved_pool = 0
         moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
         if moved:
             # An input that kept its storage over the warm-up calls (by the caching allocator's
             # chance: a backward's saved activations) arrives elsewhere: from now on it is
             # copied into a static buffer, which needs a new capture (a few at most).
-            if self._recaptures >= self.MAX_RECAPTURES:
-                return self._run(*inputs)
-            self._recaptures += 1
             for i in moved:
                 self._stable[i] = False
-            self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
-            self._pooled, self._guard = [], []
-            _POOLED.difference_update(self._pool_ptrs)
-            self._pool_ptrs.clear()
-            try:
-                self._capture(inputs)
-            except Exception:  # noqa: BLE001 - as in the first capture: run without the graph
-                self._graph, self._failed = None, True
+            if not self._recapture(inputs):
                 return self._run(*inputs)
         for i in self._copied:
             if inputs[i].shape != self._static_in[i].shape:
