@@ -20,6 +20,8 @@ the dtypes whose torch-mlir lowering is already right, so the op goes on to torc
 * var/std of floats on the CPU in float64, as eager's CPU kernel accumulates.
 * any/all of uint8: reductions of `x != 0` (torch-mlir's lowering does not import).
 * Float fmod: exact, from remainder of the magnitudes (torch-mlir's quotient formula rounds).
+* Float trunc: floor towards zero from either side, so trunc(-0.0) keeps its sign (torch-mlir's
+  sign(x) * floor(|x|) gives +0.0 there: rsqrt of the truncated quotient was +inf, eager -inf).
 """
 from __future__ import annotations
 
@@ -424,6 +426,16 @@ def _floor_div_float(a, b, dt):
     return out.to(dt)
 
 
+def _trunc(x):
+    """trunc(x) as eager's (C's trunc: -0.0 stays -0.0, NaN and infinities pass through).
+    torch-mlir lowers it to sign(x) * floor(|x|), whose sign(-0.0) is 0: +0.0 (fuzz seed 25
+    index 1625, bf16 `rsqrt(div(a, b, rounding_mode='trunc'))` of -0.0 gave +inf, eager -inf).
+    ceil of a negative x in (-1, 0) is -0.0 as trunc's."""
+    if not x.is_floating_point():
+        return NotImplemented
+    return torch.where(x < 0, torch.ceil(x), torch.floor(x))
+
+
 def _trunc_div_low(a, b, dt):
     """Truncating division of half/bf16 as eager's CPU kernel (div_trunc_kernel) computes it.
     A divisor that is one value (a Python number, a tensor of one element: TensorIterator's
@@ -509,7 +521,7 @@ def table() -> dict:
         aten.bitwise_and.Scalar: _bitwise_scalar(torch.bitwise_and),
         aten.bitwise_or.Scalar: _bitwise_scalar(torch.bitwise_or),
         aten.bitwise_xor.Scalar: _bitwise_scalar(torch.bitwise_xor),
-        aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod,
+        aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod, aten.trunc.default: _trunc,
         aten.var.correction: _var_cpu, aten.std.correction: _std_cpu,
         **{op: _logical_reduction(op) for op in (
             aten.any.default, aten.any.dim, aten.any.dims,

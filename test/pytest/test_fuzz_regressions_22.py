@@ -218,3 +218,32 @@ def test_uint8_division_by_a_python_int_wraps_it(target):
                 "return (-1 // a0, 300 // a0, torch.remainder(-200, a0), a0 // -1, 256 + 0 * a0)",
                 exact=(True, True, True, True, True))
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 25 index 1625: bf16 `rsqrt(div(a0, clamp_min(a0.squeeze(), 0), rounding_mode='trunc'))`
+# gave +inf where eager gives -inf: -1.2e-38 / inf and -0.0 / 0.68 truncate to -0.0, and
+# torch-mlir's trunc, sign(x) * floor(|x|), made it +0.0 (sign(-0.0) is 0). eager_semantics
+# decomposes trunc as ceil / floor from each side. The comparator takes -0.0 == 0.0: rsqrt (and
+# the signbit check) turn the sign into a value.
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_trunc_keeps_the_sign_of_zero(target, dtype):
+    src = _case(f"a0 = torch.tensor([-0.0, -1.1754943508222875e-38, -0.5, 0.0, 0.5, -2.5, 2.5, "
+                f"-inf, inf, nan, 1e30, -0.0]).to(torch.{dtype})\n"
+                f"a1 = torch.tensor([0.68, inf, 3.0, 1.0, 1.0, 1.0, -1.0, 2.0, 1.0, 1.0, 1.0, "
+                f"-2.0]).to(torch.{dtype})",
+                "v0 = torch.div(a0, a1, rounding_mode='trunc')\n"
+                "return (torch.rsqrt(v0), torch.trunc(a0), torch.rsqrt(torch.trunc(a0)), v0)",
+                exact=(False, True, False, True))
+    _no_fallback(_assert_matches(src, target))
+    ns = load(src)
+    refs = ns["fn"](*ns["make_inputs"]())
+    torch._dynamo.reset()
+    outs = torch.compile(ns["fn"], backend="ember", options={"target": target})(
+        *ns["make_inputs"]())
+    for out, ref in zip(outs, refs):     # a NaN's sign bit means nothing
+        assert torch.equal(torch.signbit(out) & ~ref.isnan(), torch.signbit(ref) & ~ref.isnan())
+
+
+def test_fuzz_seed25_index1625_trunc_division_of_zero(target):
+    from fuzz.graphs import generate
+    _no_fallback(_assert_matches(generate(25, 1625).source(), target))
