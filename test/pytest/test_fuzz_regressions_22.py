@@ -247,3 +247,25 @@ def test_trunc_keeps_the_sign_of_zero(target, dtype):
 def test_fuzz_seed25_index1625_trunc_division_of_zero(target):
     from fuzz.graphs import generate
     _no_fallback(_assert_matches(generate(25, 1625).source(), target))
+
+
+# Known from seed 25's run: bf16/f16 floor division (`//`, div rounding_mode='floor') by a
+# tensor: eager's CPU kernel rounds every step of c10::div_floor_floating to the 16-bit type
+# (a - fmod(a, b), its quotient by b, ...), in its vectorized and its scalar loop alike; ember
+# computed the formula in f32 and rounded once (bf16 -144 // 0.5586: eager -260, ember -258; 2%
+# of random bf16 pairs differed). A one-value divisor (a number, one element, stride 0) is read
+# at f32 and the formula taken in f32, rounded once, as before. No bf16 subnormals: the Triton
+# interpreter loads them wrongly (test/fuzz/graphs.py leaves them out too).
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_low_precision_floor_division_rounds_each_step(target, dtype):
+    rand = ("(torch.randn(512, generator=torch.Generator().manual_seed({s})) * 2.0 ** torch.randint("
+            "{lo}, {hi}, (512,), generator=torch.Generator().manual_seed({s})).float())")
+    special = "[-144.0, -39.125, 0.0, -0.0, inf, -inf, nan, 1e4, 3.0, -3.0, 0.5, 2.5]"
+    inputs = (f"a0 = torch.cat([{rand.format(s=0, lo=-8, hi=8)}, torch.tensor({special})"
+              f".repeat_interleave(12)]).to(torch.{dtype})\n"
+              f"a1 = torch.cat([{rand.format(s=1, lo=-6, hi=4)}, torch.tensor([0.55859375, "
+              f"0.01959228515625, 0.0, -0.0, inf, -inf, nan, 1e-3, 3.0, -3.0, 0.5, -2.5])"
+              f".repeat(12)]).to(torch.{dtype})")
+    body = ("return (a0 // a1, torch.div(a0[::3], a1[::3], rounding_mode='floor'), "
+            "a0 // a1[3:4], a0 // a1[3:4].expand(656), a0 // 0.3, 2.7 // a1)")
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(True,) * 6), target))
