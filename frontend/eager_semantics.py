@@ -20,6 +20,7 @@ the dtypes whose torch-mlir lowering is already right, so the op goes on to torc
 * var/std of floats on the CPU in float64, as eager's CPU kernel accumulates.
 * any/all of uint8: reductions of `x != 0` (torch-mlir's lowering does not import).
 * Float fmod: exact, from remainder of the magnitudes (torch-mlir's quotient formula rounds).
+* index_select of a size-1 dim by one index: not folded away with its bounds check.
 * Float trunc: floor towards zero from either side, so trunc(-0.0) keeps its sign (torch-mlir's
   sign(x) * floor(|x|) gives +0.0 there: rsqrt of the truncated quotient was +inf, eager -inf).
 """
@@ -476,6 +477,18 @@ def _trunc(x):
     return torch.where(x < 0, torch.ceil(x), torch.floor(x))
 
 
+def _index_select_one(x, dim, index):
+    """index_select of a size-1 dim by one index, through the index repeated twice (then the
+    first row): torch-mlir folds index_select of a size-1 dim by a one-element index to its
+    source, which dropped the bounds check (fuzz seed 26 index 273: `index_select(uint8[1], 0,
+    tensor([-2]))` returned the element, eager IndexError). Still index_select, so eager's
+    redo of a failing call (frontend/compile.py) raises eager's own IndexError."""
+    if x.dim() == 0 or index.numel() != 1 or x.shape[dim] != 1:
+        return NotImplemented
+    # contiguous, as eager's result
+    return torch.index_select(x, dim, index.reshape(1).expand(2)).narrow(dim, 0, 1).contiguous()
+
+
 def _trunc_div_low(a, b, dt):
     """Truncating division of half/bf16 as eager's CPU kernel (div_trunc_kernel) computes it.
     A divisor that is one value (a Python number, a tensor of one element: TensorIterator's
@@ -562,6 +575,7 @@ def table() -> dict:
         aten.bitwise_or.Scalar: _bitwise_scalar(torch.bitwise_or),
         aten.bitwise_xor.Scalar: _bitwise_scalar(torch.bitwise_xor),
         aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod, aten.trunc.default: _trunc,
+        aten.index_select.default: _index_select_one,
         aten.var.correction: _var_cpu, aten.std.correction: _std_cpu,
         **{op: _logical_reduction(op) for op in (
             aten.any.default, aten.any.dim, aten.any.dims,

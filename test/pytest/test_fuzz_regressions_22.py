@@ -269,3 +269,25 @@ def test_low_precision_floor_division_rounds_each_step(target, dtype):
     body = ("return (a0 // a1, torch.div(a0[::3], a1[::3], rounding_mode='floor'), "
             "a0 // a1[3:4], a0 // a1[3:4].expand(656), a0 // 0.3, 2.7 // a1)")
     _no_fallback(_assert_matches(_case(inputs, body, exact=(True,) * 6), target))
+
+
+# seed 26 index 273: `index_select(uint8[1], 0, tensor([-2]))` returned the element where eager
+# raises IndexError: torch-mlir folds index_select of a size-1 dim by one index to its source,
+# and the bounds check with it. In range, values and layouts as eager's (a size-1 dim inside).
+@pytest.mark.parametrize("dim,index", [(0, "[-2]"), (0, "[-1]"), (0, "[1]"), (0, "-1"),
+                                       (1, "[3]"), (1, "[0]"), (0, "[0]"), (0, "0")])
+def test_index_select_of_a_size_one_dim_checks_the_index(target, dim, index):
+    perm = (0, 2, 1) if dim == 0 else (1, 0, 2)       # size 1 at `dim`, not contiguous
+    inputs = (f"a0 = torch.tensor([[[8.0, -1.5], [2.0, 3.0]]]).permute{perm}\n"
+              f"a1 = torch.tensor({index})")
+    body = f"return (torch.index_select(a0, {dim}, a1), torch.index_select(a0.to(torch.uint8), " \
+           f"{dim}, a1) * 2)"
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(True, True)), target))
+    ns = load(_case(inputs, body))
+    try:
+        ns["fn"](*ns["make_inputs"]())
+    except Exception as e:           # noqa: BLE001 - eager's error type, not only an error
+        torch._dynamo.reset()
+        with pytest.raises(type(e)):
+            torch.compile(ns["fn"], backend="ember", options={"target": target})(
+                *ns["make_inputs"]())
