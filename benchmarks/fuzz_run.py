@@ -53,11 +53,14 @@ def main(argv=None) -> int:
     out = Path(args.out)
     counts: collections.Counter = collections.Counter()
     seconds: collections.Counter = collections.Counter()
+    ran: collections.Counter = collections.Counter()     # (target, variant) compiled
     fallback_ops = collections.defaultdict(collections.Counter)
     start = time.time()
 
     def on_result(r: dict) -> None:
         counts[(r["target"], r["status"])] += 1
+        for v in r.get("variants_run") or ():
+            ran[(r["target"], v)] += 1
         seconds[r["target"]] += r.get("seconds", 0.0)
         if r["fallback"]:
             counts[(r["target"], "fallback")] += 1
@@ -98,6 +101,10 @@ def main(argv=None) -> int:
               f"({row['fallback']} with an eager fallback, {row['upstream']} where "
               f"aot_eager differs from eager too); {seconds[t]:.1f} s in workers, "
               f"{rate:.2f} graphs/s per worker")
+        if variants:
+            text = ", ".join(f"{v} {ran[(t, v)]}" for v in variants)
+            print(f"          variants compiled and compared (the others compile to the "
+                  f"default's program): {text}")
         if fallback_ops[t]:
             top = ", ".join(f"{op} x{n}" for op, n in fallback_ops[t].most_common(8))
             print(f"          eager fallbacks (graphs): {top}")

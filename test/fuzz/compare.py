@@ -127,6 +127,20 @@ def variant_options(variant: str, target: str) -> dict:
 VARIANTS = ("nofuse", "noplan")
 
 
+def _same_program(variant: str, reports: list) -> bool:
+    """True when the default compile shows that `variant` compiles to the same program (then
+    it is not run again): "nofuse" where every kernel already holds one op, "noplan" where
+    the planner had no intermediate to place (ember.unplanned_bytes 0: every buffer is its
+    own allocation either way). A graph not wholly compiled always runs its variants."""
+    if not reports or any(r.get("status") != "compiled" for r in reports):
+        return False
+    if variant == "nofuse":
+        return all(len(g) <= 1 for r in reports for g in r.get("fused_groups") or [])
+    if variant == "noplan":
+        return all(not r.get("unplanned_peak_bytes") for r in reports)
+    return False
+
+
 def _compiled(fn, make, target: str, options: dict):
     """ember's outputs (or the error it raised) and its inputs after the call."""
     import ember
@@ -144,8 +158,10 @@ def _compiled(fn, make, target: str, options: dict):
 def check(source: str, target: str, variants=()) -> dict:
     """{'status': 'pass'|'mismatch'|'error', 'reason': ..., 'fallback': [...]}: 'error' is an
     error raised by one side only. Each of `variants` (VARIANTS) compiles the graph again with
-    its options and is compared with eager the same way; the first that fails is the result,
-    its reason prefixed with `[variant]`."""
+    its options and is compared with eager the same way (unless it would compile to the same
+    program: `_same_program`; 'variants_run' lists those run); the first that fails is the
+    result, its reason prefixed with `[variant]`."""
+    import ember
     ns = load(source)
     fn, make, exact_map = ns["fn"], ns["make_inputs"], ns["EXACT"]
     exact = list(exact_map)
@@ -158,9 +174,14 @@ def check(source: str, target: str, variants=()) -> dict:
             refs, ref_err = None, e
         outs, err, out_inputs = _compiled(fn, make, target, {})
         fallback, fallback_reasons = _fallbacks()
+        reports = list(ember.last_reports())
     torch._dynamo.reset()
     r = _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target)
+    ran = []
     for variant in variants if r[0] == "pass" else ():
+        if _same_program(variant, reports):
+            continue
+        ran.append(variant)
         # the worker's log names the variant a crash happened in
         print(f"fuzz variant {variant}", flush=True)
         with warnings.catch_warnings():
@@ -174,7 +195,8 @@ def check(source: str, target: str, variants=()) -> dict:
             break
     if r[0] != "pass" and _upstream(fn, make, ref_err, refs, ref_inputs, exact):
         r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}")
-    return dict(status=r[0], reason=r[1], fallback=fallback, fallback_reasons=fallback_reasons)
+    return dict(status=r[0], reason=r[1], fallback=fallback, fallback_reasons=fallback_reasons,
+                variants_run=ran)
 
 
 def _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact,
