@@ -50,12 +50,23 @@ CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", 
 CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
 
 
-class Unschedulable(Exception):
-    """The kernel is outside the shapes code generation handles; `location` names the op."""
+# Why a group of ops cannot be one kernel, by kind (ember-fuse{explain=true}'s remarks and
+# report.json's `unfused` name these).
+ILLEGAL = "illegal"                             # any other shape code generation does not handle
+INDEX_MISMATCH = "index mismatch"               # the ops' indexing does not give one loop nest
+REDUCE_BROADCAST = "reduction then broadcast"   # a full reduction beside a full-size result
+TARGET_LIMIT = "target limit"                   # one code generator's own limits (backends.py)
 
-    def __init__(self, reason: str, location: "ir.Location | None" = None):
+
+class Unschedulable(Exception):
+    """The kernel is outside the shapes code generation handles; `location` names the op,
+    `category` the kind of reason (ILLEGAL, INDEX_MISMATCH, REDUCE_BROADCAST,
+    TARGET_LIMIT)."""
+
+    def __init__(self, reason: str, location: "ir.Location | None" = None,
+                 category: str = ILLEGAL):
         super().__init__(reason)
-        self.reason, self.location = reason, location
+        self.reason, self.location, self.category = reason, location, category
 
 
 @dataclasses.dataclass
@@ -421,10 +432,11 @@ class KernelSchedule:
             for r in self.reductions[1:]:
                 if set(r.parallel) != pset:
                     raise Unschedulable("reductions do not share the same outer (parallel) "
-                                        "space", r.op.location)
+                                        "space", r.op.location, INDEX_MISMATCH)
             for r in self.reductions:
                 if set(r.reduced) & pset:
-                    raise Unschedulable("a reduced dim is also an outer dim", r.op.location)
+                    raise Unschedulable("a reduced dim is also an outer dim", r.op.location,
+                                        INDEX_MISMATCH)
             # Loop order: the first result that covers P decides (row-major stores).
             order = next((d for d in res_dims if pset <= set(d)), first.parallel)
             self.outer = [g for g in order if g in pset]
@@ -436,14 +448,16 @@ class KernelSchedule:
         for r, d in zip(self.results, res_dims):
             inner = [g for g in d if g not in set(self.outer)]
             if self.kind == "pointwise" and set(d) != set(space):
-                raise Unschedulable("pointwise kernel results have different iteration spaces")
+                raise Unschedulable("pointwise kernel results have different iteration spaces",
+                                    category=INDEX_MISMATCH)
             if not set(self.outer) <= set(d):
-                raise Unschedulable("a kernel result is not indexed by the whole outer space")
+                raise Unschedulable("a kernel result is not indexed by the whole outer space",
+                                    category=INDEX_MISMATCH)
             if self.kind == "reduction" and not self.outer and inner:
                 # A full reduction (no outer space) runs as one parallel reduction loop; a
                 # full-size output beside it would need a second, differently shaped nest.
                 raise Unschedulable("a full reduction cannot share a kernel with a result "
-                                    "that has inner dims")
+                                    "that has inner dims", category=REDUCE_BROADCAST)
             allowed |= set(inner)
             self.outputs.append(Output(r, self.dims(r), inner))
         for v in self.args + [r for op in self.ops for r in op.results]:
@@ -453,7 +467,7 @@ class KernelSchedule:
             if len(set(gs)) != len(gs):
                 # e.g. x read as x[i, j] by one op and as x[j, i] by another
                 raise Unschedulable("two dims of one tensor map to the same loop (it is read "
-                                    "under two different index maps)", _location(v))
+                                    "under two different index maps)", _location(v), INDEX_MISMATCH)
         for op in self.ops:
             if op_name(op) == "arith.constant":
                 continue    # a splat: the same value at every index (kernel_expr), no loop
@@ -463,12 +477,13 @@ class KernelSchedule:
                 bad = [g for g in self.dims(v) if g not in allowed and not self.unit(g)]
                 if bad:
                     raise Unschedulable(f"'{op_name(op)}' iterates over a dim that is neither "
-                                        "outer, reduced nor a result dim", op.location)
+                                        "outer, reduced nor a result dim", op.location,
+                                        INDEX_MISMATCH)
             if op_name(op) == "linalg.generic":
                 gs = [self.loop_gid(op, j) for j in range(len(iterator_types(op)))]
                 if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
-                                        "access)", op.location)
+                                        "access)", op.location, INDEX_MISMATCH)
 
 
 def _is_read(block_arg) -> bool:
