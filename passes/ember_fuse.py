@@ -53,11 +53,11 @@ class EmberFuse(Pass):
 
     max_group_size: int = option(64, min=1)
     fuse_reductions: bool = True
-    # a remark (passes/remarks.py) for every producer-consumer pair left in different kernels
-    explain: bool = False
     externs: bool = True        # first apply ember-convert-externs' patterns
     # whose code generator decides legality
     target: str = option(CPP.name, choices=tuple(BACKENDS))
+    # a remark (passes/remarks.py) for every producer-consumer pair left in different kernels
+    explain: bool = False
 
     def run(self, module: ir.Operation) -> None:
         if self.target not in BACKENDS:

@@ -98,9 +98,10 @@ def test_target_resolution_and_pipeline():
     assert resolve_target("auto", [torch.device("cpu")]) == "cpu"
     assert resolve_target("triton", [torch.device("cpu")]) == "triton"
     o = CompileOptions(max_group_size=7)
-    assert default_pipeline(o, "cpu") == ("builtin.module(ember-fuse{max-group-size=7 target=cpu},"
-                                          "canonicalize,ember-buffer-reuse,ember-lower-to-cpp)")
-    assert "ember-fuse{max-group-size=7 target=triton}" in default_pipeline(o, "cuda")
+    assert default_pipeline(o, "cpu") == (
+        "builtin.module(ember-fuse{max-group-size=7 target=cpu explain=true},"
+        "canonicalize,ember-buffer-reuse{print-plan=true},ember-lower-to-cpp)")
+    assert "ember-fuse{max-group-size=7 target=triton explain=true}" in default_pipeline(o, "cuda")
     assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton)")
     assert default_pipeline(CompileOptions(pipeline="builtin.module(x)"), "cpu") == \
         "builtin.module(x)"
