@@ -114,11 +114,15 @@ class EmberFuse(Pass):
             block index), else None. A group is entered whole: a kernel runs at once.
             Users come after their operands in the block, so no op after dst's last one can
             lead back to dst: the walk never goes past it."""
-            a_ops, b_ops = set(member_ids[src]), set(member_ids[dst])
+            return path_between(set(member_ids[src]), set(member_ids[dst]))
+
+        def path_between(a_ops, b_ops):
+            """reaches() for sets of block indices (with a_ops == b_ops: whether a path leaves
+            the set and comes back, a cycle if they became one kernel)."""
             hi = max(b_ops)
             if hi < min(a_ops):
                 return None
-            stack = [(u, u) for o in member_ids[src] for u in succ[o]
+            stack = [(u, u) for o in a_ops for u in succ[o]
                      if u <= hi and u not in a_ops and u not in b_ops]
             seen = set()
             while stack:
@@ -162,6 +166,41 @@ class EmberFuse(Pass):
             members[ga] = merged
             del members[gb]
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
+
+        # A producer whose consumers read its result in other shapes (q, k and v sliced from
+        # one bias add) fuses with none of them alone: it would stay a kernel result of
+        # another shape. With all of its consumers at once, it is no result at all.
+        for g in sorted(members, key=lambda g: index[members[g][0]]):
+            if g not in members or find(g) != g:
+                continue
+            readers, inside = set(), set(member_ids[g])
+            for o in member_ids[g]:
+                for u in succ[o]:
+                    c = compute_of.get(u)
+                    if u in inside:
+                        continue
+                    if c is None:               # returned, or read by a library call
+                        readers = None
+                        break
+                    readers.add(find(c))
+                if readers is None:
+                    break
+            if not readers or len(readers) < 2:
+                continue
+            together = [g] + sorted(readers, key=lambda r: index[members[r][0]])
+            merged = sorted((o for r in together for o in members[r]), key=lambda o: index[o])
+            if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
+                continue
+            ids = {i for r in together for i in member_ids[r]}
+            if path_between(ids, ids) is not None:
+                continue
+            if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
+                continue
+            for r in together[1:]:
+                parent[r] = g
+                del members[r]
+                member_ids[g] = member_ids[g] + member_ids.pop(r)
+            members[g] = merged
 
         groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
         if explain:

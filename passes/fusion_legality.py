@@ -9,21 +9,19 @@ from torch_mlir import ir
 from .backends import backend_named
 from .graph_utils import defining_op, users
 from .ir_queries import VIEW_OPS, is_reduction, iterator_types, op_name  # noqa: F401
+
+VIEWS = VIEW_OPS
 from .kernel_schedule import (ILLEGAL, INDEX_MISMATCH, REDUCE_BROADCAST, TARGET_LIMIT,
                               Unschedulable, schedule_kernel, schedule_ops)
 
 # Why two groups stay apart (ember-fuse{explain=true} remarks, report.json's `unfused`): the
 # kinds the schedule reports (kernel_schedule), the screen's own, and ember-fuse's.
-OP_NOT_FUSED = "op not fused"           # an op kind that is always a kernel of its own (pad, ...)
 REDUCTIONS_OFF = "reductions off"       # ember-fuse{fuse-reductions=false}
 TOO_LARGE = "too large"                 # over ember-fuse's max-group-size
 CYCLE = "cycle"                         # a path between the groups leaves both
 LIBRARY_CALL = "library call"           # a matmul/conv/pool extern or an ATen library call
 REFUSALS = (TOO_LARGE, CYCLE, LIBRARY_CALL, TARGET_LIMIT, INDEX_MISMATCH, REDUCE_BROADCAST,
-            REDUCTIONS_OFF, OP_NOT_FUSED, ILLEGAL)
-
-POINTWISE_NAMED = {"linalg.transpose", "linalg.broadcast", "linalg.fill", "linalg.copy"}
-VIEWS = VIEW_OPS
+            REDUCTIONS_OFF, ILLEGAL)
 
 # Body op -> tag, most telling first: a gelu body holds erf, mul and add; call it gelu.
 _TAG_PRIORITY = [
@@ -86,23 +84,12 @@ def screen_refusal(ops, fuse_reductions: bool = True) -> tuple[str, str] | None:
     compute = [o for o in ops if op_name(o) not in VIEWS]
     if len(compute) <= 1:
         return None
-    for o in compute:
-        if op_name(o) not in POINTWISE_NAMED and op_name(o) != "linalg.generic":
-            return OP_NOT_FUSED, f"'{op_name(o)}' is a kernel of its own"
     reds = [o for o in compute if is_reduction(o)]
     if not reds:
-        spaces = {tuple(_nonunit(loop_ranges(o))) for o in compute}
-        if len(spaces) == 1:
-            return None
-        # A smaller (broadcast) producer, e.g. a bias widened to f32 or a per-channel scale,
-        # may be recomputed inside its consumer's loop nest; the schedule decides whether its
-        # dims map onto the consumer's (and refuses it as a result of another shape).
-        main = max(spaces, key=_volume)
-        for o in compute:
-            sp = tuple(_nonunit(loop_ranges(o)))
-            if not (_volume(sp) <= _volume(main) and len(sp) <= len(main)):
-                return INDEX_MISMATCH, (f"iteration spaces {_space(o)} and "
-                                        f"{'x'.join(map(str, main))}")
+        # Pointwise ops of other shapes may share a kernel: a smaller (broadcast) producer,
+        # e.g. a bias widened to f32, recomputed inside its consumer's loop nest; a bigger one
+        # read in part (a slice) or through a reshape. The schedule decides whether their dims
+        # map onto the kernel's loops (and refuses a result of another shape).
         return None
     if not fuse_reductions:
         return REDUCTIONS_OFF, "fuse-reductions=false"
@@ -121,8 +108,8 @@ def screen_refusal(ops, fuse_reductions: bool = True) -> tuple[str, str] | None:
         if o in reds:
             continue
         sp = tuple(_nonunit(loop_ranges(o)))
-        if sp in allowed or (_volume(sp) < _volume(biggest) and -1 not in loop_ranges(o)):
-            continue                            # a smaller broadcast producer (see above)
+        if sp in allowed or (_volume(sp) <= _volume(biggest) and -1 not in loop_ranges(o)):
+            continue    # a smaller broadcast producer (see above), or one read through a reshape
         return INDEX_MISMATCH, (f"'{describe(o) or op_name(o)}' iterates over {_space(o)}, "
                                 f"neither a reduction's space nor its outer space")
     return None

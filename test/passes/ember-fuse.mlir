@@ -472,8 +472,8 @@ func.func @non_splat_constant(%arg0: tensor<4xf32>) -> tensor<4xf32> {
 
 // CHECK-LABEL: func.func @splat_constant_padded
 // CHECK-NOT:     arith.constant
-// CHECK:         %[[P:.*]] = call @ember_fused_pad_{{.*}}() : () -> tensor<4x8xf32>
-// CHECK:       func.func private @ember_fused_pad_
+// CHECK:         %[[P:.*]] = call @ember_fused_pad_add_{{.*}}(%arg0) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK:       func.func private @ember_fused_pad_add_
 // CHECK:         arith.constant dense<3.000000e+00> : tensor<2x4xf32>
 // CHECK:         tensor.pad
 #spc = affine_map<(d0, d1) -> (d0, d1)>
