@@ -202,6 +202,44 @@ class EmberFuse(Pass):
                 member_ids[g] = member_ids[g] + member_ids.pop(r)
             members[g] = merged
 
+        # Horizontal: kernels that read one value (a tensor, or another kernel's result) fuse
+        # when one loop nest computes both (the row sums of a LayerNorm backward, q/k/v's
+        # transposes), so the value is read once and one launch is saved.
+        read_by: dict = {}      # producing group (argument, library call) -> groups reading it
+        for key, vals in ([(("arg", i), [a]) for i, a in enumerate(block.arguments)] +
+                          [(index[o] if o in index else ("op", bid[o]), list(o.results))
+                           for o in block_ops]):
+            for v in vals:
+                for u in users(v):
+                    c = index.get(u)
+                    if c is not None:
+                        read_by.setdefault(key if isinstance(key, tuple) else find(key),
+                                           []).append(c)
+        for key in sorted(read_by, key=str):
+            readers = list(dict.fromkeys(find(c) for c in read_by[key]
+                                         if isinstance(key, tuple) or find(c) != find(key)))
+            if len(readers) < 2:
+                continue
+            acc = readers[0]
+            for r in readers[1:]:
+                acc, r = find(acc), find(r)
+                if acc == r:
+                    continue
+                merged = sorted(members[acc] + members[r], key=lambda o: index[o])
+                if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
+                    continue
+                if all(op_name(o) in VIEW_OPS for o in merged):
+                    continue
+                ids = set(member_ids[acc]) | set(member_ids[r])
+                if path_between(ids, ids) is not None:
+                    continue
+                if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
+                    continue
+                parent[r] = acc
+                del members[r]
+                members[acc] = merged
+                member_ids[acc] = member_ids[acc] + member_ids.pop(r)
+
         groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
         if explain:
             for pair in unfused_pairs(block_ops, index, find, refused):
