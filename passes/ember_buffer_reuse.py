@@ -18,6 +18,8 @@ Live range of a buffer: from its defining op to the last op (in `@main`'s order)
 a view of it (a view op, or a library call marked `ember.view`), both ends inclusive (an op's inputs and outputs are live together).
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
 start), each at the lowest-waste gap between already placed buffers it overlaps in time.
+With `print-plan`, the plan is also emitted as remarks (passes/remarks.py): one per buffer at
+its defining op, one for the arena at @main.
 """
 import dataclasses
 

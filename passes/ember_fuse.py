@@ -13,6 +13,11 @@ How groups are chosen (a scheduler in the style of Inductor's): every compute op
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
 groups merge when the merged group (a) stays acyclic with the rest of the graph, (b) has at most
 `max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
+Then a producer whose consumers each refused it (it would stay a result of another shape) is
+tried with all of them at once, and kernels that read one producer are tried together
+(horizontal fusion). Views, slices, pads and concats are index arithmetic inside a kernel.
+With `explain`, every producer-consumer pair left in different kernels gets a remark with the
+reason (docs/internals.md, Stage 2; fusion_legality.REFUSALS).
 Cheap producers (constants, `tensor.empty`, fills of a constant) are cloned into every kernel that
 reads them instead of being passed in. Each kernel names what it fuses in `ember.ops`
 (report.json's `fused_groups`).
