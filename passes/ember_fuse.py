@@ -14,8 +14,8 @@ group; producer->consumer edges are visited from the most bytes saved to the lea
 groups merge when the merged group (a) stays acyclic with the rest of the graph, (b) has at most
 `max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
 Then a producer whose consumers each refused it (it would stay a result of another shape) is
-tried with all of them at once, and kernels that read one producer are tried together
-(horizontal fusion). Views, slices, pads and concats are index arithmetic inside a kernel.
+tried with all of them at once, and kernels that read one producer, or whose results one op
+reads, are tried together (horizontal fusion). Views, slices, pads and concats are index arithmetic inside a kernel.
 With `explain`, every producer-consumer pair left in different kernels gets a remark with the
 reason (docs/internals.md, Stage 2; fusion_legality.REFUSALS).
 Cheap producers (constants, `tensor.empty`, fills of a constant) are cloned into every kernel that
@@ -207,21 +207,27 @@ class EmberFuse(Pass):
                 member_ids[g] = member_ids[g] + member_ids.pop(r)
             members[g] = merged
 
-        # Horizontal: kernels that read one value (a tensor, or another kernel's result) fuse
-        # when one loop nest computes both (the row sums of a LayerNorm backward, q/k/v's
-        # transposes), so the value is read once and one launch is saved.
-        read_by: dict = {}      # producing group (argument, library call) -> groups reading it
+        # Horizontal: kernels that read one value (a tensor, another kernel's or a library
+        # call's results: the row sums of a LayerNorm backward, q/k/v's transposes), so that
+        # it is read once, or whose results one op reads (they are all needed there anyway)
+        # fuse when one loop nest computes them; each saves a launch.
+        siblings: dict = {}     # producer (group, argument, library call) or consumer -> groups
         for key, vals in ([(("arg", i), [a]) for i, a in enumerate(block.arguments)] +
                           [(index[o] if o in index else ("op", bid[o]), list(o.results))
-                           for o in block_ops]):
+                           for o in block_ops if not _cloneable(o)]):
             for v in vals:
                 for u in users(v):
                     c = index.get(u)
                     if c is not None:
-                        read_by.setdefault(key if isinstance(key, tuple) else find(key),
-                                           []).append(c)
-        for key in sorted(read_by, key=str):
-            readers = list(dict.fromkeys(find(c) for c in read_by[key]
+                        siblings.setdefault(key if isinstance(key, tuple) else find(key),
+                                            []).append(c)
+        for o in block_ops:
+            fed = [index[p] for v in o.operands
+                   for p in [defining_op(v)] if p is not None and p in index]
+            if len(fed) > 1:
+                siblings.setdefault(("into", bid[o]), []).extend(fed)
+        for key in sorted(siblings, key=str):
+            readers = list(dict.fromkeys(find(c) for c in siblings[key]
                                          if isinstance(key, tuple) or find(c) != find(key)))
             if len(readers) < 2:
                 continue
