@@ -163,5 +163,8 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     lower = backend.lowering
     if backend.name == "triton" and options.mode.startswith("max-autotune"):
         lower += "{max-autotune=true}"
+    # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
+    # come from (frontend/compile_module.explained).
     return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size} "
-            f"target={backend.name}}},canonicalize,ember-buffer-reuse,{lower})")
+            f"target={backend.name} explain=true}},canonicalize,"
+            f"ember-buffer-reuse{{print-plan=true}},{lower})")
