@@ -71,7 +71,9 @@ reps = ember.last_reports()
 for rp in reps:
     print("  report", rp.get("graph_id"), rp.get("kind"), rp.get("status"), "kernels", rp.get("num_kernels"), "externs", rp.get("num_externs"), "cg", rp.get("cudagraphs"), "libs", len(rp.get("library_calls", []) or []))
 for g in GP:
-    print("  graphed", "captured", g.captured, "failed", g._failed, "copied", len(g._copied), "inplace", len(g._inplace), "recaptures", g._recaptures, "outs", len(g._static_out), flush=True)
+    print("  graphed", "captured", g.captured, "failed", g._failed, "copied", len(g._copied), "inplace", len(g._inplace), "recaptures", g._recaptures, "outs", len(g._static_out),
+          "pooled in", len(g._pooled), "guarded out", len(g._guarded), "ungraphed", g.ungraphed_calls,
+          "pool MB", round(g.pool_bytes / 2**20, 1), flush=True)
 torch.cuda.reset_peak_memory_stats(); step(); torch.cuda.synchronize()
 print("  peak GB", round(torch.cuda.max_memory_allocated() / 1e9, 2))
 pr = cProfile.Profile(); pr.enable()
