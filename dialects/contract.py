@@ -176,9 +176,18 @@ TARGET = Attr(PREFIX + "target", MODULE, "str", "lowerings", ("frontend export",
 PRELUDE = Attr(PREFIX + "prelude", MODULE, "str", "lowerings", ("frontend export",),
                "text that goes before the kernels' sources (includes, helpers)")
 
+DONATE = Attr(PREFIX + "donate", FUNC, "i64-array", "frontend (compile_static)",
+              ("ember-buffer-reuse",),
+              "pairs (argument, result): the result is the argument's new value (a mutated "
+              "input), so it may be written into the argument's memory")
+WRITES_ARGS = Attr(PREFIX + "writes_args", FUNC, "i64-array", "ember-buffer-reuse",
+                   ("frontend export",),
+                   "the `ember.donate` pairs accepted: the result's kernel writes it into the "
+                   "argument's memory (it reads the argument elementwise, and last)")
+
 ATTRS: dict[str, Attr] = {a.name: a for a in (
     LIBRARY, TENSOR_ARGS, PARAMS, RESULTS, VIEW, KERNEL, OPS, RESULT_DIMS, OFFSETS,
-    ARENA_BYTES, UNPLANNED_BYTES, SOURCE, SYMBOL, TARGET, PRELUDE)}
+    ARENA_BYTES, UNPLANNED_BYTES, DONATE, WRITES_ARGS, SOURCE, SYMBOL, TARGET, PRELUDE)}
 
 
 # --- queries every stage shares ------------------------------------------------------------

@@ -80,6 +80,30 @@ def _lend(run, prep, mutations, guarded: range | None) -> None:
         run.lend(lent, guarded=aliases)
 
 
+def _donations(prep, mutations) -> list[tuple[int, int]]:
+    """(input, program output) pairs where the output is a mutated input's new value that the
+    program may write into the input's memory (ember-buffer-reuse checks the kernel side): the
+    output feeds nothing else, and the input is taken as it is (not permuted) by the program
+    and read by no host-side view."""
+    if mutations is None or prep.single or prep.gm is None:
+        return []
+    uses: dict[int, int] = {}
+    for entry in prep.plan:
+        if entry[0] in ("compiled", "view"):
+            uses[entry[1]] = uses.get(entry[1], 0) + 1
+    host_reads = set()
+    if prep.host_gm is not None:
+        host_reads = {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
+                                              if n.op == "placeholder") if n.users}
+    pairs = []
+    for i, k in mutations.targets:
+        entry = prep.plan[k]
+        if (entry[0] == "compiled" and uses[entry[1]] == 1 and i not in prep.in_perms
+                and i not in host_reads):
+            pairs.append((i, entry[1]))
+    return pairs
+
+
 def saved_output_slice(num_outputs: int) -> range | None:
     """The outputs of the forward graph being compiled that AOTAutograd saves for the backward
     (its tracing context's metadata), or None when that is not known for sure."""
@@ -295,7 +319,8 @@ class EmberGraph:
         elif prep.gm is not None:
             try:
                 run, summary = compile_static(prep.gm, tensors, self.options, target, dump,
-                                              self.kind, library=inline)
+                                              self.kind, library=inline,
+                                              donate=_donations(prep, self._mutations))
                 _lend(run, prep, self._mutations, self.lent_outputs)
                 if hasattr(run, "stats"):
                     run.stats = report

@@ -14,7 +14,9 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
+from torch_mlir import ir
 
+from ..dialects.contract import DONATE
 from ..passes.backends import backend_named
 from . import fx_prep
 from .options import CompileOptions, default_pipeline
@@ -198,10 +200,11 @@ def _short_diagnostic(line: str) -> str:
 
 def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: bool = False,
                    dump: DebugDump | None = None,
-                   seconds: dict[str, float] | None = None):
+                   seconds: dict[str, float] | None = None, donate=()):
     """`gm` imported (with the library `calls` stitched in), run through `pipeline` and
     exported: (Program, the report fields the IR knows). MLIR's diagnostics and fd 2 are
-    captured (written to the dump's diagnostics.txt); raises on any failure."""
+    captured (written to the dump's diagnostics.txt); raises on any failure. `donate`: pairs
+    (input, output) of `gm` where the output is the input's new value (`ember.donate`)."""
     from .importer import new_context
     from .library_calls import stitch
     from .export_program import export_program
@@ -214,6 +217,8 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
         with native, ctx, torch.no_grad():
             module = import_graph(gm, ctx, native, symbolic)
             stitch(module, list(calls))
+            if donate:
+                _mark_donated(module, gm, donate)
             seconds["import"] = time.perf_counter() - t0
             if dump is not None:
                 dump.stage("import", module)
@@ -230,9 +235,26 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
     return program, summary
 
 
+def _mark_donated(module, gm: fx.GraphModule, donate) -> None:
+    """`ember.donate` on @main, when its arguments and results are `gm`'s placeholders and
+    outputs one to one (else nothing is donated: a wrong pairing would write the wrong input)."""
+    from .export_program import find_funcs
+    main = find_funcs(module).get("main")
+    if main is None:
+        return
+    out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    n_out = len(out) if isinstance(out, (list, tuple)) else 1
+    n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
+    if len(ftype.inputs) != n_in or len(ftype.results) != n_out:
+        return
+    DONATE.set(main, [x for pair in donate for x in pair])
+
+
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
                    dump: DebugDump, kind: str = "graph",
-                   library=(), symbolic: bool = False) -> tuple[Callable, dict[str, Any]]:
+                   library=(), symbolic: bool = False,
+                   donate=()) -> tuple[Callable, dict[str, Any]]:
     """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
     failure. `library`: nodes called as ATen kernels inside the program
     (frontend/library_calls.py): library ops and ops ember cannot compile. Returns the runtime's
@@ -257,7 +279,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # Wall seconds per stage (import, each pipeline element, export, build), for the report.
     seconds: dict[str, float] = {}
     program, summary = compile_module(gm, default_pipeline(options, target), calls=calls,
-                                      symbolic=symbolic, dump=dump, seconds=seconds)
+                                      symbolic=symbolic, dump=dump, seconds=seconds,
+                                      donate=donate)
     restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
     dump.write(backend_named(program.target).source_file, program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]
@@ -274,12 +297,16 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # replay adds (a training forward's saved activations are cloned out of the graph's
     # memory, and copied into the backward graph's static inputs): Python-driven launches of
     # a training step cost more than the step's GPU time on small and mid-sized models.
+    written = frozenset(v.into_input for v in program.values if v.into_input is not None)
+    if written:
+        summary["inputs_written_in_place"] = len(written)
     static = all(isinstance(d, int) for v in program.values for d in v.shape)
     if (options.cudagraphs and device.type == "cuda" and static
             and graph_pays_off(program, kind,
                                torch.cuda.get_device_properties(device).total_memory)):
         from ..runtime.cuda_graphs import GraphedProgram
-        compiled = GraphedProgram(compiled, unread_host_inputs=_unread_host_inputs(program))
+        compiled = GraphedProgram(compiled, unread_host_inputs=_unread_host_inputs(program),
+                                  written_inputs=written)
         summary["cudagraphs"] = True
     return compiled, summary
 

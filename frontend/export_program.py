@@ -7,6 +7,7 @@ older `ember.fused` is read too), library calls (`func.call` of a declaration ma
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -200,7 +201,6 @@ def restore_signedness(program: Program, inputs, outputs) -> None:
     uint8 tensors (kernels only see bytes; the ops' own signedness is in the IR: uitofp,
     divui, cmpi ult, ...). A value returned both as int8 and as uint8 (`x.to(torch.int8)` and
     `x.to(torch.uint8)` are one value after CSE) gets a reinterpreting view for the latter."""
-    import dataclasses
     view_src = {s.outputs[0]: s.inputs[0] for s in program.steps if s.kind == "view"}
 
     def want(vid, dtype):
@@ -366,6 +366,10 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
             raise ScheduleError(f"{op.location}: '{name}' cannot run on the host; every compute "
                                 f"op must be inside a kernel (ember-fuse's contract)")
 
+    written = C.WRITES_ARGS.get(main, [])
+    for arg, res in zip(written[0::2], written[1::2]):   # ember-buffer-reuse accepted these
+        out = outputs[res]
+        values[out] = dataclasses.replace(values[out], into_input=arg)
     prelude = C.PRELUDE.get(mod_op, "")
     sources = [C.SOURCE.get(f, "") for f in kernel_funcs(module)]
     lang = backend_named(target).lang

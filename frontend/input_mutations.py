@@ -64,8 +64,19 @@ def write_back(mutations: InputMutations, args, outs):
     graph's own outputs."""
     if not isinstance(outs, (list, tuple)):
         return outs
-    dsts = [args[i] for i, _ in mutations.targets]
-    srcs = [outs[k] for _, k in mutations.targets]
+    dsts, srcs, written = [], [], []
+    for i, k in mutations.targets:
+        d, s = args[i], outs[k]
+        if (d.data_ptr() == s.data_ptr() and d.shape == s.shape and d.stride() == s.stride()
+                and d.dtype == s.dtype and d.device == s.device):
+            written.append(d)   # the program wrote the new value in place (into_input)
+        else:
+            dsts.append(d)
+            srcs.append(s)
+    for d in written:   # as the copy would have: autograd sees the input modified
+        torch.autograd.graph.increment_version(d)
+    if not dsts:
+        return list(outs[:mutations.num_outputs])
     with torch.no_grad():
         try:
             torch._foreach_copy_(dsts, srcs)

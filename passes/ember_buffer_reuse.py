@@ -16,6 +16,17 @@ sizes of the planned results: the memory without reuse).
 
 Live range of a buffer: from its defining op to the last op (in `@main`'s order) that uses it or
 a view of it (a view op, or a library call marked `ember.view`), both ends inclusive (an op's inputs and outputs are live together).
+Mutated inputs: `@main` may carry `ember.donate = array<i64: arg, result, ...>` (the frontend:
+result is arg's new value, written back after the call). A pair is accepted into
+`ember.writes_args` when the result comes from a pointwise kernel whose results all have the
+argument's type, that reads the argument only elementwise and computes no other result from it
+(the C++ generator gives each result a loop of its own: an optimizer step's new parameter is
+written in place, its moments, read by the parameter's loop too, are not), and nothing else in
+`@main` uses the
+argument (no view, no other reader, not returned) and the result is returned once: the
+runtime then lets that kernel write into the argument's memory (an optimizer step updates each
+parameter where it lies, with no new buffer and no copy back).
+
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
 start), each at the lowest-waste gap between already placed buffers it overlaps in time.
 With `print-plan`, the plan is also emitted as remarks (passes/remarks.py): one per buffer at
@@ -25,7 +36,8 @@ import dataclasses
 
 from torch_mlir import ir
 
-from ..dialects.contract import ARENA_BYTES, KERNEL, OFFSETS, UNPLANNED_BYTES, VIEW, is_extern, is_kernel
+from ..dialects.contract import (ARENA_BYTES, DONATE, KERNEL, OFFSETS, UNPLANNED_BYTES, VIEW,
+                                 WRITES_ARGS, is_extern, is_kernel)
 from . import remarks
 from .base import OptionError, Pass, option
 from .ir_queries import HOST_VIEW_OPS
@@ -117,15 +129,42 @@ def _is_identity(attr) -> bool:
     return m == ir.AffineMap.get_identity(m.n_dims)
 
 
-def reads_elementwise(kernel, arg_index: int) -> bool:
+def results_from(kernel, arg_index: int) -> set[int]:
+    """Positions of the kernel's results computed (through any chain of ops) from argument
+    `arg_index`. The C++ code generator computes each result of a pointwise kernel in a loop of
+    its own that reads what that result needs: only those loops read the argument."""
+    if not kernel.regions[0].blocks:
+        return set()
+    derived = [kernel.regions[0].blocks[0].arguments[arg_index]]
+    found: set[int] = set()
+
+    def visit(op):
+        if not any(any(v == d for d in derived) for v in op.operands):
+            return ir.WalkResult.ADVANCE
+        if op.name == "func.return":
+            found.update(k for k, v in enumerate(op.operands) if any(v == d for d in derived))
+        else:
+            derived.extend(op.results)
+        return ir.WalkResult.ADVANCE
+
+    kernel.operation.walk(visit, ir.WalkOrder.POST_ORDER)
+    return found
+
+
+def reads_elementwise(kernel, arg_index: int, one_space: bool = False) -> bool:
     """True if every value the kernel derives from argument `arg_index` is computed
     elementwise: the argument and everything computed from it are read only as identity-map
     inputs of linalg.generics with identity output maps (so result element i depends on input
     element i alone, and writing it after reading that element is safe), and the kernel has one
     result (no later loop could read the overwritten input). A transpose, pad, slice or view
-    on that path (a pointwise kernel ending in `linalg.transpose`) breaks it."""
+    on that path (a pointwise kernel ending in `linalg.transpose`) breaks it. `one_space`:
+    several results are allowed when all have the argument's type (one loop nest over one
+    space: each element of every result is stored after its elements were read)."""
     ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
-    if len(ftype.results) != 1 or not kernel.regions[0].blocks:
+    if not kernel.regions[0].blocks:
+        return False
+    if len(ftype.results) != 1 and not (
+            one_space and all(r == ftype.inputs[arg_index] for r in ftype.results)):
         return False
     derived = [kernel.regions[0].blocks[0].arguments[arg_index]]
     ok = True
@@ -289,6 +328,39 @@ def _match_in_place(kernels, ops, root, per_op) -> None:
                 break
 
 
+def written_args(module, main, ops, donate) -> list[int]:
+    """The `ember.donate` pairs (flat: arg, result, ...) whose result may be written into the
+    argument's memory (see the module docstring), flat in the same form."""
+    kernels = _kernel_funcs(module)
+    ret = ops[-1]
+    if ret.operation.name != "func.return":
+        return []
+    args = main.regions[0].blocks[0].arguments
+    accepted, taken = [], set()
+    for a, r in zip(donate[0::2], donate[1::2]):
+        if a in taken or not 0 <= a < len(args) or not 0 <= r < len(ret.operands):
+            continue
+        arg, v = args[a], ret.operands[r]
+        if sum(1 for w in ret.operands if w == v) != 1:
+            continue
+        launch = next((op for op in ops if any(res == v for res in op.results)), None)
+        kernel = _kernel_of(kernels, launch) if launch is not None else None
+        if (kernel is None or KERNEL.get(kernel) != "pointwise" or arg.type != v.type
+                or byte_size(v.type) is None or any(r.type != v.type for r in launch.results)):
+            continue
+        if any(u.owner != launch.operation for u in arg.uses):
+            continue            # read elsewhere, viewed or returned: its old value must stay
+        readers = [j for j, w in enumerate(launch.operands) if w == arg]
+        pos = next(k for k, res in enumerate(launch.results) if res == v)
+        # no other result computed from the argument: its loop (C++) would read the argument
+        # after this result's loop wrote it
+        if readers and all(reads_elementwise(kernel, j, one_space=True)
+                           and results_from(kernel, j) == {pos} for j in readers):
+            accepted += [a, r]
+            taken.add(a)
+    return accepted
+
+
 @dataclasses.dataclass(frozen=True)
 class EmberBufferReuse(Pass):
     """Assigns arena offsets to @main's intermediates (see the module docstring)."""
@@ -313,6 +385,9 @@ class EmberBufferReuse(Pass):
         result, ops, per_op = _plan(module, self.alignment, self.in_place)
         if not ops:
             return
+        main = ops[0].operation.parent
+        if DONATE.has(main):
+            WRITES_ARGS.set(main, written_args(module, main, ops, DONATE.get(main)))
         for i, outs in per_op.items():
             offsets = [-1 if b is None or b.escapes else b.offset for b in outs]
             OFFSETS.set(ops[i], offsets)

@@ -43,8 +43,12 @@ class GraphedProgram:
                     # before the graph is captured again without that optimisation
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
-                 unread_host_inputs: frozenset[int] = frozenset()):
+                 unread_host_inputs: frozenset[int] = frozenset(),
+                 written_inputs: frozenset[int] = frozenset()):
         self._run = run
+        # inputs the program may write its results into (an optimizer step's parameters): the
+        # warm-up before a capture runs on copies of them, or it would apply the step twice
+        self._written = written_inputs
         self._unread = unread_host_inputs   # host tensors whose value no step reads
         self._warmup = warmup_calls
         self._calls = 0
@@ -149,7 +153,7 @@ class GraphedProgram:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            self._run(*static)
+            self._run(*[t.clone() if i in self._written else t for i, t in enumerate(static)])
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):

@@ -81,6 +81,9 @@ class CompiledProgram:
         self._dynamic = any(v.dtype == "index" or not _static(v.shape) for v in p.values)
 
         self._dtypes = [_dtype(v.dtype) for v in p.values]
+        # outputs written into their inputs' memory (ValueInfo.into_input)
+        self._writes_inputs = any(v.into_input is not None for v in p.values)
+        self._shared_inputs: set[int] = set()
         self._init: list = [None] * len(p.values)   # per-call value table, constants prefilled
         self._runs: list[Callable[[list], None]] = []
         self._producer: dict[int, Step] = {}
@@ -178,6 +181,17 @@ class CompiledProgram:
                 def alloc_dyn(vals, o=o, shape=shape, dt=dt, dev=dev):
                     vals[o] = torch.empty(_resolve(shape, vals), dtype=dt, device=dev)
                 runs.append(alloc_dyn)
+            elif v.offset is None and v.into_input is not None:
+                shape, dt, dev = tuple(v.shape), self._dtypes[o], self.device
+
+                def alloc_into(vals, o=o, i=v.into_input, shape=shape, dt=dt, dev=dev):
+                    t = vals[i]     # the input (or its contiguous copy: _take_inputs)
+                    if (t.shape == shape and t.dtype == dt and t.is_contiguous()
+                            and t.data_ptr() not in self._shared_inputs):
+                        vals[o] = t
+                    else:
+                        vals[o] = torch.empty(shape, dtype=dt, device=dev)
+                runs.append(alloc_into)
             elif v.offset is None:
                 shape, dt, dev = tuple(v.shape), self._dtypes[o], self.device
 
@@ -405,6 +419,13 @@ class CompiledProgram:
             self._bind_inputs(inputs, vals)
         else:
             self._take_inputs(inputs, vals)
+        if self._writes_inputs:     # an input passed twice is not written in place
+            seen, shared = set(), set()
+            for t in inputs:
+                if isinstance(t, torch.Tensor):
+                    ptr = t.data_ptr()
+                    (shared if ptr in seen else seen).add(ptr)
+            self._shared_inputs = shared
         for run in self._runs:
             run(vals)
         if self._pool is not None:

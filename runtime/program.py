@@ -15,6 +15,10 @@ class ValueInfo:
     shape: tuple[int, ...]
     dtype: str                      # torch dtype name without "torch.", e.g. "float32"
     offset: int | None = None
+    # An output that is input `into_input`'s new value, which its kernel may write in place
+    # (ember-buffer-reuse's `ember.writes_args`): the runtime gives it that input's memory when
+    # the input is contiguous and of its shape and dtype, and no other input shares it.
+    into_input: int | None = None
 
 
 @dataclass(frozen=True)
