@@ -507,7 +507,7 @@ class _MatmulWriter(_KernelWriter):
         self.fn, self.sched, self.max_rblock = fn, parts.schedule, 0
         self.autotune, self.max_autotune = autotune, autotune and max_autotune
         self.name = ir.StringAttr(fn.attributes["sym_name"]).value
-        self.args = list(parts.tensor_args) + ([parts.product] if in_memory else [])
+        self.args = list(parts.tensor_args) + ([parts.value] if in_memory else [])
         self.results = list(parts.schedule.results)
         narrow = any(type_name(v.type) in ("bf16", "f16") for v in self.args + self.results)
         self.lang = TritonLang(precise=narrow)
@@ -518,7 +518,7 @@ class _MatmulWriter(_KernelWriter):
             self.builder = _Builder(self.sched, self.lang, buffers, reduce_hook=self._reduce)
         else:
             self.builder = _AccBuilder(self.sched, self.lang, buffers, reduce_hook=self._reduce)
-            self.builder.product = parts.product
+            self.builder.product = parts.value
         numels = [math.prod(s or 1 for s in shape(v)) for v in self.args + self.results]
         self.wide = max(numels, default=0) > _INT32_MAX
 

@@ -12,7 +12,8 @@ pointwise epilogue that reads the product at the point it writes. Its source hol
   (the product is the accumulator `acc`; other operands are loaded at the tile's indices) and
   stores the results once. Autotuned over block sizes (more with max-autotune).
 * `NAME_epilogue`: the epilogue alone as a pointwise kernel reading the product from memory,
-  for the library alternative: torch.mm / torch.bmm (cuBLAS) into an f32 buffer, then it.
+  for the library alternative: the library call (cuBLAS: mm, bmm, addmm, with the bias and
+  rounding eager's call has) into a buffer, then it.
 * `def NAME(*tensors)`: the launcher. `_ember_matmul_choose` (prelude) runs the variant the
   lowering's `matmul-choice` names; with `auto`, on a GPU it times both on the first call (each
   after its own warm-up and autotuning) and keeps the faster one for the process; without a
@@ -27,7 +28,7 @@ from torch_mlir import ir
 from .graph_utils import defining_op, op_name
 from .kernel_schedule import Expr, KernelSchedule, Unschedulable, scalar_args, shape, \
     tensor_args, type_name
-from .triton_lang import TYPES
+from .triton_lang import TYPES, round_to
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages); the first is what the
 # interpreter and the ahead-of-time builds use.
@@ -37,10 +38,12 @@ MORE_CONFIGS = [(256, 128, 64, 8, 8, 3), (128, 256, 64, 8, 8, 3), (64, 64, 64, 8
                 (32, 64, 32, 8, 4, 5), (64, 32, 32, 8, 4, 5), (128, 128, 32, 8, 8, 4),
                 (64, 256, 32, 8, 8, 4), (256, 64, 32, 8, 8, 4), (128, 64, 32, 8, 4, 4)]
 CHOICES = ("auto", "template", "library")
+_TORCH = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}
 
 PRELUDE = '''
 
 _EMBER_MATMUL_CHOICE = {}
+_EMBER_DOT_UPCAST = tl.constexpr(__import__("os").environ.get("TRITON_INTERPRET", "0") == "1")
 
 
 def _ember_allow_tf32():
@@ -78,17 +81,59 @@ def _ember_matmul_choose(name, policy, variants, tensors):
 _EMBER_MATMUL_TIMES = {}
 
 
-def _ember_mm_f32(a, b, out):
-    # the f32 product of a and b (2-D or batched) into out, with the library (cuBLAS)
+def _ember_mm_into(a, b, out, bias=None):
+    # out = a @ b (+ bias), accumulated in f32 and rounded once to out's type, by the library
+    # (cuBLAS): eager's own call where the types are eager's (bf16 addmm: the same bits)
     mm = torch.bmm if a.dim() == 3 else torch.mm
-    if a.dtype == out.dtype:
-        mm(a, b, out=out)
+    if a.dtype == out.dtype and (bias is None or bias.dtype == out.dtype):
+        if bias is None:
+            mm(a, b, out=out)
+        else:
+            (torch.baddbmm if a.dim() == 3 else torch.addmm)(bias, a, b, out=out)
+        return
+    if a.dtype == torch.float32:
+        acc = mm(a, b)
     elif a.is_cuda:
-        (torch.ops.aten.bmm.dtype_out if a.dim() == 3 else torch.ops.aten.mm.dtype_out)(
-            a, b, out.dtype, out=out)
+        acc = (torch.ops.aten.bmm.dtype if a.dim() == 3 else torch.ops.aten.mm.dtype)(
+            a, b, torch.float32)
     else:
-        mm(a.to(out.dtype), b.to(out.dtype), out=out)
+        acc = mm(a.float(), b.float())
+        acc.add_(0.0)     # -0.0 sums as eager's narrow GEMM gives them (runtime/externs.py)
+    if bias is not None:
+        acc = acc + bias.float()
+    out.copy_(acc)
 '''
+
+
+def _finish(product, args):
+    """(value, bias argument index or None, bias is a row vector) when the product's only user
+    is a generic of the finishing form `[truncf](product [+ extf?(bias)])`, else None."""
+    us = [u.owner for u in product.uses]
+    if len(us) != 1 or op_name(us[0]) != "linalg.generic":
+        return None
+    gen = us[0]
+    ins = list(gen.opview.inputs)
+    body = [op_name(o) for o in gen.regions[0].blocks[0].operations]
+    if ins[0] != product or not set(body) <= {"arith.extf", "arith.addf", "arith.truncf",
+                                              "linalg.yield"}:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(gen.attributes["indexing_maps"])]
+    rank = len(shape(product))
+    ident = ir.AffineMap.get_identity(rank)
+    if maps[0] != ident or maps[-1] != ident or body.count("arith.addf") > 1:
+        return None
+    bias, row = None, False
+    if len(ins) == 2:
+        if ins[1] not in args or "arith.addf" not in body:
+            return None
+        bias = args.index(ins[1])
+        row = shape(ins[1]) == shape(product)[-1:] and \
+            maps[1] == ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(rank - 1)])
+        if not row and (maps[1] != ident or shape(ins[1]) != shape(product)):
+            return None
+    elif len(ins) != 1 or "arith.addf" in body:
+        return None
+    return gen.results[0], bias, row
 
 
 class Parts:
@@ -130,9 +175,17 @@ class Parts:
         if None in (self.B, self.M, self.N, self.K):
             raise Unschedulable("a matmul kernel of symbolic sizes", fn.location)
         self.dtype = type_name(self.operands_values(block)[0].type)
-        after = ops[ops.index(mm) + 1:-1]
+        # The library call's own finish (ember-matmul-template builds it): a bias added in f32
+        # and / or the rounding to a bf16/f16 result, as one generic right after the product.
+        # The template applies it to its accumulator; the library variant is that call.
+        self.bias, self.bias_row, self.value = None, False, self.product
+        finish = _finish(self.product, self.tensor_args)
+        if finish is not None:
+            self.value, self.bias, self.bias_row = finish
+        self.out_type = type_name(self.value.type)
+        after = ops[ops.index(self.value.owner) + 1:-1]
         self.results = list(ops[-1].operands)
-        self.schedule = KernelSchedule(after, [self.product] + self.tensor_args, self.results,
+        self.schedule = KernelSchedule(after, [self.value] + self.tensor_args, self.results,
                                        "pointwise", [])
         if self.schedule.kind != "pointwise":
             raise Unschedulable("a matmul kernel's epilogue is pointwise", fn.location)
@@ -190,10 +243,23 @@ def template_source(w, parts: Parts, configs, decorate: bool) -> tuple[list, dic
                  "    else:",
                  '        acc = tl.dot(a, b, acc, input_precision="ieee")']
     else:
-        head += ["    acc = tl.dot(a, b, acc)"]
+        # the interpreter's tl.dot reads bf16/f16 operands as raw bits: it gets them widened
+        head += ["    if _EMBER_DOT_UPCAST:",
+                 '        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, '
+                 'input_precision="ieee")',
+                 "    else:",
+                 "        acc = tl.dot(a, b, acc)"]
     head += [f"    a_ptrs += BLOCK_K * {sak}",
              f"    b_ptrs += BLOCK_K * {sbk}",
-             f"xmask = (offs_m[:, None] < {p.M}) & (offs_n[None, :] < {p.N})",
+             f"xmask = (offs_m[:, None] < {p.M}) & (offs_n[None, :] < {p.N})"]
+    if p.bias is not None:
+        off = "offs_n[None, :]" if p.bias_row else \
+            f"bid * {p.M * p.N} + offs_m[:, None] * {p.N} + offs_n[None, :]"
+        head.append(f"acc = acc + tl.load({w.in_names[p.bias]} + {off}, mask=xmask, "
+                    "other=0).to(tl.float32)")
+    if p.out_type != "f32":
+        head.append(f"acc = {round_to('acc', p.out_type)}")
+    head += [
              f"xrow = bid * {p.M} + offs_m[:, None]" if p.batched else "xrow = offs_m[:, None]",
              "xcol = offs_n[None, :]"]
     root.stmts[:0] = head
@@ -270,9 +336,10 @@ def launcher_lines(name: str, w, parts: Parts, configs, choice: str, epi_name: s
               f"def _{name}_library(*tensors):",
               f"    a = tensors[{ia}]" + (".transpose(-1, -2)" if ta else ""),
               f"    b = tensors[{ib}]" + (".transpose(-1, -2)" if tb else ""),
-              f"    mm = torch.empty({tuple(shape(p.product))!r}, dtype=torch.float32, "
-              "device=a.device)",
-              "    _ember_mm_f32(a, b, mm)",
+              f"    mm = torch.empty({tuple(shape(p.value))!r}, "
+              f"dtype=torch.{_TORCH[p.out_type]}, device=a.device)",
+              "    _ember_mm_into(a, b, mm" +
+              (f", tensors[{p.bias}])" if p.bias is not None else ")"),
               f"    {epi_name}(*tensors[:{n_in}], mm, *tensors[{n_in}:])",
               "", "",
               f"def {name}(*tensors):",
