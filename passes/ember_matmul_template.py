@@ -265,6 +265,8 @@ class EmberMatmulTemplate(Pass):
     summary = ("A matmul extern and its pointwise consumer kernel become one 'matmul' kernel "
                "(a Triton template with the epilogue fused)")
 
+    dynamic_shapes = True     # products of symbolic sizes are left alone (see `legal`)
+
     # bf16/f16 products too (within bf16 rounding of eager, not bit-identical to cuBLAS)
     narrow: bool = True
 
