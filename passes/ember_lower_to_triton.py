@@ -558,7 +558,7 @@ def _matmul_source(fn, autotune: bool, max_autotune: bool, choice: str) -> str:
     lines.append(f"def {jit}({', '.join(params)}):")
     lines += k.body
     lines += ["", ""]
-    lines += triton_matmul.launcher_lines(name, tw, parts, configs, choice, ek.name)
+    lines += triton_matmul.launcher_lines(name, tw, parts, configs, choice, ek)
     bm, bn, bk, gm, warps, _ = configs[0]
     aot = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm}
     if parts.dtype == "f32":

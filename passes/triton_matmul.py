@@ -50,32 +50,36 @@ def _ember_allow_tf32():
     return bool(torch.backends.cuda.matmul.allow_tf32) and not getattr(torch.version, "hip", None)
 
 
-def _ember_matmul_choose(name, policy, variants, tensors):
-    # variants: {"template": fn, "library": fn}, each fn(*tensors) writing the outputs.
+def _ember_matmul_choose(name, policy, launcher, tensors):
+    # Which variant `launcher(*tensors, _choice=...)` runs: "template" or "library"; "probe"
+    # for runtime/triton_warm.py's mock tensors (record both variants' launches, run nothing).
+    if not isinstance(tensors[0], torch.Tensor):
+        return "probe"
     if policy != "auto":
-        return variants[policy](*tensors)
+        return policy
     dev = tensors[0].device
     key = (name, str(dev), _ember_allow_tf32())
     choice = _EMBER_MATMUL_CHOICE.get(key)
-    if choice is None:
-        if dev.type != "cuda":
-            choice = "template"       # nothing to time on: the interpreter runs the template
-        elif torch.cuda.is_current_stream_capturing():
-            return variants["library"](*tensors)   # no timing inside a graph capture
-        else:
-            # Outputs never share memory with inputs here (no in-place for matmul kernels),
-            # so running a variant again changes nothing but the time.
-            import triton.testing
-            times = {}
-            for k, fn in variants.items():
-                fn(*tensors)          # compiles, autotunes the template's configurations
-            for k, fn in variants.items():
-                times[k] = triton.testing.do_bench(lambda: fn(*tensors), warmup=5, rep=25,
-                                                   return_mode="median")
-            choice = min(times, key=times.get)
-            _EMBER_MATMUL_TIMES[key] = times
-        _EMBER_MATMUL_CHOICE[key] = choice
-    return variants[choice](*tensors)
+    if choice is not None:
+        return choice
+    if dev.type != "cuda":
+        choice = "template"       # nothing to time on: the interpreter runs the template
+    elif torch.cuda.is_current_stream_capturing():
+        return "library"          # no timing inside a graph capture
+    else:
+        # Outputs never share memory with inputs here (no in-place for matmul kernels), so
+        # running a variant again changes nothing but the time.
+        import triton.testing
+        times = {}
+        for k in ("template", "library"):
+            launcher(*tensors, _choice=k)   # compiles; autotunes the template's configurations
+        for k in ("template", "library"):
+            times[k] = triton.testing.do_bench(lambda: launcher(*tensors, _choice=k),
+                                               warmup=5, rep=25, return_mode="median")
+        choice = min(times, key=times.get)
+        _EMBER_MATMUL_TIMES[key] = times
+    _EMBER_MATMUL_CHOICE[key] = choice
+    return choice
 
 
 _EMBER_MATMUL_TIMES = {}
@@ -315,8 +319,10 @@ def check_choice(choice: str) -> None:
         raise ValueError(f"matmul-choice must be one of {', '.join(CHOICES)}")
 
 
-def launcher_lines(name: str, w, parts: Parts, configs, choice: str, epi_name: str) -> list:
-    """The template's launch function, the library variant and the choosing launcher."""
+def launcher_lines(name: str, w, parts: Parts, configs, choice: str, epi) -> list:
+    """The choosing launcher: the template's launch, or the library call and the epilogue
+    kernel's launch (`epi`: its _Kernel), inline (runtime/triton_warm.py records the launches
+    a launcher's own code makes)."""
     p = parts
     jit = f"{name}_mm_kernel"
     n_in = len(w.args)
@@ -324,25 +330,34 @@ def launcher_lines(name: str, w, parts: Parts, configs, choice: str, epi_name: s
     grid = (f"lambda meta: (triton.cdiv({p.M}, meta['BLOCK_M']) * "
             f"triton.cdiv({p.N}, meta['BLOCK_N']), {p.B})")
     tf32 = ", ALLOW_TF32=_ember_allow_tf32()" if p.dtype == "f32" else ""
-    lines = [f"def _{name}_template(*tensors):"]
+    lines = [f"def {name}(*tensors, _choice=None):",
+             f"    choice = _choice or _ember_matmul_choose({name!r}, {choice!r}, {name}, "
+             "tensors)",
+             '    if choice != "library":']
     if len(configs) > 1:
-        lines.append(f"    {jit}[{grid}](*tensors{tf32}, **_EMBER_LAUNCH)")
+        lines.append(f"        {jit}[{grid}](*tensors{tf32}, **_EMBER_LAUNCH)")
     else:
         bm, bn, bk, gm, warps, stages = configs[0]
-        lines.append(f"    {jit}[{grid}](*tensors, BLOCK_M={bm}, BLOCK_N={bn}, BLOCK_K={bk}, "
-                     f"GROUP_M={gm}{tf32}, num_warps={warps}, num_stages={stages}, "
-                     f"**_EMBER_LAUNCH)")
-    lines += ["", "",
-              f"def _{name}_library(*tensors):",
-              f"    a = tensors[{ia}]" + (".transpose(-1, -2)" if ta else ""),
-              f"    b = tensors[{ib}]" + (".transpose(-1, -2)" if tb else ""),
-              f"    mm = torch.empty({tuple(shape(p.value))!r}, "
-              f"dtype=torch.{_TORCH[p.out_type]}, device=a.device)",
-              "    _ember_mm_into(a, b, mm" +
+        lines.append(f"        {jit}[{grid}](*tensors, BLOCK_M={bm}, BLOCK_N={bn}, "
+                     f"BLOCK_K={bk}, GROUP_M={gm}{tf32}, num_warps={warps}, "
+                     f"num_stages={stages}, **_EMBER_LAUNCH)")
+    numel = math.prod(shape(p.value))
+    egrid = f'lambda meta: (triton.cdiv({numel}, meta["XBLOCK"]),)'
+    eargs = f"*tensors[:{n_in}], mm, *tensors[{n_in}:], {numel}"
+    if len(epi.configs) > 1:
+        elaunch = f"{epi.name}_kernel[{egrid}]({eargs}, **_EMBER_LAUNCH)"
+    else:
+        c, warps = epi.configs[0]
+        kw = ", ".join(f"{n}={v}" for n, v in c.items())
+        elaunch = f"{epi.name}_kernel[{egrid}]({eargs}, {kw}, num_warps={warps}, **_EMBER_LAUNCH)"
+    lines += ['    if choice != "template":',
+              f"        a = tensors[{ia}]" + (".transpose(-1, -2)" if ta else ""),
+              f"        b = tensors[{ib}]" + (".transpose(-1, -2)" if tb else ""),
+              f"        mm = torch.empty({tuple(shape(p.value))!r}, "
+              f"dtype=torch.{_TORCH[p.out_type]}, "
+              'device="meta" if choice == "probe" else a.device)',
+              '        if choice != "probe":',
+              "            _ember_mm_into(a, b, mm" +
               (f", tensors[{p.bias}])" if p.bias is not None else ")"),
-              f"    {epi_name}(*tensors[:{n_in}], mm, *tensors[{n_in}:])",
-              "", "",
-              f"def {name}(*tensors):",
-              f"    _ember_matmul_choose({name!r}, {choice!r}, {{'template': _{name}_template, "
-              f"'library': _{name}_library}}, tensors)"]
+              f"        {elaunch}"]
     return lines

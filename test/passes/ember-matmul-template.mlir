@@ -30,17 +30,20 @@
 // SRC:       tl.load(in0 + {{.*}}, mask=xmask
 // SRC:       (acc + x{{[0-9]+}})
 // SRC:       tl.store(out0 + {{.*}}, mask=xmask)
-// SRC:       def _ember_mm_add_relu_0_library(*tensors):
-// SRC-NEXT:      a = tensors[1]
-// SRC-NEXT:      b = tensors[2].transpose(-1, -2)
-// SRC-NEXT:      mm = torch.empty((70, 50), dtype=torch.float32, device=a.device)
-// SRC-NEXT:      _ember_mm_into(a, b, mm)
-// SRC-NEXT:      ember_mm_add_relu_0_epilogue(*tensors[:3], mm, *tensors[3:])
-// SRC:       def ember_mm_add_relu_0(*tensors):
-// SRC-NEXT:      _ember_matmul_choose('ember_mm_add_relu_0', 'auto', {'template': _ember_mm_add_relu_0_template, 'library': _ember_mm_add_relu_0_library}, tensors)
+// SRC:       def ember_mm_add_relu_0(*tensors, _choice=None):
+// SRC-NEXT:      choice = _choice or _ember_matmul_choose('ember_mm_add_relu_0', 'auto', ember_mm_add_relu_0, tensors)
+// SRC-NEXT:      if choice != "library":
+// SRC-NEXT:          ember_mm_add_relu_0_mm_kernel[{{.*}}](*tensors, ALLOW_TF32=_ember_allow_tf32(), **_EMBER_LAUNCH)
+// SRC-NEXT:      if choice != "template":
+// SRC-NEXT:          a = tensors[1]
+// SRC-NEXT:          b = tensors[2].transpose(-1, -2)
+// SRC-NEXT:          mm = torch.empty((70, 50), dtype=torch.float32, device="meta" if choice == "probe" else a.device)
+// SRC-NEXT:          if choice != "probe":
+// SRC-NEXT:              _ember_mm_into(a, b, mm)
+// SRC-NEXT:          ember_mm_add_relu_0_epilogue_kernel[{{.*}}](*tensors[:3], mm, *tensors[3:], 3500, **_EMBER_LAUNCH)
 // LIB-LABEL: // ----- kernel @ember_mm_add_relu_0
 // LIB:       @_ember_autotune(configs=[triton.Config({'BLOCK_M': 64, 'BLOCK_N': 64, 'BLOCK_K': 32, 'GROUP_M': 8}, num_warps=4, num_stages=3), {{.*}}'BLOCK_M': 32, 'BLOCK_N': 64
-// LIB:       _ember_matmul_choose('ember_mm_add_relu_0', 'library',
+// LIB:       _ember_matmul_choose('ember_mm_add_relu_0', 'library', ember_mm_add_relu_0, tensors)
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d0)>
 module {
@@ -87,6 +90,7 @@ module {
 // SRC:       acc = acc + tl.load(in3 + offs_n[None, :], mask=xmask, other=0).to(tl.float32)
 // SRC-NEXT:  acc = _ember_round_bf16(acc)
 // SRC:       tl.store(out0 + {{.*}}, ({{.*}}).to(tl.bfloat16), mask=xmask)
+// SRC:       mm = torch.empty((90, 50), dtype=torch.bfloat16,
 // SRC:       _ember_mm_into(a, b, mm, tensors[3])
 #id2 = affine_map<(d0, d1) -> (d0, d1)>
 #id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>

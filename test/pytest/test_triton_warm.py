@@ -72,7 +72,7 @@ def _program(monkeypatch, fn, *args, **options):
     monkeypatch.setattr(executor, "load", spy)
     torch._dynamo.reset()
     out = torch.compile(fn, backend="ember", options={"target": "triton", **options})(*args)
-    torch.testing.assert_close(out, fn(*args))
+    torch.testing.assert_close(out, fn(*args), rtol=1e-4, atol=1e-4)
     assert got
     return got
 
@@ -81,9 +81,17 @@ def f(x, y):
     return (x * y + 1.0).sum(dim=-1), torch.relu(x - y)
 
 
-def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path):
-    x, y = torch.randn(64, 300), torch.randn(64, 300)
-    (program, kw), = _program(monkeypatch, f, x, y)
+def mm(x, w, b):
+    return torch.relu(x @ w + b)
+
+
+@pytest.mark.parametrize("fn,shapes", [(f, [(64, 300), (64, 300)]),
+                                       # a matmul kernel: the template and the library
+                                       # variant's epilogue (ember-matmul-template)
+                                       (mm, [(30, 20), (20, 24), (24,)])], ids=["f", "mm"])
+def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, fn, shapes):
+    args = [torch.randn(*s) for s in shapes]
+    (program, kw), = _program(monkeypatch, fn, *args)
     assert kw.get("parallel_compile") is True
     assert any(s.kind == "kernel" for s in program.steps)
     (tmp_path / "p.pkl").write_bytes(pickle.dumps(program))
@@ -99,6 +107,9 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path):
     assert r["res"]["errors"] == []
     # every launch variant (kernel x kept configuration) is one request, all compiled
     assert r["variants"] > len([s for s in program.steps if s.kind == "kernel"])
+    if fn is mm:
+        assert any(n.endswith("_mm_kernel") for n in r["requests"]), r["requests"]
+        assert any(n.endswith("_epilogue_kernel") for n in r["requests"]), r["requests"]
     assert len(r["requests"]) == r["variants"] == r["res"]["ok"]
     assert r["before"] == r["res"]["ok"]
     assert r["after"] == r["before"], "a launch missed the cache the workers filled"
