@@ -232,14 +232,19 @@ def template_source(w, parts: Parts, configs, decorate: bool) -> tuple[list, dic
         "offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)",
         "offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)",
         "offs_k = tl.arange(0, BLOCK_K)",
-        f"a_ptrs = {A} + bid * {sab} + offs_m[:, None] * {sam} + offs_k[None, :] * {sak}",
-        f"b_ptrs = {B} + bid * {sbb} + offs_k[:, None] * {sbk} + offs_n[None, :] * {sbn}",
+        # rows / columns past the edge wrap around (valid addresses; the store masks them)
+        f"offs_am = {_wrapped('offs_m', p.M, 'BLOCK_M', sam)}",
+        f"offs_bn = {_wrapped('offs_n', p.N, 'BLOCK_N', sbn)}",
+        f"a_ptrs = {A} + bid * {sab} + offs_am[:, None] * {sam} + offs_k[None, :] * {sak}",
+        f"b_ptrs = {B} + bid * {sbb} + offs_k[:, None] * {sbk} + offs_bn[None, :] * {sbn}",
         "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)",
         f"for k0 in range(0, {p.K}, BLOCK_K):",
-        f"    a = tl.load(a_ptrs, mask=(offs_m[:, None] < {p.M}) & (offs_k[None, :] < {p.K} - k0), "
-        "other=0.0)",
-        f"    b = tl.load(b_ptrs, mask=(offs_k[:, None] < {p.K} - k0) & (offs_n[None, :] < {p.N}), "
-        "other=0.0)",
+        f"    if {p.K} % BLOCK_K == 0:",
+        "        a = tl.load(a_ptrs)",
+        "        b = tl.load(b_ptrs)",
+        "    else:",
+        f"        a = tl.load(a_ptrs, mask=offs_k[None, :] < {p.K} - k0, other=0.0)",
+        f"        b = tl.load(b_ptrs, mask=offs_k[:, None] < {p.K} - k0, other=0.0)",
     ]
     if p.dtype == "f32":
         head += ["    if ALLOW_TF32:",
@@ -268,6 +273,15 @@ def template_source(w, parts: Parts, configs, decorate: bool) -> tuple[list, dic
              "xcol = offs_n[None, :]"]
     root.stmts[:0] = head
     return head, wide
+
+
+def _wrapped(offs: str, n: int, block: str, stride: int) -> str:
+    """`offs % n`, with Inductor's contiguity hint where it is true or harmless: the dim is
+    not the contiguous one (vector loads run along K), or no tile wraps (n a multiple of every
+    block size); a wrapped tile along the contiguous dim is not contiguous."""
+    if stride != 1 or n % 256 == 0:
+        return f"tl.max_contiguous(tl.multiple_of({offs} % {n}, {block}), {block})"
+    return f"{offs} % {n}"
 
 
 def jit_signature(w, constexprs) -> dict:

@@ -22,8 +22,12 @@
 // SRC-LABEL: // ----- kernel @ember_mm_add_relu_0
 // SRC:       def ember_mm_add_relu_0_epilogue_kernel(in0, in1, in2, in3, out0, xnumel, XBLOCK: tl.constexpr):
 // SRC:       def ember_mm_add_relu_0_mm_kernel(in0, in1, in2, out0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, ALLOW_TF32: tl.constexpr):
-// SRC:       b_ptrs = in2 + bid * 2000 + offs_k[:, None] * 1 + offs_n[None, :] * 40
+// SRC:       offs_am = tl.max_contiguous(tl.multiple_of(offs_m % 70, BLOCK_M), BLOCK_M)
+// SRC-NEXT:  offs_bn = tl.max_contiguous(tl.multiple_of(offs_n % 50, BLOCK_N), BLOCK_N)
+// SRC:       b_ptrs = in2 + bid * 2000 + offs_k[:, None] * 1 + offs_bn[None, :] * 40
 // SRC:       for k0 in range(0, 40, BLOCK_K):
+// SRC-NEXT:      if 40 % BLOCK_K == 0:
+// SRC-NEXT:          a = tl.load(a_ptrs)
 // SRC:       acc = tl.dot(a, b, acc, input_precision="tf32")
 // SRC:       acc = tl.dot(a, b, acc, input_precision="ieee")
 // SRC:       xmask = (offs_m[:, None] < 70) & (offs_n[None, :] < 50)
@@ -120,7 +124,7 @@ module {
 // CHECK:         linalg.batch_matmul ins(%arg1, %arg2 : tensor<3x33x40xf32>, tensor<3x40x20xf32>)
 // SRC-LABEL: // ----- kernel @ember_mm_mul_0
 // SRC:       bid = tl.program_id(1)
-// SRC:       a_ptrs = in1 + bid * 1320 + offs_m[:, None] * 40 + offs_k[None, :] * 1
+// SRC:       a_ptrs = in1 + bid * 1320 + offs_am[:, None] * 40 + offs_k[None, :] * 1
 // SRC:       xrow = bid * 33 + offs_m[:, None]
 // SRC:       (triton.cdiv(33, meta['BLOCK_M']) * triton.cdiv(20, meta['BLOCK_N']), 3)
 #id3b = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
