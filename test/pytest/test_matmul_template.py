@@ -96,6 +96,24 @@ def test_mlp_block_two_products(target, device):
         out = _compile(block, target)(x)
     assert_close(out, ref, tol=1e-4)
     _used_template(2)
+    # the bias is added in the product's 2-D shape, GELU on the 3-D view: one epilogue
+    groups = [g for r in ember.last_reports() for g in r["fused_groups"]]
+    assert any(g[0] == "mm" and "gelu" in g for g in groups), groups
+
+
+@pytest.mark.targets("cpu", "triton", "cuda")
+def test_3d_linear_bias_and_activation_share_a_kernel(target, device):
+    """ember-fuse: a [B*S, N] bias add and the GELU on its [B, S, N] view are one kernel (the
+    schedule reaches the 2-D op through the reshape), on both code generators."""
+    lin = torch.nn.Linear(16, 40).to(device)
+    fn = lambda x: F.gelu(lin(x)) * 2
+    x = _r(3, 11, 16, device=device)
+    with torch.no_grad():
+        ref = fn(x)
+        out = _compile(fn, target, choice="off")(x)
+    assert_close(out, ref, tol=1e-4)
+    groups = [g for r in ember.last_reports() for g in r["fused_groups"]]
+    assert len(groups) == 1 and "add" in groups[0] and "gelu" in groups[0], groups
 
 
 def test_exact_low_precision_keeps_library_bf16(target, device):
