@@ -33,8 +33,8 @@ from .triton_lang import TYPES, round_to
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages); the first is what the
 # interpreter and the ahead-of-time builds use.
 CONFIGS = [(64, 64, 32, 8, 4, 3), (128, 128, 32, 8, 4, 3), (128, 64, 64, 8, 4, 3),
-           (64, 128, 64, 8, 4, 3), (128, 128, 64, 8, 8, 3)]
-MORE_CONFIGS = [(256, 128, 64, 8, 8, 3), (128, 256, 64, 8, 8, 3), (64, 64, 64, 8, 4, 4),
+           (64, 128, 64, 8, 4, 3), (128, 128, 64, 8, 8, 3), (128, 256, 64, 8, 8, 3)]
+MORE_CONFIGS = [(256, 128, 64, 8, 8, 3), (128, 256, 32, 8, 8, 4), (64, 64, 64, 8, 4, 4),
                 (32, 64, 32, 8, 4, 5), (64, 32, 32, 8, 4, 5), (128, 128, 32, 8, 8, 4),
                 (64, 256, 32, 8, 8, 4), (256, 64, 32, 8, 8, 4), (128, 64, 32, 8, 4, 4)]
 CHOICES = ("auto", "template", "library")
@@ -316,9 +316,12 @@ def config_text(c) -> str:
 
 
 def configs_for(parts: Parts, max_autotune: bool, autotune: bool) -> list:
-    cs = list(CONFIGS) + (MORE_CONFIGS if max_autotune else [])
+    cs = list(dict.fromkeys(CONFIGS + (MORE_CONFIGS if max_autotune else [])))
     if not autotune:
         return cs[:1]
+    # the pipelined operand tiles must fit in shared memory (228 KiB on an H100 / H200 SM)
+    elt = 4 if parts.dtype == "f32" else 2
+    cs = [c for c in cs if (c[0] * c[2] + c[2] * c[1]) * elt * c[5] <= 200 * 1024]
     # tiles far larger than the product only mask lanes off: keep those that fit (and the first)
     fit = [c for c in cs if c[0] <= max(16, _pow2(parts.M)) * 2 and c[1] <= max(16, _pow2(parts.N)) * 2]
     return [cs[0]] + [c for c in fit if c != cs[0]]
