@@ -77,11 +77,8 @@ def shape_screen(ops, fuse_reductions: bool = True) -> bool:
         # A smaller (broadcast) producer, e.g. a bias widened to f32 or a per-channel scale,
         # may be recomputed inside its consumer's loop nest; the schedule decides whether its
         # dims map onto the consumer's (and refuses it as a result of another shape).
-        # The same elements in another shape (a [B*S, N] bias add before a [B, S, N] GELU:
-        # a 3-D Linear) may share a kernel too: the schedule evaluates one through a reshape.
         main = max(spaces, key=_volume)
-        return all(_volume(sp) <= _volume(main) and len(sp) <= len(main)
-                   or _volume(sp) == _volume(main) for sp in spaces)
+        return all(_volume(sp) <= _volume(main) and len(sp) <= len(main) for sp in spaces)
     if not fuse_reductions:
         return False
     if not fuse_reductions:

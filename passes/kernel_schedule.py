@@ -264,9 +264,6 @@ class KernelSchedule:
     def __init__(self, ops, args, results, kind=None, scalars=()):
         self.ops, self.args, self.results = list(ops), list(args), list(results)
         self.scalars = list(scalars)
-        # (small dim, big dims): a reshape group that merges several non-unit dims into one
-        # (a [B*S, N] value viewed as [B, S, N]): no dim is linked, the index is linearized
-        self._reshaped: list = []
         uf, static = _UnionFind(), {}
         self._uf = uf
 
@@ -314,9 +311,6 @@ class KernelSchedule:
             self._size[g] = None
             self._size_ref[g] = off + j
         self._plan(kind)
-
-    def _reshape_covered(self, allowed) -> set:
-        return _covered(self, allowed)
 
     # --- global dims -----------------------------------------------------------------------
     def gid(self, v, i) -> int:
@@ -383,8 +377,6 @@ class KernelSchedule:
                     uf.union((big, group[0]), (small, s))
                 elif len(nonunit) == 1:
                     uf.union((big, nonunit[0]), (small, s))
-                elif nonunit:
-                    self._reshaped.append(((small, s), [(big, i) for i in nonunit]))
         elif name == "tensor.extract_slice":
             src, res = op.operands[0], op.results[0]
             for s, r in _slice_dims(op):
@@ -462,15 +454,13 @@ class KernelSchedule:
                 # e.g. x read as x[i, j] by one op and as x[j, i] by another
                 raise Unschedulable("two dims of one tensor map to the same loop (it is read "
                                     "under two different index maps)", _location(v))
-        covered = self._reshape_covered(allowed) if self.kind == "pointwise" else set()
         for op in self.ops:
             if op_name(op) == "arith.constant":
                 continue    # a splat: the same value at every index (kernel_expr), no loop
             for v in op.results:
                 if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                     continue
-                bad = [g for g in self.dims(v)
-                       if g not in allowed and g not in covered and not self.unit(g)]
+                bad = [g for g in self.dims(v) if g not in allowed and not self.unit(g)]
                 if bad:
                     raise Unschedulable(f"'{op_name(op)}' iterates over a dim that is neither "
                                         "outer, reduced nor a result dim", op.location)
@@ -479,29 +469,6 @@ class KernelSchedule:
                 if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
                                         "access)", op.location)
-
-
-def _covered(sched, allowed) -> set:
-    """Dims a pointwise kernel evaluates through a reshape of its iteration space: the merged
-    dim of a group whose split dims are iterated (a [B*S, N] bias add read as [B, S, N] by a
-    GELU), or the split dims of a group whose merged dim is (the other way round). Their index
-    is computed from the iterated ones (ExprBuilder linearizes / splits it), no loop needed."""
-    groups = [(sched._gid[sched._uf.find(small)], [sched._gid[sched._uf.find(b)] for b in big])
-              for small, big in sched._reshaped]
-    covered, changed = set(), True
-    while changed:
-        changed = False
-        for small, big in groups:
-            have = allowed | covered
-            new = set()
-            if all(b in have for b in big) and small not in have:
-                new.add(small)
-            if small in have:
-                new |= {b for b in big if b not in have}
-            if new:
-                covered |= new
-                changed = True
-    return covered
 
 
 def _is_read(block_arg) -> bool:
