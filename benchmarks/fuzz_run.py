@@ -2,8 +2,9 @@
 
     python benchmarks/fuzz_run.py --seed 0 --count 1000 --targets cpu,triton --jobs 2 --out fuzz-out
 
-Graph (seed, i) for i in [0, count) runs on each target in a pool of child processes
-(test/fuzz/runner.py; a crash or a hang is a finding). Prints graphs tried, mismatches, errors,
+Graph (seed, i) for i in [start, start + count) runs on each target (with `--variants all`
+also with fusion off and with the buffer planner off, each compared with eager) in a pool of
+child processes (test/fuzz/runner.py; a crash or a hang is a finding). Prints graphs tried, mismatches, errors,
 crashes and time; each failing case is written to --out as `seed<S>_<i>_<target>.py`: the
 graph's source (a runnable reproducer) with the finding in its header, and each graph with an
 eager fallback is a line of --out/fallbacks.jsonl (seed, index, target, op -> reason). Exit
@@ -31,23 +32,35 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case")
     p.add_argument("--out", default="fuzz-out", help="folder for the reproducers")
+    p.add_argument("--variants", default="",
+                   help="also compile each graph with these variants and compare with eager: "
+                        "nofuse (ember-fuse max-group-size=1), noplan (no ember-buffer-reuse); "
+                        "'all' for both (issue 11, item 4)")
     p.add_argument("--quiet", action="store_true")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "test"))
     os.environ.setdefault("TRITON_INTERPRET", "1")
     from fuzz import runner
 
+    from fuzz import compare
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    cases = [(args.seed, i, t) for i in range(args.start, args.start + args.count)
+    variants = compare.VARIANTS if args.variants == "all" else \
+        tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    for v in variants:
+        compare.variant_options(v, "cpu")   # an unknown name fails here, not in every worker
+    cases = [(args.seed, i, t, variants) for i in range(args.start, args.start + args.count)
              for t in targets]
     out = Path(args.out)
     counts: collections.Counter = collections.Counter()
     seconds: collections.Counter = collections.Counter()
+    ran: collections.Counter = collections.Counter()     # (target, variant) compiled
     fallback_ops = collections.defaultdict(collections.Counter)
     start = time.time()
 
     def on_result(r: dict) -> None:
         counts[(r["target"], r["status"])] += 1
+        for v in r.get("variants_run") or ():
+            ran[(r["target"], v)] += 1
         seconds[r["target"]] += r.get("seconds", 0.0)
         if r["fallback"]:
             counts[(r["target"], "fallback")] += 1
@@ -62,7 +75,11 @@ def main(argv=None) -> int:
             path = out / f"seed{r['seed']}_{r['index']}_{r['target']}.py"
             header = "".join(f"# {ln}\n" for ln in
                              f"target={r['target']} status={r['status']}\n{r['reason']}".splitlines())
-            path.write_text(header + r["source"] + _FOOTER.format(target=r["target"]))
+            options = {"target": r["target"]}
+            failed = r["reason"][1:].split("]")[0] if r["reason"].startswith("[") else None
+            if failed in compare.VARIANTS:
+                options.update(compare.variant_options(failed, r["target"]))
+            path.write_text(header + r["source"] + _FOOTER.format(options=options))
             print(f"{r['status']:8} {r['target']:6} seed={r['seed']} index={r['index']}: "
                   f"{r['reason'][:300]}", flush=True)
         elif not args.quiet and sum(counts.values()) % 100 == 0:
@@ -73,7 +90,7 @@ def main(argv=None) -> int:
     wall = time.time() - start
     failures = 0
     print(f"seed {args.seed}, graphs {args.start}..{args.start + args.count - 1}, "
-          f"{args.jobs} jobs, {wall:.1f} s wall")
+          f"{args.jobs} jobs, {wall:.1f} s wall, variants: {', '.join(variants) or 'none'}")
     for t in targets:
         row = {s: counts[(t, s)] for s in ("pass", "upstream", *runner.FAILURES, "fallback")}
         tried = sum(row[s] for s in ("pass", "upstream", *runner.FAILURES))
@@ -84,6 +101,10 @@ def main(argv=None) -> int:
               f"({row['fallback']} with an eager fallback, {row['upstream']} where "
               f"aot_eager differs from eager too); {seconds[t]:.1f} s in workers, "
               f"{rate:.2f} graphs/s per worker")
+        if variants:
+            text = ", ".join(f"{v} {ran[(t, v)]}" for v in variants)
+            print(f"          variants compiled and compared (the others compile to the "
+                  f"default's program): {text}")
         if fallback_ops[t]:
             top = ", ".join(f"{op} x{n}" for op, n in fallback_ops[t].most_common(8))
             print(f"          eager fallbacks (graphs): {top}")
@@ -94,7 +115,7 @@ _FOOTER = '''
 
 if __name__ == "__main__":
     ref = fn(*make_inputs())
-    out = torch.compile(fn, backend="ember", options={{"target": "{target}"}})(*make_inputs())
+    out = torch.compile(fn, backend="ember", options={options!r})(*make_inputs())
     print("eager:", ref)
     print("ember:", out)
 '''

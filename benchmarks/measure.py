@@ -27,6 +27,7 @@ What a row holds:
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import statistics
 import sys
@@ -239,6 +240,12 @@ def run_model(name, dtypes, mode, backends, device, small, repeats, profile=Fals
                 _clear_ember()
                 step, check = case.make(be)
                 if device == "cuda":
+                    # the shared model's gradients of the previous backend's steps are freed by
+                    # this backend's first step: not part of its base
+                    for m in (getattr(case, "base", None), getattr(case, "model", None)):
+                        for p in (m.parameters() if isinstance(m, torch.nn.Module) else ()):
+                            p.grad = None
+                    gc.collect()
                     torch.cuda.synchronize()
                     base = torch.cuda.memory_allocated()
                 t0 = time.perf_counter()
@@ -250,11 +257,20 @@ def run_model(name, dtypes, mode, backends, device, small, repeats, profile=Fals
                 if be in EMBER_MODES:
                     row.update(_ember_fields(ember_summary()))
                 if device == "cuda":
+                    # The peak of steady-state steps: CUDA-graph warm-up and capture (ember's
+                    # calls 2-3, Inductor's cudagraph trees' first calls) are not a step's cost.
+                    for _ in range(3):
+                        step()
+                    torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
                     for _ in range(3):
                         step()
                     torch.cuda.synchronize()
                     row["peak_mb"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 2)
+                    if be in EMBER_MODES:   # the graph pools (the arena) and replays given up
+                        late = ember_summary()
+                        row["graph_pool_mb"] = round(late.get("graph_pool_bytes", 0) / 2**20, 2)
+                        row["ungraphed_calls"] = late.get("ungraphed_calls", 0)
                 steps[be] = step
             except Exception as err:  # noqa: BLE001 - a table reports, it does not stop
                 row.update(status="error", error=f"{type(err).__name__}: {str(err)[:300]}")

@@ -10,7 +10,7 @@ import torch
 
 from .attention_masks import drop_visible_attention_masks
 from . import eager_rejects
-from .compile import EmberGraph
+from .compile import saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, table as eager_semantics_table
 from .effects import lower_effect_tokens
@@ -220,6 +220,11 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             fx_gm, wrap = lower_effect_tokens(fx_gm)    # linalg error checks: on the host
             graph = EmberGraph(fx_gm, opts, kind=kind, decompositions=decomps,
                                graph_id=f"{base}-{kind}", on_eager=to_eager)
+            out = next(n for n in fx_gm.graph.nodes if n.op == "output").args[0]
+            if kind == "forward":
+                graph.lent_outputs = saved_output_slice(len(out))
+            elif kind == "backward" and isinstance(out, (list, tuple)):
+                graph.lent_outputs = range(len(out))     # gradients
             boxed = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed

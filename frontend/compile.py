@@ -52,21 +52,49 @@ def _output_sizes(gm: fx.GraphModule) -> dict[str, int]:
     return {"num_outputs": len(tensors), "output_bytes": nbytes}
 
 
-def _lend_written_back(run, prep, mutations) -> None:
-    """A CUDA-graphed program hands the new values of mutated inputs out of its pool uncloned:
-    `write_back` copies them into the inputs before the next replay can overwrite them, and
-    nothing else sees them (an AdamW step: hundreds of parameters and moments, each otherwise
-    allocated and copied twice per step)."""
+def _lend(run, prep, mutations, guarded: range | None) -> None:
+    """A CUDA-graphed program hands some outputs out of its pool uncloned
+    (runtime/cuda_graphs.py):
+      * the new values of mutated inputs: `write_back` copies them into the inputs before the
+        next replay can overwrite them, and nothing else sees them (an AdamW step: hundreds of
+        parameters and moments, each otherwise allocated and copied twice per step);
+      * as guarded aliases (`guarded`: graph output indices): a replay while one of them is
+        still alive runs without the graph. A training forward's saved activations
+        (AOTAutograd's slice of its outputs): only the backward reads them, in place — not
+        cloned out, not copied into the backward; a backward's gradients: autograd adds them to
+        `.grad` or hands them on, and they are dead by the next backward unless kept
+        (accumulation). A program output that also feeds another output is not lent."""
     from ..runtime.cuda_graphs import GraphedProgram
-    if not isinstance(run, GraphedProgram) or mutations is None or prep.single:
+    if not isinstance(run, GraphedProgram) or prep.single:
         return
-    written = {k for _, k in mutations.targets}
-    uses: dict[int, int] = {}
-    for entry in prep.plan:
+    users: dict[int, set[int]] = {}
+    for i, entry in enumerate(prep.plan):
         if entry[0] in ("compiled", "view"):
-            uses[entry[1]] = uses.get(entry[1], 0) + 1
-    run.lend({prep.plan[k][1] for k in written
-              if prep.plan[k][0] == "compiled" and uses[prep.plan[k][1]] == 1})
+            users.setdefault(entry[1], set()).add(i)
+    written = {k for _, k in mutations.targets} if mutations is not None else set()
+    lent = {prep.plan[k][1] for k in written
+            if prep.plan[k][0] == "compiled" and len(users[prep.plan[k][1]]) == 1}
+    aliases = {j for j, slots in users.items()
+               if guarded is not None and all(i in guarded for i in slots)}
+    if lent or aliases:
+        run.lend(lent, guarded=aliases)
+
+
+def saved_output_slice(num_outputs: int) -> range | None:
+    """The outputs of the forward graph being compiled that AOTAutograd saves for the backward
+    (its tracing context's metadata), or None when that is not known for sure."""
+    try:
+        from torch._guards import TracingContext
+        meta = TracingContext.try_get().fw_metadata
+        if meta.tokens or getattr(meta, "num_opaque_objects_saved_for_bw", 0):
+            return None
+        cut = meta.tensors_saved_for_backwards_slice     # (stop None: up to the end)
+        stop = num_outputs - meta.num_symints_saved_for_bw
+        if cut.start is None or not 0 <= cut.start <= stop or cut.stop not in (None, stop):
+            return None
+        return range(cut.start, stop)
+    except Exception:   # noqa: BLE001 - another torch: nothing is lent
+        return None
 
 
 class _WholeGraphEager(Exception):
@@ -110,6 +138,9 @@ class EmberGraph:
         self._static: Callable | None = None
         self._eager = _eager_call(gm)
         self._rejects: str | None | bool = False     # not judged yet (eager_rejects.py)
+        # Outputs a CUDA-graphed program may hand out of its pool as guarded aliases
+        # (compile._lend): a training forward's saved activations, a backward's gradients.
+        self.lent_outputs: range | None = None
 
     def __call__(self, *args):
         out = self._call(args)
@@ -190,6 +221,8 @@ class EmberGraph:
             "input_mutations": len(self._mutations.targets) if self._mutations else 0,
             **_output_sizes(self.gm),
         }
+        if self.kind == "forward" and self.lent_outputs is not None:
+            report["saved_outputs"] = len(self.lent_outputs)
         try:
             run = self._compile(args, report, dump)
         except Exception as err:
@@ -263,7 +296,9 @@ class EmberGraph:
             try:
                 run, summary = compile_static(prep.gm, tensors, self.options, target, dump,
                                               self.kind, library=inline)
-                _lend_written_back(run, prep, self._mutations)
+                _lend(run, prep, self._mutations, self.lent_outputs)
+                if hasattr(run, "stats"):
+                    run.stats = report
                 report.update(summary)
                 report["num_externs"] = report.get("num_externs", 0) + len(inline)
             except Exception as err:

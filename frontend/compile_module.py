@@ -41,11 +41,16 @@ def stage_label(element: str) -> str:
 
 
 def run_pipeline(module, pipeline: str, dump: DebugDump | None = None,
-                 seconds: dict[str, float] | None = None) -> None:
+                 seconds: dict[str, float] | None = None,
+                 remarks: list | None = None) -> None:
     """Runs `pipeline` element by element so that the IR after each one can be dumped;
-    `seconds` (when given) gets each element's wall time, by stage label."""
+    `seconds` (when given) gets each element's wall time, by stage label; `remarks` (when
+    given) the passes' remarks (passes/remarks.py: ember-fuse{explain=true}, ...), which
+    otherwise are dropped: a user's program prints nothing."""
+    from ..passes import remarks as pass_remarks
     from ..passes.pipeline import build_pass_manager, split_top_level, strip_anchor
     ctx = module.context
+    kept = [] if remarks is None else remarks
     diagnostics: list[str] = []
 
     def collect(d):
@@ -56,22 +61,44 @@ def run_pipeline(module, pipeline: str, dump: DebugDump | None = None,
 
     handler = ctx.attach_diagnostic_handler(collect)
     try:
-        for element in split_top_level(strip_anchor(pipeline)):
-            pm = build_pass_manager(f"builtin.module({element})", context=ctx)
-            t0 = time.perf_counter()
-            try:
-                pm.run(module.operation)
-            except Exception as err:
-                # A Python pass that raises (a bug, not a diagnostic) still names its error.
-                raise PipelineFailure(stage_label(element),
-                                      diagnostics or [describe_error(err)]) from err
-            if seconds is not None:
-                label = stage_label(element)
-                seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t0
-            if dump is not None:
-                dump.stage(stage_label(element), module)
+        with pass_remarks.handler(ctx, kept.append):
+            for element in split_top_level(strip_anchor(pipeline)):
+                pm = build_pass_manager(f"builtin.module({element})", context=ctx)
+                t0 = time.perf_counter()
+                try:
+                    pm.run(module.operation)
+                except Exception as err:
+                    # A Python pass that raises (a bug, not a diagnostic) still names its error.
+                    raise PipelineFailure(stage_label(element),
+                                          diagnostics or [describe_error(err)]) from err
+                if seconds is not None:
+                    label = stage_label(element)
+                    seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t0
+                if dump is not None:
+                    dump.stage(stage_label(element), module)
     finally:
         handler.detach()
+
+
+def explained(remarks: list) -> dict[str, Any]:
+    """The report fields of the passes' remarks: `unfused` (ember-fuse's producer -> consumer
+    pairs left in different kernels, each with its reason), `unfused_reasons` (how many pairs
+    per reason) and `memory_plan` (ember-buffer-reuse's buffers: name, bytes, offset, live
+    range, escapes, in_place_of; and the arena)."""
+    unfused = [dict(r.data) for r in remarks if r.pass_name == "ember-fuse"]
+    reasons: dict[str, int] = {}
+    for pair in unfused:
+        reasons[pair["reason"]] = reasons.get(pair["reason"], 0) + 1
+    buffers = [dict(r.data) for r in remarks
+               if r.pass_name == "ember-buffer-reuse" and "offset" in r.data]
+    arena = [r.data for r in remarks
+             if r.pass_name == "ember-buffer-reuse" and "arena_bytes" in r.data]
+    out: dict[str, Any] = {"unfused": unfused, "unfused_reasons": reasons}
+    if arena:
+        out["memory_plan"] = {"arena_bytes": arena[-1]["arena_bytes"],
+                              "unplanned_bytes": arena[-1]["unplanned_bytes"],
+                              "buffers": [{**b, "live": list(b["live"])} for b in buffers]}
+    return out
 
 
 def _summary(module) -> dict[str, Any]:
@@ -190,10 +217,12 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
             seconds["import"] = time.perf_counter() - t0
             if dump is not None:
                 dump.stage("import", module)
-            run_pipeline(module, pipeline, dump, seconds)
+            remarks: list = []
+            run_pipeline(module, pipeline, dump, seconds, remarks)
             t0 = time.perf_counter()
             program = export_program(module)
             summary = _summary(module)
+            summary.update(explained(remarks))
             seconds["export"] = time.perf_counter() - t0
     finally:
         if native.lines and dump is not None:
@@ -236,6 +265,10 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     compiled = load(program, device, cache=options.cache_dir,
                     parallel_compile=options.parallel_compile)
     seconds["build"] = time.perf_counter() - t0
+    # What the runtime really allocates per call for the planned values, next to the plan's
+    # planned_peak_bytes. (With CUDA graphs the arena comes from the graph's private pool,
+    # whose size torch does not expose; it is not reported.)
+    summary["runtime_arena_bytes"] = compiled.arena_bytes
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
     # Inference and training graphs alike, where the launches saved outweigh the copies a
     # replay adds (a training forward's saved activations are cloned out of the graph's

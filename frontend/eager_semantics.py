@@ -20,6 +20,9 @@ the dtypes whose torch-mlir lowering is already right, so the op goes on to torc
 * var/std of floats on the CPU in float64, as eager's CPU kernel accumulates.
 * any/all of uint8: reductions of `x != 0` (torch-mlir's lowering does not import).
 * Float fmod: exact, from remainder of the magnitudes (torch-mlir's quotient formula rounds).
+* index_select of a size-1 dim by one index: not folded away with its bounds check.
+* Float trunc: floor towards zero from either side, so trunc(-0.0) keeps its sign (torch-mlir's
+  sign(x) * floor(|x|) gives +0.0 there: rsqrt of the truncated quotient was +inf, eager -inf).
 """
 from __future__ import annotations
 
@@ -403,12 +406,24 @@ def _bitwise_scalar(fn):
     return decomp
 
 
+def _one_value(b) -> bool:
+    """A divisor eager's CPU kernels take as one value (TensorIterator's `is_scalar`: a Python
+    number, or a tensor whose every dim has size 1 or stride 0)."""
+    return not isinstance(b, torch.Tensor) or all(
+        n == 1 or s == 0 for n, s in zip(b.shape, b.stride()))
+
+
 def _floor_div_float(a, b, dt):
     """Float floor division as eager's kernels (c10::div_floor_floating): (a - fmod(a, b)) / b,
     corrected towards floor and rounded to the nearest integer; a / b for a zero b. torch-mlir's
     floor(a / b) differs for an infinite a (eager: NaN, from fmod; fuzz seed 12 index 174), near
-    integers and for -0. Computed in f32 for bf16/f16 (eager's opmath), rounded once."""
-    ct = torch.float32 if dt in (torch.bfloat16, torch.float16) else dt
+    integers and for -0. bf16/f16 as eager's CPU kernel (div_floor_kernel): with a one-value
+    divisor (`_one_value`, read at f32 from its own type) in f32, rounded once; otherwise each
+    step in the 16-bit type (_floor_div_low_steps)."""
+    low = dt in (torch.bfloat16, torch.float16)
+    if low and not _one_value(b):
+        return _floor_div_low_steps(a, b, dt)
+    ct = torch.float32 if low else dt
     device = (a if isinstance(a, torch.Tensor) else b).device
     a, b = (x.to(ct) if isinstance(x, torch.Tensor) else
             torch.scalar_tensor(float(x), dtype=ct, device=device) for x in (a, b))
@@ -424,6 +439,56 @@ def _floor_div_float(a, b, dt):
     return out.to(dt)
 
 
+def _floor_div_low_steps(a, b, dt):
+    """bf16/f16 floor division by a tensor as eager's CPU kernel computes it: its vectorized
+    loop (div_floor_floating_vec on Vectorized<BFloat16/Half>) and its scalar loop
+    (div_floor_floating on the 16-bit type) round every step to the 16-bit type: a - fmod(a, b)
+    and its quotient by b are rounded before the floor (bf16 -144 // 0.5586 is -260, the f32
+    formula rounded once gives -258; f16 -39.125 // 0.01959 is -1996, not -1997). Each step here
+    is computed in f32 and rounded to `dt`: every one of 20,000 random pairs as eager, where the
+    f32 formula differed in 2% (bf16) and 1% (f16), contiguous or strided."""
+    device = (a if isinstance(a, torch.Tensor) else b).device
+    a, b = (x.to(dt).float() if isinstance(x, torch.Tensor) else
+            torch.scalar_tensor(float(x), dtype=dt, device=device).float() for x in (a, b))
+
+    def r(x):
+        return x.to(dt).float()
+    inf = math.inf
+    basic = r(a / b)
+    mod = torch.fmod(a, b)             # exact: a value of the 16-bit type
+    # the vectorized loop's fix-up for an infinite quotient of a finite a
+    floor = torch.where((basic.abs() == inf) & (a.abs() != inf), a, r(a - mod))
+    div = r(floor / b)
+    div = torch.where((mod != 0) & ((b < 0) != (mod < 0)), r(div - 1), div)
+    fl = torch.floor(div)
+    fl = torch.where(r(div - fl) > 0.5, r(fl + 1), fl)
+    negative = (basic < 0) | ((basic == 0) & (1 / basic < 0))      # copysign(0, a / b)
+    fl = torch.where(div == 0, torch.where(negative, -0.0, 0.0), fl)
+    return torch.where(b == 0, basic, fl).to(dt)
+
+
+def _trunc(x):
+    """trunc(x) as eager's (C's trunc: -0.0 stays -0.0, NaN and infinities pass through).
+    torch-mlir lowers it to sign(x) * floor(|x|), whose sign(-0.0) is 0: +0.0 (fuzz seed 25
+    index 1625, bf16 `rsqrt(div(a, b, rounding_mode='trunc'))` of -0.0 gave +inf, eager -inf).
+    ceil of a negative x in (-1, 0) is -0.0 as trunc's."""
+    if not x.is_floating_point():
+        return NotImplemented
+    return torch.where(x < 0, torch.ceil(x), torch.floor(x))
+
+
+def _index_select_one(x, dim, index):
+    """index_select of a size-1 dim by one index, through the index repeated twice (then the
+    first row): torch-mlir folds index_select of a size-1 dim by a one-element index to its
+    source, which dropped the bounds check (fuzz seed 26 index 273: `index_select(uint8[1], 0,
+    tensor([-2]))` returned the element, eager IndexError). Still index_select, so eager's
+    redo of a failing call (frontend/compile.py) raises eager's own IndexError."""
+    if x.dim() == 0 or index.numel() != 1 or x.shape[dim] != 1:
+        return NotImplemented
+    # contiguous, as eager's result
+    return torch.index_select(x, dim, index.reshape(1).expand(2)).narrow(dim, 0, 1).contiguous()
+
+
 def _trunc_div_low(a, b, dt):
     """Truncating division of half/bf16 as eager's CPU kernel (div_trunc_kernel) computes it.
     A divisor that is one value (a Python number, a tensor of one element: TensorIterator's
@@ -437,7 +502,7 @@ def _trunc_div_low(a, b, dt):
     if not isinstance(b, torch.Tensor):
         return torch.trunc(fa / torch.scalar_tensor(float(b), dtype=torch.float32,
                                                     device=device)).to(dt)
-    if b.numel() == 1:
+    if _one_value(b):
         return torch.trunc(fa / b.float()).to(dt)
     return torch.trunc((fa / b.to(dt).float()).to(dt))
 
@@ -509,7 +574,8 @@ def table() -> dict:
         aten.bitwise_and.Scalar: _bitwise_scalar(torch.bitwise_and),
         aten.bitwise_or.Scalar: _bitwise_scalar(torch.bitwise_or),
         aten.bitwise_xor.Scalar: _bitwise_scalar(torch.bitwise_xor),
-        aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod,
+        aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod, aten.trunc.default: _trunc,
+        aten.index_select.default: _index_select_one,
         aten.var.correction: _var_cpu, aten.std.correction: _std_cpu,
         **{op: _logical_reduction(op) for op in (
             aten.any.default, aten.any.dim, aten.any.dims,

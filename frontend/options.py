@@ -36,8 +36,9 @@ class CompileOptions:
       graph it cannot compile at all, or one that fails at run time, as eager runs it, instead
       of raising.
     pipeline: a full pass pipeline string replacing the default one.
-    cudagraphs: on a GPU, replay inference graphs as CUDA graphs (one launch per call instead
-      of one per kernel; outputs are copied out of the graph's memory).
+    cudagraphs: on a GPU, replay inference and training graphs as CUDA graphs (one launch per
+      call instead of one per kernel; outputs are copied out of the graph's memory, except
+      what is lent: runtime/cuda_graphs.py).
     exact_low_precision: bf16/f16 layer norms run eager's own kernel (a library call) so that
       results match eager bit for bit where the rest does; False decomposes and fuses them
       (one memory pass fewer per norm; within bf16 rounding of eager, not identical).
@@ -186,5 +187,8 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
                 lower_opts.append(f"matmul-choice={options.matmul_template}")
         if lower_opts:
             lower += "{" + " ".join(lower_opts) + "}"
+    # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
+    # come from (frontend/compile_module.explained).
     return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size} "
-            f"target={backend.name}}},canonicalize,{template}ember-buffer-reuse,{lower})")
+            f"target={backend.name} explain=true}},canonicalize,{template}"
+            f"ember-buffer-reuse{{print-plan=true}},{lower})")

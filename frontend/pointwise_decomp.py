@@ -12,9 +12,15 @@ hold) into ATen ops it lowers, with eager's values exactly:
 * integer `neg` as `~x + 1`: torch-mlir negates integers through f32 (sitofp, negf, fptosi):
   -(2**63 - 2) gave -2**63, and any |x| > 2**24 lost its low bits (fuzz seed 20 index 2480).
 
+* `angle` of a real tensor (torch-mlir has no lowering): NaN where x is NaN, pi where x < 0,
+  else 0, in the result's float type (integer inputs: the default float type), as eager's
+  kernel (`angle_impl`).
+
 (roll: frontend/roll_decomp.py.)
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -54,8 +60,19 @@ def _bool_add(a, b, *, alpha=1):
     return torch.bitwise_or(a, b)
 
 
+def _angle(x):
+    if not isinstance(x, torch.Tensor) or x.dtype.is_complex:
+        return NotImplemented
+    dtype = x.dtype if x.dtype.is_floating_point else torch.get_default_dtype()
+    xf = x.to(dtype)
+    pi = torch.full((), math.pi, dtype=dtype)
+    zero = torch.zeros((), dtype=dtype)
+    return torch.where(torch.isnan(xf), xf, torch.where(xf < 0, pi, zero))
+
+
 def pointwise_decompositions() -> dict:
     return {
+        aten.angle.default: _angle,
         aten.add.Tensor: _bool_add,
         aten.neg.default: _neg,
         aten.eq.Tensor: _eq_tensor,

@@ -21,7 +21,7 @@ import dataclasses
 import enum
 from typing import Callable
 
-from .kernel_schedule import Unschedulable
+from .kernel_schedule import TARGET_LIMIT, Unschedulable
 
 
 class Target(enum.StrEnum):
@@ -46,7 +46,8 @@ def _one_reduced_space(s) -> None:
     rdims = {g for g in s.reductions[0].reduced if not s.unit(g)}
     for r in s.reductions[1:]:
         if {g for g in r.reduced if not s.unit(g)} != rdims:
-            raise Unschedulable("reductions over different dims in one kernel", r.op.location)
+            raise Unschedulable("reductions over different dims in one kernel", r.op.location,
+                               TARGET_LIMIT)
 
 
 @dataclasses.dataclass(frozen=True)

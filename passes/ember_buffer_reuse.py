@@ -18,12 +18,15 @@ Live range of a buffer: from its defining op to the last op (in `@main`'s order)
 a view of it (a view op, or a library call marked `ember.view`), both ends inclusive (an op's inputs and outputs are live together).
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
 start), each at the lowest-waste gap between already placed buffers it overlaps in time.
+With `print-plan`, the plan is also emitted as remarks (passes/remarks.py): one per buffer at
+its defining op, one for the arena at @main.
 """
 import dataclasses
 
 from torch_mlir import ir
 
 from ..dialects.contract import ARENA_BYTES, KERNEL, OFFSETS, UNPLANNED_BYTES, VIEW, is_extern, is_kernel
+from . import remarks
 from .base import OptionError, Pass, option
 from .ir_queries import HOST_VIEW_OPS
 
@@ -298,6 +301,8 @@ class EmberBufferReuse(Pass):
 
     alignment: int = option(64, min=1, max=1 << 20)
     in_place: bool = True
+    # a remark (passes/remarks.py) per planned buffer and one for the arena
+    print_plan: bool = False
 
     def __post_init__(self):
         if self.alignment <= 0 or self.alignment & (self.alignment - 1):
@@ -314,3 +319,29 @@ class EmberBufferReuse(Pass):
         main = ops[0].operation.parent
         ARENA_BYTES.set(main, result["arena_bytes"])
         UNPLANNED_BYTES.set(main, result["unplanned_bytes"])
+        if self.print_plan:
+            self._remarks(main, ops, result)
+
+    def _remarks(self, main, ops, result) -> None:
+        """`buffer %3: 1024 bytes at offset 0, live [2, 5]` at each buffer's defining op
+        (live: first and last op of @main, counted from 0), then the arena's size at @main."""
+        rows = result["buffers"]
+        for row in rows:
+            if row["escapes"]:
+                where = ", own allocation (escapes)"
+            elif row["offset"] < 0:
+                where = ", own allocation"
+            else:
+                where = f" at offset {row['offset']}"
+                if row["in_place_of"] is not None:
+                    where += f" (in place of {row['in_place_of']})"
+            first, last = row["live"]
+            remarks.emit(ops[row["op"]].location, self.name,
+                         f"buffer {row['name']}: {row['bytes']} bytes{where}, "
+                         f"live [{first}, {last}]", **row)
+        planned = sum(1 for r in rows if not r["escapes"])
+        remarks.emit(main.location, self.name,
+                     f"arena {result['arena_bytes']} bytes for {planned} of {len(rows)} "
+                     f"buffers ({result['unplanned_bytes']} bytes without reuse)",
+                     arena_bytes=result["arena_bytes"],
+                     unplanned_bytes=result["unplanned_bytes"], buffers=len(rows))

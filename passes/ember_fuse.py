@@ -13,6 +13,11 @@ How groups are chosen (a scheduler in the style of Inductor's): every compute op
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
 groups merge when the merged group (a) stays acyclic with the rest of the graph, (b) has at most
 `max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
+Then a producer whose consumers each refused it (it would stay a result of another shape) is
+tried with all of them at once, and kernels that read one producer, or whose results one op
+reads, are tried together (horizontal fusion). Views, slices, pads and concats are index arithmetic inside a kernel.
+With `explain`, every producer-consumer pair left in different kernels gets a remark with the
+reason (docs/internals.md, Stage 2; fusion_legality.REFUSALS).
 Cheap producers (constants, `tensor.empty`, fills of a constant) are cloned into every kernel that
 reads them instead of being passed in. Each kernel names what it fuses in `ember.ops`
 (report.json's `fused_groups`).
@@ -29,7 +34,7 @@ from torch_mlir import ir, passmanager
 from torch_mlir.dialects import func
 
 from ..dialects.contract import EXTERN_OP, KERNEL, OPS, RESULT_DIMS, is_kernel
-from . import fusion_legality
+from . import fusion_legality, remarks
 from .backends import BACKENDS, CPP
 from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
@@ -56,6 +61,8 @@ class EmberFuse(Pass):
     externs: bool = True        # first apply ember-convert-externs' patterns
     # whose code generator decides legality
     target: str = option(CPP.name, choices=tuple(BACKENDS))
+    # a remark (passes/remarks.py) for every producer-consumer pair left in different kernels
+    explain: bool = False
 
     def run(self, module: ir.Operation) -> None:
         if self.target not in BACKENDS:
@@ -68,11 +75,13 @@ class EmberFuse(Pass):
                 if is_dynamic(fn):
                     expand_affine_apply(fn.regions[0].blocks[0])
                     sink_scalar_float_ops(fn.regions[0].blocks[0])
-                groups = self.plan(fn)
+                groups = self.plan(fn, explain=self.explain)
                 _outline(module, fn, groups, self.target)
 
-    def plan(self, fn) -> list[list]:
-        """The fusion groups of `fn`, each a list of ops in program order."""
+    def plan(self, fn, explain: bool = False) -> list[list]:
+        """The fusion groups of `fn`, each a list of ops in program order. With `explain`, a
+        remark for each producer-consumer pair that ends in different kernels, saying why
+        (`unfused_pairs`)."""
         block = fn.regions[0].blocks[0]
         dynamic = is_dynamic(fn)
         nodes = [op for op in block.operations if _is_compute(op, dynamic)]
@@ -106,20 +115,25 @@ class EmberFuse(Pass):
 
         def reaches(src, dst):
             """Is there a path from group src to group dst through an op outside both? (Then
-            merging them would make a cycle.) A group is entered whole: a kernel runs at once.
+            merging them would make a cycle.) The first op outside both on such a path (a
+            block index), else None. A group is entered whole: a kernel runs at once.
             Users come after their operands in the block, so no op after dst's last one can
             lead back to dst: the walk never goes past it."""
-            a_ops, b_ops = set(member_ids[src]), set(member_ids[dst])
+            return path_between(set(member_ids[src]), set(member_ids[dst]))
+
+        def path_between(a_ops, b_ops):
+            """reaches() for sets of block indices (with a_ops == b_ops: whether a path leaves
+            the set and comes back, a cycle if they became one kernel)."""
             hi = max(b_ops)
             if hi < min(a_ops):
-                return False
-            stack = [u for o in member_ids[src] for u in succ[o]
+                return None
+            stack = [(u, u) for o in a_ops for u in succ[o]
                      if u <= hi and u not in a_ops and u not in b_ops]
             seen = set()
             while stack:
-                u = stack.pop()
+                u, via = stack.pop()
                 if u in b_ops:
-                    return True
+                    return via
                 if u in seen or u in a_ops:
                     continue
                 seen.add(u)
@@ -128,9 +142,10 @@ class EmberFuse(Pass):
                 seen.update(ops)
                 for o in ops:
                     if o < hi:
-                        stack.extend(v for v in succ[o] if v <= hi)
-            return False
+                        stack.extend((v, via) for v in succ[o] if v <= hi)
+            return None
 
+        refused = {}        # (producer, consumer) node indices -> (category, detail)
         for _, a, b in edges:
             ga, gb = find(a), find(b)
             if ga == gb:
@@ -138,19 +153,173 @@ class EmberFuse(Pass):
             merged = sorted(members[ga] + members[gb], key=lambda o: index[o])
             compute = [o for o in merged if op_name(o) not in VIEW_OPS]
             if len(compute) > self.max_group_size:
+                refused[a, b] = (fusion_legality.TOO_LARGE, f"{len(compute)} ops > "
+                                 f"max-group-size={self.max_group_size}")
                 continue
-            if reaches(ga, gb) or reaches(gb, ga):
+            via = reaches(ga, gb)
+            if via is None:
+                via = reaches(gb, ga)
+            if via is not None:
+                refused[a, b] = (fusion_legality.CYCLE, f"a path between them goes through "
+                                 f"'{_tag(block_ops[via])}' outside both kernels")
                 continue
-            if not fusion_legality.is_legal(merged, self.fuse_reductions, self.target):
+            why = fusion_legality.refusal(merged, self.fuse_reductions, self.target)
+            if why is not None:
+                refused[a, b] = why
                 continue
             parent[gb] = ga
             members[ga] = merged
             del members[gb]
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
 
+        # A producer whose consumers read its result in other shapes (q, k and v sliced from
+        # one bias add) fuses with none of them alone: it would stay a kernel result of
+        # another shape. With all of its consumers at once, it is no result at all.
+        for g in sorted(members, key=lambda g: index[members[g][0]]):
+            if g not in members or find(g) != g:
+                continue
+            readers, inside = set(), set(member_ids[g])
+            for o in member_ids[g]:
+                for u in succ[o]:
+                    c = compute_of.get(u)
+                    if u in inside:
+                        continue
+                    if c is None:               # returned, or read by a library call
+                        readers = None
+                        break
+                    readers.add(find(c))
+                if readers is None:
+                    break
+            if not readers or len(readers) < 2:
+                continue
+            together = [g] + sorted(readers, key=lambda r: index[members[r][0]])
+            merged = sorted((o for r in together for o in members[r]), key=lambda o: index[o])
+            if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
+                continue
+            ids = {i for r in together for i in member_ids[r]}
+            if path_between(ids, ids) is not None:
+                continue
+            if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
+                continue
+            for r in together[1:]:
+                parent[r] = g
+                del members[r]
+                member_ids[g] = member_ids[g] + member_ids.pop(r)
+            members[g] = merged
+
+        # Horizontal: kernels that read one value (a tensor, another kernel's or a library
+        # call's results: the row sums of a LayerNorm backward, q/k/v's transposes), so that
+        # it is read once, or whose results one op reads (they are all needed there anyway)
+        # fuse when one loop nest computes them; each saves a launch.
+        siblings: dict = {}     # producer (group, argument, library call) or consumer -> groups
+        for key, vals in ([(("arg", i), [a]) for i, a in enumerate(block.arguments)] +
+                          [(index[o] if o in index else ("op", bid[o]), list(o.results))
+                           for o in block_ops if not _cloneable(o)]):
+            for v in vals:
+                for u in users(v):
+                    c = index.get(u)
+                    if c is not None:
+                        siblings.setdefault(key if isinstance(key, tuple) else find(key),
+                                            []).append(c)
+        for o in block_ops:
+            fed = [index[p] for v in o.operands
+                   for p in [defining_op(v)] if p is not None and p in index]
+            if len(fed) > 1:
+                siblings.setdefault(("into", bid[o]), []).extend(fed)
+        for key in sorted(siblings, key=str):
+            readers = list(dict.fromkeys(find(c) for c in siblings[key]
+                                         if isinstance(key, tuple) or find(c) != find(key)))
+            if len(readers) < 2:
+                continue
+            acc = readers[0]
+            for r in readers[1:]:
+                acc, r = find(acc), find(r)
+                if acc == r:
+                    continue
+                merged = sorted(members[acc] + members[r], key=lambda o: index[o])
+                if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
+                    continue
+                if all(op_name(o) in VIEW_OPS for o in merged):
+                    continue
+                ids = set(member_ids[acc]) | set(member_ids[r])
+                if path_between(ids, ids) is not None:
+                    continue
+                if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
+                    continue
+                parent[r] = acc
+                del members[r]
+                members[acc] = merged
+                member_ids[acc] = member_ids[acc] + member_ids.pop(r)
+
         groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
+        if explain:
+            for pair in unfused_pairs(block_ops, index, find, refused):
+                remarks.emit(pair.pop("location"), self.name,
+                             f"unfused '{pair['producer']}' -> '{pair['consumer']}': "
+                             f"{pair['reason']} ({pair['detail']})", **pair)
         # A view that ends up alone stays a host-side view, not a kernel.
         return [g for g in groups if not all(op_name(o) in VIEW_OPS for o in g)]
+
+
+def _library_call(op) -> str | None:
+    """The callee of a library call on the host (an `ember.extern` or a `func.call`: before
+    outlining, the only calls are the frontend's ATen library calls), else None."""
+    name = op_name(op)
+    if name == EXTERN_OP:
+        return ir.StringAttr(op.attributes["callee"]).value
+    if name == "func.call":
+        return ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+    return None
+
+
+def _tag(op) -> str:
+    """What `op` computes, for a remark ('exp', 'sum', 'aten.mm', 'tensor.pad', ...)."""
+    return _library_call(op) or fusion_legality.describe(op) or op_name(op)
+
+
+def unfused_pairs(block_ops, index, find, refused) -> list[dict]:
+    """Each producer -> consumer pair (reading through views) whose ops end in different
+    kernels, at least one of them computed by ember: `producer`, `consumer` (what they
+    compute), `reason` (a fusion_legality.REFUSALS category), `detail`, `producer_at`,
+    `consumer_at` (file:line:col, '' when unknown) and `location` (the consumer's)."""
+
+    def sources(value, hops):
+        """(producer op, node-index hops from it to the reader) of `value`, through views."""
+        op = defining_op(value)
+        if op is None:
+            return []
+        if op_name(op) in VIEW_OPS and op in index:
+            return [s for v in op.operands for s in sources(v, [index[op]] + hops)]
+        if op in index or _library_call(op) is not None:
+            return [(op, hops)]
+        return []
+
+    out, seen = [], set()
+    for op in block_ops:
+        is_node = op in index and op_name(op) not in VIEW_OPS
+        if not is_node and _library_call(op) is None:
+            continue
+        for value in _all_operands(op):
+            for producer, hops in sources(value, [index[op]] if is_node else []):
+                producer_node = producer in index
+                if not (is_node or producer_node) or (producer, op) in seen:
+                    continue
+                chain = ([index[producer]] if producer_node else []) + hops
+                if producer_node and is_node:
+                    if find(chain[0]) == find(chain[-1]):
+                        continue
+                    apart = [(x, y) for x, y in zip(chain, chain[1:]) if find(x) != find(y)]
+                    reason, detail = refused.get(apart[-1], (fusion_legality.ILLEGAL, "not tried"))
+                else:
+                    call = producer if not producer_node else op
+                    reason, detail = fusion_legality.LIBRARY_CALL, f"'{_tag(call)}' runs apart"
+                seen.add((producer, op))
+                out.append({"producer": _tag(producer), "consumer": _tag(op), "reason": reason,
+                            "detail": detail,
+                            "producer_at": remarks.short_location(producer.location),
+                            "consumer_at": remarks.short_location(op.location),
+                            "location": op.location})
+    return out
 
 
 def _public_functions(module):

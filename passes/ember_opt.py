@@ -23,7 +23,7 @@ from torch_mlir import ir
 from ..dialects import make_context, verify_module
 from ..dialects.contract import PRELUDE, SOURCE, SYMBOL, TARGET, is_kernel
 from ..dialects.contract import describe as describe_contract
-from . import base, forked
+from . import base, forked, remarks
 from .pipeline import PipelineError, build_pass_manager
 from .registry import all_passes
 
@@ -63,16 +63,21 @@ def _diag_from_dict(d: dict) -> Diag:
                 [_diag_from_dict(n) for n in d["notes"]])
 
 
-def _convert(diag, filename: str) -> Diag:
-    severity = str(diag.severity).rsplit(".", 1)[-1].lower()
-    m = _FILE_LOC.search(str(diag.location))
+def _located(severity: str, location, message: str, filename: str,
+             notes: list[Diag] | None = None) -> Diag:
+    m = _FILE_LOC.search(str(location))
     if m:
         file = filename if m.group(1) == _PARSE_BUFFER else m.group(1)
         line, col = int(m.group(2)), int(m.group(3))
     else:
         file, line, col = None, 0, 0
+    return Diag(severity, file, line, col, message.strip(), notes or [])
+
+
+def _convert(diag, filename: str) -> Diag:
+    severity = str(diag.severity).rsplit(".", 1)[-1].lower()
     notes = [_convert(n, filename) for n in diag.notes]
-    return Diag(severity, file, line, col, diag.message.strip(), notes)
+    return _located(severity, diag.location, diag.message, filename, notes)
 
 
 def _rename_locations(module: ir.Module, filename: str) -> None:
@@ -242,11 +247,17 @@ class Driver:
                                          verify_each=args.verify_each)
 
     def _handle(self, diag) -> bool:
-        d = _convert(diag, self.filename)
+        self._add(_convert(diag, self.filename))
+        return True
+
+    def _remark(self, remark: remarks.Remark) -> None:
+        """A pass's remark (passes/remarks.py), as MLIR would print a diagnostic of it."""
+        self._add(_located("remark", remark.location, remark.text(), self.filename))
+
+    def _add(self, d: Diag) -> None:
         self.diags.append(d)
         if self._send is not None:
             self._send(dataclasses.asdict(d))
-        return True
 
     def run_chunks(self, chunks: list[str]) -> list[tuple[str | None, list[Diag]]]:
         """(printed module or None, diagnostics) per chunk. The chunks run in one forked child
@@ -321,7 +332,8 @@ class Driver:
                 except ValueError:
                     return None
             try:
-                self.pm.run(module.operation)
+                with remarks.handler(self.ctx, self._remark):
+                    self.pm.run(module.operation)
             except ir.MLIRError as err:
                 self._capture(err)
                 return None

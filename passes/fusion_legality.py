@@ -9,10 +9,19 @@ from torch_mlir import ir
 from .backends import backend_named
 from .graph_utils import defining_op, users
 from .ir_queries import VIEW_OPS, is_reduction, iterator_types, op_name  # noqa: F401
-from .kernel_schedule import Unschedulable, schedule_kernel, schedule_ops
 
-POINTWISE_NAMED = {"linalg.transpose", "linalg.broadcast", "linalg.fill", "linalg.copy"}
 VIEWS = VIEW_OPS
+from .kernel_schedule import (ILLEGAL, INDEX_MISMATCH, REDUCE_BROADCAST, TARGET_LIMIT,
+                              Unschedulable, schedule_kernel, schedule_ops)
+
+# Why two groups stay apart (ember-fuse{explain=true} remarks, report.json's `unfused`): the
+# kinds the schedule reports (kernel_schedule), the screen's own, and ember-fuse's.
+REDUCTIONS_OFF = "reductions off"       # ember-fuse{fuse-reductions=false}
+TOO_LARGE = "too large"                 # over ember-fuse's max-group-size
+CYCLE = "cycle"                         # a path between the groups leaves both
+LIBRARY_CALL = "library call"           # a matmul/conv/pool extern or an ATen library call
+REFUSALS = (TOO_LARGE, CYCLE, LIBRARY_CALL, TARGET_LIMIT, INDEX_MISMATCH, REDUCE_BROADCAST,
+            REDUCTIONS_OFF, ILLEGAL)
 
 # Body op -> tag, most telling first: a gelu body holds erf, mul and add; call it gelu.
 _TAG_PRIORITY = [
@@ -63,41 +72,47 @@ def shape_screen(ops, fuse_reductions: bool = True) -> bool:
     """Cheap necessary condition: all ops share one iteration space (up to unit dims), or,
     with reductions, all reductions share their parallel (outer) space and every other op
     iterates over a reduction's full space or over the outer space."""
+    return screen_refusal(ops, fuse_reductions) is None
+
+
+def _space(op) -> str:
+    return "x".join("?" if d < 0 else str(d) for d in _nonunit(loop_ranges(op))) or "scalar"
+
+
+def screen_refusal(ops, fuse_reductions: bool = True) -> tuple[str, str] | None:
+    """Why `shape_screen` refuses `ops`, as (category, detail); None when it accepts them."""
     compute = [o for o in ops if op_name(o) not in VIEWS]
     if len(compute) <= 1:
-        return True
-    for o in compute:
-        if op_name(o) not in POINTWISE_NAMED and op_name(o) != "linalg.generic":
-            return False
+        return None
     reds = [o for o in compute if is_reduction(o)]
     if not reds:
-        spaces = {tuple(_nonunit(loop_ranges(o))) for o in compute}
-        if len(spaces) == 1:
-            return True
-        # A smaller (broadcast) producer, e.g. a bias widened to f32 or a per-channel scale,
-        # may be recomputed inside its consumer's loop nest; the schedule decides whether its
-        # dims map onto the consumer's (and refuses it as a result of another shape).
-        main = max(spaces, key=_volume)
-        return all(_volume(sp) <= _volume(main) and len(sp) <= len(main) for sp in spaces)
+        # Pointwise ops of other shapes may share a kernel: a smaller (broadcast) producer,
+        # e.g. a bias widened to f32, recomputed inside its consumer's loop nest; a bigger one
+        # read in part (a slice) or through a reshape. The schedule decides whether their dims
+        # map onto the kernel's loops (and refuses a result of another shape).
+        return None
     if not fuse_reductions:
-        return False
-    if not fuse_reductions:
-        return False
+        return REDUCTIONS_OFF, "fuse-reductions=false"
     outer = None
     allowed = set()
     for r in reds:
         full, its = loop_ranges(r), iterator_types(r)
         par = tuple(_nonunit([n for n, it in zip(full, its) if it == "parallel"]))
         if outer is not None and par != outer:
-            return False
+            return INDEX_MISMATCH, "reductions over different outer (parallel) spaces"
         outer = par
         allowed.add(tuple(_nonunit(full)))
     allowed.add(outer)
     biggest = max(allowed, key=_volume)
-    return all(tuple(_nonunit(loop_ranges(o))) in allowed or
-               (_volume(_nonunit(loop_ranges(o))) < _volume(biggest) and
-                -1 not in loop_ranges(o))        # a smaller broadcast producer (see above)
-               for o in compute if o not in reds)
+    for o in compute:
+        if o in reds:
+            continue
+        sp = tuple(_nonunit(loop_ranges(o)))
+        if sp in allowed or (_volume(sp) <= _volume(biggest) and -1 not in loop_ranges(o)):
+            continue    # a smaller broadcast producer (see above), or one read through a reshape
+        return INDEX_MISMATCH, (f"'{describe(o) or op_name(o)}' iterates over {_space(o)}, "
+                                f"neither a reduction's space nor its outer space")
+    return None
 
 
 def _non_splat_tensor(op) -> bool:
@@ -159,14 +174,21 @@ def _target_check(target: str):
 
 def is_legal(ops, fuse_reductions: bool = True, target: str = "cpu") -> bool:
     """May `ops` (ops of a host function, in order) become one kernel for `target`?"""
-    if not shape_screen(ops, fuse_reductions):
-        return False
+    return refusal(ops, fuse_reductions, target) is None
+
+
+def refusal(ops, fuse_reductions: bool = True, target: str = "cpu") -> tuple[str, str] | None:
+    """Why `ops` may not become one kernel for `target`: (category, detail), the category one
+    of REFUSALS; None when they may."""
+    screened = screen_refusal(ops, fuse_reductions)
+    if screened is not None:
+        return screened
     try:
         sched = schedule_ops([o.opview for o in with_cloned_producers(ops)], group_results(ops))
         _target_check(target)(sched)
-    except Unschedulable:
-        return False
-    return True
+    except Unschedulable as err:
+        return err.category, err.reason
+    return None
 
 
 def check_kernel(kernel, target: str = "cpu") -> None:

@@ -50,12 +50,23 @@ CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", 
 CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
 
 
-class Unschedulable(Exception):
-    """The kernel is outside the shapes code generation handles; `location` names the op."""
+# Why a group of ops cannot be one kernel, by kind (ember-fuse{explain=true}'s remarks and
+# report.json's `unfused` name these).
+ILLEGAL = "illegal"                             # any other shape code generation does not handle
+INDEX_MISMATCH = "index mismatch"               # the ops' indexing does not give one loop nest
+REDUCE_BROADCAST = "reduction then broadcast"   # a full reduction beside a full-size result
+TARGET_LIMIT = "target limit"                   # one code generator's own limits (backends.py)
 
-    def __init__(self, reason: str, location: "ir.Location | None" = None):
+
+class Unschedulable(Exception):
+    """The kernel is outside the shapes code generation handles; `location` names the op,
+    `category` the kind of reason (ILLEGAL, INDEX_MISMATCH, REDUCE_BROADCAST,
+    TARGET_LIMIT)."""
+
+    def __init__(self, reason: str, location: "ir.Location | None" = None,
+                 category: str = ILLEGAL):
         super().__init__(reason)
-        self.reason, self.location = reason, location
+        self.reason, self.location, self.category = reason, location, category
 
 
 @dataclasses.dataclass
@@ -266,6 +277,12 @@ class KernelSchedule:
         self.scalars = list(scalars)
         uf, static = _UnionFind(), {}
         self._uf = uf
+        # Dims whose index follows from others' (see _derived), as (value, index) keys:
+        # reshapes that merge several non-unit dims into one, (merged dim, [its parts]), known
+        # either way; and a slice's, pad's or concat's operand dim from its result's dim
+        # (`_reads`: (operand dim, [result dims])).
+        self._merges: list[tuple[tuple, list[tuple]]] = []
+        self._reads: list[tuple[tuple, list[tuple]]] = []
 
         def note(v, i, size):
             uf.find((v, i))
@@ -286,6 +303,8 @@ class KernelSchedule:
             for r in op.results:
                 vals(r)
             self._link(op, uf, note)
+        if not any(is_reduction(op) for op in self.ops):
+            self._share_loops(uf)
         # A global dim is a union-find class; number them in first-seen order.
         self._gid: dict = {}
         self._size: dict[int, Optional[int]] = {}
@@ -377,17 +396,27 @@ class KernelSchedule:
                     uf.union((big, group[0]), (small, s))
                 elif len(nonunit) == 1:
                     uf.union((big, nonunit[0]), (small, s))
+                elif None not in sizes and shape(small)[s] is not None:
+                    self._merges.append(((small, s), [(big, i) for i in nonunit]))
         elif name == "tensor.extract_slice":
             src, res = op.operands[0], op.results[0]
-            for s, r in _slice_dims(op):
-                if shape(src)[s] is not None and shape(src)[s] == shape(res)[r]:
+            pairs = dict(_slice_dims(op))
+            for s in range(len(shape(src))):
+                r = pairs.get(s)
+                if r is None:
+                    self._reads.append(((src, s), []))     # a dropped dim: a constant offset
+                elif shape(src)[s] is not None and shape(src)[s] == shape(res)[r]:
                     uf.union((src, s), (res, r))
+                else:
+                    self._reads.append(((src, s), [(res, r)]))
         elif name == "tensor.pad":
             src, res = op.operands[0], op.results[0]
             lo, hi = _int_array(op.attributes["static_low"]), _int_array(op.attributes["static_high"])
             for i in range(len(shape(res))):
                 if lo[i] == 0 and hi[i] == 0:
                     uf.union((src, i), (res, i))
+                else:
+                    self._reads.append(((src, i), [(res, i)]))
         elif name == "tensor.concat":
             dim = ir.IntegerAttr(op.attributes["dim"]).value
             res = op.results[0]
@@ -395,8 +424,63 @@ class KernelSchedule:
                 for i in range(len(shape(res))):
                     if i != dim:
                         uf.union((v, i), (res, i))
+                    else:
+                        self._reads.append(((v, i), [(res, i)]))
 
     # --- outer space P and inner dims --------------------------------------------------------
+    def _share_loops(self, uf) -> None:
+        """Pointwise results of one static shape share their loops (horizontal fusion: q, k
+        and v sliced from one projection are three results over one 4x32x128 nest, though
+        no op links their last dims). Each result element is still computed from its own
+        index; a tensor whose two dims end up on one loop is refused (`_plan`)."""
+        def nonunit(v):
+            return [i for i, n in enumerate(shape(v)) if n != 1]
+
+        tensors = [r for r in self.results if isinstance(r.type, ir.RankedTensorType)]
+        if len(tensors) < 2 or any(n is None for r in tensors for n in shape(r)):
+            return
+        first = tensors[0]
+        for r in tensors[1:]:
+            if [shape(r)[i] for i in nonunit(r)] != [shape(first)[i] for i in nonunit(first)]:
+                continue
+            mine = [uf.find((first, i)) for i in nonunit(first)]
+            theirs = [uf.find((r, j)) for j in nonunit(r)]
+            if set(mine) == set(theirs):
+                continue        # already one space (perhaps permuted: two transposes of one input)
+            pairs = [(a, b) for a, b in zip(mine, theirs) if a != b]
+            if any(a in theirs or b in mine for a, b in pairs):
+                continue        # linked some other way: leave it to _plan
+            for a, b in pairs:
+                uf.union(a, b)
+
+    def _derived(self, loops: set) -> set:
+        """The global dims whose index follows from the kernel's `loops` through reshapes of
+        static sizes that merge or split non-unit dims (a bias add over 128x384 read through
+        `expand_shape` as 4x32x384: its row is i * 32 + j), slices, pads and concats (the
+        operand's index is the result's, shifted). A pointwise op over such a dim is computed
+        per element where it is read (kernel_expr.value_at: div/rem or linearised indices),
+        never looped over, so it may live in the kernel; a result or a reduction still needs
+        real loops (checked apart)."""
+        merges = [(self.gid(*whole), [self.gid(*p) for p in parts])
+                  for whole, parts in self._merges]
+        reads = [(self.gid(*dim), [self.gid(*f) for f in frm]) for dim, frm in self._reads]
+        known = set(loops)
+        changed = True
+        while changed:
+            changed = False
+            for dim, frm in reads:
+                if dim not in known and all(f in known or self.unit(f) for f in frm):
+                    known.add(dim)
+                    changed = True
+            for whole, parts in merges:
+                if whole not in known and all(p in known or self.unit(p) for p in parts):
+                    known.add(whole)
+                    changed = True
+                if whole in known and not all(p in known or self.unit(p) for p in parts):
+                    known.update(parts)
+                    changed = True
+        return known
+
     def _plan(self, kind):
         self.reductions = []
         for op in self.ops:
@@ -421,10 +505,11 @@ class KernelSchedule:
             for r in self.reductions[1:]:
                 if set(r.parallel) != pset:
                     raise Unschedulable("reductions do not share the same outer (parallel) "
-                                        "space", r.op.location)
+                                        "space", r.op.location, INDEX_MISMATCH)
             for r in self.reductions:
                 if set(r.reduced) & pset:
-                    raise Unschedulable("a reduced dim is also an outer dim", r.op.location)
+                    raise Unschedulable("a reduced dim is also an outer dim", r.op.location,
+                                        INDEX_MISMATCH)
             # Loop order: the first result that covers P decides (row-major stores).
             order = next((d for d in res_dims if pset <= set(d)), first.parallel)
             self.outer = [g for g in order if g in pset]
@@ -436,14 +521,16 @@ class KernelSchedule:
         for r, d in zip(self.results, res_dims):
             inner = [g for g in d if g not in set(self.outer)]
             if self.kind == "pointwise" and set(d) != set(space):
-                raise Unschedulable("pointwise kernel results have different iteration spaces")
+                raise Unschedulable("pointwise kernel results have different iteration spaces",
+                                    category=INDEX_MISMATCH)
             if not set(self.outer) <= set(d):
-                raise Unschedulable("a kernel result is not indexed by the whole outer space")
+                raise Unschedulable("a kernel result is not indexed by the whole outer space",
+                                    category=INDEX_MISMATCH)
             if self.kind == "reduction" and not self.outer and inner:
                 # A full reduction (no outer space) runs as one parallel reduction loop; a
                 # full-size output beside it would need a second, differently shaped nest.
                 raise Unschedulable("a full reduction cannot share a kernel with a result "
-                                    "that has inner dims")
+                                    "that has inner dims", category=REDUCE_BROADCAST)
             allowed |= set(inner)
             self.outputs.append(Output(r, self.dims(r), inner))
         for v in self.args + [r for op in self.ops for r in op.results]:
@@ -453,22 +540,26 @@ class KernelSchedule:
             if len(set(gs)) != len(gs):
                 # e.g. x read as x[i, j] by one op and as x[j, i] by another
                 raise Unschedulable("two dims of one tensor map to the same loop (it is read "
-                                    "under two different index maps)", _location(v))
+                                    "under two different index maps)", _location(v), INDEX_MISMATCH)
+        derived = self._derived(allowed)
         for op in self.ops:
             if op_name(op) == "arith.constant":
                 continue    # a splat: the same value at every index (kernel_expr), no loop
             for v in op.results:
                 if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                     continue
-                bad = [g for g in self.dims(v) if g not in allowed and not self.unit(g)]
+                # A reduction is looped over: its dims must be the kernel's own.
+                ok = allowed if is_reduction(op) else derived
+                bad = [g for g in self.dims(v) if g not in ok and not self.unit(g)]
                 if bad:
                     raise Unschedulable(f"'{op_name(op)}' iterates over a dim that is neither "
-                                        "outer, reduced nor a result dim", op.location)
+                                        "outer, reduced nor a result dim", op.location,
+                                        INDEX_MISMATCH)
             if op_name(op) == "linalg.generic":
                 gs = [self.loop_gid(op, j) for j in range(len(iterator_types(op)))]
                 if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
-                                        "access)", op.location)
+                                        "access)", op.location, INDEX_MISMATCH)
 
 
 def _is_read(block_arg) -> bool:

@@ -9,7 +9,16 @@ runs normally too and tells which inputs keep their storage from call to call (p
 buffers): those are read in place by the graph; the others get static buffers that each call
 copies into. Call 3 captures, and every later call replays. Outputs are cloned out of the
 graph's memory pool, because the next replay overwrites it, except those the caller borrows
-(`lend`: new values of mutated inputs, copied into the inputs right away).
+(`lend`): new values of mutated inputs, copied into the inputs right away; and a training
+forward's saved activations (`guarded`), which only the backward reads. Those are returned as
+aliases of the pool, and a replay first checks that no alias from the previous call is still
+alive (its storage's use count): if one is (two forwards before their backwards, a graph kept
+for a second backward), the call runs without the graph, into fresh memory, instead of
+overwriting values still needed. A graph whose input is such an alias (the backward) reads it
+in place: no clone out of the forward's pool, no copy into the backward's; if such an input
+arrives elsewhere (its forward ran without the graph), that call runs without the graph.
+When either happens STREAK calls in a row (a loop that keeps what is lent, as an accumulating
+`.grad`), the graph is captured again without that optimisation (clones, copies).
 
 Correctness first: a program given host (CPU) tensors is never captured, except those its
 steps never read (`unread_host_inputs`: an attention backward's philox seed without dropout); a call whose in-place
@@ -18,13 +27,20 @@ failed capture is not retried).
 """
 from __future__ import annotations
 
+import weakref
 from typing import Callable, Sequence
 
 import torch
 
+# Storage addresses of guarded (lent, liveness-checked) outputs of live graphs: a graph capturing
+# with an input in one of them reads it in place (see the module docstring).
+_POOLED: set[int] = set()
+
 
 class GraphedProgram:
     MAX_RECAPTURES = 3
+    STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
+                    # before the graph is captured again without that optimisation
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset()):
@@ -41,18 +57,54 @@ class GraphedProgram:
         self._static_out: list[torch.Tensor] = []
         self._recaptures = 0
         self._lent: frozenset[int] = frozenset()
+        self._guarded: frozenset[int] = frozenset()
+        self._guard: list[tuple[torch.UntypedStorage, int]] = []   # (storage, use count at rest)
+        self._pooled: list[tuple[int, int]] = []    # (input index, data_ptr): another pool's
+        self.ungraphed_calls = 0    # replays given up for a live alias or a moved pooled input
+        self.pool_bytes = 0         # memory the capture reserved (the graph's pool)
+        self._live = self._moved_pool = 0      # current streaks (see STREAK)
+        self._no_pool = False
+        self.stats: dict | None = None   # a report to update: graph_pool_bytes, ungraphed_calls
+        self._pool_ptrs: set[int] = set()
+        weakref.finalize(self, _POOLED.difference_update, self._pool_ptrs)
 
-    def lend(self, outputs) -> None:
-        """Outputs returned as the graph's own buffers, not cloned: the caller consumes them
-        (copies them elsewhere) before it calls again."""
-        self._lent = frozenset(outputs)
+    def lend(self, outputs, guarded=()) -> None:
+        """Outputs returned as the graph's own buffers, not cloned. `outputs`: the caller
+        consumes them (copies them elsewhere) before it calls again. `guarded`: returned as
+        aliases that may live until some later call; a replay while one is alive runs without
+        the graph instead (a training forward's saved activations, read by its backward)."""
+        self._guarded = frozenset(guarded)
+        self._lent = frozenset(outputs) | self._guarded
 
     @property
     def captured(self) -> bool:
         return self._graph is not None
 
+    def _ungraphed(self) -> None:
+        self.ungraphed_calls += 1
+        if self.stats is not None:
+            self.stats["ungraphed_calls"] = self.ungraphed_calls
+
+    def _in_use(self) -> bool:
+        """Whether an alias handed out by the previous replay is still alive."""
+        use = torch._C._storage_Use_Count
+        return any(use(s._cdata) > rest for s, rest in self._guard)
+
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if self._graph is not None:
+            if self._guard and self._in_use():
+                self._ungraphed()
+                self._live += 1
+                if self._live < self.STREAK:
+                    return self._run(*inputs)
+                # The caller keeps what this graph lends from call to call (a `.grad` that
+                # accumulates, gradients a loop keeps from autograd.grad): clone the outputs
+                # from now on, from a new capture; the old pool stays with the live aliases.
+                self._lent -= self._guarded
+                self._guarded = frozenset()
+                if not self._recapture(inputs):
+                    return self._run(*inputs)
+            self._live = 0
             return self._replay(inputs)
         if self._failed:
             return self._run(*inputs)
@@ -81,6 +133,9 @@ class GraphedProgram:
         for i, t in enumerate(inputs):
             if t.device.type == "cpu":       # unread (checked above): passed as it is
                 static.append(t)
+            elif not self._no_pool and t.untyped_storage().data_ptr() in _POOLED:
+                static.append(t)
+                self._pooled.append((i, t.data_ptr()))
             elif self._stable[i] and t.is_contiguous():
                 static.append(t)
                 self._inplace.append((i, t.data_ptr()))
@@ -98,25 +153,58 @@ class GraphedProgram:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
+            reserved = torch.cuda.memory_reserved()   # after the cache was emptied on entry
             self._static_out = self._run(*static)
+        self.pool_bytes = torch.cuda.memory_reserved() - reserved
+        if self.stats is not None:
+            self.stats["graph_pool_bytes"] = self.pool_bytes
         self._graph = graph
+        for i, _ in self._pooled:   # not kept: holding them would keep the forward's aliases alive
+            static[i] = None
+        del static
+        storages = {}
+        for j in sorted(self._guarded):
+            o = self._static_out[j]
+            storages.setdefault(o.untyped_storage().data_ptr(), o.untyped_storage())
+        _POOLED.update(storages)
+        self._pool_ptrs.update(storages)
+        use = torch._C._storage_Use_Count
+        self._guard = [(s, use(s._cdata)) for s in storages.values()]
+
+    def _recapture(self, inputs: Sequence[torch.Tensor]) -> bool:
+        """A new capture (a few at most); False: run without the graph."""
+        if self._recaptures >= self.MAX_RECAPTURES:
+            return False
+        self._recaptures += 1
+        self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
+        self._pooled, self._guard = [], []
+        _POOLED.difference_update(self._pool_ptrs)
+        self._pool_ptrs.clear()
+        try:
+            self._capture(inputs)
+        except Exception:  # noqa: BLE001 - as in the first capture: run without the graph
+            self._graph, self._failed = None, True
+            return False
+        return True
 
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        if any(inputs[i].data_ptr() != ptr for i, ptr in self._pooled):
+            self._ungraphed()       # its producer ran without its graph (or stopped lending)
+            self._moved_pool += 1
+            if self._moved_pool < self.STREAK:
+                return self._run(*inputs)
+            self._no_pool = True    # it keeps arriving elsewhere: copy it in from now on
+            if not self._recapture(inputs):
+                return self._run(*inputs)
+        self._moved_pool = 0
         moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
         if moved:
             # An input that kept its storage over the warm-up calls (by the caching allocator's
             # chance: a backward's saved activations) arrives elsewhere: from now on it is
             # copied into a static buffer, which needs a new capture (a few at most).
-            if self._recaptures >= self.MAX_RECAPTURES:
-                return self._run(*inputs)
-            self._recaptures += 1
             for i in moved:
                 self._stable[i] = False
-            self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
-            try:
-                self._capture(inputs)
-            except Exception:  # noqa: BLE001 - as in the first capture: run without the graph
-                self._graph, self._failed = None, True
+            if not self._recapture(inputs):
                 return self._run(*inputs)
         for i in self._copied:
             if inputs[i].shape != self._static_in[i].shape:
@@ -125,8 +213,9 @@ class GraphedProgram:
             torch._foreach_copy_([self._static_in[i] for i in self._copied],
                                  [inputs[i] for i in self._copied])
         self._graph.replay()
-        lent = self._lent
-        outs = [o if j in lent else torch.empty_like(o, memory_format=torch.preserve_format)
+        lent, guarded = self._lent, self._guarded
+        outs = [(o.detach() if j in guarded else o) if j in lent
+                else torch.empty_like(o, memory_format=torch.preserve_format)
                 for j, o in enumerate(self._static_out)]
         fresh = [j for j in range(len(outs)) if j not in lent]
         if fresh:

@@ -105,6 +105,13 @@ class CompiledProgram:
                 and not triton_interpreted() and self._module is not None:
             self._precompile()
 
+    @property
+    def arena_bytes(self) -> int:
+        """Bytes of the arena each call allocates (the planned one rounded up to _ARENA_ALIGN;
+        0 without planned values): the runtime's share of a call's peak beyond its inputs and
+        the outputs it hands back."""
+        return self._arena_bytes
+
     # ---- load-time preparation -------------------------------------------------------------
     def _bind_kernels(self, cache: ArtifactCache, extra_flags: Sequence[str]) -> dict[str, Callable]:
         p = self.program

@@ -105,12 +105,66 @@ def _fallbacks() -> tuple[list, dict]:
     return ops, why
 
 
-def check(source: str, target: str) -> dict:
+def variant_options(variant: str, target: str) -> dict:
+    """The compile options of a variant (issue 11, item 4): "nofuse" is ember-fuse with
+    max-group-size=1 (one linalg op per kernel: every intermediate is a buffer, which the
+    planner then packs), "noplan" is the default pipeline without ember-buffer-reuse (every
+    buffer its own allocation). A wrong fusion or a wrong reuse shows as a value that
+    differs from eager."""
+    if variant == "nofuse":
+        return {"max_group_size": 1}
+    if variant == "noplan":
+        from ember.frontend.options import CompileOptions, default_pipeline
+        from ember.passes.pipeline import split_top_level, strip_anchor
+        passes = split_top_level(strip_anchor(default_pipeline(CompileOptions(target=target),
+                                                               target)))
+        kept = [p for p in passes if p.split("{")[0] != "ember-buffer-reuse"]
+        assert len(kept) == len(passes) - 1, f"no ember-buffer-reuse in {passes}"
+        return {"pipeline": f"builtin.module({','.join(kept)})"}
+    raise ValueError(f"unknown fuzz variant {variant!r} (nofuse, noplan)")
+
+
+VARIANTS = ("nofuse", "noplan")
+
+
+def _same_program(variant: str, reports: list) -> bool:
+    """True when the default compile shows that `variant` compiles to the same program (then
+    it is not run again): "nofuse" where every kernel already holds one op, "noplan" where
+    the planner had no intermediate to place (ember.unplanned_bytes 0: every buffer is its
+    own allocation either way). A graph not wholly compiled always runs its variants."""
+    if not reports or any(r.get("status") != "compiled" for r in reports):
+        return False
+    if variant == "nofuse":
+        return all(len(g) <= 1 for r in reports for g in r.get("fused_groups") or [])
+    if variant == "noplan":
+        return all(not r.get("unplanned_peak_bytes") for r in reports)
+    return False
+
+
+def _compiled(fn, make, target: str, options: dict):
+    """ember's outputs (or the error it raised) and its inputs after the call."""
+    import ember
+    torch._dynamo.reset()
+    ember.clear_reports()
+    compiled = torch.compile(fn, backend="ember", options={"target": target, **options})
+    out_inputs = make()
+    try:
+        outs, err = _flat(compiled(*out_inputs)), None
+    except Exception as e:  # noqa: BLE001
+        outs, err = None, e
+    return outs, err, out_inputs
+
+
+def check(source: str, target: str, variants=()) -> dict:
     """{'status': 'pass'|'mismatch'|'error', 'reason': ..., 'fallback': [...]}: 'error' is an
-    error raised by one side only."""
+    error raised by one side only. Each of `variants` (VARIANTS) compiles the graph again with
+    its options and is compared with eager the same way (unless it would compile to the same
+    program: `_same_program`; 'variants_run' lists those run); the first that fails is the
+    result, its reason prefixed with `[variant]`."""
     import ember
     ns = load(source)
     fn, make, exact_map = ns["fn"], ns["make_inputs"], ns["EXACT"]
+    exact = list(exact_map)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref_inputs = make()
@@ -118,24 +172,41 @@ def check(source: str, target: str) -> dict:
             refs, ref_err = _flat(fn(*ref_inputs)), None
         except Exception as e:  # noqa: BLE001
             refs, ref_err = None, e
-        torch._dynamo.reset()
-        ember.clear_reports()
-        compiled = torch.compile(fn, backend="ember", options={"target": target})
-        out_inputs = make()
-        try:
-            outs, err = _flat(compiled(*out_inputs)), None
-        except Exception as e:  # noqa: BLE001
-            outs, err = None, e
+        outs, err, out_inputs = _compiled(fn, make, target, {})
         fallback, fallback_reasons = _fallbacks()
+        reports = list(ember.last_reports())
     torch._dynamo.reset()
-    r = _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, list(exact_map), target)
+    r = _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target)
+    ran = []
+    for variant in variants if r[0] == "pass" else ():
+        if _same_program(variant, reports):
+            continue
+        ran.append(variant)
+        # the worker's log names the variant a crash happened in
+        print(f"fuzz variant {variant}", flush=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            outs, err, out_inputs = _compiled(fn, make, target, variant_options(variant, target))
+        torch._dynamo.reset()
+        v = _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact,
+                   target)
+        if v[0] != "pass":
+            r = (v[0], f"[{variant}] {v[1]}")
+            break
+    if r[0] != "pass" and _upstream(fn, make, ref_err, refs, ref_inputs, exact):
+        r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}")
+    return dict(status=r[0], reason=r[1], fallback=fallback, fallback_reasons=fallback_reasons,
+                variants_run=ran)
+
+
+def _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact,
+           target) -> tuple:
+    r = _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target)
     if r[0] == "mismatch":
-        quirk = _eager_quirk(source, fn, make, outs, out_inputs, list(exact_map), target)
+        quirk = _eager_quirk(source, fn, make, outs, out_inputs, exact, target)
         if quirk:
             r = ("pass", f"eager quirk {quirk}: {r[1]}")
-    if r[0] != "pass" and _upstream(fn, make, ref_err, refs, ref_inputs, list(exact_map)):
-        r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}")
-    return dict(status=r[0], reason=r[1], fallback=fallback, fallback_reasons=fallback_reasons)
+    return r
 
 
 def _gelu_inf(original):

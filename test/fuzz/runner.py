@@ -1,9 +1,10 @@
 """Runs fuzz cases in a pool of child processes, so that a graph that kills its process (a
 signal in generated code, an abort in MLIR) or hangs is a finding, not the end of the run.
 
-A case is (seed, index, target). Workers are spawned (no fork of a process holding torch's
-threads), import torch and ember once and then take cases one at a time; a dead or late worker
-is replaced and its case recorded as `crash` / `timeout`. Statuses: pass, mismatch (values,
+A case is (seed, index, target) or (seed, index, target, variants): `variants` names compile
+variants (compare.VARIANTS: fusion off, buffer planner off) also compared with eager. Workers
+are spawned (no fork of a process holding torch's threads), import torch and ember once and
+then take cases one at a time; a dead or late worker is replaced and its case recorded as `crash` / `timeout`. Statuses: pass, mismatch (values,
 dtypes, shapes, strides, aliasing), error (raised on one side only), crash, timeout.
 """
 from __future__ import annotations
@@ -21,17 +22,18 @@ CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TRITON_INTERPRET":
 FAILURES = ("mismatch", "error", "crash", "timeout")
 
 
-def run_case(seed: int, index: int, target: str) -> dict:
-    """In-process: generate the graph, compare ember on `target` with eager."""
+def run_case(seed: int, index: int, target: str, variants=()) -> dict:
+    """In-process: generate the graph, compare ember on `target` (and its `variants`) with
+    eager."""
     from . import compare, graphs
     start = time.time()
     source = graphs.generate(seed, index).source()
     try:
-        r = compare.check(source, target)
+        r = compare.check(source, target, tuple(variants))
     except Exception as e:  # noqa: BLE001 - the harness must not stop the run
         r = dict(status="error", reason=f"harness: {type(e).__name__}: {e}"[:300], fallback=[])
-    return dict(r, seed=seed, index=index, target=target, source=source,
-                seconds=round(time.time() - start, 3))
+    return dict(r, seed=seed, index=index, target=target, variants=tuple(variants),
+                source=source, seconds=round(time.time() - start, 3))
 
 
 def _worker_main(conn, log_path: str, paths: list) -> None:
@@ -140,12 +142,13 @@ def run(cases, jobs: int = 2, timeout: float = 120.0, on_result=None,
                 if not w.ready:
                     raise RuntimeError(f"a fuzz worker died while starting: {w.tail()}")
                 if w.case is not None:
-                    seed, index, target = w.case
+                    seed, index, target = w.case[:3]
                     why = f"no result after {timeout:.0f} s" if late and not dead \
                         else _exit_text(w.proc.exitcode)
                     finish(w.case, dict(status="timeout" if late and not dead else "crash",
                                         reason=f"{why}; log: {w.tail()}", fallback=[],
                                         seed=seed, index=index, target=target,
+                                        variants=tuple(w.case[3]) if len(w.case) > 3 else (),
                                         source=graphs.generate(seed, index).source(),
                                         seconds=round(time.time() - w.started, 1)))
                 workers[i] = spawn()

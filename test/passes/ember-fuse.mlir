@@ -512,8 +512,8 @@ func.func @non_splat_constant(%arg0: tensor<4xf32>) -> tensor<4xf32> {
 
 // CHECK-LABEL: func.func @splat_constant_padded
 // CHECK-NOT:     arith.constant
-// CHECK:         %[[P:.*]] = call @ember_fused_pad_{{.*}}() : () -> tensor<4x8xf32>
-// CHECK:       func.func private @ember_fused_pad_
+// CHECK:         %[[P:.*]] = call @ember_fused_pad_add_{{.*}}(%arg0) : (tensor<4x8xf32>) -> tensor<4x8xf32>
+// CHECK:       func.func private @ember_fused_pad_add_
 // CHECK:         arith.constant dense<3.000000e+00> : tensor<2x4xf32>
 // CHECK:         tensor.pad
 #spc = affine_map<(d0, d1) -> (d0, d1)>
@@ -531,4 +531,66 @@ func.func @splat_constant_padded(%arg0: tensor<4x8xf32>) -> tensor<4x8xf32> {
     linalg.yield %a : f32
   } -> tensor<4x8xf32>
   return %r : tensor<4x8xf32>
+}
+
+// -----
+
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#col2 = affine_map<(d0, d1) -> (d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+
+// q, k and v sliced from one bias add (read through an expand_shape that splits the rows):
+// fused with any one slice, the add would stay a result of another shape; with all three it is
+// no result at all, and the three slices share one 2x4x8 loop nest.
+// CHECK-LABEL: func.func @qkv_slices
+// CHECK-NEXT:    %[[R:.*]]:3 = call @ember_fused_add_extract_slice_{{[0-9]+}}(%arg0, %arg1) : (tensor<8x24xf32>, tensor<24xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+// CHECK-NEXT:    return %[[R]]#0, %[[R]]#1, %[[R]]#2
+// SINGLE-LABEL: func.func @qkv_slices
+// SINGLE-COUNT-4: call @ember_fused_
+func.func @qkv_slices(%x: tensor<8x24xf32>, %b: tensor<24xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>) {
+  %e = tensor.empty() : tensor<8x24xf32>
+  %a = linalg.generic {indexing_maps = [#id2, #col2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %b : tensor<8x24xf32>, tensor<24xf32>) outs(%e : tensor<8x24xf32>) {
+  ^bb0(%in: f32, %in1: f32, %out: f32):
+    %s = arith.addf %in, %in1 : f32
+    linalg.yield %s : f32
+  } -> tensor<8x24xf32>
+  %v = tensor.expand_shape %a [[0, 1], [2]] output_shape [2, 4, 24] : tensor<8x24xf32> into tensor<2x4x24xf32>
+  %q = tensor.extract_slice %v[0, 0, 0] [2, 4, 8] [1, 1, 1] : tensor<2x4x24xf32> to tensor<2x4x8xf32>
+  %k = tensor.extract_slice %v[0, 0, 8] [2, 4, 8] [1, 1, 1] : tensor<2x4x24xf32> to tensor<2x4x8xf32>
+  %w = tensor.extract_slice %v[0, 0, 16] [2, 4, 8] [1, 1, 1] : tensor<2x4x24xf32> to tensor<2x4x8xf32>
+  return %q, %k, %w : tensor<2x4x8xf32>, tensor<2x4x8xf32>, tensor<2x4x8xf32>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+
+// Horizontal: two row reductions of one tensor (no edge joins them) are one kernel that reads
+// it once; with max-group-size=1 they are two.
+// CHECK-LABEL: func.func @two_reductions_of_one_tensor
+// CHECK-NEXT:    %[[S:.*]]:2 = call @ember_fused_sum_amax_{{[0-9]+}}(%arg0) : (tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+// CHECK-NEXT:    return %[[S]]#0, %[[S]]#1
+// SINGLE-LABEL: func.func @two_reductions_of_one_tensor
+// SINGLE-COUNT-2: call @ember_fused_
+func.func @two_reductions_of_one_tensor(%x: tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %zero = arith.constant 0.000000e+00 : f32
+  %ninf = arith.constant 0xFF800000 : f32
+  %e1 = tensor.empty() : tensor<8xf32>
+  %i1 = linalg.fill ins(%zero : f32) outs(%e1 : tensor<8xf32>) -> tensor<8xf32>
+  %i2 = linalg.fill ins(%ninf : f32) outs(%e1 : tensor<8xf32>) -> tensor<8xf32>
+  %r1 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x32xf32>) outs(%i1 : tensor<8xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.addf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  %r2 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<8x32xf32>) outs(%i2 : tensor<8xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %s = arith.maximumf %in, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  return %r1, %r2 : tensor<8xf32>, tensor<8xf32>
 }

@@ -267,6 +267,47 @@ def test_math_edge_values(tmp_path, op):
         assert torch.equal(out[sat], ref[sat]), (x[sat], out[sat], ref[sat])
 
 
+def _float_sweep(step_bits: int) -> torch.Tensor:
+    """Floats at every 2^step_bits-th bit pattern of both signs (zeros, subnormals, normals up
+    to the largest, infinities and NaNs), plus the edge values."""
+    bits = torch.arange(0, 1 << 31, 1 << step_bits, dtype=torch.int64)
+    bits = torch.cat([bits, bits + 1, torch.tensor([0x7f7fffff, 0x7f800000, 0x7fc00000])])
+    pos = bits.to(torch.int32).view(torch.float32)
+    return torch.cat([pos, -pos, torch.tensor(EDGE)])
+
+
+@pytest.mark.parametrize("op", ["erf", "exp", "tanh", "log"])
+def test_math_dense_sweep(tmp_path, op):
+    """A sweep over the whole float range (every 2048th bit pattern, both signs: ~2.1M values,
+    subnormals, tails, infinities, NaNs and -0.0 included) and a dense grid where the
+    approximations switch branches: within 3 ulp of float64, the same NaNs and infinities as
+    torch, bit-equal to torch (the sign of zero included) where the exact result is 0 or +-1
+    beyond a rounding."""
+    fn = MATH_OPS[op]
+    cuts = {"erf": (0.875, 3.925), "exp": (-87.3, 88.7), "tanh": (0.625, 9.0),
+            "log": (0.7071, 1.0)}[op]
+    near = torch.cat([torch.linspace(c * 0.98, c * 1.02, 20001) for c in cuts])
+    x = torch.cat([_float_sweep(11), near, -near])
+    prelude, ((sym, src, res, _),) = lower(import_kernel(fn, [x], "pointwise"))
+    assert f"ember_{op}(" in src, src
+    lib, _ = build(tmp_path, prelude + src)
+    out, = run_kernel(lib, sym, [x], res)
+    ref = fn(x)
+    assert torch.equal(torch.isnan(out), torch.isnan(ref)), x[torch.isnan(out) != torch.isnan(ref)]
+    inf = torch.isinf(ref)
+    assert torch.equal(out[inf], ref[inf])
+    exact = fn(x.double())
+    fin = torch.isfinite(exact) & torch.isfinite(ref)
+    rf = exact[fin].float().abs()
+    ulp = (torch.nextafter(rf, torch.tensor(float("inf"))) - rf).double()
+    err = (out[fin].double() - exact[fin]).abs() / ulp
+    assert err.max() <= 3, (err.max().item(), x[fin][err.argmax()].item())
+    # Exact where the result is clearly 0 or +-1 (not within a rounding of the midpoint).
+    special = (exact.abs() < 2.0 ** -151) | ((1 - exact.abs()).abs() < 2.0 ** -27)
+    assert torch.equal(out[special], ref[special]), x[special][out[special] != ref[special]]
+    assert torch.equal(torch.signbit(out[special]), torch.signbit(ref[special]))
+
+
 def _simd_loops_vectorized(source: str) -> list:
     """(line, vectorized?) for every loop under a `simd` pragma, from gcc's report."""
     from ember.runtime.cpp_build import vectorization_report

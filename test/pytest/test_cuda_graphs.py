@@ -87,9 +87,9 @@ def test_training_graph_with_host_scalars_runs_and_is_captured_when_unread():
 
 def test_training_graphs_are_captured_and_match_eager():
     """A training step's forward and backward graphs replay as CUDA graphs too (their launches
-    cost more host time than the step's GPU time): saved activations are copied out of the
-    forward's pool and into the backward's static inputs, so steps with new inputs, and
-    activations kept across a second forward, stay exact."""
+    cost more host time than the step's GPU time). The forward hands its saved activations out
+    of its pool uncloned: a second forward before the first's backward finds them alive and
+    runs without its graph (into fresh memory), so the first's gradients stay exact."""
     torch.manual_seed(0)
     model = _model().train()
     ref_model = _model().train()
@@ -177,3 +177,99 @@ def test_training_forward_outputs_that_are_views_alias_as_eager():
         ref(x).square().mean().backward()
     for p, q in zip(ref.parameters(), m.parameters()):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+
+
+def _spy_graphs():
+    from ember.runtime.cuda_graphs import GraphedProgram
+    made, init = [], GraphedProgram.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+    return made, init, spy
+
+
+def test_backward_reads_saved_activations_in_the_forwards_pool():
+    """A plain training loop: the graphed forward lends its saved activations (guarded), the
+    graphed backward reads them in place (no clone out, no copy in), every step replays both
+    graphs, and the gradients match eager's. Two forwards before their backwards: the second
+    runs without its graph and the gradients are still eager's."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+    made, init, spy = _spy_graphs()
+    torch.manual_seed(0)
+    model, ref = _model().train(), _model().train()
+    ref.load_state_dict(model.state_dict())
+    GraphedProgram.__init__ = spy
+    try:
+        f = torch.compile(model, backend="ember")
+        for i in range(6):
+            x = torch.randn(32, 64, device="cuda")
+            f(x).square().mean().backward()
+            ref(x).square().mean().backward()
+            for p, q in zip(ref.parameters(), model.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+                p.grad = q.grad = None
+        fwd = [g for g in made if g._guarded and not g._pooled]
+        bwd = [g for g in made if g._pooled]
+        assert len(fwd) == 1 and len(bwd) == 1 and fwd[0].captured and bwd[0].captured
+        assert fwd[0].ungraphed_calls == bwd[0].ungraphed_calls == 0
+        assert len(bwd[0]._pooled) >= len(fwd[0]._guard) > 0
+        # two forwards, then both backwards: the second forward must not overwrite the first's
+        x1, x2 = torch.randn(32, 64, device="cuda"), torch.randn(32, 64, device="cuda")
+        (f(x1).square().mean() + f(x2).mean()).backward()
+        (ref(x1).square().mean() + ref(x2).mean()).backward()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        assert fwd[0].ungraphed_calls == 1
+    finally:
+        GraphedProgram.__init__ = init
+
+
+def test_forward_kept_alive_without_backward_is_not_overwritten():
+    """Training-mode forwards whose outputs are kept (no backward yet, e.g. an evaluation loop
+    without no_grad): each later forward finds the earlier saved activations alive and runs
+    without its graph; backwards taken later, in any order, give eager's gradients."""
+    torch.manual_seed(0)
+    model, ref = _model().train(), _model().train()
+    ref.load_state_dict(model.state_dict())
+    f = torch.compile(model, backend="ember")
+    for _ in range(4):          # warm up and capture
+        f(torch.randn(32, 64, device="cuda")).sum().backward()
+    model.zero_grad(set_to_none=True)
+    xs = [torch.randn(32, 64, device="cuda") for _ in range(3)]
+    outs = [f(x) for x in xs]
+    for k in (2, 0, 1):
+        outs[k].square().mean().backward()
+        ref(xs[k]).square().mean().backward()
+    for p, q in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_accumulation_over_lent_gradients_matches_eager():
+    """The graphed backward hands its gradients out of its pool (autograd may keep them as
+    `.grad`): accumulating over micro-batches without zeroing must not let a replay overwrite
+    a `.grad` still held, and plain steps with zero_grad keep replaying."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+    made, init, spy = _spy_graphs()
+    torch.manual_seed(0)
+    model, ref = _model().train(), _model().train()
+    ref.load_state_dict(model.state_dict())
+    GraphedProgram.__init__ = spy
+    try:
+        f = torch.compile(model, backend="ember")
+        for step in range(8):
+            for micro in range(3 if step % 2 else 1):
+                x = torch.randn(32, 64, device="cuda")
+                f(x).square().mean().backward()
+                ref(x).square().mean().backward()
+            for p, q in zip(ref.parameters(), model.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+            model.zero_grad()
+            ref.zero_grad()
+        # the second micro-batch finds the first's gradients kept as .grad: no replay over
+        # them; from the third in a row on, the backward clones its gradients (a new capture)
+        bwd = [g for g in made if g._pooled or g._no_pool]
+        assert len(bwd) == 1 and bwd[0].captured and bwd[0].ungraphed_calls >= 2
+        assert not bwd[0]._guarded and bwd[0]._recaptures >= 1
+    finally:
+        GraphedProgram.__init__ = init

@@ -98,9 +98,10 @@ def test_target_resolution_and_pipeline():
     assert resolve_target("auto", [torch.device("cpu")]) == "cpu"
     assert resolve_target("triton", [torch.device("cpu")]) == "triton"
     o = CompileOptions(max_group_size=7)
-    assert default_pipeline(o, "cpu") == ("builtin.module(ember-fuse{max-group-size=7 target=cpu},"
-                                          "canonicalize,ember-buffer-reuse,ember-lower-to-cpp)")
-    assert "ember-fuse{max-group-size=7 target=triton}" in default_pipeline(o, "cuda")
+    assert default_pipeline(o, "cpu") == (
+        "builtin.module(ember-fuse{max-group-size=7 target=cpu explain=true},"
+        "canonicalize,ember-buffer-reuse{print-plan=true},ember-lower-to-cpp)")
+    assert "ember-fuse{max-group-size=7 target=triton explain=true}" in default_pipeline(o, "cuda")
     assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton)")
     assert default_pipeline(CompileOptions(pipeline="builtin.module(x)"), "cpu") == \
         "builtin.module(x)"
@@ -302,6 +303,20 @@ def test_debug_dir_contents(tmp_path):
     assert report["graph_id"] == dirs[0].name and report["target"] == "cpu"
     assert report["num_kernels"] >= 1 and report["num_externs"] == 1
     assert report == ember.last_reports()[-1]
+    # Each decision explained: the matmul's result goes to the kernel that does the rest (a
+    # library call: not fused); the plan places that result in the arena, which is what the
+    # runtime allocates (rounded up to its own alignment).
+    (pair,) = report["unfused"]
+    line = f"{__file__}:{f.__code__.co_firstlineno + 1}:0"       # the user's line: `return ...`
+    assert pair == {"producer": "aten.mm", "consumer": "where", "reason": "library call",
+                    "detail": "'aten.mm' runs apart", "producer_at": line, "consumer_at": line}
+    assert report["unfused_reasons"] == {"library call": 1}
+    plan = report["memory_plan"]
+    assert plan["arena_bytes"] == report["planned_peak_bytes"] == 64
+    mm = plan["buffers"][0]
+    assert (mm["bytes"], mm["offset"], mm["escapes"]) == (4 * 3 * 4, 0, False)
+    assert plan["buffers"][-1]["escapes"] and plan["buffers"][-1]["offset"] == -1
+    assert report["runtime_arena_bytes"] >= 4 * 3 * 4
 
 
 # ---------------------------------------------------------------- training
