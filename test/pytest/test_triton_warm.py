@@ -77,15 +77,17 @@ def _program(monkeypatch, fn, *args, **options):
     return got
 
 
-def f(x, y):
-    return (x * y + 1.0).sum(dim=-1), torch.relu(x - y)
+def f(x, y, z):
+    # two kernels: a reduction, and a pointwise one (autotuned over 3 configurations) that
+    # reads nothing the reduction reads (ember-fuse's horizontal fusion would merge them)
+    return (x * y + 1.0).sum(dim=-1), torch.relu(z - 1.0)
 
 
 def mm(x, w, b):
     return torch.relu(x @ w + b)
 
 
-@pytest.mark.parametrize("fn,shapes", [(f, [(64, 300), (64, 300)]),
+@pytest.mark.parametrize("fn,shapes", [(f, [(64, 300), (64, 300), (5000,)]),
                                        # a matmul kernel: the template and the library
                                        # variant's epilogue (ember-matmul-template)
                                        (mm, [(30, 20), (20, 24), (24,)])], ids=["f", "mm"])
@@ -116,8 +118,8 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
 
 
 def test_option_turns_it_off(monkeypatch):
-    x, y = torch.randn(8, 16), torch.randn(8, 16)
-    (_, kw), = _program(monkeypatch, f, x, y, parallel_compile=False)
+    x, y, z = torch.randn(8, 16), torch.randn(8, 16), torch.randn(30)
+    (_, kw), = _program(monkeypatch, f, x, y, z, parallel_compile=False)
     assert kw.get("parallel_compile") is False
     from ember.frontend.options import CompileOptions, OptionsError
     with pytest.raises(OptionsError):
