@@ -534,7 +534,7 @@ def _matmul_source(fn, autotune: bool, max_autotune: bool, choice: str) -> str:
 
     tw = _MatmulWriter(fn, parts, False, autotune, max_autotune)
     configs = triton_matmul.configs_for(parts, max_autotune, autotune)
-    head, wide = triton_matmul.template_source(tw, parts, configs, True)
+    triton_matmul.template_head(tw, parts)
     rows, cols = triton_matmul.split_dims(parts.schedule, tw.results[0], parts.N)
     root = tw.builder.stack[0]
     vars_ = {}

@@ -170,7 +170,6 @@ class _Product:
             operands.append(v)
         rshape = _shape(self.result)
         f32 = ir.F32Type.get()
-        acc_type = ir.RankedTensorType.get(rshape, f32)
         empty = tensor.EmptyOp(rshape, f32)
         zero = arith.ConstantOp(f32, 0.0)
         fill = linalg.fill(zero.result, outs=[empty.result])
@@ -194,7 +193,6 @@ class _Product:
             etype = ir.RankedTensorType(rtype).element_type
             return _generic([mm], [ident, ident], rtype,
                             lambda xs: arith.TruncFOp(etype, xs[0]).result)
-        del acc_type
         return mm
 
 

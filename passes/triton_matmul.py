@@ -28,7 +28,7 @@ from torch_mlir import ir
 from .graph_utils import defining_op, op_name
 from .kernel_schedule import Expr, KernelSchedule, Unschedulable, scalar_args, shape, \
     tensor_args, type_name
-from .triton_lang import TYPES, round_to
+from .triton_lang import round_to
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages); the first is what the
 # interpreter and the ahead-of-time builds use.
@@ -206,9 +206,10 @@ class Parts:
         return (batch, 1, rows) if transposed else (batch, cols, 1)
 
 
-def template_source(w, parts: Parts, configs, decorate: bool) -> tuple[list, dict]:
-    """The template's jit function (lines) and its AOT signature; `w` is a writer whose
-    builder binds the product to `acc` (see ember_lower_to_triton._MatmulWriter)."""
+def template_head(w, parts: Parts) -> list:
+    """The template's statements before the epilogue (tile indices, the K loop of `tl.dot`,
+    the library call's own bias and rounding on `acc`), put first in the root scope of `w`'s
+    builder, which binds the product to `acc` (ember_lower_to_triton._MatmulWriter)."""
     p = parts
     b = w.builder
     root = b.stack[0]
@@ -272,7 +273,7 @@ def template_source(w, parts: Parts, configs, decorate: bool) -> tuple[list, dic
              f"xrow = bid * {p.M} + offs_m[:, None]" if p.batched else "xrow = offs_m[:, None]",
              "xcol = offs_n[None, :]"]
     root.stmts[:0] = head
-    return head, wide
+    return head
 
 
 def _wrapped(offs: str, n: int, block: str, stride: int) -> str:
@@ -282,15 +283,6 @@ def _wrapped(offs: str, n: int, block: str, stride: int) -> str:
     if stride != 1 or n % 256 == 0:
         return f"tl.max_contiguous(tl.multiple_of({offs} % {n}, {block}), {block})"
     return f"{offs} % {n}"
-
-
-def jit_signature(w, constexprs) -> dict:
-    sig = {}
-    for n, v in zip(w.in_names + w.out_names, w.args + w.results):
-        sig[n] = "*" + TYPES[type_name(v.type)][2]
-    for c in constexprs:
-        sig[c] = "constexpr"
-    return sig
 
 
 def split_dims(sched, out, cols: int):
