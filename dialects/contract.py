@@ -132,7 +132,8 @@ class Attr:
         return None
 
 
-KERNEL_KINDS = ("pointwise", "reduction")
+# matmul: a product and its pointwise epilogue (ember-matmul-template)
+KERNEL_KINDS = ("pointwise", "reduction", "matmul")
 
 # --- the contract, in pipeline order -------------------------------------------------------
 
@@ -151,9 +152,9 @@ VIEW = Attr(PREFIX + "view", LIBRARY_FUNC, "unit", "frontend (library_calls)",
 # scalar argument (the runtime decodes it: runtime/externs.py).
 COMPLEX_KEY = PREFIX + "complex"
 
-KERNEL = Attr(PREFIX + "kernel", KERNEL_FUNC, "str", "ember-fuse",
+KERNEL = Attr(PREFIX + "kernel", KERNEL_FUNC, "str", "ember-fuse, ember-matmul-template",
               ("ember-buffer-reuse", "lowerings", "frontend export"),
-              "the kernel's shape: pointwise or reduction", KERNEL_KINDS)
+              "the kernel's shape: pointwise, reduction or matmul", KERNEL_KINDS)
 OPS = Attr(PREFIX + "ops", KERNEL_FUNC, "str-list", "ember-fuse", ("frontend report",),
            "readable names of what the kernel fuses (report.json fused_groups)")
 RESULT_DIMS = Attr(PREFIX + "result_dims", CALL, "i64-array-list", "ember-fuse",

@@ -16,6 +16,7 @@ TARGETS = tuple(t.value for t in Target)   # what `target` / EMBER_TARGET may na
 DEFAULT_MAX_GROUP_SIZE = 64
 # torch.compile's modes, as `torch.compile(model, backend="ember", mode=...)` passes them.
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+MATMUL_TEMPLATE = ("auto", "template", "library", "off")
 
 
 class OptionsError(ValueError):
@@ -52,6 +53,13 @@ class CompileOptions:
       graphs, which ember replays for inference anyway) compile alike; "max-autotune" widens
       each Triton kernel's configuration search (ember-lower-to-triton{max-autotune=true});
       "max-autotune-no-cudagraphs" does that without CUDA graphs (unless `cudagraphs` is set).
+    matmul_template: on the Triton target, a matmul whose result only a pointwise kernel reads
+      becomes one kernel with that epilogue (ember-matmul-template), which runs either a Triton
+      matmul template with the epilogue fused or the library call then the epilogue: "auto"
+      times both on the first call on a GPU and keeps the faster (more template
+      configurations with max-autotune); "template" / "library" always that one; "off" keeps
+      the library call and a separate epilogue kernel. bf16/f16 products only with
+      `exact_low_precision=False` (cuBLAS's summation order is what matches eager bit for bit).
     """
 
     target: str = "auto"
@@ -65,6 +73,7 @@ class CompileOptions:
     parallel_compile: bool = True
     recompute: bool = True
     mode: str = "default"
+    matmul_template: str = "auto"
 
     def __post_init__(self):
         if self.mode is None:
@@ -72,6 +81,10 @@ class CompileOptions:
         if self.mode not in MODES:
             raise OptionsError(f"ember: mode must be one of {', '.join(map(repr, MODES))}; "
                                f"got {self.mode!r}")
+        if self.matmul_template not in MATMUL_TEMPLATE:
+            raise OptionsError(f"ember: option 'matmul_template' must be one of "
+                               f"{', '.join(map(repr, MATMUL_TEMPLATE))}; "
+                               f"got {self.matmul_template!r}")
         if self.target not in TARGETS:
             raise OptionsError(f"ember: option 'target' must be one of {', '.join(TARGETS)}; "
                                f"got {self.target!r}")
@@ -162,10 +175,20 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
         return options.pipeline
     backend = backend_for(target)
     lower = backend.lowering
-    if backend.name == "triton" and options.mode.startswith("max-autotune"):
-        lower += "{max-autotune=true}"
+    template = ""
+    if backend.name == "triton":
+        lower_opts = []
+        if options.mode.startswith("max-autotune"):
+            lower_opts.append("max-autotune=true")
+        if options.matmul_template != "off":
+            narrow = "false" if options.exact_low_precision else "true"
+            template = f"ember-matmul-template{{narrow={narrow}}},"
+            if options.matmul_template != "auto":
+                lower_opts.append(f"matmul-choice={options.matmul_template}")
+        if lower_opts:
+            lower += "{" + " ".join(lower_opts) + "}"
     # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
     # come from (frontend/compile_module.explained).
     return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size} "
-            f"target={backend.name} explain=true}},canonicalize,"
+            f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")

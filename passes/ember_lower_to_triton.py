@@ -29,6 +29,8 @@ from .kernel_schedule import (Expr, Unschedulable, combiner, const, indexing_map
 from .kernel_expr import ExprBuilder, Scope
 from .graph_utils import attach_kernel_sources
 from .triton_lang import PRELUDE, TYPES, TritonLang, UnsupportedOp, round_to
+from . import triton_matmul
+from ..dialects.contract import KERNEL
 
 _INT32_MAX = 2 ** 31 - 1
 # Reduction combiners: (tl reduction, identity for masked lanes (by float/int), elementwise)
@@ -484,6 +486,87 @@ class _KernelWriter:
                 out.append("    " * depth + render_stmt(st, self.builder.show))
 
 
+class _AccBuilder(_Builder):
+    """The matmul template's builder: the product is the accumulator tile `acc`, read at the
+    point being written (ember-matmul-template checked that the epilogue reads it so)."""
+
+    product = None
+
+    def _value_at(self, v, idx):
+        if v == self.product:
+            return triton_matmul.acc_expr()
+        return super()._value_at(v, idx)
+
+
+class _MatmulWriter(_KernelWriter):
+    """A writer over a `matmul` kernel's epilogue (passes/triton_matmul.py): with
+    `in_memory` the product is one more input (the library variant's epilogue kernel),
+    otherwise it is the template's accumulator."""
+
+    def __init__(self, fn, parts, in_memory: bool, autotune: bool, max_autotune: bool):
+        self.fn, self.sched, self.max_rblock = fn, parts.schedule, 0
+        self.autotune, self.max_autotune = autotune, autotune and max_autotune
+        self.name = ir.StringAttr(fn.attributes["sym_name"]).value
+        self.args = list(parts.tensor_args) + ([parts.value] if in_memory else [])
+        self.results = list(parts.schedule.results)
+        narrow = any(type_name(v.type) in ("bf16", "f16") for v in self.args + self.results)
+        self.lang = TritonLang(precise=narrow)
+        self.in_names = [f"in{i}" for i in range(len(self.args))]
+        self.out_names = [f"out{i}" for i in range(len(self.results))]
+        buffers = dict(zip(self.args, self.in_names))
+        if in_memory:
+            self.builder = _Builder(self.sched, self.lang, buffers, reduce_hook=self._reduce)
+        else:
+            self.builder = _AccBuilder(self.sched, self.lang, buffers, reduce_hook=self._reduce)
+            self.builder.product = parts.value
+        numels = [math.prod(s or 1 for s in shape(v)) for v in self.args + self.results]
+        self.wide = max(numels, default=0) > _INT32_MAX
+
+
+def _matmul_source(fn, autotune: bool, max_autotune: bool, choice: str) -> str:
+    """A `matmul` kernel's source: the template, the epilogue alone, the choosing launcher."""
+    parts = triton_matmul.Parts(fn)
+    name = ir.StringAttr(fn.attributes["sym_name"]).value
+    ew = _MatmulWriter(fn, parts, True, autotune, max_autotune)
+    ek = ew.pointwise()
+    ek.name = f"{name}_epilogue"
+    epilogue = _source(ek, parts.schedule, ew)
+
+    tw = _MatmulWriter(fn, parts, False, autotune, max_autotune)
+    configs = triton_matmul.configs_for(parts, max_autotune, autotune)
+    triton_matmul.template_head(tw, parts)
+    rows, cols = triton_matmul.split_dims(parts.schedule, tw.results[0], parts.N)
+    root = tw.builder.stack[0]
+    vars_ = {}
+    _decompose(root.stmts, "xrow", rows, tw.sizes(rows), "i", "x", vars_)
+    _decompose(root.stmts, "xcol", cols, tw.sizes(cols), "i", "x", vars_)
+    root.binds = {"x"}
+    for k in range(len(tw.results)):
+        tw.store(k, vars_, "xmask", ("BLOCK_M", "BLOCK_N"))
+    if tw.builder.checks:
+        raise Unschedulable("a matmul kernel's epilogue reads indices from data")
+    constexprs = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"] + \
+        (["ALLOW_TF32"] if parts.dtype == "f32" else [])
+    k = tw._kernel([], {}, constexprs, [], "")
+    jit = f"{name}_mm_kernel"
+    lines = []
+    if len(configs) > 1:
+        cfgs = ", ".join(triton_matmul.config_text(c) for c in configs)
+        lines.append(f"@_ember_autotune(configs=[{cfgs}], key=[])")
+    lines.append("@triton.jit")
+    params = k.jit_params + [f"{c}: tl.constexpr" for c in constexprs]
+    lines.append(f"def {jit}({', '.join(params)}):")
+    lines += k.body
+    lines += ["", ""]
+    lines += triton_matmul.launcher_lines(name, tw, parts, configs, choice, ek)
+    bm, bn, bk, gm, warps, _ = configs[0]
+    aot = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": gm}
+    if parts.dtype == "f32":
+        aot["ALLOW_TF32"] = False
+    lines.append(f"{name}.ember_aot = {[(jit, k.signature, aot, warps)]!r}")
+    return epilogue + "\n\n" + "\n".join(lines) + "\n"
+
+
 def _source(k: _Kernel, sched, writer) -> str:
     jit = f"{k.name}_kernel"
     lines = []
@@ -560,13 +643,19 @@ class EmberLowerToTriton(Pass):
     # torch.compile(mode="max-autotune"): a wider configuration search per kernel (block sizes,
     # warps); the first configuration, what the interpreter and AOT builds use, is unchanged
     max_autotune: bool = False
+    # `matmul` kernels (ember-matmul-template): auto = time the template against the library
+    # call + epilogue on the first call on a GPU and keep the faster; or always one of them
+    matmul_choice: str = option("auto", choices=triton_matmul.CHOICES)
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
-            attach_kernel_sources(module, TRITON.name, PRELUDE, lambda op, name: self.lower(op))
+            attach_kernel_sources(module, TRITON.name, PRELUDE + triton_matmul.PRELUDE,
+                                  lambda op, name: self.lower(op))
 
     def lower(self, fn) -> str:
         try:
+            if KERNEL.get(fn) == "matmul":
+                return _matmul_source(fn, self.autotune, self.max_autotune, self.matmul_choice)
             sched = schedule_kernel(fn)
             w = _KernelWriter(fn, sched, self.max_rblock, self.autotune, self.max_autotune)
             k = w.pointwise() if sched.kind == "pointwise" else w.reduction()

@@ -15,9 +15,10 @@ def _load_builtin() -> dict[str, type[Pass]]:
     from .ember_fuse import EmberFuse
     from .ember_lower_to_cpp import EmberLowerToCpp
     from .ember_lower_to_triton import EmberLowerToTriton
+    from .ember_matmul_template import EmberMatmulTemplate
     passes = {}
     for cls in (EmberConvertExterns, EmberFuse, EmberBufferReuse, EmberLowerToCpp,
-                EmberLowerToTriton):
+                EmberLowerToTriton, EmberMatmulTemplate):
         if not cls.name or cls.name in passes:
             raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")
         passes[cls.name] = cls

@@ -107,6 +107,7 @@ def launch_variants(mod, launches, device) -> list:
         g["_ember_error_buffer"] = lambda dev: Mock((4,), torch.int64, dev)
         copy = types.FunctionType(launcher.__code__, g, name, launcher.__defaults__,
                                   launcher.__closure__)
+        copy.__kwdefaults__ = launcher.__kwdefaults__   # a matmul launcher's `_choice=None`
         copy(*[Mock(shape, dt, device, ptr) for shape, dt, ptr in args])
     out = []
     for kname, args, kwargs in records:

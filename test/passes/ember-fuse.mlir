@@ -138,6 +138,46 @@ func.func @linear_gelu(%x: tensor<8x16xf32>, %w: tensor<32x16xf32>, %b: tensor<3
 
 // -----
 
+#id2r = affine_map<(d0, d1) -> (d0, d1)>
+#row2r = affine_map<(d0, d1) -> (d1)>
+#id3r = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+
+// A 3-D Linear: the bias is added in the product's 2-D shape, the activation runs on its 3-D
+// view. The same elements in two shapes: one kernel, which evaluates the bias add through
+// the reshape (the [4*8] row index split into the GELU's [4, 8]).
+// CHECK-LABEL: func.func @linear_3d_tanh
+// CHECK:         %[[MM:.*]] = "ember.extern"(%{{.*}}, %arg1) {callee = "aten.mm"
+// CHECK-NEXT:    %[[R:.*]] = call @ember_fused_add_tanh_0(%[[MM]], %arg2) : (tensor<32x24xf32>, tensor<24xf32>) -> tensor<4x8x24xf32>
+// CHECK-NEXT:    return %[[R]]
+// CHECK:       func.func private @ember_fused_add_tanh_0
+// CHECK:         linalg.generic {{.*}} ins(%arg0, %arg1 : tensor<32x24xf32>, tensor<24xf32>)
+// CHECK:         tensor.expand_shape
+// CHECK:         math.tanh
+func.func @linear_3d_tanh(%x: tensor<4x8x16xf32>, %w: tensor<16x24xf32>, %b: tensor<24xf32>) -> tensor<4x8x24xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %xc = tensor.collapse_shape %x [[0, 1], [2]] : tensor<4x8x16xf32> into tensor<32x16xf32>
+  %e = tensor.empty() : tensor<32x24xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<32x24xf32>) -> tensor<32x24xf32>
+  %mm = linalg.matmul ins(%xc, %w : tensor<32x16xf32>, tensor<16x24xf32>) outs(%f : tensor<32x24xf32>) -> tensor<32x24xf32>
+  %0 = linalg.generic {indexing_maps = [#id2r, #row2r, #id2r], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %b : tensor<32x24xf32>, tensor<24xf32>) outs(%e : tensor<32x24xf32>) {
+  ^bb0(%in: f32, %in1: f32, %out: f32):
+    %s = arith.addf %in, %in1 : f32
+    linalg.yield %s : f32
+  } -> tensor<32x24xf32>
+  %v = tensor.expand_shape %0 [[0, 1], [2]] output_shape [4, 8, 24] : tensor<32x24xf32> into tensor<4x8x24xf32>
+  %e3 = tensor.empty() : tensor<4x8x24xf32>
+  %1 = linalg.generic {indexing_maps = [#id3r, #id3r], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%v : tensor<4x8x24xf32>) outs(%e3 : tensor<4x8x24xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %t = math.tanh %in : f32
+    linalg.yield %t : f32
+  } -> tensor<4x8x24xf32>
+  return %1 : tensor<4x8x24xf32>
+}
+
+// -----
+
 #id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 
 // Convolution: zero padding of the input and the broadcast bias become the library call's

@@ -6,7 +6,7 @@ rejects).
 Self-contained: a fixed set of graphs, chosen to reach every kind of kernel the Triton lowering
 writes (pointwise over each dtype family and math function, inner / outer / full / looped
 reductions and arg-reductions, normalisations, gathers, concatenation and padding, library-call
-epilogues, pooling and resampling, a training step's backward, symbolic sizes), is compiled with
+epilogues, matmul templates (f32, bf16, f16), pooling and resampling, a training step's backward, symbolic sizes), is compiled with
 target "triton"; every generated module is recorded as the exporter hands it over, and each
 distinct kernel is compiled for both targets in fresh subprocesses (the interpreter patches
 triton in place), failing on any error. Graphs are small: the interpreter runs them once.
@@ -77,6 +77,16 @@ def _library_epilogues(x, w, b, img, k):
     mm = torch.relu(x @ w + b)
     conv = F.relu(F.conv2d(img, k, padding=1)) * 0.5
     return mm, conv, torch.bmm(x[None], w[None]).sigmoid() + 1
+
+
+def _matmul_templates(x, w, b, r, a3, b3):
+    """Matmul templates (ember-matmul-template): bias + GELU (erf and tanh), SiLU + residual,
+    a batched product read transposed, a cast."""
+    h = F.gelu(F.linear(x, w, b))      # (distinct products: a shared one has several readers)
+    t = F.gelu(F.linear(x * 0.5, w, b), approximate="tanh") + r
+    s = F.silu((x + 1) @ w.t()) * 2 + r
+    c = ((x - 1) @ w.t()).to(torch.float16)
+    return h, t, s, torch.relu(a3 @ b3.transpose(-1, -2)), c
 
 
 def _pool_resample(img):
@@ -152,6 +162,14 @@ def _generated_sources(monkeypatch) -> list[str]:
     for name, (fn, args) in _args().items():
         torch._dynamo.reset()
         torch.compile(fn, backend="ember", options=opts)(*args)
+    # bf16 / f16 products become templates only without eager's bit-exactness
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        torch._dynamo.reset()
+        g = torch.Generator().manual_seed(1)
+        mm_args = [torch.randn(*s, generator=g).to(dtype) for s in
+                   ((20, 24), (36, 24), (36,), (20, 36), (2, 9, 16), (2, 12, 16))]
+        torch.compile(_matmul_templates, backend="ember",
+                      options={**opts, "exact_low_precision": False})(*mm_args)
     torch._dynamo.reset()
     torch.manual_seed(0)
     net = _Net()

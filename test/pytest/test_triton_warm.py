@@ -72,18 +72,28 @@ def _program(monkeypatch, fn, *args, **options):
     monkeypatch.setattr(executor, "load", spy)
     torch._dynamo.reset()
     out = torch.compile(fn, backend="ember", options={"target": "triton", **options})(*args)
-    torch.testing.assert_close(out, fn(*args))
+    torch.testing.assert_close(out, fn(*args), rtol=1e-4, atol=1e-4)
     assert got
     return got
 
 
-def f(x, y):
-    return (x * y + 1.0).sum(dim=-1), torch.relu(x - y)
+def f(x, y, z):
+    # two kernels: a reduction, and a pointwise one (autotuned over 3 configurations) that
+    # reads nothing the reduction reads (ember-fuse's horizontal fusion would merge them)
+    return (x * y + 1.0).sum(dim=-1), torch.relu(z - 1.0)
 
 
-def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path):
-    x, y = torch.randn(64, 300), torch.randn(64, 300)
-    (program, kw), = _program(monkeypatch, f, x, y)
+def mm(x, w, b):
+    return torch.relu(x @ w + b)
+
+
+@pytest.mark.parametrize("fn,shapes", [(f, [(64, 300), (64, 300), (5000,)]),
+                                       # a matmul kernel: the template and the library
+                                       # variant's epilogue (ember-matmul-template)
+                                       (mm, [(30, 20), (20, 24), (24,)])], ids=["f", "mm"])
+def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, fn, shapes):
+    args = [torch.randn(*s) for s in shapes]
+    (program, kw), = _program(monkeypatch, fn, *args)
     assert kw.get("parallel_compile") is True
     assert any(s.kind == "kernel" for s in program.steps)
     (tmp_path / "p.pkl").write_bytes(pickle.dumps(program))
@@ -99,14 +109,17 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path):
     assert r["res"]["errors"] == []
     # every launch variant (kernel x kept configuration) is one request, all compiled
     assert r["variants"] > len([s for s in program.steps if s.kind == "kernel"])
+    if fn is mm:
+        assert any(n.endswith("_mm_kernel") for n in r["requests"]), r["requests"]
+        assert any(n.endswith("_epilogue_kernel") for n in r["requests"]), r["requests"]
     assert len(r["requests"]) == r["variants"] == r["res"]["ok"]
     assert r["before"] == r["res"]["ok"]
     assert r["after"] == r["before"], "a launch missed the cache the workers filled"
 
 
 def test_option_turns_it_off(monkeypatch):
-    x, y = torch.randn(8, 16), torch.randn(8, 16)
-    (_, kw), = _program(monkeypatch, f, x, y, parallel_compile=False)
+    x, y, z = torch.randn(8, 16), torch.randn(8, 16), torch.randn(30)
+    (_, kw), = _program(monkeypatch, f, x, y, z, parallel_compile=False)
     assert kw.get("parallel_compile") is False
     from ember.frontend.options import CompileOptions, OptionsError
     with pytest.raises(OptionsError):
