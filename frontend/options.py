@@ -58,7 +58,9 @@ class CompileOptions:
       matmul template with the epilogue fused or the library call then the epilogue: "auto"
       times both on the first call on a GPU and keeps the faster (more template
       configurations with max-autotune); "template" / "library" always that one; "off" keeps
-      the library call and a separate epilogue kernel. bf16/f16 products only with
+      the library call and a separate epilogue kernel (the default: on the H200, 2026-11-26,
+      "auto" chose the template for the MLP block's first Linear and the block took 0.542 ms
+      against 0.460 ms with "off", eager 0.439 ms). bf16/f16 products only with
       `exact_low_precision=False` (cuBLAS's summation order is what matches eager bit for bit).
     """
 
@@ -73,7 +75,7 @@ class CompileOptions:
     parallel_compile: bool = True
     recompute: bool = True
     mode: str = "default"
-    matmul_template: str = "auto"
+    matmul_template: str = "off"
 
     def __post_init__(self):
         if self.mode is None:
