@@ -12,7 +12,7 @@ Cases (fp32; inference under torch.no_grad unless marked "train"):
   rms_norm     nn.RMSNorm(1024) over 4096x1024
   mlp          Linear(1024,4096)-GELU-Linear(4096,1024)-LayerNorm(1024) on 64*128 = 8192 rows
                (`--mlp-rows` to change; the GPU table uses the same 64x128 tokens)
-  mlp_bwd      train: Linear(1024,4096)-GELU-Linear(4096,1024) on 2048 rows, forward and
+  mlp_bwd      train: Linear(1024,4096)-GELU-Linear(4096,1024) on 1024 rows, forward and
                backward of mean(out^2) (the backward is two thirds of it); parameter gradients
   encoder      nn.TransformerEncoderLayer(512, 8 heads, 2048, GELU, batch_first) on 8x128 tokens
   encoder_train  train: the same layer (dropout 0), forward and backward of mean(out^2)
@@ -105,7 +105,7 @@ def cases(mlp_rows: int):
         "layer_norm": (ln, (x2d,), False, None),
         "rms_norm": (rms, (x2d,), False, None),
         "mlp": (mlp, (torch.randn(mlp_rows, 1024, generator=g),), True, None),
-        "mlp_bwd": (gelu_mlp, (torch.randn(2048, 1024, generator=g),), True, square_mean),
+        "mlp_bwd": (gelu_mlp, (torch.randn(1024, 1024, generator=g),), True, square_mean),
         "encoder": (encoder_layer().eval(), (tokens,), True, None),
         "encoder_train": (encoder_layer().train(), (tokens,), True, square_mean),
     }
