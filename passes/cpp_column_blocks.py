@@ -97,7 +97,7 @@ def block_columns(root: Scope, simd: bool = True) -> int:
         if not isinstance(top, Scope):
             continue
         m = _HEADER.match(top.header)
-        if not m or any(p.simd or p.collapse > 1 for p in top.pragmas):
+        if not m or any(p.simd or p.collapse > 1 or p.reductions for p in top.pragmas):
             continue
         j, bound = m.group(1), m.group(2)
         new = _rewrite(top, j, bound, simd)
