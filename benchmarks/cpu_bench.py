@@ -1,6 +1,6 @@
 """eager vs inductor vs ember on the CPU: median ms, speed-up over eager, ember's error vs eager.
 
-    python benchmarks/cpu_bench.py [--cases chain,softmax,...] [--backends ...] [--repeats 20]
+    python benchmarks/cpu_bench.py [--cases chain,softmax,...] [--backends ...] [--repeats 20] [--clock cpu]
                                    [--json results.json]
 
 Cases (fp32; inference under torch.no_grad unless marked "train"):
@@ -25,6 +25,7 @@ import argparse
 import copy
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -158,12 +159,16 @@ def main(argv=None) -> int:
     ap.add_argument("--mlp-rows", type=int, default=64 * 128)
     ap.add_argument("--target", default="cpu", help="ember target (cpu | triton)")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: the process's CPU time (with OMP_NUM_THREADS=1: the work done, "
+                         "robust to other load on a shared machine)")
     args = ap.parse_args(argv)
 
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if "ember" in backends:
         import ember  # noqa: F401  (the entry point registers it too; importing surfaces errors)
     all_cases = cases(args.mlp_rows)
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
     results = []
     for name in [c.strip() for c in args.cases.split(",") if c.strip()]:
         fn, inputs, matmul, loss_fn = all_cases[name]
@@ -190,10 +195,10 @@ def main(argv=None) -> int:
         if loss_fn is not None:
             ok = [(r, f) for r, f in prepared if f is not None]
             for (r, _), ms in zip(ok, interleaved_median_ms([f for _, f in ok],
-                                                            repeats=args.repeats)):
+                                                            repeats=args.repeats, clock=clock)):
                 r.ms = ms
         else:
-            time_interleaved(prepared, inputs, repeats=args.repeats)
+            time_interleaved(prepared, inputs, repeats=args.repeats, clock=clock)
         for r, _ in prepared:
             results.append(r)
             status = r.error or f"{r.ms:.3f} ms (first call {r.compile_s:.1f} s)"
@@ -201,13 +206,15 @@ def main(argv=None) -> int:
 
     info = machine_info()
     info["load_average"] = [round(v, 2) for v in os.getloadavg()]
-    print(f"CPU benchmark: torch {info['torch']}, {info['threads']} threads, median of "
+    print(f"CPU benchmark: torch {info['torch']}, {info['threads']} threads, median "
+          f"{'CPU time' if args.clock == 'cpu' else 'wall time'} of "
           f"{args.repeats} (backends interleaved) after warm-up; rel. err = ||out-eager||/||eager||"
           f" (training rows: loss and gradients); load average after the runs "
           f"{info['load_average']}")
     print(format_table(results))
     if args.json:
-        write_json(args.json, results, {**info, "mlp_rows": args.mlp_rows, "target": args.target})
+        write_json(args.json, results, {**info, "mlp_rows": args.mlp_rows, "target": args.target,
+                                        "clock": args.clock})
         print(f"wrote {args.json}")
     bad = [r for r in results if r.backend == "ember" and (r.error or not r.extra.get("ok"))]
     return 1 if bad else 0
