@@ -73,8 +73,8 @@ def interleaved_median_ms(fns, *args, warmup: int = 3, repeats: int = 20, device
                           clock=time.perf_counter):
     """Median ms of each of `fns`, timed in alternation (one call of each per round) so that load
     from other processes on a shared machine falls on all of them alike. `clock`:
-    time.process_time counts the CPU time of the process instead (all its threads: for one
-    thread it is the work done, whatever else the machine runs)."""
+    time.thread_time counts the calling thread's CPU time instead (with one thread it is the
+    work done, whatever else the machine runs)."""
     for fn in fns:
         for _ in range(warmup):
             fn(*args)
