@@ -69,9 +69,12 @@ def median_ms(fn, *args, warmup: int = 3, repeats: int = 20, device="cpu",
     return statistics.median(times) * 1e3
 
 
-def interleaved_median_ms(fns, *args, warmup: int = 3, repeats: int = 20, device="cpu"):
+def interleaved_median_ms(fns, *args, warmup: int = 3, repeats: int = 20, device="cpu",
+                          clock=time.perf_counter):
     """Median ms of each of `fns`, timed in alternation (one call of each per round) so that load
-    from other processes on a shared machine falls on all of them alike."""
+    from other processes on a shared machine falls on all of them alike. `clock`:
+    time.thread_time counts the calling thread's CPU time instead (with one thread it is the
+    work done, whatever else the machine runs)."""
     for fn in fns:
         for _ in range(warmup):
             fn(*args)
@@ -79,10 +82,10 @@ def interleaved_median_ms(fns, *args, warmup: int = 3, repeats: int = 20, device
     times = [[] for _ in fns]
     for _ in range(repeats):
         for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
+            t0 = clock()
             fn(*args)
             sync(device)
-            ts.append(time.perf_counter() - t0)
+            ts.append(clock() - t0)
     return [statistics.median(ts) * 1e3 for ts in times]
 
 
@@ -192,11 +195,13 @@ def prepare_backend(case: str, backend: str, fn, args, ref, device="cpu", option
         return res, None
 
 
-def time_interleaved(prepared, args, repeats: int = 20, device="cpu") -> None:
+def time_interleaved(prepared, args, repeats: int = 20, device="cpu",
+                     clock=time.perf_counter) -> None:
     """Fills `Result.ms` for each (Result, callable) that compiled, timing them in alternation."""
     ok = [(r, f) for r, f in prepared if f is not None]
     with torch.no_grad():
-        times = interleaved_median_ms([f for _, f in ok], *args, repeats=repeats, device=device)
+        times = interleaved_median_ms([f for _, f in ok], *args, repeats=repeats, device=device,
+                                      clock=clock)
     for (r, _), ms in zip(ok, times):
         r.ms = ms
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from .cpp_column_blocks import block_columns
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .kernel_ir import (INT, Assign, Const, Let, Line, Load, Op, OmpPragma, Printer, Store,
                         Var, all_nodes, deps_of, perfect_depth, render_stmt)
@@ -542,7 +543,8 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
                     return em.source()
             em = _Emitter(func, name, omp_min_elements, vectorize)
     em.build()
-    reuse_row_values(em.b.stack[0])
+    if not block_columns(em.b.stack[0], vectorize):
+        reuse_row_values(em.b.stack[0])
     return em.source()
 
 

@@ -83,12 +83,18 @@
 // CHECK-SAME: in1[[[J]]]
 // CHECK-SAME: in2[[[J]]]
 
-// Column sum: the outer space is the column, the reduction walks rows.
+// Column sum: the outer space is the column, the reduction walks rows. Column blocks
+// (cpp_column_blocks): blocks of 64 columns, the rows outside, a simd loop over the block's
+// columns inside (contiguous), one accumulator per column.
 // CHECK-LABEL: func.func private @column_sum
-// CHECK-SAME: for (int64_t [[C:i1_[0-9]+]] = 0; [[C]] < 70; ++[[C]])
-// CHECK-SAME: reduction(+:[[S:acc[0-9]+]])\0A    for (int64_t [[R:i0_[0-9]+]] = 0; [[R]] < 50;
+// CHECK-SAME: for (int64_t [[B:i1_[0-9]+_b]] = 0; [[B]] < 70; [[B]] += 64)
+// CHECK-SAME: const int64_t [[N:i1_[0-9]+_n]] = std::min<int64_t>(64, (70) - [[B]]);
+// CHECK-SAME: float [[S:acc[0-9]+]]_v[64];
+// CHECK-SAME: for (int64_t [[R:i0_[0-9]+]] = 0; [[R]] < 50; ++[[R]]) {\0A      #pragma omp simd\0A      for (int64_t [[L:i1_[0-9]+_l]] = 0; [[L]] < [[N]]; ++[[L]])
+// CHECK-SAME: const int64_t [[C:i1_[0-9]+]] = [[B]] + [[L]];
 // CHECK-SAME: in0[(([[R]] * 70) + [[C]])]
-// CHECK-SAME: out0[[[C]]] = [[S]];
+// CHECK-SAME: [[S]]_v[[[L]]] = t{{[0-9]+}};
+// CHECK-SAME: out0[[[C]]] = [[S]]_v[[[L]]];
 
 // Full sum: no outer space, the reduction itself is split over threads. 150000 elements: a
 // blocked sum (float partial per block of 4 rows x 500, vectorized; blocks added in double).

@@ -121,9 +121,19 @@ CASES = {
                     "pointwise"),
     "softmax": (lambda x: torch.softmax(x, -1), [t(64, 300)], "reduction"),
     "log_softmax": (lambda x: torch.log_softmax(x, -1), [t(33, 100)], "reduction"),
+    "rms_norm": (lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+                 [t(40, 96), t(96)], "reduction"),
     "layer_norm": (lambda x, w, b: torch.nn.functional.layer_norm(x, (96,), w, b),
                    [t(40, 96), t(96), t(96)], "reduction"),
     "column_sum": (lambda x: x.sum(0), [t(50, 70)], "reduction"),
+    # column blocks (cpp_column_blocks): a bias gradient beside its reshape copy, a layer-norm
+    # weight/bias gradient with a fused pointwise output, a column variance (two sweeps)
+    "bias_grad": (lambda x: (x.reshape(256, 192) * 2, x.reshape(256, 192).sum(0)),
+                  [t(4, 64, 192)], "reduction"),
+    "norm_weight_grad": (lambda a, b, w, c: ((a + b) * w, ((a + b) * c).sum((0, 1)),
+                                             (a + b).sum((0, 1))),
+                         [t(4, 32, 136), t(4, 32, 136), t(136), t(4, 32, 136)], "reduction"),
+    "column_var": (lambda x: x.var(0), [t(300, 100)], "reduction"),
     "full_sum": (lambda x: x.sum(), [t(300, 500)], "reduction"),
     "mean_keepdim": (lambda x: x.mean(1, keepdim=True), [t(20, 30)], "reduction"),
     "amax_dim0": (lambda x: x.amax(0), [t(20, 30)], "reduction"),
@@ -328,7 +338,7 @@ def _simd_loops_vectorized(source: str) -> list:
 
 
 @pytest.mark.parametrize("case", ["gelu_sigmoid", "softmax", "layer_norm", "log_softmax",
-                                  "batchnorm_infer"])
+                                  "batchnorm_infer", "bias_grad", "norm_weight_grad", "rms_norm"])
 def test_bench_kernels_vectorize(case):
     """The benchmark's kernels (gelu/sigmoid chain, softmax, layer_norm) and the other math
     kernels: every simd loop (element loops and row reductions) is vectorized by gcc."""
@@ -358,6 +368,25 @@ def test_flattened_numerics(tmp_path):
     check(tmp_path, lambda x, y: torch.exp(x) * y + torch.erf(x), [t(7, 3, 5), t(7, 3, 5)],
           "pointwise")
     check(tmp_path, lambda x, b: torch.tanh(x + b), [t(256, 3, 64), t(3, 1)], "pointwise")
+
+
+def test_column_reductions_walk_rows_outside(tmp_path):
+    """A reduction over rows of a row-major input (bias / norm-weight gradients) runs in column
+    blocks: rows outside, a contiguous simd loop over the block's columns inside, one
+    accumulator per column; with a dynamic column count and a block that does not divide it,
+    the last block is partial. Agrees with torch."""
+    for case in ("column_sum", "bias_grad", "norm_weight_grad", "column_var"):
+        src = check(tmp_path, *CASES[case])
+        assert re.search(r"for \(int64_t (i\d+_\d+_b) = 0; \1 < \d+; \1 \+= \d+\)", src), src
+        assert re.search(r"acc\d+_v\[i\d+_\d+_l\] = t\d+;", src), src
+    dyn = DYNAMIC.replace('["parallel", "reduction"]', '["reduction", "parallel"]').replace(
+        "#map2 = affine_map<(d0, d1) -> (d0)>", "#map2 = affine_map<(d0, d1) -> (d1)>")
+    prelude, ((sym, src, res, _),) = lower(dyn)
+    assert "_b += 64" in src and "std::min<int64_t>(64" in src, src
+    lib, _ = build(tmp_path, prelude + src)
+    a, b = t(13, 150), t(150)
+    o0, o1 = run_kernel(lib, sym, [a, b], res, dyn_shapes=[(13, 150), (150,)])
+    assert rel_err(o0, a + b) < 1e-6 and rel_err(o1, (a + b).sum(0)) < 1e-6
 
 
 def test_softmax_keeps_row_of_exp(tmp_path):

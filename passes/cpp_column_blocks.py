@@ -1,0 +1,192 @@
+"""Column blocks for C++ kernels whose parallel loop runs along memory and whose inner loops
+cross it: `x.sum(0)` of a row-major matrix (bias and norm-weight gradients), and the pointwise
+outputs fused beside such reductions.
+
+cpp_emitter's loop order puts the parallel dims outside and the reduced dims inside, so for a
+reduction over rows the inner loop walks down a column: one element per cache line, a stride of
+a whole row. `block_columns` rewrites such a kernel's tree: the parallel loop steps over blocks
+of COLUMN_BLOCK columns, the row loops stay as they were, and inside the innermost row loop a
+new `simd` loop walks the block's columns, contiguous in memory. The column variable is
+redefined inside that loop (`const int64_t j = jb + jj;`), so every expression of the kernel is
+kept as it was; an accumulator becomes an array over the block's columns. The order of the
+additions into each accumulator is the order of the rows, as before."""
+from __future__ import annotations
+
+import re
+
+from .kernel_ir import Assign, Let, Load, Op, OmpPragma, Scope, Store, Var, deps_of, walk
+
+COLUMN_BLOCK = 64
+_HEADER = re.compile(r"for \(int64_t (\w+) = 0; \1 < (.+); \+\+\1\)$")
+_DECL = re.compile(r"(const )?(float|double|int32_t|int64_t) (\w+) = (.+);$")
+
+
+def _rename(n, names: dict, memo: dict):
+    """`n` with each Var in `names` replaced by names[var] (a Var that prints as an element)."""
+    if isinstance(n, Var):
+        return names.get(n.name, n)
+    key = id(n)
+    if key in memo:
+        return memo[key]
+    if isinstance(n, Op):
+        args = tuple(_rename(a, names, memo) for a in n.args)
+        r = n if all(a is b for a, b in zip(args, n.args)) else Op(n.kind, args, n.dtype, n.atypes)
+    elif isinstance(n, Load):
+        off = _rename(n.offset, names, memo)
+        r = n if off is n.offset else Load(n.buffer, off, n.dtype, n.masks)
+    else:
+        r = n
+    memo[key] = r
+    return r
+
+
+def _stmt_rename(s, names: dict, memo: dict):
+    if isinstance(s, Let):
+        return Let(s.name, s.dtype, _rename(s.value, names, memo))
+    if isinstance(s, Store):
+        return Store(s.buffer, _rename(s.offset, names, memo), _rename(s.value, names, memo),
+                     s.dtype)
+    if isinstance(s, Assign):
+        target = names[s.name].name if s.name in names else s.name
+        return Assign(target, _rename(s.value, names, memo), s.op)
+    raise TypeError(s)
+
+
+def _offsets(stmts):
+    """(offset, in a nested loop?) of every Load and Store of `stmts`, nested scopes included."""
+    for s in stmts:
+        if isinstance(s, Scope):
+            for off, _ in _offsets(s.stmts):
+                yield off, True
+            continue
+        nodes = []
+        if isinstance(s, Store):
+            yield s.offset, False
+            nodes = [s.offset, s.value]
+        elif isinstance(s, (Let, Assign)):
+            nodes = [s.value]
+        for n in nodes:
+            for x in walk(n):
+                if isinstance(x, Load):
+                    yield x.offset, False
+
+
+def _column_shaped(body, j: str, row_vars: set) -> bool:
+    """Every access that depends on `j` is `X + j` with X free of j, and at least one access
+    in a nested loop steps by rows (its X depends on a row loop's variable)."""
+    strided = False
+    for off, nested in _offsets(body):
+        d = deps_of(off)
+        if j not in d:
+            continue
+        if isinstance(off, Var) and off.name == j:
+            continue
+        if not (isinstance(off, Op) and off.kind == "idx.add" and isinstance(off.args[1], Var)
+                and off.args[1].name == j and j not in deps_of(off.args[0])):
+            return False
+        if nested and deps_of(off.args[0]) & row_vars:
+            strided = True
+    return strided
+
+
+def block_columns(root: Scope, simd: bool = True) -> int:
+    """Rewrites each top-level column-shaped loop of `root` (see the module docstring), its
+    column loops `simd` or not; returns how many it rewrote."""
+    done = 0
+    for k, top in enumerate(root.stmts):
+        if not isinstance(top, Scope):
+            continue
+        m = _HEADER.match(top.header)
+        if not m or any(p.simd or p.collapse > 1 or p.reductions for p in top.pragmas):
+            continue
+        j, bound = m.group(1), m.group(2)
+        new = _rewrite(top, j, bound, simd)
+        if new is not None:
+            root.stmts[k] = new
+            done += 1
+    return done
+
+
+def _rewrite(top: Scope, j: str, bound: str, simd: bool):
+    row_vars: set = set()
+
+    def scan(stmts) -> bool:
+        for s in stmts:
+            if isinstance(s, Scope):
+                if any(p.parallel for p in s.pragmas) or re.search(rf"\b{j}\b", s.header):
+                    return False
+                row_vars.update(s.binds)
+                if not scan(s.stmts):
+                    return False
+            elif isinstance(s, str):
+                if not _DECL.match(s):
+                    return False
+            elif not isinstance(s, (Let, Store, Assign)):
+                return False
+        return True
+
+    if not scan(top.stmts) or not row_vars or not _column_shaped(top.stmts, j, row_vars):
+        return None
+    jb, jj, jn = f"{j}_b", f"{j}_l", f"{j}_n"
+    block = COLUMN_BLOCK
+    if bound.isdigit():                # static: a block of all columns, or a constant trip
+        block = min(block, int(bound))
+    out = Scope({jb}, f"for (int64_t {jb} = 0; {jb} < {bound}; {jb} += {block})")
+    out.pragmas = [OmpPragma(parallel=p.parallel, work=p.work, min_work=p.min_work)
+                   for p in top.pragmas]
+    if bound.isdigit() and int(bound) % block == 0:
+        jn = str(block)
+    else:
+        out.stmts.append(f"const int64_t {jn} = std::min<int64_t>({block}, ({bound}) - {jb});")
+    arrays: dict[str, Var] = {}        # per-column locals (accumulators) -> their element
+
+    def text(t: str) -> str:
+        for a in arrays:
+            t = re.sub(rf"\b{a}\b", f"{a}_v[{jj}]", t)
+        return t
+
+    def column_loop(lets, body, hot) -> Scope:
+        """A loop over the block's columns; `simd` in the innermost row loops (elsewhere it
+        runs once per block or chunk, and gcc unrolls or vectorizes it by itself)."""
+        memo: dict = {}
+        lp = Scope({jj, j}, f"for (int64_t {jj} = 0; {jj} < {jn}; ++{jj})")
+        lp.pragmas = [OmpPragma(simd=True)] if simd and hot else []
+        lp.stmts.append(f"const int64_t {j} = {jb} + {jj};")
+        lp.stmts += [_stmt_rename(x, arrays, memo) for x in lets]
+        lp.stmts += [text(x) if isinstance(x, str) else _stmt_rename(x, arrays, memo)
+                     for x in body]
+        return lp
+
+    def convert(stmts, lets: list) -> list:
+        """`stmts` with each run of non-loop statements in a column loop; the Lets before it
+        (of this scope and the scopes around it) are recomputed in every column loop."""
+        new, pending = [], []
+        innermost = not any(isinstance(s, Scope) for s in stmts)
+
+        def flush():
+            if pending:
+                new.append(column_loop(list(lets), list(pending), innermost))
+                pending.clear()
+        for s in stmts:
+            if isinstance(s, str):
+                d = _DECL.match(s)
+                flush()
+                typ, name, init = d.group(2), d.group(3), d.group(4)
+                new.append(f"{typ} {name}_v[{block}];")
+                pending.append(f"{name}_v[{jj}] = {text(init)};")
+                arrays[name] = Var(f"{name}_v[{jj}]")
+                flush()
+            elif isinstance(s, Let):
+                lets = lets + [s]
+            elif isinstance(s, (Store, Assign)):
+                pending.append(s)
+            else:
+                flush()
+                copy = Scope(s.binds, s.header)
+                copy.stmts = convert(s.stmts, lets)
+                new.append(copy)
+        flush()
+        return new
+
+    out.stmts += convert(top.stmts, [])
+    return out
