@@ -169,7 +169,8 @@ def _generated_sources(monkeypatch) -> list[str]:
         mm_args = [torch.randn(*s, generator=g).to(dtype) for s in
                    ((20, 24), (36, 24), (36,), (20, 36), (2, 9, 16), (2, 12, 16))]
         torch.compile(_matmul_templates, backend="ember",
-                      options={**opts, "exact_low_precision": False})(*mm_args)
+                      options={**opts, "exact_low_precision": False,
+                               "matmul_template": "auto"})(*mm_args)
     torch._dynamo.reset()
     torch.manual_seed(0)
     net = _Net()

@@ -93,7 +93,9 @@ def mm(x, w, b):
                                        (mm, [(30, 20), (20, 24), (24,)])], ids=["f", "mm"])
 def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, fn, shapes):
     args = [torch.randn(*s) for s in shapes]
-    (program, kw), = _program(monkeypatch, fn, *args)
+    # the template is an option (matmul_template, off by default)
+    (program, kw), = _program(monkeypatch, fn, *args,
+                              **({"matmul_template": "auto"} if fn is mm else {}))
     assert kw.get("parallel_compile") is True
     assert any(s.kind == "kernel" for s in program.steps)
     (tmp_path / "p.pkl").write_bytes(pickle.dumps(program))
