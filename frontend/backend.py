@@ -12,7 +12,7 @@ from .attention_masks import drop_visible_attention_masks
 from . import eager_rejects
 from .compile import EmberGraph
 from .decomp_layouts import keep_layout
-from .eager_semantics import int_pow, table as eager_semantics_table
+from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
 from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
@@ -96,6 +96,9 @@ def _pow_scalar(x, exponent):
     """pow(x, 2 or 3) of a bf16/f16 tensor as eager computes it: its kernel multiplies in the
     16-bit type, rounding after each product ((x * x) * x). Anything else is left alone
     (NotImplemented: the op stays for the next decomposition or torch-mlir)."""
+    rounded = narrow_pow_exponent(x, exponent)   # the number as eager's kernel reads it
+    if rounded is not None:
+        return rounded
     if x.dtype in _NARROW and isinstance(exponent, (int, float)) and exponent in (2, 3):
         y = x * x
         return y * x if exponent == 3 else y

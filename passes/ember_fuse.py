@@ -166,6 +166,8 @@ def _is_compute(op, dynamic: bool = False) -> bool:
         return False
     if dynamic and (is_size_op(op) or name == "tensor.reshape"):
         return False    # tensor.reshape: a host view (its sizes are computed on the host)
+    if fusion_legality.is_constant_scalar_op(op):
+        return False    # cloned into its users, as a constant is
     if name == "linalg.fill" and _cloneable(op) and \
             not any(op_name(u) == "func.return" for u in users(op.results[0])):
         return False    # cloned into its users; one that is returned is a kernel of its own

@@ -61,3 +61,40 @@ def test_angle_real(dtype, target):
     assert out.dtype == ref.dtype and torch.equal(torch.isnan(out), torch.isnan(ref))
     assert torch.equal(out.nan_to_num(), ref.nan_to_num())
     check_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_pow_number_rounded_to_tensor_type(dtype, target):
+    """Eager's pow kernels (CPU and CUDA) read a Python-number exponent (and a number base) in
+    the bf16/f16 tensor's type: bf16 x ** 3.1 is x ** 3.09375 (752 for 8.5, exact: 760), 2.1 ** x
+    is 2.09375 ** x (1.236e32 for 100, exact: 1.673e32). ember used the unrounded number."""
+    x = torch.tensor([8.5, 3.3, 100., 0.7, 5., 0.], dtype=dtype)
+    if dtype == torch.float16:
+        x = x.clamp(max=20)
+    for fn in (lambda x: x.pow(3.1) + 0, lambda x: torch.pow(2.1, x) + 0,
+               lambda x: x.pow(-1.7) * 1, lambda x: x.pow(257) * 0 + x.pow(0.3)):
+        ref = fn(x)
+        out = ember_compile(fn, target)(x)
+        assert torch.equal(torch.isnan(out), torch.isnan(ref))
+        assert torch.equal(out.nan_to_num(), ref.nan_to_num()), (out, ref)
+        check_fallbacks()
+
+
+def test_vector_norm_bf16_in_f32_and_fractional_order(target):
+    """bf16 vector norms are computed in f32 and rounded once, as eager (torch-mlir's lowering
+    raised to the power in bf16: ||-8.5||_6 was 8.5625); a fractional order's root 1 / 0.9 is a
+    host scalar from constants, which ember-fuse now clones into the kernel (it made a kernel
+    with a scalar result: 'Cannot cast type to RankedTensorType', the graph ran eagerly)."""
+    for dtype, ords in ((torch.bfloat16, (6, -2.1, 0.9)), (torch.float32, (0.9, 2.5))):
+        x = torch.tensor(-8.5, dtype=dtype)
+        for o in ords:
+            fn = lambda x: torch.linalg.vector_norm(x, o)    # noqa: E731
+            ref, gref = _grads(fn, [x])
+            out, g = _grads(ember_compile(fn, target), [x])
+            if dtype == torch.bfloat16:
+                assert torch.equal(out, ref), (o, out, ref)
+            assert_close(out, ref)
+            assert_close(g[0], gref[0])
+            check_fallbacks()
+    y = torch.randn(4, 7).bfloat16()
+    check(lambda y: torch.linalg.vector_norm(y, 3.5, dim=1) + 1, (y,), target)
