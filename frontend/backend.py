@@ -37,7 +37,12 @@ _EXTRA = ("max_pool2d_with_indices_backward", "avg_pool2d_backward", "_adaptive_
           "block_diag", "eye", "narrow_copy")
 # Composite ops torch-mlir has no lowering for, whose reference decompositions (torch._decomp's
 # full table, not the core one) are plain ATen ops that it lowers.
-_EXTRA_REFS = ("addmv", "dist", "diag_embed")
+_EXTRA_REFS = ("addmv", "dist", "diag_embed",
+               # the out-of-place copies of views (functionalization's *_copy ops): the view,
+               # then a clone
+               "as_strided_copy", "narrow_copy", "permute_copy", "unbind_copy", "view_copy",
+               # training-mode batch norm with its running statistics' update
+               "_batch_norm_with_update_functional", "batch_norm_backward")
 # Left to torch-mlir's own lowering (its decomposition of convolution_backward is conv ops), or
 # kept whole: attention traces to the fused kernel torch picks (flash, memory-efficient,
 # cuDNN; flash-for-CPU), which runs as a library call, instead of a softmax(QK^T)V in

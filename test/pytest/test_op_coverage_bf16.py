@@ -98,3 +98,36 @@ def test_vector_norm_bf16_in_f32_and_fractional_order(target):
             check_fallbacks()
     y = torch.randn(4, 7).bfloat16()
     check(lambda y: torch.linalg.vector_norm(y, 3.5, dim=1) + 1, (y,), target)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_view_copies_and_batch_norm_with_update(dtype):
+    """The *_copy ops (functionalization's out-of-place views) and `_batch_norm_with_update`
+    with its backward ran eagerly: no torch-mlir lowering; torch's reference decompositions
+    (the view and a clone; the batch norm's arithmetic) compile."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 4, 5).to(dtype)
+
+    def views(x):
+        return (torch.permute_copy(x, (0, 2, 3, 1)) * 2, torch.view_copy(x, (6, 20)) + 1,
+                torch.narrow_copy(x, 2, 1, 2) - 1, torch.unbind_copy(x, 1)[2] * 3,
+                torch.as_strided_copy(x, (3, 3), (2, 1), 1) + 0)
+    ref = views(x)
+    out = ember_compile(views, "cpu")(x)
+    for o, r in zip(out, ref):
+        assert torch.equal(o, r)
+    check_fallbacks()
+
+    w, b = torch.randn(3).to(dtype), torch.randn(3).to(dtype)
+
+    def bn(x, w, b, rm, rv):
+        return torch.ops.aten._batch_norm_with_update(x, w, b, rm, rv, 0.1, 1e-5)[0]
+    stats = lambda: (torch.zeros(3).to(dtype), torch.ones(3).to(dtype))   # noqa: E731
+    rm, rv = stats()
+    ref, gref = _grads(lambda x, w, b: bn(x, w, b, rm, rv), (x, w, b))
+    rm2, rv2 = stats()
+    out, g = _grads(ember_compile(lambda x, w, b: bn(x, w, b, rm2, rv2), "cpu"), (x, w, b))
+    assert_close(out, ref)
+    assert_close(list(g), list(gref))
+    assert_close([rm2, rv2], [rm, rv])
+    check_fallbacks()
