@@ -182,7 +182,7 @@ LIBRARY_OPS = frozenset({
     "aten.scatter.src", "aten.scatter.value", "aten.scatter.reduce", "aten.scatter.value_reduce",
     "aten.scatter_add.default", "aten.scatter_reduce.two", "aten.index_reduce.default",
     "aten.masked_scatter.default", "aten.masked_scatter_backward.default",
-    "aten.diagonal_scatter.default",
+    "aten.diagonal_scatter.default", "aten.put.default",
     # linear algebra: LAPACK / cuSOLVER
     "aten._linalg_svd.default", "aten._linalg_eigh.default", "aten.linalg_inv_ex.default",
     "aten._linalg_det.default", "aten._linalg_slogdet.default", "aten.linalg_lu.default",

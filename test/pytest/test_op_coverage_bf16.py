@@ -144,3 +144,25 @@ def test_grid_sample_bf16_is_eagers_kernel():
     assert torch.equal(out, ref)
     assert_close(list(g), list(gref))
     check_fallbacks()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_index_add_backward_of_0dim_and_put(dtype):
+    """index_add / index_copy of 0-dim tensors: their backward's index_select from a 0-dim
+    source did not legalize in torch-mlir (now lifted to one element, frontend/rank_zero.py);
+    put is eager's kernel, a library call (no torch-mlir lowering)."""
+    x, src, idx = torch.tensor(1.5).to(dtype), torch.tensor(-2.25).to(dtype), torch.tensor([0])
+    for fn in (lambda x, s: torch.index_add(x, 0, idx, s, alpha=-1) * 2,
+               lambda x, s: torch.index_copy(x, 0, idx, s) * 2):
+        ref, gref = _grads(fn, (x, src))
+        out, g = _grads(ember_compile(fn, "cpu"), (x, src))
+        assert torch.equal(out, ref) and all(torch.equal(a, b) for a, b in zip(g, gref))
+        check_fallbacks()
+    y, v = torch.randn(3, 3).to(dtype), torch.randn(3).to(dtype)
+    pidx = torch.tensor([1, 7, 1])
+    fn = lambda y, v: torch.put(y, pidx, v, accumulate=True) + 1   # noqa: E731
+    ref, gref = _grads(fn, (y, v))
+    out, g = _grads(ember_compile(fn, "cpu"), (y, v))
+    assert torch.equal(out, ref)
+    assert_close(list(g), list(gref))
+    check_fallbacks()
