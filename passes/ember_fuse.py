@@ -104,13 +104,25 @@ class EmberFuse(Pass):
         # Most bytes saved first; ties in program order (stable).
         edges.sort(key=lambda e: -e[0])
 
+        def horizon(dst):
+            """No op after this one leads to group dst. Users come after their operands in the
+            block, but a group is a kernel that runs at once, after all of its operands: an op
+            past dst's last one still leads to dst through a group that also holds an earlier
+            op (a group's ops need not be contiguous: groupnorm's backward made a cycle)."""
+            hi = max(member_ids[dst])
+            spans = sorted((min(ids), max(ids)) for ids in member_ids.values() if len(ids) > 1)
+            for lo, top in spans:
+                if lo > hi:
+                    break
+                hi = max(hi, top)
+            return hi
+
         def reaches(src, dst):
             """Is there a path from group src to group dst through an op outside both? (Then
             merging them would make a cycle.) A group is entered whole: a kernel runs at once.
-            Users come after their operands in the block, so no op after dst's last one can
-            lead back to dst: the walk never goes past it."""
+            The walk never goes past `horizon(dst)`."""
             a_ops, b_ops = set(member_ids[src]), set(member_ids[dst])
-            hi = max(b_ops)
+            hi = horizon(dst)
             if hi < min(a_ops):
                 return False
             stack = [u for o in member_ids[src] for u in succ[o]
