@@ -12,7 +12,7 @@ from .attention_masks import drop_visible_attention_masks
 from . import eager_rejects
 from .compile import saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
-from .eager_semantics import int_pow, table as eager_semantics_table
+from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
 from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
@@ -37,7 +37,12 @@ _EXTRA = ("max_pool2d_with_indices_backward", "avg_pool2d_backward", "_adaptive_
           "block_diag", "eye", "narrow_copy")
 # Composite ops torch-mlir has no lowering for, whose reference decompositions (torch._decomp's
 # full table, not the core one) are plain ATen ops that it lowers.
-_EXTRA_REFS = ("addmv", "dist", "diag_embed")
+_EXTRA_REFS = ("addmv", "dist", "diag_embed",
+               # the out-of-place copies of views (functionalization's *_copy ops): the view,
+               # then a clone
+               "as_strided_copy", "narrow_copy", "permute_copy", "unbind_copy", "view_copy",
+               # training-mode batch norm with its running statistics' update
+               "_batch_norm_with_update_functional", "batch_norm_backward")
 # Left to torch-mlir's own lowering (its decomposition of convolution_backward is conv ops), or
 # kept whole: attention traces to the fused kernel torch picks (flash, memory-efficient,
 # cuDNN; flash-for-CPU), which runs as a library call, instead of a softmax(QK^T)V in
@@ -96,6 +101,9 @@ def _pow_scalar(x, exponent):
     """pow(x, 2 or 3) of a bf16/f16 tensor as eager computes it: its kernel multiplies in the
     16-bit type, rounding after each product ((x * x) * x). Anything else is left alone
     (NotImplemented: the op stays for the next decomposition or torch-mlir)."""
+    rounded = narrow_pow_exponent(x, exponent)   # the number as eager's kernel reads it
+    if rounded is not None:
+        return rounded
     if x.dtype in _NARROW and isinstance(exponent, (int, float)) and exponent in (2, 3):
         y = x * x
         return y * x if exponent == 3 else y
@@ -175,6 +183,9 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     if exact_low_precision:
         table[aten.native_layer_norm.default] = _keep_narrow(table[aten.native_layer_norm.default])
         table[aten.gelu.default] = _gelu_keep_erf_narrow
+        # eager's bf16/f16 grid sampler computes the sampling positions in the 16-bit type
+        # (the f32 decomposition differed by 5e-2 in the op_db sweep): its kernel, a library call
+        table[aten.grid_sampler_2d.default] = _keep_narrow(table[aten.grid_sampler_2d.default])
     for name in _KEEP:
         packet = getattr(aten, name, None)
         for overload in (packet.overloads() if packet is not None else ()):

@@ -349,6 +349,32 @@ def _scalar_in_dtype(op):
     return decomp
 
 
+def narrow_pow_exponent(x, exponent):
+    """`pow(x, exponent)` with the number rounded to bf16/f16 x's type, as eager's kernels
+    (CPU and CUDA: `exp_scalar.to<scalar_t>()`) read it: a bf16 `x ** 3.1` is `x ** 3.09375`
+    (752 for x = 8.5, not 760), which ||x||_-2.1's gradient showed. None where the number is
+    not a float or already representable (the op is not rewritten again)."""
+    if not (isinstance(x, torch.Tensor) and x.dtype in _LOW and isinstance(exponent, (int, float))
+            and not isinstance(exponent, bool)):
+        return None
+    rounded = _round_to(float(exponent), x.dtype)
+    if rounded == exponent or exponent != exponent:
+        return None
+    return torch.pow(x, rounded)
+
+
+def _pow_base_in_dtype(base, exponent):
+    """`number ** bf16/f16 tensor` with the number rounded to the tensor's type: eager wraps it
+    in a tensor that the kernel reads in the common dtype (2.1 ** x is 2.09375 ** x)."""
+    if not (isinstance(exponent, torch.Tensor) and exponent.dtype in _LOW
+            and isinstance(base, float)):
+        return NotImplemented
+    rounded = _round_to(base, exponent.dtype)
+    if rounded == base or base != base:
+        return NotImplemented
+    return torch.pow(rounded, exponent)
+
+
 def _logical_reduction(overload):
     """any/all of a uint8 tensor (a uint8 result of 0 or 1, as eager's) as the reduction of
     `x != 0`: torch-mlir's lowering of them over ui8 does not import."""
@@ -571,6 +597,7 @@ def table() -> dict:
                                          _widened(torch.remainder)),
         aten.sub.Tensor: _scalar_in_dtype(torch.sub), aten.sub.Scalar: _scalar_in_dtype(torch.sub),
         aten.remainder.Scalar_Tensor: _remainder_scalar_tensor,
+        aten.pow.Scalar: _pow_base_in_dtype,
         aten.bitwise_and.Scalar: _bitwise_scalar(torch.bitwise_and),
         aten.bitwise_or.Scalar: _bitwise_scalar(torch.bitwise_or),
         aten.bitwise_xor.Scalar: _bitwise_scalar(torch.bitwise_xor),

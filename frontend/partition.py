@@ -182,7 +182,7 @@ LIBRARY_OPS = frozenset({
     "aten.scatter.src", "aten.scatter.value", "aten.scatter.reduce", "aten.scatter.value_reduce",
     "aten.scatter_add.default", "aten.scatter_reduce.two", "aten.index_reduce.default",
     "aten.masked_scatter.default", "aten.masked_scatter_backward.default",
-    "aten.diagonal_scatter.default",
+    "aten.diagonal_scatter.default", "aten.put.default",
     # linear algebra: LAPACK / cuSOLVER
     "aten._linalg_svd.default", "aten._linalg_eigh.default", "aten.linalg_inv_ex.default",
     "aten._linalg_det.default", "aten._linalg_slogdet.default", "aten.linalg_lu.default",
@@ -292,6 +292,8 @@ def is_library_node(node: fx.Node, target: str | None = None) -> bool:
         # torch-mlir's sum pooling rounds the window sum to bf16/f16 before the division;
         # eager's kernel divides the f32 sum and rounds once
         return True
+    if name == "aten.grid_sampler_2d.default" and _narrow(node):
+        return True     # kept whole for bf16/f16 (backend.decomposition_table)
     if name == "aten.addbmm.default" and _narrow(node):
         # torch-mlir lowers addbmm (an mm of the batches laid side by side) for f32 only; for
         # bf16/f16 it fails to legalize. Eager's kernel adds the batches' products one by one.

@@ -3,7 +3,7 @@
 torch-mlir fails on several of them, and one way hangs the process: `_softmax` of a 0-dim
 tensor makes its decomposition print "failed to get softmax result" forever (issue 8, item 7);
 `amax`/`amin`/`prod` of a 0-dim tensor and `argmax`/`argmin` with `dim=None` do not lower to
-linalg (the graph fell back). `lift_rank_zero` rewrites such a node `op(x, dim, ...)` as
+linalg (the graph fell back), nor does `index_select` from a 0-dim source. `lift_rank_zero` rewrites such a node `op(x, dim, ...)` as
 
     view(op(view(x, [numel]), 0 or [0], ...), result shape)
 
@@ -27,6 +27,9 @@ _DIM_ARG = {
     aten._softmax.default: 1, aten._log_softmax.default: 1, aten._safe_softmax.default: 1,
     aten._softmax_backward_data.default: 2, aten._log_softmax_backward_data.default: 2,
     aten.any.dim: 1, aten.all.dim: 1, aten.any.dims: 1, aten.all.dims: 1,
+    # a gather from a 0-dim source (index_add / index_copy backward): torch-mlir's lowering
+    # fails to legalize it
+    aten.index_select.default: 1,
 }
 _FLATTEN_WHEN_NONE = {aten.argmax.default, aten.argmin.default}
 
@@ -46,6 +49,8 @@ def _needs_lift(node: fx.Node) -> bool:
         return False
     if all(v.dim() == 0 for v in ins):
         return True
+    if node.target is aten.index_select.default:
+        return ins[0].dim() == 0 and ins[0].numel() == 1
     i = _DIM_ARG[node.target]
     dim = node.args[i] if len(node.args) > i else node.kwargs.get("dim")
     return node.target in _FLATTEN_WHEN_NONE and dim is None and len(ins) == 1

@@ -5,9 +5,10 @@ compile (applied while AOTAutograd traces, below autograd; NotImplemented leaves
   converted to that type: 65536 is inf in f16 (the mean of 65536 f16 values came out 0) and
   counts above 2048 (f16) or 256 (bf16) are rounded. Eager (CPU) sums in f32, divides in f32
   and rounds once (`cast_fp32 -> sum -> div -> cast`, ReduceOps.cpp); so does this.
-* `norm` of bf16/f16 (`dist`'s decomposition makes one): torch-mlir's `aten.norm.Scalar`
-  rejects 16-bit inputs; eager's kernel accumulates in f32 and rounds once, as
-  `vector_norm` of the f32 input does.
+* `norm` and `linalg_vector_norm` of bf16/f16 (`dist`'s decomposition makes a norm):
+  torch-mlir's `aten.norm.Scalar` rejects 16-bit inputs, and its `linalg_vector_norm` raises
+  to the power in the 16-bit type (||-8.5||_6 came out 8.5625, eager 8.5: a 4% gradient
+  error); eager's kernel computes in f32 and rounds once, as `vector_norm` of the f32 input.
 * `as_strided` that is a reshape (group norm's decomposition makes one: a contiguous input at
   offset 0, as many elements as the result, contiguous strides) is a `view`: torch-mlir turns
   as_strided into a gather through a constant index tensor, which no kernel can hold.
@@ -44,6 +45,12 @@ def _norm(x, p=2, dim=None, keepdim=False):
     return torch.linalg.vector_norm(x.float(), p, dim, keepdim).to(x.dtype)
 
 
+def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    if dtype is not None and dtype != getattr(x, "dtype", None):
+        return NotImplemented
+    return _norm(x, ord, dim, keepdim)
+
+
 def _norm_scalar(x, p=2):
     return _norm(x, p)
 
@@ -70,4 +77,5 @@ def _as_strided(x, size, stride, storage_offset=None):
 def table() -> dict:
     return {aten.mean.dim: _mean, aten.mean.default: _mean_default,
             aten.norm.Scalar: _norm_scalar, aten.norm.ScalarOpt_dim: _norm,
+            aten.linalg_vector_norm.default: _vector_norm,
             aten.as_strided.default: _as_strided}

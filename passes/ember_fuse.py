@@ -114,18 +114,31 @@ class EmberFuse(Pass):
         # Most bytes saved first; ties in program order (stable).
         edges.sort(key=lambda e: -e[0])
 
+        def horizon(b_ops):
+            """No op after this one leads to the ops b_ops. Users come after their operands in
+            the block, but a group is a kernel that runs at once, after all of its operands: an
+            op past b_ops' last one still leads to them through a group that also holds an
+            earlier op (a group's ops need not be contiguous: groupnorm's backward made a
+            cycle)."""
+            hi = max(b_ops)
+            spans = sorted((min(ids), max(ids)) for ids in member_ids.values() if len(ids) > 1)
+            for lo, top in spans:
+                if lo > hi:
+                    break
+                hi = max(hi, top)
+            return hi
+
         def reaches(src, dst):
             """Is there a path from group src to group dst through an op outside both? (Then
             merging them would make a cycle.) The first op outside both on such a path (a
-            block index), else None. A group is entered whole: a kernel runs at once.
-            Users come after their operands in the block, so no op after dst's last one can
-            lead back to dst: the walk never goes past it."""
+            block index), else None. A group is entered whole: a kernel runs at once. The
+            walk never goes past `horizon` of dst's ops."""
             return path_between(set(member_ids[src]), set(member_ids[dst]))
 
         def path_between(a_ops, b_ops):
             """reaches() for sets of block indices (with a_ops == b_ops: whether a path leaves
             the set and comes back, a cycle if they became one kernel)."""
-            hi = max(b_ops)
+            hi = horizon(b_ops)
             if hi < min(a_ops):
                 return None
             stack = [(u, u) for o in a_ops for u in succ[o]
@@ -336,6 +349,8 @@ def _is_compute(op, dynamic: bool = False) -> bool:
         return False
     if dynamic and (is_size_op(op) or name == "tensor.reshape"):
         return False    # tensor.reshape: a host view (its sizes are computed on the host)
+    if fusion_legality.is_constant_scalar_op(op):
+        return False    # cloned into its users, as a constant is
     if name == "linalg.fill" and _cloneable(op) and \
             not any(op_name(u) == "func.return" for u in users(op.results[0])):
         return False    # cloned into its users; one that is returned is a kernel of its own

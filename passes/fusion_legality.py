@@ -122,6 +122,22 @@ def _non_splat_tensor(op) -> bool:
     return not (isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat)
 
 
+def is_constant_scalar_op(op) -> bool:
+    """A scalar `arith` / `math` op computed from constants alone (torch-mlir leaves
+    `1 / truncf(0.9)` on the host for vector_norm's root): each kernel reading it recomputes
+    it, as it does a constant; as a kernel of its own it would have a scalar result."""
+    name = op_name(op)
+    if not name.startswith(("arith.", "math.")) or name == "arith.constant" or \
+            any(isinstance(r.type, (ir.RankedTensorType, ir.ShapedType)) for r in op.results):
+        return False
+    for value in op.operands:
+        producer = defining_op(value)
+        if producer is None or isinstance(value.type, ir.ShapedType) or not (
+                op_name(producer) == "arith.constant" or is_constant_scalar_op(producer)):
+            return False
+    return True
+
+
 def cloneable(op) -> bool:
     """Cheap producers that each kernel re-creates instead of reading from memory. A dense
     tensor constant whose elements differ (a relative-position index, a constant-folded
@@ -132,6 +148,8 @@ def cloneable(op) -> bool:
         return True
     if name == "arith.constant":
         return not _non_splat_tensor(op)
+    if is_constant_scalar_op(op):
+        return True
     if name == "linalg.fill":
         value = defining_op(op.operands[0])
         init = defining_op(op.operands[1])
