@@ -83,3 +83,12 @@ def test_fuzz_variant_options_change_the_program(target):
     torch._dynamo.reset()
     assert kernels["nofuse"] == kernels["nofuse+noplan"] > kernels["default"] == 1
     assert "ember-buffer-reuse" not in variant_options("noplan", target)["pipeline"]
+
+
+def test_fuzz_compares_error_types():
+    """Both sides raising passes only when ember's error is an instance of eager's type."""
+    from fuzz.compare import _verdict
+    args = (None, None, [], [], [], "cpu")
+    assert _verdict(IndexError("x"), RuntimeError("x"), *args)[0] == "error"
+    assert _verdict(RuntimeError("x"), IndexError("x"), *args)[0] == "error"
+    assert _verdict(IndexError("x"), IndexError("y"), *args)[0] == "pass"
