@@ -291,3 +291,13 @@ def test_index_select_of_a_size_one_dim_checks_the_index(target, dim, index):
         with pytest.raises(type(e)):
             torch.compile(ns["fn"], backend="ember", options={"target": target})(
                 *ns["make_inputs"]())
+
+
+# seed 26 index 1996: `True // int8_t` raised "Subtraction ... with a bool tensor is not
+# supported" from ember's integer floor division (the Python bool stayed a bool); eager
+# divides 1.
+def test_python_bool_floor_divided_by_int_tensor(target):
+    src = _case("a0 = torch.tensor([127, 4, -1, 2, -6, 3, 1, -6, -4], dtype=torch.int8)",
+                "v0 = True // a0\nreturn (v0 * -1, False // a0, a0 // True)",
+                exact=(True, True, True))
+    _no_fallback(_assert_matches(src, target))
