@@ -301,3 +301,13 @@ def test_python_bool_floor_divided_by_int_tensor(target):
                 "v0 = True // a0\nreturn (v0 * -1, False // a0, a0 // True)",
                 exact=(True, True, True))
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 27 index 801, cpu target: int64 `(v0 + a0) < a0` with 6 + (2^63 - 2) was False, eager True
+# (wrapped): signed overflow is undefined in C++ and g++ folded the compare; the C++ is built
+# with -fwrapv now.
+def test_int64_overflow_wraps_before_a_compare(target):
+    src = _case("a0 = torch.tensor([6, 2, 9223372036854775806], dtype=torch.int64).reshape(3, 1, 1)",
+                "v0 = a0.select(0, -3)\nreturn ((v0 + a0) < a0, (a0 * 4) > a0)",
+                exact=(True, True))
+    _no_fallback(_assert_matches(src, target))
