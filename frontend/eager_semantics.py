@@ -551,8 +551,10 @@ def _div_mode(a, b, rounding_mode=None):
         return NotImplemented
     # A bool operand computes in the other's type (torch-mlir crashed converting it to int8
     # itself: fuzz seed 3 index 258).
-    a, b = (x.to(dt) if isinstance(x, torch.Tensor) and x.dtype == torch.bool else x
-            for x in (a, b))
+    # A Python bool is the int it stands for (`True // int8_t` subtracted a bool in
+    # _floor_div: fuzz seed 26 index 1996).
+    a, b = (x.to(dt) if isinstance(x, torch.Tensor) and x.dtype == torch.bool else
+            int(x) if isinstance(x, bool) else x for x in (a, b))
     return _floor_div(a, b)
 
 

@@ -27,8 +27,11 @@ CXX = "g++"     # the default; the CXX environment variable overrides it (runtim
 # run alike (10.2/6.2-10.2, 3.68/3.75, 1.57/1.59 ms) and build alike (0.4-0.7 s a graph, noise
 # of the shared machine); -mprefer-vector-width=512 gains nothing on this (double-pumped)
 # AVX-512. So: -O3 -march=native, and the cache key carries the machine (machine_identity).
-CXX_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared",
-                              "-fPIC", "-std=c++17")
+# -fwrapv: signed integer overflow wraps, as eager's integers do; without it g++ folds
+# `(a + b) < b` to `a < 0` (fuzz seed 27 index 801: int64 6 + (2^63 - 2) < (2^63 - 2) was False,
+# eager True).
+CXX_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fwrapv", "-fopenmp",
+                              "-shared", "-fPIC", "-std=c++17")
 
 # Per-process counters; tests read them to prove a cache hit did not invoke the compiler.
 stats = {"compiles": 0, "disk_hits": 0, "process_hits": 0}

@@ -289,6 +289,10 @@ def _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target) ->
     if ref_err is None and err is not None:
         return "error", f"ember raised {_one_line(err)}"
     if ref_err is not None:
+        # a user's `except IndexError` must catch ember's error as it catches eager's
+        if not isinstance(err, type(ref_err)):
+            return "error", (f"ember raised {_one_line(err)}; eager raised "
+                             f"{_one_line(ref_err)}")
         return "pass", "both raised"
     d = diff(outs, refs, out_inputs, ref_inputs, exact)
     # the inputs must come out as eager leaves them (no op here mutates)

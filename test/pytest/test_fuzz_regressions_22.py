@@ -291,3 +291,23 @@ def test_index_select_of_a_size_one_dim_checks_the_index(target, dim, index):
         with pytest.raises(type(e)):
             torch.compile(ns["fn"], backend="ember", options={"target": target})(
                 *ns["make_inputs"]())
+
+
+# seed 26 index 1996: `True // int8_t` raised "Subtraction ... with a bool tensor is not
+# supported" from ember's integer floor division (the Python bool stayed a bool); eager
+# divides 1.
+def test_python_bool_floor_divided_by_int_tensor(target):
+    src = _case("a0 = torch.tensor([127, 4, -1, 2, -6, 3, 1, -6, -4], dtype=torch.int8)",
+                "v0 = True // a0\nreturn (v0 * -1, False // a0, a0 // True)",
+                exact=(True, True, True))
+    _no_fallback(_assert_matches(src, target))
+
+
+# seed 27 index 801, cpu target: int64 `(v0 + a0) < a0` with 6 + (2^63 - 2) was False, eager True
+# (wrapped): signed overflow is undefined in C++ and g++ folded the compare; the C++ is built
+# with -fwrapv now.
+def test_int64_overflow_wraps_before_a_compare(target):
+    src = _case("a0 = torch.tensor([6, 2, 9223372036854775806], dtype=torch.int64).reshape(3, 1, 1)",
+                "v0 = a0.select(0, -3)\nreturn ((v0 + a0) < a0, (a0 * 4) > a0)",
+                exact=(True, True))
+    _no_fallback(_assert_matches(src, target))
