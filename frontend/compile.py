@@ -42,14 +42,22 @@ def _output_sizes(gm: fx.GraphModule) -> dict[str, int]:
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     vals = [getattr(o, "meta", {}).get("val") for o in (out if isinstance(out, (list, tuple))
                                                          else (out,))]
-    tensors = [v for v in vals if isinstance(v, torch.Tensor)]
-    nbytes = 0
-    for v in tensors:
+    nodes = out if isinstance(out, (list, tuple)) else (out,)
+    nbytes = passed = count = 0
+    for node, v in zip(nodes, vals):
+        if not isinstance(v, torch.Tensor):
+            continue
+        count += 1
         try:
-            nbytes += int(v.numel()) * v.element_size()
+            size = int(v.numel()) * v.element_size()
         except (TypeError, RuntimeError):       # a symbolic size
-            pass
-    return {"num_outputs": len(tensors), "output_bytes": nbytes}
+            continue
+        nbytes += size
+        if getattr(node, "op", None) == "placeholder":
+            passed += size
+    # input_output_bytes: outputs that are inputs returned as they are (a training forward's
+    # saved parameters): no new memory
+    return {"num_outputs": count, "output_bytes": nbytes, "input_output_bytes": passed}
 
 
 def _lend(run, prep, mutations, guarded: range | None) -> None:
