@@ -328,3 +328,30 @@ def test_mutated_input_that_is_also_returned_keeps_eager_values():
     torch.testing.assert_close(out[0], ref[0])
     torch.testing.assert_close(out[1], ref[1])
     assert out[0].data_ptr() == a.data_ptr()
+
+
+def test_autocast_weight_casts_are_recomputed_not_saved():
+    """Under bf16 autocast the forward casts each weight to bf16; the training partition
+    recomputes those casts in the backward (the fp32 weight is alive anyway) instead of saving
+    the copies: the forward's new saved memory is far below the weights' bf16 bytes, and the
+    gradients are eager's under autocast."""
+    import ember
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.Tanh(), torch.nn.Linear(256, 256),
+                            torch.nn.Tanh(), torch.nn.Linear(256, 8))
+    ref = copy.deepcopy(m)
+    x = torch.randn(4, 256)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref(x).float().square().mean().backward()
+    torch._dynamo.reset()
+    ember.clear_reports()
+    f = torch.compile(m, backend="ember", options={"target": "cpu"})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        f(x).float().square().mean().backward()
+    for p, q in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=1e-3)
+    fwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-forward")][-1]
+    assert fwd["status"] == "compiled" and not fwd["eager_fallback_ops"]
+    weights_bf16 = sum(p.numel() * 2 for p in m.parameters() if p.dim() == 2)
+    new_saved = fwd["output_bytes"] - fwd["input_output_bytes"]
+    assert new_saved < weights_bf16 / 8, (new_saved, weights_bf16)
