@@ -46,7 +46,8 @@ class CompileOptions:
       configuration) in worker processes when the graph is loaded, instead of one at a time
       at each kernel's first launch (runtime/triton_warm.py). Same kernels either way.
     recompute: training graphs are split by AOTAutograd's min-cut partitioner (what Inductor
-      uses): cheap pointwise values are recomputed in the backward graph, where ember fuses
+      uses): cheap pointwise values, and autocast's casts of the weights, are recomputed in
+      the backward graph, where ember fuses
       them into its kernels, instead of being saved by the forward (less memory, fewer copies
       into a graphed backward); False saves every value the backward reads.
     mode: torch.compile's `mode=` (also accepted here): "default" and "reduce-overhead" (CUDA
