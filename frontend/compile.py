@@ -214,9 +214,17 @@ class EmberGraph:
         """A compiled call raised. The graph is functional, so eager can redo the call: if
         eager raises as well, the error is the program's (an index out of range) and eager's
         exception is what the user sees; if not, ember was wrong and this graph runs eagerly
-        from now on."""
+        from now on. The graph redone is the decomposed one, whose op may raise another type
+        than the user's op (index_add out of range: RuntimeError; its decomposition's index_put:
+        IndexError): an IndexError is raised as one that is a RuntimeError too, with eager's
+        message (what ember's own checked kernels raise)."""
         try:
             out = self._eager(*args)
+        except IndexError as eager_err:
+            if isinstance(eager_err, RuntimeError):
+                raise eager_err from None
+            from ..runtime.kernel_errors import KernelIndexError
+            raise KernelIndexError(str(eager_err)) from None
         except Exception as eager_err:
             raise eager_err from None
         report = getattr(fn, "ember_report", None)

@@ -194,7 +194,7 @@ def _raises_like_eager(fn, args, exc, target):
 
 @pytest.mark.targets("cpu", "triton")
 @pytest.mark.parametrize("case", ["embedding", "embedding_negative", "gather", "gather_huge",
-                                  "index_select", "index_tensor"])
+                                  "index_select", "index_tensor", "index_add"])
 def test_index_out_of_range_raises(target, case):
     """Out-of-range indices read garbage (embedding, index_select) or SIGSEGV'd (gather of
     10**9): the kernel checks each index read from data, reads in bounds regardless, and the
@@ -213,6 +213,10 @@ def test_index_out_of_range_raises(target, case):
                          (x, torch.tensor([2, 0])), IndexError),
         "index_tensor": (lambda x, i: x[i] * 2, (x, torch.tensor([3, -4])),
                          (x, torch.tensor([-1, 2])), IndexError),
+        # eager: RuntimeError; its decomposition (index_put), which a failed call is redone
+        # with, raised IndexError only (fuzz9c's probe)
+        "index_add": (lambda x, i, s: x.index_add(0, i, s), (x, torch.tensor([0, 7]), x[:2]),
+                      (x, torch.tensor([2, 0]), x[:2]), RuntimeError),
     }[case]
     c = _raises_like_eager(fn, bad, exc, target)
     _exact(c(*good), fn(*good))
