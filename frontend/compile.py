@@ -60,6 +60,15 @@ def _output_sizes(gm: fx.GraphModule) -> dict[str, int]:
     return {"num_outputs": count, "output_bytes": nbytes, "input_output_bytes": passed}
 
 
+def _plan_users(prep) -> dict[int, set[int]]:
+    """Program output -> the graph outputs made from it (itself or a view of it)."""
+    users: dict[int, set[int]] = {}
+    for i, entry in enumerate(prep.plan):
+        if entry[0] in ("compiled", "view"):
+            users.setdefault(entry[1], set()).add(i)
+    return users
+
+
 def _lend(run, prep, mutations, guarded: range | None) -> None:
     """A CUDA-graphed program hands some outputs out of its pool uncloned
     (runtime/cuda_graphs.py):
@@ -75,10 +84,7 @@ def _lend(run, prep, mutations, guarded: range | None) -> None:
     from ..runtime.cuda_graphs import GraphedProgram
     if not isinstance(run, GraphedProgram) or prep.single:
         return
-    users: dict[int, set[int]] = {}
-    for i, entry in enumerate(prep.plan):
-        if entry[0] in ("compiled", "view"):
-            users.setdefault(entry[1], set()).add(i)
+    users = _plan_users(prep)
     written = {k for _, k in mutations.targets} if mutations is not None else set()
     lent = {prep.plan[k][1] for k in written
             if prep.plan[k][0] == "compiled" and len(users[prep.plan[k][1]]) == 1}
@@ -95,10 +101,7 @@ def _donations(prep, mutations) -> list[tuple[int, int]]:
     and read by no host-side view."""
     if mutations is None or prep.single or prep.gm is None:
         return []
-    uses: dict[int, int] = {}
-    for entry in prep.plan:
-        if entry[0] in ("compiled", "view"):
-            uses[entry[1]] = uses.get(entry[1], 0) + 1
+    users = _plan_users(prep)
     host_reads = set()
     if prep.host_gm is not None:
         host_reads = {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
@@ -106,7 +109,7 @@ def _donations(prep, mutations) -> list[tuple[int, int]]:
     pairs = []
     for i, k in mutations.targets:
         entry = prep.plan[k]
-        if (entry[0] == "compiled" and uses[entry[1]] == 1 and i not in prep.in_perms
+        if (entry[0] == "compiled" and len(users[entry[1]]) == 1 and i not in prep.in_perms
                 and i not in host_reads):
             pairs.append((i, entry[1]))
     return pairs

@@ -343,7 +343,7 @@ def written_args(module, main, ops, donate) -> list[int]:
         arg, v = args[a], ret.operands[r]
         if sum(1 for w in ret.operands if w == v) != 1:
             continue
-        launch = next((op for op in ops if any(res == v for res in op.results)), None)
+        launch = v.owner if isinstance(v, ir.OpResult) else None   # not an argument
         kernel = _kernel_of(kernels, launch) if launch is not None else None
         if (kernel is None or KERNEL.get(kernel) != "pointwise" or arg.type != v.type
                 or byte_size(v.type) is None or any(r.type != v.type for r in launch.results)):

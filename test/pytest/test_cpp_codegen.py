@@ -259,22 +259,33 @@ def test_math_edge_values(tmp_path, op):
     assert f"ember_{op if op != 'sigmoid' else 'exp'}(" in src, src
     lib, _ = build(tmp_path, prelude + src)
     out, = run_kernel(lib, sym, [x], res)
+    ref, _ = _assert_like_torch_within_3ulp(fn, x, out,
+                                            # the import's 1 / (1 + exp(-x)) underflows
+                                            # to 0 below -88.7
+                                            x > -88.5 if op == "sigmoid" else None)
+    # saturation is exact: tanh/erf(+-10) == +-1, exp/sigmoid(-150) == 0, exp(-inf) == 0
+    if op in ("tanh", "erf", "sigmoid", "exp"):
+        sat = (x == 10) | (x == -10) | (x == -150) | (x == -float("inf"))
+        assert torch.equal(out[sat], ref[sat]), (x[sat], out[sat], ref[sat])
+
+
+def _assert_like_torch_within_3ulp(fn, x, out, where=None):
+    """`out` (a kernel's fn(x)) has torch's NaNs and infinities, and is within 3 ulp of the
+    float64 result wherever that and torch's are finite (and `where` holds). Returns
+    (torch's float32 result, the float64 one)."""
     ref = fn(x)
     assert torch.equal(torch.isnan(out), torch.isnan(ref)), x[torch.isnan(out) != torch.isnan(ref)]
     inf = torch.isinf(ref)
     assert torch.equal(out[inf], ref[inf])
     exact = fn(x.double())
     fin = torch.isfinite(exact) & torch.isfinite(ref)
-    if op == "sigmoid":  # the import's 1 / (1 + exp(-x)) underflows to 0 below -88.7
-        fin &= x > -88.5
-    ulp = (torch.nextafter(exact[fin].float().abs(), torch.tensor(float("inf"))) -
-           exact[fin].float().abs()).double()
+    if where is not None:
+        fin &= where
+    rf = exact[fin].float().abs()
+    ulp = (torch.nextafter(rf, torch.tensor(float("inf"))) - rf).double()
     err = (out[fin].double() - exact[fin]).abs() / ulp
-    assert err.max() <= 3, (err.max(), x[fin][err.argmax()])
-    # saturation is exact: tanh/erf(+-10) == +-1, exp/sigmoid(-150) == 0, exp(-inf) == 0
-    if op in ("tanh", "erf", "sigmoid", "exp"):
-        sat = (x == 10) | (x == -10) | (x == -150) | (x == -float("inf"))
-        assert torch.equal(out[sat], ref[sat]), (x[sat], out[sat], ref[sat])
+    assert err.max() <= 3, (err.max().item(), x[fin][err.argmax()].item())
+    return ref, exact
 
 
 def _float_sweep(step_bits: int) -> torch.Tensor:
@@ -302,16 +313,7 @@ def test_math_dense_sweep(tmp_path, op):
     assert f"ember_{op}(" in src, src
     lib, _ = build(tmp_path, prelude + src)
     out, = run_kernel(lib, sym, [x], res)
-    ref = fn(x)
-    assert torch.equal(torch.isnan(out), torch.isnan(ref)), x[torch.isnan(out) != torch.isnan(ref)]
-    inf = torch.isinf(ref)
-    assert torch.equal(out[inf], ref[inf])
-    exact = fn(x.double())
-    fin = torch.isfinite(exact) & torch.isfinite(ref)
-    rf = exact[fin].float().abs()
-    ulp = (torch.nextafter(rf, torch.tensor(float("inf"))) - rf).double()
-    err = (out[fin].double() - exact[fin]).abs() / ulp
-    assert err.max() <= 3, (err.max().item(), x[fin][err.argmax()].item())
+    ref, exact = _assert_like_torch_within_3ulp(fn, x, out)
     # Exact where the result is clearly 0 or +-1 (not within a rounding of the midpoint).
     special = (exact.abs() < 2.0 ** -151) | ((1 - exact.abs()).abs() < 2.0 ** -27)
     assert torch.equal(out[special], ref[special]), x[special][out[special] != ref[special]]

@@ -8,6 +8,19 @@ import ember
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+@pytest.fixture
+def graphs(monkeypatch):
+    """Every GraphedProgram made during the test (its __init__ spied on, restored after)."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+    made, init = [], GraphedProgram.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+    monkeypatch.setattr(GraphedProgram, "__init__", spy)
+    return made
+
+
 def _model():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64),
@@ -127,34 +140,24 @@ def test_input_that_moves_after_capture_is_copied_from_then_on():
         assert graphed.captured and graphed._recaptures == 1, step
 
 
-def test_optimizer_step_lends_written_back_outputs_and_matches_eager():
+def test_optimizer_step_lends_written_back_outputs_and_matches_eager(graphs):
     """An AdamW step graph mutates every parameter and moment: the replay hands those new values
     out of its pool uncloned (write_back copies them into the inputs at once)."""
-    from ember.runtime.cuda_graphs import GraphedProgram
-    made = []
-    init = GraphedProgram.__init__
-
-    def spy(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
+    made = graphs
     torch.manual_seed(0)
     ref_model = _model().train()
     model = _model().train()
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (ref_model, model)]
-    GraphedProgram.__init__ = spy
-    try:
-        step = torch.compile(opts[1].step, backend="ember")
-        for i in range(6):
-            for m in (ref_model, model):
-                torch.manual_seed(i)
-                x = torch.randn(32, 64, device="cuda")
-                m(x).square().mean().backward()
-            opts[0].step()
-            step()
-            for m in (ref_model, model):
-                m.zero_grad(set_to_none=True)
-    finally:
-        GraphedProgram.__init__ = init
+    step = torch.compile(opts[1].step, backend="ember")
+    for i in range(6):
+        for m in (ref_model, model):
+            torch.manual_seed(i)
+            x = torch.randn(32, 64, device="cuda")
+            m(x).square().mean().backward()
+        opts[0].step()
+        step()
+        for m in (ref_model, model):
+            m.zero_grad(set_to_none=True)
     # Rounding differences of the fused step grow over six steps to ~1e-4; a value not written
     # back (or a stale one) would be off by about lr = 1e-2.
     for p, q in zip(ref_model.parameters(), model.parameters()):
@@ -179,50 +182,35 @@ def test_training_forward_outputs_that_are_views_alias_as_eager():
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
 
 
-def _spy_graphs():
-    from ember.runtime.cuda_graphs import GraphedProgram
-    made, init = [], GraphedProgram.__init__
-
-    def spy(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
-    return made, init, spy
-
-
-def test_backward_reads_saved_activations_in_the_forwards_pool():
+def test_backward_reads_saved_activations_in_the_forwards_pool(graphs):
     """A plain training loop: the graphed forward lends its saved activations (guarded), the
     graphed backward reads them in place (no clone out, no copy in), every step replays both
     graphs, and the gradients match eager's. Two forwards before their backwards: the second
     runs without its graph and the gradients are still eager's."""
-    from ember.runtime.cuda_graphs import GraphedProgram
-    made, init, spy = _spy_graphs()
+    made = graphs
     torch.manual_seed(0)
     model, ref = _model().train(), _model().train()
     ref.load_state_dict(model.state_dict())
-    GraphedProgram.__init__ = spy
-    try:
-        f = torch.compile(model, backend="ember")
-        for i in range(6):
-            x = torch.randn(32, 64, device="cuda")
-            f(x).square().mean().backward()
-            ref(x).square().mean().backward()
-            for p, q in zip(ref.parameters(), model.parameters()):
-                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
-                p.grad = q.grad = None
-        fwd = [g for g in made if g._guarded and not g._pooled]
-        bwd = [g for g in made if g._pooled]
-        assert len(fwd) == 1 and len(bwd) == 1 and fwd[0].captured and bwd[0].captured
-        assert fwd[0].ungraphed_calls == bwd[0].ungraphed_calls == 0
-        assert len(bwd[0]._pooled) >= len(fwd[0]._guard) > 0
-        # two forwards, then both backwards: the second forward must not overwrite the first's
-        x1, x2 = torch.randn(32, 64, device="cuda"), torch.randn(32, 64, device="cuda")
-        (f(x1).square().mean() + f(x2).mean()).backward()
-        (ref(x1).square().mean() + ref(x2).mean()).backward()
+    f = torch.compile(model, backend="ember")
+    for i in range(6):
+        x = torch.randn(32, 64, device="cuda")
+        f(x).square().mean().backward()
+        ref(x).square().mean().backward()
         for p, q in zip(ref.parameters(), model.parameters()):
             torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
-        assert fwd[0].ungraphed_calls == 1
-    finally:
-        GraphedProgram.__init__ = init
+            p.grad = q.grad = None
+    fwd = [g for g in made if g._guarded and not g._pooled]
+    bwd = [g for g in made if g._pooled]
+    assert len(fwd) == 1 and len(bwd) == 1 and fwd[0].captured and bwd[0].captured
+    assert fwd[0].ungraphed_calls == bwd[0].ungraphed_calls == 0
+    assert len(bwd[0]._pooled) >= len(fwd[0]._guard) > 0
+    # two forwards, then both backwards: the second forward must not overwrite the first's
+    x1, x2 = torch.randn(32, 64, device="cuda"), torch.randn(32, 64, device="cuda")
+    (f(x1).square().mean() + f(x2).mean()).backward()
+    (ref(x1).square().mean() + ref(x2).mean()).backward()
+    for p, q in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+    assert fwd[0].ungraphed_calls == 1
 
 
 def test_forward_kept_alive_without_backward_is_not_overwritten():
@@ -245,31 +233,26 @@ def test_forward_kept_alive_without_backward_is_not_overwritten():
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
 
 
-def test_gradient_accumulation_over_lent_gradients_matches_eager():
+def test_gradient_accumulation_over_lent_gradients_matches_eager(graphs):
     """The graphed backward hands its gradients out of its pool (autograd may keep them as
     `.grad`): accumulating over micro-batches without zeroing must not let a replay overwrite
     a `.grad` still held, and plain steps with zero_grad keep replaying."""
-    from ember.runtime.cuda_graphs import GraphedProgram
-    made, init, spy = _spy_graphs()
+    made = graphs
     torch.manual_seed(0)
     model, ref = _model().train(), _model().train()
     ref.load_state_dict(model.state_dict())
-    GraphedProgram.__init__ = spy
-    try:
-        f = torch.compile(model, backend="ember")
-        for step in range(8):
-            for micro in range(3 if step % 2 else 1):
-                x = torch.randn(32, 64, device="cuda")
-                f(x).square().mean().backward()
-                ref(x).square().mean().backward()
-            for p, q in zip(ref.parameters(), model.parameters()):
-                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
-            model.zero_grad()
-            ref.zero_grad()
-        # the second micro-batch finds the first's gradients kept as .grad: no replay over
-        # them; from the third in a row on, the backward clones its gradients (a new capture)
-        bwd = [g for g in made if g._pooled or g._no_pool]
-        assert len(bwd) == 1 and bwd[0].captured and bwd[0].ungraphed_calls >= 2
-        assert not bwd[0]._guarded and bwd[0]._recaptures >= 1
-    finally:
-        GraphedProgram.__init__ = init
+    f = torch.compile(model, backend="ember")
+    for step in range(8):
+        for micro in range(3 if step % 2 else 1):
+            x = torch.randn(32, 64, device="cuda")
+            f(x).square().mean().backward()
+            ref(x).square().mean().backward()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        model.zero_grad()
+        ref.zero_grad()
+    # the second micro-batch finds the first's gradients kept as .grad: no replay over
+    # them; from the third in a row on, the backward clones its gradients (a new capture)
+    bwd = [g for g in made if g._pooled or g._no_pool]
+    assert len(bwd) == 1 and bwd[0].captured and bwd[0].ungraphed_calls >= 2
+    assert not bwd[0]._guarded and bwd[0]._recaptures >= 1
