@@ -148,6 +148,10 @@ RESULTS = Attr(PREFIX + "results", LIBRARY_FUNC, "i64-array", "frontend (library
                ("frontend export",), "which output of the op each result is")
 VIEW = Attr(PREFIX + "view", LIBRARY_FUNC, "unit", "frontend (library_calls)",
             ("ember-buffer-reuse",), "its results alias its operands (view_as_real)")
+OPERAND_VIEWS = Attr(PREFIX + "operand_views", LIBRARY_FUNC, "i64-array-list",
+                     "ember-library-views", ("frontend export",),
+                     "per operand read as a strided view of its (row-major) buffer: [operand, "
+                     "element offset, sizes..., strides...]")
 # A key inside `ember.params`, not an attribute: {ember.complex = [re, im]} is a complex
 # scalar argument (the runtime decodes it: runtime/externs.py).
 COMPLEX_KEY = PREFIX + "complex"
@@ -187,7 +191,7 @@ WRITES_ARGS = Attr(PREFIX + "writes_args", FUNC, "i64-array", "ember-buffer-reus
                    "argument's memory (it reads the argument elementwise, and last)")
 
 ATTRS: dict[str, Attr] = {a.name: a for a in (
-    LIBRARY, TENSOR_ARGS, PARAMS, RESULTS, VIEW, KERNEL, OPS, RESULT_DIMS, OFFSETS,
+    LIBRARY, TENSOR_ARGS, PARAMS, RESULTS, VIEW, OPERAND_VIEWS, KERNEL, OPS, RESULT_DIMS, OFFSETS,
     ARENA_BYTES, UNPLANNED_BYTES, DONATE, WRITES_ARGS, SOURCE, SYMBOL, TARGET, PRELUDE)}
 
 

@@ -186,9 +186,12 @@ def kernel_ops(func) -> list[str]:
 def library_params(decl) -> dict[str, Any]:
     """What the runtime needs to call an `ember.library` declaration's ATen op (see
     frontend/library_calls.py): operand names, other arguments, which outputs are results."""
-    return {"tensor_args": attr_to_python(C.TENSOR_ARGS.raw(decl)),
-            "kwargs": attr_to_python(C.PARAMS.raw(decl)),
-            "results": attr_to_python(C.RESULTS.raw(decl))}
+    params = {"tensor_args": attr_to_python(C.TENSOR_ARGS.raw(decl)),
+              "kwargs": attr_to_python(C.PARAMS.raw(decl)),
+              "results": attr_to_python(C.RESULTS.raw(decl))}
+    if C.OPERAND_VIEWS.has(decl):       # ember-library-views
+        params["views"] = [list(v) for v in C.OPERAND_VIEWS.get(decl)]
+    return params
 
 
 _SIGNLESS = {"uint8": "int8", "uint16": "int16", "uint32": "int32", "uint64": "int64"}
