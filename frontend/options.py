@@ -192,7 +192,7 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
             lower += "{" + " ".join(lower_opts) + "}"
     # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
     # come from (frontend/compile_module.explained).
-    return (f"builtin.module(ember-library-views,"
+    return (f"builtin.module(ember-convert-externs,ember-library-views,"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")

@@ -11,8 +11,10 @@ Invariant established: every `func.call` in a public function of a library decla
 fused-attention forward op (`ATTENTION`), whose declaration has that one call and no
 `ember.view`, takes for each operand that was a chain of `tensor.extract_slice` (static, unit
 or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` (of dims that are contiguous
-in the layout so far) and `linalg.transpose` ops of a statically shaped value R — with at least
-one slice or transpose in the chain, and its innermost stride 1 — the value R itself; the
+in the layout so far) and `linalg.transpose` ops of a statically shaped value R that is a buffer
+in any case (a graph input, an `ember.extern` or library call result: the pass runs after
+ember-convert-externs) — with at least one slice or transpose in the chain, and its innermost
+stride 1 — the value R itself; the
 declaration's argument type is R's type and `ember.operand_views` holds, per such operand,
 `[operand, element offset, sizes..., strides...]`: the view of R's row-major buffer that the
 chain computed. Chain ops left without users are erased. Everything else is left alone.
@@ -28,7 +30,7 @@ from typing import ClassVar
 
 from torch_mlir import ir
 
-from ..dialects.contract import LIBRARY, OPERAND_VIEWS, VIEW, is_library
+from ..dialects.contract import EXTERN_OP, LIBRARY, OPERAND_VIEWS, VIEW, is_library
 from .base import Pass
 from .graph_utils import defining_op, op_name
 
@@ -138,11 +140,21 @@ def _chain(value) -> tuple[object, list]:
     return value, ops[::-1]
 
 
+def _materialized(value) -> bool:
+    """Whether `value` is a buffer whatever ember-fuse decides: a graph input, a library call's
+    or an `ember.extern`'s result. (A pointwise value could instead be computed inside the copy
+    kernel this pass removes: making it a buffer of its own would cost more than it saves.)"""
+    owner = defining_op(value)
+    return owner is None or op_name(owner) in (EXTERN_OP, "func.call")
+
+
 def _view_of(operand) -> tuple[object, Layout, list] | None:
     root, ops = _chain(operand)
     if not ops or not any(op_name(o) in ("tensor.extract_slice", "linalg.transpose")
                           for o in ops):
         return None         # reshapes only: already a free view
+    if not _materialized(root):
+        return None
     shape = _static_shape(root)
     if shape is None or _static_shape(operand) is None:
         return None

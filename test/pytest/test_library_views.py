@@ -44,16 +44,19 @@ def test_attention_reads_views_of_the_projection(target, device, bias):
     x = torch.randn(B, S, H * D, device=device)
     out, report = _run(model, x, target)
     plain = default_pipeline(CompileOptions(), resolve_target(target, [x.device]))
-    assert plain.startswith("builtin.module(ember-library-views,")
+    assert plain.startswith("builtin.module(ember-convert-externs,ember-library-views,")
     out0, report0 = _run(model, x, target, plain.replace("ember-library-views,", ""))
     with torch.no_grad():
         ref = model(x)
     torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(out0, ref, rtol=1e-5, atol=1e-6)
-    # the q/k/v copy kernel is gone (with a bias, the add stays, now without the transposes)
-    assert report["num_kernels"] == report0["num_kernels"] - (0 if bias else 1), \
-        (report["fused_groups"], report0["fused_groups"])
-    assert not any("transpose" in g and "add" in g for g in map(str, report["fused_groups"]))
+    if bias:
+        # the projection is mm + a pointwise bias add, which the copy kernel computes anyway:
+        # left alone (a buffer of its own would cost more than it saves)
+        assert report["fused_groups"] == report0["fused_groups"]
+    else:   # the q/k/v copy kernel is gone; attention reads views of the product
+        assert report["num_kernels"] == report0["num_kernels"] - 1, \
+            (report["fused_groups"], report0["fused_groups"])
 
 
 def test_training_step_with_views_matches_eager(target, device):
