@@ -9,10 +9,10 @@ from .cpp_column_blocks import block_columns
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .kernel_ir import (INT, Assign, Const, Let, Line, Load, Op, OmpPragma, Printer, Store,
                         Var, all_nodes, deps_of, perfect_depth, render_stmt)
-from .kernel_expr import ExprBuilder, Scope
-from .kernel_schedule import (Expr, Unschedulable, combiner, const,
-                              indexing_maps, iterator_types, masked_combiner, needed_results,
-                              schedule_kernel, tensor_args, type_name, var)
+from .ir_queries import indexing_maps, iterator_types, type_name
+from .kernel_expr import Expr, ExprBuilder, Scope, const, var
+from .kernel_schedule import Unschedulable, schedule_kernel, tensor_args
+from .reduction_body import combiner, masked_combiner, needed_results
 
 
 CTYPE = {"f32": "float", "f64": "double", "f16": "float", "bf16": "float", "i1": "bool",

@@ -208,19 +208,21 @@ def test_flattening_is_decided_on_the_tree():
 def test_reduction_identity_is_recognized_by_value():
     # an accumulator initialised to the combiner's identity is not combined again
     # (int32 amin's init 2147483647 is the identity spelled (2**31 - 1))
-    from ember.passes.ember_lower_to_triton import _is_identity
-    assert _is_identity(Const(2147483647, INT), "minsi", "i32")
-    assert _is_identity(Const(-2147483648, INT), "maxsi", "i32")
-    assert not _is_identity(Const(-2147483648, INT), "maxsi", "i64")
-    assert _is_identity(Const(0.0, "f32"), "addf", "f32")
-    assert not _is_identity(Const(-0.0, "f32"), "addf", "f32")
-    assert _is_identity(Const(float("-inf"), "f32"), "maximumf", "f32")
-    assert _is_identity(Const(False, "i1"), "ori", "i1")
-    assert not _is_identity(Var("t1"), "addf", "f32")
+    from ember.passes.triton_combiners import is_identity
+    assert is_identity(Const(2147483647, INT), "minsi", "i32")
+    assert is_identity(Const(-2147483648, INT), "maxsi", "i32")
+    assert not is_identity(Const(-2147483648, INT), "maxsi", "i64")
+    assert is_identity(Const(0.0, "f32"), "addf", "f32")
+    assert not is_identity(Const(-0.0, "f32"), "addf", "f32")
+    assert is_identity(Const(float("-inf"), "f32"), "maximumf", "f32")
+    assert is_identity(Const(False, "i1"), "ori", "i1")
+    assert not is_identity(Var("t1"), "addf", "f32")
 
 
-GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "cpp_emitter.py",
-              "triton_lang.py", "ember_lower_to_triton.py", "ember_lower_to_cpp.py"]
+GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "reduction_body.py",
+              "cpp_emitter.py", "triton_lang.py", "triton_combiners.py", "triton_blocks.py",
+              "triton_writer.py", "triton_source.py", "ember_lower_to_triton.py",
+              "ember_lower_to_cpp.py"]
 
 
 def _text_inspections(source: str) -> list:
