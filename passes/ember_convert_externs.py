@@ -12,7 +12,8 @@ results' types; ops left dead are erased. Nothing else changes.
 One pattern class per library op (`MatmulToExtern`, `ConvolutionToExtern`, `PoolingToExtern`),
 each with the op names it roots at and `rewrite(op) -> bool`. They are applied by one walk over
 the function body in program order, not by MLIR's greedy driver: the greedy driver also folds
-and reorders, which would change the IR that kernels are generated from. ember-fuse applies the
+and reorders, which would change the IR that kernels are generated from. The dead ops are
+erased by that driver with no patterns and folding off (`erase_dead`). ember-fuse applies the
 same patterns first unless `externs=false`.
 """
 import dataclasses
