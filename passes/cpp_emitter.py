@@ -7,8 +7,9 @@ import math
 
 from .cpp_column_blocks import block_columns
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
-from .kernel_ir import (INT, Assign, Const, Let, Line, Load, Op, OmpPragma, Printer, Store,
-                        Var, all_nodes, deps_of, perfect_depth, render_stmt)
+from .kernel_ir import (CONVERT, INT, Assign, Const, Decl, Let, Line, Load, Loop, Op, OmpPragma,
+                        Printer, Store, Var, all_nodes, deps_of, perfect_depth, render_loop,
+                        render_stmt)
 from .ir_queries import indexing_maps, iterator_types, type_name
 from .kernel_expr import Expr, ExprBuilder, Scope, const, var
 from .kernel_schedule import Unschedulable, schedule_kernel, tensor_args
@@ -96,6 +97,17 @@ class CppLang:
     def let(self, name, ty, text):
         return f"const {CTYPE.get(ty, 'auto')} {name} = {text};"
 
+    def decl(self, name, ty, text, const, length):
+        if length is not None:
+            return f"{CTYPE.get(ty, 'auto')} {name}[{length}];"
+        return f"{'const ' if const else ''}{CTYPE.get(ty, 'auto')} {name} = {text};"
+
+    def loop(self, var, start, stop, step, span):
+        if span is not None:
+            stop = f"std::min<int64_t>({start} + {span}, {stop})"
+        inc = f"++{var}" if step is None else f"{var} += {step}"
+        return f"for (int64_t {var} = {start}; {var} < {stop}; {inc})"
+
     def dim_size(self, g, k):
         return f"s{g}"
 
@@ -103,6 +115,8 @@ class CppLang:
         return f"ember_chk_index({i}, {n}, {dim})"
 
     def op(self, kind, args, rty, atys, nodes):
+        if kind == CONVERT:
+            return f"({CTYPE.get(rty, 'auto')}){args[0]}"
         if kind.startswith("idx."):
             k = kind[4:]
             a, b = args
@@ -220,7 +234,7 @@ def _render(scope: Scope, indent: int, out: list, show: Printer):
         if isinstance(s, Scope):
             for p in s.pragmas:
                 out.append(f"{pad}{p.render(perfect_depth(s), show)}")
-            out.append(f"{pad}{s.header} {{")
+            out.append(f"{pad}{render_loop(s.loop, show)} {{")
             _render(s, indent + 1, out, show)
             out.append(f"{pad}}}")
         else:
@@ -269,7 +283,7 @@ class _Emitter:
         return gs
 
     def loop(self, g, var) -> Scope:
-        sc = Scope({var}, f"for (int64_t {var} = 0; {var} < {self.b.size(g).text}; ++{var})")
+        sc = Scope({var}, Loop(var, const(0).node, self.b.size(g).node))
         sc.trip = self.sched.size(g)     # a static trip count from 0 (None: dynamic)
         return sc
 
@@ -306,11 +320,12 @@ class _Emitter:
             if k in used:
                 init = b.value_at(op.outputs[k], b.apply_map(maps[n_in + k], full))
                 # a blocked sum declares its double accumulator here, `acc` after the loops
-                decl = f"double {acc}_wide" if blocked else f"{CTYPE[ty]} {acc}"
-                b.emit_into(target, f"{decl} = {init.text};")
+                decl = Decl(f"{acc}_wide", "f64", init.node) if blocked else \
+                    Decl(acc, ty, init.node)
+                b.emit_into(target, decl)
                 if kind in NAN_MINMAX and self.vec:
                     nans[k] = (b.fresh("nan"), operand)
-                    b.emit_into(target, f"int {nans[k][0]} = 0;")
+                    b.emit_into(target, Line(f"int {nans[k][0]} = 0;"))
             accs.append(Expr(acc, rvars))
             # The accumulator is final only after its loop: it counts as bound by the scope
             # that declares it, so its users are placed there, after the loop (never hoisted
@@ -335,8 +350,8 @@ class _Emitter:
                 nan, operand = nans[k]
                 f = b.generic_value(op, operand, full, outs=accs).text
                 cmp = ">" if NAN_MINMAX[kinds[k]] == "max" else "<"
-                updates.append(f"{a} = {f} {cmp} {a} ? {f} : {a};")
-                updates.append(f"{nan} |= ({f} != {f});")
+                updates.append(Line(f"{a} = {f} {cmp} {a} ? {f} : {a};"))
+                updates.append(Line(f"{nan} |= ({f} != {f});"))
             else:
                 updates.append(Assign(a, b.generic_yield(op, k, full, outs=accs).node))
         parent.stmts.extend(updates)
@@ -344,7 +359,7 @@ class _Emitter:
             b.pop()
         b.stack = saved
         for k, (nan, _) in nans.items():
-            b.emit_into(target, f"if ({nan}) {accs[k].text} = NAN;")
+            b.emit_into(target, Line(f"if ({nan}) {accs[k].text} = NAN;"))
         if scopes and all(kinds[k] in OMP_RED for k in used):
             red_op = {k: NAN_MINMAX[kinds[k]] if k in nans else OMP_RED[kinds[k]] for k in used}
             clause = [(red_op[k], accs[k].text) for k in used]
@@ -386,12 +401,11 @@ class _Emitter:
         part = {k: b.fresh("part") for k in used}
         outer = [self.loop(g, v) for g, v in red[:j]]
         g, v = red[j]
-        n = b.size(g).text
+        n = b.size(g).node
         if step > 1:
             c = f"c{self.nloop}"
-            outer.append(Scope({c}, f"for (int64_t {c} = 0; {c} < {n}; {c} += {step})"))
-            inner = [Scope({v}, f"for (int64_t {v} = {c}; {v} < std::min<int64_t>({c} + "
-                                f"{step}, {n}); ++{v})")]
+            outer.append(Scope({c}, Loop(c, const(0).node, n, const(step).node)))
+            inner = [Scope({v}, Loop(v, var(c).node, n, span=const(step).node))]
         else:
             outer.append(self.loop(g, v))
             inner = []
@@ -402,7 +416,7 @@ class _Emitter:
             parent = sc
         chunk = parent
         for k in used:
-            b.emit_into(chunk, f"float {part[k]} = 0.0f;")
+            b.emit_into(chunk, Decl(part[k], "f32", Const(0.0, "f32")))
         for sc in inner:
             b.push(sc, parent)
             parent = sc
@@ -417,7 +431,8 @@ class _Emitter:
             b.pop()
         b.stack = saved
         for k in used:
-            b.emit_into(target, f"const float {accs[k].text} = (float){wide[k]};")
+            b.emit_into(target, Decl(accs[k].text, "f32",
+                                     Op(CONVERT, (Var(wide[k]),), "f32", ("f64",)), const=True))
         par = self.par_clause([g2 for g2, _ in red]) if target is b.stack[0] else None
         if par is not None:
             outer[0].pragmas.append(self.parallel(par, False, len(outer),
@@ -467,7 +482,7 @@ class _Emitter:
                     else:
                         idx[g] = b.iop("rem", rest, b.size(g))
                         rest = b.iop("div", rest, b.size(g))
-                sc = Scope({v}, f"for (int64_t {v} = 0; {v} < {total.text}; ++{v})")
+                sc = Scope({v}, Loop(v, const(0).node, total.node))
                 b.push(sc, inner_parent)
                 depth = 1
             else:
@@ -543,7 +558,7 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
                     return em.source()
             em = _Emitter(func, name, omp_min_elements, vectorize)
     em.build()
-    if not block_columns(em.b.stack[0], vectorize):
+    if not block_columns(em.b.stack[0], em.b.show, vectorize):
         reuse_row_values(em.b.stack[0])
     return em.source()
 

@@ -31,6 +31,10 @@ memoised per (value, index) while that scope is open.
     let(name, type, text) -> str           a statement binding a local
     store(buffer, offset, value, type) -> str   a statement storing an element (C++)
     assign(name, op, value) -> str         an accumulator update (C++)
+    decl(name, type, text, const, length) -> str   a mutable local (an accumulator) or, with
+                                           `length`, an array of that many elements (C++)
+    loop(var, start, stop, step, span) -> str   a loop header (kernel_ir.Loop, bounds printed;
+                                           step None: 1; span: also stop at start + span)
     dim_size(g, k) -> str                  size of dynamic global dim g (sizes[k] in the ABI)
     check_index(i, n, dim) -> str          index i (from data) checked against size n: records
                                            an out-of-range index, returns one in bounds

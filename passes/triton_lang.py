@@ -351,8 +351,10 @@ _FAST = {"_ember_exp": "tl.exp", "_ember_log": "tl.log", "_ember_erf": "tl.math.
          "_ember_sin": "tl.sin", "_ember_cos": "tl.cos", "_ember_tanh": "_ember_tanh_fast"}
 
 
-_UNSIGNED_OPS = {"arith.divui": "//", "arith.remui": "%", "arith.shrui": ">>",
-                 "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum"}
+# unsigned op -> (spelling, whether it is a function: `f(a, b)`, else infix `(a op b)`)
+_UNSIGNED_OPS = {"arith.divui": ("//", False), "arith.remui": ("%", False),
+                 "arith.shrui": (">>", False), "arith.maxui": ("tl.maximum", True),
+                 "arith.minui": ("tl.minimum", True)}
 
 
 _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
@@ -424,6 +426,24 @@ class TritonLang:
     def let(self, name, type_, text):
         return f"{name} = {text}"
 
+    def tile_store(self, buffer, offset, value, type_, tile, masks, widen, fill):
+        """A block store (kernel_ir.Store with a tile): `tl.store` broadcasts the value and the
+        mask to the pointer's shape, never the pointer, hence `widen`."""
+        shape = f"[{', '.join(str(d) for d in tile)}]"
+        if fill:
+            value = f"tl.full({shape}, {value}, {TYPES[type_][1]})"
+        ptr = f"{buffer} + {offset}"
+        if widen:
+            ptr += f" + tl.zeros({shape}, tl.int32)"
+        if type_ == "bf16":   # round to nearest even here: the interpreter's cast truncates
+            value = round_to(value, type_)
+        return f"tl.store({ptr}, ({value}).to({TYPES[type_][0]}), mask={' & '.join(masks)})"
+
+    def loop(self, var, start, stop, step, span):
+        if span is not None:     # (the C++ generator's chunks of a blocked sum only)
+            raise UnsupportedOp("a loop over a chunk of another loop's range")
+        return f"for {var} in range({start}, {stop}{'' if step is None else ', ' + step}):"
+
     def constant(self, value, type_):
         return literal(value, type_)
 
@@ -487,12 +507,12 @@ class TritonLang:
             # signless integers hold signed values here (int8 tensors, see the launcher):
             # the unsigned ops reinterpret their operands, and the result back.
             a, b = (_as_unsigned(x, rtype, lit) for x, lit in zip(args, lits))
-            sym = _UNSIGNED_OPS[kind]
-            r = f"{sym}({a}, {b})" if sym.startswith("tl.") else f"({a} {sym} {b})"
+            sym, call = _UNSIGNED_OPS[kind]
+            r = f"{sym}({a}, {b})" if call else f"({a} {sym} {b})"
             return f"({r}).to({TYPES[rtype][1]})"
         if kind in _UNSIGNED_OPS:   # index values: never negative here
-            sym = _UNSIGNED_OPS[kind]
-            return f"{sym}({args[0]}, {args[1]})" if sym.startswith("tl.") \
+            sym, call = _UNSIGNED_OPS[kind]
+            return f"{sym}({args[0]}, {args[1]})" if call \
                 else f"({args[0]} {sym} {args[1]})"
         if kind in ("arith.divf", "math.sqrt"):
             # f64 `/` and sqrt are IEEE already; f32 (and 16-bit, computed in f32) take the

@@ -10,7 +10,7 @@ from torch_mlir import ir
 
 from .ir_queries import shape, type_name
 from .kernel_schedule import Unschedulable
-from .triton_writer import JitKernel, MatmulWriter, decompose
+from .triton_writer import MATMUL_TILE, JitKernel, MatmulWriter, decompose
 from . import triton_matmul
 
 
@@ -33,7 +33,7 @@ def matmul_source(fn, autotune: bool, max_autotune: bool, choice: str) -> str:
     decompose(root.stmts, "xcol", cols, tw.sizes(cols), "i", "x", vars_)
     root.binds = {"x"}
     for k in range(len(tw.results)):
-        tw.store(k, vars_, "xmask", ("BLOCK_M", "BLOCK_N"))
+        tw.store(k, vars_, MATMUL_TILE)
     if tw.builder.checks:
         raise Unschedulable("a matmul kernel's epilogue reads indices from data")
     constexprs = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"] + \

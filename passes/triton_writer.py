@@ -17,12 +17,13 @@ from .backends import TRITON
 from .base import PassError
 from .ir_queries import indexing_maps, shape, type_name
 from .kernel_expr import Expr, ExprBuilder, Scope, const, var
-from .kernel_ir import Const, Load, Op, Raw, int_value, render_stmt
+from .kernel_ir import (INT, Const, Load, Loop, Op, Raw, Store, Var, int_value, render_loop,
+                        render_stmt)
 from .kernel_schedule import Unschedulable, tensor_args
 from .reduction_body import combiner, masked_combiner
 from .triton_blocks import looped_configs, persistent_configs, persistent_rnumel, pointwise_configs
-from .triton_combiners import COMBINE, UNSIGNED_WIDE, identity, is_identity
-from .triton_lang import TYPES, TritonLang, round_to
+from .triton_combiners import COMBINE, UNSIGNED_WIDE, identity, identity_value, is_identity
+from .triton_lang import TYPES, TritonLang
 from . import triton_matmul
 
 INT32_MAX = 2 ** 31 - 1
@@ -74,6 +75,21 @@ class JitKernel:
     configs: list             # [(dict of constexpr values, num_warps)]
     grid: str                 # launcher expression of the grid (uses `meta`)
     numels: dict              # launcher-computed sizes: name -> expression
+
+
+@dataclasses.dataclass(frozen=True)
+class Tile:
+    """The block of elements a store covers: its shape (constexpr names or 1), the tile
+    variables ('x', 'r') its elements are indexed by, and the masks of those."""
+    shape: tuple
+    deps: frozenset
+    masks: tuple
+
+
+X_TILE = Tile(("XBLOCK",), frozenset({"x"}), ("xmask",))                       # pointwise: 1-D
+ROW_TILE = Tile(("XBLOCK", 1), frozenset({"x"}), ("xmask",))                   # one value per row
+XR_TILE = Tile(("XBLOCK", "RBLOCK"), frozenset({"x", "r"}), ("xmask", "rmask"))  # rows x reduced
+MATMUL_TILE = Tile(("BLOCK_M", "BLOCK_N"), frozenset({"x"}), ("xmask",))       # a matmul output
 
 
 def decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dict):
@@ -134,30 +150,29 @@ class KernelWriter:
             return str(math.prod(int_value(p.node) for p in parts))
         return " * ".join(p.text for p in parts) or "1"
 
+    def extent_node(self, dims):
+        """The flattened extent of `dims` as a node: an integer when static, else the product
+        of the size variables as printed (no decision reads it)."""
+        parts = self.sizes(dims)
+        if all(int_value(p.node) is not None for p in parts):
+            return Const(math.prod(int_value(p.node) for p in parts), INT)
+        return Raw(self.extent(dims))
+
     # --- stores ------------------------------------------------------------------------------
-    def store(self, k, loop_vars, mask, tile_shape: tuple):
-        """Stores output k over a tile of `tile_shape` (block sizes: XBLOCK, RBLOCK, 1)."""
-        shape_text = f"[{', '.join(str(d) for d in tile_shape)}]"
+    def store(self, k, loop_vars, tile: Tile):
+        """Stores output k over `tile`."""
         out = self.results[k]
         idx = [const(0) if s == 1 else loop_vars[g] for g, s in
                zip(self.sched.dims(out), shape(out))]
         val = self.builder.value_at(out, idx)
         off = self.builder.offset(out, idx)
-        ty = type_name(out.type)
-        text = val.text
-        if not val.deps:   # a value without a tile dependence: give it the tile's shape
-            text = f"tl.full({shape_text}, {text}, {TYPES[ty][1]})"
         # tl.store broadcasts the value and the mask to the pointer's shape, never the pointer:
         # an offset that misses a tile dim (a full reduction's `out + 0`, an output constant
-        # along x) is widened to the tile so that it covers the mask.
-        tile = {"x", "r"} if "RBLOCK" in tile_shape else {"x"}
-        ptr = f"{self.out_names[k]} + {off.text}"
-        if not tile <= set(off.deps):
-            ptr += f" + tl.zeros({shape_text}, tl.int32)"
-        if ty == "bf16":   # round to nearest even here: the interpreter's cast truncates
-            text = round_to(text, ty)
-        stmt = f"tl.store({ptr}, ({text}).to({TYPES[ty][0]}), mask={mask})"
-        self.builder.stack[-1].stmts.append(stmt)
+        # along x) is widened to the tile so that it covers the mask; a value without a tile
+        # dependence is given the tile's shape.
+        self.builder.stack[-1].stmts.append(Store(
+            self.out_names[k], off.node, val.node, type_name(out.type), tile.shape, tile.masks,
+            widen=not tile.deps <= set(off.deps), fill=not val.deps))
 
     # --- pointwise ---------------------------------------------------------------------------
     def pointwise(self) -> JitKernel:
@@ -171,7 +186,7 @@ class KernelWriter:
         root.stmts.extend(head)
         root.binds = {"x"}
         for k in range(len(self.results)):
-            self.store(k, vars_, "xmask", ("XBLOCK",))
+            self.store(k, vars_, X_TILE)
         configs = pointwise_configs(self.autotune, self.max_autotune)
         return self._kernel(["xnumel"], {"xnumel": self.runtime_extent(space)}, ["XBLOCK"], configs,
                             '(triton.cdiv(xnumel, meta["XBLOCK"]),)')
@@ -215,19 +230,19 @@ class KernelWriter:
         for k, o in enumerate(s.outputs):
             inner = [g for g in o.inner if not s.unit(g)]
             if not inner:
-                self.store(k, self.xvars, "xmask", ("XBLOCK", 1))
+                self.store(k, self.xvars, ROW_TILE)
             elif self.persistent:
-                self.store(k, {**self.xvars, **self.rvars}, "xmask & rmask", ("XBLOCK", "RBLOCK"))
+                self.store(k, {**self.xvars, **self.rvars}, XR_TILE)
             else:
-                loop = Scope(binds={"r"}, header=f"for roff in range(0, {self.extent(inner)}, "
-                                                 f"RBLOCK):", kind="loop")
+                loop = Scope({"r"}, Loop("roff", Const(0, INT), self.extent_node(inner),
+                                         Var("RBLOCK")))
                 vars_ = {}
                 loop.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
                                f"rmask = rindex < {self.extent(inner)}"]
                 decompose(loop.stmts, "rindex", inner, self.sizes(inner),
                            "r", "r", vars_)
                 self.builder.push(loop)     # attaches the loop to root (once)
-                self.store(k, {**self.xvars, **vars_}, "xmask & rmask", ("XBLOCK", "RBLOCK"))
+                self.store(k, {**self.xvars, **vars_}, XR_TILE)
                 self.builder.pop()
         return self._kernel(["xnumel", "rnumel"], {"xnumel": self.runtime_extent(outer),
                                                     "rnumel": self.runtime_extent(rdims)},
@@ -248,8 +263,7 @@ class KernelWriter:
         if self.persistent:
             rvars, scope = self.rvars, None
         else:
-            scope = Scope(binds={"r"}, header="for roff in range(0, rnumel, RBLOCK):",
-                          kind="loop")
+            scope = Scope({"r"}, Loop("roff", Const(0, INT), Var("rnumel"), Var("RBLOCK")))
             scope.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
                             "rmask = rindex < rnumel"]
             rvars = {}
@@ -304,7 +318,8 @@ class KernelWriter:
             if kind in ("maxui", "minui"):
                 acc_ty, mask = UNSIGNED_WIDE[ty]
                 v = f"(({v}).to({acc_ty}) & {mask})"
-            elif ty not in ("f16", "bf16", "f32", "f64") and ident.startswith("float"):
+            elif ty not in ("f16", "bf16", "f32", "f64") and \
+                    math.isinf(identity_value(kind, ty)):
                 raise PassError("ember-lower-to-triton: float combiner on integers", op.location)
             elif ty not in ("f16", "bf16", "f32", "f64"):
                 # loop indices are int32: the identity (2**62) needs the result's width
@@ -380,7 +395,7 @@ class KernelWriter:
     def _flatten(self, scope, out, depth):
         for st in scope.stmts:
             if isinstance(st, Scope):
-                out.append("    " * depth + st.header)
+                out.append("    " * depth + render_loop(st.loop, self.builder.show))
                 self._flatten(st, out, depth + 1)
             else:
                 out.append("    " * depth + render_stmt(st, self.builder.show))
