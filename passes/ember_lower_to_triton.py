@@ -24,7 +24,8 @@ from .backends import TRITON
 from .base import Pass, PassError, option
 from .graph_utils import attach_kernel_sources
 from .kernel_schedule import Unschedulable, schedule_kernel
-from .triton_lang import PRELUDE, UnsupportedOp
+from .triton_lang import UnsupportedOp
+from .triton_prelude import PRELUDE
 from .triton_source import kernel_source, matmul_source
 from .triton_writer import KernelWriter
 from . import triton_matmul
