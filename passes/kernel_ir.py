@@ -1,10 +1,11 @@
 """Structured kernel IR: the typed tree that the C++ and Triton lowerings build, decide on and
-finally print (part of the kernel_schedule API).
+finally print.
 
 Invariant: code generation decisions (index simplification, constant folding, loop
-flattening, OpenMP collapse depth and clauses, load masks) are made on these nodes; text
-exists only as what a language's printer makes of them (`Printer` with a kernel_expr `Lang`
-for expressions, `render_stmt` for statements, the lowerings' block renderers for Scopes).
+flattening, OpenMP collapse depth and clauses, column blocks, load and store masks, pointer
+widening) are made on these nodes; text exists only as what a language's printer makes of them
+(`Printer` with a kernel_expr `Lang` for expressions, `render_stmt` for statements,
+`render_loop` for loop headers, the lowerings' block renderers for Scopes).
 
 Expressions (immutable, hashable, compared structurally):
     Var(name, deps)           a local, a loop variable or a size symbol; `deps`: the loop
