@@ -395,7 +395,7 @@ def test_softmax_keeps_row_of_exp(tmp_path):
     """Reduce-then-broadcast: the output loop of softmax reads the exp(x - max) that the sum
     loop computed (a row on the stack) instead of computing it again; a row longer than
     ROW_CACHE_MAX is recomputed. Both agree with torch, NaN and inf rows included."""
-    from ember.passes.cpp_emitter import ROW_CACHE_MAX
+    from ember.passes.cpp_row_values import ROW_CACHE_MAX
     for cols, kept in ((300, True), (ROW_CACHE_MAX + 8, False)):
         x = t(8, cols) * 4
         x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), -float("inf")

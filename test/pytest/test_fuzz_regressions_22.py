@@ -145,7 +145,7 @@ def test_low_precision_prod_cpu_rounds_each_product(target, dtype):
 
 # seed 22: the triton target's int64 amax/amin took -2**62 / 2**62 as the identity of masked
 # lanes, so a row of INT64_MIN had the amax -2**62 (and a row of INT64_MAX the amin 2**62);
-# ember_lower_to_triton's `_identity` now gives int64's own extremes.
+# triton_combiners' `identity` now gives int64's own extremes.
 @pytest.mark.parametrize("expr", ["a0.amax(-1)", "a0.amin(-1)", "a0.amax()", "a0.max(-1)[0]",
                                   "a1.amin(0)"])
 def test_int64_max_min_identity(target, expr):
