@@ -58,7 +58,14 @@ def value_diff(out: torch.Tensor, ref: torch.Tensor, exact) -> str | None:
     o, r = o[finite], r[finite]
     if exact is True:
         bad = int((o != r).sum())
-        return f"{bad} of {r.numel()} exact {ref.dtype} elements differ" if bad else None
+        if bad:
+            return f"{bad} of {r.numel()} exact {ref.dtype} elements differ"
+        # == treats -0.0 as 0.0; an exact result keeps eager's sign of zero too (1 / x and
+        # atan2 of it tell them apart; issue 9, seed 25 index 1625's trunc)
+        zero = r == 0
+        bad = int((torch.signbit(o[zero]) != torch.signbit(r[zero])).sum())
+        return f"{bad} of {int(zero.sum())} exact {ref.dtype} zeros have the other sign " \
+               f"(-0.0 vs 0.0)" if bad else None
     # "low": computed from inexact bf16/fp16 values, whatever its own type
     rtol, atol = TOLERANCE[torch.bfloat16 if exact == "low" else ref.dtype]
     err, den = torch.linalg.vector_norm(o - r).item(), torch.linalg.vector_norm(r).item()
