@@ -33,8 +33,13 @@ def _matmul(op: Callable, widened: Callable) -> Callable[[dict[str, Any]], Exter
         def run(ins, outs):
             a, b = ab(ins)
             out = outs[0]
-            if out.dtype == a.dtype:
+            if out.dtype == a.dtype == b.dtype:
                 op(a, b, out=out)
+                return
+            if a.dtype != b.dtype:
+                # one operand's widening folded into the matmul (`mm(x_f32, w_bf16.float())`):
+                # eager's f32 GEMM of the widened operand, -0.0 included
+                op(a.to(out.dtype), b.to(out.dtype), out=out)
                 return
             if narrow_ok[0] and a.is_cuda:
                 try:
