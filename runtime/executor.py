@@ -335,6 +335,8 @@ class CompiledProgram:
     def _plan_arena(self) -> None:
         p = self.program
         self._carve: list[tuple] = []
+        # donated input -> (bytes needed, [(value, dtype, shape, byte offset, bytes)])
+        self._in_inputs: dict[int, tuple[int, list[tuple]]] = {}
         need = 0
         for vid, v in enumerate(p.values):
             if v.offset is None:
@@ -343,6 +345,14 @@ class CompiledProgram:
                 raise ValueError(f"ember runtime: graph input %{vid} has an arena offset")
             dt = self._dtypes[vid]
             nbytes = _numel(v.shape) * dt.itemsize
+            if v.in_input is not None:
+                if not 0 <= v.in_input < p.num_inputs or v.offset % _ARENA_ALIGN:
+                    raise ValueError(f"ember runtime: value %{vid} in input {v.in_input} at "
+                                     f"offset {v.offset}")
+                end, carve = self._in_inputs.get(v.in_input, (0, []))
+                carve.append((vid, dt, tuple(v.shape), v.offset, nbytes))
+                self._in_inputs[v.in_input] = (max(end, v.offset + nbytes), carve)
+                continue
             if v.offset % dt.itemsize or v.offset < 0 or v.offset + nbytes > p.arena_bytes:
                 raise ValueError(f"ember runtime: value %{vid} at offset {v.offset} "
                                  f"({nbytes} bytes) does not fit the {p.arena_bytes}-byte arena")
@@ -426,6 +436,8 @@ class CompiledProgram:
                     ptr = t.data_ptr()
                     (shared if ptr in seen else seen).add(ptr)
             self._shared_inputs = shared
+        if self._in_inputs:
+            self._carve_inputs(inputs, vals)
         for run in self._runs:
             run(vals)
         if self._pool is not None:
@@ -434,6 +446,32 @@ class CompiledProgram:
             return [vals[o].clone() if i in self._clone_out else vals[o]
                     for i, o in enumerate(p.outputs)]
         return [vals[o] for o in p.outputs]
+
+    def _carve_inputs(self, inputs: tuple, vals: list) -> None:
+        """Values planned in donated inputs' memory (ValueInfo.in_input): views of the input's
+        bytes when it is contiguous, aligned, large enough and its storage is no other
+        input's (a view of another input would see the writes); otherwise of a fresh buffer."""
+        storages = None
+        for i, (need, carve) in self._in_inputs.items():
+            t, u8 = vals[i], None
+            if (t.is_contiguous() and t.numel() * t.element_size() >= need
+                    and t.data_ptr() % _ARENA_ALIGN == 0
+                    and t.storage_offset() * t.element_size() % _ARENA_ALIGN == 0):
+                ok = True
+                if t is inputs[i]:      # the caller's tensor, not a contiguous copy
+                    if storages is None:
+                        storages = {}
+                        for x in inputs:
+                            if isinstance(x, torch.Tensor):
+                                key = x.untyped_storage().data_ptr()
+                                storages[key] = storages.get(key, 0) + 1
+                    ok = storages[t.untyped_storage().data_ptr()] == 1
+                if ok:
+                    u8 = t.reshape(-1).view(torch.uint8)
+            if u8 is None:
+                u8 = torch.empty(need, dtype=torch.uint8, device=self.device)
+            for vid, dt, shape, off, nbytes in carve:
+                vals[vid] = u8[off:off + nbytes].view(dt).view(shape)
 
     def _bind_inputs(self, inputs: tuple, vals: list) -> None:
         """A dynamic program's inputs: symbolic ints as they are, tensors checked for their rank,

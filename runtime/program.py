@@ -9,8 +9,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ValueInfo:
-    """One tensor of the host schedule. `offset` is its byte offset in the arena, or None when
-    the value is a graph input, a view, a constant, or escapes (own allocation)."""
+    """One tensor of the host schedule. `offset` is its byte offset in the arena (or in input
+    `in_input`'s memory), or None when the value is a graph input, a view, a constant, or
+    escapes (own allocation)."""
 
     shape: tuple[int, ...]
     dtype: str                      # torch dtype name without "torch.", e.g. "float32"
@@ -19,6 +20,10 @@ class ValueInfo:
     # (ember-buffer-reuse's `ember.writes_args`): the runtime gives it that input's memory when
     # the input is contiguous and of its shape and dtype, and no other input shares it.
     into_input: int | None = None
+    # A value that lies in input `in_input`'s memory at byte `offset` (a donated input after
+    # its last use: ember-buffer-reuse's `ember.in_args`), not in the arena; the runtime gives
+    # it fresh memory when that input cannot be written (not contiguous, its storage shared).
+    in_input: int | None = None
 
 
 @dataclass(frozen=True)
