@@ -294,6 +294,7 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True):
     per_op: dict[int, list[Buffer | None]] = {}
     # Donated arguments: live from the call's start (-1) to their last use, then free memory.
     donated: dict[int, Buffer] = {}
+    maybe: set = set()          # values that may alias a donated argument (never in place)
     if donate_args and DONATED_ARGS.has(main):
         args = main.regions[0].blocks[0].arguments
         for a in DONATED_ARGS.get(main):
@@ -324,7 +325,9 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True):
                             and root[v].op_index < 0), None)
             if arg_buf is not None:
                 for r in op.results:
-                    root.setdefault(r, arg_buf)
+                    if r not in root:
+                        root[r] = arg_buf
+                        maybe.add(r)
         if is_extern(op) or _kernel_of(kernels, op) is not None:
             per_op[i] = []
             for k, r in enumerate(op.results):
@@ -347,7 +350,7 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True):
     planned = [b for b in buffers if not b.escapes]
     regions = {a: b for a, b in donated.items() if not b.escapes}
     if in_place:
-        _match_in_place(kernels, ops, root, per_op, regions)
+        _match_in_place(kernels, ops, root, per_op, regions, maybe)
     # Union the in-place chains into groups that share one offset.
     groups: dict[int, list[Buffer]] = {}
     for b in planned:
@@ -373,9 +376,11 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True):
     return report, ops, per_op
 
 
-def _match_in_place(kernels, ops, root, per_op, regions) -> None:
+def _match_in_place(kernels, ops, root, per_op, regions, maybe=frozenset()) -> None:
     """Pairs a single-result pointwise kernel's result with an operand buffer that dies there
-    (an arena buffer, or a donated argument in `regions`) for it to overwrite in place."""
+    (an arena buffer, or a donated argument in `regions`) for it to overwrite in place. An
+    operand in `maybe` (a library call's result that may alias a donated argument, in an
+    unknown layout) is never overwritten in place."""
     taken = set()
     for i, outs in per_op.items():
         op = ops[i]
@@ -397,6 +402,8 @@ def _match_in_place(kernels, ops, root, per_op, regions) -> None:
             # Every operand that reads this buffer (it may come twice, or through a view) must
             # read it elementwise in the result's shape.
             readers = [j for j, w in enumerate(op.operands) if root.get(w) is src]
+            if any(op.operands[j] in maybe for j in readers):
+                continue
             if all(op.operands[j].type == result_type and reads_elementwise(kernel, j)
                    for j in readers):
                 out.in_place_of = src
@@ -487,10 +494,10 @@ class EmberBufferReuse(Pass):
                 where = ", own allocation (escapes)"
             elif row["offset"] < 0:
                 where = ", own allocation"
-            elif row["in_arg"] is not None:
-                where = f" in %arg{row['in_arg']} at offset {row['offset']}"
             else:
                 where = f" at offset {row['offset']}"
+                if row["in_arg"] is not None:
+                    where = f" in %arg{row['in_arg']}{where}"
                 if row["in_place_of"] is not None:
                     where += f" (in place of {row['in_place_of']})"
             first, last = row["live"]
