@@ -200,14 +200,19 @@ def _align(n: int, alignment: int) -> int:
 
 
 def _place(groups: list[list[Buffer]], alignment: int,
-           regions: dict[int, Buffer] | None = None) -> int:
+           regions: dict[int, Buffer] | None = None, escaping=()) -> int:
     """Best-fit offsets for groups (buffers sharing storage in place); returns the arena size.
     `regions`: donated arguments (argument index -> its Buffer, live from the call's start to
     its last use): a group that starts after an argument's last use may lie in its memory,
     within its bytes; the best fit over the arena's gaps and the arguments' decides. A group
-    written in place of an argument lies in it at offset 0."""
+    written in place of an argument lies in it at offset 0. `escaping`: returned buffers that
+    may lie in a region (never the arena) when one fits and they are at least half its size
+    (the caller keeps the whole argument's memory alive as long as it keeps the buffer);
+    the others keep their own allocation (offset -1)."""
     regions = regions or {}
     spans = []
+    for b in escaping:
+        spans.append((b.start, b.end, b.size, b.nbytes, "escapes", [b]))
     for g in groups:
         head = g[0]
         while head.in_place_of is not None:
@@ -219,11 +224,11 @@ def _place(groups: list[list[Buffer]], alignment: int,
     for a in regions:
         placed[a] = []
     for start, end, size, nbytes, fixed, group in spans:
-        if fixed is not None:       # in place of a donated argument
+        if isinstance(fixed, int):      # in place of a donated argument
             placed[fixed].append((start, end, 0, size))
             for b in group:
                 b.offset, b.arg = 0, fixed
-    spans = [s for s in spans if s[4] is None]
+    spans = [s for s in spans if s[4] is None or s[4] == "escapes"]
     spans.sort(key=lambda s: (-s[2], s[0]))
     arena = 0
 
@@ -243,18 +248,22 @@ def _place(groups: list[list[Buffer]], alignment: int,
             best = (None, cursor)
         return best
 
-    for start, end, size, nbytes, _, group in spans:
+    for start, end, size, nbytes, kind, group in spans:
         where, offset = None, None
         choice = None
         for a, buf in regions.items():
             if start <= buf.end:
                 continue            # the argument is still read
+            if kind == "escapes" and 2 * nbytes < buf.nbytes:
+                continue
             # the last buffer in an argument may end in its unaligned tail
             fit = best_gap(a, start, end, size, buf.nbytes + (size - nbytes))
             if fit is not None and (choice is None or fit[0] < choice[0]):
                 choice = (fit[0], a, fit[1])
         if choice is not None:
             _, where, offset = choice
+        elif kind == "escapes":
+            continue                # its own allocation
         else:
             offset = _align(best_gap(None, start, end, size, None)[1], alignment)
         placed[where].append((start, end, offset, size))
@@ -265,7 +274,8 @@ def _place(groups: list[list[Buffer]], alignment: int,
     return arena
 
 
-def plan(module, alignment: int = 64, in_place: bool = True, donate_args: bool = True) -> dict:
+def plan(module, alignment: int = 64, in_place: bool = True, donate_args: bool = True,
+         donated_outputs: bool = True) -> dict:
     """The arena plan of `module`'s @main, without changing the IR (plain data, for reports):
     `arena_bytes`, `unplanned_bytes`, `alignment`, `buffers` (one dict per result of
     kernel call / ember.extern in op order: `op` (index in @main), `result`, `name`, `bytes`,
@@ -273,16 +283,17 @@ def plan(module, alignment: int = 64, in_place: bool = True, donate_args: bool =
     `in_arg` (the donated argument whose memory holds it, at `offset`; None: the arena)), and
     for donated arguments (`ember.donated_args`): `donated_args`, `reused_args` (those holding
     buffers), `reused_arg_bytes` (their bytes), `in_args_bytes` (the buffers' bytes there)."""
-    return _plan(module, alignment, in_place, donate_args)[0]
+    return _plan(module, alignment, in_place, donate_args, donated_outputs)[0]
 
 
-def _plan(module, alignment: int, in_place: bool, donate_args: bool = True):
+def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
+          donated_outputs: bool = True):
     module = getattr(module, "operation", module)
     main = _find_func(module, "main")
     if main is None or not main.regions[0].blocks:
         return {"arena_bytes": 0, "unplanned_bytes": 0, "alignment": alignment, "buffers": [],
                 "donated_args": 0, "reused_args": 0, "reused_arg_bytes": 0,
-                "in_args_bytes": 0}, [], {}
+                "in_args_bytes": 0, "escaping_in_args_bytes": 0}, [], {}
     ops = list(main.regions[0].blocks[0].operations)
     kernels = _kernel_funcs(module)
     view_calls = _view_calls(module)
@@ -358,21 +369,24 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True):
         while head.in_place_of is not None:
             head = head.in_place_of
         groups.setdefault(id(head), []).append(b)
-    arena = _align(_place(list(groups.values()), alignment, regions), alignment)
+    escaping = [b for b in buffers if b.escapes] if donated_outputs and regions else []
+    arena = _align(_place(list(groups.values()), alignment, regions, escaping), alignment)
     unplanned = sum(b.size for b in planned)
     rows = [{"op": b.op_index, "result": b.result, "name": b.name, "bytes": b.nbytes,
              "offset": b.offset, "live": (b.start, b.end), "escapes": b.escapes,
              "in_place_of": None if b.in_place_of is None else b.in_place_of.name,
-             "in_arg": None if b.escapes else b.arg}
+             "in_arg": b.arg}
             for b in buffers]
-    in_args = {b.arg for b in planned if b.arg is not None}
+    in_args = {b.arg for b in buffers if b.arg is not None}
     report = {"arena_bytes": arena, "unplanned_bytes": unplanned, "alignment": alignment,
               "buffers": rows,
               # donated arguments (their bytes) whose memory holds planned buffers
               "donated_args": len(regions),
               "reused_args": len(in_args),
               "reused_arg_bytes": sum(regions[a].nbytes for a in in_args),
-              "in_args_bytes": sum(b.size for b in planned if b.arg is not None)}
+              "in_args_bytes": sum(b.size for b in buffers if b.arg is not None),
+              "escaping_in_args_bytes": sum(b.size for b in buffers
+                                            if b.arg is not None and b.escapes)}
     return report, ops, per_op
 
 
@@ -458,6 +472,8 @@ class EmberBufferReuse(Pass):
     in_place: bool = True
     # place buffers in the memory of `ember.donated_args` after their last use
     donated_args: bool = True
+    # returned buffers too (when at least half the argument's size)
+    donated_outputs: bool = True
     # a remark (passes/remarks.py) per planned buffer and one for the arena
     print_plan: bool = False
 
@@ -467,16 +483,18 @@ class EmberBufferReuse(Pass):
                               f"two, got {self.alignment}")
 
     def run(self, module: ir.Operation) -> None:
-        result, ops, per_op = _plan(module, self.alignment, self.in_place, self.donated_args)
+        result, ops, per_op = _plan(module, self.alignment, self.in_place, self.donated_args,
+                                    self.donated_outputs)
         if not ops:
             return
         main = ops[0].operation.parent
         if DONATE.has(main):
             WRITES_ARGS.set(main, written_args(module, main, ops, DONATE.get(main)))
         for i, outs in per_op.items():
-            offsets = [-1 if b is None or b.escapes else b.offset for b in outs]
+            offsets = [-1 if b is None or (b.escapes and b.arg is None) else b.offset
+                       for b in outs]
             OFFSETS.set(ops[i], offsets)
-            in_args = [-1 if b is None or b.escapes or b.arg is None else b.arg for b in outs]
+            in_args = [-1 if b is None or b.arg is None else b.arg for b in outs]
             if any(a >= 0 for a in in_args):
                 IN_ARGS.set(ops[i], in_args)
         main = ops[0].operation.parent
@@ -490,7 +508,9 @@ class EmberBufferReuse(Pass):
         (live: first and last op of @main, counted from 0), then the arena's size at @main."""
         rows = result["buffers"]
         for row in rows:
-            if row["escapes"]:
+            if row["escapes"] and row["in_arg"] is not None:
+                where = f" in %arg{row['in_arg']} at offset {row['offset']} (escapes)"
+            elif row["escapes"]:
                 where = ", own allocation (escapes)"
             elif row["offset"] < 0:
                 where = ", own allocation"

@@ -21,7 +21,8 @@ When either happens STREAK calls in a row (a loop that keeps what is lent, as an
 `.grad`), the graph is captured again without that optimisation (clones, copies).
 
 Inputs the program writes (`written_inputs`): an optimizer step's parameters, and a backward's
-donated saved activations, whose memory holds its later intermediates (ValueInfo.in_input). A
+donated saved activations, whose memory holds its later intermediates (ValueInfo.in_input; not
+its outputs: a graphed program sets `outputs_in_inputs` off). A
 replay writes them where they lie — the forward's pool, read in place, or a static buffer copied
 into on every call — which is what donation allows; the warm-up before a capture runs on copies
 of them, since the capture itself runs nothing and its first replay must read their values.
@@ -52,6 +53,11 @@ class GraphedProgram:
                  unread_host_inputs: frozenset[int] = frozenset(),
                  written_inputs: frozenset[int] = frozenset()):
         self._run = run
+        if hasattr(run, "outputs_in_inputs"):
+            # A backward's gradients planned in its donated inputs' memory (the forward's
+            # pool) would pin that pool's storage under the forward's liveness guard: they
+            # get memory of their own (the backward's pool) instead.
+            run.outputs_in_inputs = False
         # inputs the program may write into (an optimizer step's parameters, a backward's
         # donated saved activations): the warm-up before a capture runs on copies of them, or
         # it would apply the step twice / leave the capture reading overwritten activations

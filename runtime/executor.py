@@ -103,6 +103,10 @@ class CompiledProgram:
         self._host_scalar_ok = dev.type != "cpu"
         self._host_scalar_moves = {i for i in range(p.num_inputs) if i in on_device}
         self._pool: list[list] | None = [] if dev.type == "cpu" and reuse_arena else None
+        # Outputs planned in a donated input's memory are handed out there (the caller keeps
+        # that input's memory with them); False gives them memory of their own (a CUDA graph:
+        # its outputs must not pin another graph's pool, runtime/cuda_graphs.py).
+        self.outputs_in_inputs = True
         self.precompiled: dict | None = None
         if parallel_compile and p.lang == "python" and dev.type == "cuda" \
                 and not triton_interpreted() and self._module is not None:
@@ -334,6 +338,7 @@ class CompiledProgram:
 
     def _plan_arena(self) -> None:
         p = self.program
+        returned = {self._root(o) for o in p.outputs}
         self._carve: list[tuple] = []
         # donated input -> (bytes needed, [(value, dtype, shape, byte offset, bytes)])
         self._in_inputs: dict[int, tuple[int, list[tuple]]] = {}
@@ -350,7 +355,7 @@ class CompiledProgram:
                     raise ValueError(f"ember runtime: value %{vid} in input {v.in_input} at "
                                      f"offset {v.offset}")
                 end, carve = self._in_inputs.get(v.in_input, (0, []))
-                carve.append((vid, dt, tuple(v.shape), v.offset, nbytes))
+                carve.append((vid, dt, tuple(v.shape), v.offset, nbytes, vid in returned))
                 self._in_inputs[v.in_input] = (max(end, v.offset + nbytes), carve)
                 continue
             if v.offset % dt.itemsize or v.offset < 0 or v.offset + nbytes > p.arena_bytes:
@@ -377,7 +382,7 @@ class CompiledProgram:
         roots: set[int] = set()
         for pos, o in enumerate(p.outputs):
             r = self._root(o)
-            assert p.values[r].offset is None, (
+            assert p.values[r].offset is None or p.values[r].in_input is not None, (
                 f"ember runtime: output %{o} aliases the arena (root %{r} at offset "
                 f"{p.values[r].offset}); the buffer planner must give escaping values offset -1")
             if r not in self._producer and r >= p.num_inputs:
@@ -450,7 +455,8 @@ class CompiledProgram:
     def _carve_inputs(self, inputs: tuple, vals: list) -> None:
         """Values planned in donated inputs' memory (ValueInfo.in_input): views of the input's
         bytes when it is contiguous, aligned, large enough and its storage is no other
-        input's (a view of another input would see the writes); otherwise of a fresh buffer."""
+        input's (a view of another input would see the writes); otherwise of a fresh buffer,
+        and returned values then get their own (see `outputs_in_inputs`)."""
         storages = None
         for i, (need, carve) in self._in_inputs.items():
             t, u8 = vals[i], None
@@ -468,10 +474,15 @@ class CompiledProgram:
                     ok = storages[t.untyped_storage().data_ptr()] == 1
                 if ok:
                     u8 = t.reshape(-1).view(torch.uint8)
-            if u8 is None:
+            fresh = u8 is None
+            if fresh:
                 u8 = torch.empty(need, dtype=torch.uint8, device=self.device)
-            for vid, dt, shape, off, nbytes in carve:
-                vals[vid] = u8[off:off + nbytes].view(dt).view(shape)
+            for vid, dt, shape, off, nbytes, returned in carve:
+                if returned and (fresh or not self.outputs_in_inputs):
+                    # handed to the caller: not a view of memory it does not expect to keep
+                    vals[vid] = torch.empty(shape, dtype=dt, device=self.device)
+                else:
+                    vals[vid] = u8[off:off + nbytes].view(dt).view(shape)
 
     def _bind_inputs(self, inputs: tuple, vals: list) -> None:
         """A dynamic program's inputs: symbolic ints as they are, tensors checked for their rank,

@@ -27,31 +27,46 @@ def _program(fn, *args, reuse=(0,)):
 def _matmul_tanh_matmul(s, g):
     t = s @ g               # the last read of s
     u = torch.tanh(t.t())   # lies in s's memory
-    return ((u @ g) * 2.0,)
+    return ((u @ g) * 2.0,)     # returned, s's size: lies in s's memory too (u has died)
+
+
+def _storage(t):
+    return t.untyped_storage().data_ptr()
 
 
 def test_program_writes_later_values_into_a_donated_input():
     """The runtime carves a donated input's bytes for the values planned there (the input is
-    overwritten, the result is eager's); an input whose storage another input shares, or a
-    non-contiguous one (the program reads a copy), is left as it was."""
+    overwritten, the result is eager's; the returned value is handed out in the input's
+    memory unless `outputs_in_inputs` is off, as in a CUDA graph); an input whose storage
+    another input shares, or a non-contiguous one (the program reads a copy), is left as it
+    was and nothing returned aliases it."""
     torch.manual_seed(0)
     s, g = torch.randn(64, 64), torch.randn(64, 64)
     run, summary = _program(_matmul_tanh_matmul, s, g)
     assert summary["inputs_reused"] == 1
-    assert summary["memory_plan"]["in_inputs_bytes"] == 64 * 64 * 4
-    assert [v.in_input for v in run.program.values].count(0) == 1
+    assert summary["memory_plan"]["in_inputs_bytes"] == 2 * 64 * 64 * 4
+    assert [v.in_input for v in run.program.values].count(0) == 2
     _, kept = _program(_matmul_tanh_matmul, s, g, reuse=())
     assert summary["planned_peak_bytes"] < kept["planned_peak_bytes"]
     ref = _matmul_tanh_matmul(s, g)[0]
 
     s1 = s.clone()
-    assert_close(run(s1, g)[0], ref, matmul=True)
+    out = run(s1, g)[0]
+    assert_close(out, ref, matmul=True)
+    assert _storage(out) == _storage(s1), "the returned value is not in the donated memory"
+    run.outputs_in_inputs = False
+    s1 = s.clone()
+    out = run(s1, g)[0]
+    assert_close(out, ref, matmul=True)
     assert not torch.equal(s1, s), "the donated input's memory was not reused"
+    assert _storage(out) != _storage(s1)
+    run.outputs_in_inputs = True
 
     base = torch.empty(2, 64, 64)       # s and g in one storage: s must not be written
     base[0], base[1] = s, g
-    assert_close(run(base[0], base[1])[0], ref, matmul=True)
-    assert torch.equal(base[0], s) and torch.equal(base[1], g)
+    out = run(base[0], base[1])[0]
+    assert_close(out, ref, matmul=True)
+    assert torch.equal(base[0], s) and torch.equal(base[1], g) and _storage(out) != _storage(base)
 
     st = s.t().contiguous().t()         # not contiguous: the program gets a copy
     assert_close(run(st, g)[0], ref, matmul=True)
