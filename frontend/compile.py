@@ -236,8 +236,10 @@ class EmberGraph:
         except Exception as err:
             if fn is self._eager or not self.options.fallback:
                 raise
-            if (getattr(fn, "ember_report", None) or {}).get("inputs_reused"):
-                # The call may have written over its donated inputs: eager cannot redo it.
+            done = getattr(fn, "ember_report", None) or {}
+            if done.get("inputs_reused") or done.get("inputs_freed"):
+                # The call may have written over (or freed) its donated inputs: eager cannot
+                # redo it.
                 raise RuntimeError(
                     f"ember: graph {self.graph_id} failed at run time "
                     f"({describe_error(err)}) after reusing the memory of its saved inputs, "

@@ -302,6 +302,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # planned_peak_bytes. (With CUDA graphs the arena comes from the graph's private pool,
     # whose size torch does not expose; it is not reported.)
     summary["runtime_arena_bytes"] = compiled.arena_bytes
+    if compiled.freed_inputs:     # donated inputs freed after their last use (not graphed)
+        summary["inputs_freed"] = compiled.freed_inputs
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
     # Inference and training graphs alike, where the launches saved outweigh the copies a
     # replay adds (a training forward's saved activations are cloned out of the graph's

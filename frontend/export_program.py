@@ -382,4 +382,5 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
         source="\n".join([prelude] + [s for s in sources if s]),
         values=values, num_inputs=num_inputs, steps=steps, outputs=outputs,
         arena_bytes=C.ARENA_BYTES.get(main, 0),
-        kernel_names=kernel_names)
+        kernel_names=kernel_names,
+        donated_inputs=list(C.DONATED_ARGS.get(main, [])))

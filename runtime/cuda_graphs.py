@@ -44,6 +44,12 @@ import torch
 _POOLED: set[int] = set()
 
 
+def pooled_storage(t: torch.Tensor) -> bool:
+    """Whether `t` lies in a live graph's pool as a guarded output (a graphed forward's saved
+    activation): its memory is the graph's, never to be freed by a reader."""
+    return t.untyped_storage().data_ptr() in _POOLED
+
+
 class GraphedProgram:
     MAX_RECAPTURES = 3
     STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
@@ -58,6 +64,9 @@ class GraphedProgram:
             # pool) would pin that pool's storage under the forward's liveness guard: they
             # get memory of their own (the backward's pool) instead.
             run.outputs_in_inputs = False
+        if hasattr(run, "release_inputs"):
+            # its inputs may be another graph's pool, or read in place by its own replays
+            run.release_inputs = False
         # inputs the program may write into (an optimizer step's parameters, a backward's
         # donated saved activations): the warm-up before a capture runs on copies of them, or
         # it would apply the step twice / leave the capture reading overwritten activations

@@ -59,3 +59,6 @@ class Program:
     outputs: list[int]              # value ids returned, in order
     arena_bytes: int = 0
     kernel_names: list[str] = field(default_factory=list)
+    # inputs the caller donates (`ember.donated_args`: a backward's saved activations that
+    # only it reads): the runtime may overwrite them and free their memory after their last use
+    donated_inputs: list[int] = field(default_factory=list)

@@ -302,14 +302,21 @@ def test_backward_writing_into_its_donated_saved_activations_matches_eager(graph
             p.grad = q.grad = None
     assert bwd[0].ungraphed_calls >= 1
 
-    torch._dynamo.reset()
-    kept = _deep_model()
-    kept.load_state_dict(ref.state_dict())
-    g = torch.compile(kept, backend="ember", options={"donate_saved": False})
-    for step in range(5):
-        x = torch.randn(64, 64, device="cuda")
-        g(x).square().mean().backward()
-        ref(x).square().mean().backward()
-        for p, q in zip(ref.parameters(), kept.parameters()):
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
-            p.grad = q.grad = None
+    # without CUDA graphs the backward also frees the donated inputs it is done with (and
+    # hands out gradients in their memory); without donation nothing changes
+    for opts in ({"donate_saved": False}, {"cudagraphs": False}):
+        torch._dynamo.reset()
+        ember.clear_reports()
+        other = _deep_model()
+        other.load_state_dict(ref.state_dict())
+        g = torch.compile(other, backend="ember", options=opts)
+        for step in range(5):
+            x = torch.randn(64, 64, device="cuda")
+            g(x).square().mean().backward()
+            ref(x).square().mean().backward()
+            for p, q in zip(ref.parameters(), other.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+                p.grad = q.grad = None
+        bwd_report = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+        assert bool(bwd_report.get("inputs_reused")) == opts.get("donate_saved", True)
+        assert not bwd_report.get("cudagraphs") or opts.get("cudagraphs", True)

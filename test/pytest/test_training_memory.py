@@ -1,8 +1,9 @@
-"""Memory of training backwards: the backward places its intermediates in the memory of the
-saved activations only it reads (AOTAutograd's donated buffers, `bw_donated_idxs`) once it has
-read them (frontend/compile.py `donated_backward_inputs`, ember-buffer-reuse's
-`ember.donated_args`, the runtime's `ValueInfo.in_input`). Gradients must stay eager's; the
-report shows the smaller arena and the inputs reused."""
+"""Memory of training backwards: the backward places its intermediates (and gradients at least
+half a saved tensor's size) in the memory of the saved activations only it reads
+(AOTAutograd's donated buffers, `bw_donated_idxs`) once it has read them
+(frontend/compile.py `donated_backward_inputs`, ember-buffer-reuse's `ember.donated_args`, the
+runtime's `ValueInfo.in_input`), and frees those it is done with (`Program.donated_inputs`).
+Gradients must stay eager's; the report shows the smaller arena and the inputs reused/freed."""
 import copy
 
 import pytest
@@ -73,6 +74,31 @@ def test_program_writes_later_values_into_a_donated_input():
     assert torch.equal(st, s)
 
 
+def _narrow_then_wide(s, g):
+    return (torch.tanh(s @ g) * 2.0,)     # s (64x16) is read once; nothing fits in it
+
+
+def test_program_frees_a_donated_input_after_its_last_use():
+    """A donated input that holds no later value is freed (its storage resized to nothing)
+    after the last step that reads it, when its storage is its own; not when another input
+    shares it, nor with `release_inputs` off (a CUDA graph)."""
+    torch.manual_seed(0)
+    s, g = torch.randn(64, 16), torch.randn(16, 64)
+    run, summary = _program(_narrow_then_wide, s, g)
+    assert summary.get("inputs_freed") == 1 and "inputs_reused" not in summary
+    ref = _narrow_then_wide(s, g)[0]
+    s1 = s.clone()
+    assert_close(run(s1, g)[0], ref, matmul=True)
+    assert s1.untyped_storage().nbytes() == 0
+    base = torch.cat([s.reshape(-1), g.reshape(-1)])
+    assert_close(run(base[:1024].view(64, 16), base[1024:].view(16, 64))[0], ref, matmul=True)
+    assert base.untyped_storage().nbytes() == 2048 * 4
+    run.release_inputs = False
+    s1 = s.clone()
+    assert_close(run(s1, g)[0], ref, matmul=True)
+    assert torch.equal(s1, s)
+
+
 def _block_step(f, model, inputs, loss_fn, autocast):
     model.zero_grad(set_to_none=True)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -107,9 +133,10 @@ def test_backward_reuses_saved_activations_with_eager_gradients(autocast):
         arenas[donate] = bwd["planned_peak_bytes"]
         if donate:
             assert bwd.get("inputs_reused", 0) > 0, bwd
+            assert bwd.get("inputs_freed", 0) > 0, bwd
             assert bwd["memory_plan"]["in_inputs_bytes"] > 0
         else:
-            assert "inputs_reused" not in bwd
+            assert "inputs_reused" not in bwd and "inputs_freed" not in bwd
     assert arenas[True] < arenas[False], arenas
 
 
