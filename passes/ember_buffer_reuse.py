@@ -27,8 +27,18 @@ argument (no view, no other reader, not returned) and the result is returned onc
 runtime then lets that kernel write into the argument's memory (an optimizer step updates each
 parameter where it lies, with no new buffer and no copy back).
 
+Donated arguments: `@main` may carry `ember.donated_args = array<i64: ...>` (the frontend: a
+backward's saved activations that only it reads). Each is a region of its own bytes, free after
+its last use (through views, and through any other op's results, which may alias it); a buffer
+that starts after that may lie in it (`ember.in_args` names the argument per result, -1 for
+none, and `ember.offsets` then holds the byte offset in it), a single-result pointwise kernel
+may overwrite it in place at its last use (as for arena buffers; never through a value that
+only may alias it), and a returned buffer may lie in it when at least half its size
+(`donated-outputs`). Buffers sharing a region never overlap in bytes while both are live.
+
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
-start), each at the lowest-waste gap between already placed buffers it overlaps in time.
+start), each at the lowest-waste gap between already placed buffers it overlaps in time, in the
+arena or a free donated argument.
 With `print-plan`, the plan is also emitted as remarks (passes/remarks.py): one per buffer at
 its defining op, one for the arena at @main.
 """

@@ -527,8 +527,8 @@ class CompiledProgram:
                         storages[key] = storages.get(key, 0) + 1
             return storages[t.untyped_storage().data_ptr()] == 1
 
+        from .cuda_graphs import pooled_storage
         if self._release_after:
-            from .cuda_graphs import pooled_storage
             self._releasable = {
                 i for ins in self._release_after.values() for i in ins
                 if self.release_inputs and isinstance(vals[i], torch.Tensor)
@@ -543,8 +543,10 @@ class CompiledProgram:
             fresh = u8 is None
             if fresh:
                 u8 = torch.empty(need, dtype=torch.uint8, device=self.device)
+            # a graphed forward's pool: an output there would pin it under its liveness guard
+            keep_out = fresh or not self.outputs_in_inputs or pooled_storage(t)
             for vid, dt, shape, off, nbytes, returned in carve:
-                if returned and (fresh or not self.outputs_in_inputs):
+                if returned and keep_out:
                     # handed to the caller: not a view of memory it does not expect to keep
                     vals[vid] = torch.empty(shape, dtype=dt, device=self.device)
                 else:
