@@ -44,6 +44,20 @@ import torch
 _POOLED: set[int] = set()
 
 
+def _clear_blas_workspaces() -> None:
+    """cuBLAS keeps one workspace per (handle, stream), allocated on first use and reused by
+    every later call on that stream, captures included: every capture runs on torch's one
+    default capture stream, so without this a graph would replay with a workspace allocated in
+    another graph's pool — or in Inductor's cudagraph-tree pool, which Inductor frees and
+    re-records at will (`clear_cublass_cache`) — and write into memory that is no longer its
+    own. Cleared before a capture, the workspace the capture needs is allocated in that graph's
+    own pool and lives as long as the graph; cleared after it, no later capture or call reuses
+    it (Inductor's cudagraph trees do the same)."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()
+
+
 def pooled_storage(t: torch.Tensor) -> bool:
     """Whether `t` lies in a live graph's pool as a guarded output (a graphed forward's saved
     activation): its memory is the graph's, never to be freed by a reader."""
@@ -178,9 +192,11 @@ class GraphedProgram:
             self._run(*[t.clone() if i in self._written else t for i, t in enumerate(static)])
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
+        _clear_blas_workspaces()
         with torch.cuda.graph(graph):
             reserved = torch.cuda.memory_reserved()   # after the cache was emptied on entry
             self._static_out = self._run(*static)
+        _clear_blas_workspaces()
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
         if self.stats is not None:
             self.stats["graph_pool_bytes"] = self.pool_bytes

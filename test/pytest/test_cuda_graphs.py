@@ -320,3 +320,46 @@ def test_backward_writing_into_its_donated_saved_activations_matches_eager(graph
         bwd_report = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
         assert bool(bwd_report.get("inputs_reused")) == opts.get("donate_saved", True)
         assert not bwd_report.get("cudagraphs") or opts.get("cudagraphs", True)
+
+
+def test_training_graphs_survive_inductors_cudagraph_trees_in_one_process():
+    """The harness's mlp / llama training rows died with `unspecified launch failure` in
+    ember's graphed backward when Inductor's reduce-overhead mode ran in the same process on
+    the same model (ember first, then Inductor's cudagraph trees, then both in turn; H200,
+    2026-11-26): each ember capture now gets its cuBLAS workspace in its own pool
+    (cuda_graphs._clear_blas_workspaces), as Inductor's own captures do."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                                torch.nn.Linear(1024, 256), torch.nn.LayerNorm(256)).cuda()
+    ref = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
+                              torch.nn.Linear(1024, 256), torch.nn.LayerNorm(256)).cuda()
+    ref.load_state_dict(model.state_dict())
+    x = torch.randn(512, 256, device="cuda")
+    torch._dynamo.reset()
+    em = torch.compile(model, backend="ember")
+    ro = torch.compile(model, mode="reduce-overhead")
+
+    def step(f, mark=False):
+        if mark:
+            torch.compiler.cudagraph_mark_step_begin()
+        for p in model.parameters():
+            p.grad = None
+        with torch.autocast("cuda", torch.bfloat16):
+            loss = f(x)[:, ::2].float().square().mean()
+        loss.backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    for _ in range(6):
+        step(em)
+    for _ in range(6):
+        step(ro, mark=True)
+    for p in ref.parameters():
+        p.grad = None
+    with torch.autocast("cuda", torch.bfloat16):
+        ref(x)[:, ::2].float().square().mean().backward()
+    for _ in range(10):
+        grads = step(em)
+        step(ro, mark=True)
+        torch.cuda.synchronize()
+        for g, p in zip(grads, ref.parameters()):
+            torch.testing.assert_close(g, p.grad, rtol=2e-2, atol=2e-3)
