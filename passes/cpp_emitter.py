@@ -6,7 +6,7 @@ loops). The prelude those functions use is cpp_prelude.PRELUDE (re-exported here
 from __future__ import annotations
 
 from .cpp_column_blocks import block_columns
-from .cpp_lang import STORAGE, CppLang, render
+from .cpp_lang import STORAGE, CppLang, is_checked, render
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .cpp_row_values import reuse_row_values
 from .ir_queries import indexing_maps, iterator_types, type_name
@@ -313,6 +313,10 @@ class _Emitter:
         lines += ["  " + render_stmt(p, b.show) for p in b.preamble]
         render(b.stack[0], 1, lines, b.show)
         lines.append("}")
+        # A kernel with a check (decided on the tree) says so with a symbol of its own: the
+        # runtime reads the error record after its launches (docs/internals.md, C++ ABI).
+        if any(is_checked(n) for n in all_nodes(b.preamble + [b.stack[0]])):
+            lines.append(f'extern "C" const int {self.name}_checked = 1;')
         return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 
-from .kernel_ir import CONVERT, Const, Printer, Scope, perfect_depth, render_loop, render_stmt
+from .kernel_ir import (CHECK_INDEX, CONVERT, Const, Op, Printer, Scope, perfect_depth,
+                        render_loop, render_stmt)
 from .kernel_schedule import Unschedulable
 
 
@@ -191,15 +192,33 @@ class CppLang:
         raise Unschedulable(f"'{kind}' has no C++ spelling")
 
 
-def _int_div(name, args, rty, divisor) -> str:
-    """Integer division/remainder: checked (ember_chk_*) unless the divisor is a constant
-    other than 0 and -1, which can neither be the error nor overflow."""
-    ct = CTYPE[rty]
+def _int_div_checked(name: str, divisor) -> bool:
+    """Whether integer division/remainder `name` ("divsi", ...) by the node `divisor` is
+    checked (ember_chk_*): unless the divisor is a constant other than 0 and -1, which can
+    neither be the error nor overflow."""
     d = int(divisor.value) if isinstance(divisor, Const) and divisor.dtype != "i1" and \
         not divisor.dtype.startswith(("f", "bf")) else None
     unsigned = name.endswith("ui")
-    if d is not None and d not in (0, -1) and name != "floordivsi" and \
-            not (unsigned and d < 0):
+    return not (d is not None and d not in (0, -1) and name != "floordivsi" and
+                not (unsigned and d < 0))
+
+
+def is_checked(n) -> bool:
+    """Whether node `n` prints as a check that records an error for the host (an index read
+    from data, an integer division that may divide by zero or overflow)."""
+    if not isinstance(n, Op):
+        return False
+    if n.kind == CHECK_INDEX:
+        return True
+    name = n.kind[len("arith."):] if n.kind.startswith("arith.") else None
+    return name in INT_DIV and _int_div_checked(name, n.args[1])
+
+
+def _int_div(name, args, rty, divisor) -> str:
+    """Integer division/remainder, checked where `_int_div_checked` says."""
+    ct = CTYPE[rty]
+    unsigned = name.endswith("ui")
+    if not _int_div_checked(name, divisor):
         if unsigned:
             ut = "u" + ct
             return f"({ct})(({ut}){args[0]} {INT_DIV[name]} ({ut}){args[1]})"

@@ -150,7 +150,8 @@ class CompiledProgram:
             if lib is not None and hasattr(lib, "ember_error_record"):
                 lib.ember_error_record.restype = ctypes.POINTER(ctypes.c_int64 * 4)
                 self._error_record = lib.ember_error_record().contents
-                self._checked = _checked_cpp_kernels(p.source, p.kernel_names)
+                # a kernel with checks exports `NAME_checked` (passes/cpp_emitter.py)
+                self._checked = {n for n in p.kernel_names if hasattr(lib, f"{n}_checked")}
             for name in p.kernel_names:
                 try:
                     out[name] = getattr(lib, name)
@@ -699,18 +700,6 @@ def _scalar_run(s: Step) -> Callable[[list], None]:
     def run(vals, fn=fn, ins=ins, o=outs[0]):
         vals[o] = fn(*[vals[i] for i in ins])
     return run
-
-
-def _checked_cpp_kernels(source: str, names) -> set[str]:
-    """Kernels whose C++ body calls a check (ember_chk_*): their error record is read after
-    each launch. The prelude, which defines the checks, comes before the first kernel."""
-    parts = source.split('extern "C" void ')
-    checked = set()
-    for part in parts[1:]:
-        name = part.split("(", 1)[0]
-        if name in names and "ember_chk_" in part:
-            checked.add(name)
-    return checked
 
 
 def load(program: Program, device: str | torch.device = "cpu", *,

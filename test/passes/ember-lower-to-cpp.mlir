@@ -396,6 +396,7 @@ module {
 // CHECK: in1[(([[IX]] * 16)
 // CHECK-NOT: ember_chk_index
 // CHECK: out1[
+// CHECK: const int checked_gather_checked = 1;
 module {
   func.func private @checked_gather(%arg0: tensor<4x6xi64>, %arg1: tensor<10x16xf32>, %arg2: tensor<3x16xf32>) -> (tensor<4x6x16xf32>, tensor<4x6x16xf32>)
       attributes {ember.kernel = "pointwise", ember.ops = ["gather"]} {
@@ -429,6 +430,7 @@ module {
 // CHECK: (int8_t)ember_chk_divui<uint8_t>((uint8_t)
 // CHECK: (int8_t)(int64_t)(
 // CHECK: ([[F:x[0-9]+]] < 1.0f || [[F]] > 1.0f)
+// CHECK: const int checked_div_checked = 1;
 module {
   func.func private @checked_div(%a: tensor<64xi64>, %b: tensor<64xi64>, %c: tensor<64xi8>, %f: tensor<64xf32>) -> (tensor<64xi64>, tensor<64xi64>, tensor<64xi64>, tensor<64xi8>, tensor<64xi8>, tensor<64xi1>)
       attributes {ember.kernel = "pointwise", ember.ops = ["div"]} {
@@ -463,6 +465,7 @@ module {
 // CHECK: [[MAX]] = 
 // CHECK: [[IDX]] = 
 // CHECK: out0[
+// CHECK-NOT: argmax_i64_checked
 #am0 = affine_map<(d0, d1) -> (d0, d1)>
 #am1 = affine_map<(d0, d1) -> (d0)>
 module {

@@ -3,7 +3,9 @@
 * imports go downwards only (frontend -> passes -> dialects; runtime used by frontend alone)
   and no modules import each other in a cycle, at module level or inside functions;
 * no `ember.*` attribute or op name is spelled as a string outside dialects/contract.py;
-* every pass file has a docstring and registers one pass whose flag is its file name.
+* every pass file has a docstring and registers one pass whose flag is its file name;
+* no code generator reads emitted code back (no `re`, no comparison or string method on printed
+  text, no loop-header text): decisions are made on passes/kernel_ir.py's tree.
 """
 import ast
 import pathlib
@@ -163,3 +165,113 @@ def test_each_target_maps_to_one_backend():
     for target, backend in (("cpu", CPP), ("rocm", TRITON)):
         pipeline = default_pipeline(CompileOptions(target=target), target)
         assert f"target={backend.name}" in pipeline and pipeline.endswith(f"{backend.lowering})")
+
+
+# Every module of code generation (passes/): the schedule, the tree, the expression builder,
+# both languages and their writers, the pass entries.
+GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "reduction_body.py",
+              "ir_queries.py", "cpp_lang.py", "cpp_emitter.py", "cpp_column_blocks.py",
+              "cpp_row_values.py", "cpp_prelude.py", "triton_prelude.py",
+              "triton_lang.py", "triton_combiners.py", "triton_blocks.py", "triton_writer.py",
+              "triton_source.py", "triton_matmul.py", "ember_lower_to_triton.py",
+              "ember_lower_to_cpp.py"]
+# functions that return code text (a printed node, a spelled constant or header)
+_TEXT_FUNCS = {"identity", "round_to", "render_stmt", "render_loop", "literal", "show", "extent",
+               "runtime_extent", "config_text", "render"}
+_STR_METHODS = {"startswith", "endswith", "isdigit", "isnumeric", "isidentifier", "split",
+                "rsplit", "partition", "rpartition", "strip", "lstrip", "rstrip", "find",
+                "rfind", "index", "rindex", "count", "replace", "removeprefix",
+                "removesuffix", "match"}
+
+
+def _text_inspections(source: str) -> list:
+    """(line, what) for each place that reads generated code text back: a comparison or
+    membership test on a text value, a string method that looks into one (`.strip()`,
+    `.startswith()`, `.split()`, ...), a loop's `header` text, or the `re` module. Text
+    values: `.text` / `*_text`, and every local assigned from an f-string, a `.text` or a call
+    of a function that returns code (`_TEXT_FUNCS`)."""
+    tree = ast.parse(source)
+    hits = set()
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+    def own(scope):
+        """The nodes of `scope`, without those of the functions defined in it."""
+        work = [scope]
+        while work:
+            n = work.pop()
+            yield n
+            work.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, funcs))
+
+    def check(scope):
+        texts = set()      # the scope's locals that hold text
+
+        def texty(n):
+            if isinstance(n, ast.Attribute):
+                return n.attr == "text" or n.attr.endswith("_text")
+            return isinstance(n, ast.Name) and (n.id.endswith("_text") or n.id in texts)
+
+        def makes_text(v):
+            if isinstance(v, ast.JoinedStr) or texty(v):
+                return True
+            if isinstance(v, ast.Call):
+                f = v.func
+                name = f.id if isinstance(f, ast.Name) else \
+                    f.attr if isinstance(f, ast.Attribute) else None
+                return name in _TEXT_FUNCS
+            return False
+        for n in own(scope):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and \
+                    makes_text(n.value):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    if isinstance(t, ast.Name):
+                        texts.add(t.id)
+        for n in own(scope):
+            if isinstance(n, ast.Compare) and any(texty(x) for x in [n.left, *n.comparators]) \
+                    and not all(isinstance(o, (ast.Is, ast.IsNot)) for o in n.ops):
+                hits.add((n.lineno, "compares text"))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                    texty(n.func.value) and n.func.attr in _STR_METHODS:
+                hits.add((n.lineno, f"calls .{n.func.attr}() on text"))
+            elif isinstance(n, ast.Attribute) and n.attr == "header":
+                hits.add((n.lineno, "reads a loop header's text"))
+            elif isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+                    a.name == "re" for a in n.names) or \
+                    isinstance(n, ast.ImportFrom) and n.module == "re":
+                hits.add((n.lineno, "imports re"))
+    # the module, then each function with its own locals
+    check(tree)
+    for n in ast.walk(tree):
+        if isinstance(n, funcs):
+            check(n)
+    return sorted(hits)
+
+
+def test_code_generators_do_not_read_emitted_text():
+    root = ROOT / "passes"
+    found = {f: _text_inspections((root / f).read_text()) for f in GENERATORS}
+    assert not any(found.values()), found
+
+
+def test_every_code_generation_module_is_checked():
+    # a module that builds or prints kernel code (imports kernel_ir or a language) is listed
+    root = ROOT / "passes"
+    users = {p.name for p in root.glob("*.py")
+             if any(m in p.read_text() for m in ("kernel_ir import", "from .kernel_expr",
+                                                 "from .triton_lang", "from .cpp_lang"))}
+    assert users <= set(GENERATORS), sorted(users - set(GENERATORS))
+
+
+def test_the_text_check_finds_an_inspection():
+    assert _text_inspections("import re\n") == [(1, "imports re")]
+    assert _text_inspections("if e.text == '0':\n    pass\n") == [(1, "compares text")]
+    assert _text_inspections("ok = 'RBLOCK' in shape_text\n") == [(1, "compares text")]
+    assert _text_inspections("n = int(init.text.strip('()'))\n") == \
+        [(1, "calls .strip() on text")]
+    assert _text_inspections("s = f'{e.text} + 1'\n") == []
+    # the places this check found after the tree landed (cpp_column_blocks, triton_writer)
+    assert _text_inspections("ident = identity(kind, ty)\nif ident.startswith('float'):\n"
+                             "    pass\n") == [(2, "calls .startswith() on text")]
+    assert _text_inspections("m = HEADER.match(top.header)\n") == \
+        [(1, "reads a loop header's text")]
+    assert _text_inspections("t = f'{a} * {b}'\nok = 'RBLOCK' in t\nok = t is None\n") == \
+        [(2, "compares text")]
