@@ -341,9 +341,12 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
         if donated and not (is_extern(op) or _kernel_of(kernels, op) is not None):
             # Any other op (a library call, a view) may return an alias of a donated
             # argument: its results keep the argument alive.
-            arg_buf = next((root[v] for v in operands
-                            if root.get(v) is not None and root[v].arg is not None
-                            and root[v].op_index < 0), None)
+            arg_bufs = list({id(root[v]): root[v] for v in operands
+                             if root.get(v) is not None and root[v].arg is not None
+                             and root[v].op_index < 0}.values())
+            for other in arg_bufs[1:]:
+                other.escapes = True    # one root per value: the others are never reused
+            arg_buf = arg_bufs[0] if arg_bufs else None
             if arg_buf is not None:
                 for r in op.results:
                     if r not in root:

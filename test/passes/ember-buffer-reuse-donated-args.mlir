@@ -137,3 +137,26 @@ func.func @main(%s: tensor<1024xf32>) -> tensor<256xf32> attributes {ember.donat
   %1 = func.call @neg2(%0) : (tensor<256xf32>) -> tensor<256xf32>
   return %1 : tensor<256xf32>
 }
+
+// -----
+
+// A library call reading two donated arguments: its result may alias either, and it has one
+// root, so only the first (%s0) stays alive through the result; the other (%s1) is never
+// reused ("1 of 1 donated arguments"). %0 starts while %a (maybe %s0) is read: the arena;
+// the returned %1 lies in %s0.
+// CHECK-LABEL: func.func @main
+// CHECK: call @neg3(%{{.*}}) {ember.offsets = array<i64: 0>}
+// CHECK: call @neg3(%{{.*}}) {ember.in_args = array<i64: 0>, ember.offsets = array<i64: 0>}
+func.func private @ember_lib_0(tensor<256xf32>, tensor<256xf32>) -> tensor<256xf32> attributes {ember.library = "aten.add.Tensor", ember.params = {}, ember.results = array<i64: 0>, ember.tensor_args = ["self", "other"]}
+func.func private @neg3(%a: tensor<256xf32>) -> tensor<256xf32> attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
+  return %a : tensor<256xf32>
+}
+// expected-remark @+1 {{ember-buffer-reuse: arena 1024 bytes for 1 of 2 buffers (1024 bytes without reuse; 1024 bytes in 1 of 1 donated arguments)}}
+func.func @main(%s0: tensor<256xf32>, %s1: tensor<256xf32>) -> tensor<256xf32> attributes {ember.donated_args = array<i64: 0, 1>} {
+  %a = func.call @ember_lib_0(%s0, %s1) : (tensor<256xf32>, tensor<256xf32>) -> tensor<256xf32>
+  // expected-remark @+1 {{ember-buffer-reuse: buffer %1: 1024 bytes at offset 0, live [1, 2]}}
+  %0 = func.call @neg3(%a) : (tensor<256xf32>) -> tensor<256xf32>
+  // expected-remark @+1 {{ember-buffer-reuse: buffer %2: 1024 bytes in %arg0 at offset 0 (escapes), live [2, 3]}}
+  %1 = func.call @neg3(%0) : (tensor<256xf32>) -> tensor<256xf32>
+  return %1 : tensor<256xf32>
+}
