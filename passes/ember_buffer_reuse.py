@@ -19,13 +19,13 @@ a view of it (a view op, or a library call marked `ember.view`), both ends inclu
 Mutated inputs: `@main` may carry `ember.donate = array<i64: arg, result, ...>` (the frontend:
 result is arg's new value, written back after the call). A pair is accepted into
 `ember.writes_args` when the result comes from a pointwise kernel whose results all have the
-argument's type, that reads the argument only elementwise and computes no other result from it
-(the C++ generator gives each result a loop of its own: an optimizer step's new parameter is
-written in place, its moments, read by the parameter's loop too, are not), and nothing else in
-`@main` uses the
+argument's type and that reads the argument only elementwise (the code generators compute
+such a kernel's results in one loop nest, each element of every result before any of them is
+stored: an optimizer step's new parameter and moments, all read by the parameter's update, are
+all written in place), and nothing else in `@main` uses the
 argument (no view, no other reader, not returned) and the result is returned once: the
 runtime then lets that kernel write into the argument's memory (an optimizer step updates each
-parameter where it lies, with no new buffer and no copy back).
+parameter and moment where it lies, with no new buffer and no copy back).
 
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
 start), each at the lowest-waste gap between already placed buffers it overlaps in time.
@@ -127,28 +127,6 @@ def _kernel_of(kernels: dict, op):
 def _is_identity(attr) -> bool:
     m = ir.AffineMapAttr(attr).value
     return m == ir.AffineMap.get_identity(m.n_dims)
-
-
-def results_from(kernel, arg_index: int) -> set[int]:
-    """Positions of the kernel's results computed (through any chain of ops) from argument
-    `arg_index`. The C++ code generator computes each result of a pointwise kernel in a loop of
-    its own that reads what that result needs: only those loops read the argument."""
-    if not kernel.regions[0].blocks:
-        return set()
-    derived = [kernel.regions[0].blocks[0].arguments[arg_index]]
-    found: set[int] = set()
-
-    def visit(op):
-        if not any(any(v == d for d in derived) for v in op.operands):
-            return ir.WalkResult.ADVANCE
-        if op.name == "func.return":
-            found.update(k for k, v in enumerate(op.operands) if any(v == d for d in derived))
-        else:
-            derived.extend(op.results)
-        return ir.WalkResult.ADVANCE
-
-    kernel.operation.walk(visit, ir.WalkOrder.POST_ORDER)
-    return found
 
 
 def reads_elementwise(kernel, arg_index: int, one_space: bool = False) -> bool:
@@ -351,11 +329,9 @@ def written_args(module, main, ops, donate) -> list[int]:
         if any(u.owner != launch.operation for u in arg.uses):
             continue            # read elsewhere, viewed or returned: its old value must stay
         readers = [j for j, w in enumerate(launch.operands) if w == arg]
-        pos = next(k for k, res in enumerate(launch.results) if res == v)
-        # no other result computed from the argument: its loop (C++) would read the argument
-        # after this result's loop wrote it
-        if readers and all(reads_elementwise(kernel, j, one_space=True)
-                           and results_from(kernel, j) == {pos} for j in readers):
+        # every result reads the argument's element i in the iteration that stores element i
+        # of every result, before those stores (cpp_emitter / the Triton pointwise kernel)
+        if readers and all(reads_elementwise(kernel, j, one_space=True) for j in readers):
             accepted += [a, r]
             taken.add(a)
     return accepted

@@ -22,7 +22,7 @@ from torch_mlir import ir
 
 from .backends import TRITON
 from .base import Pass, PassError, option
-from .kernel_ir import Const, Load, Op, Raw, int_value, render_stmt
+from .kernel_ir import Const, Load, Op, Raw, Var, int_value, render_stmt
 from .kernel_schedule import (Expr, Unschedulable, combiner, const, indexing_maps,
                               masked_combiner, schedule_kernel, shape, tensor_args, type_name,
                               var)
@@ -211,14 +211,23 @@ class _KernelWriter:
         return " * ".join(p.text for p in parts) or "1"
 
     # --- stores ------------------------------------------------------------------------------
-    def store(self, k, loop_vars, mask, tile_shape: tuple):
-        """Stores output k over a tile of `tile_shape` (block sizes: XBLOCK, RBLOCK, 1)."""
-        shape_text = f"[{', '.join(str(d) for d in tile_shape)}]"
+    def value(self, k, loop_vars, bound: bool = False):
+        """(value, offset) of output k at `loop_vars`; `bound`: the value is a local, computed
+        (its loads done) where this is called."""
         out = self.results[k]
         idx = [const(0) if s == 1 else loop_vars[g] for g, s in
                zip(self.sched.dims(out), shape(out))]
         val = self.builder.value_at(out, idx)
-        off = self.builder.offset(out, idx)
+        if bound and val.deps and not isinstance(val.node, (Var, Const)):
+            val = self.builder.bind(val, val.deps, type_name(out.type))
+        return val, self.builder.offset(out, idx)
+
+    def store(self, k, loop_vars, mask, tile_shape: tuple, computed=None):
+        """Stores output k over a tile of `tile_shape` (block sizes: XBLOCK, RBLOCK, 1);
+        `computed`: its (value, offset) from `value`."""
+        shape_text = f"[{', '.join(str(d) for d in tile_shape)}]"
+        out = self.results[k]
+        val, off = computed or self.value(k, loop_vars)
         ty = type_name(out.type)
         text = val.text
         if not val.deps:   # a value without a tile dependence: give it the tile's shape
@@ -246,8 +255,12 @@ class _KernelWriter:
         _decompose(head, "xindex", space, self.sizes(space), "i", "x", vars_)
         root.stmts.extend(head)
         root.binds = {"x"}
+        # every result's value before any store: a result written over an input it reads
+        # elementwise (ember-buffer-reuse's writes_args) hides no element from another result
+        multi = len(self.results) > 1
+        vals = [self.value(k, vars_, bound=multi) for k in range(len(self.results))]
         for k in range(len(self.results)):
-            self.store(k, vars_, "xmask", ("XBLOCK",))
+            self.store(k, vars_, "xmask", ("XBLOCK",), vals[k])
         configs = [({"XBLOCK": 1024}, 4), ({"XBLOCK": 2048}, 8), ({"XBLOCK": 512}, 4)]
         if self.max_autotune:
             configs += [({"XBLOCK": 4096}, 8), ({"XBLOCK": 2048}, 4), ({"XBLOCK": 1024}, 8),
