@@ -8,6 +8,7 @@ import re
 
 from .cpp_column_blocks import block_columns
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
+from .cpp_row_split import split_rows
 from .kernel_ir import (INT, Assign, Const, Let, Line, Load, Op, OmpPragma, Printer, Store,
                         Var, all_nodes, deps_of, perfect_depth, render_stmt)
 from .kernel_expr import ExprBuilder, Scope
@@ -569,6 +570,7 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
     em.build()
     if not block_columns(em.b.stack[0], vectorize):
         reuse_row_values(em.b.stack[0])
+        split_rows(em.b.stack[0])
     return em.source()
 
 

@@ -402,7 +402,8 @@ def test_softmax_keeps_row_of_exp(tmp_path):
         x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), -float("inf")
         prelude, ((sym, src, res, _),) = lower(import_kernel(lambda a: torch.softmax(a, -1),
                                                               [x], "reduction"))
-        assert src.count("ember_exp(") == 1, src
+        # once in each version of the row loop (cpp_row_split adds one for long rows)
+        assert src.count("ember_exp(") == 1 + ("ember_split_rows" in src), src
         assert ("row_" in src) == on_stack
         if not on_stack:    # stored by the sum loop, read back by the output loop
             assert re.search(r"out0\[[^]]*\] = t\d+;\n.*\n.*part", src), src
@@ -413,3 +414,35 @@ def test_softmax_keeps_row_of_exp(tmp_path):
         assert torch.equal(torch.isnan(out), torch.isnan(ref))
         ok = ~torch.isnan(ref)
         assert rel_err(out[ok], ref[ok]) < (1e-6 if on_stack else 1e-5), cols
+
+
+@pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm"])
+def test_few_rows_split_across_threads(tmp_path, case):
+    """cpp_row_split: 3 long rows get a second version of the row loop, each row split across
+    the threads (`parallel for simd` with the row's reductions; the blocked sum's chunks in
+    parallel), taken when the rows do not spread evenly over the threads (2 threads: split;
+    1 or 3: a row a thread). Every thread count agrees with torch, a NaN row included."""
+    n = 20000
+    fn, _, kind = CASES[case]
+    args = [t(3, n) * 3] + [t(n) for _ in range(case.count("_norm") + (case == "layer_norm"))]
+    args[0][1, 5] = float("nan")
+    prelude, ((sym, src, res, ins),) = lower(import_kernel(
+        {"softmax": fn, "rms_norm": fn,
+         "layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b)}[case],
+        args, kind))
+    assert "if (ember_split_rows(3))" in src, src
+    assert re.search(r"#pragma omp parallel for (simd )?reduction\(", src), src
+    assert "#pragma omp parallel for\n" in src, src        # the version with a row a thread
+    lib, _ = build(tmp_path, prelude + src)
+    ref = {"layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b)}.get(
+        case, fn)(*args)
+    threads = torch.get_num_threads()
+    try:
+        for k in (1, 2, 3):
+            torch.set_num_threads(k)
+            out, = run_kernel(lib, sym, match_args(args, ins), res)
+            assert torch.equal(torch.isnan(out), torch.isnan(ref)), k
+            ok = ~torch.isnan(ref)
+            assert rel_err(out[ok], ref[ok]) < 1e-5, (k, case)
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,78 @@
+"""Rows split across threads, for C++ reduction kernels with few rows.
+
+cpp_emitter runs a row-wise kernel (softmax, layer_norm: reductions over a row, then the row's
+outputs) as one `parallel for` over the rows, each thread walking whole rows. With fewer rows
+than a few times the thread count, and not a multiple of it, threads idle: 3 rows on 2 threads
+take as long as 4. `split_rows` gives such a kernel a second version of the row loop, chosen at
+run time: the rows one after the other on the calling thread, each row loop inside split across
+the threads (`parallel for simd` with the loop's reductions; a blocked sum's chunks in parallel,
+their partial sums reduced into its double accumulator). A row's accumulators, declared
+outside those parallel loops, are shared there as OpenMP reductions require; the results are
+those of the row version up to the order of the additions (the per-lane partial sums of a simd
+reduction are combined per thread, then across threads)."""
+from __future__ import annotations
+
+import re
+
+from .kernel_ir import Assign, OmpPragma, Scope
+
+# Threads are worth it for a row loop of at least this many elements (as cpp_emitter's
+# omp_min_elements for a whole kernel): each row loop is a parallel region of its own.
+SPLIT_MIN_ROW = 16384
+_CHUNK = re.compile(r"for \(int64_t (\w+) = 0; \1 < (\d+); \1 \+= \d+\)$")
+_FLAT = re.compile(r"for \(int64_t (\w+) = 0; \1 < (\d+); \+\+\1\)$")
+
+
+def _clone(s: Scope) -> Scope:
+    c = Scope(s.binds, s.header, s.kind)
+    c.pragmas = list(s.pragmas)
+    c.stmts = [_clone(x) if isinstance(x, Scope) else x for x in s.stmts]
+    if hasattr(s, "trip"):
+        c.trip = s.trip
+    return c
+
+
+def _threaded(loop: Scope) -> bool:
+    """Makes row loop `loop` (a child of the row's scope) a parallel loop; False if it is not
+    a shape this knows (it then stays serial: correct, only slower)."""
+    m = _FLAT.match(loop.header)
+    if m and int(m.group(2)) >= SPLIT_MIN_ROW and \
+            [p for p in loop.pragmas if p.simd and not p.parallel] == loop.pragmas and \
+            loop.pragmas and not any(isinstance(x, Scope) for x in loop.stmts):
+        p = loop.pragmas[0]
+        loop.pragmas = [OmpPragma(parallel=True, simd=True, reductions=p.reductions)]
+        return True
+    m = _CHUNK.match(loop.header)
+    inner = [x for x in loop.stmts if isinstance(x, Scope)]
+    if m and int(m.group(2)) >= SPLIT_MIN_ROW and not loop.pragmas and len(inner) == 1:
+        adds = [x.name for x in loop.stmts if isinstance(x, Assign) and x.op == "+="]
+        loop.pragmas = [OmpPragma(parallel=True, reductions=tuple(("+", a) for a in adds))]
+        return True
+    return False
+
+
+def split_rows(root: Scope) -> bool:
+    """Gives the kernel's parallel row loop (the one top-level loop of `root` with a plain
+    `parallel for` pragma and a static trip count) a split-rows version (module docstring),
+    chosen when the rows do not spread evenly over the threads. Returns whether it did."""
+    tops = [(k, s) for k, s in enumerate(root.stmts) if isinstance(s, Scope)]
+    if len(tops) != 1:
+        return False
+    k, rows = tops[0]
+    trip = getattr(rows, "trip", None)
+    if trip is None or len(rows.pragmas) != 1:
+        return False
+    p = rows.pragmas[0]
+    if not p.parallel or p.simd or p.collapse != 1 or p.reductions or p.work:
+        return False
+    serial = _clone(rows)
+    serial.pragmas = []
+    loops = [x for x in serial.stmts if isinstance(x, Scope)]
+    if not loops or not all([_threaded(x) for x in loops]):
+        return False
+    cond = Scope((), f"if (ember_split_rows({trip}))")
+    cond.stmts = [serial]
+    other = Scope((), "else")
+    other.stmts = [rows]
+    root.stmts[k:k + 1] = [cond, other]
+    return True
