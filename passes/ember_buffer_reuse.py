@@ -19,8 +19,9 @@ a view of it (a view op, or a library call marked `ember.view`), both ends inclu
 Mutated inputs: `@main` may carry `ember.donate = array<i64: arg, result, ...>` (the frontend:
 result is arg's new value, written back after the call). A pair is accepted into
 `ember.writes_args` when the result comes from a pointwise kernel whose results all have the
-argument's type and that reads the argument only elementwise (the code generators compute
-such a kernel's results in one loop nest, each element of every result before any of them is
+argument's type, that reads the argument only elementwise, and whose result is computed from
+the argument or is the only one that could be (the code generators compute the results that
+read the argument in one loop nest, each element of every result before any of them is
 stored: an optimizer step's new parameter and moments, all read by the parameter's update, are
 all written in place), and nothing else in `@main` uses the
 argument (no view, no other reader, not returned) and the result is returned once: the
@@ -127,6 +128,27 @@ def _kernel_of(kernels: dict, op):
 def _is_identity(attr) -> bool:
     m = ir.AffineMapAttr(attr).value
     return m == ir.AffineMap.get_identity(m.n_dims)
+
+
+def results_from(kernel, arg_index: int) -> set[int]:
+    """Positions of the kernel's results computed (through any chain of ops) from argument
+    `arg_index`."""
+    if not kernel.regions[0].blocks:
+        return set()
+    derived = [kernel.regions[0].blocks[0].arguments[arg_index]]
+    found: set[int] = set()
+
+    def visit(op):
+        if not any(any(v == d for d in derived) for v in op.operands):
+            return ir.WalkResult.ADVANCE
+        if op.name == "func.return":
+            found.update(k for k, v in enumerate(op.operands) if any(v == d for d in derived))
+        else:
+            derived.extend(op.results)
+        return ir.WalkResult.ADVANCE
+
+    kernel.operation.walk(visit, ir.WalkOrder.POST_ORDER)
+    return found
 
 
 def reads_elementwise(kernel, arg_index: int, one_space: bool = False) -> bool:
@@ -306,6 +328,12 @@ def _match_in_place(kernels, ops, root, per_op) -> None:
                 break
 
 
+def _derived_with(kernel, arg_index: int, pos: int) -> bool:
+    """Result `pos` is computed from the argument, or no result is."""
+    found = results_from(kernel, arg_index)
+    return pos in found or not found
+
+
 def written_args(module, main, ops, donate) -> list[int]:
     """The `ember.donate` pairs (flat: arg, result, ...) whose result may be written into the
     argument's memory (see the module docstring), flat in the same form."""
@@ -329,9 +357,14 @@ def written_args(module, main, ops, donate) -> list[int]:
         if any(u.owner != launch.operation for u in arg.uses):
             continue            # read elsewhere, viewed or returned: its old value must stay
         readers = [j for j, w in enumerate(launch.operands) if w == arg]
-        # every result reads the argument's element i in the iteration that stores element i
-        # of every result, before those stores (cpp_emitter / the Triton pointwise kernel)
-        if readers and all(reads_elementwise(kernel, j, one_space=True) for j in readers):
+        pos = next(k for k, res in enumerate(launch.results) if res == v)
+        # The results computed from the argument, elementwise, have its loop dims: the code
+        # generators compute them in one loop nest, with every value of an element before any
+        # store (cpp_emitter, the Triton pointwise kernel). The result written over it must
+        # be one of them (or the only one): a result that does not read the argument may be
+        # in a loop nest of its own (C++), which would overwrite it before their loop.
+        if readers and all(reads_elementwise(kernel, j, one_space=True)
+                           and _derived_with(kernel, j, pos) for j in readers):
             accepted += [a, r]
             taken.add(a)
     return accepted
