@@ -148,6 +148,10 @@ RESULTS = Attr(PREFIX + "results", LIBRARY_FUNC, "i64-array", "frontend (library
                ("frontend export",), "which output of the op each result is")
 VIEW = Attr(PREFIX + "view", LIBRARY_FUNC, "unit", "frontend (library_calls)",
             ("ember-buffer-reuse",), "its results alias its operands (view_as_real)")
+OPERAND_VIEWS = Attr(PREFIX + "operand_views", LIBRARY_FUNC, "i64-array-list",
+                     "ember-library-views", ("frontend export",),
+                     "per operand read as a strided view of its (row-major) buffer: [operand, "
+                     "element offset, sizes..., strides...]")
 # A key inside `ember.params`, not an attribute: {ember.complex = [re, im]} is a complex
 # scalar argument (the runtime decodes it: runtime/externs.py).
 COMPLEX_KEY = PREFIX + "complex"
@@ -162,7 +166,8 @@ RESULT_DIMS = Attr(PREFIX + "result_dims", CALL, "i64-array-list", "ember-fuse",
                    "per result, per dim: the call operand holding that dim's size (-1: static)")
 
 OFFSETS = Attr(PREFIX + "offsets", LAUNCH, "i64-array", "ember-buffer-reuse",
-               ("frontend export",), "arena byte offset per result (-1: own allocation)")
+               ("frontend export",), "arena byte offset per result (-1: own allocation); with "
+               "`ember.in_args`, the offset in that donated argument's memory")
 ARENA_BYTES = Attr(PREFIX + "arena_bytes", FUNC, "i64", "ember-buffer-reuse",
                    ("frontend export", "frontend report"), "planned peak bytes of intermediates")
 UNPLANNED_BYTES = Attr(PREFIX + "unplanned_bytes", FUNC, "i64", "ember-buffer-reuse",
@@ -186,9 +191,20 @@ WRITES_ARGS = Attr(PREFIX + "writes_args", FUNC, "i64-array", "ember-buffer-reus
                    "the `ember.donate` pairs accepted: the result's kernel writes it into the "
                    "argument's memory (it reads the argument elementwise, and last)")
 
+DONATED_ARGS = Attr(PREFIX + "donated_args", FUNC, "i64-array", "frontend (compile_static)",
+                    ("ember-buffer-reuse",),
+                    "arguments the caller hands over (a backward's saved activations that only "
+                    "it reads: AOTAutograd's bw_donated_idxs): their memory may hold other "
+                    "values after their last use")
+IN_ARGS = Attr(PREFIX + "in_args", LAUNCH, "i64-array", "ember-buffer-reuse",
+               ("frontend export",),
+               "per result, the donated argument whose memory holds it at the byte offset "
+               "`ember.offsets` gives (-1: the arena or its own allocation)")
+
 ATTRS: dict[str, Attr] = {a.name: a for a in (
-    LIBRARY, TENSOR_ARGS, PARAMS, RESULTS, VIEW, KERNEL, OPS, RESULT_DIMS, OFFSETS,
-    ARENA_BYTES, UNPLANNED_BYTES, DONATE, WRITES_ARGS, SOURCE, SYMBOL, TARGET, PRELUDE)}
+    LIBRARY, TENSOR_ARGS, PARAMS, RESULTS, VIEW, OPERAND_VIEWS, KERNEL, OPS, RESULT_DIMS,
+    OFFSETS, ARENA_BYTES, UNPLANNED_BYTES, DONATE, WRITES_ARGS, DONATED_ARGS, IN_ARGS, SOURCE,
+    SYMBOL, TARGET, PRELUDE)}
 
 
 # --- queries every stage shares ------------------------------------------------------------

@@ -10,7 +10,7 @@ import torch
 
 from .attention_masks import drop_visible_attention_masks
 from . import eager_rejects
-from .compile import saved_output_slice, EmberGraph
+from .compile import donated_backward_inputs, saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
 from .effects import lower_effect_tokens
@@ -254,6 +254,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                 graph.lent_outputs = saved_output_slice(len(out))
             elif kind == "backward" and isinstance(out, (list, tuple)):
                 graph.lent_outputs = range(len(out))     # gradients
+                if opts.donate_saved and wrap is None:
+                    graph.donated_inputs = donated_backward_inputs()
             boxed = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed

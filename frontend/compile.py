@@ -115,6 +115,40 @@ def _donations(prep, mutations) -> list[tuple[int, int]]:
     return pairs
 
 
+def donated_backward_inputs() -> frozenset[int]:
+    """The inputs of the backward graph being compiled that AOTAutograd donates (its tracing
+    context's `bw_donated_idxs`, with `torch._functorch.config.donated_buffer`): saved
+    activations whose storage nothing but this backward reads (no forward input or user
+    output, no gradient aliases it). torch compiles the backward when it first runs and sets
+    none when that backward keeps its graph (`retain_graph=True`); a later backward that
+    keeps it raises torch's own error."""
+    try:
+        from torch._guards import TracingContext
+        ctx = TracingContext.try_get()
+        idxs = ctx.fw_metadata.bw_donated_idxs if ctx is not None and ctx.fw_metadata else None
+        return frozenset(int(i) for i in idxs or ())
+    except Exception:   # noqa: BLE001 - another torch: nothing is donated
+        return frozenset()
+
+
+def _reused_inputs(prep, mutations, donated: frozenset[int], pos) -> list[int]:
+    """Program inputs whose memory the program may reuse after reading them: the `donated`
+    graph inputs (placeholder indices; `pos`: the program's tensor inputs' placeholders when
+    the graph was specialized) that no host-side view reads (it runs after the program) and
+    that are not mutated."""
+    if not donated or prep.single or prep.gm is None:
+        return []
+    host_reads = set()
+    if prep.host_gm is not None:
+        host_reads = {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
+                                              if n.op == "placeholder") if n.users}
+    mutated = {i for i, _ in mutations.targets} if mutations is not None else set()
+    n = sum(1 for node in prep.gm.graph.nodes if node.op == "placeholder")
+    return [j for j in range(n)
+            if (j if pos is None else pos[j]) in donated and j not in host_reads
+            and j not in mutated]
+
+
 def saved_output_slice(num_outputs: int) -> range | None:
     """The outputs of the forward graph being compiled that AOTAutograd saves for the backward
     (its tracing context's metadata), or None when that is not known for sure."""
@@ -176,6 +210,9 @@ class EmberGraph:
         # Outputs a CUDA-graphed program may hand out of its pool as guarded aliases
         # (compile._lend): a training forward's saved activations, a backward's gradients.
         self.lent_outputs: range | None = None
+        # Placeholders whose memory the program may reuse once read (a backward's donated
+        # saved activations: donated_backward_inputs).
+        self.donated_inputs: frozenset[int] = frozenset()
 
     def __call__(self, *args):
         out = self._call(args)
@@ -199,6 +236,15 @@ class EmberGraph:
         except Exception as err:
             if fn is self._eager or not self.options.fallback:
                 raise
+            done = getattr(fn, "ember_report", None) or {}
+            if done.get("inputs_reused") or done.get("inputs_freed"):
+                # The call may have written over (or freed) its donated inputs: eager cannot
+                # redo it.
+                raise RuntimeError(
+                    f"ember: graph {self.graph_id} failed at run time "
+                    f"({describe_error(err)}) after reusing the memory of its saved inputs, "
+                    f"so it cannot be redone eagerly; compile with "
+                    f"options={{'donate_saved': False}} to keep them") from err
             return self._failed_at_run_time(fn, err, args)
 
     def _eager_rejects(self) -> str | None:
@@ -337,9 +383,10 @@ class EmberGraph:
             run = self._fallback(prep.gm, tensors, target, None, report, dump, inline)
         elif prep.gm is not None:
             try:
-                run, summary = compile_static(prep.gm, tensors, self.options, target, dump,
-                                              self.kind, library=inline,
-                                              donate=_donations(prep, self._mutations))
+                run, summary = compile_static(
+                    prep.gm, tensors, self.options, target, dump, self.kind, library=inline,
+                    donate=_donations(prep, self._mutations),
+                    reuse=_reused_inputs(prep, self._mutations, self.donated_inputs, pos))
                 _lend(run, prep, self._mutations, self.lent_outputs)
                 if hasattr(run, "stats"):
                     run.stats = report

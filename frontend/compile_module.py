@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 from torch_mlir import ir
 
-from ..dialects.contract import DONATE
+from ..dialects.contract import DONATE, DONATED_ARGS
 from ..passes.backends import backend_named
 from . import fx_prep
 from .options import CompileOptions, default_pipeline
@@ -99,6 +99,8 @@ def explained(remarks: list) -> dict[str, Any]:
     if arena:
         out["memory_plan"] = {"arena_bytes": arena[-1]["arena_bytes"],
                               "unplanned_bytes": arena[-1]["unplanned_bytes"],
+                              # planned in donated inputs' memory instead of the arena
+                              "in_inputs_bytes": arena[-1].get("in_args_bytes", 0),
                               "buffers": [{**b, "live": list(b["live"])} for b in buffers]}
     return out
 
@@ -200,11 +202,12 @@ def _short_diagnostic(line: str) -> str:
 
 def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: bool = False,
                    dump: DebugDump | None = None,
-                   seconds: dict[str, float] | None = None, donate=()):
+                   seconds: dict[str, float] | None = None, donate=(), reuse=()):
     """`gm` imported (with the library `calls` stitched in), run through `pipeline` and
     exported: (Program, the report fields the IR knows). MLIR's diagnostics and fd 2 are
     captured (written to the dump's diagnostics.txt); raises on any failure. `donate`: pairs
-    (input, output) of `gm` where the output is the input's new value (`ember.donate`)."""
+    (input, output) of `gm` where the output is the input's new value (`ember.donate`);
+    `reuse`: inputs whose memory may hold other values once read (`ember.donated_args`)."""
     from .importer import new_context
     from .library_calls import stitch
     from .export_program import export_program
@@ -217,8 +220,8 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
         with native, ctx, torch.no_grad():
             module = import_graph(gm, ctx, native, symbolic)
             stitch(module, list(calls))
-            if donate:
-                _mark_donated(module, gm, donate)
+            if donate or reuse:
+                _mark_donated(module, gm, donate, reuse, calls)
             seconds["import"] = time.perf_counter() - t0
             if dump is not None:
                 dump.stage("import", module)
@@ -235,9 +238,11 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
     return program, summary
 
 
-def _mark_donated(module, gm: fx.GraphModule, donate) -> None:
-    """`ember.donate` on @main, when its arguments and results are `gm`'s placeholders and
-    outputs one to one (else nothing is donated: a wrong pairing would write the wrong input)."""
+def _mark_donated(module, gm: fx.GraphModule, donate, reuse=(), calls=()) -> None:
+    """`ember.donate` (pairs) and `ember.donated_args` (`reuse`) on @main, when its arguments
+    and results are `gm`'s placeholders and outputs one to one, less those that outlining the
+    library `calls` added after them (else nothing is donated: a wrong pairing would write the
+    wrong input)."""
     from .export_program import find_funcs
     main = find_funcs(module).get("main")
     if main is None:
@@ -245,16 +250,21 @@ def _mark_donated(module, gm: fx.GraphModule, donate) -> None:
     out = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     n_out = len(out) if isinstance(out, (list, tuple)) else 1
     n_in = sum(1 for n in gm.graph.nodes if n.op == "placeholder")
+    n_in -= len({s for c in calls for s in c.result_slots})
+    n_out -= len({s for c in calls for s in c.operand_slots})
     ftype = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value)
     if len(ftype.inputs) != n_in or len(ftype.results) != n_out:
         return
-    DONATE.set(main, [x for pair in donate for x in pair])
+    if donate:
+        DONATE.set(main, [x for pair in donate for x in pair])
+    if reuse:
+        DONATED_ARGS.set(main, sorted(reuse))
 
 
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
                    dump: DebugDump, kind: str = "graph",
                    library=(), symbolic: bool = False,
-                   donate=()) -> tuple[Callable, dict[str, Any]]:
+                   donate=(), reuse=()) -> tuple[Callable, dict[str, Any]]:
     """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
     failure. `library`: nodes called as ATen kernels inside the program
     (frontend/library_calls.py): library ops and ops ember cannot compile. Returns the runtime's
@@ -280,7 +290,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     seconds: dict[str, float] = {}
     program, summary = compile_module(gm, default_pipeline(options, target), calls=calls,
                                       symbolic=symbolic, dump=dump, seconds=seconds,
-                                      donate=donate)
+                                      donate=donate, reuse=reuse)
     restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
     dump.write(backend_named(program.target).source_file, program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]
@@ -292,6 +302,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # planned_peak_bytes. (With CUDA graphs the arena comes from the graph's private pool,
     # whose size torch does not expose; it is not reported.)
     summary["runtime_arena_bytes"] = compiled.arena_bytes
+    if compiled.freed_inputs:     # donated inputs freed after their last use (not graphed)
+        summary["inputs_freed"] = compiled.freed_inputs
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}
     # Inference and training graphs alike, where the launches saved outweigh the copies a
     # replay adds (a training forward's saved activations are cloned out of the graph's
@@ -300,6 +312,12 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     written = frozenset(v.into_input for v in program.values if v.into_input is not None)
     if written:
         summary["inputs_written_in_place"] = len(written)
+    # donated inputs whose memory holds later values (the warm-up before a CUDA-graph capture
+    # runs on copies of them too: the capture must read their values)
+    reused = frozenset(v.in_input for v in program.values if v.in_input is not None)
+    if reused:
+        summary["inputs_reused"] = len(reused)
+    written |= reused
     static = all(isinstance(d, int) for v in program.values for d in v.shape)
     if (options.cudagraphs and device.type == "cuda" and static
             and graph_pays_off(program, kind,

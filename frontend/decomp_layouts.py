@@ -11,7 +11,7 @@ eager's (frontend/output_layouts.py hands out what the graph's values say).
 Invariant: `keep_layout(op, decomposition)` returns tensors whose observable strides (dims of
 size > 1) are those eager's `op` gives on the same arguments, where that is a permutation of a
 dense layout (TensorIterator's results always are): eager's op runs once on small CPU tensors
-laid out like the arguments (each size clamped to 2, the dims in the same stride order; meta
+laid out like the arguments (sizes clamped to 2, every comparison of two strides kept; meta
 kernels are not eager's: floor_divide's meta result is laid out as its second operand, eager's
 as its first), in a thread of its own outside the tracing modes, cached; a result laid out
 otherwise is permuted, made contiguous and permuted back (one copy, which the fusion pass
@@ -55,27 +55,56 @@ def _tensors(tree) -> list:
 
 
 class _Probe:
-    """A tensor argument, made in the probe's thread: each size clamped to 2 (1 and 0 kept),
-    strides dense in the argument's own stride order, zero strides (broadcasts) kept, so that
-    TensorIterator orders the dims as it would for the argument itself."""
+    """A tensor argument, made in the probe's thread: sizes clamped (1 and 0 kept), strides in
+    the argument's own stride order, so that TensorIterator orders the dims as it would for
+    the argument itself. TensorIterator compares every dim's stride, a size-1 dim's too (equal
+    strides: the smaller size goes inner), so the probe keeps each comparison of the
+    argument's nonzero strides, ties included: a size-1 dim whose stride equals another dim's
+    keeps it equal, one between two dims' strides stays between (fuzz seed 27 index 906: an
+    expanded (2, 3, 2, 1) int8 with strides (0, 1, 0, 1) probed as (0, 1, 0, 2) made eager's
+    conversion channels-last, where the argument itself gives a contiguous result). Zero
+    strides (broadcasts) stay zero; dims of size > 1 are dense in their order (sizes clamped
+    to 2, more where size-1 strides must fit between), with a gap where the argument has one."""
     __slots__ = ("shape", "stride", "dtype")
 
     def __init__(self, t: torch.Tensor):
         shape, stride = _static(t.shape), _static(t.stride())
-        if 0 in shape:
+        if 0 in shape or any(s < 0 for s in stride):
             raise _Skip                        # an empty result has no layout to see
         moving = [d for d in range(len(shape)) if shape[d] > 1 and stride[d] != 0]
         if len({stride[d] for d in moving}) != len(moving):
             raise _Skip                        # overlapping dims: no order to keep
-        self.shape = tuple(min(n, 2) for n in shape)
-        new = [0] * len(shape)
-        step = 1
-        for d in sorted(range(len(shape)), key=lambda d: (stride[d], d)):
-            if shape[d] > 1 and stride[d] == 0:
-                continue
-            new[d] = step
-            step *= self.shape[d]
-        self.stride, self.dtype = tuple(new), t.dtype
+        mover = {stride[d]: d for d in moving}
+        values = sorted({s for s in stride if s != 0})
+        new_of: dict[int, int] = {}
+        # size-1 strides below the innermost moving dim's: 1, 2, ...; that dim after them
+        below = [v for v in values if not moving or v < min(mover)]
+        for j, v in enumerate(below):
+            new_of[v] = 1 + j
+        # a gap (no dim of stride 1, a dim's stride past the extent of those inside it) stays
+        # a gap: whether the argument is dense decides how eager copies it (`.to`, a cast to
+        # the common dtype keep a dense layout, and lay out anything else afresh)
+        step = 1 + len(below) + (1 if moving and not below and min(mover) != 1 else 0)
+        sizes = list(shape)
+        for i, m in enumerate(sorted(mover)):
+            d = mover[m]
+            nxt = min((w for w in mover if w > m), default=None)
+            between = [v for v in values if v > m and (nxt is None or v < nxt)]
+            new_of[m] = step
+            if nxt is None:
+                sizes[d] = min(shape[d], 2)
+                for j, v in enumerate(between):     # past the extent: any larger stride
+                    new_of[v] = step * sizes[d] + j
+            else:
+                # room for the size-1 strides strictly between this dim's and the next's
+                sizes[d] = max(min(shape[d], 2), len(between) + 2)
+                for j, v in enumerate(between):
+                    new_of[v] = step * (j + 2)
+            gap = nxt is not None and nxt > m * shape[d]
+            step = step * sizes[d] + (1 if gap else 0)
+        self.shape = tuple(sizes)
+        self.stride = tuple(new_of[s] if s != 0 else 0 for s in stride)
+        self.dtype = t.dtype
 
     def key(self) -> tuple:
         return (self.shape, self.stride, self.dtype)

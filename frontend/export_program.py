@@ -186,9 +186,12 @@ def kernel_ops(func) -> list[str]:
 def library_params(decl) -> dict[str, Any]:
     """What the runtime needs to call an `ember.library` declaration's ATen op (see
     frontend/library_calls.py): operand names, other arguments, which outputs are results."""
-    return {"tensor_args": attr_to_python(C.TENSOR_ARGS.raw(decl)),
-            "kwargs": attr_to_python(C.PARAMS.raw(decl)),
-            "results": attr_to_python(C.RESULTS.raw(decl))}
+    params = {"tensor_args": attr_to_python(C.TENSOR_ARGS.raw(decl)),
+              "kwargs": attr_to_python(C.PARAMS.raw(decl)),
+              "results": attr_to_python(C.RESULTS.raw(decl))}
+    if C.OPERAND_VIEWS.has(decl):       # ember-library-views
+        params["views"] = [list(v) for v in C.OPERAND_VIEWS.get(decl)]
+    return params
 
 
 _SIGNLESS = {"uint8": "int8", "uint16": "int16", "uint32": "int32", "uint64": "int64"}
@@ -228,7 +231,8 @@ def restore_signedness(program: Program, inputs, outputs) -> None:
             continue
         # the value has the other signedness (an input's: `uint8_t.to(torch.int8)` folds to
         # the input itself, which came back as uint8), or is asked for with both
-        program.values.append(dataclasses.replace(program.values[vid], dtype=name, offset=None))
+        program.values.append(dataclasses.replace(program.values[vid], dtype=name, offset=None,
+                                                  in_input=None))
         program.steps.append(Step("view", "bitcast", (vid,), (len(program.values) - 1,)))
         program.outputs[k] = len(program.values) - 1
 
@@ -317,6 +321,9 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
         dims = _result_dims(op, ins, values)
         outs = tuple(new_value(r, off if off >= 0 else None, d)
                      for r, off, d in zip(op.results, offsets, dims))
+        for o, a in zip(outs, C.IN_ARGS.get(op, None) or ()):
+            if a >= 0:          # in a donated input's memory (ember-buffer-reuse)
+                values[o] = dataclasses.replace(values[o], in_input=a)
         if name == "func.call":
             ref = op.attributes["callee"]
             callee = funcs.get(ir.FlatSymbolRefAttr(ref).value)
@@ -378,4 +385,5 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
         source="\n".join([prelude] + [s for s in sources if s]),
         values=values, num_inputs=num_inputs, steps=steps, outputs=outputs,
         arena_bytes=C.ARENA_BYTES.get(main, 0),
-        kernel_names=kernel_names)
+        kernel_names=kernel_names,
+        donated_inputs=list(C.DONATED_ARGS.get(main, [])))

@@ -152,6 +152,32 @@ def _tensorize_narrow_int_scalars(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
+_ARANGES = (torch.ops.aten.arange.default, torch.ops.aten.arange.start,
+            torch.ops.aten.arange.start_step)
+
+
+def _widen_narrow_int_aranges(gm: fx.GraphModule) -> None:
+    """`arange(..., dtype=uint8)` -> `arange(..., dtype=int64).to(uint8)` (int8 too): torch-mlir
+    crashes the process (SIGSEGV) converting the bounds to the narrow type; `eye(n,
+    dtype=int8)` and `linalg.matrix_power(x, 0)` make such aranges. Eager computes the values
+    in int64 too (arange's accumulate type) and wraps them to the narrow type, as the cast does."""
+    for node in list(gm.graph.nodes):
+        val = node.meta.get("val")
+        if node.op != "call_function" or node.target not in _ARANGES or \
+                not isinstance(val, torch.Tensor) or val.dtype not in _NARROW_INTS:
+            continue
+        node.update_kwarg("dtype", torch.int64)
+        with val.fake_mode if getattr(val, "fake_mode", None) else _nullcontext():
+            node.meta["val"] = torch.empty(val.shape, dtype=torch.int64, device=val.device)
+        node.meta.pop("tensor_meta", None)
+        with gm.graph.inserting_after(node):
+            cast = gm.graph.call_function(torch.ops.prims.convert_element_type.default,
+                                          (node, val.dtype))
+        cast.meta["val"] = val
+        node.replace_all_uses_with(cast, delete_user_cb=lambda u: u is not cast)
+    gm.recompile()
+
+
 _ACCUMULATE = ("sum", "prod", "cumsum", "cumprod", "nansum")
 _CASTS = (torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default)
 # Tensor operands that are not promoted with the others (a condition, a mask).
@@ -500,6 +526,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
     fold_zero_size(gm)
     lift_rank_zero(gm)
     _tensorize_narrow_int_scalars(gm)
+    _widen_narrow_int_aranges(gm)
     _cast_operands_torch_mlir_mispromotes(gm)
     _float_compare_scalars(gm)
     _wide_rank_zero_operands(gm)

@@ -21,6 +21,7 @@ graph, no per-piece Python. `outline` does the FX half, `stitch` the MLIR half.
 from __future__ import annotations
 
 import operator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,15 +106,31 @@ def _used_results(node: fx.Node):
     return sorted(used, key=lambda p: p[0])
 
 
+# Unsigned types torch-mlir has no type for (uint8 it imports as a signless i8): a library
+# call's result of one of these is imported as its signed twin (the same bits), which is right
+# only where no compiled op reads it: export_program.restore_signedness gives the output back
+# its unsigned type.
+_UNIMPORTED_UNSIGNED = {torch.uint16: torch.int16, torch.uint32: torch.int32,
+                        torch.uint64: torch.int64}
+
+
+def _only_returned(node: fx.Node) -> bool:
+    return all(u.op == "output" for u in node.users)
+
+
 def outline_blocker(node: fx.Node) -> str | None:
     """Why `node` cannot become a call inside the program (None: it can)."""
     if not isinstance(node.target, torch._ops.OpOverload):
         return "not an ATen overload"
     if _split_args(node) is None:
         return "an argument is neither a tensor nor a plain value"
-    if _used_results(node) is None:
+    results = _used_results(node)
+    if results is None:
         uses = [(u.name, type(u.meta.get("val")).__name__) for u in node.users]
         return f"a result that is read is not a tensor: {uses}"
+    for _, user in results:
+        if user.meta["val"].dtype in _UNIMPORTED_UNSIGNED and not _only_returned(user):
+            return f"compiled code reads its {user.meta['val'].dtype} result"
     return None
 
 
@@ -152,7 +169,12 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
                 next(iter(graph.nodes)))
             with ctx:
                 ph = graph.placeholder(f"ember_lib{len(calls)}_out{i}")
-            ph.meta["val"] = user.meta["val"]
+            val = user.meta["val"]
+            if val.dtype in _UNIMPORTED_UNSIGNED:     # only returned (outline_blocker)
+                with val.fake_mode if getattr(val, "fake_mode", None) else nullcontext():
+                    val = torch.empty_strided(val.shape, val.stride(), device=val.device,
+                                              dtype=_UNIMPORTED_UNSIGNED[val.dtype])
+            ph.meta["val"] = val
             last = ph
             call.result_slots.append(n_in)
             n_in += 1

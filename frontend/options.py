@@ -50,6 +50,11 @@ class CompileOptions:
       the backward graph, where ember fuses
       them into its kernels, instead of being saved by the forward (less memory, fewer copies
       into a graphed backward); False saves every value the backward reads.
+    donate_saved: a training backward places its intermediates (and gradients at least half
+      a saved tensor's size) in the memory of the saved activations that only it reads
+      (AOTAutograd's donated buffers, `torch._functorch.config.donated_buffer`) once it has
+      read them, instead of in new memory, and frees those it is done with, as Inductor does
+      (ember-buffer-reuse, `ember.donated_args`). False keeps them.
     mode: torch.compile's `mode=` (also accepted here): "default" and "reduce-overhead" (CUDA
       graphs, which ember replays for inference anyway) compile alike; "max-autotune" widens
       each Triton kernel's configuration search (ember-lower-to-triton{max-autotune=true});
@@ -75,6 +80,7 @@ class CompileOptions:
     exact_low_precision: bool = True
     parallel_compile: bool = True
     recompute: bool = True
+    donate_saved: bool = True
     mode: str = "default"
     matmul_template: str = "off"
 
@@ -96,7 +102,7 @@ class CompileOptions:
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
         for name in ("fallback", "cudagraphs", "exact_low_precision", "parallel_compile",
-                     "recompute"):
+                     "recompute", "donate_saved"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")
@@ -192,6 +198,7 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
             lower += "{" + " ".join(lower_opts) + "}"
     # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
     # come from (frontend/compile_module.explained).
-    return (f"builtin.module(ember-fuse{{max-group-size={options.max_group_size} "
+    return (f"builtin.module(ember-convert-externs,ember-library-views,"
+            f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")

@@ -194,6 +194,8 @@ LIBRARY_OPS = frozenset({
     "aten.linalg_ldl_factor_ex.default", "aten.linalg_ldl_solve.default",
     "aten.linalg_matrix_exp.default", "aten.triangular_solve.default",
     "aten.linalg_pinv.atol_rtol_tensor",
+    # a uint64 result (torch-mlir has no unsigned 64-bit type: "'torch.uint64'" at import)
+    "aten.hash_tensor.default",
     # segment reductions, embedding bags, distances, sampling
     "aten.segment_reduce.default", "aten._segment_reduce_backward.default",
     "aten._embedding_bag.default", "aten._embedding_bag_forward_only.default",
@@ -280,10 +282,26 @@ def _narrow_input(node: fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16)
 
 
+# Namespaces whose ops torch-mlir imports (or ember rewrites before import). An op of any other
+# namespace is a custom op registered through torch.library (`torch_nn::` in torch itself,
+# a user's `mylib::`): torch-mlir has no lowering for it ("failed to legalize operation
+# 'torch.operator'"), and ember has no way to see inside its Python or C++ kernel. Like
+# Inductor's fallback kernels, it is called as it is, inside the program.
+_IMPORTED_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional", "c10d_functional"})
+
+
+def _is_custom_op(node: fx.Node) -> bool:
+    target = node.target
+    return (isinstance(target, torch._ops.OpOverload)
+            and target.namespace not in _IMPORTED_NAMESPACES and can_call(node))
+
+
 def is_library_node(node: fx.Node, target: str | None = None) -> bool:
     if node.op != "call_function":
         return False
     if is_complex_library_node(node):       # FFTs, ops on complex values (complex_values.py)
+        return True
+    if _is_custom_op(node):
         return True
     name = op_name(node)
     if name == "aten.convolution.default":
@@ -335,9 +353,11 @@ def blame(gm: fx.GraphModule, options: CompileOptions, target: str,
 
 def _round_trips(value) -> bool:
     """Whether an argument survives the trip through an MLIR attribute to the runtime's call
-    (a dtype or device would come back as a string)."""
+    (a device would come back as a string)."""
     if value is None or isinstance(value, (bool, str, float)):
         return True
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return True     # as "torch.float32", read back by runtime/externs.resolve_library
     if isinstance(value, int):
         return -2**63 <= value < 2**63
     if isinstance(value, (list, tuple)):

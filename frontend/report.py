@@ -114,7 +114,7 @@ class DebugDump:
             self.dir = None
 
     def stage(self, label: str, module) -> None:
-        """`00-import.mlir`, `01-ember-fuse.mlir`, ...: the IR after each stage."""
+        """`00-import.mlir`, `01-ember-convert-externs.mlir`, ...: the IR after each stage."""
         if self.dir is None:
             return
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_") or "stage"

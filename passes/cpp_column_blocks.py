@@ -12,13 +12,12 @@ kept as it was; an accumulator becomes an array over the block's columns. The or
 additions into each accumulator is the order of the rows, as before."""
 from __future__ import annotations
 
-import re
-
-from .kernel_ir import Assign, Let, Load, Op, OmpPragma, Scope, Store, Var, deps_of, walk
+from .kernel_ir import (INT, Assign, Const, Decl, Let, Line, Load, Loop, Op, OmpPragma, Scope,
+                        Store, Var, deps_of, int_value, walk)
 
 COLUMN_BLOCK = 64
-_HEADER = re.compile(r"for \(int64_t (\w+) = 0; \1 < (.+); \+\+\1\)$")
-_DECL = re.compile(r"(const )?(float|double|int32_t|int64_t) (\w+) = (.+);$")
+# the locals a column block turns into arrays: those of float, double, int32_t, int64_t in C++
+_ARRAY_TYPES = ("f32", "f16", "bf16", "f64", "i32", "i64", "index")
 
 
 def _rename(n, names: dict, memo: dict):
@@ -89,37 +88,40 @@ def _column_shaped(body, j: str, row_vars: set) -> bool:
     return strided
 
 
-def block_columns(root: Scope, simd: bool = True) -> int:
+def block_columns(root: Scope, show, simd: bool = True) -> int:
     """Rewrites each top-level column-shaped loop of `root` (see the module docstring), its
-    column loops `simd` or not; returns how many it rewrote."""
+    column loops `simd` or not; returns how many it rewrote. `show`: the C++ printer (for the
+    one line it writes, the last block's column count)."""
     done = 0
     for k, top in enumerate(root.stmts):
         if not isinstance(top, Scope):
             continue
-        m = _HEADER.match(top.header)
-        if not m or any(p.simd or p.collapse > 1 or p.reductions for p in top.pragmas):
+        lp = top.loop      # a plain `for (j = 0; j < bound; ++j)`
+        if lp is None or int_value(lp.start) != 0 or int_value(lp.step) != 1 or \
+                lp.span is not None or \
+                any(p.simd or p.collapse > 1 or p.reductions for p in top.pragmas):
             continue
-        j, bound = m.group(1), m.group(2)
-        new = _rewrite(top, j, bound, simd)
+        new = _rewrite(top, lp.var, lp.stop, simd, show)
         if new is not None:
             root.stmts[k] = new
             done += 1
     return done
 
 
-def _rewrite(top: Scope, j: str, bound: str, simd: bool):
+def _rewrite(top: Scope, j: str, bound, simd: bool, show):
     row_vars: set = set()
 
     def scan(stmts) -> bool:
         for s in stmts:
             if isinstance(s, Scope):
-                if any(p.parallel for p in s.pragmas) or re.search(rf"\b{j}\b", s.header):
+                if any(p.parallel for p in s.pragmas) or \
+                        (s.loop is not None and j in s.loop.names()):
                     return False
                 row_vars.update(s.binds)
                 if not scan(s.stmts):
                     return False
-            elif isinstance(s, str):
-                if not _DECL.match(s):
+            elif isinstance(s, Decl):
+                if s.dtype not in _ARRAY_TYPES or s.length is not None:
                     return False
             elif not isinstance(s, (Let, Store, Assign)):
                 return False
@@ -129,32 +131,29 @@ def _rewrite(top: Scope, j: str, bound: str, simd: bool):
         return None
     jb, jj, jn = f"{j}_b", f"{j}_l", f"{j}_n"
     block = COLUMN_BLOCK
-    if bound.isdigit():                # static: a block of all columns, or a constant trip
-        block = min(block, int(bound))
-    out = Scope({jb}, f"for (int64_t {jb} = 0; {jb} < {bound}; {jb} += {block})")
+    static = int_value(bound)
+    if static is not None and static >= 0:   # a block of all columns, or a constant trip
+        block = min(block, static)
+    out = Scope({jb}, Loop(jb, _int(0), bound, _int(block)))
     out.pragmas = [OmpPragma(parallel=p.parallel, work=p.work, min_work=p.min_work)
                    for p in top.pragmas]
-    if bound.isdigit() and int(bound) % block == 0:
-        jn = str(block)
+    if static is not None and static >= 0 and static % block == 0:
+        count = _int(block)
     else:
-        out.stmts.append(f"const int64_t {jn} = std::min<int64_t>({block}, ({bound}) - {jb});")
+        count = Var(jn)
+        out.stmts.append(Line(f"const int64_t {jn} = std::min<int64_t>({block}, "
+                              f"({show(bound)}) - {jb});"))
     arrays: dict[str, Var] = {}        # per-column locals (accumulators) -> their element
-
-    def text(t: str) -> str:
-        for a in arrays:
-            t = re.sub(rf"\b{a}\b", f"{a}_v[{jj}]", t)
-        return t
 
     def column_loop(lets, body, hot) -> Scope:
         """A loop over the block's columns; `simd` in the innermost row loops (elsewhere it
         runs once per block or chunk, and gcc unrolls or vectorizes it by itself)."""
         memo: dict = {}
-        lp = Scope({jj, j}, f"for (int64_t {jj} = 0; {jj} < {jn}; ++{jj})")
+        lp = Scope({jj, j}, Loop(jj, _int(0), count))
         lp.pragmas = [OmpPragma(simd=True)] if simd and hot else []
-        lp.stmts.append(f"const int64_t {j} = {jb} + {jj};")
+        lp.stmts.append(Line(f"const int64_t {j} = {jb} + {jj};"))
         lp.stmts += [_stmt_rename(x, arrays, memo) for x in lets]
-        lp.stmts += [text(x) if isinstance(x, str) else _stmt_rename(x, arrays, memo)
-                     for x in body]
+        lp.stmts += [_stmt_rename(x, arrays, memo) for x in body]
         return lp
 
     def convert(stmts, lets: list) -> list:
@@ -168,13 +167,11 @@ def _rewrite(top: Scope, j: str, bound: str, simd: bool):
                 new.append(column_loop(list(lets), list(pending), innermost))
                 pending.clear()
         for s in stmts:
-            if isinstance(s, str):
-                d = _DECL.match(s)
+            if isinstance(s, Decl):      # a local per column: an array over the block
                 flush()
-                typ, name, init = d.group(2), d.group(3), d.group(4)
-                new.append(f"{typ} {name}_v[{block}];")
-                pending.append(f"{name}_v[{jj}] = {text(init)};")
-                arrays[name] = Var(f"{name}_v[{jj}]")
+                new.append(Decl(f"{s.name}_v", s.dtype, length=block))
+                pending.append(Assign(f"{s.name}_v[{jj}]", _rename(s.value, arrays, {})))
+                arrays[s.name] = Var(f"{s.name}_v[{jj}]")
                 flush()
             elif isinstance(s, Let):
                 lets = lets + [s]
@@ -182,7 +179,7 @@ def _rewrite(top: Scope, j: str, bound: str, simd: bool):
                 pending.append(s)
             else:
                 flush()
-                copy = Scope(s.binds, s.header)
+                copy = Scope(s.binds, s.loop)
                 copy.stmts = convert(s.stmts, lets)
                 new.append(copy)
         flush()
@@ -190,3 +187,7 @@ def _rewrite(top: Scope, j: str, bound: str, simd: bool):
 
     out.stmts += convert(top.stmts, [])
     return out
+
+
+def _int(n: int):
+    return Const(n, INT)

@@ -1,44 +1,23 @@
-"""C++ (OpenMP) spelling of ember kernels: `CppLang` for kernel_schedule's expression builder,
-and `emit_kernel` that prints one kernel function with the ABI of docs/internals.md (Stage 4).
-The prelude those functions use is cpp_prelude.PRELUDE (re-exported here)."""
+"""C++ (OpenMP) kernels: `emit_kernel` builds one kernel function's kernel_ir tree (loop nests
+with OpenMP pragmas, reductions with their accumulators, blocked float sums) with the ABI of
+docs/internals.md (Stage 4) and prints it with cpp_lang. The tree is rewritten before printing
+by cpp_column_blocks (reductions down columns) or cpp_row_values (values kept between a row's
+loops) and cpp_row_split (few long rows split across threads). The prelude those functions use is cpp_prelude.PRELUDE (re-exported here)."""
 from __future__ import annotations
 
-import math
-import re
-
 from .cpp_column_blocks import block_columns
+from .cpp_lang import STORAGE, CppLang, render
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .cpp_row_split import split_rows
-from .kernel_ir import (INT, Assign, Const, Let, Line, Load, Op, OmpPragma, Printer, Store,
-                        Var, all_nodes, deps_of, perfect_depth, render_stmt)
-from .kernel_expr import ExprBuilder, Scope
-from .kernel_schedule import (Expr, Unschedulable, combiner, const,
-                              indexing_maps, iterator_types, masked_combiner, needed_results,
-                              schedule_kernel, tensor_args, type_name, var)
+from .cpp_row_values import reuse_row_values
+from .ir_queries import indexing_maps, iterator_types, type_name
+from .kernel_expr import Expr, ExprBuilder, Scope, const, var
+from .kernel_ir import (CONVERT, INT, Assign, Const, Decl, Line, Loop, Op, OmpPragma, Store, Var,
+                        all_nodes, deps_of, render_stmt)
+from .kernel_schedule import schedule_kernel, tensor_args
+from .reduction_body import combiner, masked_combiner, needed_results
 
 
-CTYPE = {"f32": "float", "f64": "double", "f16": "float", "bf16": "float", "i1": "bool",
-         "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
-         "index": "int64_t", "ui8": "uint8_t"}
-STORAGE = dict(CTYPE, f16="uint16_t", bf16="uint16_t")
-BIN = {"addf": "+", "addi": "+", "subf": "-", "subi": "-", "mulf": "*", "muli": "*",
-       "divf": "/", "andi": "&", "ori": "|", "xori": "^", "shli": "<<", "shrsi": ">>"}
-INT_DIV = {"divsi": "/", "remsi": "%", "floordivsi": None, "divui": "/", "remui": "%"}
-CMP = {"eq": "==", "ne": "!=", "slt": "<", "sle": "<=", "sgt": ">", "sge": ">=",
-       "oeq": "==", "ogt": ">", "oge": ">=", "olt": "<", "ole": "<=", "one": "!=",
-       "ult": "<", "ule": "<=", "ugt": ">", "uge": ">=", "ueq": "==", "une": "!="}
-# exp, log, log1p, expm1, tanh, erf: the prelude's branch-free versions (vectorize in simd
-# loops; the f64 overloads call libm).
-MATH = {"exp": "ember_exp", "exp2": "std::exp2", "log": "ember_log", "log2": "std::log2",
-        "log10": "std::log10", "log1p": "ember_log1p", "expm1": "ember_expm1",
-        "sqrt": "std::sqrt", "tanh": "ember_tanh", "erf": "ember_erf", "sin": "std::sin",
-        "cos": "std::cos", "tan": "std::tan", "atan": "std::atan", "asin": "std::asin",
-        "acos": "std::acos", "sinh": "std::sinh", "cosh": "std::cosh", "atan2": "std::atan2",
-        "powf": "std::pow", "absf": "std::fabs", "floor": "std::floor", "ceil": "std::ceil",
-        "round": "std::round", "roundeven": "std::nearbyint", "trunc": "std::trunc",
-        "copysign": "std::copysign", "fma": "std::fma", "erfc": "std::erfc",
-        "atanh": "std::atanh", "asinh": "std::asinh", "acosh": "std::acosh"}
-# Reduction combiners that OpenMP can reduce (user-declared ones keep NaN semantics).
 NAN_MINMAX = {"maximumf": "max", "minimumf": "min"}
 OMP_RED = {"addf": "+", "addi": "+", "mulf": "*", "muli": "*", "maximumf": "nanmax",
            "minimumf": "nanmin", "maxnumf": "max", "minnumf": "min", "maxsi": "max",
@@ -49,184 +28,6 @@ OMP_RED = {"addf": "+", "addi": "+", "mulf": "*", "muli": "*", "maximumf": "nanm
 # cascade sum stays within a few ulps; this keeps the error that of a 2048-element float sum.
 SUM_BLOCK = 2048
 _FLOAT_SUM = ("f32", "f16", "bf16")
-
-
-class CppLang:
-    """kernel_expr.Lang for C++."""
-
-    def constant(self, value, ty):
-        if ty in ("i1",):
-            return "true" if value else "false"
-        if ty.startswith("f") or ty == "bf16":
-            if math.isnan(value):
-                return "NAN"
-            if math.isinf(value):
-                return "INFINITY" if value > 0 else "(-INFINITY)"
-            if ty == "f64":
-                return repr(float(value))
-            return f"{float(value)!r}f"
-        if ty in ("i64", "index"):
-            return f"INT64_C({value})"
-        return f"({CTYPE.get(ty, 'int64_t')}){value}"
-
-    def load(self, buf, off, ty, masks=()):
-        if ty == "bf16":
-            return f"ember_bf16_to_f32({buf}[{off}])"
-        if ty == "f16":
-            return f"ember_f16_to_f32({buf}[{off}])"
-        return f"{buf}[{off}]"
-
-    def store_value(self, text, ty):
-        if ty == "bf16":
-            return f"ember_f32_to_bf16({text})"
-        if ty == "f16":
-            return f"ember_f32_to_f16({text})"
-        return text
-
-    def store(self, buf, off, value, ty):
-        return f"{buf}[{off}] = {self.store_value(value, ty)};"
-
-    def assign(self, name, op, value):
-        return f"{name} {op} {value};"
-
-    def fold(self, kind, nodes, rty, atys):
-        return None
-
-    def plain_int(self, ty):
-        return False
-
-    def let(self, name, ty, text):
-        return f"const {CTYPE.get(ty, 'auto')} {name} = {text};"
-
-    def dim_size(self, g, k):
-        return f"s{g}"
-
-    def check_index(self, i, n, dim):
-        return f"ember_chk_index({i}, {n}, {dim})"
-
-    def op(self, kind, args, rty, atys, nodes):
-        if kind.startswith("idx."):
-            k = kind[4:]
-            a, b = args
-            if k in ("min", "max"):
-                return f"std::{k}<int64_t>({a}, {b})"
-            sym = {"add": "+", "mul": "*", "div": "/", "rem": "%", "lt": "<", "ge": ">="}[k]
-            return f"({a} {sym} {b})"
-        dialect, name = kind.split(".", 1)
-        ct = CTYPE.get(rty, "auto")
-        if name.startswith("cmp"):
-            pred = name.split(".", 1)[1]
-            a, b = args
-            if pred in ("ult", "ule", "ugt", "uge") and name.startswith("cmpi"):
-                ut = "u" + CTYPE[atys[0]] if atys[0] != "i1" else "bool"
-                a, b = f"({ut}){a}", f"({ut}){b}"
-            if pred == "ord":
-                return f"(!std::isnan({a}) && !std::isnan({b}))"
-            if pred == "uno":
-                return f"(std::isnan({a}) || std::isnan({b}))"
-            if pred in ("false", "true"):
-                return pred
-            if pred == "one" and name.startswith("cmpf"):   # ordered: false on NaN (!= is not)
-                return f"({a} < {b} || {a} > {b})"
-            e = f"({a} {CMP[pred]} {b})"
-            # Unordered float predicates are true when either side is NaN.
-            if name.startswith("cmpf") and pred[0] == "u" and pred != "une":
-                e = f"({e} || std::isnan({a}) || std::isnan({b}))"
-            return e
-        if name in BIN:
-            a, b = args
-            if name == "shrsi" or name == "shli":
-                return f"({ct})({a} {BIN[name]} {b})"
-            return f"({ct})({a} {BIN[name]} {b})" if rty in ("i8", "i16", "i1") else f"({a} {BIN[name]} {b})"
-        if name in INT_DIV:
-            return _int_div(name, args, rty, nodes[1])
-        if name == "shrui":
-            ut = "u" + CTYPE[rty]
-            return f"({ct})(({ut}){args[0]} >> ({ut}){args[1]})"
-        if name == "remf":
-            return f"std::fmod({args[0]}, {args[1]})"
-        if name == "negf":
-            return f"(-{args[0]})"
-        if name in ("maximumf", "minimumf"):
-            return f"ember_{name[:3]}<{ct}>({args[0]}, {args[1]})"
-        if name in ("maxnumf", "minnumf"):
-            return f"std::f{name[:3]}({args[0]}, {args[1]})"
-        if name in ("maxsi", "minsi"):
-            return f"std::{name[:3]}<{ct}>({args[0]}, {args[1]})"
-        if name in ("maxui", "minui"):
-            ut = "bool" if rty == "i1" else "u" + CTYPE[rty]   # i1 unsigned: false < true
-            return f"({ct})std::{name[:3]}<{ut}>(({ut}){args[0]}, ({ut}){args[1]})"
-        if name == "select":
-            return f"({args[0]} ? {args[1]} : {args[2]})"
-        if name in ("fptosi", "fptoui") and rty in ("i8", "i16"):
-            # Out of range of the narrow type, eager (on x86) converts through a wide integer
-            # and wraps (200.0 -> uint8 200: torch-mlir's fptosi to i8 for uint8 too): uint8
-            # through int64 (c10's static_cast_with_inter_type), int8/int16 through int32.
-            wide = "int64_t" if rty == "i8" else "int32_t"
-            return f"({ct})({wide})({args[0]})"
-        if name in ("sitofp", "fptosi", "extsi", "trunci", "index_cast", "extf", "fptoui"):
-            if name == "trunci" and rty == "i1":
-                return f"(bool)({args[0]} & 1)"
-            return f"({ct})({args[0]})"
-        if name == "truncf":
-            if rty == "bf16":
-                return f"ember_round_bf16({args[0]})"
-            if rty == "f16":
-                return f"ember_round_f16({args[0]})"
-            return f"({ct})({args[0]})"
-        if name in ("uitofp", "extui", "index_castui"):
-            src = atys[0]
-            ut = "bool" if src == "i1" else "u" + CTYPE[src]
-            return f"({ct})(({ut}){args[0]})"
-        if name == "bitcast":
-            return f"([&]{{ {ct} r; std::memcpy(&r, &{args[0]}, sizeof r); return r; }}())"
-        if name == "rsqrt":
-            return f"({ct})(1 / std::sqrt({args[0]}))"
-        if name == "absi":
-            return f"std::abs({args[0]})"
-        if name == "fpowi":
-            return f"std::pow({args[0]}, ({ct}){args[1]})"
-        if name == "isnan":
-            return f"std::isnan({args[0]})"
-        if name == "ipowi":
-            raise Unschedulable("math.ipowi is not supported by the C++ backend")
-        if name in MATH:
-            return f"({ct}){MATH[name]}({', '.join(args)})"
-        raise Unschedulable(f"'{kind}' has no C++ spelling")
-
-
-def _int_div(name, args, rty, divisor) -> str:
-    """Integer division/remainder: checked (ember_chk_*) unless the divisor is a constant
-    other than 0 and -1, which can neither be the error nor overflow."""
-    ct = CTYPE[rty]
-    d = int(divisor.value) if isinstance(divisor, Const) and divisor.dtype != "i1" and \
-        not divisor.dtype.startswith(("f", "bf")) else None
-    unsigned = name.endswith("ui")
-    if d is not None and d not in (0, -1) and name != "floordivsi" and \
-            not (unsigned and d < 0):
-        if unsigned:
-            ut = "u" + ct
-            return f"({ct})(({ut}){args[0]} {INT_DIV[name]} ({ut}){args[1]})"
-        return f"({ct})({args[0]} {INT_DIV[name]} {args[1]})"
-    if unsigned:
-        ut = "u" + ct
-        return f"({ct})ember_chk_{name}<{ut}>(({ut}){args[0]}, ({ut}){args[1]})"
-    return f"ember_chk_{name}<{ct}>({args[0]}, {args[1]})"
-
-
-def _render(scope: Scope, indent: int, out: list, show: Printer):
-    """The C++ printer of statements. Hoisted loop invariants between loops make a nest
-    imperfect: a pragma's collapse count is fitted to the perfect depth here."""
-    pad = "  " * indent
-    for s in scope.stmts:
-        if isinstance(s, Scope):
-            for p in s.pragmas:
-                out.append(f"{pad}{p.render(perfect_depth(s), show)}")
-            out.append(f"{pad}{s.header} {{")
-            _render(s, indent + 1, out, show)
-            out.append(f"{pad}}}")
-        else:
-            out.append(pad + render_stmt(s, show))
 
 
 class _Emitter:
@@ -271,7 +72,7 @@ class _Emitter:
         return gs
 
     def loop(self, g, var) -> Scope:
-        sc = Scope({var}, f"for (int64_t {var} = 0; {var} < {self.b.size(g).text}; ++{var})")
+        sc = Scope({var}, Loop(var, const(0).node, self.b.size(g).node))
         sc.trip = self.sched.size(g)     # a static trip count from 0 (None: dynamic)
         return sc
 
@@ -308,11 +109,12 @@ class _Emitter:
             if k in used:
                 init = b.value_at(op.outputs[k], b.apply_map(maps[n_in + k], full))
                 # a blocked sum declares its double accumulator here, `acc` after the loops
-                decl = f"double {acc}_wide" if blocked else f"{CTYPE[ty]} {acc}"
-                b.emit_into(target, f"{decl} = {init.text};")
+                decl = Decl(f"{acc}_wide", "f64", init.node) if blocked else \
+                    Decl(acc, ty, init.node)
+                b.emit_into(target, decl)
                 if kind in NAN_MINMAX and self.vec:
                     nans[k] = (b.fresh("nan"), operand)
-                    b.emit_into(target, f"int {nans[k][0]} = 0;")
+                    b.emit_into(target, Line(f"int {nans[k][0]} = 0;"))
             accs.append(Expr(acc, rvars))
             # The accumulator is final only after its loop: it counts as bound by the scope
             # that declares it, so its users are placed there, after the loop (never hoisted
@@ -337,8 +139,8 @@ class _Emitter:
                 nan, operand = nans[k]
                 f = b.generic_value(op, operand, full, outs=accs).text
                 cmp = ">" if NAN_MINMAX[kinds[k]] == "max" else "<"
-                updates.append(f"{a} = {f} {cmp} {a} ? {f} : {a};")
-                updates.append(f"{nan} |= ({f} != {f});")
+                updates.append(Line(f"{a} = {f} {cmp} {a} ? {f} : {a};"))
+                updates.append(Line(f"{nan} |= ({f} != {f});"))
             else:
                 updates.append(Assign(a, b.generic_yield(op, k, full, outs=accs).node))
         parent.stmts.extend(updates)
@@ -346,7 +148,7 @@ class _Emitter:
             b.pop()
         b.stack = saved
         for k, (nan, _) in nans.items():
-            b.emit_into(target, f"if ({nan}) {accs[k].text} = NAN;")
+            b.emit_into(target, Line(f"if ({nan}) {accs[k].text} = NAN;"))
         if scopes and all(kinds[k] in OMP_RED for k in used):
             red_op = {k: NAN_MINMAX[kinds[k]] if k in nans else OMP_RED[kinds[k]] for k in used}
             clause = [(red_op[k], accs[k].text) for k in used]
@@ -388,12 +190,11 @@ class _Emitter:
         part = {k: b.fresh("part") for k in used}
         outer = [self.loop(g, v) for g, v in red[:j]]
         g, v = red[j]
-        n = b.size(g).text
+        n = b.size(g).node
         if step > 1:
             c = f"c{self.nloop}"
-            outer.append(Scope({c}, f"for (int64_t {c} = 0; {c} < {n}; {c} += {step})"))
-            inner = [Scope({v}, f"for (int64_t {v} = {c}; {v} < std::min<int64_t>({c} + "
-                                f"{step}, {n}); ++{v})")]
+            outer.append(Scope({c}, Loop(c, const(0).node, n, const(step).node)))
+            inner = [Scope({v}, Loop(v, var(c).node, n, span=const(step).node))]
         else:
             outer.append(self.loop(g, v))
             inner = []
@@ -404,7 +205,7 @@ class _Emitter:
             parent = sc
         chunk = parent
         for k in used:
-            b.emit_into(chunk, f"float {part[k]} = 0.0f;")
+            b.emit_into(chunk, Decl(part[k], "f32", Const(0.0, "f32")))
         for sc in inner:
             b.push(sc, parent)
             parent = sc
@@ -419,7 +220,8 @@ class _Emitter:
             b.pop()
         b.stack = saved
         for k in used:
-            b.emit_into(target, f"const float {accs[k].text} = (float){wide[k]};")
+            b.emit_into(target, Decl(accs[k].text, "f32",
+                                     Op(CONVERT, (Var(wide[k]),), "f32", ("f64",)), const=True))
         par = self.par_clause([g2 for g2, _ in red]) if target is b.stack[0] else None
         if par is not None:
             outer[0].pragmas.append(self.parallel(par, False, len(outer),
@@ -470,7 +272,7 @@ class _Emitter:
                     else:
                         idx[g] = b.iop("rem", rest, b.size(g))
                         rest = b.iop("div", rest, b.size(g))
-                sc = Scope({v}, f"for (int64_t {v} = 0; {v} < {total.text}; ++{v})")
+                sc = Scope({v}, Loop(v, const(0).node, total.node))
                 b.push(sc, inner_parent)
                 depth = 1
             else:
@@ -533,7 +335,7 @@ class _Emitter:
         lines += [f"  const int64_t s{g} = sizes[{s.size_index(g)}];"
                   for g in sorted(set(self.work()) | set(s._size_ref)) if s.size(g) is None]
         lines += ["  " + render_stmt(p, b.show) for p in b.preamble]
-        _render(b.stack[0], 1, lines, b.show)
+        render(b.stack[0], 1, lines, b.show)
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -568,207 +370,7 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
                     return em.source()
             em = _Emitter(func, name, omp_min_elements, vectorize)
     em.build()
-    if not block_columns(em.b.stack[0], vectorize):
+    if not block_columns(em.b.stack[0], em.b.show, vectorize):
         reuse_row_values(em.b.stack[0])
         split_rows(em.b.stack[0])
     return em.source()
-
-
-# --- row values kept from a reduction loop for the loop after it --------------------------------
-# A reduce-then-broadcast kernel (softmax: max, sum of exp(x - max), exp(x - max) / sum) walks
-# one row in sibling loops; the output loop recomputes what the reduction loop computed for the
-# same element (the exp). Costly values (a math op) are kept and read back instead: in a row
-# array on the stack (per thread: the row's scope is the body of the parallel loop) while the
-# rows of one scope fit ROW_CACHE_MAX elements, else in the output element the later loop
-# stores (the row is still in cache: softmax over 8x65536 stores exp(x - max) in the sum loop
-# and divides it in place).
-ROW_CACHE_MAX = 16384     # elements kept in the rows of one scope (64 KiB of floats a thread)
-_OPAQUE = ("opaque",)     # a statement of target text: what it writes is unknown
-_CHUNK = re.compile(r"for \(int64_t (\w+) = 0; \1 < (\d+); \1 \+= \d+\)$")
-_CHUNK_INNER = re.compile(r"for \(int64_t (\w+) = (\w+); \1 < std::min<int64_t>\(\2 \+ \d+, "
-                          r"(\d+)\); \+\+\1\)$")
-_DECL = re.compile(r"(?:const )?(?:float|double|int|int32_t|int64_t) (\w+) = [^;]*;$")
-
-
-def _canon(n, env, var, memo):
-    """`n` with the loop's lets inlined, its loop variable renamed "@" and other variables
-    compared by name; None if it holds anything else (target text)."""
-    key = id(n)
-    if key in memo:
-        return memo[key]
-    if isinstance(n, Var):
-        r = Var("@") if n.name == var else env.get(n.name, Var(n.name))
-    elif isinstance(n, Op):
-        args = [_canon(a, env, var, memo) for a in n.args]
-        r = None if any(a is None for a in args) else Op(n.kind, tuple(args), n.dtype, n.atypes)
-    elif isinstance(n, Load):
-        off = _canon(n.offset, env, var, memo)
-        r = None if off is None else Load(n.buffer, off, n.dtype, n.masks)
-    elif isinstance(n, Const):
-        r = n
-    else:
-        r = None
-    memo[key] = r
-    return r
-
-
-def _at(n, var: str):
-    """Canonical index tree `n` (no loads) with "@" renamed `var`."""
-    if isinstance(n, Var):
-        return Var(var) if n.name == "@" else n
-    if isinstance(n, Op):
-        return Op(n.kind, tuple(_at(a, var) for a in n.args), n.dtype, n.atypes)
-    return n
-
-
-def _walk_canon(n):
-    work = [n]
-    while work:
-        x = work.pop()
-        yield x
-        if isinstance(x, Op):
-            work.extend(x.args)
-        elif isinstance(x, Load):
-            work.append(x.offset)
-
-
-def _reads(n) -> set:
-    """Variable names and ("buffer", name) of what canonical tree `n` reads."""
-    out = set()
-    for x in _walk_canon(n):
-        if isinstance(x, Var):
-            out.add(x.name)
-        elif isinstance(x, Load):
-            out.add(("buffer", x.buffer))
-    return out
-
-
-def _row_loop(s):
-    """(body, loop variable, trip count) of a loop over one row from 0 with a static trip
-    count, made by _Emitter.loop: a flat loop (its body: itself), or a blocked sum's chunk loop
-    over the row whose one nested loop walks a chunk (its body: that loop); else None."""
-    if not isinstance(s, Scope):
-        return None
-    trip = getattr(s, "trip", None)
-    if trip is not None and len(s.binds) == 1 and not any(isinstance(x, Scope) for x in s.stmts):
-        return s, next(iter(s.binds)), trip
-    m = _CHUNK.match(s.header)
-    inner = [x for x in s.stmts if isinstance(x, Scope)]
-    if m and len(inner) == 1 and not any(isinstance(x, Scope) for x in inner[0].stmts):
-        mi = _CHUNK_INNER.match(inner[0].header)
-        if mi and mi.group(2) == m.group(1) and mi.group(3) == m.group(2):
-            return inner[0], mi.group(1), int(m.group(2))
-    return None
-
-
-def _written(stmts, out):
-    """Names assigned and buffers stored to by `stmts` (nested scopes included); _OPAQUE for
-    a statement of target text other than a local's declaration."""
-    for s in stmts:
-        if isinstance(s, Scope):
-            _written(s.stmts, out)
-        elif isinstance(s, Store):
-            out.add(("buffer", s.buffer))
-        elif isinstance(s, Assign):
-            out.add(s.name)
-        elif isinstance(s, str) and _DECL.match(s):
-            out.add(_DECL.match(s).group(1))
-        elif not isinstance(s, Let):
-            out.add(_OPAQUE)
-    return out
-
-
-def _out_row(second, body2, var2, env2, memo2, dtype, taken, blocked):
-    """(buffer, canonical offset) of an output element that loop `second` stores in each
-    iteration, of type `dtype`, at an offset of its loop variable and variables bound outside
-    it (so the loop before can store there first); None if there is none free."""
-    for st in body2.stmts:
-        if not isinstance(st, Store) or st.dtype != dtype or not st.buffer.startswith("out") \
-                or st.buffer in taken or ("buffer", st.buffer) in blocked:
-            continue
-        off = _canon(st.offset, env2, var2, memo2)
-        if off is None or "@" not in _reads(off) or \
-                any(isinstance(x, Load) for x in _walk_canon(off)):
-            continue
-        inner = set(second.binds) - {var2}
-        if _reads(off) & inner:
-            continue
-        return st.buffer, off
-    return None
-
-
-def reuse_row_values(root: Scope) -> int:
-    """Keeps the costly values (a math op) that a row loop computes and a later sibling loop
-    over the same row recomputes: the first stores them (in a stack row, or in the output
-    element the second stores: see above), the second reads them. Only values of the loops'
-    own lets are shared, and only when neither the first loop nor anything between the two
-    writes what they read (statements of target text count as writing anything). Returns how
-    many values it shared."""
-    shared = 0
-    for s in root.stmts:
-        if isinstance(s, Scope):
-            shared += reuse_row_values(s)
-    stmts = root.stmts
-    decls = []       # (loop, declaration of its row), inserted after the walk
-    kept = 0         # elements of the rows declared in this scope
-    for i, first in enumerate(stmts):
-        r1 = _row_loop(first)
-        if r1 is None:
-            continue
-        body1, var1, trip1 = r1
-        env, memo, lets = {}, {}, {}
-        bad = _written(first.stmts, set())
-        for st in body1.stmts:
-            if isinstance(st, Let):
-                c = _canon(st.value, env, var1, memo)
-                if c is None:
-                    continue
-                env[st.name] = c
-                if any(isinstance(x, Op) and x.kind.startswith("math.") for x in _walk_canon(c)):
-                    lets.setdefault(c, st)
-        between = set()
-        for j in range(i + 1, len(stmts)):
-            second = stmts[j]
-            r2 = _row_loop(second)
-            if r2 is not None and r2[0] is second and r2[2] == trip1 and lets and \
-                    _OPAQUE not in bad | between:
-                var2 = r2[1]
-                env2, memo2, taken = {}, {}, set()
-                for k, st in enumerate(second.stmts):
-                    if not isinstance(st, Let):
-                        continue
-                    c = _canon(st.value, env2, var2, memo2)
-                    if c is None:
-                        continue
-                    env2[st.name] = c
-                    src = lets.get(c)
-                    if src is None or _reads(c) & (bad | between):
-                        continue
-                    row = getattr(src, "row", None)
-                    if row is None and kept + trip1 <= ROW_CACHE_MAX:
-                        kept += trip1
-                        row = src.row = f"row_{src.name}"
-                        decls.append((first, Line(f"alignas(64) {CTYPE.get(src.dtype, 'float')} "
-                                                  f"{row}[{trip1}];")))
-                        body1.stmts.insert(body1.stmts.index(src) + 1,
-                                           Store(row, Var(var1), Var(src.name), "f32"))
-                        shared += 1
-                    if row is not None:
-                        second.stmts[k] = Let(st.name, st.dtype, Load(row, Var(var2), "f32"))
-                        env2[st.name] = Var(f"{row}[@]")     # later lets read the kept value
-                        continue
-                    out = _out_row(second, second, var2, env2, memo2, src.dtype, taken,
-                                   bad | between)
-                    if out is None:
-                        continue
-                    buf, off = out
-                    taken.add(buf)
-                    body1.stmts.insert(body1.stmts.index(src) + 1,
-                                       Store(buf, _at(off, var1), Var(src.name), src.dtype))
-                    second.stmts[k] = Let(st.name, st.dtype, Load(buf, _at(off, var2), src.dtype))
-                    env2[st.name] = Var(f"{buf}[@]")
-                    shared += 1
-            _written([second], between)
-    for loop, decl in decls:
-        stmts.insert(next(k for k, x in enumerate(stmts) if x is loop), decl)
-    return shared

@@ -12,19 +12,15 @@ those of the row version up to the order of the additions (the per-lane partial 
 reduction are combined per thread, then across threads)."""
 from __future__ import annotations
 
-import re
-
-from .kernel_ir import Assign, OmpPragma, Scope
+from .kernel_ir import Assign, If, OmpPragma, Raw, Scope, int_value
 
 # Threads are worth it for a row loop of at least this many elements (as cpp_emitter's
 # omp_min_elements for a whole kernel): each row loop is a parallel region of its own.
 SPLIT_MIN_ROW = 16384
-_CHUNK = re.compile(r"for \(int64_t (\w+) = 0; \1 < (\d+); \1 \+= \d+\)$")
-_FLAT = re.compile(r"for \(int64_t (\w+) = 0; \1 < (\d+); \+\+\1\)$")
 
 
 def _clone(s: Scope) -> Scope:
-    c = Scope(s.binds, s.header, s.kind)
+    c = Scope(s.binds, s.loop)
     c.pragmas = list(s.pragmas)
     c.stmts = [_clone(x) if isinstance(x, Scope) else x for x in s.stmts]
     if hasattr(s, "trip"):
@@ -32,19 +28,30 @@ def _clone(s: Scope) -> Scope:
     return c
 
 
+def _long(loop: Scope, step_one: bool) -> bool:
+    """`loop` counts from 0 to a static bound of at least SPLIT_MIN_ROW, by 1 (`step_one`) or
+    by a static step of more than 1 (a blocked sum's chunks), with no span."""
+    lp = loop.loop
+    if lp is None or int_value(lp.start) != 0 or lp.span is not None:
+        return False
+    step = int_value(lp.step)
+    if step is None or (step == 1) != step_one:
+        return False
+    n = int_value(lp.stop)
+    return n is not None and n >= SPLIT_MIN_ROW
+
+
 def _threaded(loop: Scope) -> bool:
     """Makes row loop `loop` (a child of the row's scope) a parallel loop; False if it is not
     a shape this knows (it then stays serial: correct, only slower)."""
-    m = _FLAT.match(loop.header)
-    if m and int(m.group(2)) >= SPLIT_MIN_ROW and \
+    if _long(loop, True) and \
             [p for p in loop.pragmas if p.simd and not p.parallel] == loop.pragmas and \
             loop.pragmas and not any(isinstance(x, Scope) for x in loop.stmts):
         p = loop.pragmas[0]
         loop.pragmas = [OmpPragma(parallel=True, simd=True, reductions=p.reductions)]
         return True
-    m = _CHUNK.match(loop.header)
     inner = [x for x in loop.stmts if isinstance(x, Scope)]
-    if m and int(m.group(2)) >= SPLIT_MIN_ROW and not loop.pragmas and len(inner) == 1:
+    if _long(loop, False) and not loop.pragmas and len(inner) == 1:
         adds = [x.name for x in loop.stmts if isinstance(x, Assign) and x.op == "+="]
         loop.pragmas = [OmpPragma(parallel=True, reductions=tuple(("+", a) for a in adds))]
         return True
@@ -70,9 +77,7 @@ def split_rows(root: Scope) -> bool:
     loops = [x for x in serial.stmts if isinstance(x, Scope)]
     if not loops or not all([_threaded(x) for x in loops]):
         return False
-    cond = Scope((), f"if (ember_split_rows({trip}))")
-    cond.stmts = [serial]
-    other = Scope((), "else")
-    other.stmts = [rows]
-    root.stmts[k:k + 1] = [cond, other]
+    then, other = Scope(), Scope()
+    then.stmts, other.stmts = [serial], [rows]
+    root.stmts[k:k + 1] = [If(Raw(f"ember_split_rows({trip})"), then, other)]
     return True

@@ -28,8 +28,18 @@ argument (no view, no other reader, not returned) and the result is returned onc
 runtime then lets that kernel write into the argument's memory (an optimizer step updates each
 parameter and moment where it lies, with no new buffer and no copy back).
 
+Donated arguments: `@main` may carry `ember.donated_args = array<i64: ...>` (the frontend: a
+backward's saved activations that only it reads). Each is a region of its own bytes, free after
+its last use (through views, and through any other op's results, which may alias it); a buffer
+that starts after that may lie in it (`ember.in_args` names the argument per result, -1 for
+none, and `ember.offsets` then holds the byte offset in it), a single-result pointwise kernel
+may overwrite it in place at its last use (as for arena buffers; never through a value that
+only may alias it), and a returned buffer may lie in it when at least half its size
+(`donated-outputs`). Buffers sharing a region never overlap in bytes while both are live.
+
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
-start), each at the lowest-waste gap between already placed buffers it overlaps in time.
+start), each at the lowest-waste gap between already placed buffers it overlaps in time, in the
+arena or a free donated argument.
 With `print-plan`, the plan is also emitted as remarks (passes/remarks.py): one per buffer at
 its defining op, one for the arena at @main.
 """
@@ -37,8 +47,8 @@ import dataclasses
 
 from torch_mlir import ir
 
-from ..dialects.contract import (ARENA_BYTES, DONATE, KERNEL, OFFSETS, UNPLANNED_BYTES, VIEW,
-                                 WRITES_ARGS, is_extern, is_kernel)
+from ..dialects.contract import (ARENA_BYTES, DONATE, DONATED_ARGS, IN_ARGS, KERNEL, OFFSETS,
+                                 UNPLANNED_BYTES, VIEW, WRITES_ARGS, is_extern, is_kernel)
 from . import remarks
 from .base import OptionError, Pass, option
 from .ir_queries import HOST_VIEW_OPS
@@ -58,6 +68,7 @@ class Buffer:
     in_place_of: "Buffer | None" = None
     offset: int = -1
     name: str = ""
+    arg: int | None = None      # a donated argument's memory (this buffer), or the one it lies in
 
 
 def _element_bytes(t: ir.Type) -> int | None:
@@ -198,44 +209,101 @@ def _align(n: int, alignment: int) -> int:
     return (n + alignment - 1) // alignment * alignment
 
 
-def _place(groups: list[list[Buffer]], alignment: int) -> int:
-    """Best-fit offsets for groups (buffers sharing storage in place); returns the arena size."""
+def _place(groups: list[list[Buffer]], alignment: int,
+           regions: dict[int, Buffer] | None = None, escaping=()) -> int:
+    """Best-fit offsets for groups (buffers sharing storage in place); returns the arena size.
+    `regions`: donated arguments (argument index -> its Buffer, live from the call's start to
+    its last use): a group that starts after an argument's last use may lie in its memory,
+    within its bytes; the best fit over the arena's gaps and the arguments' decides. A group
+    written in place of an argument lies in it at offset 0. `escaping`: returned buffers that
+    may lie in a region (never the arena) when one fits and they are at least half its size
+    (the caller keeps the whole argument's memory alive as long as it keeps the buffer);
+    the others keep their own allocation (offset -1)."""
+    regions = regions or {}
     spans = []
+    for b in escaping:
+        spans.append((b.start, b.end, b.size, b.nbytes, "escapes", [b]))
     for g in groups:
-        spans.append((min(b.start for b in g), max(b.end for b in g), max(b.size for b in g), g))
+        head = g[0]
+        while head.in_place_of is not None:
+            head = head.in_place_of
+        spans.append((min(b.start for b in g), max(b.end for b in g), max(b.size for b in g),
+                      max(b.nbytes for b in g), head.arg if head.arg is not None else None, g))
+    # placed per region (None: the arena): start, end, offset, size
+    placed: dict[int | None, list[tuple[int, int, int, int]]] = {None: []}
+    for a in regions:
+        placed[a] = []
+    for start, end, size, nbytes, fixed, group in spans:
+        if isinstance(fixed, int):      # in place of a donated argument
+            placed[fixed].append((start, end, 0, size))
+            for b in group:
+                b.offset, b.arg = 0, fixed
+    spans = [s for s in spans if s[4] is None or s[4] == "escapes"]
     spans.sort(key=lambda s: (-s[2], s[0]))
-    placed: list[tuple[int, int, int, int]] = []   # start, end, offset, size
     arena = 0
-    for start, end, size, group in spans:
-        busy = sorted((o, o + s) for (a, b, o, s) in placed if a <= end and start <= b and s > 0)
-        best, best_waste, cursor = None, None, 0
+
+    def best_gap(where, start, end, size, limit):
+        """(waste, offset) of the best gap of `where` for [start, end], or None."""
+        busy = sorted((o, o + s) for (a, b, o, s) in placed[where] if a <= end and start <= b and s > 0)
+        best, cursor = None, 0
         for lo, hi in busy:
             gap = lo - cursor
-            if gap >= size and (best_waste is None or gap - size < best_waste):
-                best, best_waste = cursor, gap - size
-            cursor = max(cursor, hi)
-        offset = best if best is not None else cursor
-        offset = _align(offset, alignment)
-        placed.append((start, end, offset, size))
+            if gap >= size and (best is None or gap - size < best[0]):
+                best = (gap - size, cursor)
+            cursor = max(cursor, _align(hi, alignment))
+        if limit is not None and limit - cursor >= size and (
+                best is None or limit - cursor - size < best[0]):
+            best = (limit - cursor - size, cursor)
+        if limit is None and best is None:
+            best = (None, cursor)
+        return best
+
+    for start, end, size, nbytes, kind, group in spans:
+        where, offset = None, None
+        choice = None
+        for a, buf in regions.items():
+            if start <= buf.end:
+                continue            # the argument is still read
+            if kind == "escapes" and 2 * nbytes < buf.nbytes:
+                continue
+            # the last buffer in an argument may end in its unaligned tail
+            fit = best_gap(a, start, end, size, buf.nbytes + (size - nbytes))
+            if fit is not None and (choice is None or fit[0] < choice[0]):
+                choice = (fit[0], a, fit[1])
+        if choice is not None:
+            _, where, offset = choice
+        elif kind == "escapes":
+            continue                # its own allocation
+        else:
+            offset = _align(best_gap(None, start, end, size, None)[1], alignment)
+        placed[where].append((start, end, offset, size))
         for b in group:
-            b.offset = offset
-        arena = max(arena, offset + size)
+            b.offset, b.arg = offset, where
+        if where is None:
+            arena = max(arena, offset + size)
     return arena
 
 
-def plan(module, alignment: int = 64, in_place: bool = True) -> dict:
+def plan(module, alignment: int = 64, in_place: bool = True, donate_args: bool = True,
+         donated_outputs: bool = True) -> dict:
     """The arena plan of `module`'s @main, without changing the IR (plain data, for reports):
     `arena_bytes`, `unplanned_bytes`, `alignment`, `buffers` (one dict per result of
     kernel call / ember.extern in op order: `op` (index in @main), `result`, `name`, `bytes`,
-    `offset` (-1: own allocation), `live` (first, last op index), `escapes`, `in_place_of`)."""
-    return _plan(module, alignment, in_place)[0]
+    `offset` (-1: own allocation), `live` (first, last op index), `escapes`, `in_place_of`,
+    `in_arg` (the donated argument whose memory holds it, at `offset`; None: the arena)), and
+    for donated arguments (`ember.donated_args`): `donated_args`, `reused_args` (those holding
+    buffers), `reused_arg_bytes` (their bytes), `in_args_bytes` (the buffers' bytes there)."""
+    return _plan(module, alignment, in_place, donate_args, donated_outputs)[0]
 
 
-def _plan(module, alignment: int, in_place: bool):
+def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
+          donated_outputs: bool = True):
     module = getattr(module, "operation", module)
     main = _find_func(module, "main")
     if main is None or not main.regions[0].blocks:
-        return {"arena_bytes": 0, "unplanned_bytes": 0, "alignment": alignment, "buffers": []}, [], {}
+        return {"arena_bytes": 0, "unplanned_bytes": 0, "alignment": alignment, "buffers": [],
+                "donated_args": 0, "reused_args": 0, "reused_arg_bytes": 0,
+                "in_args_bytes": 0, "escaping_in_args_bytes": 0}, [], {}
     ops = list(main.regions[0].blocks[0].operations)
     kernels = _kernel_funcs(module)
     view_calls = _view_calls(module)
@@ -245,6 +313,16 @@ def _plan(module, alignment: int, in_place: bool):
     root: dict = {}              # value -> Buffer it lives in (results and views of them)
     buffers: list[Buffer] = []
     per_op: dict[int, list[Buffer | None]] = {}
+    # Donated arguments: live from the call's start (-1) to their last use, then free memory.
+    donated: dict[int, Buffer] = {}
+    maybe: set = set()          # values that may alias a donated argument (never in place)
+    if donate_args and DONATED_ARGS.has(main):
+        args = main.regions[0].blocks[0].arguments
+        for a in DONATED_ARGS.get(main):
+            nbytes = byte_size(args[a].type) if 0 <= a < len(args) else None
+            if nbytes and a not in donated:
+                donated[a] = root[args[a]] = Buffer(-1, 0, nbytes, _align(nbytes, alignment),
+                                                    -1, -1, name=f"%arg{a}", arg=a)
     for i, op in enumerate(ops):
         name = op.operation.name
         operands = []
@@ -260,6 +338,17 @@ def _plan(module, alignment: int, in_place: bool):
                 buf.end = max(buf.end, i)
                 if name == "func.return":
                     buf.escapes = True
+        if donated and not (is_extern(op) or _kernel_of(kernels, op) is not None):
+            # Any other op (a library call, a view) may return an alias of a donated
+            # argument: its results keep the argument alive.
+            arg_buf = next((root[v] for v in operands
+                            if root.get(v) is not None and root[v].arg is not None
+                            and root[v].op_index < 0), None)
+            if arg_buf is not None:
+                for r in op.results:
+                    if r not in root:
+                        root[r] = arg_buf
+                        maybe.add(r)
         if is_extern(op) or _kernel_of(kernels, op) is not None:
             per_op[i] = []
             for k, r in enumerate(op.results):
@@ -280,8 +369,9 @@ def _plan(module, alignment: int, in_place: bool):
                 root[r] = root[op.operands[0]]
 
     planned = [b for b in buffers if not b.escapes]
+    regions = {a: b for a, b in donated.items() if not b.escapes}
     if in_place:
-        _match_in_place(kernels, ops, root, per_op)
+        _match_in_place(kernels, ops, root, per_op, regions, maybe)
     # Union the in-place chains into groups that share one offset.
     groups: dict[int, list[Buffer]] = {}
     for b in planned:
@@ -289,18 +379,32 @@ def _plan(module, alignment: int, in_place: bool):
         while head.in_place_of is not None:
             head = head.in_place_of
         groups.setdefault(id(head), []).append(b)
-    arena = _align(_place(list(groups.values()), alignment), alignment)
+    escaping = [b for b in buffers if b.escapes] if donated_outputs and regions else []
+    arena = _align(_place(list(groups.values()), alignment, regions, escaping), alignment)
     unplanned = sum(b.size for b in planned)
     rows = [{"op": b.op_index, "result": b.result, "name": b.name, "bytes": b.nbytes,
              "offset": b.offset, "live": (b.start, b.end), "escapes": b.escapes,
-             "in_place_of": None if b.in_place_of is None else b.in_place_of.name}
+             "in_place_of": None if b.in_place_of is None else b.in_place_of.name,
+             "in_arg": b.arg}
             for b in buffers]
+    in_args = {b.arg for b in buffers if b.arg is not None}
     report = {"arena_bytes": arena, "unplanned_bytes": unplanned, "alignment": alignment,
-              "buffers": rows}
+              "buffers": rows,
+              # donated arguments (their bytes) whose memory holds planned buffers
+              "donated_args": len(regions),
+              "reused_args": len(in_args),
+              "reused_arg_bytes": sum(regions[a].nbytes for a in in_args),
+              "in_args_bytes": sum(b.size for b in buffers if b.arg is not None),
+              "escaping_in_args_bytes": sum(b.size for b in buffers
+                                            if b.arg is not None and b.escapes)}
     return report, ops, per_op
 
 
-def _match_in_place(kernels, ops, root, per_op) -> None:
+def _match_in_place(kernels, ops, root, per_op, regions, maybe=frozenset()) -> None:
+    """Pairs a single-result pointwise kernel's result with an operand buffer that dies there
+    (an arena buffer, or a donated argument in `regions`) for it to overwrite in place. An
+    operand in `maybe` (a library call's result that may alias a donated argument, in an
+    unknown layout) is never overwritten in place."""
     taken = set()
     for i, outs in per_op.items():
         op = ops[i]
@@ -316,11 +420,14 @@ def _match_in_place(kernels, ops, root, per_op) -> None:
         for k, v in enumerate(op.operands):
             src = root.get(v)
             if (src is None or src.escapes or src.end != i or id(src) in taken
-                    or src.nbytes != out.nbytes):
+                    or src.nbytes != out.nbytes
+                    or (src.arg is not None and src.arg not in regions)):
                 continue
             # Every operand that reads this buffer (it may come twice, or through a view) must
             # read it elementwise in the result's shape.
             readers = [j for j, w in enumerate(op.operands) if root.get(w) is src]
+            if any(op.operands[j] in maybe for j in readers):
+                continue
             if all(op.operands[j].type == result_type and reads_elementwise(kernel, j)
                    for j in readers):
                 out.in_place_of = src
@@ -382,6 +489,10 @@ class EmberBufferReuse(Pass):
 
     alignment: int = option(64, min=1, max=1 << 20)
     in_place: bool = True
+    # place buffers in the memory of `ember.donated_args` after their last use
+    donated_args: bool = True
+    # returned buffers too (when at least half the argument's size)
+    donated_outputs: bool = True
     # a remark (passes/remarks.py) per planned buffer and one for the arena
     print_plan: bool = False
 
@@ -391,15 +502,20 @@ class EmberBufferReuse(Pass):
                               f"two, got {self.alignment}")
 
     def run(self, module: ir.Operation) -> None:
-        result, ops, per_op = _plan(module, self.alignment, self.in_place)
+        result, ops, per_op = _plan(module, self.alignment, self.in_place, self.donated_args,
+                                    self.donated_outputs)
         if not ops:
             return
         main = ops[0].operation.parent
         if DONATE.has(main):
             WRITES_ARGS.set(main, written_args(module, main, ops, DONATE.get(main)))
         for i, outs in per_op.items():
-            offsets = [-1 if b is None or b.escapes else b.offset for b in outs]
+            offsets = [-1 if b is None or (b.escapes and b.arg is None) else b.offset
+                       for b in outs]
             OFFSETS.set(ops[i], offsets)
+            in_args = [-1 if b is None or b.arg is None else b.arg for b in outs]
+            if any(a >= 0 for a in in_args):
+                IN_ARGS.set(ops[i], in_args)
         main = ops[0].operation.parent
         ARENA_BYTES.set(main, result["arena_bytes"])
         UNPLANNED_BYTES.set(main, result["unplanned_bytes"])
@@ -411,12 +527,16 @@ class EmberBufferReuse(Pass):
         (live: first and last op of @main, counted from 0), then the arena's size at @main."""
         rows = result["buffers"]
         for row in rows:
-            if row["escapes"]:
+            if row["escapes"] and row["in_arg"] is not None:
+                where = f" in %arg{row['in_arg']} at offset {row['offset']} (escapes)"
+            elif row["escapes"]:
                 where = ", own allocation (escapes)"
             elif row["offset"] < 0:
                 where = ", own allocation"
             else:
                 where = f" at offset {row['offset']}"
+                if row["in_arg"] is not None:
+                    where = f" in %arg{row['in_arg']}{where}"
                 if row["in_place_of"] is not None:
                     where += f" (in place of {row['in_place_of']})"
             first, last = row["live"]
@@ -424,8 +544,13 @@ class EmberBufferReuse(Pass):
                          f"buffer {row['name']}: {row['bytes']} bytes{where}, "
                          f"live [{first}, {last}]", **row)
         planned = sum(1 for r in rows if not r["escapes"])
+        donated = ""
+        if result["donated_args"]:
+            donated = (f"; {result['in_args_bytes']} bytes in {result['reused_args']} of "
+                       f"{result['donated_args']} donated arguments")
         remarks.emit(main.location, self.name,
                      f"arena {result['arena_bytes']} bytes for {planned} of {len(rows)} "
-                     f"buffers ({result['unplanned_bytes']} bytes without reuse)",
+                     f"buffers ({result['unplanned_bytes']} bytes without reuse{donated})",
                      arena_bytes=result["arena_bytes"],
-                     unplanned_bytes=result["unplanned_bytes"], buffers=len(rows))
+                     unplanned_bytes=result["unplanned_bytes"], buffers=len(rows),
+                     in_args_bytes=result["in_args_bytes"])

@@ -12,17 +12,18 @@ results' types; ops left dead are erased. Nothing else changes.
 One pattern class per library op (`MatmulToExtern`, `ConvolutionToExtern`, `PoolingToExtern`),
 each with the op names it roots at and `rewrite(op) -> bool`. They are applied by one walk over
 the function body in program order, not by MLIR's greedy driver: the greedy driver also folds
-and reorders, which would change the IR that kernels are generated from. ember-fuse applies the
+and reorders, which would change the IR that kernels are generated from. The dead ops are
+erased by that driver with no patterns and folding off (`erase_dead`). ember-fuse applies the
 same patterns first unless `externs=false`.
 """
 import dataclasses
 
-from torch_mlir import ir
+from torch_mlir import ir, rewrite
 
 from . import externs
 from .base import Pass
 from .externs import fill_is_zero, make_extern, narrow_source
-from .graph_utils import defining_op, erase_dead, op_name, users
+from .graph_utils import defining_op, op_name, users
 from .ir_queries import is_reduction
 
 
@@ -215,6 +216,18 @@ def _replace(op, result) -> bool:
 PATTERNS: tuple[Pattern, ...] = (MatmulToExtern(), ConvolutionToExtern(), PoolingToExtern())
 
 
+def erase_dead(fn) -> None:
+    """Erases the ops of `fn` left without users, by MLIR's greedy rewrite driver with no
+    patterns, no folding, no constant CSE and no region simplification: all it does then is
+    erase trivially dead ops (no uses, no side effects; `ember.extern` declares none, so it
+    stays), repeatedly, in place, without reordering anything."""
+    config = rewrite.GreedyRewriteConfig()
+    config.enable_folding = False
+    config.enable_constant_cse = False
+    config.region_simplification_level = rewrite.GreedySimplifyRegionLevel.DISABLED
+    rewrite.apply_patterns_and_fold_greedily(fn, rewrite.RewritePatternSet().freeze(), config)
+
+
 def apply_patterns(fn, patterns=PATTERNS) -> None:
     """One walk over `fn`'s body in program order: the first pattern rooted at an op's name
     that rewrites it wins; dead ops are erased afterwards."""
@@ -227,7 +240,7 @@ def apply_patterns(fn, patterns=PATTERNS) -> None:
         for p in by_root.get(op_name(op), ()):
             if p.rewrite(op):
                 break
-    erase_dead(block)
+    erase_dead(fn)
 
 
 def convert_externs(fn) -> None:

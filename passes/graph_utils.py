@@ -4,7 +4,7 @@ Ops are handled as `ir.Operation` (not OpView) so that they hash and compare con
 """
 from torch_mlir import ir
 
-from ..dialects.contract import PRELUDE, SOURCE, SYMBOL, TARGET, is_ember_op, is_kernel
+from ..dialects.contract import PRELUDE, SOURCE, SYMBOL, TARGET, is_kernel
 from .ir_queries import op_name  # noqa: F401  (re-exported: the passes' one op_name)
 
 _BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "i64": 64, "i32": 32, "i16": 16,
@@ -144,18 +144,3 @@ def attach_kernel_sources(module, target: str, prelude: str, lower) -> None:
             SYMBOL.set(op, symbol)
         TARGET.set(module, target)
         PRELUDE.set(module, prelude)
-def erase_dead(block) -> None:
-    """Erases ops of `block` whose results are all unused (repeatedly: their producers may
-    die too); `func.return` and ember ops (externs) stay."""
-    changed = True
-    while changed:
-        changed = False
-        for op in reversed(list(block.operations)):
-            name = op_name(op)
-            if name == "func.return" or is_ember_op(op):
-                continue
-            if all(len(list(r.uses)) == 0 for r in op.results) and len(op.results) > 0:
-                op.operation.erase()
-                changed = True
-
-

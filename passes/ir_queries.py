@@ -1,8 +1,13 @@
 """Questions about single ops that every pass asks, answered once: an op's name, a
-`linalg.generic`'s iterator types and whether it reduces, and which ops are views.
+`linalg.generic`'s iterator types and whether it reduces, which ops are views, a value's
+element type name and static shape, an op's indexing maps / reassociation / integer-array
+attributes, the (source, result) dim pairs of an extract_slice, and the `arith.cmpf` /
+`arith.cmpi` predicate names by number.
 
 Ops may be given as `ir.Operation` or OpView.
 """
+from typing import Optional
+
 from torch_mlir import ir
 
 # Views of a contiguous value: no data moves (the same set for fusion, outlining and lowering).
@@ -33,3 +38,51 @@ def is_reduction(op) -> bool:
 
 def is_view(op) -> bool:
     return op_name(op) in VIEW_OPS
+
+
+CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
+        "ule", "une", "uno", "true"]
+CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
+
+
+def type_name(t: ir.Type) -> str:
+    """'f32', 'bf16', 'i1', 'i64', 'index', ... (the element type if `t` is a tensor)."""
+    if isinstance(t, ir.ShapedType):
+        t = ir.RankedTensorType(t).element_type
+    return str(t)
+
+
+def int_array(attr) -> list[int]:
+    if attr is None:
+        return []
+    try:
+        return list(ir.DenseI64ArrayAttr(attr))
+    except (ValueError, TypeError):
+        return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
+
+
+def reassociation(op) -> list[list[int]]:
+    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+def indexing_maps(op) -> list[ir.AffineMap]:
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def shape(v: ir.Value) -> list[Optional[int]]:
+    t = ir.RankedTensorType(v.type)
+    return [None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
+
+
+def slice_dims(op) -> list[tuple[int, int]]:
+    """(source dim, result dim) pairs of an extract_slice (rank-reducing drops unit sizes)."""
+    res = op.results[0]
+    sizes = int_array(op.attributes["static_sizes"])
+    rr = len(shape(res))
+    pairs, r = [], 0
+    for s, n in enumerate(sizes):
+        if r < rr and (len(sizes) == rr or n != 1 or shape(res)[r] == 1 and len(sizes) - s <= rr - r):
+            pairs.append((s, r))
+            r += 1
+    return pairs

@@ -1,5 +1,12 @@
-"""Per-element expressions of kernel values, by walking the MLIR ops (part of the
-kernel_schedule API; import from there).
+"""Per-element expressions of kernel values, by walking the MLIR ops (over a kernel_schedule
+schedule). `Expr` is the handle every expression travels as (a kernel_ir node, its spelling,
+its loop dependences); `const(n)` / `var(name)` make index literals and loop variables.
+
+    b = ExprBuilder(sched, lang, buffers={arg_value: "in0", ...}, reduce_hook=...)
+    b.push(Scope(binds={"i0"}))            # a loop over global dim 0 named "i0"
+    e = b.value_at(result_value, [var("i0")])   # -> Expr (kernel_ir node, its text, deps)
+    # reduce_hook(builder, op, idx) returns one Expr per op result (the accumulators), placed
+    # in the scope the index depends on.
 
 `ExprBuilder.value_at(v, idx)` returns an `Expr` computing tensor value `v` at index `idx`
 (one Expr per tensor dim). Pointwise producers are inlined (recomputed per consumer index);
@@ -24,6 +31,10 @@ memoised per (value, index) while that scope is open.
     let(name, type, text) -> str           a statement binding a local
     store(buffer, offset, value, type) -> str   a statement storing an element (C++)
     assign(name, op, value) -> str         an accumulator update (C++)
+    decl(name, type, text, const, length) -> str   a mutable local (an accumulator) or, with
+                                           `length`, an array of that many elements (C++)
+    loop(var, start, stop, step, span) -> str   a loop header (kernel_ir.Loop, bounds printed;
+                                           step None: 1; span: also stop at start + span)
     dim_size(g, k) -> str                  size of dynamic global dim g (sizes[k] in the ABI)
     check_index(i, n, dim) -> str          index i (from data) checked against size n: records
                                            an out-of-range index, returns one in bounds
@@ -33,15 +44,46 @@ Expressions are kernel_ir trees (`Expr.node`); index arithmetic is folded on the
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Callable, Optional
 
 from torch_mlir import ir
 
-from .kernel_ir import (CHECK_INDEX, INT, Const, Let, Load, Op, Printer, Raw, Scope, deps_of,
-                        fold_index, int_value)
-from .kernel_schedule import (CMPF, CMPI, Expr, KernelSchedule, Unschedulable, _int_array,
-                              _slice_dims, const, indexing_maps, is_reduction, op_name,
-                              reassociation, shape, type_name)
+from .ir_queries import (CMPF, CMPI, indexing_maps, int_array, is_reduction, op_name,
+                         reassociation, shape, slice_dims, type_name)
+from .kernel_ir import (CHECK_INDEX, INT, Const, Let, Load, Op, Printer, Raw, Scope, Var,
+                        deps_of, fold_index, int_value)
+from .kernel_schedule import KernelSchedule, Unschedulable
+
+
+@dataclasses.dataclass(frozen=True)
+class Expr:
+    """A kernel_ir expression `node`, its spelling `text` in the kernel's language, and the
+    loop variables it depends on (used for hoisting/placement). Decisions read `node`; an
+    Expr made from a name alone is that variable."""
+    text: str
+    deps: frozenset = frozenset()
+    node: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        if self.node is None:
+            object.__setattr__(self, "node", Var(self.text, frozenset(self.deps)))
+
+    def __str__(self):
+        return self.text
+
+
+@functools.lru_cache(maxsize=4096)
+def const(n: int) -> Expr:
+    """An index-arithmetic integer literal."""
+    return Expr(str(n), frozenset(), Const(int(n), INT))
+
+
+def var(name: str, deps=None) -> Expr:
+    """A loop variable (depends on itself unless `deps` says otherwise)."""
+    deps = frozenset({name}) if deps is None else frozenset(deps)
+    return Expr(name, deps, Var(name, deps))
 
 
 class Lang:  # documentation of the protocol; targets subclass or duck-type it
@@ -216,13 +258,13 @@ class ExprBuilder:
         if name == "linalg.fill":
             return self.scalar(op.operands[0], {})
         if name == "linalg.transpose":
-            perm = _int_array(op.attributes["permutation"])
+            perm = int_array(op.attributes["permutation"])
             src = [None] * len(perm)
             for i, p in enumerate(perm):
                 src[p] = idx[i]
             return self.value_at(op.operands[0], src)
         if name == "linalg.broadcast":
-            added = set(_int_array(op.attributes["dimensions"]))
+            added = set(int_array(op.attributes["dimensions"]))
             return self.value_at(op.operands[0], [e for i, e in enumerate(idx) if i not in added])
         if name == "tensor.cast":
             return self.value_at(op.operands[0], idx)
@@ -241,14 +283,14 @@ class ExprBuilder:
             return self.value_at(src, out)
         if name == "tensor.extract_slice":
             src = op.operands[0]
-            offs = _int_array(op.attributes["static_offsets"])
-            strides = _int_array(op.attributes["static_strides"])
+            offs = int_array(op.attributes["static_offsets"])
+            strides = int_array(op.attributes["static_strides"])
             if any(x < -(2 ** 62) for x in strides):
                 raise Unschedulable("dynamic extract_slice strides", op.location)
             dyn = iter(op.operands[1:])     # dynamic offsets come first among the operands
             off = [self.scalar(next(dyn), {}) if o < -(2 ** 62) else const(o) for o in offs]
             out = list(off)
-            for s, r in _slice_dims(op):
+            for s, r in slice_dims(op):
                 out[s] = self.iop("add", off[s], self.iop("mul", idx[r], const(strides[s])))
             return self.value_at(src, out)
         if name == "tensor.pad":
@@ -289,7 +331,7 @@ class ExprBuilder:
 
     def _pad(self, op, idx, ty) -> Expr:
         src = op.operands[0]
-        lo = _int_array(op.attributes["static_low"])
+        lo = int_array(op.attributes["static_low"])
         inside, sidx = None, []
         for i, e in enumerate(idx):
             if lo[i] == 0 and shape(src)[i] == shape(op.results[0])[i]:

@@ -1,10 +1,11 @@
 """Structured kernel IR: the typed tree that the C++ and Triton lowerings build, decide on and
-finally print (part of the kernel_schedule API).
+finally print.
 
 Invariant: code generation decisions (index simplification, constant folding, loop
-flattening, OpenMP collapse depth and clauses, load masks) are made on these nodes; text
-exists only as what a language's printer makes of them (`Printer` with a kernel_expr `Lang`
-for expressions, `render_stmt` for statements, the lowerings' block renderers for Scopes).
+flattening, OpenMP collapse depth and clauses, column blocks, load and store masks, pointer
+widening) are made on these nodes; text exists only as what a language's printer makes of them
+(`Printer` with a kernel_expr `Lang` for expressions, `render_stmt` for statements,
+`render_loop` for loop headers, the lowerings' block renderers for Scopes).
 
 Expressions (immutable, hashable, compared structurally):
     Var(name, deps)           a local, a loop variable or a size symbol; `deps`: the loop
@@ -16,10 +17,17 @@ Expressions (immutable, hashable, compared structurally):
                               min|max|lt|ge", or CHECK_INDEX (args: index, size, Const dim)
     Load(buffer, offset, dtype, masks)
     Raw(text)                 a target snippet that no decision looks into
-Statements: Let(name, dtype, value), Store(buffer, offset, value, dtype), Assign(name,
-value, op), Line(text) (a statement no decision looks into) and Scope (a block with its loop
-header, the loop variables it binds and its OmpPragmas). `OmpPragma.collapse` is a count,
-fitted to the depth of the perfect loop nest when printed.
+    Op(CONVERT, (x,), dtype) a plain conversion to dtype (C++ `(float)x`)
+Statements: Let(name, dtype, value) (a constant local), Decl(name, dtype, value, const,
+length) (a mutable local, e.g. an accumulator, or an array of `length` elements), Store(buffer,
+offset, value, dtype), Assign(name, value, op), Line(text) (a statement no decision looks into)
+Scope (a block with its `Loop` header, the loop variables it binds and its OmpPragmas) and
+If(cond, then, other) (a branch between two plain Scopes, C++).
+`Loop(var, start, stop, step, span)` is a counted loop; its bounds are nodes (step None
+when printed: 1). `OmpPragma.collapse`
+is a count, fitted to the depth of the perfect loop nest when printed. A language prints a
+loop header with `lang.loop(var, start, stop, step, span)` (`render_loop`) and a Decl with
+`lang.decl(...)`.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from typing import Optional, Union
 
 INT = "int"              # dtype of index-arithmetic integer literals
 CHECK_INDEX = "index.check"      # a bound check on an index (not an MLIR op)
+CONVERT = "convert"              # a plain conversion to the node's dtype (not an MLIR op)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,11 +229,29 @@ class Let:
 
 
 @dataclasses.dataclass
+class Decl:
+    """A mutable local `name` of `dtype` set to `value` (an accumulator), `const` when it is
+    never assigned again; with `length`, an array of that many elements (no value)."""
+    name: str
+    dtype: str
+    value: object = None
+    const: bool = False
+    length: Optional[int] = None
+
+
+@dataclasses.dataclass
 class Store:
+    """`buffer[offset] = value`. A block store (Triton) has the `tile` shape it covers (block
+    sizes or 1) and the tile `masks` it is under; `widen`: the pointer is broadcast to the tile
+    (its offset misses a tile variable); `fill`: the value is, too (it depends on none)."""
     buffer: str
     offset: object
     value: object
     dtype: str
+    tile: Optional[tuple] = None
+    masks: tuple = ()
+    widen: bool = False
+    fill: bool = False
 
 
 @dataclasses.dataclass
@@ -265,15 +292,43 @@ class OmpPragma:
         return text + "".join(f" reduction({op}:{v})" for op, v in self.reductions)
 
 
-class Scope:
-    """A block of statements; `binds` are the loop variables it introduces, `header` its loop
-    line, `pragmas` the OmpPragmas in front of it (C++)."""
+@dataclasses.dataclass
+class Loop:
+    """A counted loop: `var` from `start` while `var < stop`, by `step` (nodes). With `span`
+    (a node), the loop also stops at `start + span` (a chunk of an outer loop's range)."""
+    var: str
+    start: object
+    stop: object
+    step: object = Const(1, INT)
+    span: object = None
 
-    def __init__(self, binds=(), header: str = "", kind: str = ""):
-        self.binds, self.header, self.kind = set(binds), header, kind
-        self.stmts: list = []      # Let, Store, Line, str or nested Scope
+    def names(self) -> set:
+        """The loop variable and every variable its bounds read."""
+        out = {self.var}
+        for n in (self.start, self.stop, self.step, self.span):
+            if n is not None:
+                out.update(x.name for x in walk(n) if isinstance(x, Var))
+        return out
+
+
+class Scope:
+    """A block of statements; `binds` are the loop variables it introduces, `loop` its loop
+    header (None: a plain block), `pragmas` the OmpPragmas in front of it (C++)."""
+
+    def __init__(self, binds=(), loop: Optional[Loop] = None):
+        self.binds, self.loop = set(binds), loop
+        self.stmts: list = []      # Let, Decl, Store, Assign, Line, str or nested Scope
         self.pragmas: list = []
         self.open = False
+
+
+@dataclasses.dataclass
+class If:
+    """`if (cond) { then } else { other }`: `cond` a node, `then` and `other` plain Scopes
+    (no loop header)."""
+    cond: object
+    then: Scope
+    other: Scope
 
 
 def perfect_depth(scope: Scope) -> int:
@@ -288,6 +343,8 @@ def statement_nodes(stmt):
     """The expression trees a statement holds."""
     if isinstance(stmt, Let):
         return (stmt.value,)
+    if isinstance(stmt, Decl):
+        return () if stmt.value is None else (stmt.value,)
     if isinstance(stmt, Store):
         return (stmt.offset, stmt.value)
     if isinstance(stmt, Assign):
@@ -300,6 +357,9 @@ def all_nodes(stmts):
     for s in stmts:
         if isinstance(s, Scope):
             yield from all_nodes(s.stmts)
+        elif isinstance(s, If):
+            yield from walk(s.cond)
+            yield from all_nodes([s.then, s.other])
         else:
             for n in statement_nodes(s):
                 yield from walk(n)
@@ -313,8 +373,21 @@ def render_stmt(stmt, show: Printer) -> str:
         return stmt.text
     if isinstance(stmt, Let):
         return show.lang.let(stmt.name, stmt.dtype, show(stmt.value))
+    if isinstance(stmt, Decl):
+        value = None if stmt.value is None else show(stmt.value)
+        return show.lang.decl(stmt.name, stmt.dtype, value, stmt.const, stmt.length)
     if isinstance(stmt, Store):
-        return show.lang.store(stmt.buffer, show(stmt.offset), show(stmt.value), stmt.dtype)
+        if stmt.tile is None:
+            return show.lang.store(stmt.buffer, show(stmt.offset), show(stmt.value), stmt.dtype)
+        return show.lang.tile_store(stmt.buffer, show(stmt.offset), show(stmt.value),
+                                    stmt.dtype, stmt.tile, stmt.masks, stmt.widen, stmt.fill)
     if isinstance(stmt, Assign):
         return show.lang.assign(stmt.name, stmt.op, show(stmt.value))
     raise TypeError(f"not a statement: {stmt!r}")
+
+
+def render_loop(loop: Loop, show: Printer) -> str:
+    """A Scope's loop header in the printer's language."""
+    step = None if int_value(loop.step) == 1 else show(loop.step)
+    span = None if loop.span is None else show(loop.span)
+    return show.lang.loop(loop.var, show(loop.start), show(loop.stop), step, span)

@@ -1,5 +1,5 @@
-"""Loop structure and per-element expressions of an ember kernel, shared by the C++ and Triton
-lowerings (and used by ember-fuse as its legality check).
+"""Loop structure of an ember kernel, shared by the C++ and Triton lowerings (and used by
+ember-fuse as its legality check).
 
 API (stable):
 
@@ -14,41 +14,30 @@ API (stable):
     sched.size_index(g)        # index into the ABI's `sizes` table of a dynamic dim
     sched.size_offsets         # sizes-table offset of each argument then each result
 
-    b = ExprBuilder(sched, lang, buffers={arg_value: "in0", ...}, reduce_hook=...)
-    b.push(Scope(binds={"i0"}))            # a loop over global dim 0 named "i0"
-    e = b.value_at(result_value, [var("i0")])   # -> Expr (kernel_ir node, its text, deps)
-    # every intermediate becomes a local statement (kernel_ir.Let) in the innermost scope that
-    # binds one of its dependencies (so loop invariants are hoisted); memoised per (value,
-    # index nodes). Index arithmetic folds on the tree (kernel_ir.fold_index).
+Per-element expressions over a schedule are kernel_expr's (`ExprBuilder`, `Expr`, `const`,
+`var`); what a reduction's body combines is reduction_body's; single-op questions (`shape`,
+`type_name`, `indexing_maps`, ...) are ir_queries'.
 
 Global dims: a union-find over the dims of every tensor value and loop of every op, linked
 through indexing maps, transposes/broadcasts and reshapes of unit dims. A dim of static size 1
-that is not bound by any loop is read at index 0. `lang` spells code (see `Lang`); nothing here
-prints C++ or Triton itself (kernel_ir.Printer does, with a `lang`). Reductions are handed to
-`reduce_hook(builder, op, idx)`, which must return one Expr per op result (the accumulators)
-placed in the scope the index depends on.
+that is not bound by any loop is read at index 0. Nothing here builds or prints code.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Optional
 
 from torch_mlir import ir
 
-from .kernel_ir import INT, Const, Var
 from ..dialects.contract import KERNEL
-from .ir_queries import is_reduction, iterator_types, op_name  # noqa: F401  (used by the emitters)
+from .ir_queries import (indexing_maps, int_array, is_reduction, iterator_types, op_name,
+                         reassociation, shape, slice_dims)
 
 ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
                "tensor.empty", "tensor.expand_shape", "tensor.collapse_shape",
                "tensor.extract_slice", "tensor.pad", "tensor.concat", "func.return",
                "tensor.dim",  # tensor.dim: sizes of dynamic tensor.empty (never evaluated)
                "tensor.cast"}  # between static and `?` dims: the same elements
-CMPF = ["false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult",
-        "ule", "une", "uno", "true"]
-CMPI = ["eq", "ne", "slt", "sle", "sgt", "sge", "ult", "ule", "ugt", "uge"]
-
 
 # Why a group of ops cannot be one kernel, by kind (ember-fuse{explain=true}'s remarks and
 # report.json's `unfused` name these).
@@ -81,175 +70,6 @@ class Output:
     value: ir.Value
     dims: list[int]
     inner: list[int]
-
-
-@dataclasses.dataclass(frozen=True)
-class Expr:
-    """A kernel_ir expression `node`, its spelling `text` in the kernel's language, and the
-    loop variables it depends on (used for hoisting/placement). Decisions read `node`; an
-    Expr made from a name alone is that variable."""
-    text: str
-    deps: frozenset = frozenset()
-    node: object = dataclasses.field(default=None, compare=False, repr=False)
-
-    def __post_init__(self):
-        if self.node is None:
-            object.__setattr__(self, "node", Var(self.text, frozenset(self.deps)))
-
-    def __str__(self):
-        return self.text
-
-
-@functools.lru_cache(maxsize=4096)
-def const(n: int) -> Expr:
-    """An index-arithmetic integer literal."""
-    return Expr(str(n), frozenset(), Const(int(n), INT))
-
-
-def var(name: str, deps=None) -> Expr:
-    """A loop variable (depends on itself unless `deps` says otherwise)."""
-    deps = frozenset({name}) if deps is None else frozenset(deps)
-    return Expr(name, deps, Var(name, deps))
-
-
-def type_name(t: ir.Type) -> str:
-    """'f32', 'bf16', 'i1', 'i64', 'index', ... (the element type if `t` is a tensor)."""
-    if isinstance(t, ir.ShapedType):
-        t = ir.RankedTensorType(t).element_type
-    return str(t)
-
-
-def _int_array(attr) -> list[int]:
-    if attr is None:
-        return []
-    try:
-        return list(ir.DenseI64ArrayAttr(attr))
-    except (ValueError, TypeError):
-        return [ir.IntegerAttr(a).value for a in ir.ArrayAttr(attr)]
-
-
-def reassociation(op) -> list[list[int]]:
-    return [[ir.IntegerAttr(i).value for i in ir.ArrayAttr(g)]
-            for g in ir.ArrayAttr(op.attributes["reassociation"])]
-
-
-def indexing_maps(op) -> list[ir.AffineMap]:
-    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-
-
-def shape(v: ir.Value) -> list[Optional[int]]:
-    t = ir.RankedTensorType(v.type)
-    return [None if t.is_dynamic_dim(i) else t.get_dim_size(i) for i in range(t.rank)]
-
-
-def combiner(op, k: int, used=None) -> tuple[Optional[str], Optional[ir.Value]]:
-    """For result k of a reduction generic: ('addf'|'maximumf'|..., the non-accumulator operand)
-    when the yield is `combine(f, out_k)` and out_k feeds nothing else that is live (results
-    not in `used` are dead), else (None, None): use the general (sequential) body path."""
-    block = op.regions[0].blocks[0]
-    out_arg = block.arguments[len(op.inputs) + k]
-    term = list(block.operations)[-1]
-    yielded = term.operands[k]
-    owner = yielded.owner
-    if not hasattr(owner, "operands") or len(owner.operands) != 2 or owner.name == "linalg.yield":
-        return None, None
-    live = _live_ops(term, used)
-    if sum(1 for u in out_arg.uses if u.owner in live) != 1:
-        return None, None
-    a, b = owner.operands
-    kind = owner.name.split(".", 1)[1] if "." in owner.name else owner.name
-    if b == out_arg and a != out_arg:
-        return kind, a
-    if a == out_arg and b != out_arg:
-        return kind, b
-    return None, None
-
-
-def _live_ops(term, used=None) -> set:
-    """The ops of a reduction body that the yielded results `used` (default: all) depend on."""
-    live, work = set(), [term.operands[i] for i in (used if used is not None
-                                                     else range(len(term.operands)))]
-    while work:
-        o = work.pop().owner
-        if hasattr(o, "operands") and hasattr(o, "name") and o not in live:
-            live.add(o)
-            work.extend(o.operands)
-    return live
-
-
-def masked_combiner(op, k: int, used=None):
-    """(kind, operand, cond, take_when) for result k of a reduction generic whose yield is a
-    masked update, `select(cond, combine(f, out_k), out_k)` (or with the arms swapped: then
-    `take_when` is False): a reduction of `f` over the elements where `cond == take_when`
-    (embedding_bag's bags, pooling windows). (None, None, None, None) otherwise. `cond` and `f`
-    do not read out_k. Lowerings reduce `select(cond, f, identity)` with the plain combiner."""
-    none = (None, None, None, None)
-    block = op.regions[0].blocks[0]
-    out_arg = block.arguments[len(op.inputs) + k]
-    term = list(block.operations)[-1]
-    sel = term.operands[k].owner
-    if not hasattr(sel, "name") or sel.name != "arith.select":
-        return none
-    cond, a, b = sel.operands
-    if b == out_arg and a != out_arg:
-        comb, take = a, True
-    elif a == out_arg and b != out_arg:
-        comb, take = b, False
-    else:
-        return none
-    owner = comb.owner
-    if not hasattr(owner, "name") or owner.name == "linalg.yield" or len(owner.operands) != 2:
-        return none
-    x, y = owner.operands
-    f = x if y == out_arg and x != out_arg else y if x == out_arg and y != out_arg else None
-    if f is None or _reads(cond, out_arg) or _reads(f, out_arg):
-        return none
-    # out_k feeds nothing live but this select and its combine
-    live = _live_ops(term, used)
-    if sum(1 for u in out_arg.uses if u.owner in live) != 2:
-        return none
-    return owner.name.split(".", 1)[1], f, cond, take
-
-
-def _reads(v, arg) -> bool:
-    """Whether value `v` (in a generic's body) depends on block argument `arg`."""
-    seen, work = set(), [v]
-    while work:
-        v = work.pop()
-        if v == arg:
-            return True
-        o = v.owner
-        if isinstance(v, ir.BlockArgument) or not hasattr(o, "operands") or o in seen:
-            continue
-        seen.add(o)
-        work.extend(o.operands)
-    return False
-
-
-def needed_results(op, used) -> list[int]:
-    """Results of reduction generic `op` whose accumulators must be kept: those in `used`,
-    and every result whose accumulator (output block argument) a kept one's body reads (the
-    running max that torch-mlir's argmax compares with, even when only the index is used)."""
-    block = op.regions[0].blocks[0]
-    n_in = len(op.inputs)
-    term = list(block.operations)[-1]
-    need, work = set(used), list(used)
-    while work:
-        seen, vals = set(), [term.operands[work.pop()]]
-        while vals:
-            v = vals.pop()
-            if isinstance(v, ir.BlockArgument):
-                j = ir.BlockArgument(v).arg_number - n_in
-                if j >= 0 and j not in need:
-                    need.add(j)
-                    work.append(j)
-                continue
-            o = v.owner
-            if o in seen or not hasattr(o, "operands"):
-                continue
-            seen.add(o)
-            vals.extend(o.operands)
-    return sorted(need)
 
 
 class _UnionFind:
@@ -376,10 +196,10 @@ class KernelSchedule:
             # The init (operand -1) is never read: its dims are not linked (see above).
             res = op.results[0]
             if name == "linalg.transpose":
-                for i, p in enumerate(_int_array(op.attributes["permutation"])):
+                for i, p in enumerate(int_array(op.attributes["permutation"])):
                     uf.union((res, i), (op.operands[0], p))
             elif name == "linalg.broadcast":
-                added = set(_int_array(op.attributes["dimensions"]))
+                added = set(int_array(op.attributes["dimensions"]))
                 kept = [i for i in range(len(shape(res))) if i not in added]
                 for s, i in enumerate(kept):
                     uf.union((res, i), (op.operands[0], s))
@@ -400,7 +220,7 @@ class KernelSchedule:
                     self._merges.append(((small, s), [(big, i) for i in nonunit]))
         elif name == "tensor.extract_slice":
             src, res = op.operands[0], op.results[0]
-            pairs = dict(_slice_dims(op))
+            pairs = dict(slice_dims(op))
             for s in range(len(shape(src))):
                 r = pairs.get(s)
                 if r is None:
@@ -411,7 +231,7 @@ class KernelSchedule:
                     self._reads.append(((src, s), [(res, r)]))
         elif name == "tensor.pad":
             src, res = op.operands[0], op.results[0]
-            lo, hi = _int_array(op.attributes["static_low"]), _int_array(op.attributes["static_high"])
+            lo, hi = int_array(op.attributes["static_low"]), int_array(op.attributes["static_high"])
             for i in range(len(shape(res))):
                 if lo[i] == 0 and hi[i] == 0:
                     uf.union((src, i), (res, i))
@@ -605,19 +425,6 @@ def _scalar_op(op) -> bool:
     d = op_name(op).split(".")[0]
     return d in ("arith", "math") and all(not isinstance(r.type, ir.RankedTensorType) or
                                           op_name(op) == "arith.constant" for r in op.results)
-
-
-def _slice_dims(op) -> list[tuple[int, int]]:
-    """(source dim, result dim) pairs of an extract_slice (rank-reducing drops unit sizes)."""
-    res = op.results[0]
-    sizes = _int_array(op.attributes["static_sizes"])
-    rr = len(shape(res))
-    pairs, r = [], 0
-    for s, n in enumerate(sizes):
-        if r < rr and (len(sizes) == rr or n != 1 or shape(res)[r] == 1 and len(sizes) - s <= rr - r):
-            pairs.append((s, r))
-            r += 1
-    return pairs
 
 
 def schedule_ops(ops, results, args=None, kind=None) -> KernelSchedule:

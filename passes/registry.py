@@ -13,11 +13,12 @@ def _load_builtin() -> dict[str, type[Pass]]:
     from .ember_buffer_reuse import EmberBufferReuse
     from .ember_convert_externs import EmberConvertExterns
     from .ember_fuse import EmberFuse
+    from .ember_library_views import EmberLibraryViews
     from .ember_lower_to_cpp import EmberLowerToCpp
     from .ember_lower_to_triton import EmberLowerToTriton
     from .ember_matmul_template import EmberMatmulTemplate
     passes = {}
-    for cls in (EmberConvertExterns, EmberFuse, EmberBufferReuse, EmberLowerToCpp,
+    for cls in (EmberLibraryViews, EmberConvertExterns, EmberFuse, EmberBufferReuse, EmberLowerToCpp,
                 EmberLowerToTriton, EmberMatmulTemplate):
         if not cls.name or cls.name in passes:
             raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")

@@ -14,7 +14,7 @@ on HIP, through `triton.language.extra.libdevice`; IEEE `div_rn` / `sqrt_rn`) ra
 Triton's defaults (`ex2.approx`, `div.full`): an f32 result one ulp away from eager's flips a
 bf16 rounding now and then, and a transformer's output moves a full bf16 ulp-scale (~1e-2) from
 one such flip early on. Under the interpreter, which has no libdevice, they are the `tl` /
-NumPy versions.
+NumPy versions. The helpers are in the module prelude, triton_prelude.PRELUDE.
 """
 from __future__ import annotations
 
@@ -22,268 +22,6 @@ import math
 
 from .kernel_ir import Const, Op
 
-PRELUDE = '''import torch
-import triton
-import triton.language as tl
-
-
-def _ember_pow2(n):
-    p = 1
-    while p < n:
-        p *= 2
-    return p
-
-
-def _ember_prune(configs, nargs, **kwargs):
-    # Tiles larger than the (power-of-two rounded) extent only mask lanes off: keep the
-    # configurations that fit, at least the first; a single one left is not benchmarked.
-    def fits(c, block, numel):
-        if block not in c.kwargs or numel not in nargs:
-            return True
-        least = min(x.kwargs.get(block, 1) for x in configs)
-        return c.kwargs[block] <= max(_ember_pow2(int(nargs[numel])), least)
-    kept = [c for c in configs if fits(c, "XBLOCK", "xnumel") and fits(c, "RBLOCK", "rnumel")]
-    return kept or configs[:1]
-
-
-def _ember_bench(kernel_call, quantiles):
-    # Short fixed budgets (ms): the configurations differ by tens of percent, which a few
-    # hundred microseconds of timing resolve; Triton's defaults (25 + 100 ms) per config
-    # dominate a graph's first call.
-    import triton.testing
-    return triton.testing.do_bench(kernel_call, warmup=_EMBER_BENCH_MS[0], rep=_EMBER_BENCH_MS[1],
-                                   quantiles=quantiles)
-
-
-_EMBER_BENCH_MS = (2, 10)
-
-
-def _ember_overlaps(a, b):
-    pa, pb = a.data_ptr(), b.data_ptr()
-    return pa < pb + b.numel() * b.element_size() and pb < pa + a.numel() * a.element_size()
-
-
-def _ember_autotune(configs, key, restore=(), outputs=()):
-    # The interpreter has no GPU to time configurations on: it runs the first one.
-    import os
-    if os.environ.get("TRITON_INTERPRET", "0") == "1":
-        configs = configs[:1]
-    kw = {}
-    if restore:
-        # Timing a configuration runs the kernel: an input whose memory an output shares
-        # (ember-buffer-reuse's in-place) is saved before each trial and put back after it.
-        # Only those: cloning every input per trial costs a copy of the graph's data.
-        saved = {}
-
-        def pre_hook(nargs, reset_only=False):
-            saved.clear()
-            if reset_only:
-                return
-            outs = [nargs[o] for o in outputs if nargs.get(o) is not None]
-            for name in restore:
-                t = nargs.get(name)
-                if t is not None and (not outputs or any(_ember_overlaps(t, o) for o in outs)):
-                    saved[name] = t.clone()
-
-        def post_hook(nargs, exception):
-            for name, t in saved.items():
-                nargs[name].copy_(t)
-            saved.clear()
-        kw = dict(pre_hook=pre_hook, post_hook=post_hook)
-    return triton.autotune(configs=configs, key=key, do_bench=_ember_bench,
-                           prune_configs_by={"early_config_prune": _ember_prune}, **kw)
-
-
-@triton.jit
-def _ember_tanh_fast(x):
-    e = tl.exp(-2.0 * tl.abs(x))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(x < 0, -t, t)
-
-
-if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
-    _ember_tanh = _ember_tanh_fast
-
-    @triton.jit
-    def _ember_exp(x):
-        return tl.exp(x)
-
-    @triton.jit
-    def _ember_log(x):
-        return tl.log(x)
-
-    @triton.jit
-    def _ember_erf(x):
-        return tl.math.erf(x)
-
-    @triton.jit
-    def _ember_sin(x):
-        return tl.sin(x)
-
-    @triton.jit
-    def _ember_cos(x):
-        return tl.cos(x)
-
-    @triton.jit
-    def _ember_div(a, b):
-        return a / b
-
-    @triton.jit
-    def _ember_sqrt(x):
-        return tl.sqrt(x)
-
-    # log1p/expm1 without libdevice, accurate near 0 (log(1 + x) is 0 for |x| < 2^-24: fuzz
-    # seed 11 index 186 took 1/log1p(1e-30) for inf): Goldberg's and Kahan's forms.
-    @triton.jit
-    def _ember_log1p(x):
-        u = 1.0 + x
-        y = tl.where(u == 1.0, x, tl.log(u) * (x / (u - 1.0)))
-        return tl.where(x == float("inf"), x, y)
-
-    @triton.jit
-    def _ember_expm1(x):
-        u = tl.exp(x)
-        y = tl.where(u == 1.0, x, tl.where(u - 1.0 == -1.0, -1.0, (u - 1.0) * (x / tl.log(u))))
-        return tl.where(u == float("inf"), u, y)
-
-    _EMBER_LAUNCH = {}
-else:
-    # What eager's CUDA/HIP kernels call: expf, logf, tanhf, erff, sinf, cosf, IEEE / and sqrt.
-    from triton.language.extra import libdevice
-
-    @triton.jit
-    def _ember_tanh(x):
-        return libdevice.tanh(x)
-
-    @triton.jit
-    def _ember_exp(x):
-        return libdevice.exp(x)
-
-    @triton.jit
-    def _ember_log(x):
-        return libdevice.log(x)
-
-    @triton.jit
-    def _ember_erf(x):
-        return libdevice.erf(x)
-
-    @triton.jit
-    def _ember_sin(x):
-        return libdevice.sin(x)
-
-    @triton.jit
-    def _ember_cos(x):
-        return libdevice.cos(x)
-
-    @triton.jit
-    def _ember_div(a, b):
-        return tl.math.div_rn(a, b)
-
-    @triton.jit
-    def _ember_sqrt(x):
-        return tl.sqrt_rn(x)
-
-    @triton.jit
-    def _ember_log1p(x):
-        return libdevice.log1p(x)
-
-    @triton.jit
-    def _ember_expm1(x):
-        return libdevice.expm1(x)
-
-    # Triton links libdevice with flush-to-zero selected by default; eager's kernels are built
-    # without, and its erff/tanhf/sinf then differ in the last place now and then (and on
-    # subnormals). HIP has no such option (ocml keeps subnormals).
-    _EMBER_LAUNCH = {} if getattr(torch.version, "hip", None) else {"enable_reflect_ftz": False}
-
-
-if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
-    @triton.jit
-    def _ember_round_bf16(x):
-        # f32 -> nearest bf16 (ties to even), as an f32, with integer ops: the interpreter's
-        # own bf16 conversion truncates. NaN stays NaN.
-        u = x.to(tl.uint32, bitcast=True)
-        u = (u + (0x7FFF + ((u >> 16) & 1))) & 0xFFFF0000
-        return tl.where(x != x, x, u.to(tl.float32, bitcast=True))
-else:
-    @triton.jit
-    def _ember_round_bf16(x):
-        # f32 -> nearest bf16 (ties to even), as an f32: one cvt.rn each way on a GPU.
-        return x.to(tl.bfloat16).to(tl.float32)
-
-
-# One error record per device (kind, value, dim, size; runtime/kernel_errors.py) for kernels
-# that check indices. A GPU stops at the kernel's device-side assert (as eager's CUDA kernels
-# do), compiled with `debug` for those kernels only, and without Triton's integer-overflow
-# assertions that `debug` would add (eager's integers wrap); the interpreter has no asserts,
-# so the host reads the record after the launch.
-_EMBER_ERRORS = {}
-
-
-def _ember_error_buffer(device):
-    buf = _EMBER_ERRORS.get(device)
-    if buf is None:
-        buf = _EMBER_ERRORS[device] = torch.zeros(4, dtype=torch.int64, device=device)
-    return buf
-
-
-_EMBER_LAUNCH_CHECKED = dict(_EMBER_LAUNCH)
-if __import__("os").environ.get("TRITON_INTERPRET", "0") != "1":
-    _EMBER_LAUNCH_CHECKED.update(debug=True, sanitize_overflow=False)
-
-
-# max/min that propagate NaN (arith.maximumf, torch.amax), branch-free.
-@triton.jit
-def _ember_nanmax(a, b):
-    return tl.where((a > b) | (a != a), a, b)
-
-
-@triton.jit
-def _ember_nanmin(a, b):
-    return tl.where((a < b) | (a != a), a, b)
-
-
-@triton.jit
-def _ember_nanmax_reduce(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, _ember_nanmax)
-
-
-@triton.jit
-def _ember_nanmin_reduce(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, _ember_nanmin)
-
-
-@triton.jit
-def _ember_mul(a, b):
-    return a * b
-
-
-@triton.jit
-def _ember_prod_reduce(x, axis: tl.constexpr):
-    return tl.reduce(x, axis, _ember_mul)
-
-
-@triton.jit
-def _ember_pow(a, b):
-    # a**b for float a, b: sign from a when b is an odd integer, NaN for negative a otherwise.
-    # (`!= 0` on each flag: the interpreter's & rejects a scalar comparison's result next to a
-    # block's, as for a 0-dim exponent: fuzz seed 12 index 14; a no-op on a GPU)
-    mag = tl.exp2(b * tl.log2(tl.abs(a)))
-    b_int = (tl.floor(b) == b) != 0
-    odd = b_int & (((tl.abs(b) % 2.0) == 1.0) != 0)
-    neg = (a < 0) != 0
-    # the sign of -0.0 too: (-0.0) ** -1 is -inf (fuzz seed 10 index 44)
-    signed = (neg | ((a == 0) & ((1.0 / a) < 0))) != 0
-    r = tl.where(signed & odd, -mag, mag)
-    # a negative finite a to a non-integer power is NaN; -inf's is +0 or +inf (the magnitude:
-    # (-inf) ** -0.49 is 0, fuzz seed 23 index 3)
-    nan_pow = (neg & ((b_int == 0) != 0) & ((a != float("-inf")) != 0)) != 0
-    r = tl.where(nan_pow, float("nan"), r)
-    # 1 ** b (NaN too) and (-1) ** +-inf are 1, as C's pow
-    b_inf = (tl.abs(b) == float("inf")) != 0
-    one = (((b == 0.0) != 0) | ((a == 1.0) != 0) | (((a == -1.0) != 0) & b_inf)) != 0
-    return tl.where(one, 1.0, r)
-'''
 
 def round_to(x: str, ty: str) -> str:
     """f32 expression `x` rounded to the 16-bit float type `ty`, kept in f32."""
@@ -351,8 +89,10 @@ _FAST = {"_ember_exp": "tl.exp", "_ember_log": "tl.log", "_ember_erf": "tl.math.
          "_ember_sin": "tl.sin", "_ember_cos": "tl.cos", "_ember_tanh": "_ember_tanh_fast"}
 
 
-_UNSIGNED_OPS = {"arith.divui": "//", "arith.remui": "%", "arith.shrui": ">>",
-                 "arith.maxui": "tl.maximum", "arith.minui": "tl.minimum"}
+# unsigned op -> (spelling, whether it is a function: `f(a, b)`, else infix `(a op b)`)
+_UNSIGNED_OPS = {"arith.divui": ("//", False), "arith.remui": ("%", False),
+                 "arith.shrui": (">>", False), "arith.maxui": ("tl.maximum", True),
+                 "arith.minui": ("tl.minimum", True)}
 
 
 _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.fptosi",
@@ -424,6 +164,24 @@ class TritonLang:
     def let(self, name, type_, text):
         return f"{name} = {text}"
 
+    def tile_store(self, buffer, offset, value, type_, tile, masks, widen, fill):
+        """A block store (kernel_ir.Store with a tile): `tl.store` broadcasts the value and the
+        mask to the pointer's shape, never the pointer, hence `widen`."""
+        shape = f"[{', '.join(str(d) for d in tile)}]"
+        if fill:
+            value = f"tl.full({shape}, {value}, {TYPES[type_][1]})"
+        ptr = f"{buffer} + {offset}"
+        if widen:
+            ptr += f" + tl.zeros({shape}, tl.int32)"
+        if type_ == "bf16":   # round to nearest even here: the interpreter's cast truncates
+            value = round_to(value, type_)
+        return f"tl.store({ptr}, ({value}).to({TYPES[type_][0]}), mask={' & '.join(masks)})"
+
+    def loop(self, var, start, stop, step, span):
+        if span is not None:     # (the C++ generator's chunks of a blocked sum only)
+            raise UnsupportedOp("a loop over a chunk of another loop's range")
+        return f"for {var} in range({start}, {stop}{'' if step is None else ', ' + step}):"
+
     def constant(self, value, type_):
         return literal(value, type_)
 
@@ -487,12 +245,12 @@ class TritonLang:
             # signless integers hold signed values here (int8 tensors, see the launcher):
             # the unsigned ops reinterpret their operands, and the result back.
             a, b = (_as_unsigned(x, rtype, lit) for x, lit in zip(args, lits))
-            sym = _UNSIGNED_OPS[kind]
-            r = f"{sym}({a}, {b})" if sym.startswith("tl.") else f"({a} {sym} {b})"
+            sym, call = _UNSIGNED_OPS[kind]
+            r = f"{sym}({a}, {b})" if call else f"({a} {sym} {b})"
             return f"({r}).to({TYPES[rtype][1]})"
         if kind in _UNSIGNED_OPS:   # index values: never negative here
-            sym = _UNSIGNED_OPS[kind]
-            return f"{sym}({args[0]}, {args[1]})" if sym.startswith("tl.") \
+            sym, call = _UNSIGNED_OPS[kind]
+            return f"{sym}({args[0]}, {args[1]})" if call \
                 else f"({args[0]} {sym} {args[1]})"
         if kind in ("arith.divf", "math.sqrt"):
             # f64 `/` and sqrt are IEEE already; f32 (and 16-bit, computed in f32) take the

@@ -26,8 +26,9 @@ import math
 from torch_mlir import ir
 
 from .graph_utils import defining_op, op_name
-from .kernel_schedule import Expr, KernelSchedule, Unschedulable, scalar_args, shape, \
-    tensor_args, type_name
+from .ir_queries import shape, type_name
+from .kernel_expr import Expr
+from .kernel_schedule import KernelSchedule, Unschedulable, scalar_args, tensor_args
 from .triton_lang import round_to
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages); the first is what the

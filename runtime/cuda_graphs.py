@@ -20,6 +20,13 @@ arrives elsewhere (its forward ran without the graph), that call runs without th
 When either happens STREAK calls in a row (a loop that keeps what is lent, as an accumulating
 `.grad`), the graph is captured again without that optimisation (clones, copies).
 
+Inputs the program writes (`written_inputs`): an optimizer step's parameters, and a backward's
+donated saved activations, whose memory holds its later intermediates (ValueInfo.in_input; not
+its outputs: a graphed program sets `outputs_in_inputs` off). A
+replay writes them where they lie — the forward's pool, read in place, or a static buffer copied
+into on every call — which is what donation allows; the warm-up before a capture runs on copies
+of them, since the capture itself runs nothing and its first replay must read their values.
+
 Correctness first: a program given host (CPU) tensors is never captured, except those its
 steps never read (`unread_host_inputs`: an attention backward's philox seed without dropout); a call whose in-place
 input arrives with a different storage, or any capture failure, runs without the graph (and a
@@ -37,6 +44,12 @@ import torch
 _POOLED: set[int] = set()
 
 
+def pooled_storage(t: torch.Tensor) -> bool:
+    """Whether `t` lies in a live graph's pool as a guarded output (a graphed forward's saved
+    activation): its memory is the graph's, never to be freed by a reader."""
+    return t.untyped_storage().data_ptr() in _POOLED
+
+
 class GraphedProgram:
     MAX_RECAPTURES = 3
     STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
@@ -46,8 +59,17 @@ class GraphedProgram:
                  unread_host_inputs: frozenset[int] = frozenset(),
                  written_inputs: frozenset[int] = frozenset()):
         self._run = run
-        # inputs the program may write its results into (an optimizer step's parameters): the
-        # warm-up before a capture runs on copies of them, or it would apply the step twice
+        if hasattr(run, "outputs_in_inputs"):
+            # A backward's gradients planned in its donated inputs' memory (the forward's
+            # pool) would pin that pool's storage under the forward's liveness guard: they
+            # get memory of their own (the backward's pool) instead.
+            run.outputs_in_inputs = False
+        if hasattr(run, "release_inputs"):
+            # its inputs may be another graph's pool, or read in place by its own replays
+            run.release_inputs = False
+        # inputs the program may write into (an optimizer step's parameters, a backward's
+        # donated saved activations): the warm-up before a capture runs on copies of them, or
+        # it would apply the step twice / leave the capture reading overwritten activations
         self._written = written_inputs
         self._unread = unread_host_inputs   # host tensors whose value no step reads
         self._warmup = warmup_calls

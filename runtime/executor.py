@@ -7,6 +7,7 @@ over prebuilt closures.
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from pathlib import Path
 from typing import Callable, Sequence
@@ -88,12 +89,21 @@ class CompiledProgram:
         self._runs: list[Callable[[list], None]] = []
         self._producer: dict[int, Step] = {}
         self._view_src: dict[int, int] = {}
+        self._other_reads = {i for s in p.steps if s.kind != "library" for i in s.inputs}
+        self._library_only = frozenset(i for s in p.steps if s.kind == "library"
+                                       for i in s.inputs if i not in self._other_reads)
+        steps_runs = []
         for s in p.steps:
             for o in s.outputs:
                 self._producer[o] = s
-            self._runs.extend(self._make_step(s))
+            steps_runs.append(self._make_step(s))
         self._plan_arena()
         self._check_outputs()
+        self._release_after = self._releases()
+        for k, runs in enumerate(steps_runs):
+            self._runs.extend(runs)
+            if k in self._release_after:
+                self._runs.append(functools.partial(self._release, self._release_after[k]))
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
         # 0-dim CPU inputs of a GPU graph (efficient attention's philox seed and offset, Python
@@ -102,11 +112,24 @@ class CompiledProgram:
         on_device = {i for s in p.steps if s.kind != "library" for i in s.inputs}
         self._host_scalar_ok = dev.type != "cpu"
         self._host_scalar_moves = {i for i in range(p.num_inputs) if i in on_device}
+        # Donated inputs freed after their last use (see _releases); per call, those whose
+        # storage is theirs alone (_carve_inputs).
+        self.release_inputs = True
+        self._releasable: set[int] = set()
         self._pool: list[list] | None = [] if dev.type == "cpu" and reuse_arena else None
+        # Outputs planned in a donated input's memory are handed out there (the caller keeps
+        # that input's memory with them); False gives them memory of their own (a CUDA graph:
+        # its outputs must not pin another graph's pool, runtime/cuda_graphs.py).
+        self.outputs_in_inputs = True
         self.precompiled: dict | None = None
         if parallel_compile and p.lang == "python" and dev.type == "cuda" \
                 and not triton_interpreted() and self._module is not None:
             self._precompile()
+
+    @property
+    def freed_inputs(self) -> int:
+        """How many donated inputs a call frees after their last use (when they are its own)."""
+        return sum(len(v) for v in self._release_after.values())
 
     @property
     def arena_bytes(self) -> int:
@@ -254,12 +277,28 @@ class CompiledProgram:
             ins, outs = tuple(s.inputs), tuple(s.outputs)
 
             dts = tuple(self._dtypes[o] for o in outs)
+            # torch's meta functions (which typed the graph) and its kernels disagree now and
+            # then on a shape too: CPU `_embedding_bag` (mode sum, its fast path) returns an
+            # empty offset2bag where its meta function says one element per index. Harmless
+            # where only eager's kernels read the value (its backward rebuilds offset2bag when
+            # it is empty); anything else (a kernel, a view) was generated for the declared
+            # shape, so a result of another shape is refused there (the graph then runs in
+            # eager torch: frontend/compile.py) instead of being read out of bounds.
+            checked = tuple((k, vals_info[o].shape) for k, o in enumerate(outs)
+                            if o in self._other_reads and _static(vals_info[o].shape))
+            name = s.name
 
-            def run_lib(vals, lfn=lfn, ins=ins, outs=outs, dts=dts):
-                for o, dt, t in zip(outs, dts, lfn([vals[i] for i in ins])):
-                    # torch's meta functions (which typed the graph) and its kernels disagree
-                    # now and then: CPU layer norm of a bf16 input with f32 weights returns f32
-                    # mean/rstd, its meta says bf16. Kernels and the graph read the declared type.
+            def run_lib(vals, lfn=lfn, ins=ins, outs=outs, dts=dts, checked=checked, name=name):
+                res = lfn([vals[i] for i in ins])
+                for k, shape in checked:
+                    if tuple(res[k].shape) != shape:
+                        raise ValueError(f"ember: library call {name} returned result {k} of "
+                                         f"shape {list(res[k].shape)}, its meta function says "
+                                         f"{list(shape)}")
+                for o, dt, t in zip(outs, dts, res):
+                    # and the dtype: CPU layer norm of a bf16 input with f32 weights returns
+                    # f32 mean/rstd, its meta says bf16. Kernels and the graph read the declared
+                    # type.
                     vals[o] = t if t.dtype == dt else t.to(dt)
             return [run_lib]
         if s.kind == "view":
@@ -334,7 +373,10 @@ class CompiledProgram:
 
     def _plan_arena(self) -> None:
         p = self.program
+        returned = {self._root(o) for o in p.outputs}
         self._carve: list[tuple] = []
+        # donated input -> (bytes needed, [(value, dtype, shape, byte offset, bytes)])
+        self._in_inputs: dict[int, tuple[int, list[tuple]]] = {}
         need = 0
         for vid, v in enumerate(p.values):
             if v.offset is None:
@@ -343,6 +385,14 @@ class CompiledProgram:
                 raise ValueError(f"ember runtime: graph input %{vid} has an arena offset")
             dt = self._dtypes[vid]
             nbytes = _numel(v.shape) * dt.itemsize
+            if v.in_input is not None:
+                if not 0 <= v.in_input < p.num_inputs or v.offset % _ARENA_ALIGN:
+                    raise ValueError(f"ember runtime: value %{vid} in input {v.in_input} at "
+                                     f"offset {v.offset}")
+                end, carve = self._in_inputs.get(v.in_input, (0, []))
+                carve.append((vid, dt, tuple(v.shape), v.offset, nbytes, vid in returned))
+                self._in_inputs[v.in_input] = (max(end, v.offset + nbytes), carve)
+                continue
             if v.offset % dt.itemsize or v.offset < 0 or v.offset + nbytes > p.arena_bytes:
                 raise ValueError(f"ember runtime: value %{vid} at offset {v.offset} "
                                  f"({nbytes} bytes) does not fit the {p.arena_bytes}-byte arena")
@@ -367,7 +417,7 @@ class CompiledProgram:
         roots: set[int] = set()
         for pos, o in enumerate(p.outputs):
             r = self._root(o)
-            assert p.values[r].offset is None, (
+            assert p.values[r].offset is None or p.values[r].in_input is not None, (
                 f"ember runtime: output %{o} aliases the arena (root %{r} at offset "
                 f"{p.values[r].offset}); the buffer planner must give escaping values offset -1")
             if r not in self._producer and r >= p.num_inputs:
@@ -426,6 +476,8 @@ class CompiledProgram:
                     ptr = t.data_ptr()
                     (shared if ptr in seen else seen).add(ptr)
             self._shared_inputs = shared
+        if self._in_inputs or self._release_after:
+            self._carve_inputs(inputs, vals)
         for run in self._runs:
             run(vals)
         if self._pool is not None:
@@ -434,6 +486,90 @@ class CompiledProgram:
             return [vals[o].clone() if i in self._clone_out else vals[o]
                     for i, o in enumerate(p.outputs)]
         return [vals[o] for o in p.outputs]
+
+    def _releases(self) -> dict[int, list[int]]:
+        """Step index -> the donated inputs whose memory can be freed after it: no later step
+        reads or writes the input or a value planned in its memory (ValueInfo.in_input),
+        directly or through a view or a library call's result (which may alias its operands),
+        and no output aliases them."""
+        p = self.program
+        donated = set(p.donated_inputs)
+        if not donated:
+            return {}
+        alias: dict[int, set[int]] = {i: {i} for i in donated}    # value -> donated inputs
+        for i, (_, carve) in self._in_inputs.items():
+            for c in carve:
+                alias[c[0]] = {i}
+        last: dict[int, int] = {}
+        for k, s in enumerate(p.steps):
+            touched = set()
+            for v in tuple(s.inputs) + tuple(s.outputs):
+                touched |= alias.get(v, set())
+            for i in touched:
+                last[i] = k
+            if touched and s.kind in ("view", "library"):
+                for o in s.outputs:
+                    alias[o] = alias.get(o, set()) | touched
+        kept = set()
+        for o in p.outputs:
+            kept |= alias.get(o, set())
+        out: dict[int, list[int]] = {}
+        for i, k in last.items():
+            if i not in kept:
+                out.setdefault(k, []).append(i)
+        return out
+
+    def _release(self, inputs: list[int], vals: list) -> None:
+        for i in inputs:
+            if i in self._releasable:
+                vals[i].untyped_storage().resize_(0)
+
+    def _carve_inputs(self, inputs: tuple, vals: list) -> None:
+        """Values planned in donated inputs' memory (ValueInfo.in_input): views of the input's
+        bytes when it is contiguous, aligned, large enough and its storage is no other
+        input's (a view of another input would see the writes); otherwise of a fresh buffer,
+        and returned values then get their own (see `outputs_in_inputs`)."""
+        storages = None
+
+        def own(i):
+            """The program's value for input i is a tensor whose storage nothing else passed
+            to this call shares (or a contiguous copy made for the call)."""
+            nonlocal storages
+            t = vals[i]
+            if t is not inputs[i]:
+                return True
+            if storages is None:
+                storages = {}
+                for x in inputs:
+                    if isinstance(x, torch.Tensor):
+                        key = x.untyped_storage().data_ptr()
+                        storages[key] = storages.get(key, 0) + 1
+            return storages[t.untyped_storage().data_ptr()] == 1
+
+        from .cuda_graphs import pooled_storage
+        if self._release_after:
+            self._releasable = {
+                i for ins in self._release_after.values() for i in ins
+                if self.release_inputs and isinstance(vals[i], torch.Tensor)
+                and own(i) and not pooled_storage(vals[i])}
+        for i, (need, carve) in self._in_inputs.items():
+            t, u8 = vals[i], None
+            if (t.is_contiguous() and t.numel() * t.element_size() >= need
+                    and t.data_ptr() % _ARENA_ALIGN == 0
+                    and t.storage_offset() * t.element_size() % _ARENA_ALIGN == 0):
+                if own(i):
+                    u8 = t.reshape(-1).view(torch.uint8)
+            fresh = u8 is None
+            if fresh:
+                u8 = torch.empty(need, dtype=torch.uint8, device=self.device)
+            # a graphed forward's pool: an output there would pin it under its liveness guard
+            keep_out = fresh or not self.outputs_in_inputs or pooled_storage(t)
+            for vid, dt, shape, off, nbytes, returned in carve:
+                if returned and keep_out:
+                    # handed to the caller: not a view of memory it does not expect to keep
+                    vals[vid] = torch.empty(shape, dtype=dt, device=self.device)
+                else:
+                    vals[vid] = u8[off:off + nbytes].view(dt).view(shape)
 
     def _bind_inputs(self, inputs: tuple, vals: list) -> None:
         """A dynamic program's inputs: symbolic ints as they are, tensors checked for their rank,
@@ -460,7 +596,8 @@ class CompiledProgram:
                     and t.device.type == "cpu" and t.dtype == dt and not shape:
                 vals[i] = t.to(self.device) if i in self._host_scalar_moves else t
                 continue
-            if t.shape != shape or t.dtype != dt or t.device.type != dev_type:
+            if (t.shape != shape and i not in self._library_only) or t.dtype != dt \
+                    or t.device.type != dev_type:
                 raise ValueError(
                     f"ember: input {i} must be {dt} {list(shape)} on {dev_type}, got "
                     f"{t.dtype} {list(t.shape)} on {t.device} (the graph was compiled for "

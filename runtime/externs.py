@@ -33,8 +33,13 @@ def _matmul(op: Callable, widened: Callable) -> Callable[[dict[str, Any]], Exter
         def run(ins, outs):
             a, b = ab(ins)
             out = outs[0]
-            if out.dtype == a.dtype:
+            if out.dtype == a.dtype == b.dtype:
                 op(a, b, out=out)
+                return
+            if a.dtype != b.dtype:
+                # one operand's widening folded into the matmul (`mm(x_f32, w_bf16.float())`):
+                # eager's f32 GEMM of the widened operand, -0.0 included
+                op(a.to(out.dtype), b.to(out.dtype), out=out)
                 return
             if narrow_ok[0] and a.is_cuda:
                 try:
@@ -287,9 +292,29 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
     results = list(params.get("results", [0]))
     plain = [n for n in names if "[" not in n]
     sdpa = _sdpa_as_eager(name, names, kwargs, results)
-    if sdpa is not None:
-        return sdpa
+    run = sdpa if sdpa is not None else _call_op(op, names, plain, lists, kwargs, results)
+    views = params.get("views")
+    return run if not views else _with_views(run, views)
 
+
+def _with_views(run: Callable[[list], list], views: list) -> Callable[[list], list]:
+    """Operands read as strided views of their row-major buffers (ember-library-views):
+    each entry is [operand, element offset, sizes..., strides...]."""
+    made = []
+    for v in views:
+        rank = (len(v) - 2) // 2
+        made.append((v[0], v[1], tuple(v[2:2 + rank]), tuple(v[2 + rank:])))
+
+    def run_views(ins: list) -> list:
+        ins = list(ins)
+        for k, offset, sizes, strides in made:
+            t = ins[k] if ins[k].is_contiguous() else ins[k].contiguous()
+            ins[k] = t.as_strided(sizes, strides, t.storage_offset() + offset)
+        return run(ins)
+    return run_views
+
+
+def _call_op(op, names, plain, lists, kwargs, results) -> Callable[[list], list]:
     def run(ins: list) -> list:
         args = dict(kwargs)
         args.update(zip(plain, (t for n, t in zip(names, ins) if "[" not in n)))

@@ -9,8 +9,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ValueInfo:
-    """One tensor of the host schedule. `offset` is its byte offset in the arena, or None when
-    the value is a graph input, a view, a constant, or escapes (own allocation)."""
+    """One tensor of the host schedule. `offset` is its byte offset in the arena (or in input
+    `in_input`'s memory), or None when the value is a graph input, a view, a constant, or
+    escapes (own allocation)."""
 
     shape: tuple[int, ...]
     dtype: str                      # torch dtype name without "torch.", e.g. "float32"
@@ -19,6 +20,10 @@ class ValueInfo:
     # (ember-buffer-reuse's `ember.writes_args`): the runtime gives it that input's memory when
     # the input is contiguous and of its shape and dtype, and no other input shares it.
     into_input: int | None = None
+    # A value that lies in input `in_input`'s memory at byte `offset` (a donated input after
+    # its last use: ember-buffer-reuse's `ember.in_args`), not in the arena; the runtime gives
+    # it fresh memory when that input cannot be written (not contiguous, its storage shared).
+    in_input: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,3 +59,6 @@ class Program:
     outputs: list[int]              # value ids returned, in order
     arena_bytes: int = 0
     kernel_names: list[str] = field(default_factory=list)
+    # inputs the caller donates (`ember.donated_args`: a backward's saved activations that
+    # only it reads): the runtime may overwrite them and free their memory after their last use
+    donated_inputs: list[int] = field(default_factory=list)

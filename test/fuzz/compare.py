@@ -58,7 +58,14 @@ def value_diff(out: torch.Tensor, ref: torch.Tensor, exact) -> str | None:
     o, r = o[finite], r[finite]
     if exact is True:
         bad = int((o != r).sum())
-        return f"{bad} of {r.numel()} exact {ref.dtype} elements differ" if bad else None
+        if bad:
+            return f"{bad} of {r.numel()} exact {ref.dtype} elements differ"
+        # == treats -0.0 as 0.0; an exact result keeps eager's sign of zero too (1 / x and
+        # atan2 of it tell them apart; issue 9, seed 25 index 1625's trunc)
+        zero = r == 0
+        bad = int((torch.signbit(o[zero]) != torch.signbit(r[zero])).sum())
+        return f"{bad} of {int(zero.sum())} exact {ref.dtype} zeros have the other sign " \
+               f"(-0.0 vs 0.0)" if bad else None
     # "low": computed from inexact bf16/fp16 values, whatever its own type
     rtol, atol = TOLERANCE[torch.bfloat16 if exact == "low" else ref.dtype]
     err, den = torch.linalg.vector_norm(o - r).item(), torch.linalg.vector_norm(r).item()
@@ -141,17 +148,28 @@ def _same_program(variant: str, reports: list) -> bool:
     return False
 
 
-def _compiled(fn, make, target: str, options: dict):
-    """ember's outputs (or the error it raised) and its inputs after the call."""
+def _compiled(fn, make, target: str, options: dict, patch=None):
+    """ember's outputs (or the error it raised) and its inputs after the call; `patch` wraps
+    the Triton interpreter's float conversion for the call (_exact_interpreter_bf16)."""
     import ember
     torch._dynamo.reset()
     ember.clear_reports()
     compiled = torch.compile(fn, backend="ember", options={"target": target, **options})
     out_inputs = make()
+    if patch is not None:
+        from triton.runtime import interpreter
+        original = interpreter._convert_float
+        interpreter._convert_float = patch(original)
     try:
-        outs, err = _flat(compiled(*out_inputs)), None
+        with warnings.catch_warnings():
+            if patch is not None:
+                warnings.simplefilter("ignore")
+            outs, err = _flat(compiled(*out_inputs)), None
     except Exception as e:  # noqa: BLE001
         outs, err = None, e
+    finally:
+        if patch is not None:
+            interpreter._convert_float = original
     return outs, err, out_inputs
 
 
@@ -189,7 +207,7 @@ def check(source: str, target: str, variants=()) -> dict:
             outs, err, out_inputs = _compiled(fn, make, target, variant_options(variant, target))
         torch._dynamo.reset()
         v = _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact,
-                   target)
+                   target, variant_options(variant, target))
         if v[0] != "pass":
             r = (v[0], f"[{variant}] {v[1]}")
             break
@@ -200,13 +218,62 @@ def check(source: str, target: str, variants=()) -> dict:
 
 
 def _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact,
-           target) -> tuple:
+           target, options=None) -> tuple:
     r = _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target)
     if r[0] == "mismatch":
         quirk = _eager_quirk(source, fn, make, outs, out_inputs, exact, target)
         if quirk:
             r = ("pass", f"eager quirk {quirk}: {r[1]}")
+    if r[0] == "mismatch" and target == "triton" and _interpreted():
+        # the interpreter's conversion, not ember's code: the same program with it made exact
+        outs2, err2, inputs2 = _compiled(fn, make, target, options or {},
+                                         patch=_exact_interpreter_bf16)
+        torch._dynamo.reset()
+        v = _verdict(ref_err, err2, refs, outs2, ref_inputs, inputs2, exact, target)
+        if v[0] == "pass":
+            r = ("pass", f"interpreter quirk triton_interpreter_bf16_subnormal: {r[1]}")
+        else:
+            r = (r[0], f"{r[1]} (with the interpreter's bf16 conversion exact: {v[1]})")
     return r
+
+
+def _interpreted() -> bool:
+    import os
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _exact_interpreter_bf16(original):
+    """The Triton interpreter's float conversion (`_convert_float`), with f32 <-> bf16 of zeros
+    and subnormals made bit-exact. The interpreter maps every f32 subnormal to a bf16 zero and
+    every bf16 subnormal to an f32 zero (its normalization of a subnormal underflows the
+    output exponent and drops the significand), where a GPU's `cvt.rn.bf16.f32` and
+    `cvt.f32.bf16` keep them (bf16 has f32's exponent range: the subnormal's top 16 bits, and
+    back). ember's Triton code stores a bf16 as `_ember_round_bf16(x).to(tl.bfloat16)`: under
+    the interpreter an integer round to nearest even, then that cast, which for an
+    already-rounded value is exact for every normal value; so only the subnormals reach the
+    interpreter's fault (fuzz seeds 26 index 1783, 27 index 602). Only those elements are
+    replaced, each by the conversion's exact bits, and a mismatch that this explains is
+    accepted as `triton_interpreter_bf16_subnormal`; test_fuzz_regressions_22 pins the fault
+    and shows that the code compiled for sm_90 converts with cvt.rn.bf16.f32, without ftz."""
+    import numpy as np
+    import triton.language as tl
+
+    def convert(input, input_dtype, output_dtype, rounding_mode):
+        out = original(input, input_dtype, output_dtype, rounding_mode)
+        if input_dtype == tl.float32 and output_dtype == tl.bfloat16:
+            bits = np.frombuffer(input.tobytes(), dtype=np.uint32).reshape(input.shape)
+            tiny = (bits & 0x7F800000) == 0
+            exact = (bits >> 16).astype(np.uint16)      # a subnormal's bf16 is its top bits
+        elif input_dtype == tl.bfloat16 and output_dtype == tl.float32:
+            bits = np.frombuffer(input.tobytes(), dtype=np.uint16).reshape(input.shape)
+            tiny = (bits & 0x7F80) == 0
+            exact = bits.astype(np.uint32) << 16
+        else:
+            return out
+        if tiny.any():
+            out = np.where(tiny, exact, out).astype(out.dtype)
+        return out
+    return convert
 
 
 def _gelu_inf(original):

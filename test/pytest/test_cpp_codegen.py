@@ -396,7 +396,7 @@ def test_softmax_keeps_row_of_exp(tmp_path):
     loop computed instead of computing it again: from a row on the stack, or for a row longer
     than ROW_CACHE_MAX (its sum blocked) from the output element, which the sum loop stored
     first. Both agree with torch, NaN and inf rows included."""
-    from ember.passes.cpp_emitter import ROW_CACHE_MAX
+    from ember.passes.cpp_row_values import ROW_CACHE_MAX
     for cols, on_stack in ((300, True), (ROW_CACHE_MAX + 8, False)):
         x = t(8, cols) * 4
         x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), -float("inf")

@@ -256,3 +256,67 @@ def test_gradient_accumulation_over_lent_gradients_matches_eager(graphs):
     bwd = [g for g in made if g._pooled or g._no_pool]
     assert len(bwd) == 1 and bwd[0].captured and bwd[0].ungraphed_calls >= 2
     assert not bwd[0]._guarded and bwd[0]._recaptures >= 1
+
+
+def _deep_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256),
+                               torch.nn.GELU(), torch.nn.Linear(256, 64),
+                               torch.nn.LayerNorm(64)).cuda().train()
+
+
+def test_backward_writing_into_its_donated_saved_activations_matches_eager(graphs):
+    """The graphed backward places its intermediates in the memory of the saved activations
+    only it reads (AOTAutograd's donated buffers), once read: in the forward's pool, which its
+    captured kernels overwrite on every replay. Its warm-up before the capture runs on copies of
+    them (else the capture would read what the warm-up wrote). Over plain steps (warm-up,
+    capture, replays), two forwards before their backwards (the second forward runs without
+    its graph, so its backward writes into fresh activations without its graph) and the
+    gradients of every step are eager's; `donate_saved=False` gives the same gradients."""
+    made = graphs
+    model, ref = _deep_model(), _deep_model()
+    ref.load_state_dict(model.state_dict())
+    ember.clear_reports()
+    f = torch.compile(model, backend="ember")
+    for step in range(8):
+        x = torch.randn(64, 64, device="cuda")
+        f(x).square().mean().backward()
+        ref(x).square().mean().backward()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
+    bwd_report = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+    assert bwd_report.get("inputs_reused", 0) > 0, bwd_report
+    assert bwd_report.get("cudagraphs")
+    bwd = [g for g in made if g._pooled]
+    assert len(bwd) == 1 and bwd[0].captured and bwd[0].ungraphed_calls == 0
+    # the donated inputs the program writes are among those the warm-up copies
+    reused = {v.in_input for v in bwd[0]._run.program.values if v.in_input is not None}
+    assert reused and reused <= set(bwd[0]._written)
+    for step in range(3):
+        x1, x2 = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
+        (f(x1).square().mean() + f(x2).mean()).backward()
+        (ref(x1).square().mean() + ref(x2).mean()).backward()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+            p.grad = q.grad = None
+    assert bwd[0].ungraphed_calls >= 1
+
+    # without CUDA graphs the backward also frees the donated inputs it is done with (and
+    # hands out gradients in their memory); without donation nothing changes
+    for opts in ({"donate_saved": False}, {"cudagraphs": False}):
+        torch._dynamo.reset()
+        ember.clear_reports()
+        other = _deep_model()
+        other.load_state_dict(ref.state_dict())
+        g = torch.compile(other, backend="ember", options=opts)
+        for step in range(5):
+            x = torch.randn(64, 64, device="cuda")
+            g(x).square().mean().backward()
+            ref(x).square().mean().backward()
+            for p, q in zip(ref.parameters(), other.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+                p.grad = q.grad = None
+        bwd_report = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+        assert bool(bwd_report.get("inputs_reused")) == opts.get("donate_saved", True)
+        assert not bwd_report.get("cudagraphs") or opts.get("cudagraphs", True)

@@ -99,7 +99,8 @@ def test_target_resolution_and_pipeline():
     assert resolve_target("triton", [torch.device("cpu")]) == "triton"
     o = CompileOptions(max_group_size=7)
     assert default_pipeline(o, "cpu") == (
-        "builtin.module(ember-fuse{max-group-size=7 target=cpu explain=true},"
+        "builtin.module(ember-convert-externs,ember-library-views,"
+        "ember-fuse{max-group-size=7 target=cpu explain=true},"
         "canonicalize,ember-buffer-reuse{print-plan=true},ember-lower-to-cpp)")
     assert "ember-fuse{max-group-size=7 target=triton explain=true}" in default_pipeline(o, "cuda")
     assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton)")
@@ -291,8 +292,8 @@ def test_debug_dir_contents(tmp_path):
     dirs = [d for d in tmp_path.iterdir() if d.is_dir()]
     assert len(dirs) == 1
     names = sorted(p.name for p in dirs[0].iterdir())
-    for want in ("fx_graph.txt", "00-import.mlir", "01-ember-fuse.mlir", "kernels.cpp",
-                 "report.json"):
+    for want in ("fx_graph.txt", "00-import.mlir", "02-ember-library-views.mlir",
+                 "03-ember-fuse.mlir", "kernels.cpp", "report.json"):
         assert want in names, names
     assert not [n for n in names if n.endswith(".tmp")]
     report = json.loads((dirs[0] / "report.json").read_text())

@@ -145,7 +145,7 @@ def test_low_precision_prod_cpu_rounds_each_product(target, dtype):
 
 # seed 22: the triton target's int64 amax/amin took -2**62 / 2**62 as the identity of masked
 # lanes, so a row of INT64_MIN had the amax -2**62 (and a row of INT64_MAX the amin 2**62);
-# ember_lower_to_triton's `_identity` now gives int64's own extremes.
+# triton_combiners' `identity` now gives int64's own extremes.
 @pytest.mark.parametrize("expr", ["a0.amax(-1)", "a0.amin(-1)", "a0.amax()", "a0.max(-1)[0]",
                                   "a1.amin(0)"])
 def test_int64_max_min_identity(target, expr):
@@ -311,3 +311,158 @@ def test_int64_overflow_wraps_before_a_compare(target):
                 "v0 = a0.select(0, -3)\nreturn ((v0 + a0) < a0, (a0 * 4) > a0)",
                 exact=(True, True))
     _no_fallback(_assert_matches(src, target))
+
+
+# seed 27 index 906: `clamp(exp(clamp_max(a0, 0.5)), 2, -2)` of an int8 (2, 3, 2, 1) expanded
+# from (1, 3, 1, 1) (strides (0, 1, 0, 1)) came back with strides (6, 1, 3, 3), eager's are
+# contiguous. decomp_layouts probed eager's int8 -> f32 conversion on a stand-in with strides
+# (0, 1, 0, 2): the size-1 dim's stride, tied with dim 1's in the argument, was not tied in the
+# probe, and TensorIterator (which compares every dim's stride) then laid the result out as
+# channels-last; keep_layout copied ember's contiguous result into that layout.
+@pytest.mark.parametrize("body", [
+    "v0 = torch.clamp_max(a0, 0.5)\nreturn (torch.clamp(torch.exp(v0), 2, -2),)",
+    "return (a0.to(torch.float32), torch.clamp(a0, -2.5, 1.5))",
+])
+def test_fuzz_seed27_index906_expanded_int8_pointwise_strides(target, body):
+    inputs = "a0 = torch.tensor([0, -3, -6], dtype=torch.int8).reshape(1, 3, 1, 1).expand(2, 3, 2, 1)"
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(False, True)), target))
+
+
+def _random_layout(rng, shape, dtype):
+    """A tensor of `shape` in a random layout: dims permuted, maybe a gap (sliced), size-1 dims
+    with any stride, maybe a dim broadcast."""
+    import math
+    r = len(shape)
+    perm = list(range(r))
+    rng.shuffle(perm)
+    phys = [shape[p] for p in perm]
+    pad = [n + (rng.random() < 0.2) for n in phys]
+    t = torch.arange(1, 1 + math.prod(pad)).to(dtype).reshape(pad)
+    t = t[tuple(slice(0, n) for n in phys)].permute([perm.index(i) for i in range(r)])
+    stride = [rng.choice([0, 1, 2, 3, 5, 12, 100]) if n == 1 and rng.random() < 0.7 else s
+              for n, s in zip(shape, t.stride())]
+    t = t.as_strided(shape, stride, t.storage_offset())
+    if rng.random() < 0.4:
+        d = rng.randrange(r)
+        t = t.narrow(d, 0, 1).expand(shape)
+    return t
+
+
+# The probe behind seed 27 index 906: decomp_layouts predicts the observable strides of eager's
+# result from eager run on small stand-ins; over random layouts (permuted, with gaps, size-1
+# dims of any stride, broadcast dims, two dtypes) the prediction is eager's own (the probe before
+# this fix missed 5 of 2566 and 8 of 2617 such cases).
+def test_layout_probe_predicts_eager_strides():
+    import random
+    from ember.frontend import decomp_layouts as dl
+    aten = torch.ops.aten
+    ops = [(aten._to_copy.default, 1, lambda a: ((a[0],), {"dtype": torch.float32})),
+           (aten.clamp_max.default, 1, lambda a: ((a[0], 0.5), {})),
+           (aten.exp.default, 1, lambda a: ((a[0],), {})),
+           (aten.add.Tensor, 2, lambda a: ((a[0], a[1]), {})),
+           (aten.maximum.default, 2, lambda a: ((a[0], a[1]), {})),
+           (aten.where.self, 3, lambda a: ((a[0] > 0, a[1], a[2]), {}))]
+
+    def seen(shape, stride):
+        return tuple(s if n > 1 else None for s, n in zip(stride, shape))
+    rng = random.Random(906)
+    checked, wrong = 0, []
+    for _ in range(1500):
+        shape = tuple(rng.choice([1, 1, 2, 3, 4]) for _ in range(rng.randint(1, 4)))
+        op, k, make = rng.choice(ops)
+        ins = [_random_layout(rng, shape if j == 0 or rng.random() < 0.7 else
+                              tuple(n if rng.random() < 0.6 else 1 for n in shape),
+                              rng.choice([torch.float32, torch.int8])) for j in range(k)]
+        args, kwargs = make(ins)
+        ref = op(*args, **kwargs)
+        perms = dl._eager_perms(op, args, kwargs)
+        if perms is None or ref.numel() == 0:
+            continue
+        checked += 1
+        shape = tuple(ref.shape)
+        if seen(shape, dl._strides_of(shape, perms[0])) != seen(shape, ref.stride()):
+            wrong.append((op, [(tuple(a.shape), a.stride(), a.dtype) for a in ins],
+                          ref.stride(), perms[0]))
+    assert checked > 1000
+    assert wrong == [], wrong[:4]
+
+
+# seeds 26 index 1783 and 27 index 602, triton target: an f32 subnormal cast to bf16 came back
+# 0.0 (and, stored as a bf16 intermediate and read again, 0.0 in an f32 output). The fault is
+# the Triton interpreter's: its `_convert_float` maps every f32 subnormal to a bf16 zero and
+# every bf16 subnormal to an f32 zero (first test: fails once triton fixes it, and then
+# compare._exact_interpreter_bf16 can go). ember's code is right: compiled for sm_90 the
+# conversion is `cvt.rn.bf16.f32`, which keeps subnormals (third test). The comparator runs a
+# mismatching triton graph again with the interpreter's conversion made exact for zeros and
+# subnormals only, and accepts it as `triton_interpreter_bf16_subnormal` if that explains it.
+def test_triton_interpreter_bf16_subnormal_fault():
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import _convert_float
+    f32 = np.array([2.938735877055719e-39, -5.877471754111438e-39, 1.5], dtype=np.float32)
+    out = _convert_float(f32, tl.float32, tl.bfloat16, None)
+    assert out.tolist() == [0, 0x8000, 0x3FC0]             # eager: 0x0020, 0x8040, 0x3FC0
+    assert torch.from_numpy(f32).to(torch.bfloat16).view(torch.int16).tolist() == \
+        [0x0020, -0x8000 + 0x0040, 0x3FC0]
+    bf16 = np.array([0x0020, 0x8040], dtype=np.uint16)
+    assert _convert_float(bf16, tl.bfloat16, tl.float32, None).tolist() == [0, 0x80000000]
+    from fuzz.compare import _exact_interpreter_bf16
+    exact = _exact_interpreter_bf16(_convert_float)
+    assert exact(f32, tl.float32, tl.bfloat16, None).tolist() == [0x0020, 0x8040, 0x3FC0]
+    assert exact(bf16, tl.bfloat16, tl.float32, None).tolist() == [0x00200000, 0x80400000]
+
+
+SUBNORMAL_BF16 = {
+    "seed26_1783": ("a0 = torch.tensor([2.938735877055719e-39, 1.17, -0.707, -1.639]).reshape(1, 4, 1)\n"
+                    "a1 = torch.tensor([-1, 0, -1, 0, 0])",
+                    "v0 = a0[a1]\nreturn (v0.to(torch.bfloat16), v0 * 2)"),
+    "seed27_602": ("a0 = torch.tensor([0.25, -5.877471754111438e-39, 0.18, -0.99, 2.8, 2.88, 0.0])"
+                   "[1:].view(1, 3, 2)",
+                   "v0 = torch.nn.functional.hardtanh(a0)\nv3 = v0.to(torch.bfloat16)\n"
+                   "return (torch.cat([v0, v3], 1), v3)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SUBNORMAL_BF16))
+def test_fuzz_f32_subnormal_to_bf16(target, case):
+    inputs, body = SUBNORMAL_BF16[case]
+    r = _assert_matches(_case(inputs, body, exact=(True, True)), target)
+    # the interpreter's fault, and only that, is accepted: ember's own result on the cpu target
+    assert ("interpreter quirk triton_interpreter_bf16_subnormal" in r["reason"]) == \
+        (target == "triton")
+
+
+def test_bf16_conversion_compiles_to_cvt_rn_for_sm90(monkeypatch):
+    """The kernels of the graphs above, compiled for sm_90 (no GPU needed): every f32 -> bf16
+    conversion is `cvt.rn.bf16.f32` (round to nearest even, subnormals kept: no .ftz), every
+    bf16 read widens exactly (`cvt.f32.bf16` or a 16-bit shift)."""
+    import re
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import triton_aot
+    from ember.frontend import export_program as exporter
+    sources = []
+    real = exporter.export_program
+
+    def record(module):
+        program = real(module)
+        if program.lang == "python":
+            sources.append(program.source)
+        return program
+    monkeypatch.setattr(exporter, "export_program", record)
+    for case in sorted(SUBNORMAL_BF16):
+        ns = load(_case(*SUBNORMAL_BF16[case], exact=(True, True)))
+        torch._dynamo.reset()
+        torch.compile(ns["fn"], backend="ember", options={"target": "triton",
+                                                          "max_group_size": 1})(*ns["make_inputs"]())
+    assert sources
+    ptx = []
+    for text in dict.fromkeys(sources):
+        res = triton_aot.compile_isolated(text, targets=(("cuda", 90, 32),), asm="ptx")
+        for per in res.values():
+            assert per["cuda:90"].lstrip().startswith("//"), per["cuda:90"][:2000]
+            ptx.append(per["cuda:90"])
+    text = "\n".join(ptx)
+    stores = re.findall(r"cvt\.[a-z.]*bf16\.f32", text)
+    assert stores and set(stores) == {"cvt.rn.bf16.f32"}, stores
+    assert "ftz" not in " ".join(re.findall(r"cvt[^\s]*", text))
+    assert "st.global.b16" in text or "st.global.v" in text

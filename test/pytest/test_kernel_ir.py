@@ -2,10 +2,10 @@
 flattening decision made on the tree (no emitted text is inspected)."""
 import math
 
-from ember.passes.cpp_emitter import CppLang, _render
-from ember.passes.kernel_ir import (INT, Assign, Const, Let, Load, OmpPragma, Op, Printer,
-                                    Scope, Store, Var, all_nodes, deps_of, fold_index,
-                                    render_stmt)
+from ember.passes.cpp_lang import CppLang, render as _render
+from ember.passes.kernel_ir import (INT, Assign, Const, Decl, Let, Load, Loop, OmpPragma, Op,
+                                    Printer, Scope, Store, Var, all_nodes, deps_of, fold_index,
+                                    render_loop, render_stmt)
 from ember.passes.triton_lang import TritonLang, _is_compare
 
 X = Var("x", frozenset({"x"}))
@@ -133,8 +133,8 @@ def test_triton_folds_literals_on_the_tree():
 
 def test_collapse_is_fitted_to_the_perfect_nest():
     def nest(invariant_between):
-        outer = Scope({"i"}, "for (i)")
-        inner = Scope({"j"}, "for (j)")
+        outer = Scope({"i"}, Loop("i", c(0), Var("n")))
+        inner = Scope({"j"}, Loop("j", c(0), c(2)))
         outer.pragmas.append(OmpPragma(parallel=True, collapse=3, work=(Var("n"), c(2)),
                                        min_work=4))
         if invariant_between:
@@ -205,43 +205,162 @@ def test_flattening_is_decided_on_the_tree():
     assert "/" not in src and "%" not in src and "f1" not in src
 
 
+def test_loop_headers_print_from_the_tree():
+    cpp, tri = Printer(CppLang()), Printer(TritonLang())
+    assert render_loop(Loop("i", c(0), N), cpp) == "for (int64_t i = 0; i < s3; ++i)"
+    assert render_loop(Loop("c", c(0), c(300), c(4)), cpp) == \
+        "for (int64_t c = 0; c < 300; c += 4)"
+    assert render_loop(Loop("v", Var("c", frozenset({"c"})), c(300), span=c(4)), cpp) == \
+        "for (int64_t v = c; v < std::min<int64_t>(c + 4, 300); ++v)"
+    assert render_loop(Loop("roff", c(0), Var("rnumel"), Var("RBLOCK")), tri) == \
+        "for roff in range(0, rnumel, RBLOCK):"
+    assert Loop("v", Var("c"), Op("idx.mul", (N, c(2)), "index"), span=c(4)).names() == \
+        {"v", "c", "s3"}
+    assert render_stmt(Decl("acc1_wide", "f64", Const(0.0, "f32")), cpp) == \
+        "double acc1_wide = 0.0f;"
+    assert render_stmt(Decl("acc1_v", "bf16", length=64), cpp) == "float acc1_v[64];"
+
+
+def _column_sum(row_bound):
+    """`for j < 128 { float acc = 0; for r < row_bound { acc += in0[r * 128 + j] } out0[j] =
+    acc }`: a sum over rows, the inner loop walking down a column."""
+    j, r = Var("j", frozenset({"j"})), Var("r", frozenset({"r"}))
+    top = Scope({"j"}, Loop("j", c(0), c(128)))
+    top.pragmas.append(OmpPragma(parallel=True))
+    top.stmts.append(Decl("acc", "f32", Const(0.0, "f32")))
+    rows = Scope({"r"}, Loop("r", c(0), row_bound))
+    off = Op("idx.add", (Op("idx.mul", (r, c(128)), "index"), j), "index")
+    rows.stmts.append(Assign("acc", Load("in0", off, "f32"), "+="))
+    top.stmts.append(rows)
+    top.stmts.append(Store("out0", j, Var("acc"), "f32"))
+    root = Scope()
+    root.stmts.append(top)
+    return root
+
+
+def test_column_blocks_decide_on_the_loop_nodes():
+    from ember.passes.cpp_column_blocks import block_columns
+    show = Printer(CppLang())
+    root = _column_sum(c(50))
+    assert block_columns(root, show) == 1
+    lines = []
+    _render(root, 0, lines, show)
+    assert "\n".join(lines) == """\
+#pragma omp parallel for
+for (int64_t j_b = 0; j_b < 128; j_b += 64) {
+  float acc_v[64];
+  for (int64_t j_l = 0; j_l < 64; ++j_l) {
+    const int64_t j = j_b + j_l;
+    acc_v[j_l] = 0.0f;
+  }
+  for (int64_t r = 0; r < 50; ++r) {
+    #pragma omp simd
+    for (int64_t j_l = 0; j_l < 64; ++j_l) {
+      const int64_t j = j_b + j_l;
+      acc_v[j_l] += in0[((r * 128) + j)];
+    }
+  }
+  for (int64_t j_l = 0; j_l < 64; ++j_l) {
+    const int64_t j = j_b + j_l;
+    out0[j] = acc_v[j_l];
+  }
+}"""
+    # a row loop whose bound reads the column variable: not a column-shaped nest
+    assert block_columns(_column_sum(Var("j", frozenset({"j"}))), show) == 0
+
+
 def test_reduction_identity_is_recognized_by_value():
     # an accumulator initialised to the combiner's identity is not combined again
     # (int32 amin's init 2147483647 is the identity spelled (2**31 - 1))
-    from ember.passes.ember_lower_to_triton import _is_identity
-    assert _is_identity(Const(2147483647, INT), "minsi", "i32")
-    assert _is_identity(Const(-2147483648, INT), "maxsi", "i32")
-    assert not _is_identity(Const(-2147483648, INT), "maxsi", "i64")
-    assert _is_identity(Const(0.0, "f32"), "addf", "f32")
-    assert not _is_identity(Const(-0.0, "f32"), "addf", "f32")
-    assert _is_identity(Const(float("-inf"), "f32"), "maximumf", "f32")
-    assert _is_identity(Const(False, "i1"), "ori", "i1")
-    assert not _is_identity(Var("t1"), "addf", "f32")
+    from ember.passes.triton_combiners import is_identity
+    assert is_identity(Const(2147483647, INT), "minsi", "i32")
+    assert is_identity(Const(-2147483648, INT), "maxsi", "i32")
+    assert not is_identity(Const(-2147483648, INT), "maxsi", "i64")
+    assert is_identity(Const(0.0, "f32"), "addf", "f32")
+    assert not is_identity(Const(-0.0, "f32"), "addf", "f32")
+    assert is_identity(Const(float("-inf"), "f32"), "maximumf", "f32")
+    assert is_identity(Const(False, "i1"), "ori", "i1")
+    assert not is_identity(Var("t1"), "addf", "f32")
 
 
-GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "cpp_emitter.py",
-              "triton_lang.py", "ember_lower_to_triton.py", "ember_lower_to_cpp.py"]
+# Every module of code generation (passes/): the schedule, the tree, the expression builder,
+# both languages and their writers, the pass entries.
+GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "reduction_body.py",
+              "ir_queries.py", "cpp_lang.py", "cpp_emitter.py", "cpp_column_blocks.py",
+              "cpp_row_values.py", "cpp_row_split.py", "cpp_prelude.py", "triton_prelude.py",
+              "triton_lang.py", "triton_combiners.py", "triton_blocks.py", "triton_writer.py",
+              "triton_source.py", "triton_matmul.py", "ember_lower_to_triton.py",
+              "ember_lower_to_cpp.py"]
+# functions that return code text (a printed node, a spelled constant or header)
+_TEXT_FUNCS = {"identity", "round_to", "render_stmt", "render_loop", "literal", "show", "extent",
+               "runtime_extent", "config_text", "render"}
+_STR_METHODS = {"startswith", "endswith", "isdigit", "isnumeric", "isidentifier", "split",
+                "rsplit", "partition", "rpartition", "strip", "lstrip", "rstrip", "find",
+                "rfind", "index", "rindex", "count", "replace", "removeprefix",
+                "removesuffix", "match"}
 
 
 def _text_inspections(source: str) -> list:
     """(line, what) for each place that reads generated code text back: a comparison or
-    membership test on an `.text` / `*_text` value, a method called on one (`.strip()`,
-    `.isdigit()`, ...), or the `re` module."""
+    membership test on a text value, a string method that looks into one (`.strip()`,
+    `.startswith()`, `.split()`, ...), a loop's `header` text, or the `re` module. Text
+    values: `.text` / `*_text`, and every local assigned from an f-string, a `.text` or a call
+    of a function that returns code (`_TEXT_FUNCS`)."""
     import ast
-    hits = []
+    tree = ast.parse(source)
+    hits = set()
+    funcs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
-    def texty(n):
-        return (isinstance(n, ast.Attribute) and (n.attr == "text" or n.attr.endswith("_text"))) \
-            or (isinstance(n, ast.Name) and n.id.endswith("_text"))
-    for n in ast.walk(ast.parse(source)):
-        if isinstance(n, ast.Compare) and any(texty(x) for x in [n.left, *n.comparators]):
-            hits.append((n.lineno, "compares text"))
-        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and texty(n.func.value):
-            hits.append((n.lineno, f"calls .{n.func.attr}() on text"))
-        elif isinstance(n, (ast.Import, ast.ImportFrom)) and any(
-                a.name == "re" for a in n.names) or isinstance(n, ast.ImportFrom) and n.module == "re":
-            hits.append((n.lineno, "imports re"))
-    return hits
+    def own(scope):
+        """The nodes of `scope`, without those of the functions defined in it."""
+        work = [scope]
+        while work:
+            n = work.pop()
+            yield n
+            work.extend(c for c in ast.iter_child_nodes(n) if not isinstance(c, funcs))
+
+    def check(scope):
+        texts = set()      # the scope's locals that hold text
+
+        def texty(n):
+            if isinstance(n, ast.Attribute):
+                return n.attr == "text" or n.attr.endswith("_text")
+            return isinstance(n, ast.Name) and (n.id.endswith("_text") or n.id in texts)
+
+        def makes_text(v):
+            if isinstance(v, ast.JoinedStr) or texty(v):
+                return True
+            if isinstance(v, ast.Call):
+                f = v.func
+                name = f.id if isinstance(f, ast.Name) else \
+                    f.attr if isinstance(f, ast.Attribute) else None
+                return name in _TEXT_FUNCS
+            return False
+        for n in own(scope):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None and \
+                    makes_text(n.value):
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                    if isinstance(t, ast.Name):
+                        texts.add(t.id)
+        for n in own(scope):
+            if isinstance(n, ast.Compare) and any(texty(x) for x in [n.left, *n.comparators]) \
+                    and not all(isinstance(o, (ast.Is, ast.IsNot)) for o in n.ops):
+                hits.add((n.lineno, "compares text"))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and \
+                    texty(n.func.value) and n.func.attr in _STR_METHODS:
+                hits.add((n.lineno, f"calls .{n.func.attr}() on text"))
+            elif isinstance(n, ast.Attribute) and n.attr == "header":
+                hits.add((n.lineno, "reads a loop header's text"))
+            elif isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+                    a.name == "re" for a in n.names) or \
+                    isinstance(n, ast.ImportFrom) and n.module == "re":
+                hits.add((n.lineno, "imports re"))
+    # the module, then each function with its own locals
+    check(tree)
+    for n in ast.walk(tree):
+        if isinstance(n, funcs):
+            check(n)
+    return sorted(hits)
 
 
 def test_code_generators_do_not_read_emitted_text():
@@ -251,6 +370,16 @@ def test_code_generators_do_not_read_emitted_text():
     assert not any(found.values()), found
 
 
+def test_every_code_generation_module_is_checked():
+    # a module that builds or prints kernel code (imports kernel_ir or a language) is listed
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2] / "passes"
+    users = {p.name for p in root.glob("*.py")
+             if any(m in p.read_text() for m in ("kernel_ir import", "from .kernel_expr",
+                                                 "from .triton_lang", "from .cpp_lang"))}
+    assert users <= set(GENERATORS), sorted(users - set(GENERATORS))
+
+
 def test_the_text_check_finds_an_inspection():
     assert _text_inspections("import re\n") == [(1, "imports re")]
     assert _text_inspections("if e.text == '0':\n    pass\n") == [(1, "compares text")]
@@ -258,3 +387,10 @@ def test_the_text_check_finds_an_inspection():
     assert _text_inspections("n = int(init.text.strip('()'))\n") == \
         [(1, "calls .strip() on text")]
     assert _text_inspections("s = f'{e.text} + 1'\n") == []
+    # the places this check found after the tree landed (cpp_column_blocks, triton_writer)
+    assert _text_inspections("ident = identity(kind, ty)\nif ident.startswith('float'):\n"
+                             "    pass\n") == [(2, "calls .startswith() on text")]
+    assert _text_inspections("m = HEADER.match(top.header)\n") == \
+        [(1, "reads a loop header's text")]
+    assert _text_inspections("t = f'{a} * {b}'\nok = 'RBLOCK' in t\nok = t is None\n") == \
+        [(2, "compares text")]

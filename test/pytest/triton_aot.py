@@ -89,12 +89,12 @@ def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int
 
 
 def compile_isolated(source_text: str, names=None, targets=DEFAULT_TARGETS,
-                     timeout: float = 600) -> dict:
+                     timeout: float = 600, asm: str | None = None) -> dict:
     """compile_for_targets in a fresh interpreter: the Triton interpreter patches
     `triton.language` in place, so a process that interpreted kernels cannot compile them."""
     import json
     import subprocess
-    payload = json.dumps({"source": source_text, "names": names,
+    payload = json.dumps({"source": source_text, "names": names, "asm": asm,
                           "targets": [list(_target_tuple(t)) for t in targets]})
     _use_triton_cache()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -109,12 +109,14 @@ def _target_tuple(t):
     return (t.backend, t.arch, t.warp_size) if hasattr(t, "backend") else tuple(t)
 
 
-def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS) -> dict:
+def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS,
+                        asm: str | None = None) -> dict:
     """AOT-compiles every jit function of the launchers `names` (all launchers carrying
     `ember_aot` when None) for each target.
 
     Returns {jit_fn_name: {"cuda:90": "ok" | "<error text>", "hip:gfx942": ...}}; a kernel
-    that cannot be found or described is reported under its launcher's name.
+    that cannot be found or described is reported under its launcher's name. With `asm`
+    ("ptx", "ttgir", "llir", ...) a compiled kernel's entry is that stage's text, not "ok".
     """
     with _compiled_mode():
         module = load_module(source_text)
@@ -140,6 +142,8 @@ def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS) -
                     compiled = compile_kernel(fn, signature, constexprs, target, num_warps)
                     binary = "cubin" if target.backend == "cuda" else "hsaco"
                     per_target[key] = "ok" if compiled.asm.get(binary) else f"no {binary} produced"
+                    if asm and per_target[key] == "ok":
+                        per_target[key] = str(compiled.asm.get(asm, f"no {asm} produced"))
                 except Exception as err:  # the compiler's message is the report
                     per_target[key] = f"{type(err).__name__}: {err}"
     return results
@@ -249,5 +253,5 @@ if __name__ == "__main__":
                               tuple(request.get("shard", (0, 1))))
     else:
         out = compile_for_targets(request["source"], request["names"],
-                                  [tuple(t) for t in request["targets"]])
+                                  [tuple(t) for t in request["targets"]], request.get("asm"))
     print(json.dumps(out))

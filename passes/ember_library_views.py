@@ -1,0 +1,237 @@
+"""ember-library-views: a library call reads a transposed or sliced operand as a strided view of
+the buffer it comes from, instead of a copy a kernel would make.
+
+Attention is the case: `q, k, v = qkv.split(...)`, each `.view(B, S, H, D).transpose(1, 2)`,
+then `scaled_dot_product_attention(q, k, v)`. In linalg the operands are `tensor.extract_slice`
+/ `tensor.expand_shape` / `linalg.transpose` of the projection's result, which ember-fuse would
+turn into a copy kernel per operand; eager hands the attention kernel strided views of the one
+projection buffer, and so does ember after this pass.
+
+Invariant established: every `func.call` in a public function of a library declaration of a
+fused-attention forward op (`ATTENTION`), whose declaration has that one call and no
+`ember.view`, takes for each operand that was a chain of `tensor.extract_slice` (static, unit
+or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` (of dims that are contiguous
+in the layout so far) and `linalg.transpose` ops of a statically shaped value R that is a buffer
+in any case (a graph input, an `ember.extern` or library call result: the pass runs after
+ember-convert-externs) — with at least one slice or transpose in the chain, and its innermost
+stride 1 — the value R itself; the
+declaration's argument type is R's type and `ember.operand_views` holds, per such operand,
+`[operand, element offset, sizes..., strides...]`: the view of R's row-major buffer that the
+chain computed. Chain ops left without users are erased. Everything else is left alone.
+
+The runtime (runtime/externs.py) makes that view with `as_strided` before the call; every
+buffer ember allocates is row-major, which is what the strides assume. Eager passed the same
+strided views (the FX graph is eager's program), so the library kernel eager chose is chosen.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from torch_mlir import ir
+
+from ..dialects.contract import EXTERN_OP, LIBRARY, OPERAND_VIEWS, VIEW, is_library
+from .base import Pass
+from .graph_utils import defining_op, op_name
+
+# the fused attention forwards (torch's dispatcher re-picks among them: runtime/externs.py)
+ATTENTION = ("aten._scaled_dot_product_efficient_attention.default",
+             "aten._scaled_dot_product_flash_attention.default",
+             "aten._scaled_dot_product_cudnn_attention.default",
+             "aten._scaled_dot_product_flash_attention_for_cpu.default")
+_CHAIN = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape",
+          "linalg.transpose")
+
+
+def _static_shape(value) -> list[int] | None:
+    t = value.type
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    t = ir.RankedTensorType(t)
+    return list(t.shape) if t.has_static_shape else None
+
+
+def _row_major(shape: list[int]) -> list[int]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s
+    return strides[::-1]
+
+
+def _i64s(op, name: str) -> list[int]:
+    return [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[name])]
+
+
+def _groups(op) -> list[list[int]]:
+    return [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(op.attributes["reassociation"])]
+
+
+@dataclasses.dataclass
+class Layout:
+    sizes: list[int]
+    strides: list[int]
+    offset: int = 0
+
+    def apply(self, op, result_shape: list[int]) -> "Layout | None":
+        """The layout of `op`'s result given this one for its source; None: not a view."""
+        name = op_name(op)
+        if name == "linalg.transpose":
+            perm = _i64s(op, "permutation")
+            return Layout([self.sizes[p] for p in perm], [self.strides[p] for p in perm],
+                          self.offset)
+        if name == "tensor.extract_slice":
+            if len(op.operands) != 1:       # dynamic offsets, sizes or strides
+                return None
+            offs, sizes, steps = (_i64s(op, k) for k in
+                                  ("static_offsets", "static_sizes", "static_strides"))
+            offset = self.offset + sum(o * s for o, s in zip(offs, self.strides))
+            strides = [s * k for s, k in zip(self.strides, steps)]
+            if sizes != result_shape:       # rank-reducing: drop the unit dims it drops
+                keep, j = [], 0
+                for d, n in enumerate(sizes):
+                    if j < len(result_shape) and result_shape[j] == n:
+                        keep.append(d)
+                        j += 1
+                    elif n != 1:
+                        return None
+                if j != len(result_shape):
+                    return None
+                sizes, strides = [sizes[d] for d in keep], [strides[d] for d in keep]
+            return Layout(sizes, strides, offset)
+        if name == "tensor.expand_shape":
+            sizes, strides = [], []
+            for d, group in enumerate(_groups(op)):
+                inner = self.strides[d]
+                split = [result_shape[r] for r in group]
+                part = []
+                for n in reversed(split):
+                    part.append(inner)
+                    inner *= n
+                sizes += split
+                strides += part[::-1]
+            return Layout(sizes, strides, self.offset)
+        if name == "tensor.collapse_shape":
+            sizes, strides = [], []
+            for group in _groups(op):
+                dims = [d for d in group if self.sizes[d] != 1] or group[-1:]
+                for a, b in zip(dims, dims[1:]):
+                    if self.strides[a] != self.strides[b] * self.sizes[b]:
+                        return None     # not one stride in this layout: a copy is needed
+                n = 1
+                for d in group:
+                    n *= self.sizes[d]
+                sizes.append(n)
+                strides.append(self.strides[dims[-1]])
+            return Layout(sizes, strides, self.offset)
+        return None
+
+
+def _chain(value) -> tuple[object, list]:
+    """(root value, view ops from the root towards `value`) along single-source view ops."""
+    ops = []
+    while True:
+        owner = defining_op(value)
+        if owner is None or op_name(owner) not in _CHAIN:
+            break
+        ops.append(owner)
+        value = owner.operands[0]
+    return value, ops[::-1]
+
+
+def _materialized(value) -> bool:
+    """Whether `value` is a buffer whatever ember-fuse decides: a graph input, a library call's
+    or an `ember.extern`'s result. (A pointwise value could instead be computed inside the copy
+    kernel this pass removes: making it a buffer of its own would cost more than it saves.)"""
+    owner = defining_op(value)
+    return owner is None or op_name(owner) in (EXTERN_OP, "func.call")
+
+
+def _view_of(operand) -> tuple[object, Layout, list] | None:
+    root, ops = _chain(operand)
+    if not ops or not any(op_name(o) in ("tensor.extract_slice", "linalg.transpose")
+                          for o in ops):
+        return None         # reshapes only: already a free view
+    if not _materialized(root):
+        return None
+    shape = _static_shape(root)
+    if shape is None or _static_shape(operand) is None:
+        return None
+    if ir.RankedTensorType(root.type).element_type != \
+            ir.RankedTensorType(operand.type).element_type:
+        return None
+    layout = Layout(shape, _row_major(shape))
+    for op in ops:
+        layout = layout.apply(op, _static_shape(op.results[0]))
+        if layout is None:
+            return None
+    if layout.sizes != _static_shape(operand) or (layout.strides and layout.strides[-1] != 1
+                                                  and layout.sizes[-1] != 1):
+        return None
+    return root, layout, ops
+
+
+def _erase_dead(ops: list) -> None:
+    """Erases those of `ops` (chains, possibly sharing ops) that nothing uses any more."""
+    live = list(dict.fromkeys(ops))
+    changed = True
+    while changed:
+        changed = False
+        for op in list(live):
+            if all(len(list(r.uses)) == 0 for r in op.results):
+                live.remove(op)
+                op.erase()
+                changed = True
+
+
+@dataclasses.dataclass(frozen=True)
+class EmberLibraryViews(Pass):
+    name = "ember-library-views"
+    summary = ("Library calls (attention) read transposed / sliced operands as strided views of "
+               "their source buffer instead of copies")
+    # operands of dynamic shape are left as they are (`_view_of` needs static shapes)
+    dynamic_shapes: ClassVar[bool] = True
+
+    def run(self, module: ir.Operation) -> None:
+        wanted = set(ATTENTION)
+        decls, calls = {}, {}
+        for op in module.regions[0].blocks[0].operations:
+            if op_name(op) != "func.func":
+                continue
+            sym = ir.StringAttr(op.attributes["sym_name"]).value
+            if is_library(op):
+                decls[sym] = op
+                continue
+            for block in op.regions[0].blocks:
+                for inner in block.operations:
+                    if op_name(inner) == "func.call":
+                        callee = ir.FlatSymbolRefAttr(inner.attributes["callee"]).value
+                        calls.setdefault(callee, []).append(inner)
+        for sym, decl in decls.items():
+            sites = calls.get(sym, [])
+            if len(sites) != 1 or VIEW.has(decl) or LIBRARY.get(decl) not in wanted:
+                continue
+            with module.context, ir.Location.unknown():
+                self._rewrite(decl, sites[0])
+
+    @staticmethod
+    def _rewrite(decl, call) -> None:
+        views, dead = [], []
+        ftype = ir.FunctionType(ir.TypeAttr(decl.attributes["function_type"]).value)
+        inputs = list(ftype.inputs)
+        for k, operand in enumerate(call.operands):
+            found = _view_of(operand)
+            if found is None:
+                continue
+            root, layout, ops = found
+            call.operands[k] = root
+            inputs[k] = root.type
+            views.append([k, layout.offset, *layout.sizes, *layout.strides])
+            dead += ops
+        if not views:
+            return
+        decl.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(inputs, list(ftype.results)))
+        OPERAND_VIEWS.set(decl, views)
+        _erase_dead(dead)

@@ -1,0 +1,64 @@
+"""Block shapes of the Triton lowering: which configurations (constexpr block sizes, warps) a
+kernel is autotuned over, and whether a reduction is persistent (the whole reduced row in one
+RBLOCK). The first configuration of each list is what the Triton interpreter and the AOT builds
+use; `autotune=False` keeps only it, `max_autotune` widens the search.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def pointwise_configs(autotune: bool, max_autotune: bool) -> list:
+    """[(constexprs, num_warps)] of a pointwise kernel (1-D tiles of XBLOCK)."""
+    configs = [({"XBLOCK": 1024}, 4), ({"XBLOCK": 2048}, 8), ({"XBLOCK": 512}, 4)]
+    if max_autotune:
+        configs += [({"XBLOCK": 4096}, 8), ({"XBLOCK": 2048}, 4), ({"XBLOCK": 1024}, 8),
+                    ({"XBLOCK": 256}, 2), ({"XBLOCK": 128}, 4)]
+    if not autotune:
+        configs = configs[:1]
+    return configs
+
+
+def persistent_rnumel(sched, rdims, max_rblock: int) -> Optional[int]:
+    """The reduced extent when the reduction is persistent: static, at most `max_rblock`, and
+    every output with inner dims is indexed by exactly the reduced dims (so it is stored from
+    the same registers); None when the reduced space is looped over."""
+    rstatic = all(sched.size(g) is not None for g in rdims)
+    rnumel = math.prod(sched.size(g) for g in rdims) if rstatic else None
+    persistent = rstatic and rnumel <= max_rblock and all(
+        not o.inner or set(g for g in o.inner if not sched.unit(g)) == set(rdims)
+        for o in sched.outputs)
+    return rnumel if persistent else None
+
+
+def persistent_configs(rnumel: int, has_outer: bool, max_autotune: bool) -> list:
+    """[(constexprs, num_warps)] of a persistent reduction: RBLOCK covers the row."""
+    rb = max(16, pow2(rnumel))
+    # A full reduction (no outer space) is one row: more rows would only repeat it.
+    xb = max(1, min(pow2(max(1, 4096 // rb)), 64)) if has_outer else 1
+    warps = max(1, min(16, pow2(xb * rb // 512)))
+    configs = [({"XBLOCK": xb, "RBLOCK": rb}, warps)]
+    if max_autotune:   # fewer rows per program, other warp counts: no more registers
+        more = [(xb, warps * 2), (xb, warps // 2), (xb // 2, warps), (xb // 4, warps // 2)]
+        for x, w in more:
+            c = ({"XBLOCK": max(1, x), "RBLOCK": rb}, max(1, min(16, w)))
+            if c not in configs:
+                configs.append(c)
+    return configs
+
+
+def looped_configs(autotune: bool, max_autotune: bool) -> list:
+    """[(constexprs, num_warps)] of a reduction that loops over its row in RBLOCK steps."""
+    configs = [({"XBLOCK": 1, "RBLOCK": 2048}, 8), ({"XBLOCK": 1, "RBLOCK": 1024}, 4),
+               ({"XBLOCK": 8, "RBLOCK": 512}, 8), ({"XBLOCK": 64, "RBLOCK": 16}, 4)]
+    if max_autotune:
+        configs += [({"XBLOCK": 1, "RBLOCK": 4096}, 16), ({"XBLOCK": 4, "RBLOCK": 256}, 4),
+                    ({"XBLOCK": 16, "RBLOCK": 128}, 4), ({"XBLOCK": 32, "RBLOCK": 64}, 8)]
+    if not autotune:
+        configs = configs[:1]
+    return configs

@@ -1,0 +1,101 @@
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-library-views)' | FileCheck %s
+
+// Attention of a packed projection: q, k, v are slices of one [32, 96] library product, each
+// split into heads and transposed. After the pass the call takes the product three times, each
+// read as a strided view (offset 0 / 32 / 64 elements, strides of the [2, 16, 4, 8] ->
+// [2, 4, 16, 8] transpose of a row of 96), and the slices and transposes are gone.
+// CHECK-LABEL: func.func private @ember_lib_0(tensor<32x96xf32>, tensor<32x96xf32>, tensor<32x96xf32>) -> tensor<2x4x16x8xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 0, 0, 2, 4, 16, 8, 1536, 8, 96, 1>, array<i64: 1, 32, 2, 4, 16, 8, 1536, 8, 96, 1>, array<i64: 2, 64, 2, 4, 16, 8, 1536, 8, 96, 1>]
+// CHECK-LABEL: func.func @packed_qkv
+// CHECK:         %[[P:.*]] = "ember.extern"
+// CHECK-NOT:     tensor.extract_slice
+// CHECK-NOT:     linalg.transpose
+// CHECK:         call @ember_lib_0(%[[P]], %[[P]], %[[P]]) : (tensor<32x96xf32>, tensor<32x96xf32>, tensor<32x96xf32>) -> tensor<2x4x16x8xf32>
+module {
+  func.func private @ember_lib_0(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["query", "key", "value"]}
+  func.func @packed_qkv(%arg0: tensor<32x32xf32>, %arg1: tensor<96x32xf32>) -> tensor<2x4x16x8xf32> {
+    %3 = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<32x32xf32>, tensor<96x32xf32>) -> tensor<32x96xf32>
+    %expanded = tensor.expand_shape %3 [[0, 1], [2]] output_shape [2, 16, 96] : tensor<32x96xf32> into tensor<2x16x96xf32>
+    %s0 = tensor.extract_slice %expanded[0, 0, 0] [2, 16, 32] [1, 1, 1] : tensor<2x16x96xf32> to tensor<2x16x32xf32>
+    %s1 = tensor.extract_slice %expanded[0, 0, 32] [2, 16, 32] [1, 1, 1] : tensor<2x16x96xf32> to tensor<2x16x32xf32>
+    %s2 = tensor.extract_slice %expanded[0, 0, 64] [2, 16, 32] [1, 1, 1] : tensor<2x16x96xf32> to tensor<2x16x32xf32>
+    %e0 = tensor.expand_shape %s0 [[0], [1], [2, 3]] output_shape [2, 16, 4, 8] : tensor<2x16x32xf32> into tensor<2x16x4x8xf32>
+    %4 = tensor.empty() : tensor<2x4x16x8xf32>
+    %t0 = linalg.transpose ins(%e0 : tensor<2x16x4x8xf32>) outs(%4 : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %e1 = tensor.expand_shape %s1 [[0], [1], [2, 3]] output_shape [2, 16, 4, 8] : tensor<2x16x32xf32> into tensor<2x16x4x8xf32>
+    %t1 = linalg.transpose ins(%e1 : tensor<2x16x4x8xf32>) outs(%4 : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %e2 = tensor.expand_shape %s2 [[0], [1], [2, 3]] output_shape [2, 16, 4, 8] : tensor<2x16x32xf32> into tensor<2x16x4x8xf32>
+    %t2 = linalg.transpose ins(%e2 : tensor<2x16x4x8xf32>) outs(%4 : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %6 = call @ember_lib_0(%t0, %t1, %t2) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    return %6 : tensor<2x4x16x8xf32>
+  }
+}
+
+// -----
+
+// A transpose that is also returned stays (the return needs its copy); the call still reads the
+// view. A second operand that only reshapes is left as it is (a reshape is free already).
+// CHECK-LABEL: func.func private @ember_lib_1(tensor<16x4x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>)
+// CHECK-SAME:    ember.operand_views = [array<i64: 0, 0, 4, 16, 8, 8, 32, 1>]
+// CHECK-LABEL: func.func @kept_and_reshaped
+// CHECK:         %[[T:.*]] = linalg.transpose
+// CHECK:         call @ember_lib_1(%arg0, %{{.*}}, %arg1)
+// CHECK:         return %[[T]],
+module {
+  func.func private @ember_lib_1(tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>) -> tensor<4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = false}, ember.results = array<i64: 0>, ember.tensor_args = ["query", "key", "value"]}
+  func.func @kept_and_reshaped(%arg0: tensor<16x4x8xf32>, %arg1: tensor<4x16x8xf32>, %arg2: tensor<4x128xf32>) -> (tensor<4x16x8xf32>, tensor<4x16x8xf32>) {
+    %0 = tensor.empty() : tensor<4x16x8xf32>
+    %t = linalg.transpose ins(%arg0 : tensor<16x4x8xf32>) outs(%0 : tensor<4x16x8xf32>) permutation = [1, 0, 2]
+    %e = tensor.expand_shape %arg2 [[0], [1, 2]] output_shape [4, 16, 8] : tensor<4x128xf32> into tensor<4x16x8xf32>
+    %r = call @ember_lib_1(%t, %e, %arg1) : (tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>) -> tensor<4x16x8xf32>
+    return %t, %r : tensor<4x16x8xf32>, tensor<4x16x8xf32>
+  }
+}
+
+// -----
+
+// Left alone: a transpose of the innermost dim (stride 1 is what the kernels take), a transpose
+// collapsed afterwards (no single stride: a copy is needed), a library op that is not
+// attention, and a transpose of a pointwise result (ember-fuse computes it inside the copy
+// kernel; a buffer of its own would cost more than the copy).
+// CHECK-LABEL: func.func private @ember_lib_2(tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>)
+// CHECK-NOT:     ember.operand_views
+// CHECK-LABEL: func.func private @ember_lib_3(tensor<4x16xf32>) -> tensor<4x16xf32>
+// CHECK-NOT:     ember.operand_views
+// CHECK-LABEL: func.func private @ember_lib_4(tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>)
+// CHECK-NOT:     ember.operand_views
+// CHECK-LABEL: func.func @left_alone
+// CHECK-COUNT-2: linalg.transpose
+// CHECK:         call @ember_lib_2(%{{.*}}, %{{.*}}, %arg0) : (tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>)
+// CHECK:         linalg.transpose
+// CHECK:         call @ember_lib_3(%{{.*}}) : (tensor<4x16xf32>)
+// CHECK:         %[[G:.*]] = linalg.generic
+// CHECK:         %[[W:.*]] = linalg.transpose ins(%[[G]]
+// CHECK:         call @ember_lib_4(%[[W]], %arg0, %arg0)
+module {
+  func.func private @ember_lib_2(tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>) -> tensor<4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = false}, ember.results = array<i64: 0>, ember.tensor_args = ["query", "key", "value"]}
+  func.func private @ember_lib_3(tensor<4x16xf32>) -> tensor<4x16xf32> attributes {ember.library = "aten.cumsum.default", ember.params = {dim = 1 : i64}, ember.results = array<i64: 0>, ember.tensor_args = ["self"]}
+  func.func private @ember_lib_4(tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>) -> tensor<4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = false}, ember.results = array<i64: 0>, ember.tensor_args = ["query", "key", "value"]}
+  func.func @left_alone(%arg0: tensor<4x16x8xf32>, %arg1: tensor<4x8x16xf32>, %arg2: tensor<4x16x8xf32>, %arg3: tensor<16x4xf32>) -> (tensor<4x16x8xf32>, tensor<4x16xf32>) {
+    %0 = tensor.empty() : tensor<4x16x8xf32>
+    %t = linalg.transpose ins(%arg1 : tensor<4x8x16xf32>) outs(%0 : tensor<4x16x8xf32>) permutation = [0, 2, 1]
+    %1 = tensor.empty() : tensor<16x4x8xf32>
+    %u = linalg.transpose ins(%arg2 : tensor<4x16x8xf32>) outs(%1 : tensor<16x4x8xf32>) permutation = [1, 0, 2]
+    %c = tensor.collapse_shape %u [[0, 1], [2]] : tensor<16x4x8xf32> into tensor<64x8xf32>
+    %x = tensor.expand_shape %c [[0, 1], [2]] output_shape [4, 16, 8] : tensor<64x8xf32> into tensor<4x16x8xf32>
+    %r = call @ember_lib_2(%t, %x, %arg0) : (tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>) -> tensor<4x16x8xf32>
+    %2 = tensor.empty() : tensor<4x16xf32>
+    %v = linalg.transpose ins(%arg3 : tensor<16x4xf32>) outs(%2 : tensor<4x16xf32>) permutation = [1, 0]
+    %s = call @ember_lib_3(%v) : (tensor<4x16xf32>) -> tensor<4x16xf32>
+    %3 = tensor.empty() : tensor<4x8x16xf32>
+    %g = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%arg1 : tensor<4x8x16xf32>) outs(%3 : tensor<4x8x16xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %n = arith.negf %in : f32
+      linalg.yield %n : f32
+    } -> tensor<4x8x16xf32>
+    %5 = tensor.empty() : tensor<4x16x8xf32>
+    %w = linalg.transpose ins(%g : tensor<4x8x16xf32>) outs(%5 : tensor<4x16x8xf32>) permutation = [0, 2, 1]
+    %q = call @ember_lib_4(%w, %arg0, %arg0) : (tensor<4x16x8xf32>, tensor<4x16x8xf32>, tensor<4x16x8xf32>) -> tensor<4x16x8xf32>
+    return %q, %s : tensor<4x16x8xf32>, tensor<4x16xf32>
+  }
+}

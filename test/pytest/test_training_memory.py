@@ -1,0 +1,178 @@
+"""Memory of training backwards: the backward places its intermediates (and gradients at least
+half a saved tensor's size) in the memory of the saved activations only it reads
+(AOTAutograd's donated buffers, `bw_donated_idxs`) once it has read them
+(frontend/compile.py `donated_backward_inputs`, ember-buffer-reuse's `ember.donated_args`, the
+runtime's `ValueInfo.in_input`), and frees those it is done with (`Program.donated_inputs`).
+Gradients must stay eager's; the report shows the smaller arena and the inputs reused/freed."""
+import copy
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import ember
+from conftest import assert_close, check_fallbacks, clear_reports
+
+
+def _program(fn, *args, reuse=(0,)):
+    """`fn` traced to ATen and compiled for the CPU with its inputs `reuse` donated."""
+    from ember.frontend import fx_prep
+    from ember.frontend.compile_module import compile_static
+    from ember.frontend.options import CompileOptions
+    from ember.frontend.report import DebugDump
+    prep = fx_prep.prepare(make_fx(fn)(*args))
+    return compile_static(prep.gm, list(args), CompileOptions(target="cpu"), "cpu",
+                          DebugDump(None, "donated"), "backward", reuse=list(reuse))
+
+
+def _matmul_tanh_matmul(s, g):
+    t = s @ g               # the last read of s
+    u = torch.tanh(t.t())   # lies in s's memory
+    return ((u @ g) * 2.0,)     # returned, s's size: lies in s's memory too (u has died)
+
+
+def _storage(t):
+    return t.untyped_storage().data_ptr()
+
+
+def test_program_writes_later_values_into_a_donated_input():
+    """The runtime carves a donated input's bytes for the values planned there (the input is
+    overwritten, the result is eager's; the returned value is handed out in the input's
+    memory unless `outputs_in_inputs` is off, as in a CUDA graph); an input whose storage
+    another input shares, or a non-contiguous one (the program reads a copy), is left as it
+    was and nothing returned aliases it."""
+    torch.manual_seed(0)
+    s, g = torch.randn(64, 64), torch.randn(64, 64)
+    run, summary = _program(_matmul_tanh_matmul, s, g)
+    assert summary["inputs_reused"] == 1
+    assert summary["memory_plan"]["in_inputs_bytes"] == 2 * 64 * 64 * 4
+    assert [v.in_input for v in run.program.values].count(0) == 2
+    _, kept = _program(_matmul_tanh_matmul, s, g, reuse=())
+    assert summary["planned_peak_bytes"] < kept["planned_peak_bytes"]
+    ref = _matmul_tanh_matmul(s, g)[0]
+
+    s1 = s.clone()
+    out = run(s1, g)[0]
+    assert_close(out, ref, matmul=True)
+    assert _storage(out) == _storage(s1), "the returned value is not in the donated memory"
+    run.outputs_in_inputs = False
+    s1 = s.clone()
+    out = run(s1, g)[0]
+    assert_close(out, ref, matmul=True)
+    assert not torch.equal(s1, s), "the donated input's memory was not reused"
+    assert _storage(out) != _storage(s1)
+    run.outputs_in_inputs = True
+
+    base = torch.empty(2, 64, 64)       # s and g in one storage: s must not be written
+    base[0], base[1] = s, g
+    out = run(base[0], base[1])[0]
+    assert_close(out, ref, matmul=True)
+    assert torch.equal(base[0], s) and torch.equal(base[1], g) and _storage(out) != _storage(base)
+
+    st = s.t().contiguous().t()         # not contiguous: the program gets a copy
+    assert_close(run(st, g)[0], ref, matmul=True)
+    assert torch.equal(st, s)
+
+
+def _narrow_then_wide(s, g):
+    return (torch.tanh(s @ g) * 2.0,)     # s (64x16) is read once; nothing fits in it
+
+
+def test_program_frees_a_donated_input_after_its_last_use():
+    """A donated input that holds no later value is freed (its storage resized to nothing)
+    after the last step that reads it, when its storage is its own; not when another input
+    shares it, nor with `release_inputs` off (a CUDA graph)."""
+    torch.manual_seed(0)
+    s, g = torch.randn(64, 16), torch.randn(16, 64)
+    run, summary = _program(_narrow_then_wide, s, g)
+    assert summary.get("inputs_freed") == 1 and "inputs_reused" not in summary
+    ref = _narrow_then_wide(s, g)[0]
+    s1 = s.clone()
+    assert_close(run(s1, g)[0], ref, matmul=True)
+    assert s1.untyped_storage().nbytes() == 0
+    base = torch.cat([s.reshape(-1), g.reshape(-1)])
+    assert_close(run(base[:1024].view(64, 16), base[1024:].view(16, 64))[0], ref, matmul=True)
+    assert base.untyped_storage().nbytes() == 2048 * 4
+    run.release_inputs = False
+    s1 = s.clone()
+    assert_close(run(s1, g)[0], ref, matmul=True)
+    assert torch.equal(s1, s)
+
+
+def _block_step(f, model, inputs, loss_fn, autocast):
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = loss_fn(f(*inputs))
+    loss.backward()
+    return loss.detach()
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16-autocast"])
+def test_backward_reuses_saved_activations_with_eager_gradients(autocast):
+    """A transformer block's training steps on the CPU: the backward reuses donated saved
+    activations (report `inputs_reused`, the plan's `in_inputs_bytes`), its planned arena is
+    smaller than with `donate_saved=False`, and the gradients of every step are eager's."""
+    from ember.benchmarks import models
+    model, inputs, loss_fn = models.build("transformer_block", "cpu", tiny=True)
+    ref = copy.deepcopy(model)
+    ref_loss = _block_step(ref, ref, inputs, loss_fn, autocast)
+    arenas = {}
+    for donate in (True, False):
+        torch._dynamo.reset()
+        clear_reports()
+        m = copy.deepcopy(ref)
+        f = torch.compile(m, backend="ember", options={"target": "cpu", "donate_saved": donate})
+        for step in range(3):
+            assert_close(_block_step(f, m, inputs, loss_fn, autocast), ref_loss,
+                         tol=1e-2 if autocast else 1e-5, what=f"loss {step}")
+            for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+                assert_close(p.grad, q.grad, tol=2e-2 if autocast else 1e-4,
+                             what=f"donate={donate} step {step} grad {n}")
+        check_fallbacks()
+        bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+        arenas[donate] = bwd["planned_peak_bytes"]
+        if donate:
+            assert bwd.get("inputs_reused", 0) > 0, bwd
+            assert bwd.get("inputs_freed", 0) > 0, bwd
+            assert bwd["memory_plan"]["in_inputs_bytes"] > 0
+        else:
+            assert "inputs_reused" not in bwd and "inputs_freed" not in bwd
+    assert arenas[True] < arenas[False], arenas
+
+
+def test_retain_graph_keeps_saved_activations():
+    """torch compiles the backward at its first run, without donated inputs when that run keeps
+    the graph (`retain_graph=True`): a second backward over the same saved activations gives
+    the same gradients. A backward compiled with donated inputs refuses retain_graph=True
+    (torch's own check, as for Inductor), rather than reading overwritten activations."""
+    torch.manual_seed(0)
+    make = lambda: torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),   # noqa: E731
+                                       torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                                       torch.nn.Linear(32, 8))
+    ref = make()
+    x = torch.randn(4, 16)
+    ref(x).square().sum().backward()
+    grads = [p.grad.clone() for p in ref.parameters()]
+
+    torch._dynamo.reset()
+    clear_reports()
+    m = copy.deepcopy(ref)
+    m.zero_grad(set_to_none=True)
+    f = torch.compile(m, backend="ember", options={"target": "cpu"})
+    loss = f(x).square().sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    for p, g in zip(m.parameters(), grads):
+        assert_close(p.grad, 2 * g, what="two backwards over one graph")
+    bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")]
+    assert bwd and all("inputs_reused" not in r for r in bwd)
+
+    torch._dynamo.reset()
+    m2 = copy.deepcopy(ref)
+    m2.zero_grad(set_to_none=True)
+    f2 = torch.compile(m2, backend="ember", options={"target": "cpu"})
+    f2(x).square().sum().backward()          # compiled with donated inputs
+    for p, g in zip(m2.parameters(), grads):
+        assert_close(p.grad, g, what="plain backward")
+    with pytest.raises(RuntimeError, match="donated buffers"):
+        f2(x).square().sum().backward(retain_graph=True)
