@@ -2,7 +2,8 @@
 with OpenMP pragmas, reductions with their accumulators, blocked float sums) with the ABI of
 docs/internals.md (Stage 4) and prints it with cpp_lang. The tree is rewritten before printing
 by cpp_column_blocks (reductions down columns) or cpp_row_values (values kept between a row's
-loops) and cpp_row_split (few long rows split across threads). The prelude those functions use is cpp_prelude.PRELUDE (re-exported here)."""
+loops) and cpp_row_split (few long rows split across threads). The prelude those functions use
+is cpp_prelude.PRELUDE (re-exported here)."""
 from __future__ import annotations
 
 from .cpp_column_blocks import block_columns

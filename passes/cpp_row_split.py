@@ -9,7 +9,9 @@ the threads (`parallel for simd` with the loop's reductions; a blocked sum's chu
 their partial sums reduced into its double accumulator). A row's accumulators, declared
 outside those parallel loops, are shared there as OpenMP reductions require; the results are
 those of the row version up to the order of the additions (the per-lane partial sums of a simd
-reduction are combined per thread, then across threads)."""
+reduction are combined per thread, then across threads). Decided on the kernel_ir tree: the row
+loops by their `Loop` fields (from 0 to a static bound, by 1 or by a blocked sum's chunk step),
+the two versions an `If` on `ember_split_rows(rows)` (cpp_prelude)."""
 from __future__ import annotations
 
 from .kernel_ir import Assign, If, OmpPragma, Raw, Scope, int_value
