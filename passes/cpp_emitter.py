@@ -2,12 +2,14 @@
 with OpenMP pragmas, reductions with their accumulators, blocked float sums) with the ABI of
 docs/internals.md (Stage 4) and prints it with cpp_lang. The tree is rewritten before printing
 by cpp_column_blocks (reductions down columns) or cpp_row_values (values kept between a row's
-loops). The prelude those functions use is cpp_prelude.PRELUDE (re-exported here)."""
+loops) and cpp_row_split (few long rows split across threads). The prelude those functions use
+is cpp_prelude.PRELUDE (re-exported here)."""
 from __future__ import annotations
 
 from .cpp_column_blocks import block_columns
 from .cpp_lang import STORAGE, CppLang, is_checked, render
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
+from .cpp_row_split import split_rows
 from .cpp_row_values import reuse_row_values
 from .ir_queries import indexing_maps, iterator_types, type_name
 from .kernel_expr import Expr, ExprBuilder, Scope, const, var
@@ -253,19 +255,20 @@ class _Emitter:
                     sc.pragmas.append(self.parallel(par, collapse=len(outer)))
             b.push(sc, parent)
             parent = sc
-        for n, o in enumerate(s.outputs):
+        for group in self._loop_groups(flat):
+            o = s.outputs[group[0]]
             idx = dict(pvars)
             depth = 0
             inner_parent = parent
             if flat > 1:
-                group = [g for g in o.dims if not s.unit(g)][len(outer):]
+                group_dims = [g for g in o.dims if not s.unit(g)][len(outer):]
                 self.nloop += 1
                 v = f"f{self.nloop}"
                 self.flat_vars.append(v)
                 rest, total = var(v), const(1)
-                for k, g in enumerate(reversed(group)):
+                for k, g in enumerate(reversed(group_dims)):
                     total = b.iop("mul", total, b.size(g))
-                    if k == len(group) - 1:
+                    if k == len(group_dims) - 1:
                         idx[g] = rest
                     else:
                         idx[g] = b.iop("rem", rest, b.size(g))
@@ -291,13 +294,35 @@ class _Emitter:
                         first.pragmas.append(self.parallel(par))
                     if self.vec:
                         innermost.pragmas.append(OmpPragma(simd=True))
-            val = b.value_at(o.value, [idx.get(g, const(0)) for g in o.dims])
-            off = b.offset(o.value, [idx.get(g, const(0)) for g in o.dims])
-            ty = type_name(o.value.type)
-            b.stack[-1].stmts.append(Store(f"out{n}", off.node, val.node, ty))
+            stores = []
+            for n in group:
+                o = s.outputs[n]
+                at = [idx.get(g, const(0)) for g in o.dims]
+                val = b.value_at(o.value, at)
+                ty = type_name(o.value.type)
+                if len(group) > 1 and not isinstance(val.node, (Var, Const)):
+                    val = b.bind(val, val.deps, ty)     # read before any result is stored
+                stores.append(Store(f"out{n}", b.offset(o.value, at).node, val.node, ty))
+            b.stack[-1].stmts.extend(stores)
             for _ in range(depth):
                 b.pop()
         return self
+
+    def _loop_groups(self, flat: int) -> list:
+        """The outputs stored by one loop nest each: those with the same inner dims share one
+        (one flattened loop when `flat` > 1, which emit_kernel asks for only when every output
+        has the same dims), in the order of their first output. In a shared loop every
+        result's value of an element is computed before any result is stored, so a result
+        written over an input it reads elementwise (ember-buffer-reuse's in-place and
+        `writes_args`) never hides that element from another result, and values common to
+        several results are computed once."""
+        s = self.sched
+        if flat > 1:
+            return [list(range(len(s.outputs)))]
+        groups: dict = {}
+        for n, o in enumerate(s.outputs):
+            groups.setdefault(tuple(o.inner), []).append(n)
+        return list(groups.values())
 
     def source(self) -> str:
         """The C++ printer: the kernel function's text from the tree `build` made."""
@@ -352,4 +377,5 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
     em.build()
     if not block_columns(em.b.stack[0], em.b.show, vectorize):
         reuse_row_values(em.b.stack[0])
+        split_rows(em.b.stack[0])
     return em.source()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .kernel_ir import (CHECK_INDEX, CONVERT, Const, Op, Printer, Scope, perfect_depth,
+from .kernel_ir import (CHECK_INDEX, CONVERT, Const, If, Op, Printer, Scope, perfect_depth,
                         render_loop, render_stmt)
 from .kernel_schedule import Unschedulable
 
@@ -239,6 +239,13 @@ def render(scope: Scope, indent: int, out: list, show: Printer):
                 out.append(f"{pad}{p.render(perfect_depth(s), show)}")
             out.append(f"{pad}{render_loop(s.loop, show)} {{")
             render(s, indent + 1, out, show)
+            out.append(f"{pad}}}")
+        elif isinstance(s, If):
+            out.append(f"{pad}if ({show(s.cond)}) {{")
+            render(s.then, indent + 1, out, show)
+            out.append(f"{pad}}}")
+            out.append(f"{pad}else {{")
+            render(s.other, indent + 1, out, show)
             out.append(f"{pad}}}")
         else:
             out.append(pad + render_stmt(s, show))

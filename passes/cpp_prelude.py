@@ -9,6 +9,13 @@ PRELUDE = r"""// ember C++ kernels (generated)
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
+#include <omp.h>
+// Whether a row-wise kernel of `rows` rows walks its rows one by one, each row loop split across
+// the threads (passes/cpp_row_split.py): when the rows do not spread evenly over the threads.
+static inline bool ember_split_rows(int64_t rows) {
+  int64_t t = omp_get_max_threads();
+  return t > 1 && rows % t != 0 && rows < 4 * t;
+}
 // 16-bit floats are stored as uint16_t and computed in float.
 static inline float ember_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint16_t ember_f32_to_bf16(float f) {

@@ -19,13 +19,14 @@ a view of it (a view op, or a library call marked `ember.view`), both ends inclu
 Mutated inputs: `@main` may carry `ember.donate = array<i64: arg, result, ...>` (the frontend:
 result is arg's new value, written back after the call). A pair is accepted into
 `ember.writes_args` when the result comes from a pointwise kernel whose results all have the
-argument's type, that reads the argument only elementwise and computes no other result from it
-(the C++ generator gives each result a loop of its own: an optimizer step's new parameter is
-written in place, its moments, read by the parameter's loop too, are not), and nothing else in
-`@main` uses the
+argument's type, that reads the argument only elementwise, and whose result is computed from
+the argument or is the only one that could be (the code generators compute the results that
+read the argument in one loop nest, each element of every result before any of them is
+stored: an optimizer step's new parameter and moments, all read by the parameter's update, are
+all written in place), and nothing else in `@main` uses the
 argument (no view, no other reader, not returned) and the result is returned once: the
 runtime then lets that kernel write into the argument's memory (an optimizer step updates each
-parameter where it lies, with no new buffer and no copy back).
+parameter and moment where it lies, with no new buffer and no copy back).
 
 Donated arguments: `@main` may carry `ember.donated_args = array<i64: ...>` (the frontend: a
 backward's saved activations that only it reads). Each is a region of its own bytes, free after
@@ -142,8 +143,7 @@ def _is_identity(attr) -> bool:
 
 def results_from(kernel, arg_index: int) -> set[int]:
     """Positions of the kernel's results computed (through any chain of ops) from argument
-    `arg_index`. The C++ code generator computes each result of a pointwise kernel in a loop of
-    its own that reads what that result needs: only those loops read the argument."""
+    `arg_index`."""
     if not kernel.regions[0].blocks:
         return set()
     derived = [kernel.regions[0].blocks[0].arguments[arg_index]]
@@ -438,6 +438,12 @@ def _match_in_place(kernels, ops, root, per_op, regions, maybe=frozenset()) -> N
                 break
 
 
+def _derived_with(kernel, arg_index: int, pos: int) -> bool:
+    """Result `pos` is computed from the argument, or no result is."""
+    found = results_from(kernel, arg_index)
+    return pos in found or not found
+
+
 def written_args(module, main, ops, donate) -> list[int]:
     """The `ember.donate` pairs (flat: arg, result, ...) whose result may be written into the
     argument's memory (see the module docstring), flat in the same form."""
@@ -462,10 +468,13 @@ def written_args(module, main, ops, donate) -> list[int]:
             continue            # read elsewhere, viewed or returned: its old value must stay
         readers = [j for j, w in enumerate(launch.operands) if w == arg]
         pos = next(k for k, res in enumerate(launch.results) if res == v)
-        # no other result computed from the argument: its loop (C++) would read the argument
-        # after this result's loop wrote it
+        # The results computed from the argument, elementwise, have its loop dims: the code
+        # generators compute them in one loop nest, with every value of an element before any
+        # store (cpp_emitter, the Triton pointwise kernel). The result written over it must
+        # be one of them (or the only one): a result that does not read the argument may be
+        # in a loop nest of its own (C++), which would overwrite it before their loop.
         if readers and all(reads_elementwise(kernel, j, one_space=True)
-                           and results_from(kernel, j) == {pos} for j in readers):
+                           and _derived_with(kernel, j, pos) for j in readers):
             accepted += [a, r]
             taken.add(a)
     return accepted

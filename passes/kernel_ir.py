@@ -21,7 +21,8 @@ Expressions (immutable, hashable, compared structurally):
 Statements: Let(name, dtype, value) (a constant local), Decl(name, dtype, value, const,
 length) (a mutable local, e.g. an accumulator, or an array of `length` elements), Store(buffer,
 offset, value, dtype), Assign(name, value, op), Line(text) (a statement no decision looks into)
-and Scope (a block with its `Loop` header, the loop variables it binds and its OmpPragmas).
+Scope (a block with its `Loop` header, the loop variables it binds and its OmpPragmas) and
+If(cond, then, other) (a branch between two plain Scopes, C++).
 `Loop(var, start, stop, step, span)` is a counted loop; its bounds are nodes (step None
 when printed: 1). `OmpPragma.collapse`
 is a count, fitted to the depth of the perfect loop nest when printed. A language prints a
@@ -321,6 +322,15 @@ class Scope:
         self.open = False
 
 
+@dataclasses.dataclass
+class If:
+    """`if (cond) { then } else { other }`: `cond` a node, `then` and `other` plain Scopes
+    (no loop header)."""
+    cond: object
+    then: Scope
+    other: Scope
+
+
 def perfect_depth(scope: Scope) -> int:
     """How many loops nest perfectly from `scope` down (what OpenMP `collapse` may span)."""
     depth = 1
@@ -347,6 +357,9 @@ def all_nodes(stmts):
     for s in stmts:
         if isinstance(s, Scope):
             yield from all_nodes(s.stmts)
+        elif isinstance(s, If):
+            yield from walk(s.cond)
+            yield from all_nodes([s.then, s.other])
         else:
             for n in statement_nodes(s):
                 yield from walk(n)

@@ -159,13 +159,21 @@ class KernelWriter:
         return Raw(self.extent(dims))
 
     # --- stores ------------------------------------------------------------------------------
-    def store(self, k, loop_vars, tile: Tile):
-        """Stores output k over `tile`."""
+    def value(self, k, loop_vars, bound: bool = False):
+        """(value, offset) of output k at `loop_vars`; `bound`: the value is a local, computed
+        (its loads done) where this is called."""
         out = self.results[k]
         idx = [const(0) if s == 1 else loop_vars[g] for g, s in
                zip(self.sched.dims(out), shape(out))]
         val = self.builder.value_at(out, idx)
-        off = self.builder.offset(out, idx)
+        if bound and val.deps and not isinstance(val.node, (Var, Const)):
+            val = self.builder.bind(val, val.deps, type_name(out.type))
+        return val, self.builder.offset(out, idx)
+
+    def store(self, k, loop_vars, tile: Tile, computed=None):
+        """Stores output k over `tile`; `computed`: its (value, offset) from `value`."""
+        out = self.results[k]
+        val, off = computed or self.value(k, loop_vars)
         # tl.store broadcasts the value and the mask to the pointer's shape, never the pointer:
         # an offset that misses a tile dim (a full reduction's `out + 0`, an output constant
         # along x) is widened to the tile so that it covers the mask; a value without a tile
@@ -185,8 +193,12 @@ class KernelWriter:
         decompose(head, "xindex", space, self.sizes(space), "i", "x", vars_)
         root.stmts.extend(head)
         root.binds = {"x"}
+        # every result's value before any store: a result written over an input it reads
+        # elementwise (ember-buffer-reuse's writes_args) hides no element from another result
+        multi = len(self.results) > 1
+        vals = [self.value(k, vars_, bound=multi) for k in range(len(self.results))]
         for k in range(len(self.results)):
-            self.store(k, vars_, X_TILE)
+            self.store(k, vars_, X_TILE, vals[k])
         configs = pointwise_configs(self.autotune, self.max_autotune)
         return self._kernel(["xnumel"], {"xnumel": self.runtime_extent(space)}, ["XBLOCK"], configs,
                             '(triton.cdiv(xnumel, meta["XBLOCK"]),)')

@@ -58,12 +58,11 @@ func.func @main(%p: tensor<8x8xf32>, %q: tensor<8x8xf32>) -> (tensor<8x8xf32>, t
 
 // -----
 
-// An AdamW-like kernel with two results, each in a loop of its own on the C++ side: the new
-// moment %m' (result 1, from %m) and the new parameter %p' (result 0, from %p and %m'). %p feeds
-// only %p': written in place. %m feeds both: %p''s loop reads %m after %m''s loop would have
-// overwritten it, so %m is refused.
+// An AdamW-like kernel with two results: the new moment %m' (result 1, from %m) and the new
+// parameter %p' (result 0, from %p and %m'). %m feeds both, and both are written in place: the
+// code generators compute both results of an element in one loop nest before storing either.
 // CHECK-LABEL: func.func @main
-// CHECK-SAME: ember.writes_args = array<i64: 0, 0>
+// CHECK-SAME: ember.writes_args = array<i64: 0, 0, 1, 1>
 #id3 = affine_map<(d0) -> (d0)>
 func.func private @adam(%p: tensor<32xf32>, %m: tensor<32xf32>, %g: tensor<32xf32>) -> (tensor<32xf32>, tensor<32xf32>) attributes {ember.kernel = "pointwise", ember.ops = ["add", "sub"]} {
   %e = tensor.empty() : tensor<32xf32>
@@ -82,4 +81,31 @@ func.func private @adam(%p: tensor<32xf32>, %m: tensor<32xf32>, %g: tensor<32xf3
 func.func @main(%p: tensor<32xf32>, %m: tensor<32xf32>, %g: tensor<32xf32>) -> (tensor<32xf32>, tensor<32xf32>) attributes {ember.donate = array<i64: 0, 0, 1, 1>} {
   %0:2 = func.call @adam(%p, %m, %g) : (tensor<32xf32>, tensor<32xf32>, tensor<32xf32>) -> (tensor<32xf32>, tensor<32xf32>)
   return %0#0, %0#1 : tensor<32xf32>, tensor<32xf32>
+}
+
+// -----
+
+// Refused: the result written over %p (result 0) is not computed from %p, while result 1 is;
+// in C++ the two could be loop nests of their own, the first overwriting %p before the second
+// reads it. %q (result 1's own argument, read by result 1 alone) is accepted.
+// CHECK-LABEL: func.func @main
+// CHECK-SAME: ember.writes_args = array<i64: 1, 1>
+#id4 = affine_map<(d0) -> (d0)>
+func.func private @two(%p: tensor<16xf32>, %q: tensor<16xf32>, %g: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) attributes {ember.kernel = "pointwise", ember.ops = ["mul", "add"]} {
+  %e = tensor.empty() : tensor<16xf32>
+  %a = linalg.generic {indexing_maps = [#id4, #id4], iterator_types = ["parallel"]} ins(%g : tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %s = arith.mulf %x, %x : f32
+    linalg.yield %s : f32
+  } -> tensor<16xf32>
+  %b = linalg.generic {indexing_maps = [#id4, #id4, #id4], iterator_types = ["parallel"]} ins(%p, %q : tensor<16xf32>, tensor<16xf32>) outs(%e : tensor<16xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  } -> tensor<16xf32>
+  return %a, %b : tensor<16xf32>, tensor<16xf32>
+}
+func.func @main(%p: tensor<16xf32>, %q: tensor<16xf32>, %g: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) attributes {ember.donate = array<i64: 0, 0, 1, 1>} {
+  %0:2 = func.call @two(%p, %q, %g) : (tensor<16xf32>, tensor<16xf32>, tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>)
+  return %0#0, %0#1 : tensor<16xf32>, tensor<16xf32>
 }

@@ -393,19 +393,56 @@ def test_column_reductions_walk_rows_outside(tmp_path):
 
 def test_softmax_keeps_row_of_exp(tmp_path):
     """Reduce-then-broadcast: the output loop of softmax reads the exp(x - max) that the sum
-    loop computed (a row on the stack) instead of computing it again; a row longer than
-    ROW_CACHE_MAX is recomputed. Both agree with torch, NaN and inf rows included."""
+    loop computed instead of computing it again: from a row on the stack, or for a row longer
+    than ROW_CACHE_MAX (its sum blocked) from the output element, which the sum loop stored
+    first. Both agree with torch, NaN and inf rows included."""
     from ember.passes.cpp_row_values import ROW_CACHE_MAX
-    for cols, kept in ((300, True), (ROW_CACHE_MAX + 8, False)):
+    for cols, on_stack in ((300, True), (ROW_CACHE_MAX + 8, False)):
         x = t(8, cols) * 4
         x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), -float("inf")
         prelude, ((sym, src, res, _),) = lower(import_kernel(lambda a: torch.softmax(a, -1),
                                                               [x], "reduction"))
-        assert src.count("ember_exp(") == (1 if kept else 2), src
-        assert ("row_" in src) == kept
+        # once in each version of the row loop (cpp_row_split adds one for long rows)
+        assert src.count("ember_exp(") == 1 + ("ember_split_rows" in src), src
+        assert ("row_" in src) == on_stack
+        if not on_stack:    # stored by the sum loop, read back by the output loop
+            assert re.search(r"out0\[[^]]*\] = t\d+;\n.*\n.*part", src), src
+            assert re.search(r"= out0\[", src), src
         lib, _ = build(tmp_path, prelude + src)
         out, = run_kernel(lib, sym, [x], res)
         ref = torch.softmax(x, -1)
         assert torch.equal(torch.isnan(out), torch.isnan(ref))
         ok = ~torch.isnan(ref)
-        assert rel_err(out[ok], ref[ok]) < (1e-6 if kept else 1e-5), cols
+        assert rel_err(out[ok], ref[ok]) < (1e-6 if on_stack else 1e-5), cols
+
+
+@pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm"])
+def test_few_rows_split_across_threads(tmp_path, case):
+    """cpp_row_split: 3 long rows get a second version of the row loop, each row split across
+    the threads (`parallel for simd` with the row's reductions; the blocked sum's chunks in
+    parallel), taken when the rows do not spread evenly over the threads (2 threads: split;
+    1 or 3: a row a thread). Every thread count agrees with torch, a NaN row included."""
+    n = 20000
+    fn, _, kind = CASES[case]
+    args = [t(3, n) * 3] + [t(n) for _ in range(case.count("_norm") + (case == "layer_norm"))]
+    args[0][1, 5] = float("nan")
+    prelude, ((sym, src, res, ins),) = lower(import_kernel(
+        {"softmax": fn, "rms_norm": fn,
+         "layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b)}[case],
+        args, kind))
+    assert "if (ember_split_rows(3))" in src, src
+    assert re.search(r"#pragma omp parallel for (simd )?reduction\(", src), src
+    assert "#pragma omp parallel for\n" in src, src        # the version with a row a thread
+    lib, _ = build(tmp_path, prelude + src)
+    ref = {"layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b)}.get(
+        case, fn)(*args)
+    threads = torch.get_num_threads()
+    try:
+        for k in (1, 2, 3):
+            torch.set_num_threads(k)
+            out, = run_kernel(lib, sym, match_args(args, ins), res)
+            assert torch.equal(torch.isnan(out), torch.isnan(ref)), k
+            ok = ~torch.isnan(ref)
+            assert rel_err(out[ok], ref[ok]) < 1e-5, (k, case)
+    finally:
+        torch.set_num_threads(threads)

@@ -283,3 +283,57 @@ def test_reduction_identity_is_recognized_by_value():
     assert is_identity(Const(float("-inf"), "f32"), "maximumf", "f32")
     assert is_identity(Const(False, "i1"), "ori", "i1")
     assert not is_identity(Var("t1"), "addf", "f32")
+
+
+def _chunked_row(inner_stop=65536):
+    """`for (c = 0; c < 65536; c += 2048) { float part = 0; for (v = c; v < min(c + 2048,
+    inner_stop); ++v) part += in0[v]; acc_wide += part; }`: a blocked sum's row loop."""
+    chunk = Scope({"c"}, Loop("c", c(0), c(65536), c(2048)))
+    chunk.stmts.append(Decl("part", "f32", Const(0.0, "f32")))
+    inner = Scope({"v"}, Loop("v", Var("c", frozenset({"c"})), c(inner_stop), span=c(2048)))
+    inner.stmts.append(Assign("part", Load("in0", Var("v", frozenset({"v"})), "f32"), "+="))
+    chunk.stmts += [inner, Assign("acc_wide", Var("part"), "+=")]
+    return chunk, inner
+
+
+def test_row_loops_are_found_by_their_loop_nodes():
+    from ember.passes.cpp_row_values import _row_loop, _written
+    chunk, inner = _chunked_row()
+    assert _row_loop(chunk) == (inner, "v", 65536)
+    # the chunk's elements must end where the row does: another bound is not the row
+    assert _row_loop(_chunked_row(65535)[0]) is None
+    flat = Scope({"i"}, Loop("i", c(0), c(300)))
+    flat.trip = 300
+    assert _row_loop(flat) == (flat, "i", 300)
+    # a Decl writes only its own name (not target text that could write anything)
+    assert _written(chunk.stmts, set()) == {"part", "acc_wide"}
+
+
+def test_split_rows_decides_on_the_loop_nodes():
+    from ember.passes.cpp_row_split import split_rows
+    show = Printer(CppLang())
+    rows = Scope({"r"}, Loop("r", c(0), c(3)))
+    rows.trip = 3
+    rows.pragmas.append(OmpPragma(parallel=True))
+    rows.stmts.append(Decl("acc_wide", "f64", Const(0.0, "f32")))
+    rows.stmts.append(_chunked_row()[0])
+    root = Scope()
+    root.stmts.append(rows)
+    assert split_rows(root)
+    lines = []
+    _render(root, 0, lines, show)
+    text = "\n".join(lines)
+    assert text.startswith("if (ember_split_rows(3)) {\n  for (int64_t r = 0; r < 3; ++r) {")
+    assert "    #pragma omp parallel for reduction(+:acc_wide)\n" \
+           "    for (int64_t c = 0; c < 65536; c += 2048) {" in text
+    assert "}\nelse {\n  #pragma omp parallel for\n  for (int64_t r = 0; r < 3; ++r) {" in text
+    # a short row (below SPLIT_MIN_ROW) keeps the one version
+    short = Scope({"r"}, Loop("r", c(0), c(3)))
+    short.trip = 3
+    short.pragmas.append(OmpPragma(parallel=True))
+    flat = Scope({"i"}, Loop("i", c(0), c(300)))
+    flat.pragmas.append(OmpPragma(simd=True))
+    short.stmts.append(flat)
+    root = Scope()
+    root.stmts.append(short)
+    assert not split_rows(root) and root.stmts == [short]

@@ -281,13 +281,15 @@ def test_transformer_block_training_step_kernels():
 
 
 @pytest.mark.parametrize("make", [lambda ps: torch.optim.AdamW(ps, lr=1e-2),
+                                  lambda ps: torch.optim.AdamW(ps, lr=1e-2, foreach=True),
                                   lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9)],
-                         ids=["adamw", "sgd-momentum"])
+                         ids=["adamw", "adamw-foreach", "sgd-momentum"])
 def test_optimizer_step_writes_parameters_in_place(make):
-    """ember-buffer-reuse's `ember.writes_args`: the optimizer step's kernel writes each new
-    parameter into the parameter's own memory (no new buffer, no copy back); the moments,
-    which the parameter's loop reads too, are not. Values as eager's, storage unchanged, and
-    the version counter bumped as the copy would have."""
+    """ember-buffer-reuse's `ember.writes_args`: the optimizer step's kernels write each new
+    parameter and each new moment (AdamW's exp_avg and exp_avg_sq, SGD's momentum buffer: the
+    parameter's update reads them too, in the same loop) into the tensor's own memory (no new
+    buffer, no copy back). Values as eager's, storage unchanged, and the version counter
+    bumped as the copy would have."""
     import ember
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
@@ -309,9 +311,16 @@ def test_optimizer_step_writes_parameters_in_place(make):
         assert all(p._version > v for p, v in zip(m.parameters(), versions))
     for p, q in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        for k, v in opt.state[p].items():
+            torch.testing.assert_close(v, ref_opt.state[q][k], rtol=1e-4, atol=1e-6)
     last = [r for r in ember.last_reports() if r.get("input_mutations")][-1]
     assert last["status"] == "compiled"
-    assert last["inputs_written_in_place"] == len(list(m.parameters()))
+    # every parameter and every float state tensor of the same shape (not AdamW's step count)
+    moments = sum(1 for p in m.parameters() for v in opt.state[p].values()
+                  if v.shape == p.shape)
+    assert moments == (2 if isinstance(opt, torch.optim.AdamW) else 1) * len(list(m.parameters()))
+    assert last["inputs_written_in_place"] >= len(list(m.parameters())) + moments
 
 
 def test_mutated_input_that_is_also_returned_keeps_eager_values():
