@@ -267,11 +267,22 @@ class CompiledProgram:
                 def run_ext_dyn(vals, efn=efn, ins=ins, o=o, size=size, dt=dt, dev=dev):
                     a = [vals[i] for i in ins]
                     vals[o] = torch.empty(size(a), dtype=dt, device=dev)
-                    efn(a, [vals[o]])
+                    own = efn(a, [vals[o]])
+                    if isinstance(own, list):   # the library's own result (see run_ext)
+                        vals[o] = own[0] if own[0].dtype == dt and own[0].is_contiguous() \
+                            else vals[o].copy_(own[0])
                 return [run_ext_dyn]
 
             def run_ext(vals, efn=efn, ins=ins, outs=outs):
-                efn([vals[i] for i in ins], [vals[o] for o in outs])
+                own = efn([vals[i] for i in ins], [vals[o] for o in outs])
+                for o, t in zip(outs, own if isinstance(own, list) else ()):
+                    # the library's own result (see externs.ExternFn): kept when it has the
+                    # planned buffer's shape, type and row-major layout, else copied there
+                    if t.shape == vals[o].shape and t.dtype == vals[o].dtype \
+                            and t.is_contiguous():
+                        vals[o] = t
+                    else:
+                        vals[o].copy_(t)
             return self._alloc_runs(s.outputs) + [run_ext]
         if s.kind == "library":
             lfn = resolve_library(s.name, dict(s.params))

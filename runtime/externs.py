@@ -7,7 +7,9 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-ExternFn = Callable[[list, list], None]
+# run(inputs, planned outputs): writes the outputs, or returns the library's own result tensors
+# (a list) when writing into the planned buffers would cost a copy (the executor keeps them)
+ExternFn = Callable[[list, list], "list | None"]
 
 
 def _operands(p: dict[str, Any], first: int):
@@ -78,7 +80,6 @@ def _convolution(p: dict[str, Any]) -> ExternFn:
     groups = int(p.get("groups", 1))
     transposed = bool(p.get("transposed", False))
     output_padding = list(p.get("output_padding", [0] * len(stride)))
-    conv_out = torch.ops.aten.convolution.out
 
     def run(ins, outs):
         bias = ins[2] if len(ins) > 2 else None
@@ -87,8 +88,10 @@ def _convolution(p: dict[str, Any]) -> ExternFn:
             # in the input's type and add it before their one rounding, as eager does
             bias = bias.to(ins[0].dtype)
         if outs[0].dtype == ins[0].dtype:
-            conv_out(ins[0], ins[1], bias, stride, padding, dilation, transposed,
-                     output_padding, groups, out=outs[0])
+            # aten.convolution.out is the functional op plus a copy into `out` (an autogen'd
+            # out= kernel): a whole extra pass over every convolution's output
+            return [torch.ops.aten.convolution(ins[0], ins[1], bias, stride, padding, dilation,
+                                               transposed, output_padding, groups)]
         else:  # bf16/f16 input, f32 accumulator type in the IR: round as eager does
             outs[0].copy_(torch.ops.aten.convolution(ins[0], ins[1], bias, stride, padding,
                                                      dilation, transposed, output_padding,

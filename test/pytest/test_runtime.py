@@ -364,3 +364,17 @@ def test_kernel_threads_follow_torch(tmp_path):
             assert seen[0][0] == seen[0][1], seen
     finally:
         torch.set_num_threads(before)
+
+
+def test_convolution_extern_hands_over_the_librarys_result():
+    # aten.convolution.out is the functional op plus a copy into `out`: the extern returns
+    # the library's own result instead, which the executor keeps (no second pass over it)
+    from ember.runtime.externs import resolve
+    efn = resolve("aten.convolution", {"stride": [2, 2], "padding": [1, 1],
+                                       "dilation": [1, 1], "groups": 1})
+    x, w, b = torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3), torch.randn(4)
+    planned = torch.full((2, 4, 5, 5), float("nan"))
+    own = efn([x, w, b], [planned])
+    assert isinstance(own, list) and len(own) == 1
+    assert torch.equal(own[0], torch.nn.functional.conv2d(x, w, b, stride=2, padding=1))
+    assert planned.isnan().all()        # nothing copied into the planned buffer
