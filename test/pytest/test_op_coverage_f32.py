@@ -136,3 +136,22 @@ def test_embedding_bag_backward_empty_offset2bag(dtype):
     assert_close(list(g), list(gref))
     check_fallbacks()
     assert "aten._embedding_bag_backward.default" in _library_calls()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_vector_norm_over_one_element_is_its_magnitude(dtype):
+    """Eager's norm over one element per result is |x|, not (|x|^p)^(1/p): the square of 1e-30
+    underflowed to 0 in ember (3e19: inf), a wrong answer; Inductor matches eager."""
+    for v in (1e-30, -3e19, 0.5):
+        for shape, dim in (((1,), None), ((3, 1), -1), ((), None), ((), ()), ((1, 1), (0, 1))):
+            x = torch.full(shape, v, dtype=dtype)
+            for ord in (2, 3, float("inf"), 0):
+                fn = lambda x: torch.linalg.vector_norm(x, ord, dim=dim) * 1   # noqa: E731
+                out, ref = ember_compile(fn, "cpu")(x), fn(x)
+                assert out.shape == ref.shape and torch.equal(out, ref), (shape, dim, ord, v)
+                check_fallbacks()
+    x = torch.full((3, 1), 1e-30, requires_grad=True)
+    torch.linalg.vector_norm(x, dim=-1).sum().backward()
+    y = x.detach().clone().requires_grad_()
+    ember_compile(lambda y: torch.linalg.vector_norm(y, dim=-1), "cpu")(y).sum().backward()
+    assert torch.equal(y.grad, x.grad)
