@@ -282,18 +282,19 @@ def _narrow_input(node: fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and val.dtype in (torch.bfloat16, torch.float16)
 
 
-# Namespaces whose ops torch-mlir imports (or ember rewrites before import). An op of any other
-# namespace is a custom op registered through torch.library (`torch_nn::` in torch itself,
-# a user's `mylib::`): torch-mlir has no lowering for it ("failed to legalize operation
-# 'torch.operator'"), and ember has no way to see inside its Python or C++ kernel. Like
-# Inductor's fallback kernels, it is called as it is, inside the program.
-_IMPORTED_NAMESPACES = frozenset({"aten", "prims", "_c10d_functional", "c10d_functional"})
+# Custom ops that torch itself registers through torch.library (`torch_nn::` holds the chunked
+# `linear_cross_entropy`): part of PyTorch's operator surface (op_db tests them), kernels of
+# ATen ops run from Python, and nothing torch-mlir can import ("failed to legalize operation
+# 'torch.operator'"). Like ATen's library ops (and as Inductor calls them, as extern kernels),
+# they are calls inside the program, not fallbacks. A user's own custom op is called inside the
+# program too where it can be (`can_call`), but reported as a fallback: ember cannot compile it.
+_TORCH_CUSTOM_NAMESPACES = frozenset({"torch_nn"})
 
 
-def _is_custom_op(node: fx.Node) -> bool:
+def _is_torch_custom_op(node: fx.Node) -> bool:
     target = node.target
     return (isinstance(target, torch._ops.OpOverload)
-            and target.namespace not in _IMPORTED_NAMESPACES and can_call(node))
+            and target.namespace in _TORCH_CUSTOM_NAMESPACES and can_call(node))
 
 
 def is_library_node(node: fx.Node, target: str | None = None) -> bool:
@@ -301,7 +302,7 @@ def is_library_node(node: fx.Node, target: str | None = None) -> bool:
         return False
     if is_complex_library_node(node):       # FFTs, ops on complex values (complex_values.py)
         return True
-    if _is_custom_op(node):
+    if _is_torch_custom_op(node):
         return True
     name = op_name(node)
     if name == "aten.convolution.default":

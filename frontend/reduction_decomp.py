@@ -9,6 +9,8 @@ compile (applied while AOTAutograd traces, below autograd; NotImplemented leaves
   torch-mlir's `aten.norm.Scalar` rejects 16-bit inputs, and its `linalg_vector_norm` raises
   to the power in the 16-bit type (||-8.5||_6 came out 8.5625, eager 8.5: a 4% gradient
   error); eager's kernel computes in f32 and rounds once, as `vector_norm` of the f32 input.
+* `linalg_vector_norm` over one element per result: its magnitude, as eager (the formula's
+  square underflowed for 1e-30). Not a 0-dim tensor over `dim=0`: eager computes the formula.
 * `as_strided` that is a reshape (group norm's decomposition makes one: a contiguous input at
   offset 0, as many elements as the result, contiguous strides) is a `view`: torch-mlir turns
   as_strided into a gather through a constant index tensor, which no kernel can hold.
@@ -45,7 +47,33 @@ def _norm(x, p=2, dim=None, keepdim=False):
     return torch.linalg.vector_norm(x.float(), p, dim, keepdim).to(x.dtype)
 
 
+def _one_element_norms(x, ord, dim, keepdim, dtype):
+    """Eager's norm of a reduction over one element per result is that element's magnitude,
+    not `(|x|^p)^(1/p)`: `vector_norm(tensor([1e-30]))` is 1e-30 where the formula's square
+    underflows to 0 in f32 (ember gave 0; 3e19 gave inf). None where that does not apply."""
+    named = dim is not None and (isinstance(dim, int) or len(dim) > 0)
+    if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.is_complex() or \
+            (x.dim() == 0 and named):     # a 0-dim tensor over dim 0: eager's formula
+        return None
+    dims = list(range(x.dim())) if dim is None else \
+        [d % x.dim() for d in ([dim] if isinstance(dim, int) else dim)] if x.dim() else []
+    if dim is not None and len(dims) == 0 and x.dim() > 0:
+        dims = list(range(x.dim()))                 # dim=[]: every dim, as dim=None
+    if any(x.shape[d] != 1 for d in dims):
+        return None
+    out = (x != 0).to(x.dtype) if ord == 0 else x.abs()
+    if dtype is not None:
+        out = out.to(dtype)
+    if not keepdim:
+        for d in sorted(dims, reverse=True):
+            out = out.squeeze(d)
+    return out
+
+
 def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    one = _one_element_norms(x, ord, dim, keepdim, dtype)
+    if one is not None:
+        return one
     if dtype is not None and dtype != getattr(x, "dtype", None):
         return NotImplemented
     return _norm(x, ord, dim, keepdim)
