@@ -250,18 +250,28 @@ def stitch(module: ir.Module, calls: list[LibraryCall], func_name: str = "main")
                     **(dict([VIEW.make(True)]) if c.view else {}),
                 })
             decls.append((decl, arg_types, res_types))
-    with main.location, ir.InsertionPoint(ret):
+    # Each call goes where its first user is (the sort below then only moves what its operands
+    # need): at the end, every op not depending on it was sorted above it — a backward's later
+    # layers' work (their weight casts) hoisted above each attention backward, alive from there
+    # to their use (BERT-base bf16 16x128: most of the backward's 172 MiB arena).
+    pos = {op.operation: k for k, op in enumerate(block.operations)}
+    with main.location:
         for i, (c, (_, _, res_types)) in enumerate(zip(calls, decls)):
+            users = [getattr(u.owner, "operation", u.owner)
+                     for s in c.result_slots for u in block.arguments[s].uses]
+            users = [u for u in users if u in pos]
+            at = min(users, key=pos.__getitem__) if users else ret
             call = ir.Operation.create(
                 "func.call", results=res_types,
                 # read the return's operands now: an operand may be an earlier call's result
                 operands=[ret.operands[s] for s in c.operand_slots],
-                attributes={"callee": ir.FlatSymbolRefAttr.get(f"ember_lib_{i}")})
+                attributes={"callee": ir.FlatSymbolRefAttr.get(f"ember_lib_{i}")},
+                ip=ir.InsertionPoint(at))
             for k, s in enumerate(c.result_slots):
                 block.arguments[s].replace_all_uses_with(call.results[k])
         # (read back: the uses of the replaced arguments in the return are the calls now)
         keep = [v for k, v in enumerate(ret.operands) if k not in extra_out]
-        ir.Operation.create("func.return", operands=keep)
+        ir.Operation.create("func.return", operands=keep, ip=ir.InsertionPoint(ret))
     ret.erase()
     for s in reversed(extra_in):
         block.erase_argument(s)
