@@ -254,7 +254,18 @@ def _value_and_index(extreme):
 
 
 def _floor_div(a, b):
-    q = torch.div(a, b, rounding_mode="trunc")
+    # A divisor of -1 is a negation (MIN // -1 wraps, as eager's floor division does), never
+    # a trunc division: eager's trunc kernel traps on MIN / -1 (x86's idiv: SIGFPE), and a call
+    # whose checked kernel raised (a zero divisor elsewhere) is redone eagerly on this graph
+    # (fuzz seed 28 index 9: `int32_t // int8_t` of [MIN, MAX] by [-1, 0] killed the process).
+    if isinstance(b, torch.Tensor):
+        minus_one = b == -1
+        q = torch.where(minus_one, -a, torch.div(a, torch.where(minus_one, 1, b),
+                                                 rounding_mode="trunc"))
+    elif b == -1:
+        q = -a
+    else:
+        q = torch.div(a, b, rounding_mode="trunc")
     r = a - q * b
     wrong = (r != 0) & ((r < 0) != (b < 0))
     return q - wrong.to(q.dtype)

@@ -466,3 +466,23 @@ def test_bf16_conversion_compiles_to_cvt_rn_for_sm90(monkeypatch):
     assert stores and set(stores) == {"cvt.rn.bf16.f32"}, stores
     assert "ftz" not in " ".join(re.findall(r"cvt[^\s]*", text))
     assert "st.global.b16" in text or "st.global.v" in text
+
+
+# seed 28 index 9, cpu target: `int32_t // int8_t` of [MIN, MAX] by [-1, 0] killed the process
+# (SIGFPE). ember's checked kernel saw the zero divisor and the call was redone eagerly on the
+# decomposed graph, whose trunc division of MIN by -1 traps in eager's kernel (eager's floor
+# division wraps there). A divisor of -1 is now a negation, never a division. In a child
+# process (runner.run): a crash is a finding, not the end of the test session.
+def test_fuzz_seed28_index9_min_floordiv_minus_one_next_to_zero_divisor(target):
+    from fuzz import runner
+    [r] = runner.run([(28, 9, target, ("nofuse",))], jobs=1, timeout=300)
+    assert r["status"] == "pass", r["reason"]
+
+
+def test_integer_floordiv_of_min_by_minus_one_wraps(target):
+    src = _case("a0 = torch.tensor([-2147483648, 7, -7, 2147483647], dtype=torch.int32)\n"
+                "a1 = torch.tensor([-1, 2, -1, -1], dtype=torch.int8)\n"
+                "a2 = torch.tensor([-9223372036854775808, 5, -5])",
+                "return (a0 // a1, a2 // -1, a2 // a2[1:2].neg().clamp(max=-1), -7 // a1)",
+                exact=(True, True, True, True))
+    _no_fallback(_assert_matches(src, target))
