@@ -486,3 +486,18 @@ def test_integer_floordiv_of_min_by_minus_one_wraps(target):
                 "return (a0 // a1, a2 // -1, a2 // a2[1:2].neg().clamp(max=-1), -7 // a1)",
                 exact=(True, True, True, True))
     _no_fallback(_assert_matches(src, target))
+
+
+# The comparator (issue 9): torch.equal and == take -0.0 for 0.0; an exact result must keep
+# eager's sign of zero (1 / x, atan2 and copysign tell them apart: seed 25 index 1625's trunc
+# gave +0.0 for -0.0, which only the rsqrt after it showed). Inexact results keep their
+# tolerance, sign of zero included.
+def test_comparator_checks_the_sign_of_exact_zeros():
+    from fuzz.compare import value_diff
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        ref = torch.tensor([0.0, -0.0, 1.0, float("nan")], dtype=dtype)
+        assert value_diff(ref.clone(), ref, True) is None
+        flipped = torch.tensor([-0.0, -0.0, 1.0, float("nan")], dtype=dtype)
+        assert "zeros have the other sign" in value_diff(flipped, ref, True)
+        assert "zeros have the other sign" in value_diff(ref.abs(), ref, True)
+        assert value_diff(flipped, ref, False) is None
