@@ -376,12 +376,20 @@ def narrow_pow_exponent(x, exponent):
 
 def _pow_base_in_dtype(base, exponent):
     """`number ** bf16/f16 tensor` with the number rounded to the tensor's type: eager wraps it
-    in a tensor that the kernel reads in the common dtype (2.1 ** x is 2.09375 ** x)."""
-    if not (isinstance(exponent, torch.Tensor) and exponent.dtype in _LOW
-            and isinstance(base, float)):
+    in a tensor that the kernel reads in the common dtype (2.1 ** x is 2.09375 ** x).
+    And eager's `pow(number, tensor)` is contiguous whatever the tensor's layout (its kernel
+    allocates the result without the tensor's strides), where the meta function follows
+    the tensor's: the exponent is made contiguous first (fuzz seed 28 index 840,
+    `torch.pow(True, permuted)` came back permuted)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    if not isinstance(exponent, torch.Tensor):
         return NotImplemented
-    rounded = _round_to(base, exponent.dtype)
-    if rounded == base or base != base:
+    rounded = base
+    if exponent.dtype in _LOW and isinstance(base, float) and base == base:
+        rounded = _round_to(base, exponent.dtype)
+    if not statically_known_true(exponent.is_contiguous()):
+        return torch.pow(rounded, exponent.contiguous())
+    if rounded is base or rounded == base:
         return NotImplemented
     return torch.pow(rounded, exponent)
 

@@ -501,3 +501,16 @@ def test_comparator_checks_the_sign_of_exact_zeros():
         assert "zeros have the other sign" in value_diff(flipped, ref, True)
         assert "zeros have the other sign" in value_diff(ref.abs(), ref, True)
         assert value_diff(flipped, ref, False) is None
+
+
+# seed 28 index 840: `torch.pow(True, a0)` of a permuted a0 came back permuted (strides
+# (1, 5, 5)); eager's pow(number, tensor) is contiguous whatever the tensor's layout (its meta
+# function follows the tensor's, which is what the graph said). The exponent is made
+# contiguous first (eager_semantics._pow_base_in_dtype).
+@pytest.mark.parametrize("base", ["True", "2.0", "nan", "1"])
+def test_fuzz_seed28_index840_pow_of_a_number_is_contiguous(target, base):
+    inputs = ("a0 = torch.tensor([1.3, -1.66, -0.33, 0.2, -2.07, -inf, 3.05, 4.1, 1.49, 0.0])"
+              ".reshape(2, 1, 5).permute(2, 0, 1)\n"
+              "a1 = torch.tensor([0.5, -1.5, 2.0, 3.0, 0.0, 1.0], dtype=torch.bfloat16).reshape(2, 3).t()")
+    body = f"return (torch.pow({base}, a0), torch.pow({base}, a1), torch.pow(2.1, a1))"
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(False, False, False)), target))
