@@ -254,7 +254,18 @@ def _value_and_index(extreme):
 
 
 def _floor_div(a, b):
-    q = torch.div(a, b, rounding_mode="trunc")
+    # A divisor of -1 is a negation (MIN // -1 wraps, as eager's floor division does), never
+    # a trunc division: eager's trunc kernel traps on MIN / -1 (x86's idiv: SIGFPE), and a call
+    # whose checked kernel raised (a zero divisor elsewhere) is redone eagerly on this graph
+    # (fuzz seed 28 index 9: `int32_t // int8_t` of [MIN, MAX] by [-1, 0] killed the process).
+    if isinstance(b, torch.Tensor):
+        minus_one = b == -1
+        q = torch.where(minus_one, -a, torch.div(a, torch.where(minus_one, 1, b),
+                                                 rounding_mode="trunc"))
+    elif b == -1:
+        q = -a
+    else:
+        q = torch.div(a, b, rounding_mode="trunc")
     r = a - q * b
     wrong = (r != 0) & ((r < 0) != (b < 0))
     return q - wrong.to(q.dtype)
@@ -365,12 +376,20 @@ def narrow_pow_exponent(x, exponent):
 
 def _pow_base_in_dtype(base, exponent):
     """`number ** bf16/f16 tensor` with the number rounded to the tensor's type: eager wraps it
-    in a tensor that the kernel reads in the common dtype (2.1 ** x is 2.09375 ** x)."""
-    if not (isinstance(exponent, torch.Tensor) and exponent.dtype in _LOW
-            and isinstance(base, float)):
+    in a tensor that the kernel reads in the common dtype (2.1 ** x is 2.09375 ** x).
+    And eager's `pow(number, tensor)` is contiguous whatever the tensor's layout (its kernel
+    allocates the result without the tensor's strides), where the meta function follows
+    the tensor's: the exponent is made contiguous first (fuzz seed 28 index 840,
+    `torch.pow(True, permuted)` came back permuted)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    if not isinstance(exponent, torch.Tensor):
         return NotImplemented
-    rounded = _round_to(base, exponent.dtype)
-    if rounded == base or base != base:
+    rounded = base
+    if exponent.dtype in _LOW and isinstance(base, float) and base == base:
+        rounded = _round_to(base, exponent.dtype)
+    if not statically_known_true(exponent.is_contiguous()):
+        return torch.pow(rounded, exponent.contiguous())
+    if rounded is base or rounded == base:
         return NotImplemented
     return torch.pow(rounded, exponent)
 

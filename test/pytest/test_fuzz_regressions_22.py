@@ -466,3 +466,51 @@ def test_bf16_conversion_compiles_to_cvt_rn_for_sm90(monkeypatch):
     assert stores and set(stores) == {"cvt.rn.bf16.f32"}, stores
     assert "ftz" not in " ".join(re.findall(r"cvt[^\s]*", text))
     assert "st.global.b16" in text or "st.global.v" in text
+
+
+# seed 28 index 9, cpu target: `int32_t // int8_t` of [MIN, MAX] by [-1, 0] killed the process
+# (SIGFPE). ember's checked kernel saw the zero divisor and the call was redone eagerly on the
+# decomposed graph, whose trunc division of MIN by -1 traps in eager's kernel (eager's floor
+# division wraps there). A divisor of -1 is now a negation, never a division. In a child
+# process (runner.run): a crash is a finding, not the end of the test session.
+def test_fuzz_seed28_index9_min_floordiv_minus_one_next_to_zero_divisor(target):
+    from fuzz import runner
+    [r] = runner.run([(28, 9, target, ("nofuse",))], jobs=1, timeout=300)
+    assert r["status"] == "pass", r["reason"]
+
+
+def test_integer_floordiv_of_min_by_minus_one_wraps(target):
+    src = _case("a0 = torch.tensor([-2147483648, 7, -7, 2147483647], dtype=torch.int32)\n"
+                "a1 = torch.tensor([-1, 2, -1, -1], dtype=torch.int8)\n"
+                "a2 = torch.tensor([-9223372036854775808, 5, -5])",
+                "return (a0 // a1, a2 // -1, a2 // a2[1:2].neg().clamp(max=-1), -7 // a1)",
+                exact=(True, True, True, True))
+    _no_fallback(_assert_matches(src, target))
+
+
+# The comparator (issue 9): torch.equal and == take -0.0 for 0.0; an exact result must keep
+# eager's sign of zero (1 / x, atan2 and copysign tell them apart: seed 25 index 1625's trunc
+# gave +0.0 for -0.0, which only the rsqrt after it showed). Inexact results keep their
+# tolerance, sign of zero included.
+def test_comparator_checks_the_sign_of_exact_zeros():
+    from fuzz.compare import value_diff
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        ref = torch.tensor([0.0, -0.0, 1.0, float("nan")], dtype=dtype)
+        assert value_diff(ref.clone(), ref, True) is None
+        flipped = torch.tensor([-0.0, -0.0, 1.0, float("nan")], dtype=dtype)
+        assert "zeros have the other sign" in value_diff(flipped, ref, True)
+        assert "zeros have the other sign" in value_diff(ref.abs(), ref, True)
+        assert value_diff(flipped, ref, False) is None
+
+
+# seed 28 index 840: `torch.pow(True, a0)` of a permuted a0 came back permuted (strides
+# (1, 5, 5)); eager's pow(number, tensor) is contiguous whatever the tensor's layout (its meta
+# function follows the tensor's, which is what the graph said). The exponent is made
+# contiguous first (eager_semantics._pow_base_in_dtype).
+@pytest.mark.parametrize("base", ["True", "2.0", "nan", "1"])
+def test_fuzz_seed28_index840_pow_of_a_number_is_contiguous(target, base):
+    inputs = ("a0 = torch.tensor([1.3, -1.66, -0.33, 0.2, -2.07, -inf, 3.05, 4.1, 1.49, 0.0])"
+              ".reshape(2, 1, 5).permute(2, 0, 1)\n"
+              "a1 = torch.tensor([0.5, -1.5, 2.0, 3.0, 0.0, 1.0], dtype=torch.bfloat16).reshape(2, 3).t()")
+    body = f"return (torch.pow({base}, a0), torch.pow({base}, a1), torch.pow(2.1, a1))"
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(False, False, False)), target))
