@@ -469,6 +469,11 @@ def test_pow_of_negative_zero_keeps_sign(target):
               "a1 = torch.tensor([-1, -1, 3, -2, 3, 0], dtype=torch.int8)")
     _assert_matches(_case(inputs, "return (torch.pow(a0, a1), torch.pow(a0, 0.5))",
                           exact=(True, True)), target)
+    # eager's kernel takes sqrt for 0.5: sqrt(-inf) is NaN (pow's would be +inf), sqrt(-0) -0
+    # (the C++ lowering printed std::pow: found when the comparator started checking signs)
+    _assert_matches(_case("a0 = torch.tensor([-0.0, float('-inf'), 4.0, -0.0])",
+                          "return (torch.pow(a0, 0.5), torch.pow(a0 * 2, 0.5))",
+                          exact=(True, True)), target)
 
 
 # seed 20 index 2480: torch-mlir negates integers through f32: -(2**63 - 2) gave -2**63 and any
