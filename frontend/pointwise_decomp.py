@@ -45,6 +45,19 @@ def _eq_tensor(a, b):
     return torch.logical_not(torch.ne(a, b))
 
 
+def _logical(combine):
+    """logical_and / or / xor of two tensors as `combine(a != 0, b != 0)`: the same values,
+    and as a decomposition the result gets eager's layout (decomp_layouts.keep_layout): the
+    ops' meta function lays a mixed-layout result out contiguous where eager's TensorIterator
+    follows the operands (fuzz seed 29 index 860: strides (6, 2, 1), eager (1, 3, 9))."""
+    def run(a, b):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or \
+                a.dtype.is_complex or b.dtype.is_complex:
+            return NotImplemented
+        return combine(torch.ne(a, 0), torch.ne(b, 0))
+    return run
+
+
 def _neg(a):
     if not isinstance(a, torch.Tensor) or a.dtype.is_floating_point or a.dtype.is_complex \
             or a.dtype == torch.bool:
@@ -76,6 +89,9 @@ def pointwise_decompositions() -> dict:
         aten.add.Tensor: _bool_add,
         aten.neg.default: _neg,
         aten.eq.Tensor: _eq_tensor,
+        aten.logical_and.default: _logical(torch.bitwise_and),
+        aten.logical_or.default: _logical(torch.bitwise_or),
+        aten.logical_xor.default: _logical(torch.ne),
         aten.fmax.default: _fmax_fmin(torch.ge),
         aten.fmin.default: _fmax_fmin(torch.le),
     }
