@@ -209,15 +209,6 @@ def _hardtanh(x, min_val=-1.0, max_val=1.0):
     return _clamp(x, min_val, max_val)
 
 
-def _relu_cpu(x):
-    """relu of a float tensor on the CPU as eager's kernel: `x < 0 ? 0 : x`, so -0.0 stays -0.0
-    and NaN stays NaN (torch-mlir's `x > 0 ? x : 0` gave +0.0 for -0.0: fuzz seed 29 index
-    1110). Other devices keep torch-mlir's lowering (CUDA's clamp_min takes `max`)."""
-    if not _floating(x) or x.device.type != "cpu":
-        return NotImplemented
-    return _lower_bound(x, 0)
-
-
 def _first_index(x, dim: int, keepdim: bool, extreme):
     """Index of the first element of `x` along `dim` equal to `extreme(x)`, or of the first NaN
     when there is one (eager's argmax/argmin)."""
@@ -610,7 +601,7 @@ def table() -> dict:
         aten.clamp.default: _clamp, aten.clamp.Tensor: _clamp,
         aten.clamp_min.default: _clamp_min, aten.clamp_min.Tensor: _clamp_min,
         aten.clamp_max.default: _clamp_max, aten.clamp_max.Tensor: _clamp_max,
-        aten.hardtanh.default: _hardtanh, aten.abs.default: _abs, aten.relu.default: _relu_cpu,
+        aten.hardtanh.default: _hardtanh, aten.abs.default: _abs,
         **{op: _shift(left=False) for op in (
             aten.__rshift__.Scalar, aten.__rshift__.Tensor, aten.bitwise_right_shift.Tensor,
             aten.bitwise_right_shift.Tensor_Scalar, aten.bitwise_right_shift.Scalar_Tensor)},
