@@ -7,14 +7,7 @@ import torch.nn.functional as F
 
 import ember
 from conftest import assert_close, check, check_fallbacks, ember_compile
-
-
-def _grads(fn, args):
-    args = [a.detach().clone().requires_grad_(a.is_floating_point()) for a in args]
-    out = fn(*args)
-    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.dtype)
-    grads = torch.autograd.grad(out, [a for a in args if a.requires_grad], g)
-    return out, grads
+from test_op_coverage_bf16 import _grads
 
 
 def _library_calls():
