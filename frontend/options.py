@@ -179,6 +179,10 @@ def resolve_target(target: str, devices) -> str:
     return str(Target.CPU)
 
 
+# the pipeline element of ember-split-reductions (frontend/compile_module retries without it)
+SPLIT_PASS = "ember-split-reductions"
+
+
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
@@ -200,7 +204,7 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # come from (frontend/compile_module.explained).
     # GPU reductions with few results are split for parallelism (the C++ path splits rows
     # across threads in its code generator instead)
-    split = "ember-split-reductions," if backend.name == "triton" else ""
+    split = SPLIT_PASS + "," if backend.name == "triton" else ""
     return (f"builtin.module(ember-convert-externs,ember-library-views,{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"

@@ -19,7 +19,8 @@ result, is replaced by
   partial = generic over (dims before d, s, r, dims after d): the original body, reading
             each operand that indexes d through `tensor.expand_shape` (E -> S x E/S), writing
             [S] + result shape from an identity-filled init; an f16/bf16 `addf` accumulates in
-            f32 (the partials are f32, as the unsplit kernel's accumulator is);
+            f32 (the partials are f32, as the unsplit kernel's accumulator is). When S = E
+            (other reduced dims make the chunks), d itself becomes parallel: no view;
   total   = generic reducing `partial` over s into the original init (for a widened sum: into
             an f32 zero, then a pointwise generic rounding it to the result type);
 
@@ -39,7 +40,7 @@ from typing import ClassVar
 from torch_mlir import ir
 from torch_mlir.dialects import arith, linalg, tensor
 
-from .base import Pass, option
+from .base import Pass, PassError, option  # noqa: F401  (PassError: the pass API)
 from .graph_utils import defining_op, is_zero_constant
 from .ir_queries import indexing_maps, iterator_types, op_name
 
@@ -127,6 +128,10 @@ class EmberSplitReductions(Pass):
         return d, splits, comb, widen
 
 
+def maps_extent(op, d: int) -> int:
+    return _static_loops(op)[d]
+
+
 def _static_loops(op):
     """Each loop dim's extent, from the operands' shapes (None: a dynamic or unknown one)."""
     maps = indexing_maps(op)
@@ -205,24 +210,26 @@ def _split(op, d: int, splits: int, comb, widen: bool) -> None:
     maps = indexing_maps(op)
     n = maps[0].n_dims
     its = iterator_types(op)
-    new_dim = [i if i < d else i + 1 for i in range(n)]     # old dim -> new dim (d -> s)
-    ip = ir.InsertionPoint(op)
     res_ty = ir.RankedTensorType(op.results[0].type)
     acc_ty = ir.F32Type.get() if widen else res_ty.element_type
     kind = op_name(comb)
+    # S == E: dim d itself becomes the partials' dim (parallel), no view and no new dim
+    whole = splits == maps_extent(op, d)
+    new_dim = [i if i < d or whole else i + 1 for i in range(n)]   # old dim -> new dim
+    n_new = n if whole else n + 1
 
     def renumber(expr):
         if isinstance(expr, ir.AffineDimExpr):
             return ir.AffineDimExpr.get(new_dim[expr.position])
         return expr
 
-    with ip:
+    with ir.InsertionPoint(op):
         ins, in_maps = [], []
         for value, amap in zip(op.inputs, maps[:len(op.inputs)]):
             exprs, groups, shape, j = [], [], [], 0
             t = ir.RankedTensorType(value.type)
             for pos, expr in enumerate(amap.results):
-                if isinstance(expr, ir.AffineDimExpr) and expr.position == d:
+                if not whole and isinstance(expr, ir.AffineDimExpr) and expr.position == d:
                     size = t.get_dim_size(pos)
                     exprs += [ir.AffineDimExpr.get(d), ir.AffineDimExpr.get(d + 1)]
                     groups.append([j, j + 1])
@@ -240,13 +247,13 @@ def _split(op, d: int, splits: int, comb, widen: bool) -> None:
                 value = tensor.ExpandShapeOp(ir.RankedTensorType.get(shape, t.element_type),
                                              value, reassoc, [], shape).result
             ins.append(value)
-            in_maps.append(_affine(n + 1, exprs))
+            in_maps.append(_affine(n_new, exprs))
         out_map = maps[len(op.inputs)]
         out_shape = list(res_ty.shape)
         part_shape = [splits] + out_shape
-        part_map = _affine(n + 1, [ir.AffineDimExpr.get(d)] + [renumber(e) for e in out_map.results])
+        part_map = _affine(n_new, [ir.AffineDimExpr.get(d)] + [renumber(e) for e in out_map.results])
         part_init = _filled(part_shape, acc_ty, kind)
-        part_its = its[:d] + ["parallel", "reduction"] + its[d + 1:]
+        part_its = its[:d] + (["parallel"] if whole else ["parallel", "reduction"]) + its[d + 1:]
         part = linalg.GenericOp([ir.RankedTensorType.get(part_shape, acc_ty)], ins, [part_init],
                                 ir.ArrayAttr.get(in_maps + [part_map]), _iters(part_its))
         old_block = op.regions[0].blocks[0]

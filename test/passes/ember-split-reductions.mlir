@@ -93,6 +93,27 @@ module {
 
 // -----
 
+// A bias gradient over [batch, tokens, features] reduces dims 0 and 1: S = the batch (8) and
+// each partial sums one batch's tokens; dim 0 itself becomes parallel, no view is needed.
+// CHECK-LABEL: func.func @two_reduced_dims
+// CHECK-NOT:     tensor.expand_shape
+// CHECK:         %[[P:.*]] = linalg.generic {{{.*}}iterator_types = ["parallel", "reduction", "parallel"]} ins(%arg0 : tensor<8x512x768xf32>) outs(%{{.*}} : tensor<8x768xf32>)
+// CHECK:         linalg.generic {{{.*}}iterator_types = ["reduction", "parallel"]} ins(%[[P]] : tensor<8x768xf32>) outs(%arg1 : tensor<768xf32>)
+#id5 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#feat = affine_map<(d0, d1, d2) -> (d2)>
+module {
+  func.func @two_reduced_dims(%arg0: tensor<8x512x768xf32>, %arg1: tensor<768xf32>) -> tensor<768xf32> {
+    %0 = linalg.generic {indexing_maps = [#id5, #feat], iterator_types = ["reduction", "reduction", "parallel"]} ins(%arg0 : tensor<8x512x768xf32>) outs(%arg1 : tensor<768xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %s = arith.addf %in, %out : f32
+      linalg.yield %s : f32
+    } -> tensor<768xf32>
+    return %0 : tensor<768xf32>
+  }
+}
+
+// -----
+
 // Left alone: many rows (4096 programs already), too little work, a dynamic dim, and a
 // combiner that reads its accumulator twice.
 // CHECK-LABEL: func.func @left_alone

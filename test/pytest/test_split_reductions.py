@@ -71,3 +71,21 @@ def test_cpu_target_does_not_split(target):
     assert_close(out, x.sum(0))
     (report,) = ember.last_reports()
     assert _sums(report) == 1, report["fused_groups"]
+
+
+@pytest.mark.targets("triton")
+def test_a_graph_the_split_breaks_compiles_unsplit(target, monkeypatch):
+    """If the split leaves a graph the lowering refuses, it compiles unsplit (no eager run)
+    and the report says why."""
+    from ember.passes import ember_split_reductions as mod
+
+    def broken(self, module):
+        raise mod.PassError("ember-split-reductions: injected failure")
+    monkeypatch.setattr(mod.EmberSplitReductions, "run", broken)
+    x = _randn(4096, 64)
+    out = ember_compile(lambda t: t.sum(0), target)(x)
+    assert_close(out, x.sum(0))
+    check_fallbacks()
+    (report,) = ember.last_reports()
+    assert "injected failure" in report["split_reductions_off"]
+    assert _sums(report) == 1, report["fused_groups"]
