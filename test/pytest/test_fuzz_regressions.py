@@ -476,6 +476,18 @@ def test_pow_of_negative_zero_keeps_sign(target):
                           exact=(True, True)), target)
 
 
+# seed 29 index 1110 (the sign-of-zero comparator): eager's CPU relu is `x < 0 ? 0 : x`, so
+# relu(-0.0) is -0.0; torch-mlir's `x > 0 ? x : 0` gave +0.0. Fixed in the lowering (kernel_expr:
+# the select with its compare turned around), not by a decomposition.
+def test_fuzz_seed29_index1110_relu_keeps_negative_zero(target):
+    inputs = ("a0 = torch.tensor([[-1.5, -0.0, 0.0, nan, 2.0, -inf]])\n"
+              "a1 = torch.tensor([[-0.0, 1.0], [-3.0, -0.0]], dtype=torch.bfloat16)")
+    r = _assert_matches(_case(inputs, "return (torch.relu(a0), torch.relu(a0 * 3).amax(-1), "
+                                      "torch.relu(a1), torch.relu(a0 - a0.abs()))",
+                              exact=(True, True, True, True)), target)
+    _no_fallback(r)
+
+
 # seed 29 index 860: logical_and of an expanded f32 and a permuted bf16: eager's result follows
 # the operands' layout (strides (1, 3, 9)), the op's meta function's is contiguous.
 @pytest.mark.parametrize("op", ["logical_and", "logical_or", "logical_xor"])
