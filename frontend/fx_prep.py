@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from .decomp_layouts import eager_layout
 from .output_layouts import permute_inputs, plan_computed, replay
 from .strided_views import as_strided_to_view
 from .rank_zero import lift_rank_zero
@@ -550,7 +551,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             host_only[node] = _is_view_op(node) and bool(ins) and all(host_only[n] for n in ins)
 
     plan, compiled, host = [], [], []
-    bases: dict[fx.Node, tuple[int, tuple]] = {}
+    bases: dict[fx.Node, tuple[int, tuple, bool]] = {}
     for out in outs:
         if not isinstance(out, fx.Node):
             plan.append(("const", out))
@@ -564,7 +565,8 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             plan.append(("host", host.index(out)))
         else:
             # Views of computed values stay views, and values keep eager's strides.
-            plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases))
+            plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases,
+                                      eager_layout))
     sub = _subgraph(gm, compiled) if compiled else None
     return PreparedGraph(
         gm=sub, host_gm=_subgraph(gm, host, host=True) if host else None,
