@@ -556,3 +556,36 @@ def test_bool_add_is_or(target):
               "a1 = torch.tensor([2147483647, 2], dtype=torch.int32)[1:].view(())")
     body = "v1 = a1.any()\nreturn (v1 + True, v1, a1 | a0)"
     _assert_matches(_case(inputs, body, exact=(True, True, True)), target)
+
+
+# pow(x, number) as eager's pow_tensor_scalar kernels, in one place (frontend/backend.py
+# `_pow_scalar`; the C++ and Triton lowerings special-cased 0.5 each): 0.5, -0.5 and -1 are
+# sqrt, rsqrt and reciprocal, 2, 3 and -2 products, bit for bit, signs of zero and infinities
+# included (sqrt(-0.0) is -0.0, sqrt(-inf) NaN); eager's CPU f16 kernel is pow itself
+# (pow(-0.0, 0.5) is +0.0 there, x ** 3 is rounded once from f32).
+_POW_EXPONENTS = (0.5, -0.5, -1, 2, 3, -2, 2.0, -1.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+def test_pow_special_exponents_as_eager(target, dtype):
+    # squares (eager's CPU f32 sqrt is not always correctly rounded: sqrt(4.4301333) is
+    # 2.1047881 there, 2.1047883 rounded correctly; the every-value test below covers the rest)
+    values = ("[-0.0, 0.0, -inf, inf, nan, 4.0, -2.5, 0.25, 2.25, 2.0 ** -100, 6.25, -7.25, "
+              "0.0625, 16384.0, 9.0, -0.1]")
+    inputs = f"a0 = torch.tensor({values}, dtype=torch.{dtype})"
+    body = "return (" + ", ".join(f"torch.pow(a0, {e})" for e in _POW_EXPONENTS) + \
+        ", a0 ** 0.5 + 1)"
+    r = _assert_matches(_case(inputs, body, exact=(True,) * (len(_POW_EXPONENTS) + 1)), target)
+    _no_fallback(r)
+
+
+# eager's bf16 products round after each step ((x * x) rounded, then * x); all 65280 finite
+# bf16 values, and all finite f16 ones (CPU: pow in f32, rounded once)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_pow_small_integer_exponents_every_16_bit_value(target, dtype):
+    inputs = ("a0 = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16)"
+              f".view(torch.{dtype})\n"
+              "a1 = a0[torch.isfinite(a0)]")
+    body = "return (a1 ** 2, a1 ** 3, a1 ** -2, a1 ** -1, a1 ** 0.5, a1 ** -0.5)"
+    _assert_matches(_case(inputs, body, exact=(True,) * 6).replace(
+        "return [a0, a1]", "return [a1]").replace("def fn(a0, a1):", "def fn(a1):"), target)
