@@ -219,9 +219,20 @@ def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
         val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
         return isinstance(val, torch.Tensor) and val.dtype == torch.uint8
 
+    def wider_int(arg, common):
+        """A 0-dim integer tensor of a wider type than the integer type the op computes in
+        (int64 next to an int32 tensor): eager converts it to that type first, wrapping;
+        torch-mlir compared in the wider type (`int32_t >= int64(MIN + 12)` is `0 >= 12` in
+        eager: fuzz seed 31 index 30)."""
+        return other_int(arg, common) and common != torch.bool and \
+            not common.is_floating_point and not common.is_complex and \
+            arg.meta["val"].dtype.itemsize > common.itemsize
+
     def needs_cast(arg, common):
         if common in _NARROW_INTS:
             return other_int(arg, common)
+        if wider_int(arg, common):
+            return True
         # uint8, and bool next to wider integers (`bool_t >= int64_t` compared True as -1:
         # fuzz seed 5 index 240)
         return is_uint8(arg) or common != torch.bool and other_int(arg, common) and \

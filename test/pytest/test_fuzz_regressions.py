@@ -612,3 +612,15 @@ def test_fuzz_seed30_index879_pow_is_as_exact_as_eager(target):
     finite = torch.isfinite(exact.float()) & (exact.float() != 0)
     err = ((out.double() - exact).abs() / exact.abs())[finite]
     assert err.max().item() <= 2.0 ** -23, err.max().item()
+
+
+# seed 31 index 30: `int32_t >= int64_0dim` with the 0-dim tensor MIN + 12: eager computes in
+# int32 (a 0-dim tensor does not promote a dimensioned one), converting it to 12 first, so
+# 0 >= 12 is False; torch-mlir compared in int64 (True). The wider 0-dim operand is converted
+# to the op's type first (fx_prep), as eager.
+@pytest.mark.parametrize("expr", ["a0 >= a1", "a0 == a1", "torch.maximum(a0, a1)",
+                                  "a0 < a1", "torch.minimum(a1, a0)"])
+def test_fuzz_seed31_index30_wider_0dim_int_operand_wraps(target, expr):
+    inputs = ("a0 = torch.tensor([[0, 12, -5, 2147483647]], dtype=torch.int32)\n"
+              "a1 = torch.tensor(-9223372036854775796)")
+    _no_fallback(_assert_matches(_case(inputs, f"return ({expr},)"), target))
