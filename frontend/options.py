@@ -17,6 +17,9 @@ DEFAULT_MAX_GROUP_SIZE = 64
 # torch.compile's modes, as `torch.compile(model, backend="ember", mode=...)` passes them.
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 MATMUL_TEMPLATE = ("auto", "template", "library", "off")
+CHANNELS_LAST = (True, False, "auto")
+# targets where "auto" lays convolution networks out channels-last (ember-channels-last)
+CHANNELS_LAST_TARGETS = ("cpu", "cuda", "rocm", "triton")
 
 
 class OptionsError(ValueError):
@@ -68,6 +71,10 @@ class CompileOptions:
       "auto" chose the template for the MLP block's first Linear and the block took 0.542 ms
       against 0.460 ms with "off", eager 0.439 ms). bf16/f16 products only with
       `exact_low_precision=False` (cuBLAS's summation order is what matches eager bit for bit).
+    channels_last: lay a convolution network out channels-last as a whole (ember-channels-last:
+      2-d convolutions, pooling and the kernels between them read and write NHWC buffers, so
+      cuDNN / oneDNN transform no layouts around each convolution); "auto" does so on the
+      targets in CHANNELS_LAST_TARGETS, True / False on every target / none.
     """
 
     target: str = "auto"
@@ -83,6 +90,7 @@ class CompileOptions:
     donate_saved: bool = True
     mode: str = "default"
     matmul_template: str = "off"
+    channels_last: "bool | str" = "auto"
 
     def __post_init__(self):
         if self.mode is None:
@@ -94,6 +102,9 @@ class CompileOptions:
             raise OptionsError(f"ember: option 'matmul_template' must be one of "
                                f"{', '.join(map(repr, MATMUL_TEMPLATE))}; "
                                f"got {self.matmul_template!r}")
+        if self.channels_last not in CHANNELS_LAST:
+            raise OptionsError(f"ember: option 'channels_last' must be True, False or 'auto'; "
+                               f"got {self.channels_last!r}")
         if self.target not in TARGETS:
             raise OptionsError(f"ember: option 'target' must be one of {', '.join(TARGETS)}; "
                                f"got {self.target!r}")
@@ -198,7 +209,11 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
             lower += "{" + " ".join(lower_opts) + "}"
     # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
     # come from (frontend/compile_module.explained).
-    return (f"builtin.module(ember-convert-externs,ember-library-views,"
+    layout = ""
+    if options.channels_last is True or (options.channels_last == "auto"
+                                         and target in CHANNELS_LAST_TARGETS):
+        layout = "ember-channels-last,"
+    return (f"builtin.module(ember-convert-externs,{layout}ember-library-views,"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")

@@ -1,0 +1,262 @@
+"""ember-channels-last: a convolution network runs channels-last (NHWC) as a whole, as Inductor's
+layout optimisation does.
+
+cuDNN (and oneDNN) compute bf16/f16 2-d convolutions in NHWC; handed NCHW tensors, each call
+transforms its input, weight and result (nchwToNhwc / nhwcToNchw kernels: 0.41 of the 1.33 ms
+of resnet18's bf16 device time on an H200). This pass gives every 2-d `aten.convolution` extern
+its input and weight as channels-last buffers and has it write a channels-last result, and makes
+the pointwise kernels between convolutions (BatchNorm, ReLU, residual adds, casts) iterate over
+and write NHWC buffers, so that no layout transform is left between two convolutions. ember's
+buffers are row-major in the IR's shapes, so a channels-last buffer is a value of NHWC *type*;
+its NCHW meaning is a `linalg.transpose` (permutation [0, 3, 1, 2]) of it, which a kernel reads
+as an indexing map and which this pass reads through.
+
+Invariant established, in every public function, for statically shaped values:
+
+* every `aten.convolution` extern of a 4-d input that is not transposed takes its input as an
+  NHWC value (the source X of an `nchw = linalg.transpose(X) [0, 3, 1, 2]` operand, otherwise a
+  new transpose of the operand) and its weight as an OHWI value (a new transpose: a small copy
+  kernel inside the graph, as Inductor makes), has an NHWC result and `channels_last = true`
+  in its params; its former result is the transpose of the new one;
+* likewise `aten.max_pool2d` / `aten.sum_pool2d` externs whose input is such a transpose;
+* a `linalg.generic` with four parallel loops, identity output maps and 4-d results, reading at
+  least one such transpose, used by something other than `func.return`, iterates (n, h, w, c):
+  its results are NHWC values (their former values are transposes of them) and it reads the
+  transposes' sources through composed maps;
+* a transpose of a transpose whose permutations compose to the identity is its source (a result
+  eager lays out channels-last is returned as a permute of the NCHW value: no copy is left).
+
+The runtime (runtime/externs.py) calls the library on `permute(0, 3, 1, 2)` views of the NHWC
+buffers (channels-last strides, what eager passes a channels-last network) and keeps its
+channels-last result as the NHWC buffer. Nothing else changes meaning: the pass only moves
+where a transpose sits. Graph inputs and outputs keep eager's layouts; a reduction (a mean over
+H and W, BatchNorm's training statistics) reads the NHWC buffer through its map.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from torch_mlir import ir
+
+from ..dialects.contract import EXTERN_OP
+from ..dialects.ember import extern_callee
+from .base import Pass
+from .graph_utils import defining_op, op_name
+from .ir_queries import iterator_types
+
+TO_NHWC = [0, 2, 3, 1]      # linalg.transpose permutation NCHW -> NHWC (weights: OIHW -> OHWI)
+TO_NCHW = [0, 3, 1, 2]      # NHWC -> NCHW
+_CONV = "aten.convolution"
+_POOLS = ("aten.max_pool2d", "aten.sum_pool2d")
+
+
+def _perm(op) -> list[int]:
+    return [int(x) for x in ir.DenseI64ArrayAttr(op.attributes["permutation"])]
+
+
+def _static4(value) -> bool:
+    t = value.type
+    return (isinstance(t, ir.RankedTensorType) and ir.RankedTensorType(t).rank == 4
+            and ir.RankedTensorType(t).has_static_shape)
+
+
+def nhwc_source(value):
+    """X when `value` is `linalg.transpose ins(X) permutation = [0, 3, 1, 2]` (an NHWC buffer
+    read as NCHW), else None."""
+    op = defining_op(value)
+    if op is None or op_name(op) != "linalg.transpose" or _perm(op) != TO_NCHW:
+        return None
+    src = op.operands[0]
+    return src if _static4(src) else None
+
+
+def _transpose(value, perm: list[int], anchor, after: bool = False):
+    """`linalg.transpose(value)` by `perm`, inserted before (or after) `anchor`."""
+    from torch_mlir.dialects import linalg, tensor
+    t = ir.RankedTensorType(value.type)
+    shape = [t.shape[p] for p in perm]
+    point = ir.InsertionPoint.after(anchor) if after else ir.InsertionPoint(anchor)
+    with point, anchor.location:
+        empty = tensor.EmptyOp(shape, t.element_type)
+        made = linalg.transpose(value, outs=[empty.result], permutation=perm)
+    return made if isinstance(made, ir.Value) else made.results[0]
+
+
+def _nhwc_type(t) -> ir.RankedTensorType:
+    t = ir.RankedTensorType(t)
+    return ir.RankedTensorType.get([t.shape[p] for p in TO_NHWC], t.element_type)
+
+
+def _to_nhwc_result(op, index: int) -> None:
+    """Result `index` of `op` becomes NHWC; its users read the transpose back to NCHW."""
+    res = op.results[index]
+    res.set_type(_nhwc_type(res.type))
+    back = _transpose(res, TO_NCHW, op, after=True)
+    res.replace_all_uses_except(back, defining_op(back))
+
+
+def _set_param(op, name: str, attr) -> None:
+    params = {a.name: a.attr for a in ir.DictAttr(op.attributes["params"])} \
+        if "params" in op.attributes else {}
+    params[name] = attr
+    op.attributes["params"] = ir.DictAttr.get(params)
+
+
+def _params(op) -> dict:
+    if "params" not in op.attributes:
+        return {}
+    return {a.name: a.attr for a in ir.DictAttr(op.attributes["params"])}
+
+
+def _rewrite_conv(op) -> bool:
+    x, w = op.operands[0], op.operands[1]
+    p = _params(op)
+    if ("transposed" in p and ir.BoolAttr(p["transposed"]).value) or "channels_last" in p:
+        return False
+    if not (_static4(x) and _static4(w) and _static4(op.results[0])):
+        return False
+    src = nhwc_source(x)
+    op.operands[0] = src if src is not None else _transpose(x, TO_NHWC, op)
+    op.operands[1] = _transpose(w, TO_NHWC, op)
+    _set_param(op, "channels_last", ir.BoolAttr.get(True))
+    _to_nhwc_result(op, 0)
+    return True
+
+
+def _rewrite_pool(op) -> bool:
+    src = nhwc_source(op.operands[0])
+    if src is None or "channels_last" in _params(op) or not _static4(op.results[0]):
+        return False
+    op.operands[0] = src
+    _set_param(op, "channels_last", ir.BoolAttr.get(True))
+    _to_nhwc_result(op, 0)
+    return True
+
+
+def _maps(op) -> list:
+    return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+
+
+def _compose(m, inner) -> "ir.AffineMap":
+    """m after `inner` (dims of `inner` substituted into m's results)."""
+    return ir.AffineMap.get(inner.n_dims, inner.n_symbols, [e.compose(inner) for e in m.results])
+
+
+def _permuted_results(m, perm: list[int]) -> "ir.AffineMap":
+    results = list(m.results)
+    return ir.AffineMap.get(m.n_dims, m.n_symbols, [results[p] for p in perm])
+
+
+def _rewritable_generic(op) -> bool:
+    if iterator_types(op) != ["parallel"] * 4:
+        return False
+    gen = op.opview
+    n_in, outs = len(gen.inputs), list(gen.outputs)
+    maps = _maps(op)
+    ident = ir.AffineMap.get_identity(4)
+    if not outs or any(maps[n_in + k] != ident for k in range(len(outs))):
+        return False
+    if not all(_static4(r) for r in op.results):
+        return False
+    if not any(nhwc_source(v) is not None for v in gen.inputs):
+        return False
+    block = op.regions[0].blocks[0]
+    if any(len(list(block.arguments[n_in + k].uses)) for k in range(len(outs))):
+        return False        # the body reads its init: keep (not a pure pointwise op)
+    return any(op_name(u.owner) != "func.return" for r in op.results for u in r.uses)
+
+
+def _rewrite_generic(op) -> bool:
+    """Iterates `op` over (n, h, w, c) instead of (n, c, h, w), writing NHWC results."""
+    from torch_mlir.dialects import tensor
+    if not _rewritable_generic(op):
+        return False
+    gen = op.opview
+    n_in = len(gen.inputs)
+    # new loop e = (n, h, w, c); old loop d = (n, c, h, w) = (e0, e3, e1, e2)
+    d_of_e = ir.AffineMap.get(4, 0, [ir.AffineExpr.get_dim(i) for i in TO_NCHW])
+    maps = _maps(op)
+    new_maps = []
+    for k in range(n_in):
+        m = _compose(maps[k], d_of_e)
+        src = nhwc_source(op.operands[k])
+        if src is not None and maps[k].n_dims == 4 and len(maps[k].results) == 4:
+            op.operands[k] = src                     # read X[r0, r2, r3, r1] for T(X)[r]
+            m = _permuted_results(m, TO_NHWC)
+        new_maps.append(m)
+    ident = ir.AffineMap.get_identity(4)
+    for k, res in enumerate(op.results):
+        nt = _nhwc_type(res.type)
+        with ir.InsertionPoint(op), op.location:
+            empty = tensor.EmptyOp(list(nt.shape), nt.element_type)
+        op.operands[n_in + k] = empty.result
+        new_maps.append(ident)
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+    for k in range(len(op.results)):
+        _to_nhwc_result(op, k)
+    return True
+
+
+def _fold_transposes(fn) -> None:
+    """transpose(transpose(X, p1), p2) with p1 o p2 the identity is X."""
+    for block in fn.regions[0].blocks:
+        for op in list(block.operations):
+            if op_name(op) != "linalg.transpose":
+                continue
+            inner = defining_op(op.operands[0])
+            if inner is None or op_name(inner) != "linalg.transpose":
+                continue
+            p1, p2 = _perm(inner), _perm(op)
+            if [p1[i] for i in p2] == list(range(len(p2))):
+                op.results[0].replace_all_uses_with(inner.operands[0])
+
+
+def _erase_dead(fn) -> None:
+    changed = True
+    while changed:
+        changed = False
+        for block in fn.regions[0].blocks:
+            for op in reversed(list(block.operations)):
+                if op_name(op) in ("linalg.transpose", "tensor.empty") and \
+                        all(len(list(r.uses)) == 0 for r in op.results):
+                    op.erase()
+                    changed = True
+
+
+def channels_last(fn) -> int:
+    """Rewrites one function body (see the module docstring); returns the convolutions made
+    channels-last (none: nothing else is touched)."""
+    convs = [op for block in fn.regions[0].blocks for op in block.operations
+             if op_name(op) == EXTERN_OP and extern_callee(op) == _CONV]
+    n = sum(_rewrite_conv(op) for op in convs)
+    if not n:
+        return 0
+    # program order: a kernel's NHWC result makes its consumers NHWC in turn
+    for block in fn.regions[0].blocks:
+        for op in list(block.operations):
+            name = op_name(op)
+            if name == "linalg.generic":
+                _rewrite_generic(op)
+            elif name == EXTERN_OP and extern_callee(op) in _POOLS:
+                _rewrite_pool(op)
+    _fold_transposes(fn)
+    _erase_dead(fn)
+    return n
+
+
+@dataclasses.dataclass(frozen=True)
+class EmberChannelsLast(Pass):
+    """Convolution networks run channels-last (see the module docstring)."""
+
+    name = "ember-channels-last"
+    summary = ("2-d convolutions, pooling and the pointwise kernels between them read and "
+               "write channels-last (NHWC) buffers; no layout transform between convolutions")
+    # statically shaped values only; others are left as they are
+    dynamic_shapes: ClassVar[bool] = True
+
+    def run(self, module: ir.Operation) -> None:
+        from .ember_convert_externs import public_functions
+        with module.context, ir.Location.unknown():
+            for fn in public_functions(module):
+                channels_last(fn)
