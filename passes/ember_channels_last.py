@@ -109,7 +109,7 @@ def _params(op) -> dict:
     return {a.name: a.attr for a in ir.DictAttr(op.attributes["params"])}
 
 
-def _rewrite_conv(op) -> bool:
+def _rewrite_conv(op, weights: bool) -> bool:
     x, w = op.operands[0], op.operands[1]
     p = _params(op)
     if ("transposed" in p and ir.BoolAttr(p["transposed"]).value) or "channels_last" in p:
@@ -118,7 +118,9 @@ def _rewrite_conv(op) -> bool:
         return False
     src = nhwc_source(x)
     op.operands[0] = src if src is not None else _transpose(x, TO_NHWC, op)
-    op.operands[1] = _transpose(w, TO_NHWC, op)
+    if weights:
+        op.operands[1] = _transpose(w, TO_NHWC, op)
+        _set_param(op, "ohwi_weight", ir.BoolAttr.get(True))
     _set_param(op, "channels_last", ir.BoolAttr.get(True))
     _to_nhwc_result(op, 0)
     return True
@@ -224,12 +226,12 @@ def _erase_dead(fn) -> None:
                     changed = True
 
 
-def channels_last(fn) -> int:
+def channels_last(fn, weights: bool = True) -> int:
     """Rewrites one function body (see the module docstring); returns the convolutions made
     channels-last (none: nothing else is touched)."""
     convs = [op for block in fn.regions[0].blocks for op in block.operations
              if op_name(op) == EXTERN_OP and extern_callee(op) == _CONV]
-    n = sum(_rewrite_conv(op) for op in convs)
+    n = sum(_rewrite_conv(op, weights) for op in convs)
     if not n:
         return 0
     # program order: a kernel's NHWC result makes its consumers NHWC in turn
@@ -255,8 +257,12 @@ class EmberChannelsLast(Pass):
     # statically shaped values only; others are left as they are
     dynamic_shapes: ClassVar[bool] = True
 
+    # weights transposed to OHWI inside the graph (GPU targets); false: the library takes the
+    # OIHW weight beside the channels-last input (oneDNN reorders its weights itself anyway)
+    transpose_weights: bool = True
+
     def run(self, module: ir.Operation) -> None:
         from .ember_convert_externs import public_functions
         with module.context, ir.Location.unknown():
             for fn in public_functions(module):
-                channels_last(fn)
+                channels_last(fn, self.transpose_weights)

@@ -82,11 +82,14 @@ def _convolution(p: dict[str, Any]) -> ExternFn:
     output_padding = list(p.get("output_padding", [0] * len(stride)))
 
     nhwc = bool(p.get("channels_last", False))
+    ohwi = bool(p.get("ohwi_weight", False))
 
     def run(ins, outs):
         x, w = ins[0], ins[1]
         if nhwc:    # NHWC / OHWI buffers (ember-channels-last): channels-last views of them
-            x, w = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)
+            x = x.permute(0, 3, 1, 2)
+        if ohwi:
+            w = w.permute(0, 3, 1, 2)
         bias = ins[2] if len(ins) > 2 else None
         if bias is not None and bias.dtype != x.dtype:
             # a bf16 conv's bias widened to the f32 accumulator type: cuDNN/oneDNN take it
