@@ -216,7 +216,7 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.channels_last is True or (options.channels_last == "auto"
                                          and target in CHANNELS_LAST_TARGETS):
         layout = "ember-channels-last,"
-    return (f"builtin.module(ember-convert-externs,{layout}ember-library-views,"
+    return (f"builtin.module(ember-convert-externs,ember-library-views,{layout}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")
