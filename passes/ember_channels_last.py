@@ -136,6 +136,68 @@ def _rewrite_pool(op) -> bool:
     return True
 
 
+def _int_list(attr) -> list[int]:
+    return [int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(attr)]
+
+
+def _pool_kernel(op) -> bool:
+    """A channels-last `aten.max_pool2d` / `aten.sum_pool2d` extern as a window reduction over
+    the NHWC buffer, padded with the reduction's identity:
+    out[n, oh, ow, c] = max over (kh, kw) of pad(X)[n, oh*s + kh*d, ow*s + kw*d, c]. ember-fuse
+    puts the pad and the producers of X (BatchNorm, ReLU) in the same kernel, so X is not
+    written at all, and no index tensor is (the library's max pooling writes int64 indices)."""
+    from torch_mlir.dialects import arith, linalg, tensor
+    p = _params(op)
+    if "channels_last" not in p:
+        return False
+    x = op.operands[0]
+    xt, rt = ir.RankedTensorType(x.type), ir.RankedTensorType(op.results[0].type)
+    kh, kw = ir.RankedTensorType(op.operands[1].type).shape
+    stride, padding, dilation = (_int_list(p[k]) for k in ("stride", "padding", "dilation"))
+    elt = xt.element_type
+    if not isinstance(elt, (ir.F32Type, ir.BF16Type, ir.F16Type)):
+        return False
+    is_max = extern_callee(op) == "aten.max_pool2d"
+    n, h, w, c = xt.shape
+    _, oh, ow, _ = rt.shape
+    high = [max(0, (o - 1) * s + d * (k - 1) + 1 - (size + q))
+            for o, s, d, k, size, q in zip((oh, ow), stride, dilation, (kh, kw), (h, w), padding)]
+    low = [0, padding[0], padding[1], 0]
+    high = [0, high[0], high[1], 0]
+    padded = [n, h + low[1] + high[1], w + low[2] + high[2], c]
+    with ir.InsertionPoint(op), op.location:
+        ident = arith.ConstantOp(elt, float("-inf") if is_max else 0.0).result
+        if low != [0] * 4 or high != [0] * 4:
+            pad = tensor.PadOp(ir.RankedTensorType.get(padded, elt), x, [], [], low, high)
+            block = pad.regions[0].blocks.append(*[ir.IndexType.get()] * 4)
+            with ir.InsertionPoint(block):
+                tensor.YieldOp(ident)
+            x = pad.result
+        empty = tensor.EmptyOp(list(rt.shape), elt)
+        init = linalg.fill(ident, outs=[empty.result])
+        init = init if isinstance(init, ir.Value) else init.results[0]
+        dim = ir.AffineExpr.get_dim
+        read = ir.AffineMap.get(6, 0, [dim(0), dim(1) * stride[0] + dim(4) * dilation[0],
+                                       dim(2) * stride[1] + dim(5) * dilation[1], dim(3)])
+        out = ir.AffineMap.get(6, 0, [dim(0), dim(1), dim(2), dim(3)])
+        par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+        red = ir.Attribute.parse("#linalg.iterator_type<reduction>")
+        win = tensor.EmptyOp([kh, kw], elt)     # the window's shape, as linalg pooling takes it
+        win_map = ir.AffineMap.get(6, 0, [dim(4), dim(5)])
+        gen = linalg.GenericOp([rt], [x, win.result], [init],
+                               ir.ArrayAttr.get([ir.AffineMapAttr.get(m)
+                                                 for m in (read, win_map, out)]),
+                               ir.ArrayAttr.get([par] * 4 + [red] * 2))
+        body = gen.regions[0].blocks.append(elt, elt, elt)
+        with ir.InsertionPoint(body):
+            a, acc = body.arguments[0], body.arguments[2]
+            v = arith.MaximumFOp(a, acc) if is_max else arith.AddFOp(a, acc)
+            linalg.YieldOp([v.result])
+    op.results[0].replace_all_uses_with(gen.results[0])
+    op.erase()
+    return True
+
+
 def _maps(op) -> list:
     return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
 
@@ -226,7 +288,7 @@ def _erase_dead(fn) -> None:
                     changed = True
 
 
-def channels_last(fn, weights: bool = True) -> int:
+def channels_last(fn, weights: bool = True, pool_kernels: bool = True) -> int:
     """Rewrites one function body (see the module docstring); returns the convolutions made
     channels-last (none: nothing else is touched)."""
     convs = [op for block in fn.regions[0].blocks for op in block.operations
@@ -241,7 +303,8 @@ def channels_last(fn, weights: bool = True) -> int:
             if name == "linalg.generic":
                 _rewrite_generic(op)
             elif name == EXTERN_OP and extern_callee(op) in _POOLS:
-                _rewrite_pool(op)
+                if _rewrite_pool(op) and pool_kernels:
+                    _pool_kernel(op)
     _fold_transposes(fn)
     _erase_dead(fn)
     return n
@@ -260,9 +323,12 @@ class EmberChannelsLast(Pass):
     # weights transposed to OHWI inside the graph (GPU targets); false: the library takes the
     # OIHW weight beside the channels-last input (oneDNN reorders its weights itself anyway)
     transpose_weights: bool = True
+    # channels-last pooling as a generated window reduction (fused with its producers) instead
+    # of the library's kernel
+    pool_kernels: bool = True
 
     def run(self, module: ir.Operation) -> None:
         from .ember_convert_externs import public_functions
         with module.context, ir.Location.unknown():
             for fn in public_functions(module):
-                channels_last(fn, self.transpose_weights)
+                channels_last(fn, self.transpose_weights, self.pool_kernels)

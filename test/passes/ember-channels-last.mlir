@@ -1,18 +1,23 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last)' | FileCheck %s
-// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{transpose-weights=false})' | FileCheck %s --check-prefix=OIHW
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{transpose-weights=false pool-kernels=false})' | FileCheck %s --check-prefix=OIHW
 
 // conv -> BatchNorm-like affine (a per-channel operand) -> ReLU -> max pool -> conv + residual.
 // Every convolution takes an NHWC input and an OHWI weight and writes NHWC; the pointwise
 // generics iterate (n, h, w, c) over NHWC buffers (the per-channel operand is read through
 // d3); the pool reads and writes NHWC; the only transposes left are the graph input's, the
 // weights' and the one the reduction at the end reads through (no transpose between convs).
+// CHECK-DAG:   #[[WIN:map[0-9]*]] = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>
 // CHECK-LABEL: func.func @stem
 // CHECK-DAG:     %[[X:.*]] = linalg.transpose ins(%arg0 : tensor<2x3x16x16xf32>) {{.*}} permutation = [0, 2, 3, 1]
 // CHECK-DAG:     %[[W1:.*]] = linalg.transpose ins(%arg1 : tensor<8x3x3x3xf32>) {{.*}} permutation = [0, 2, 3, 1]
 // CHECK:         %[[C1:.*]] = "ember.extern"(%[[X]], %[[W1]]) {callee = "aten.convolution", params = {channels_last = true, {{.*}}ohwi_weight = true{{.*}}} : (tensor<2x16x16x3xf32>, tensor<8x3x3x3xf32>) -> tensor<2x16x16x8xf32>
 // CHECK:         %[[BN:.*]] = linalg.generic {indexing_maps = [#[[ID:map[0-9]*]], #[[CH:map[0-9]*]], #[[ID]]], {{.*}} ins(%[[C1]], %arg2 : tensor<2x16x16x8xf32>, tensor<8x1x1xf32>) outs(%{{.*}} : tensor<2x16x16x8xf32>)
 // CHECK:         %[[R:.*]] = linalg.generic {{.*}} ins(%[[BN]] : tensor<2x16x16x8xf32>) outs(%{{.*}} : tensor<2x16x16x8xf32>)
-// CHECK:         %[[P:.*]] = "ember.extern"(%[[R]], %{{.*}}) {callee = "aten.max_pool2d", params = {channels_last = true, {{.*}}} : (tensor<2x16x16x8xf32>, tensor<3x3xf32>) -> tensor<2x8x8x8xf32>
+// CHECK:         %[[PAD:.*]] = tensor.pad %[[R]] low[0, 1, 1, 0] high[0, 0, 0, 0]
+// CHECK:           tensor.yield %[[NEGINF:.*]] : f32
+// CHECK:         %[[INIT:.*]] = linalg.fill ins(%[[NEGINF]] : f32) outs(%{{.*}} : tensor<2x8x8x8xf32>)
+// CHECK:         %[[P:.*]] = linalg.generic {indexing_maps = [#[[WIN]], #{{.*}}, #{{.*}}], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%[[PAD]], %{{.*}} : tensor<2x17x17x8xf32>, tensor<3x3xf32>) outs(%[[INIT]] : tensor<2x8x8x8xf32>)
+// CHECK:           arith.maximumf
 // CHECK:         %[[W2:.*]] = linalg.transpose ins(%arg3 : tensor<8x8x3x3xf32>)
 // CHECK:         %[[C2:.*]] = "ember.extern"(%[[P]], %[[W2]]) {callee = "aten.convolution"
 // CHECK:         %[[ADD:.*]] = linalg.generic {{.*}} ins(%[[C2]], %[[P]] : tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>)
@@ -23,6 +28,7 @@
 // OIHW-LABEL: func.func @stem
 // OIHW:         "ember.extern"(%{{.*}}, %arg1) {callee = "aten.convolution", params = {channels_last = true, dilation
 // OIHW-NOT:     ohwi_weight
+// OIHW:         "ember.extern"(%{{.*}}, %{{.*}}) {callee = "aten.max_pool2d", params = {channels_last = true, {{.*}}} : (tensor<2x16x16x8xf32>, tensor<3x3xf32>) -> tensor<2x8x8x8xf32>
 // OIHW:         "ember.extern"(%{{.*}}, %arg3) {callee = "aten.convolution", params = {channels_last = true, dilation
 #id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #ch = affine_map<(d0, d1, d2, d3) -> (d1, 0, 0)>

@@ -174,3 +174,41 @@ def test_outputs_have_eager_strides(target, device, memory_format, spy):
     assert_close(out, ref)
     assert out.stride() == ref.stride(), (out.stride(), ref.stride())
     assert spy == [(True, True, True)] * 2, spy
+
+
+class Pools(nn.Module):
+    """Max pooling with ceil mode and dilation, average pooling with padding (counted and not),
+    each after a convolution's pointwise epilogue."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, C, 3)
+        self.conv2 = nn.Conv2d(C, C, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        a = nn.functional.max_pool2d(y, 3, 2, 1, ceil_mode=True)
+        b = nn.functional.max_pool2d(y - 1.0, 2, 1, 0, dilation=2)
+        z = self.conv2(a)
+        c = nn.functional.avg_pool2d(z, 3, 2, 1, count_include_pad=False)
+        d = nn.functional.avg_pool2d(z * z, 2, ceil_mode=True)
+        return a.sum() + b.mean(), c, d
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pooling_kernels(target, device, dtype):
+    """Channels-last pooling is a generated window reduction over the NHWC buffer (no
+    library pooling call left), with eager's results, ceil mode, dilation and padding."""
+    torch.manual_seed(0)
+    model = Pools().to(device, dtype)
+    x = torch.randn(2, 3, 11, 11, device=device, dtype=dtype)
+    with torch.no_grad():
+        out = _compile(model, target, channels_last=True)(x)
+        ref = model(x)
+    check_fallbacks()
+    assert_close(out, ref)
+    (report,) = ember.last_reports()
+    # the two convolutions (bf16 average pooling is eager's own library call, which rounds
+    # as eager does: those two stay)
+    assert report["num_externs"] == (2 if dtype == torch.float32 else 4), report
+    assert sum("amax" in g for g in report["fused_groups"]) == 2, report["fused_groups"]
