@@ -11,14 +11,22 @@ buffers are row-major in the IR's shapes, so a channels-last buffer is a value o
 its NCHW meaning is a `linalg.transpose` (permutation [0, 3, 1, 2]) of it, which a kernel reads
 as an indexing map and which this pass reads through.
 
-Invariant established, in every public function, for statically shaped values:
+Which functions: those with at least `min-convs` (2) eligible convolutions (2-d, not
+transposed, static shapes) whose flops, weighted by Inductor's measured channels-last factors
+per kind of convolution (`pays_off`: grouped convolutions with several input channels per group
+run slower channels-last), do not grow. Others are left as they are.
+
+Invariant established, in every such public function, for statically shaped values:
 
 * every `aten.convolution` extern of a 4-d input that is not transposed takes its input as an
   NHWC value (the source X of an `nchw = linalg.transpose(X) [0, 3, 1, 2]` operand, otherwise a
   new transpose of the operand) and its weight as an OHWI value (a new transpose: a small copy
   kernel inside the graph, as Inductor makes), has an NHWC result and `channels_last = true`
   in its params; its former result is the transpose of the new one;
-* likewise `aten.max_pool2d` / `aten.sum_pool2d` externs whose input is such a transpose;
+* likewise `aten.max_pool2d` / `aten.sum_pool2d` externs whose input is such a transpose; with
+  `pool-kernels` (the default) they are then a `linalg.generic` window reduction (max / add
+  over (kh, kw)) of a `tensor.pad` (the identity as padding) of the NHWC buffer, which
+  ember-fuse fuses with the BatchNorm / ReLU before it;
 * a `linalg.generic` with four parallel loops, identity output maps and 4-d results, reading at
   least one such transpose, used by something other than `func.return`, iterates (n, h, w, c):
   its results are NHWC values (their former values are transposes of them) and it reads the
@@ -41,7 +49,7 @@ from torch_mlir import ir
 
 from ..dialects.contract import EXTERN_OP
 from ..dialects.ember import extern_callee
-from .base import Pass
+from .base import Pass, option
 from .graph_utils import defining_op, op_name
 from .ir_queries import iterator_types
 
@@ -288,11 +296,50 @@ def _erase_dead(fn) -> None:
                     changed = True
 
 
-def channels_last(fn, weights: bool = True, pool_kernels: bool = True) -> int:
+def _eligible(op) -> bool:
+    p = _params(op)
+    return (not ("transposed" in p and ir.BoolAttr(p["transposed"]).value)
+            and "channels_last" not in p
+            and all(_static4(v) for v in (op.operands[0], op.operands[1], op.results[0])))
+
+
+# Inductor's measured channels-last speed-up per kind of convolution (its layout
+# optimisation, torch/_inductor/graph.py `decide_layout_opt`: < 1 is faster channels-last)
+_GROUPED, _SMALL, _IN_OUT, _DEFAULT = 1.358, 0.783, 0.725, 0.823
+
+
+def pays_off(convs: list) -> bool:
+    """Whether channels-last is expected to be faster for these convolutions as a whole: their
+    flops weighted by Inductor's per-kind factors (grouped convolutions with more than one
+    input channel per group run slower channels-last) do not exceed the plain flops."""
+    total = weighted = 0.0
+    for op in convs:
+        f, cg, kh, kw = ir.RankedTensorType(op.operands[1].type).shape
+        n, fo, oh, ow = ir.RankedTensorType(op.results[0].type).shape
+        flops = 2.0 * n * fo * oh * ow * cg * kh * kw
+        groups = int(ir.IntegerAttr(_params(op)["groups"]).value) if "groups" in _params(op) \
+            else 1
+        if groups > 1 and cg > 1:
+            factor = _GROUPED
+        elif f <= 64 and cg <= 64:
+            factor = _SMALL
+        elif f * 2 <= cg and kh > 1:
+            factor = _IN_OUT
+        else:
+            factor = _DEFAULT
+        total += flops
+        weighted += flops * factor
+    return weighted <= total
+
+
+def channels_last(fn, weights: bool = True, pool_kernels: bool = True,
+                  min_convs: int = 2) -> int:
     """Rewrites one function body (see the module docstring); returns the convolutions made
     channels-last (none: nothing else is touched)."""
     convs = [op for block in fn.regions[0].blocks for op in block.operations
-             if op_name(op) == EXTERN_OP and extern_callee(op) == _CONV]
+             if op_name(op) == EXTERN_OP and extern_callee(op) == _CONV and _eligible(op)]
+    if len(convs) < max(1, min_convs) or not pays_off(convs):
+        return 0
     n = sum(_rewrite_conv(op, weights) for op in convs)
     if not n:
         return 0
@@ -326,9 +373,12 @@ class EmberChannelsLast(Pass):
     # channels-last pooling as a generated window reduction (fused with its producers) instead
     # of the library's kernel
     pool_kernels: bool = True
+    # a function with fewer eligible convolutions is left NCHW: converting its input and
+    # weights costs what cuDNN's own transforms cost, in more kernels
+    min_convs: int = option(2, min=1)
 
     def run(self, module: ir.Operation) -> None:
         from .ember_convert_externs import public_functions
         with module.context, ir.Location.unknown():
             for fn in public_functions(module):
-                channels_last(fn, self.transpose_weights, self.pool_kernels)
+                channels_last(fn, self.transpose_weights, self.pool_kernels, self.min_convs)

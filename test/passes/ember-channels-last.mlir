@@ -1,5 +1,6 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last)' | FileCheck %s
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{transpose-weights=false pool-kernels=false})' | FileCheck %s --check-prefix=OIHW
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{min-convs=1})' | FileCheck %s --check-prefix=ONE
 
 // conv -> BatchNorm-like affine (a per-channel operand) -> ReLU -> max pool -> conv + residual.
 // Every convolution takes an NHWC input and an OHWI weight and writes NHWC; the pointwise
@@ -73,15 +74,20 @@ module {
 // A channels-last graph input (the frontend passes it as its NHWC buffer and permutes it back)
 // feeds the convolution as it is, and a result eager returns channels-last (a permute of the
 // NCHW value) is the NHWC buffer itself: no transpose is left. A pointwise result that is
-// only returned keeps NCHW (it is written once, where it is computed).
+// only returned keeps NCHW (it is written once, where it is computed). That with min-convs=1:
+// by default a function with one convolution is left as it is (converting its input and weight
+// costs what cuDNN's own transforms cost, in more kernels).
 // CHECK-LABEL: func.func @channels_last_io
-// CHECK-NOT:     permutation = [0, 3, 1, 2]
-// CHECK:         %[[W:.*]] = linalg.transpose ins(%arg1 : tensor<4x3x1x1xf32>)
-// CHECK-NOT:     permutation = [0, 3, 1, 2]
-// CHECK:         %[[C:.*]] = "ember.extern"(%arg0, %[[W]]) {callee = "aten.convolution"{{.*}} -> tensor<2x8x8x4xf32>
-// CHECK:         %[[T:.*]] = linalg.transpose ins(%[[C]] : tensor<2x8x8x4xf32>) {{.*}} permutation = [0, 3, 1, 2]
-// CHECK:         %[[G:.*]] = linalg.generic {{.*}} ins(%[[T]] : tensor<2x4x8x8xf32>) outs(%{{.*}} : tensor<2x4x8x8xf32>)
-// CHECK:         return %[[C]], %[[G]] : tensor<2x8x8x4xf32>, tensor<2x4x8x8xf32>
+// CHECK-NOT:     channels_last
+// CHECK:         return
+// ONE-LABEL: func.func @channels_last_io
+// ONE-NOT:       permutation = [0, 3, 1, 2]
+// ONE:           %[[W:.*]] = linalg.transpose ins(%arg1 : tensor<4x3x1x1xf32>)
+// ONE-NOT:       permutation = [0, 3, 1, 2]
+// ONE:           %[[C:.*]] = "ember.extern"(%arg0, %[[W]]) {callee = "aten.convolution"{{.*}} -> tensor<2x8x8x4xf32>
+// ONE:           %[[T:.*]] = linalg.transpose ins(%[[C]] : tensor<2x8x8x4xf32>) {{.*}} permutation = [0, 3, 1, 2]
+// ONE:           %[[G:.*]] = linalg.generic {{.*}} ins(%[[T]] : tensor<2x4x8x8xf32>) outs(%{{.*}} : tensor<2x4x8x8xf32>)
+// ONE:           return %[[C]], %[[G]] : tensor<2x8x8x4xf32>, tensor<2x4x8x8xf32>
 #id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 module {
   func.func @channels_last_io(%arg0: tensor<2x8x8x3xf32>, %arg1: tensor<4x3x1x1xf32>) -> (tensor<2x8x8x4xf32>, tensor<2x4x8x8xf32>) {
@@ -117,5 +123,21 @@ module {
       linalg.yield %9 : f32
     } -> tensor<2x3x4x5xf32>
     return %g : tensor<2x3x4x5xf32>
+  }
+}
+
+// -----
+
+// Convolutions grouped with several input channels per group run slower channels-last
+// (Inductor's measured factors): left as they are.
+// CHECK-LABEL: func.func @grouped
+// CHECK-NOT:     channels_last
+// CHECK-NOT:     linalg.transpose
+// CHECK:         return
+module {
+  func.func @grouped(%arg0: tensor<2x8x8x8xf32>, %arg1: tensor<8x4x3x3xf32>, %arg2: tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32> {
+    %c = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 2 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32>
+    %d = "ember.extern"(%c, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 2 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32>
+    return %d : tensor<2x8x8x8xf32>
   }
 }
