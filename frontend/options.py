@@ -77,7 +77,9 @@ class CompileOptions:
     channels_last: lay a convolution network out channels-last as a whole (ember-channels-last:
       2-d convolutions, pooling and the kernels between them read and write NHWC buffers, so
       cuDNN / oneDNN transform no layouts around each convolution); "auto" does so on the
-      targets in CHANNELS_LAST_TARGETS, True / False on every target / none.
+      targets in CHANNELS_LAST_TARGETS for graphs without batch statistics (inference; a
+      training forward's BatchNorm statistics would read NHWC across rows, and the backward's
+      convolutions stay NCHW), True on every target and every graph, False nowhere.
     """
 
     target: str = "auto"
@@ -213,8 +215,9 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
     # come from (frontend/compile_module.explained).
     layout = ""
-    if options.channels_last is True or (options.channels_last == "auto"
-                                         and target in CHANNELS_LAST_TARGETS):
+    if options.channels_last is True:
+        layout = "ember-channels-last{with-statistics=true},"
+    elif options.channels_last == "auto" and target in CHANNELS_LAST_TARGETS:
         layout = "ember-channels-last,"
     return (f"builtin.module(ember-convert-externs,ember-library-views,{layout}"
             f"ember-fuse{{max-group-size={options.max_group_size} "

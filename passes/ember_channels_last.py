@@ -16,6 +16,9 @@ transposed, static shapes) whose flops, weighted by Inductor's measured channels
 per kind of convolution (`pays_off`: grouped convolutions with several input channels per group
 run slower channels-last), do not grow. Others are left as they are.
 
+A function that computes batch statistics (a reduction of a 4-d tensor over its batch and
+spatial dims: a training forward's BatchNorm) is left as it is unless `with-statistics`.
+
 Invariant established, in every such public function, for statically shaped values:
 
 * every `aten.convolution` extern of a 4-d input that is not transposed takes its input as an
@@ -332,13 +335,31 @@ def pays_off(convs: list) -> bool:
     return weighted <= total
 
 
+def batch_statistics(fn) -> bool:
+    """Whether `fn` reduces a 4-d tensor over its batch and spatial dims (training BatchNorm's
+    mean and variance): such a reduction would read an NHWC buffer across its rows."""
+    for block in fn.regions[0].blocks:
+        for op in block.operations:
+            if op_name(op) != "linalg.generic" or "reduction" not in iterator_types(op):
+                continue
+            red = {i for i, t in enumerate(iterator_types(op)) if t == "reduction"}
+            for m, v in zip(_maps(op), op.opview.inputs):
+                dims = [ir.AffineDimExpr(e).position if isinstance(e, ir.AffineDimExpr)
+                        else None for e in m.results]
+                if len(dims) == 4 and dims[0] in red and dims[2] in red:
+                    return True
+    return False
+
+
 def channels_last(fn, weights: bool = True, pool_kernels: bool = True,
-                  min_convs: int = 2) -> int:
+                  min_convs: int = 2, with_statistics: bool = False) -> int:
     """Rewrites one function body (see the module docstring); returns the convolutions made
     channels-last (none: nothing else is touched)."""
     convs = [op for block in fn.regions[0].blocks for op in block.operations
              if op_name(op) == EXTERN_OP and extern_callee(op) == _CONV and _eligible(op)]
     if len(convs) < max(1, min_convs) or not pays_off(convs):
+        return 0
+    if not with_statistics and batch_statistics(fn):
         return 0
     n = sum(_rewrite_conv(op, weights) for op in convs)
     if not n:
@@ -376,9 +397,14 @@ class EmberChannelsLast(Pass):
     # a function with fewer eligible convolutions is left NCHW: converting its input and
     # weights costs what cuDNN's own transforms cost, in more kernels
     min_convs: int = option(2, min=1)
+    # lay out functions that compute batch statistics too (a training forward's BatchNorm):
+    # off by default, as their reductions would read NHWC buffers across rows, and the
+    # backward's convolutions (library calls) stay NCHW
+    with_statistics: bool = False
 
     def run(self, module: ir.Operation) -> None:
         from .ember_convert_externs import public_functions
         with module.context, ir.Location.unknown():
             for fn in public_functions(module):
-                channels_last(fn, self.transpose_weights, self.pool_kernels, self.min_convs)
+                channels_last(fn, self.transpose_weights, self.pool_kernels, self.min_convs,
+                              self.with_statistics)

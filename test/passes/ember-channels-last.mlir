@@ -1,6 +1,7 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last)' | FileCheck %s
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{transpose-weights=false pool-kernels=false})' | FileCheck %s --check-prefix=OIHW
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{min-convs=1})' | FileCheck %s --check-prefix=ONE
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{with-statistics=true})' | FileCheck %s --check-prefix=STATS
 
 // conv -> BatchNorm-like affine (a per-channel operand) -> ReLU -> max pool -> conv + residual.
 // Every convolution takes an NHWC input and an OHWI weight and writes NHWC; the pointwise
@@ -139,5 +140,32 @@ module {
     %c = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 2 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32>
     %d = "ember.extern"(%c, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 2 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32>
     return %d : tensor<2x8x8x8xf32>
+  }
+}
+
+// -----
+
+// A training forward: BatchNorm's batch statistics (a reduction over N, H and W) would read the
+// NHWC buffer across its rows; left as it is unless with-statistics.
+// CHECK-LABEL: func.func @statistics
+// CHECK-NOT:     channels_last
+// STATS-LABEL: func.func @statistics
+// STATS:         channels_last = true
+// STATS:         channels_last = true
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#c = affine_map<(d0, d1, d2, d3) -> (d1)>
+module {
+  func.func @statistics(%arg0: tensor<2x8x8x8xf32>, %arg1: tensor<8x8x3x3xf32>, %arg2: tensor<8x8x3x3xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x8x8xf32>
+    %e = tensor.empty() : tensor<8xf32>
+    %z = linalg.fill ins(%cst : f32) outs(%e : tensor<8xf32>) -> tensor<8xf32>
+    %s = linalg.generic {indexing_maps = [#id, #c], iterator_types = ["reduction", "parallel", "reduction", "reduction"]} ins(%c : tensor<2x8x8x8xf32>) outs(%z : tensor<8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %9 = arith.addf %in, %out : f32
+      linalg.yield %9 : f32
+    } -> tensor<8xf32>
+    %d = "ember.extern"(%c, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x8x8xf32>
+    return %d, %s : tensor<2x8x8x8xf32>, tensor<8xf32>
   }
 }
