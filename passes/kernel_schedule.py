@@ -190,6 +190,13 @@ class KernelSchedule:
                 for k, e in enumerate(m.results):
                     if isinstance(e, ir.AffineDimExpr):
                         uf.union((v, k), (op, "loop", ir.AffineDimExpr(e).position))
+            for m, v in zip(maps, ins):
+                for k, e in enumerate(m.results):
+                    loops = _expr_dims(e)
+                    if loops and not isinstance(e, ir.AffineDimExpr):
+                        # a window read (pooling: oh * 2 + kh): the operand's index follows
+                        # from the loops' (computed where it is read, see _derived)
+                        self._reads.append(((v, k), [(op, "loop", j) for j in loops]))
             for j in range(len(iterator_types(op))):
                 uf.find((op, "loop", j))
         elif name in ("linalg.fill", "linalg.transpose", "linalg.broadcast"):
@@ -283,7 +290,8 @@ class KernelSchedule:
         real loops (checked apart)."""
         merges = [(self.gid(*whole), [self.gid(*p) for p in parts])
                   for whole, parts in self._merges]
-        reads = [(self.gid(*dim), [self.gid(*f) for f in frm]) for dim, frm in self._reads]
+        key = lambda k: self._gid[self._uf.find(k)]     # (value, dim) or (op, "loop", j)
+        reads = [(key(dim), [key(f) for f in frm]) for dim, frm in self._reads]
         known = set(loops)
         changed = True
         while changed:
@@ -380,6 +388,18 @@ class KernelSchedule:
                 if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
                                         "access)", op.location, INDEX_MISMATCH)
+
+
+def _expr_dims(e) -> list[int]:
+    """The loop dims an affine expression reads (sorted)."""
+    if isinstance(e, ir.AffineDimExpr):
+        return [ir.AffineDimExpr(e).position]
+    for cls in (ir.AffineAddExpr, ir.AffineMulExpr, ir.AffineFloorDivExpr, ir.AffineModExpr,
+                ir.AffineCeilDivExpr):
+        if isinstance(e, cls):
+            b = cls(e)
+            return sorted(set(_expr_dims(b.lhs)) | set(_expr_dims(b.rhs)))
+    return []
 
 
 def _is_read(block_arg) -> bool:
