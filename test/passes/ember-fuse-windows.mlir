@@ -1,14 +1,18 @@
 // A window reduction (ember-channels-last's max pooling over an NHWC buffer) reads its padded
-// operand at oh * 2 + kh: the pad and the pointwise ops before it (BatchNorm's scale, ReLU) are
-// computed where the window reads them, in the reduction's kernel (kernel_schedule's derived
-// dims), so neither the ReLU's result nor the padded tensor is written.
+// operand at oh * 2 + kh: the pad is index arithmetic in the reduction's kernel (a clamped,
+// selected read: kernel_schedule's derived dims), so the padded tensor is never written. The
+// pointwise ops before it (BatchNorm's scale, ReLU) are read by several windows each: they stay
+// in a kernel of their own, computed once per element, not once per window element.
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{target=triton},canonicalize)' | FileCheck %s
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{target=cpu},canonicalize)' | FileCheck %s
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{target=triton explain=true})' --verify-diagnostics -o /dev/null
 
 // CHECK-LABEL: func.func @bn_relu_maxpool
-// CHECK-NEXT:    %[[R:.*]] = call @[[K:ember_fused_[a-z_]*0]](%arg0, %arg1) : (tensor<2x16x16x8xf32>, tensor<8xf32>) -> tensor<2x8x8x8xf32>
+// CHECK-NEXT:    %[[A:.*]] = call @[[P:ember_fused_[a-z_]*0]](%arg0, %arg1) : (tensor<2x16x16x8xf32>, tensor<8xf32>) -> tensor<2x16x16x8xf32>
+// CHECK-NEXT:    %[[R:.*]] = call @[[K:ember_fused_[a-z_]*1]](%[[A]]) : (tensor<2x16x16x8xf32>) -> tensor<2x8x8x8xf32>
 // CHECK-NEXT:    return %[[R]]
-// CHECK:       func.func private @[[K]]({{.*}}) -> tensor<2x8x8x8xf32> attributes {ember.kernel = "reduction", ember.ops = ["max", "pad", "amax"]}
+// CHECK:       func.func private @[[P]]({{.*}}) -> tensor<2x16x16x8xf32> attributes {ember.kernel = "pointwise", ember.ops = ["max"]}
+// CHECK:       func.func private @[[K]]({{.*}}) -> tensor<2x8x8x8xf32> attributes {ember.kernel = "reduction", ember.ops = ["pad", "amax"]}
 #id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #ch = affine_map<(d0, d1, d2, d3) -> (d3)>
 #win = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>
@@ -24,6 +28,7 @@ func.func @bn_relu_maxpool(%x: tensor<2x16x16x8xf32>, %s: tensor<8xf32>) -> tens
     %r = arith.maximumf %m, %zero : f32
     linalg.yield %r : f32
   } -> tensor<2x16x16x8xf32>
+  // expected-remark @below {{unfused 'max' -> 'pad': index mismatch}}
   %p = tensor.pad %0 low[0, 1, 1, 0] high[0, 0, 0, 0] {
   ^bb0(%i0: index, %i1: index, %i2: index, %i3: index):
     tensor.yield %ninf : f32
