@@ -28,8 +28,9 @@ Invariant established, in every such public function, for statically shaped valu
   in its params; its former result is the transpose of the new one;
 * likewise `aten.max_pool2d` / `aten.sum_pool2d` externs whose input is such a transpose; with
   `pool-kernels` (the default) they are then a `linalg.generic` window reduction (max / add
-  over (kh, kw)) of a `tensor.pad` (the identity as padding) of the NHWC buffer, which
-  ember-fuse fuses with the BatchNorm / ReLU before it;
+  over (kh, kw)) of a `tensor.pad` (the identity as padding) of the NHWC buffer: one kernel
+  that reads the buffer with clamped window indices (the pad is index arithmetic) and writes
+  no int64 indices, unlike the library's max pooling;
 * a `linalg.generic` with four parallel loops, identity output maps and 4-d results, reading at
   least one such transpose, used by something other than `func.return`, iterates (n, h, w, c):
   its results are NHWC values (their former values are transposes of them) and it reads the
@@ -155,8 +156,9 @@ def _pool_kernel(op) -> bool:
     """A channels-last `aten.max_pool2d` / `aten.sum_pool2d` extern as a window reduction over
     the NHWC buffer, padded with the reduction's identity:
     out[n, oh, ow, c] = max over (kh, kw) of pad(X)[n, oh*s + kh*d, ow*s + kw*d, c]. ember-fuse
-    puts the pad and the producers of X (BatchNorm, ReLU) in the same kernel, so X is not
-    written at all, and no index tensor is (the library's max pooling writes int64 indices)."""
+    puts the pad in the reduction's kernel (clamped, selected reads); X's producers (BatchNorm,
+    ReLU) stay a kernel of their own (kernel_schedule: each element is read by several
+    windows). No index tensor is written (the library's max pooling writes int64 indices)."""
     from torch_mlir.dialects import arith, linalg, tensor
     p = _params(op)
     if "channels_last" not in p:
