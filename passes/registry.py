@@ -11,6 +11,7 @@ _PASSES: dict[str, type[Pass]] = {}
 def _load_builtin() -> dict[str, type[Pass]]:
     # The lowerings only print source text, so none of them needs a compiler here.
     from .ember_buffer_reuse import EmberBufferReuse
+    from .ember_channels_last import EmberChannelsLast
     from .ember_convert_externs import EmberConvertExterns
     from .ember_fuse import EmberFuse
     from .ember_library_views import EmberLibraryViews
@@ -19,8 +20,8 @@ def _load_builtin() -> dict[str, type[Pass]]:
     from .ember_matmul_template import EmberMatmulTemplate
     from .ember_split_reductions import EmberSplitReductions
     passes = {}
-    for cls in (EmberLibraryViews, EmberConvertExterns, EmberFuse, EmberBufferReuse, EmberLowerToCpp,
-                EmberLowerToTriton, EmberMatmulTemplate, EmberSplitReductions):
+    for cls in (EmberLibraryViews, EmberConvertExterns, EmberChannelsLast, EmberFuse, EmberBufferReuse,
+                EmberLowerToCpp, EmberLowerToTriton, EmberMatmulTemplate, EmberSplitReductions):
         if not cls.name or cls.name in passes:
             raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")
         passes[cls.name] = cls
