@@ -15,7 +15,8 @@ function, once per autotuning configuration that the autotuner's pruning keeps, 
 `jit_cache_hook`, which receives the serialized specialization (signature, constexprs,
 alignment attributes, options, target) and, returning True, skips the compile. The workers
 rebuild `ASTSource(fn, signature, constexprs, attrs)` from it, as Triton's `preload` does, and
-call `triton.compile`.
+call `triton.compile`. Requests already in Triton's cache (a warm start: a new process, the same
+graph) are found by the lookup `triton.compile` starts with and not sent: no worker starts.
 
 Invariant: nothing here changes what runs. A mispredicted request (an input that turns out
 misaligned), a worker that fails or times out, or a Triton without the hook only means the
@@ -200,7 +201,10 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
     raises: a failure is reported in the result and the launches compile for themselves."""
     try:
         requests = compile_requests(mod, launches, device)
-        return compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, requests, jobs)
+        missing = [r for r in requests if not in_triton_cache(mod, *r)]
+        result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, missing, jobs)
+        result["cached"] = len(requests) - len(missing)
+        return result
     except Exception as err:    # noqa: BLE001 -- the JIT path still compiles everything
         return {"ok": 0, "errors": [f"{type(err).__name__}: {err}"]}
 
@@ -220,9 +224,8 @@ def _decode_constant(value):
     return tuple(value) if isinstance(value, list) else value
 
 
-def compile_request(mod, fn_name: str, spec: str):
-    """Compiles one request as the launch will (the same ASTSource, target and options)."""
-    import triton
+def _request_source(mod, fn_name: str, spec: str):
+    """(ASTSource, target, backend, options) of one request, as the launch builds them."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
     obj = json.loads(spec)
@@ -238,7 +241,36 @@ def compile_request(mod, fn_name: str, spec: str):
     options = backend.parse_options({k: tuple(v) if isinstance(v, list) else v
                                      for k, v in obj["options"].items()})
     src = ASTSource(_jit(getattr(mod, fn_name)), signature, constexprs, attrs)
+    return src, target, backend, options
+
+
+def compile_request(mod, fn_name: str, spec: str):
+    """Compiles one request as the launch will (the same ASTSource, target and options)."""
+    import triton
+    src, target, _, options = _request_source(mod, fn_name, spec)
     return triton.compile(src, target=target, options=options.__dict__)
+
+
+def in_triton_cache(mod, fn_name: str, spec: str) -> bool:
+    """Whether Triton's cache already holds the compiled request: the lookup `triton.compile`
+    starts with (its cache key, the kernel's metadata file in that key's group), without
+    compiling. False on any doubt (the request is then compiled, as before)."""
+    try:
+        import hashlib
+        from triton import knobs
+        from triton.compiler.compiler import (get_cache_invalidating_env_vars, get_cache_key,
+                                              get_cache_manager)
+        if knobs.compilation.always_compile or knobs.runtime.add_stages_inspection_hook:
+            return False
+        src, _, backend, options = _request_source(mod, fn_name, spec)
+        options = backend.parse_options(dict(options.__dict__, **src.parse_options()))
+        key = get_cache_key(src, backend, options, env_vars=get_cache_invalidating_env_vars())
+        manager = get_cache_manager(hashlib.sha256(key.encode("utf-8")).hexdigest())
+        name = f"{src.name[:150]}.json"
+        group = manager.get_group(name)
+        return bool(group) and group.get(name) is not None
+    except Exception:   # noqa: BLE001 -- another Triton: compile it
+        return False
 
 
 def load_as(source: str, path: str, modname: str):

@@ -47,7 +47,16 @@ SCRIPT = textwrap.dedent('''
                      prog.values[i].offset or 0) for i in list(s.inputs) + list(s.outputs)]
             launches.append((s.name, args))
     reqs = triton_warm.compile_requests(mod, launches, "cuda")
+    cached_before = sum(triton_warm.in_triton_cache(mod, *r) for r in reqs)
     res = triton_warm.compile_pool(prog.source, path, mod.__name__, reqs, jobs=2)
+    cached_after = sum(triton_warm.in_triton_cache(mod, *r) for r in reqs)
+    # a warm start: everything is in Triton's cache, so no worker starts
+    started = []
+    real_run = triton_warm.run_workers
+    triton_warm.run_workers = lambda *a, **k: started.append(1) or real_run(*a, **k)
+    mod.__ember_source__ = prog.source
+    warm = triton_warm.precompile(mod, launches, "cuda")
+    triton_warm.run_workers = real_run
     cache = os.environ["TRITON_CACHE_DIR"]
     before = sorted(glob.glob(cache + "/*/*.cubin"))
     t0 = time.perf_counter()
@@ -57,6 +66,8 @@ SCRIPT = textwrap.dedent('''
     replay = time.perf_counter() - t0
     after = sorted(glob.glob(cache + "/*/*.cubin"))
     print(json.dumps({"requests": [r[0] for r in reqs], "res": res, "before": len(before),
+                      "cached_before": cached_before, "cached_after": cached_after,
+                      "warm": warm, "warm_workers": len(started),
                       "after": len(after), "replay_s": replay,
                       "variants": len(triton_warm.launch_variants(mod, launches, "cuda"))}))
 ''')
@@ -117,6 +128,10 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     assert len(r["requests"]) == r["variants"] == r["res"]["ok"]
     assert r["before"] == r["res"]["ok"]
     assert r["after"] == r["before"], "a launch missed the cache the workers filled"
+    # the cache lookup agrees with Triton's own: nothing before the pool, everything after
+    assert r["cached_before"] == 0 and r["cached_after"] == len(r["requests"])
+    assert r["warm"] == {"ok": 0, "errors": [], "cached": len(r["requests"])}
+    assert r["warm_workers"] == 0
 
 
 def test_option_turns_it_off(monkeypatch):
@@ -126,3 +141,22 @@ def test_option_turns_it_off(monkeypatch):
     from ember.frontend.options import CompileOptions, OptionsError
     with pytest.raises(OptionsError):
         CompileOptions(parallel_compile="yes")
+
+
+def test_pool_failure_is_reported_and_never_raises(monkeypatch):
+    """A worker that dies or a pool that cannot start costs only the parallelism: precompile
+    reports it and returns; each launch then compiles for itself (Triton's JIT, one by one)."""
+    from ember.runtime import triton_warm
+    monkeypatch.setattr(triton_warm, "run_workers",
+                        lambda argv, payloads, timeout: [(-9, "", "killed")] * len(payloads))
+    r = triton_warm.compile_pool("", "/nonexistent.py", "m", [("k", "{}")] * 3, jobs=2)
+    assert r["ok"] == 0 and len(r["errors"]) == 2 and "worker exit -9" in r["errors"][0]
+
+    def boom(*a, **k):
+        raise OSError("cannot start a process")
+    monkeypatch.setattr(triton_warm, "run_workers", boom)
+    monkeypatch.setattr(triton_warm, "compile_requests", lambda *a: [("k", "{}")])
+    monkeypatch.setattr(triton_warm, "in_triton_cache", lambda *a: False)
+    r = triton_warm.precompile(type("M", (), {"__ember_source__": "", "__file__": "x.py",
+                                              "__name__": "m"})(), [], "cuda")
+    assert r["ok"] == 0 and "cannot start a process" in r["errors"][0]
