@@ -214,6 +214,21 @@ def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
     return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
 
 
+def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
+    """A graph bound for a GPU: the Triton compile workers start now (once per process), so
+    that they import while AOTAutograd and the passes run (runtime/triton_warm.WorkerPool)."""
+    if not opts.parallel_compile:
+        return
+    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
+    if not any(d.type == "cuda" for d in devices):
+        return
+    from .options import resolve_target
+    from ..runtime.env import triton_interpreted
+    if resolve_target(opts.target, devices) in ("cuda", "rocm") and not triton_interpreted():
+        from ..runtime.triton_warm import start_pool
+        start_pool()
+
+
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """`torch.compile(model, backend="ember", options={...})`.
 
@@ -236,6 +251,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         else:
             options = {**(options or {}), "mode": mode}
     opts = CompileOptions.from_user(options)
+    _start_compile_workers(opts, example_inputs)
     base = new_graph_id("dynamo")
     # Where calls go: AOTAutograd's function, until a forward graph falls back whole.
     state: dict[str, Any] = {}

@@ -3,7 +3,8 @@
 A small graph (a pointwise kernel, autotuned over 3 configurations, and a reduction) is
 compiled through the interpreter to get its Program; a fresh interpreter (the Triton
 interpreter patches triton in place) with a stand-in driver that names sm_90 then finds the
-first call's compile requests, compiles them in 2 worker processes into a fresh Triton cache,
+first call's compile requests, compiles them in 2 worker processes (the process's pool, or
+workers started for the call) into a fresh Triton cache,
 and replays the launches' own compiles through Triton's JIT: each must be a cache hit (no new
 cache entry), which proves that the workers compiled exactly what the launches ask for.
 """
@@ -46,6 +47,8 @@ SCRIPT = textwrap.dedent('''
             args = [(tuple(prog.values[i].shape), getattr(torch, prog.values[i].dtype),
                      prog.values[i].offset or 0) for i in list(s.inputs) + list(s.outputs)]
             launches.append((s.name, args))
+    if sys.argv[3] == "pool":   # the process's pool (the backend starts it for GPU graphs)
+        triton_warm.start_pool(2)
     reqs = triton_warm.compile_requests(mod, launches, "cuda")
     cached_before = sum(triton_warm.in_triton_cache(mod, *r) for r in reqs)
     res = triton_warm.compile_pool(prog.source, path, mod.__name__, reqs, jobs=2)
@@ -68,6 +71,7 @@ SCRIPT = textwrap.dedent('''
     print(json.dumps({"requests": [r[0] for r in reqs], "res": res, "before": len(before),
                       "cached_before": cached_before, "cached_after": cached_after,
                       "warm": warm, "warm_workers": len(started),
+                      "pool": triton_warm._pool is not None and triton_warm._pool.jobs,
                       "after": len(after), "replay_s": replay,
                       "variants": len(triton_warm.launch_variants(mod, launches, "cuda"))}))
 ''')
@@ -114,7 +118,8 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "p.pkl"),
-                           str(tmp_path / "kernels.py")], env=env, capture_output=True,
+                           str(tmp_path / "kernels.py"), "pool" if fn is f else "one-shot"],
+                          env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -132,6 +137,7 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     assert r["cached_before"] == 0 and r["cached_after"] == len(r["requests"])
     assert r["warm"] == {"ok": 0, "errors": [], "cached": len(r["requests"])}
     assert r["warm_workers"] == 0
+    assert r["pool"] == (2 if fn is f else False)
 
 
 def test_option_turns_it_off(monkeypatch):
@@ -160,3 +166,34 @@ def test_pool_failure_is_reported_and_never_raises(monkeypatch):
     r = triton_warm.precompile(type("M", (), {"__ember_source__": "", "__file__": "x.py",
                                               "__name__": "m"})(), [], "cuda")
     assert r["ok"] == 0 and "cannot start a process" in r["errors"][0]
+
+
+def test_worker_pool_is_reused_and_replaces_dead_workers(tmp_path):
+    """The process's pool (started when a GPU graph reaches the backend): one worker answers
+    payload after payload; a killed worker, a bad request or a timeout costs that payload only,
+    and the next payload gets a fresh worker."""
+    from ember.runtime.triton_warm import WorkerPool
+    pool = WorkerPool(1)
+    pool.start()
+    first = pool._procs[0]
+    empty = {"source": "X = 1\n", "path": str(tmp_path / "m.py"), "module": "m_pool_test",
+             "requests": []}
+    try:
+        for _ in range(2):
+            (code, out, _), = pool.run([empty], timeout=300)
+            assert code == 0 and json.loads(out) == {"ok": 0, "errors": []}
+        assert pool._procs[0] is first, "a second payload started another worker"
+        (code, out, _), = pool.run([{**empty, "requests": [["nope", "{}"]]}], timeout=300)
+        assert code == 0 and json.loads(out)["errors"][0].startswith("nope: ")
+        first.kill()
+        first.wait()
+        (code, out, _), = pool.run([empty], timeout=300)
+        assert code == 0 and json.loads(out)["ok"] == 0 and pool._procs[0] is not first
+        slow = {**empty, "source": "import time\ntime.sleep(30)\n"}
+        (code, _, err), = pool.run([slow], timeout=0.5)
+        assert code == 124 and err.startswith("worker exit") and pool._procs[0] is None
+        (code, out, _), = pool.run([empty], timeout=300)
+        assert code == 0 and json.loads(out)["ok"] == 0
+    finally:
+        pool.close()
+    assert all(p is None for p in pool._procs)
