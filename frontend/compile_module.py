@@ -333,6 +333,12 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # planned_peak_bytes. (With CUDA graphs the arena comes from the graph's private pool,
     # whose size torch does not expose; it is not reported.)
     summary["runtime_arena_bytes"] = compiled.arena_bytes
+    pre = getattr(compiled, "precompiled", None)
+    if pre is not None:     # runtime/triton_warm.py: Triton compiles before the first launch
+        summary["triton_precompile"] = {"compiled": pre.get("ok", 0),
+                                        "cached": pre.get("cached", 0),
+                                        "errors": len(pre.get("errors", ())),
+                                        "seconds": pre.get("seconds")}
     if compiled.freed_inputs:     # donated inputs freed after their last use (not graphed)
         summary["inputs_freed"] = compiled.freed_inputs
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}

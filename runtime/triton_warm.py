@@ -350,11 +350,14 @@ def compile_pool(source: str, path: str, modname: str, requests, jobs: int | Non
 def precompile(mod, launches, device, jobs: int | None = None) -> dict:
     """compile_requests + compile_pool for a module loaded by runtime/py_module.py. Never
     raises: a failure is reported in the result and the launches compile for themselves."""
+    import time
+    t0 = time.perf_counter()
     try:
         requests = compile_requests(mod, launches, device)
         missing = [r for r in requests if not in_triton_cache(mod, *r)]
         result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, missing, jobs)
         result["cached"] = len(requests) - len(missing)
+        result["seconds"] = round(time.perf_counter() - t0, 3)
         return result
     except Exception as err:    # noqa: BLE001 -- the JIT path still compiles everything
         return {"ok": 0, "errors": [f"{type(err).__name__}: {err}"]}

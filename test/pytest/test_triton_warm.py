@@ -135,7 +135,9 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     assert r["after"] == r["before"], "a launch missed the cache the workers filled"
     # the cache lookup agrees with Triton's own: nothing before the pool, everything after
     assert r["cached_before"] == 0 and r["cached_after"] == len(r["requests"])
-    assert r["warm"] == {"ok": 0, "errors": [], "cached": len(r["requests"])}
+    assert r["warm"]["seconds"] >= 0
+    assert {k: v for k, v in r["warm"].items() if k != "seconds"} == {
+        "ok": 0, "errors": [], "cached": len(r["requests"])}
     assert r["warm_workers"] == 0
     assert r["pool"] == (2 if fn is f else False)
 
