@@ -287,14 +287,22 @@ class WorkerPool:
                     results[k] = (124, "", self._kill(k))
             return results
 
-    def close(self) -> None:
-        for k in range(self.jobs):
-            p = self._procs[k]
+    def close(self, grace: float = 2.0) -> None:
+        """Ends every worker: EOF on its stdin ends its loop; one still compiling after
+        `grace` seconds (all workers together) is killed."""
+        import time
+        for p in self._procs:
             if p is not None:
                 try:
-                    p.stdin.close()         # the worker's loop ends at EOF
-                    p.wait(timeout=5)
-                except Exception:   # noqa: BLE001
+                    p.stdin.close()
+                except OSError:
+                    pass
+        deadline = time.monotonic() + grace
+        for k, p in enumerate(self._procs):
+            if p is not None:
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except Exception:   # noqa: BLE001 -- killed below
                     pass
                 self._kill(k)
 
