@@ -215,8 +215,10 @@ def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
 
 
 def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
-    """A graph bound for a GPU: the Triton compile workers start now (once per process), so
-    that they import while AOTAutograd and the passes run (runtime/triton_warm.WorkerPool)."""
+    """A graph bound for a GPU on a cold start (Triton's cache empty): the Triton compile
+    workers start now (once per process), so that they import while AOTAutograd and the passes
+    run (runtime/triton_warm.WorkerPool). With a cache, they start only when a graph has
+    something to compile: a warm start starts none."""
     if not opts.parallel_compile:
         return
     devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
@@ -225,8 +227,9 @@ def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
     from .options import resolve_target
     from ..runtime.env import triton_interpreted
     if resolve_target(opts.target, devices) in ("cuda", "rocm") and not triton_interpreted():
-        from ..runtime.triton_warm import start_pool
-        start_pool()
+        from ..runtime.triton_warm import start_pool, triton_cache_is_empty
+        if triton_cache_is_empty():
+            start_pool()
 
 
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):

@@ -325,6 +325,20 @@ def start_pool(jobs: int | None = None) -> WorkerPool | None:
     return _pool
 
 
+def triton_cache_is_empty() -> bool:
+    """Whether Triton's cache directory (ember's, unless TRITON_CACHE_DIR is set) holds
+    nothing yet: a cold start, where every kernel will compile (the backend then starts the
+    pool at once; otherwise only when a graph has something to compile)."""
+    from .cache import use_for_triton
+    d = use_for_triton() or os.environ.get("TRITON_CACHE_DIR") or \
+        os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    try:
+        with os.scandir(d) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return True
+
+
 def compile_pool(source: str, path: str, modname: str, requests, jobs: int | None = None,
                  timeout: float = 600) -> dict:
     """Compiles `requests` (from compile_requests) in `jobs` worker processes (the process's
@@ -363,6 +377,8 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
     try:
         requests = compile_requests(mod, launches, device)
         missing = [r for r in requests if not in_triton_cache(mod, *r)]
+        if missing and _pool is None and jobs is None:
+            start_pool()    # kept for the next graphs of this process
         result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, missing, jobs)
         result["cached"] = len(requests) - len(missing)
         result["seconds"] = round(time.perf_counter() - t0, 3)

@@ -163,6 +163,7 @@ def test_pool_failure_is_reported_and_never_raises(monkeypatch):
     def boom(*a, **k):
         raise OSError("cannot start a process")
     monkeypatch.setattr(triton_warm, "run_workers", boom)
+    monkeypatch.setattr(triton_warm, "start_pool", lambda *a, **k: None)   # cannot start one
     monkeypatch.setattr(triton_warm, "compile_requests", lambda *a: [("k", "{}")])
     monkeypatch.setattr(triton_warm, "in_triton_cache", lambda *a: False)
     r = triton_warm.precompile(type("M", (), {"__ember_source__": "", "__file__": "x.py",
@@ -199,3 +200,15 @@ def test_worker_pool_is_reused_and_replaces_dead_workers(tmp_path):
     finally:
         pool.close()
     assert all(p is None for p in pool._procs)
+
+
+def test_cold_start_is_an_empty_triton_cache(monkeypatch, tmp_path):
+    """The backend starts the pool before tracing only on a cold start (nothing in Triton's
+    cache); a warm start starts no worker unless a graph has something to compile."""
+    from ember.runtime import triton_warm
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    assert triton_warm.triton_cache_is_empty()          # missing
+    (tmp_path / "triton").mkdir()
+    assert triton_warm.triton_cache_is_empty()          # empty
+    (tmp_path / "triton" / "ab").mkdir()
+    assert not triton_warm.triton_cache_is_empty()
