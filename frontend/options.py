@@ -186,6 +186,10 @@ def resolve_target(target: str, devices) -> str:
     return str(Target.CPU)
 
 
+# the pipeline element of ember-split-reductions (frontend/compile_module retries without it)
+SPLIT_PASS = "ember-split-reductions"
+
+
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
@@ -205,7 +209,10 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
             lower += "{" + " ".join(lower_opts) + "}"
     # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
     # come from (frontend/compile_module.explained).
-    return (f"builtin.module(ember-convert-externs,ember-library-views,"
+    # GPU reductions with few results are split for parallelism (the C++ path splits rows
+    # across threads in its code generator instead)
+    split = SPLIT_PASS + "," if backend.name == "triton" else ""
+    return (f"builtin.module(ember-convert-externs,ember-library-views,{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")

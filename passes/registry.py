@@ -17,9 +17,10 @@ def _load_builtin() -> dict[str, type[Pass]]:
     from .ember_lower_to_cpp import EmberLowerToCpp
     from .ember_lower_to_triton import EmberLowerToTriton
     from .ember_matmul_template import EmberMatmulTemplate
+    from .ember_split_reductions import EmberSplitReductions
     passes = {}
     for cls in (EmberLibraryViews, EmberConvertExterns, EmberFuse, EmberBufferReuse, EmberLowerToCpp,
-                EmberLowerToTriton, EmberMatmulTemplate):
+                EmberLowerToTriton, EmberMatmulTemplate, EmberSplitReductions):
         if not cls.name or cls.name in passes:
             raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")
         passes[cls.name] = cls
