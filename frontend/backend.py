@@ -246,10 +246,13 @@ def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
         return
     from .options import resolve_target
     from ..runtime.env import triton_interpreted
-    if resolve_target(opts.target, devices) in ("cuda", "rocm") and not triton_interpreted():
-        from ..runtime.triton_warm import start_pool, triton_cache_is_empty
-        if triton_cache_is_empty():
-            start_pool()
+    try:
+        if resolve_target(opts.target, devices) in ("cuda", "rocm") and not triton_interpreted():
+            from ..runtime.triton_warm import start_pool, triton_cache_is_empty
+            if triton_cache_is_empty():
+                start_pool()
+    except Exception:   # noqa: BLE001 -- an optimisation: precompile starts workers itself
+        pass
 
 
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
