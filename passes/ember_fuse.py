@@ -114,6 +114,8 @@ class EmberFuse(Pass):
         # Most bytes saved first; ties in program order (stable).
         edges.sort(key=lambda e: -e[0])
 
+        spans_of: list = [None]
+
         def horizon(b_ops):
             """No op after this one leads to the ops b_ops. Users come after their operands in
             the block, but a group is a kernel that runs at once, after all of its operands: an
@@ -121,8 +123,10 @@ class EmberFuse(Pass):
             earlier op (a group's ops need not be contiguous: groupnorm's backward made a
             cycle)."""
             hi = max(b_ops)
-            spans = sorted((min(ids), max(ids)) for ids in member_ids.values() if len(ids) > 1)
-            for lo, top in spans:
+            if spans_of[0] is None:     # the groups' spans change only when two merge
+                spans_of[0] = sorted((min(ids), max(ids)) for ids in member_ids.values()
+                                     if len(ids) > 1)
+            for lo, top in spans_of[0]:
                 if lo > hi:
                     break
                 hi = max(hi, top)
@@ -185,6 +189,7 @@ class EmberFuse(Pass):
             members[ga] = merged
             del members[gb]
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
+            spans_of[0] = None
 
         # A producer whose consumers read its result in other shapes (q, k and v sliced from
         # one bias add) fuses with none of them alone: it would stay a kernel result of
@@ -220,6 +225,7 @@ class EmberFuse(Pass):
                 del members[r]
                 member_ids[g] = member_ids[g] + member_ids.pop(r)
             members[g] = merged
+            spans_of[0] = None
 
         # Horizontal: kernels that read one value (a tensor, another kernel's or a library
         # call's results: the row sums of a LayerNorm backward, q/k/v's transposes), so that
@@ -264,6 +270,7 @@ class EmberFuse(Pass):
                 del members[r]
                 members[acc] = merged
                 member_ids[acc] = member_ids[acc] + member_ids.pop(r)
+                spans_of[0] = None
 
         groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
         if explain:
