@@ -19,6 +19,10 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
+if torch.cuda.is_available():
+    # these tests stand in a fake sm_90 driver for a machine without a GPU; on a GPU the pool
+    # compiles for the real device, which the benchmarks and test_cuda_graphs exercise
+    pytest.skip("the stand-in driver is for machines without a GPU", allow_module_level=True)
 
 import ember  # noqa: E402,F401
 from ember.runtime import executor  # noqa: E402
