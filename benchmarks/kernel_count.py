@@ -126,14 +126,15 @@ def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
         opt_step()
 
 
-def ember_counts(name, mode, target, layers, optimizer) -> list[dict]:
+def ember_counts(name, mode, target, layers, optimizer, debug_dir=None) -> list[dict]:
     import ember  # noqa: F401  (registers the backend)
     torch._dynamo.reset()
     model, inputs, loss = _model(name, layers)
     records: list = []
     with compile_only(records):
         _step(model.train() if mode.startswith("train") else model.eval(), inputs, loss, mode,
-              lambda f: torch.compile(f, backend="ember", options={"target": target}),
+              lambda f: torch.compile(f, backend="ember", options={"target": target,
+                                                                 "debug_dir": debug_dir}),
               optimizer)
     return records
 
@@ -225,6 +226,7 @@ def main(argv=None):
     ap.add_argument("--inductor", action="store_true", help="also count Inductor's CPU code")
     ap.add_argument("--kernels", action="store_true", help="list every launch")
     ap.add_argument("--json", default="")
+    ap.add_argument("--debug-dir", default=None, help="ember's debug dump (IR per stage)")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
@@ -232,7 +234,8 @@ def main(argv=None):
         per_layers = {}
         for layers in layer_counts:
             try:
-                records = ember_counts(name, args.mode, args.target, layers, args.optimizer)
+                records = ember_counts(name, args.mode, args.target, layers, args.optimizer,
+                                       args.debug_dir)
             except ImportError as err:
                 print(f"{name}: skipped ({err})")
                 break

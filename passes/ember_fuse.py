@@ -43,6 +43,7 @@ from .ember_convert_externs import convert_externs
 from .graph_utils import defining_op, op_name, stable_topological_sort, users
 from .ir_queries import VIEW_OPS
 from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
+from .sink_reshapes import sink_collapses
 
 HOST_OPS = {"func.call", EXTERN_OP, "func.return", "arith.constant", "tensor.empty"}
 
@@ -76,6 +77,8 @@ class EmberFuse(Pass):
                 if is_dynamic(fn):
                     expand_affine_apply(fn.regions[0].blocks[0])
                     sink_scalar_float_ops(fn.regions[0].blocks[0])
+                else:
+                    sink_collapses(fn.regions[0].blocks[0])
                 groups = self.plan(fn, explain=self.explain)
                 _outline(module, fn, groups, self.target)
 
@@ -351,6 +354,8 @@ def _is_compute(op, dynamic: bool = False) -> bool:
         return False    # tensor.reshape: a host view (its sizes are computed on the host)
     if fusion_legality.is_constant_scalar_op(op):
         return False    # cloned into its users, as a constant is
+    if _tail_view(op):
+        return False    # a host view of a kernel's result (see _tail_view)
     if name == "linalg.fill" and _cloneable(op) and \
             not any(op_name(u) == "func.return" for u in users(op.results[0])):
         return False    # cloned into its users; one that is returned is a kernel of its own
@@ -358,6 +363,23 @@ def _is_compute(op, dynamic: bool = False) -> bool:
 
 
 _cloneable = fusion_legality.cloneable
+
+_RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
+
+
+def _tail_view(op) -> bool:
+    """A static reshape that only the host reads (returned, or an operand of a library call):
+    it stays a view on the host, so that the kernel computing its operand returns the
+    operand's shape. Inside the kernel it would make the kernel's result a tensor of another
+    shape than the rest of the kernel's (a layer norm over 2x32 rows whose bf16 copy a matmul
+    reads as 64 rows could not be one kernel: passes/sink_reshapes.py)."""
+    if op_name(op) not in _RESHAPES or not all(
+            isinstance(v.type, ir.RankedTensorType) and ir.RankedTensorType(v.type).has_static_shape
+            for v in (op.operands[0], op.results[0])):
+        return False
+    readers = list(users(op.results[0]))
+    return bool(readers) and all(op_name(u) in ("func.return", EXTERN_OP, "func.call")
+                                 for u in readers)
 
 
 # ----------------------------------------------------------------------------- outlining

@@ -1,0 +1,52 @@
+"""Launches that ember-fuse removes from training graphs (issue 11; benchmarks/kernel_count.py
+counts them per model): forward and backward against eager on every target, the kernel count
+of the graph, and no eager fallback.
+"""
+import pytest  # noqa: F401  (the target fixture)
+import torch
+import torch.nn.functional as F
+
+import ember
+from conftest import assert_close, check_fallbacks, clear_reports, ember_compile
+
+
+def _randn(shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g)
+
+
+def _fwd_bwd(fn, args, target, device, tol):
+    args = [a.to(device) for a in args]
+    ref_in = [a.detach().clone().requires_grad_() for a in args]
+    out_in = [a.detach().clone().requires_grad_() for a in args]
+    ref = fn(*ref_in)
+    clear_reports()
+    out = ember_compile(fn, target)(*out_in)
+    assert_close(out, ref, tol=tol)
+    cot = _randn(ref.shape, seed=7).to(device, ref.dtype)
+    (ref * cot).sum().backward()
+    (out * cot).sum().backward()
+    for a, b in zip(out_in, ref_in):
+        assert_close(a.grad, b.grad, tol=tol, what="grad")
+    check_fallbacks()
+    return {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}
+
+
+def test_norm_and_its_bf16_copy_through_a_reshape_are_one_kernel(target, device):
+    """A layer norm over (batch, seq) rows, reshaped to batch*seq rows and copied to bf16 for
+    a matmul (GPT-2's Conv1D under autocast): the copy is computed in the norm's kernel and the
+    reshape is a view (sink_reshapes.py, ember_fuse._tail_view); before, the copy was a launch
+    of its own."""
+    w, b, proj = _randn(16, 1), _randn(16, 2), _randn((16, 8), 3)
+
+    def f(x, w, b, proj):
+        y = F.layer_norm(x, (16,), w, b)
+        z = y.reshape(-1, 16).to(torch.bfloat16) @ proj.to(torch.bfloat16)
+        return z.float().reshape(2, 4, 8) + y[..., :8]
+
+    reports = _fwd_bwd(f, [_randn((2, 4, 16)), w, b, proj], target, device, tol=1e-2)
+    fwd = reports["forward"]
+    norm = [g for g in fwd["fused_groups"] if "rsqrt" in g or "sum" in g]
+    assert len(norm) == 1 and "convert" in norm[0], fwd["fused_groups"]
+    # the norm with the activation's copy, the weight's copy, the epilogue (was 4)
+    assert fwd["num_kernels"] == 3, fwd["fused_groups"]
