@@ -46,6 +46,9 @@ from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
 from .sink_reshapes import sink_collapses
 
 HOST_OPS = {"func.call", EXTERN_OP, "func.return", "arith.constant", "tensor.empty"}
+# Horizontal fusion: how many earlier clusters of one value's readers a reader is tried with
+# (each try is a legality check; a value read by hundreds of kernels must stay cheap).
+HORIZONTAL_TRIES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +227,23 @@ class EmberFuse(Pass):
                 member_ids[g] = member_ids[g] + member_ids.pop(r)
             members[g] = merged
 
+        def merge_horizontally(acc, r) -> bool:
+            merged = sorted(members[acc] + members[r], key=lambda o: index[o])
+            if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
+                return False
+            if all(op_name(o) in VIEW_OPS for o in merged):
+                return False
+            ids = set(member_ids[acc]) | set(member_ids[r])
+            if path_between(ids, ids) is not None:
+                return False
+            if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
+                return False
+            parent[r] = acc
+            del members[r]
+            members[acc] = merged
+            member_ids[acc] = member_ids[acc] + member_ids.pop(r)
+            return True
+
         # Horizontal: kernels that read one value (a tensor, another kernel's or a library
         # call's results: the row sums of a LayerNorm backward, q/k/v's transposes), so that
         # it is read once, or whose results one op reads (they are all needed there anyway)
@@ -248,25 +268,20 @@ class EmberFuse(Pass):
                                          if isinstance(key, tuple) or find(c) != find(key)))
             if len(readers) < 2:
                 continue
-            acc = readers[0]
-            for r in readers[1:]:
-                acc, r = find(acc), find(r)
-                if acc == r:
+            # Each reader joins the first earlier cluster it may join, else starts one: two
+            # row sums of a layer norm's backward join each other though neither joins the
+            # kernel of the column sums beside them (only the first reader was tried before).
+            heads: list = []
+            for r in readers:
+                r = find(r)
+                heads = list(dict.fromkeys(find(h) for h in heads))
+                if r in heads:
                     continue
-                merged = sorted(members[acc] + members[r], key=lambda o: index[o])
-                if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
-                    continue
-                if all(op_name(o) in VIEW_OPS for o in merged):
-                    continue
-                ids = set(member_ids[acc]) | set(member_ids[r])
-                if path_between(ids, ids) is not None:
-                    continue
-                if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
-                    continue
-                parent[r] = acc
-                del members[r]
-                members[acc] = merged
-                member_ids[acc] = member_ids[acc] + member_ids.pop(r)
+                for acc in heads[-HORIZONTAL_TRIES:]:
+                    if merge_horizontally(acc, r):
+                        break
+                else:
+                    heads.append(r)
 
         groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
         if explain:

@@ -50,3 +50,18 @@ def test_norm_and_its_bf16_copy_through_a_reshape_are_one_kernel(target, device)
     assert len(norm) == 1 and "convert" in norm[0], fwd["fused_groups"]
     # the norm with the activation's copy, the weight's copy, the epilogue (was 4)
     assert fwd["num_kernels"] == 3, fwd["fused_groups"]
+
+
+def test_layer_norm_backward_row_sums_share_a_kernel(target, device):
+    """A layer norm after a linear layer, backward: the two row sums over the norm's rows read
+    two different products, which the kernel of dgamma's and dbeta's column sums computes; they
+    are one kernel (kernel_schedule._share_reduction_loops, and horizontal fusion trying each
+    reader with every earlier cluster); before, a launch each."""
+    def f(x, w, b, g, beta):
+        return F.layer_norm(x @ w + b, (32,), g, beta)
+
+    args = [_randn((16, 24)), _randn((24, 32), 1), _randn(32, 2), _randn(32, 3), _randn(32, 4)]
+    reports = _fwd_bwd(f, args, target, device, tol=1e-4)
+    bwd = reports["backward"]
+    sums_only = [g for g in bwd["fused_groups"] if set(g) == {"sum"}]
+    assert len(sums_only) <= 1, bwd["fused_groups"]
