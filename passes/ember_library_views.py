@@ -30,7 +30,8 @@ from typing import ClassVar
 
 from torch_mlir import ir
 
-from ..dialects.contract import EXTERN_OP, LIBRARY, OPERAND_VIEWS, VIEW, is_library
+from ..dialects.contract import (EXTERN_OP, LIBRARY, OPERAND_VIEWS, RESULT_VIEWS, VIEW,
+                                 is_library)
 from .base import Pass
 from .graph_utils import defining_op, op_name
 
@@ -214,6 +215,7 @@ class EmberLibraryViews(Pass):
                 continue
             with module.context, ir.Location.unknown():
                 self._rewrite(decl, sites[0])
+                _fold_result_transposes(decl, sites[0])
 
     @staticmethod
     def _rewrite(decl, call) -> None:
@@ -235,3 +237,42 @@ class EmberLibraryViews(Pass):
             ir.FunctionType.get(inputs, list(ftype.results)))
         OPERAND_VIEWS.set(decl, views)
         _erase_dead(dead)
+
+
+def _fold_result_transposes(decl, call) -> None:
+    """Each result of `call` whose one user is a `linalg.transpose` becomes the transposed
+    value itself, `ember.result_views` naming the permutation: the runtime permutes the op's
+    tensor, a free view where the op lays its result out that way (attention's output, which
+    the next projection reads as [B, S, H * D]: a copy kernel each before, and a copy the
+    runtime made to hand the result on contiguous)."""
+    from torch_mlir.dialects import func
+
+    perms, types, folded = [], [], {}
+    for k, r in enumerate(call.results):
+        uses = list(r.uses)
+        t = uses[0].owner if len(uses) == 1 else None
+        if t is not None and op_name(t) == "linalg.transpose" and uses[0].operand_number == 0 \
+                and _static_shape(t.results[0]) is not None:
+            perms.append([k, *_i64s(t, "permutation")])
+            types.append(t.results[0].type)
+            folded[k] = t
+        else:
+            types.append(r.type)
+    if not perms:
+        return
+    with ir.InsertionPoint(call), call.location:
+        new = func.CallOp(types, ir.FlatSymbolRefAttr(call.attributes["callee"]),
+                          list(call.operands))
+    for name in [a if isinstance(a, str) else a.name for a in call.attributes]:
+        if name not in new.attributes:
+            new.attributes[name] = call.attributes[name]
+    for k, r in enumerate(call.results):
+        source = folded[k].results[0] if k in folded else r
+        source.replace_all_uses_with(new.results[k])
+    for t in folded.values():
+        t.erase()
+    call.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(decl.attributes["function_type"]).value)
+    decl.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(list(ftype.inputs), types))
+    RESULT_VIEWS.set(decl, perms)
