@@ -8,7 +8,7 @@ turn into a copy kernel per operand; eager hands the attention kernel strided vi
 projection buffer, and so does ember after this pass.
 
 Invariant established: every `func.call` in a public function of a library declaration of a
-fused-attention forward op (`ATTENTION`), whose declaration has that one call and no
+fused-attention forward or backward op (`ATTENTION`, `ATTENTION_BACKWARD`), whose declaration has that one call and no
 `ember.view`, takes for each operand that was a chain of `tensor.extract_slice` (static, unit
 or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` (of dims that are contiguous
 in the layout so far) and `linalg.transpose` ops of a statically shaped value R that is a buffer
@@ -40,6 +40,13 @@ ATTENTION = ("aten._scaled_dot_product_efficient_attention.default",
              "aten._scaled_dot_product_flash_attention.default",
              "aten._scaled_dot_product_cudnn_attention.default",
              "aten._scaled_dot_product_flash_attention_for_cpu.default")
+# and their backward, which eager also hands strided views (the saved output and the incoming
+# gradient transposed to [B, H, S, D]; on the CPU the saved logsumexp too), and whose
+# gradients the next ops transpose back
+ATTENTION_BACKWARD = ("aten._scaled_dot_product_efficient_attention_backward.default",
+                      "aten._scaled_dot_product_flash_attention_backward.default",
+                      "aten._scaled_dot_product_cudnn_attention_backward.default",
+                      "aten._scaled_dot_product_flash_attention_for_cpu_backward.default")
 _CHAIN = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape",
           "linalg.transpose")
 
@@ -195,7 +202,7 @@ class EmberLibraryViews(Pass):
     dynamic_shapes: ClassVar[bool] = True
 
     def run(self, module: ir.Operation) -> None:
-        wanted = set(ATTENTION)
+        wanted = set(ATTENTION) | set(ATTENTION_BACKWARD)
         decls, calls = {}, {}
         for op in module.regions[0].blocks[0].operations:
             if op_name(op) != "func.func":

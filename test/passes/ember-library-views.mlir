@@ -149,3 +149,27 @@ module {
     return %o, %6 : tensor<2x16x4x8xf32>, tensor<2x4x16x8xf32>
   }
 }
+
+// -----
+
+// Attention's backward: the saved output, transposed back to [B, H, S, D], is read as a view
+// of the graph input (no copy kernel), and the gradient of q, which the next op transposes to
+// [B, S, H, D], is handed on transposed.
+// CHECK-LABEL: func.func private @ember_lib_4(tensor<2x4x16x8xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 1, 0, 2, 4, 16, 8, 512, 8, 32, 1>]
+// CHECK-SAME:    ember.result_views = [array<i64: 0, 0, 2, 1, 3>]
+// CHECK-LABEL: func.func @backward_views
+// CHECK:         %[[G:.*]] = call @ember_lib_4(%arg0, %arg1) : (tensor<2x4x16x8xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK-NOT:     linalg.transpose
+// CHECK:         return %[[G]]
+module {
+  func.func private @ember_lib_4(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["grad_out", "out"]}
+  func.func @backward_views(%grad: tensor<2x4x16x8xf32>, %saved: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
+    %e = tensor.empty() : tensor<2x4x16x8xf32>
+    %out = linalg.transpose ins(%saved : tensor<2x16x4x8xf32>) outs(%e : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %g = call @ember_lib_4(%grad, %out) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    %e2 = tensor.empty() : tensor<2x16x4x8xf32>
+    %gt = linalg.transpose ins(%g : tensor<2x4x16x8xf32>) outs(%e2 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
+    return %gt : tensor<2x16x4x8xf32>
+  }
+}
