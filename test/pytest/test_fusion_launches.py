@@ -65,3 +65,36 @@ def test_layer_norm_backward_row_sums_share_a_kernel(target, device):
     bwd = reports["backward"]
     sums_only = [g for g in bwd["fused_groups"] if set(g) == {"sum"}]
     assert len(sums_only) <= 1, bwd["fused_groups"]
+
+
+def test_batch_norm_counters_share_one_kernel(target, device):
+    """Training-mode batch norms each add 1 to their `num_batches_tracked`: independent scalar
+    kernels, all returned. They are one kernel now (horizontal fusion tries each result of the
+    return with every earlier cluster; before, only with the first, which had joined a batch
+    norm's statistics): one launch per batch norm less in a resnet's forward. Running
+    statistics, counters, outputs and gradients as eager's."""
+    torch.manual_seed(0)
+    chans = [4, 6, 8]
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*[m for i, c in enumerate(chans) for m in (
+            torch.nn.Conv2d(chans[i - 1] if i else 3, c, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(c), torch.nn.ReLU())]).to(device).train()
+
+    model, ref_model = make(), make()
+    x = _randn((2, 3, 8, 8)).to(device)
+    clear_reports()
+    out = ember_compile(model, target)(x)
+    ref = ref_model(x)
+    assert_close(out, ref, tol=1e-4)
+    out.square().mean().backward()
+    ref.square().mean().backward()
+    for (name, a), b in zip(model.state_dict().items(), ref_model.state_dict().values()):
+        assert_close(a, b, tol=1e-4, what=name)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        assert_close(p.grad, q.grad, tol=1e-4, what=f"{name}.grad")
+    check_fallbacks()
+    fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
+    adds = [g for g in fwd["fused_groups"] if g == ["add"]]
+    assert len(adds) <= 1, fwd["fused_groups"]
