@@ -32,7 +32,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import build  # noqa: E402
+from models import TRANSFORMERS, build  # noqa: E402
 
 KINDS = ("generated", "copies", "fills", "library")
 
@@ -242,7 +242,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
-        layer_counts = [int(x) for x in args.layers.split(",") if x] or [None]
+        layer_counts = [int(x) for x in args.layers.split(",") if x and name in TRANSFORMERS]
+        layer_counts = layer_counts or [None]
         per_layers = {}
         for layers in layer_counts:
             try:
