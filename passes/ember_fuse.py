@@ -322,6 +322,8 @@ def unfused_pairs(block_ops, index, find, refused) -> list[dict]:
             return []
         if op_name(op) in VIEW_OPS and op in index:
             return [s for v in op.operands for s in sources(v, [index[op]] + hops)]
+        if op_name(op) in VIEW_OPS and _tail_view(op):     # a host view (of a kernel result)
+            return sources(op.operands[0], hops)
         if op in index or _library_call(op) is not None:
             return [(op, hops)]
         return []
