@@ -42,7 +42,10 @@ from .models import FULL_TEXT_SHAPE, build, label
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INDUCTOR_MODES = {"inductor": None, "inductor-ro": "reduce-overhead", "inductor-ma": "max-autotune"}
-EMBER_MODES = {"ember": None, "ember-ma": "max-autotune"}
+EMBER_MODES = {"ember": None, "ember-ma": "max-autotune", "ember-nchw": None}
+# ember's variants that differ by a compile option: "ember-nchw" keeps convolution networks
+# NCHW (ember-channels-last off), to compare with "ember" in one process
+EMBER_OPTIONS = {"ember-nchw": {"channels_last": False}}
 
 
 def emit(kind: str, **fields) -> None:
@@ -62,7 +65,8 @@ def compile_fn(backend: str):
         return lambda m: torch.compile(m, backend="inductor", mode=mode)
     if backend in EMBER_MODES:
         mode = EMBER_MODES[backend]
-        return lambda m: torch.compile(m, backend="ember", mode=mode)
+        kwargs = {"options": EMBER_OPTIONS[backend]} if backend in EMBER_OPTIONS else {}
+        return lambda m: torch.compile(m, backend="ember", mode=mode, **kwargs)
     raise KeyError(f"unknown backend {backend!r}; known: eager, "
                    f"{', '.join([*INDUCTOR_MODES, *EMBER_MODES])}")
 

@@ -98,16 +98,36 @@ def _gelu_keep_erf_narrow(x, approximate="none"):
 
 
 def _pow_scalar(x, exponent):
-    """pow(x, 2 or 3) of a bf16/f16 tensor as eager computes it: its kernel multiplies in the
-    16-bit type, rounding after each product ((x * x) * x). Anything else is left alone
-    (NotImplemented: the op stays for the next decomposition or torch-mlir)."""
+    """pow(float tensor, number) as eager's kernels compute it (aten's pow_tensor_scalar), for
+    both targets in one place:
+
+    * 0.5, -0.5 and -1 are sqrt, rsqrt and reciprocal (f32, f64 and bf16; f16 too on a GPU):
+      sqrt(-0.0) is -0.0 and sqrt(-inf) NaN where pow gives +0.0 and +inf. eager's CPU f16
+      kernel is pow itself, so f16 on the CPU keeps the op (torch.pow(half([-0.]), 0.5) is 0.);
+    * 2, 3 and -2 are x * x, x * x * x and 1 / (x * x) in the tensor's type, rounding after each
+      product for bf16 (and f16 on a GPU); eager's CPU f16 kernel is pow in f32 rounded once,
+      which for 3 is (x * x * x) in f32 (x * x is exact), rounded to f16 once.
+
+    Anything else is left alone (NotImplemented: the op stays for the next decomposition or
+    torch-mlir), the number first rounded to a bf16/f16 tensor's type as eager reads it."""
     rounded = narrow_pow_exponent(x, exponent)   # the number as eager's kernel reads it
     if rounded is not None:
         return rounded
-    if x.dtype in _NARROW and isinstance(exponent, (int, float)) and exponent in (2, 3):
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or \
+            isinstance(exponent, bool) or not isinstance(exponent, (int, float)):
+        return int_pow(x, exponent)     # integer tensors (eager_semantics)
+    cpu_half = x.dtype == torch.float16 and x.device.type == "cpu"
+    if exponent in (0.5, -0.5, -1) and not cpu_half:
+        return {0.5: torch.sqrt, -0.5: torch.rsqrt, -1: torch.reciprocal}[exponent](x)
+    if exponent in (2, 3, -2):
+        if cpu_half and exponent == 3:
+            xf = x.float()
+            return (xf * xf * xf).to(x.dtype)
+        if cpu_half and exponent == -2:
+            return NotImplemented           # pow in f32, rounded once
         y = x * x
-        return y * x if exponent == 3 else y
-    return int_pow(x, exponent)     # integer tensors (eager_semantics)
+        return y * x if exponent == 3 else y if exponent == 2 else torch.reciprocal(y)
+    return NotImplemented
 
 
 def _keep_narrow(decomp):

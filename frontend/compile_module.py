@@ -19,7 +19,7 @@ from torch_mlir import ir
 from ..dialects.contract import DONATE, DONATED_ARGS
 from ..passes.backends import backend_named
 from . import fx_prep
-from .options import CompileOptions, default_pipeline
+from .options import SPLIT_PASS, CompileOptions, default_pipeline
 from .report import DebugDump, NativeOutput, describe_error
 
 
@@ -288,9 +288,20 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         gm, calls = outline(gm, library)
     # Wall seconds per stage (import, each pipeline element, export, build), for the report.
     seconds: dict[str, float] = {}
-    program, summary = compile_module(gm, default_pipeline(options, target), calls=calls,
-                                      symbolic=symbolic, dump=dump, seconds=seconds,
-                                      donate=donate, reuse=reuse)
+    pipeline = default_pipeline(options, target)
+    try:
+        program, summary = compile_module(gm, pipeline, calls=calls, symbolic=symbolic,
+                                          dump=dump, seconds=seconds, donate=donate, reuse=reuse)
+    except PipelineFailure as err:
+        # ember-split-reductions is an optimisation: a graph it leaves unlowerable compiles
+        # unsplit (the report says why) rather than running eagerly
+        unsplit = pipeline.replace(SPLIT_PASS + ",", "")
+        if unsplit == pipeline:
+            raise
+        seconds.clear()
+        program, summary = compile_module(gm, unsplit, calls=calls, symbolic=symbolic,
+                                          dump=dump, seconds=seconds, donate=donate, reuse=reuse)
+        summary["split_reductions_off"] = str(err)[:300]
     restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
     dump.write(backend_named(program.target).source_file, program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]

@@ -65,10 +65,13 @@ class _Probe:
     conversion channels-last, where the argument itself gives a contiguous result). Zero
     strides (broadcasts) stay zero; dims of size > 1 are dense in their order (sizes clamped
     to 2, more where size-1 strides must fit between), with a gap where the argument has one."""
-    __slots__ = ("shape", "stride", "dtype")
+    __slots__ = ("shape", "stride", "dtype", "full")
 
-    def __init__(self, t: torch.Tensor):
+    def __init__(self, t: torch.Tensor, at_least: tuple = ()):
+        """`at_least`: per dim, a size the probe's dim takes at least (a broadcast dim: every
+        argument's must agree; `_broadcast_sizes`), 0 for none."""
         shape, stride = _static(t.shape), _static(t.stride())
+        self.full = shape
         if 0 in shape or any(s < 0 for s in stride):
             raise _Skip                        # an empty result has no layout to see
         moving = [d for d in range(len(shape)) if shape[d] > 1 and stride[d] != 0]
@@ -92,16 +95,20 @@ class _Probe:
             between = [v for v in values if v > m and (nxt is None or v < nxt)]
             new_of[m] = step
             if nxt is None:
-                sizes[d] = min(shape[d], 2)
+                sizes[d] = max(min(shape[d], 2), at_least[d] if at_least else 0)
                 for j, v in enumerate(between):     # past the extent: any larger stride
                     new_of[v] = step * sizes[d] + j
             else:
                 # room for the size-1 strides strictly between this dim's and the next's
-                sizes[d] = max(min(shape[d], 2), len(between) + 2)
+                sizes[d] = max(min(shape[d], 2), len(between) + 2,
+                               at_least[d] if at_least else 0)
                 for j, v in enumerate(between):
                     new_of[v] = step * (j + 2)
             gap = nxt is not None and nxt > m * shape[d]
             step = step * sizes[d] + (1 if gap else 0)
+        for d in range(len(shape)):             # a broadcast dim of size > 1: any size
+            if stride[d] == 0 and shape[d] > 1:
+                sizes[d] = max(2, at_least[d] if at_least else 0)
         self.shape = tuple(sizes)
         self.stride = tuple(new_of[s] if s != 0 else 0 for s in stride)
         self.dtype = t.dtype
@@ -114,16 +121,40 @@ class _Probe:
         return torch.ones(numel, dtype=self.dtype).as_strided(self.shape, self.stride)
 
 
+def _broadcast_sizes(tensors: list) -> dict:
+    """{id(tensor): the sizes its probe takes at least}: a broadcasting op's probes agree in
+    every dim (aligned from the right) where the arguments' sizes are > 1. Each probe sizes its
+    dims for its own strides (an expanded (5, 3, 3) with strides (0, 1, 0) kept its broadcast
+    sizes, a permuted (1, 5, 3, 3) became (1, 2, 2, 2)), and eager refused stand-ins that do
+    not broadcast: the layout went unchecked (fuzz seed 30 index 410)."""
+    probes = []
+    for t in tensors:
+        if t.layout != torch.strided or t.is_quantized:
+            raise _Skip
+        probes.append(_Probe(t))
+    if not probes:
+        return {}
+    rank = max(len(p.shape) for p in probes)
+    need = [0] * rank
+    for p in probes:
+        off = rank - len(p.shape)
+        for d, (n, full) in enumerate(zip(p.shape, p.full)):
+            if full > 1:
+                need[off + d] = max(need[off + d], n)
+    return {id(t): tuple(need[rank - len(p.shape):]) for t, p in zip(tensors, probes)}
+
+
 def _eager_perms(op, args, kwargs) -> list | None:
     """[the dim order (outermost first) of each tensor result] of eager's `op` on small CPU
     tensors laid out like the arguments; None if that cannot be told."""
     key: list = [id(op)]
+    at_least: dict = {}
 
     def spec(a):
         if isinstance(a, torch.Tensor):
             if a.layout != torch.strided or a.is_quantized:
                 raise _Skip
-            p = _Probe(a)
+            p = _Probe(a, at_least.get(id(a), ()))
             key.append(p.key())
             return p
         if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -135,6 +166,8 @@ def _eager_perms(op, args, kwargs) -> list | None:
         return a
 
     try:
+        if isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags:
+            at_least = _broadcast_sizes(_tensors((args, kwargs)))
         pargs = map_aggregate(args, spec)
         pkwargs = map_aggregate(dict(kwargs), spec)
     except _Skip:
@@ -221,3 +254,38 @@ def keep_layout(op, decomposition):
 def _is_contiguous(t: torch.Tensor) -> bool:
     from torch.fx.experimental.symbolic_shapes import statically_known_true
     return statically_known_true(t.is_contiguous())
+
+
+def eager_layout(node) -> torch.Tensor | None:
+    """For an FX node computing a pointwise op: a meta tensor laid out as eager's op lays out its
+    result, when the graph's value (the fake tensor's meta kernel or PrimTorch reference) has
+    another observable layout; None when they agree or it cannot be told. The fake kernels
+    break TensorIterator's ties otherwise: `a + b` of an expanded (5, 3, 3) f16 and a permuted
+    (1, 5, 3, 3) with strides (15, 1, 5, 15) is contiguous in the graph, laid out as the second
+    operand by eager (fuzz seed 30 index 410; f32 takes the fake fast path, which agrees)."""
+    op = getattr(node, "target", None)
+    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or \
+            torch.Tag.pointwise not in op.tags or op._schema.is_mutable or \
+            any(r.alias_info is not None for r in op._schema.returns):
+        return None
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    args, kwargs = torch.fx.node.map_arg((node.args, dict(node.kwargs)),
+                                         lambda n: n.meta.get("val"))
+    inputs = _tensors((args, kwargs))
+    if not inputs or all(_is_contiguous(t) for t in inputs):
+        return None
+    want = _eager_perms(op, args, kwargs)
+    if want is None or len(want) != 1 or want[0] is None:
+        return None
+    try:
+        shape, stride = _static(val.shape), _static(val.stride())
+    except _Skip:
+        return None
+    perm = want[0]
+    if len(perm) != len(shape) or \
+            _observable(shape, stride) == _observable(shape, _strides_of(shape, perm)):
+        return None
+    return torch.empty_strided(shape, _strides_of(shape, perm), dtype=val.dtype, device="meta")
+

@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
+from .decomp_layouts import eager_layout
 from .output_layouts import permute_inputs, plan_computed, replay
 from .strided_views import as_strided_to_view
 from .rank_zero import lift_rank_zero
@@ -218,9 +219,20 @@ def _cast_operands_torch_mlir_mispromotes(gm: fx.GraphModule) -> None:
         val = arg.meta.get("val") if isinstance(arg, fx.Node) else None
         return isinstance(val, torch.Tensor) and val.dtype == torch.uint8
 
+    def wider_int(arg, common):
+        """A 0-dim integer tensor of a wider type than the integer type the op computes in
+        (int64 next to an int32 tensor): eager converts it to that type first, wrapping;
+        torch-mlir compared in the wider type (`int32_t >= int64(MIN + 12)` is `0 >= 12` in
+        eager: fuzz seed 31 index 30)."""
+        return other_int(arg, common) and common != torch.bool and \
+            not common.is_floating_point and not common.is_complex and \
+            arg.meta["val"].dtype.itemsize > common.itemsize
+
     def needs_cast(arg, common):
         if common in _NARROW_INTS:
             return other_int(arg, common)
+        if wider_int(arg, common):
+            return True
         # uint8, and bool next to wider integers (`bool_t >= int64_t` compared True as -1:
         # fuzz seed 5 index 240)
         return is_uint8(arg) or common != torch.bool and other_int(arg, common) and \
@@ -550,7 +562,7 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             host_only[node] = _is_view_op(node) and bool(ins) and all(host_only[n] for n in ins)
 
     plan, compiled, host = [], [], []
-    bases: dict[fx.Node, tuple[int, tuple]] = {}
+    bases: dict[fx.Node, tuple[int, tuple, bool]] = {}
     for out in outs:
         if not isinstance(out, fx.Node):
             plan.append(("const", out))
@@ -564,7 +576,8 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             plan.append(("host", host.index(out)))
         else:
             # Views of computed values stay views, and values keep eager's strides.
-            plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases))
+            plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases,
+                                      eager_layout))
     sub = _subgraph(gm, compiled) if compiled else None
     return PreparedGraph(
         gm=sub, host_gm=_subgraph(gm, host, host=True) if host else None,

@@ -116,17 +116,23 @@ def add_permuted(gm: fx.GraphModule, node: fx.Node, perm: tuple[int, ...]) -> fx
 
 
 def plan_computed(gm: fx.GraphModule, out: fx.Node, is_view, host_only,
-                  compiled: list[fx.Node], bases: dict[fx.Node, tuple[int, tuple]]) -> Any:
+                  compiled: list[fx.Node], bases: dict[fx.Node, tuple[int, tuple, bool]],
+                  eager_layout: Callable[[fx.Node], Any] = lambda node: None) -> Any:
     """The plan entry for a computed output: ("compiled", j) or ("view", j, steps); appends
-    what the program must return to `compiled`."""
+    what the program must return to `compiled`. `eager_layout(base)`: a tensor laid out as
+    eager lays out the base value where the graph's value says otherwise (decomp_layouts);
+    the views over such a base are replayed on it (their graph values have the other layout)."""
     base, chain = view_chain(out, is_view, host_only)
     if base not in bases:
-        perm, steps = layout_steps(base.meta["val"])
+        eager = eager_layout(base)
+        perm, steps = layout_steps(base.meta["val"] if eager is None else eager)
         target = add_permuted(gm, base, perm) if perm is not None else base
         compiled.append(target)
-        bases[base] = (len(compiled) - 1, steps)
-    j, steps = bases[base]
-    steps = fold_views(base.meta["val"], steps + chain, out.meta.get("val"))
+        bases[base] = (len(compiled) - 1, steps, eager is None)
+    j, steps, graph_layout = bases[base]
+    steps = steps + chain
+    if graph_layout:
+        steps = fold_views(base.meta["val"], steps, out.meta.get("val"))
     return ("view", j, steps) if steps else ("compiled", j)
 
 

@@ -85,7 +85,28 @@ def _as_strided_scatter(base, src, size, stride, storage_offset=None):
     return src.to(base.dtype).reshape(base.shape).clone()
 
 
+def _embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """The embedding's weight gradient as `scatter_add` into zeros (a library call: atomic
+    adds on a GPU), accumulated in f32 for 16-bit gradients as torch's decomposition does.
+    torch's own decomposition is `index_put(accumulate=True)`, whose CUDA kernel sorts the
+    indices and serialises the duplicates of each row: BERT's token-type embedding (2 rows,
+    2048 tokens) took 0.9 ms of a 12 ms training step on an H200 that way."""
+    if scale_grad_by_freq or not isinstance(num_weights, int):
+        return NotImplemented
+    dim = grad.shape[-1]
+    flat = indices.reshape(-1)
+    src = grad.reshape(-1, dim)
+    compute = torch.float32 if grad.dtype in (torch.bfloat16, torch.float16) else grad.dtype
+    src = src.to(compute)
+    if padding_idx is not None and padding_idx >= 0:
+        src = torch.where((flat == padding_idx).unsqueeze(-1), 0, src)
+    index = flat.unsqueeze(-1).expand(src.shape)
+    out = aten.scatter_add.default(src.new_zeros((num_weights, dim)), 0, index, src)
+    return out.to(grad.dtype)
+
+
 def scatter_decompositions() -> dict:
-    return {aten.slice_scatter.default: _slice_scatter,
+    return {aten.embedding_dense_backward.default: _embedding_backward,
+            aten.slice_scatter.default: _slice_scatter,
             aten.select_scatter.default: _select_scatter,
             aten.as_strided_scatter.default: _as_strided_scatter}

@@ -12,6 +12,7 @@ kept as it was; an accumulator becomes an array over the block's columns. The or
 additions into each accumulator is the order of the rows, as before."""
 from __future__ import annotations
 
+from .cpp_sweeps import merge_sweeps
 from .kernel_ir import (INT, Assign, Const, Decl, Let, Line, Load, Loop, Op, OmpPragma, Scope,
                         Store, Var, deps_of, int_value, walk)
 
@@ -185,7 +186,8 @@ def _rewrite(top: Scope, j: str, bound, simd: bool, show):
         flush()
         return new
 
-    out.stmts += convert(top.stmts, [])
+    body, _ = merge_sweeps(top.stmts)
+    out.stmts += convert(body, [])
     return out
 
 

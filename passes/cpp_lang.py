@@ -187,11 +187,6 @@ class CppLang:
             return f"std::isnan({args[0]})"
         if name == "ipowi":
             raise Unschedulable("math.ipowi is not supported by the C++ backend")
-        if name == "powf" and len(nodes) > 1 and isinstance(nodes[1], Const) \
-                and nodes[1].value == 0.5:
-            # eager's pow kernel takes the square root for 0.5, as the Triton lowering does:
-            # sqrt(-0) is -0 and sqrt(-inf) NaN where pow gives +0 and +inf
-            return f"({ct})std::sqrt({args[0]})"
         if name in MATH:
             return f"({ct}){MATH[name]}({', '.join(args)})"
         raise Unschedulable(f"'{kind}' has no C++ spelling")

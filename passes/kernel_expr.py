@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Callable, Optional
 
 from torch_mlir import ir
@@ -476,6 +477,15 @@ class ExprBuilder:
             # A Python scalar in a bf16 op: eager computes with it unrounded (opmath), while
             # torch-mlir narrows it to the tensor's type first. Follow eager.
             return self.constant(_py(op.operands[0].owner.attributes["value"]), ty)
+        if name == "arith.select" and _relu_select(op):
+            # torch-mlir's relu, `x > 0 (or NaN) ? x : 0`, is +0.0 at x = -0.0; eager's kernels
+            # (CPU: `x < 0 ? 0 : x`, max_ps(0, x)) return x there. The same select with the
+            # compare turned around differs only in that sign (fuzz seed 29 index 1110).
+            x, zero = (self.scalar(a, ctx) for a in list(op.operands)[1:])
+            xt = type_name(op.operands[1].type)
+            lt = self.bind(self.op("arith.cmpf.olt", [x, zero], "i1", [xt, xt]), x.deps, "i1")
+            e = self.op("arith.select", [lt, zero, x], ty, ["i1", xt, xt])
+            return self.bind(e, x.deps, ty)
         args = [self.scalar(a, ctx) for a in op.operands]
         kind = name
         if name in ("arith.cmpf", "arith.cmpi"):
@@ -484,6 +494,23 @@ class ExprBuilder:
         e = self.op(kind, args, ty, [type_name(a.type) for a in op.operands])
         deps = frozenset().union(*[a.deps for a in args]) if args else frozenset()
         return self.bind(e, deps, ty)
+
+
+def _relu_select(op) -> bool:
+    """Whether `op` (an arith.select) is `select(cmpf ugt(x, +0.0), x, +0.0)`, torch-mlir's relu."""
+    c, x, k = op.operands
+    cmp = c.owner
+    if isinstance(cmp, ir.Block) or op_name(cmp) != "arith.cmpf" or \
+            CMPF[ir.IntegerAttr(cmp.attributes["predicate"]).value] != "ugt":
+        return False
+    if cmp.operands[0] != x or cmp.operands[1] != k or isinstance(k.owner, ir.Block) or \
+            op_name(k.owner) != "arith.constant":
+        return False
+    attr = k.owner.attributes["value"]
+    if not isinstance(attr, ir.FloatAttr):
+        return False
+    v = ir.FloatAttr(attr).value
+    return v == 0.0 and math.copysign(1.0, v) > 0
 
 
 def _from_data(v: ir.Value, memo: dict) -> bool:

@@ -103,6 +103,9 @@ class KernelSchedule:
         # (`_reads`: (operand dim, [result dims])).
         self._merges: list[tuple[tuple, list[tuple]]] = []
         self._reads: list[tuple[tuple, list[tuple]]] = []
+        # a generic's operand dim read at an affine function of several loops (a pooling
+        # window: oh * 2 + kh), as (operand dim, [loop keys])
+        self._window_reads: list[tuple[tuple, list[tuple]]] = []
 
         def note(v, i, size):
             uf.find((v, i))
@@ -192,6 +195,13 @@ class KernelSchedule:
                 for k, e in enumerate(m.results):
                     if isinstance(e, ir.AffineDimExpr):
                         uf.union((v, k), (op, "loop", ir.AffineDimExpr(e).position))
+            for m, v in zip(maps, ins):
+                for k, e in enumerate(m.results):
+                    loops = _expr_dims(e)
+                    if loops and not isinstance(e, ir.AffineDimExpr):
+                        # a window read (pooling: oh * 2 + kh): the operand's index follows
+                        # from the loops' (computed where it is read, see _derived)
+                        self._window_reads.append(((v, k), [(op, "loop", j) for j in loops]))
             for j in range(len(iterator_types(op))):
                 uf.find((op, "loop", j))
         elif name in ("linalg.fill", "linalg.transpose", "linalg.broadcast"):
@@ -310,7 +320,7 @@ class KernelSchedule:
             for a, b in pairs:
                 uf.union(a, b)
 
-    def _derived(self, loops: set) -> set:
+    def _derived(self, loops: set, windows: bool = True) -> set:
         """The global dims whose index follows from the kernel's `loops` through reshapes of
         static sizes that merge or split non-unit dims (a bias add over 128x384 read through
         `expand_shape` as 4x32x384: its row is i * 32 + j), slices, pads and concats (the
@@ -320,7 +330,9 @@ class KernelSchedule:
         real loops (checked apart)."""
         merges = [(self.gid(*whole), [self.gid(*p) for p in parts])
                   for whole, parts in self._merges]
-        reads = [(self.gid(*dim), [self.gid(*f) for f in frm]) for dim, frm in self._reads]
+        key = lambda k: self._gid[self._uf.find(k)]     # (value, dim) or (op, "loop", j)
+        reads = [(key(dim), [key(f) for f in frm]) for dim, frm in
+                 self._reads + (self._window_reads if windows else [])]
         known = set(loops)
         changed = True
         while changed:
@@ -399,9 +411,19 @@ class KernelSchedule:
                 raise Unschedulable("two dims of one tensor map to the same loop (it is read "
                                     "under two different index maps)", _location(v), INDEX_MISMATCH)
         derived = self._derived(allowed)
+        # dims known only through a window read: a pad there is index arithmetic, but a
+        # computed value would be computed once per window element (BatchNorm's math 9 times
+        # per output of a 3x3 pooling, ~2.25 times per element): it stays in memory
+        windowed = derived - self._derived(allowed, windows=False) if self._window_reads \
+            else set()
         for op in self.ops:
             if op_name(op) == "arith.constant":
                 continue    # a splat: the same value at every index (kernel_expr), no loop
+            if windowed and op_name(op) == "linalg.generic" and any(
+                    g in windowed for v in op.results for g in self.dims(v)):
+                raise Unschedulable(f"'{op_name(op)}' is read through a window (each element "
+                                    "by several windows): computed once, kept in memory",
+                                    op.location, INDEX_MISMATCH)
             for v in op.results:
                 if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                     continue
@@ -430,6 +452,18 @@ def _loop_sizes(op):
             if isinstance(e, ir.AffineDimExpr) and sizes[ir.AffineDimExpr(e).position] is None:
                 sizes[ir.AffineDimExpr(e).position] = n
     return None if any(n is None for n in sizes) else sizes
+
+
+def _expr_dims(e) -> list[int]:
+    """The loop dims an affine expression reads (sorted)."""
+    if isinstance(e, ir.AffineDimExpr):
+        return [ir.AffineDimExpr(e).position]
+    for cls in (ir.AffineAddExpr, ir.AffineMulExpr, ir.AffineFloorDivExpr, ir.AffineModExpr,
+                ir.AffineCeilDivExpr):
+        if isinstance(e, cls):
+            b = cls(e)
+            return sorted(set(_expr_dims(b.lhs)) | set(_expr_dims(b.rhs)))
+    return []
 
 
 def _is_read(block_arg) -> bool:

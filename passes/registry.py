@@ -11,15 +11,17 @@ _PASSES: dict[str, type[Pass]] = {}
 def _load_builtin() -> dict[str, type[Pass]]:
     # The lowerings only print source text, so none of them needs a compiler here.
     from .ember_buffer_reuse import EmberBufferReuse
+    from .ember_channels_last import EmberChannelsLast
     from .ember_convert_externs import EmberConvertExterns
     from .ember_fuse import EmberFuse
     from .ember_library_views import EmberLibraryViews
     from .ember_lower_to_cpp import EmberLowerToCpp
     from .ember_lower_to_triton import EmberLowerToTriton
     from .ember_matmul_template import EmberMatmulTemplate
+    from .ember_split_reductions import EmberSplitReductions
     passes = {}
-    for cls in (EmberLibraryViews, EmberConvertExterns, EmberFuse, EmberBufferReuse, EmberLowerToCpp,
-                EmberLowerToTriton, EmberMatmulTemplate):
+    for cls in (EmberLibraryViews, EmberConvertExterns, EmberChannelsLast, EmberFuse, EmberBufferReuse,
+                EmberLowerToCpp, EmberLowerToTriton, EmberMatmulTemplate, EmberSplitReductions):
         if not cls.name or cls.name in passes:
             raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")
         passes[cls.name] = cls

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from .ir_queries import iterator_types
+
 
 def pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
@@ -59,6 +61,34 @@ def looped_configs(autotune: bool, max_autotune: bool) -> list:
     if max_autotune:
         configs += [({"XBLOCK": 1, "RBLOCK": 4096}, 16), ({"XBLOCK": 4, "RBLOCK": 256}, 4),
                     ({"XBLOCK": 16, "RBLOCK": 128}, 4), ({"XBLOCK": 32, "RBLOCK": 64}, 8)]
+    if not autotune:
+        configs = configs[:1]
+    return configs
+
+
+# A column reduction (the innermost loop is a kept dim: `x.sum(0)` of a row-major x) reduces
+# across rows: a program takes many adjacent columns, so that each row's load is one contiguous
+# run. Up to this many rows it keeps them all in registers (persistent), beyond it loops.
+COLUMN_PERSISTENT_MAX = 64
+
+
+def is_column(sched) -> bool:
+    """Whether the first reduction's innermost non-unit loop is a kept (parallel) dim."""
+    r = sched.reductions[0]
+    for j in reversed(range(len(iterator_types(r.op)))):
+        g = sched.loop_gid(r.op, j)
+        if not sched.unit(g):
+            return g not in set(r.reduced)
+    return False
+
+
+def column_configs(autotune: bool, max_autotune: bool) -> list:
+    """[(constexprs, num_warps)] of a looped column reduction: wide in XBLOCK (the columns)."""
+    configs = [({"XBLOCK": 64, "RBLOCK": 16}, 4), ({"XBLOCK": 128, "RBLOCK": 8}, 4),
+               ({"XBLOCK": 32, "RBLOCK": 32}, 4), ({"XBLOCK": 256, "RBLOCK": 8}, 8)]
+    if max_autotune:
+        configs += [({"XBLOCK": 128, "RBLOCK": 16}, 8), ({"XBLOCK": 64, "RBLOCK": 32}, 8),
+                    ({"XBLOCK": 512, "RBLOCK": 4}, 8)]
     if not autotune:
         configs = configs[:1]
     return configs

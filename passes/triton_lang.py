@@ -298,8 +298,6 @@ class TritonLang:
             x = args[0]
             if e is not None and float(e) in (1.0, 2.0, 3.0):
                 return "(" + " * ".join([x] * int(e)) + ")"
-            if e is not None and float(e) == 0.5:
-                return self.op("math.sqrt", [x], rtype, atypes[:1], nodes[:1])
             return f"_ember_pow({x}, ({args[1]}) * 1.0)"
         if kind == "math.isnan":
             return f"({args[0]} != {args[0]})"

@@ -21,7 +21,8 @@ from .kernel_ir import (INT, Const, Load, Loop, Op, Raw, Store, Var, int_value, 
                         render_stmt)
 from .kernel_schedule import Unschedulable, tensor_args
 from .reduction_body import combiner, masked_combiner
-from .triton_blocks import looped_configs, persistent_configs, persistent_rnumel, pointwise_configs
+from .triton_blocks import (COLUMN_PERSISTENT_MAX, column_configs, is_column, looped_configs,
+                            persistent_configs, persistent_rnumel, pointwise_configs)
 from .triton_combiners import COMBINE, UNSIGNED_WIDE, identity, identity_value, is_identity
 from .triton_lang import TYPES, TritonLang
 from . import triton_matmul
@@ -213,6 +214,9 @@ class KernelWriter:
         rdims = [g for g in s.reductions[0].reduced if not s.unit(g)]
         self.rdims = rdims
         rnumel = persistent_rnumel(s, rdims, self.max_rblock)
+        column = is_column(s)
+        if column and rnumel is not None and rnumel > COLUMN_PERSISTENT_MAX:
+            rnumel = None   # looped over rows, many columns a program (coalesced loads)
         self.persistent = rnumel is not None
         outer = [g for g in s.outer if not s.unit(g)]
         # indices over the iteration space (x times r), not only over the tensors, must fit
@@ -234,6 +238,8 @@ class KernelWriter:
                       self.rvars)
             root.stmts.extend(lines)
             configs = persistent_configs(rnumel, bool(outer), self.max_autotune)
+        elif column:
+            configs = column_configs(self.autotune, self.max_autotune)
         else:
             configs = looped_configs(self.autotune, self.max_autotune)
         # All reductions first, in op order, so that their loops precede the output loops.

@@ -75,27 +75,42 @@ def _baddbmm(p: dict[str, Any]) -> ExternFn:
                                            out=outs[0])
 
 
+def library_convolution(*args):
+    """torch's convolution, as every `aten.convolution` extern calls it (looked up per call: a
+    test watches which layouts the library is handed)."""
+    return torch.ops.aten.convolution(*args)
+
+
 def _convolution(p: dict[str, Any]) -> ExternFn:
     stride, padding, dilation = list(p["stride"]), list(p["padding"]), list(p["dilation"])
     groups = int(p.get("groups", 1))
     transposed = bool(p.get("transposed", False))
     output_padding = list(p.get("output_padding", [0] * len(stride)))
 
+    nhwc = bool(p.get("channels_last", False))
+    ohwi = bool(p.get("ohwi_weight", False))
+
     def run(ins, outs):
+        x, w = ins[0], ins[1]
+        if nhwc:    # NHWC / OHWI buffers (ember-channels-last): channels-last views of them
+            x = x.permute(0, 3, 1, 2)
+        if ohwi:
+            w = w.permute(0, 3, 1, 2)
         bias = ins[2] if len(ins) > 2 else None
-        if bias is not None and bias.dtype != ins[0].dtype:
+        if bias is not None and bias.dtype != x.dtype:
             # a bf16 conv's bias widened to the f32 accumulator type: cuDNN/oneDNN take it
             # in the input's type and add it before their one rounding, as eager does
-            bias = bias.to(ins[0].dtype)
-        if outs[0].dtype == ins[0].dtype:
+            bias = bias.to(x.dtype)
+        r = library_convolution(x, w, bias, stride, padding, dilation, transposed,
+                                output_padding, groups)
+        if nhwc:    # the library's channels-last result is the NHWC buffer (a copy if not)
+            r = r.permute(0, 2, 3, 1)
+        if outs[0].dtype == x.dtype:
             # aten.convolution.out is the functional op plus a copy into `out` (an autogen'd
             # out= kernel): a whole extra pass over every convolution's output
-            return [torch.ops.aten.convolution(ins[0], ins[1], bias, stride, padding, dilation,
-                                               transposed, output_padding, groups)]
-        else:  # bf16/f16 input, f32 accumulator type in the IR: round as eager does
-            outs[0].copy_(torch.ops.aten.convolution(ins[0], ins[1], bias, stride, padding,
-                                                     dilation, transposed, output_padding,
-                                                     groups))
+            return [r]
+        # bf16/f16 input, f32 accumulator type in the IR: round as eager does
+        outs[0].copy_(r)
     return run
 
 
@@ -115,20 +130,25 @@ def _pool(kind: str):
         # ceil_mode: the IR padded the end with the reduction's identity for a last, partial
         # window; the library's ceil mode computes the same windows (it must give the IR's size)
         ceil_mode = bool(p.get("ceil_mode", False))
+        nhwc = bool(p.get("channels_last", False))
 
         def run(ins, outs):
             kernel = list(ins[1].shape)  # the window operand carries only its shape
+            # an NHWC buffer (ember-channels-last): pooled as a channels-last view of it
+            x = ins[0].permute(0, 3, 1, 2) if nhwc else ins[0]
             if kind == "max":
-                r = F.max_pool2d(ins[0], kernel, stride, padding, dilation, ceil_mode=ceil_mode)
+                r = F.max_pool2d(x, kernel, stride, padding, dilation, ceil_mode=ceil_mode)
             else:
                 if dilation != [1, 1]:
                     raise ValueError("ember runtime: dilated sum pooling is not supported")
-                r = F.avg_pool2d(ins[0], kernel, stride, padding, ceil_mode=ceil_mode,
+                r = F.avg_pool2d(x, kernel, stride, padding, ceil_mode=ceil_mode,
                                  count_include_pad=True, divisor_override=1)
+            if nhwc:
+                r = r.permute(0, 2, 3, 1)
             if r.shape != outs[0].shape:
                 raise ValueError(f"ember runtime: {kind} pooling gave {tuple(r.shape)}, the "
                                  f"program expects {tuple(outs[0].shape)}")
-            outs[0].copy_(r)
+            return [r]      # kept as the output buffer when row-major (the executor checks)
         return run
     return make
 

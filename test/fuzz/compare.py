@@ -303,6 +303,17 @@ def _prod_f32(original):
     return prod
 
 
+def _second_on_zero_ties(original):
+    """maximum/minimum that return the second operand where the operands compare equal (+0.0
+    and -0.0: the only ties whose results differ), as eager's vectorized CPU loop does."""
+    def pick(a, b, *args, **kwargs):
+        r = original(a, b, *args, **kwargs)
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and r.is_floating_point():
+            r.copy_(torch.where(a == b, b, r))      # in place: r keeps eager's layout
+        return r
+    return pick
+
+
 # Eager results that are eager's kernels' own accidents or its CPU kernels' choices, not the
 # op's semantics; each is named, accepted only where it explains the whole difference (ember
 # matches eager run with the op replaced by the other value), and pinned by a test that fails
@@ -322,6 +333,14 @@ QUIRKS = {
     # (eager's CPU kernel rounds each partial product to the 16-bit type, so one past 65504 is
     # inf: fuzz seed 22 index 729); the cpu target calls eager's CPU kernel
     "cuda_prod_f32_accumulation": (("triton",), ".prod(", torch.Tensor, "prod", _prod_f32),
+    # eager's CPU maximum/minimum of +0.0 and -0.0 return the second operand in the vectorized
+    # loop (max_ps) and the first in the scalar one (std::max: a strided operand, a row's
+    # tail), so the sign of such a zero depends on where it lies; ember's select always takes
+    # the second (fuzz seed 31 index 148)
+    "cpu_maximum_signed_zero_tie": (("cpu", "triton"), "torch.maximum(", torch, "maximum",
+                                    _second_on_zero_ties),
+    "cpu_minimum_signed_zero_tie": (("cpu", "triton"), "torch.minimum(", torch, "minimum",
+                                    _second_on_zero_ties),
 }
 
 

@@ -634,3 +634,26 @@ module {
     return %p2, %m2 : tensor<32xf32>, tensor<32xf32>
   }
 }
+
+// -----
+
+// torch-mlir's relu, `x > 0 (or NaN) ? x : 0`, prints with the compare turned around, so that
+// relu(-0.0) is -0.0 as eager's kernel gives (fuzz seed 29 index 1110).
+// SRC-LABEL: // ----- kernel @relu
+// SRC:           const bool [[C:t[0-9]+]] = ([[X:x[0-9]+]] < 0.0f);
+// SRC-NEXT:      const float [[R:t[0-9]+]] = ([[C]] ? 0.0f : [[X]]);
+// SRC:           out0[{{.*}}] = [[R]];
+#ar = affine_map<(d0) -> (d0)>
+module {
+  func.func private @relu(%a: tensor<32xf32>) -> tensor<32xf32> attributes {ember.kernel = "pointwise"} {
+    %cst = arith.constant 0.000000e+00 : f32
+    %e = tensor.empty() : tensor<32xf32>
+    %r = linalg.generic {indexing_maps = [#ar, #ar], iterator_types = ["parallel"]} ins(%a : tensor<32xf32>) outs(%e : tensor<32xf32>) {
+    ^bb0(%x: f32, %o: f32):
+      %c = arith.cmpf ugt, %x, %cst : f32
+      %s = arith.select %c, %x, %cst : f32
+      linalg.yield %s : f32
+    } -> tensor<32xf32>
+    return %r : tensor<32xf32>
+  }
+}

@@ -104,6 +104,12 @@ def check(tmp_path, fn, args, kind, tol=1e-5):
     return src
 
 
+def _gelu_bwd_and_sum(g, h):
+    d = g * (0.5 * (1 + torch.erf(h * 0.7071067811865476))
+             + h * torch.exp(-0.5 * h * h) * 0.3989422804014327)
+    return d, d.sum(0)
+
+
 def t(*s, dtype=torch.float32):
     torch.manual_seed(sum(s))
     return torch.randn(*s, dtype=dtype)
@@ -134,6 +140,13 @@ CASES = {
                                              (a + b).sum((0, 1))),
                          [t(4, 32, 136), t(4, 32, 136), t(136), t(4, 32, 136)], "reduction"),
     "column_var": (lambda x: x.var(0), [t(300, 100)], "reduction"),
+    # a GELU backward stored beside its bias gradient (cpp_sweeps: one sweep over the rows)
+    "gelu_bias_grad": (lambda x, b, g: _gelu_bwd_and_sum(g, x + b),
+                       [t(256, 192) * 2, t(192), t(256, 192).flip(0)], "reduction"),
+    # heads of q, k, v gradients gathered into one [seq, batch, 3, heads * head_dim] tensor
+    # (cpp_split_loops: the inner dim walks heads outside, a contiguous head_dim inside)
+    "heads_gather": (lambda q, k, v: torch.stack([q, k, v]).permute(3, 1, 0, 2, 4).reshape(
+        32, 4, 3, 256), [t(4, 4, 32, 64), t(4, 4, 32, 64) * 2, t(4, 4, 32, 64) - 1], "pointwise"),
     "full_sum": (lambda x: x.sum(), [t(300, 500)], "reduction"),
     "mean_keepdim": (lambda x: x.mean(1, keepdim=True), [t(20, 30)], "reduction"),
     "amax_dim0": (lambda x: x.amax(0), [t(20, 30)], "reduction"),
@@ -340,7 +353,8 @@ def _simd_loops_vectorized(source: str) -> list:
 
 
 @pytest.mark.parametrize("case", ["gelu_sigmoid", "softmax", "layer_norm", "log_softmax",
-                                  "batchnorm_infer", "bias_grad", "norm_weight_grad", "rms_norm"])
+                                  "batchnorm_infer", "bias_grad", "norm_weight_grad", "rms_norm",
+                                  "gelu_bias_grad", "heads_gather"])
 def test_bench_kernels_vectorize(case):
     """The benchmark's kernels (gelu/sigmoid chain, softmax, layer_norm) and the other math
     kernels: every simd loop (element loops and row reductions) is vectorized by gcc."""
@@ -389,6 +403,38 @@ def test_column_reductions_walk_rows_outside(tmp_path):
     a, b = t(13, 150), t(150)
     o0, o1 = run_kernel(lib, sym, [a, b], res, dyn_shapes=[(13, 150), (150,)])
     assert rel_err(o0, a + b) < 1e-6 and rel_err(o1, (a + b).sum(0)) < 1e-6
+
+
+def test_column_sweeps_walk_rows_once(tmp_path):
+    """cpp_sweeps: in a column-block kernel, the sweep that stores a pointwise value and the
+    sweeps that sum values down the columns are one loop nest over the rows, each value computed
+    once (the GELU backward's erf and exp, a layer-norm backward's `a + b`); a sweep that reads
+    an earlier sweep's result (a variance after its mean) stays a sweep of its own. All agree
+    with torch."""
+    rows = re.compile(r"for \(int64_t (i\d+_\d+) = 0; \1 < 256; \+\+\1\)")
+    src = check(tmp_path, *CASES["gelu_bias_grad"])
+    assert len(rows.findall(src)) == 1, src
+    assert src.count("ember_erf(") == 1 and src.count("ember_exp(") == 1, src
+    assert re.search(r"out0\[[^]]*\] = t\d+;\n\s*acc\d+_v\[i\d+_\d+_l\] = t\d+;", src), src
+    src = check(tmp_path, *CASES["norm_weight_grad"])
+    assert len(re.findall(r"for \(int64_t (i\d+_\d+) = 0; \1 < 32; \+\+\1\)", src)) == 1, src
+    assert src.count("(x1 + x2)") == 1, src
+    src = check(tmp_path, *CASES["column_var"])
+    assert len(re.findall(r"for \(int64_t (i\d+_\d+) = 0; \1 < 300; \+\+\1\)", src)) == 2, src
+
+
+def test_inner_loop_split_at_head_dim(tmp_path):
+    """cpp_split_loops: a pointwise inner loop whose operands are read at `c / 64` and `c % 64`
+    (heads * head_dim) becomes a loop over the heads around a simd loop over head_dim, whose
+    reads are contiguous (no division left in the kernel); the same values as torch. A read at
+    `c / 8` (a run shorter than a vector) keeps its loop."""
+    src = check(tmp_path, *CASES["heads_gather"])
+    assert re.search(r"for \(int64_t (i\d+_\d+_h) = 0; \1 < 4; \+\+\1\) \{\n\s*"
+                     r"#pragma omp simd\n\s*for \(int64_t (i\d+_\d+_l) = 0; \2 < 64;", src), src
+    assert "/" not in src and "%" not in src, src
+    src = check(tmp_path, lambda x: x.permute(2, 0, 1, 3).reshape(16, 4, 32) * 2,
+                [t(4, 4, 16, 8)], "pointwise")
+    assert "_h = 0" not in src and "/ 8)" in src, src
 
 
 def test_softmax_keeps_row_of_exp(tmp_path):

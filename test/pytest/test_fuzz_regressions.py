@@ -476,6 +476,18 @@ def test_pow_of_negative_zero_keeps_sign(target):
                           exact=(True, True)), target)
 
 
+# seed 29 index 1110 (the sign-of-zero comparator): eager's CPU relu is `x < 0 ? 0 : x`, so
+# relu(-0.0) is -0.0; torch-mlir's `x > 0 ? x : 0` gave +0.0. Fixed in the lowering (kernel_expr:
+# the select with its compare turned around), not by a decomposition.
+def test_fuzz_seed29_index1110_relu_keeps_negative_zero(target):
+    inputs = ("a0 = torch.tensor([[-1.5, -0.0, 0.0, nan, 2.0, -inf]])\n"
+              "a1 = torch.tensor([[-0.0, 1.0], [-3.0, -0.0]], dtype=torch.bfloat16)")
+    r = _assert_matches(_case(inputs, "return (torch.relu(a0), torch.relu(a0 * 3).amax(-1), "
+                                      "torch.relu(a1), torch.relu(a0 - a0.abs()))",
+                              exact=(True, True, True, True)), target)
+    _no_fallback(r)
+
+
 # seed 29 index 860: logical_and of an expanded f32 and a permuted bf16: eager's result follows
 # the operands' layout (strides (1, 3, 9)), the op's meta function's is contiguous.
 @pytest.mark.parametrize("op", ["logical_and", "logical_or", "logical_xor"])
@@ -544,3 +556,71 @@ def test_bool_add_is_or(target):
               "a1 = torch.tensor([2147483647, 2], dtype=torch.int32)[1:].view(())")
     body = "v1 = a1.any()\nreturn (v1 + True, v1, a1 | a0)"
     _assert_matches(_case(inputs, body, exact=(True, True, True)), target)
+
+
+# pow(x, number) as eager's pow_tensor_scalar kernels, in one place (frontend/backend.py
+# `_pow_scalar`; the C++ and Triton lowerings special-cased 0.5 each): 0.5, -0.5 and -1 are
+# sqrt, rsqrt and reciprocal, 2, 3 and -2 products, bit for bit, signs of zero and infinities
+# included (sqrt(-0.0) is -0.0, sqrt(-inf) NaN); eager's CPU f16 kernel is pow itself
+# (pow(-0.0, 0.5) is +0.0 there, x ** 3 is rounded once from f32).
+_POW_EXPONENTS = (0.5, -0.5, -1, 2, 3, -2, 2.0, -1.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+def test_pow_special_exponents_as_eager(target, dtype):
+    # squares (eager's CPU f32 sqrt is not always correctly rounded: sqrt(4.4301333) is
+    # 2.1047881 there, 2.1047883 rounded correctly; the every-value test below covers the rest)
+    values = ("[-0.0, 0.0, -inf, inf, nan, 4.0, -2.5, 0.25, 2.25, 2.0 ** -100, 6.25, -7.25, "
+              "0.0625, 16384.0, 9.0, -0.1]")
+    inputs = f"a0 = torch.tensor({values}, dtype=torch.{dtype})"
+    body = "return (" + ", ".join(f"torch.pow(a0, {e})" for e in _POW_EXPONENTS) + \
+        ", a0 ** 0.5 + 1)"
+    r = _assert_matches(_case(inputs, body, exact=(True,) * (len(_POW_EXPONENTS) + 1)), target)
+    _no_fallback(r)
+
+
+# eager's bf16 products round after each step ((x * x) rounded, then * x); all 65280 finite
+# bf16 values, and all finite f16 ones (CPU: pow in f32, rounded once)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_pow_small_integer_exponents_every_16_bit_value(target, dtype):
+    inputs = ("a0 = torch.arange(-2**15, 2**15, dtype=torch.int32).to(torch.int16)"
+              f".view(torch.{dtype})\n"
+              "a1 = a0[torch.isfinite(a0)]")
+    body = "return (a1 ** 2, a1 ** 3, a1 ** -2, a1 ** -1, a1 ** 0.5, a1 ** -0.5)"
+    _assert_matches(_case(inputs, body, exact=(True,) * 6).replace(
+        "return [a0, a1]", "return [a1]").replace("def fn(a0, a1):", "def fn(a1):"), target)
+
+
+# seed 30 index 879 (triton): sin(pow(x, t)) with t = 8 as a uint8 tensor: the Triton lowering's
+# pow was exp2(t * log2|x|) in f32, up to 8 ulps off the exact x ** 8 (eager's is correctly
+# rounded here), and sin of ~3e4 magnified that to a relative error of 1.9e-3. Under the
+# interpreter |x| ** t is computed in f64 and rounded once; on a GPU it is libdevice's pow (the
+# powf eager's CUDA kernel calls).
+def test_fuzz_seed30_index879_pow_is_as_exact_as_eager(target):
+    inputs = ("a0 = torch.tensor([-3.6777029037475586, 0.0729660913348198, 1.4616540670394897, "
+              "2.933436870574951, -2.1382219791412354, 1.2263355255126953, -0.5463587641716003, "
+              "-3.5], dtype=torch.float32).reshape(4, 2)\n"
+              "a1 = torch.tensor([8], dtype=torch.uint8).reshape(1)")
+    _assert_matches(_case(inputs, "return (torch.sin(torch.pow(a0, a1)), torch.pow(a0, a1), "
+                                  "torch.pow(a0 * 1.7, a0))", exact=(False, False, False)),
+                    target)
+    # and within an ulp of the exact power (f64) over many values and exponents
+    x = torch.linspace(0.01, 40, 4001, dtype=torch.float32)
+    t = torch.tensor([8.0, -3.0, 2.5, 11.0, 0.3], dtype=torch.float32).reshape(5, 1)
+    out = torch.compile(torch.pow, backend="ember", options={"target": target})(x, t)
+    exact = torch.pow(x.double(), t.double())
+    finite = torch.isfinite(exact.float()) & (exact.float() != 0)
+    err = ((out.double() - exact).abs() / exact.abs())[finite]
+    assert err.max().item() <= 2.0 ** -23, err.max().item()
+
+
+# seed 31 index 30: `int32_t >= int64_0dim` with the 0-dim tensor MIN + 12: eager computes in
+# int32 (a 0-dim tensor does not promote a dimensioned one), converting it to 12 first, so
+# 0 >= 12 is False; torch-mlir compared in int64 (True). The wider 0-dim operand is converted
+# to the op's type first (fx_prep), as eager.
+@pytest.mark.parametrize("expr", ["a0 >= a1", "a0 == a1", "torch.maximum(a0, a1)",
+                                  "a0 < a1", "torch.minimum(a1, a0)"])
+def test_fuzz_seed31_index30_wider_0dim_int_operand_wraps(target, expr):
+    inputs = ("a0 = torch.tensor([[0, 12, -5, 2147483647]], dtype=torch.int32)\n"
+              "a1 = torch.tensor(-9223372036854775796)")
+    _no_fallback(_assert_matches(_case(inputs, f"return ({expr},)"), target))

@@ -6,7 +6,8 @@ rejects).
 Self-contained: a fixed set of graphs, chosen to reach every kind of kernel the Triton lowering
 writes (pointwise over each dtype family and math function, inner / outer / full / looped
 reductions and arg-reductions, normalisations, gathers, concatenation and padding, library-call
-epilogues, matmul templates (f32, bf16, f16), pooling and resampling, a training step's backward, symbolic sizes), is compiled with
+epilogues, matmul templates (f32, bf16, f16), pooling and resampling, a channels-last network
+(NHWC epilogues, a fused pooling window), a training step's backward, symbolic sizes), is compiled with
 target "triton"; every generated module is recorded as the exporter hands it over, and each
 distinct kernel is compiled for both targets in fresh subprocesses (the interpreter patches
 triton in place), failing on any error. Graphs are small: the interpreter runs them once.
@@ -145,6 +146,21 @@ class _Net(torch.nn.Module):
         return F.cross_entropy(self.fc(F.gelu(h)), torch.tensor([1, 3]))
 
 
+class _ConvNet(torch.nn.Module):
+    """Channels-last inference (ember-channels-last): NHWC epilogues, BN + ReLU + max pooling
+    as one window reduction, a residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        h = F.max_pool2d(F.relu(self.bn(self.conv1(x))), 3, 2, 1)
+        return F.relu(self.conv2(h) + h).mean((2, 3))
+
+
 def _generated_sources(monkeypatch) -> list[str]:
     """Every Triton module the graphs above generate, as the exporter hands it to the runtime."""
     from ember.frontend import export_program as exporter
@@ -175,6 +191,10 @@ def _generated_sources(monkeypatch) -> list[str]:
     torch.manual_seed(0)
     net = _Net()
     torch.compile(net, backend="ember", options=opts)(torch.randn(2, 3, 8, 8)).backward()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(_ConvNet().eval().to(torch.bfloat16), backend="ember", options=opts)(
+            torch.randn(2, 3, 8, 8).to(torch.bfloat16))
     for n in (6, 9):        # symbolic sizes: the sizes are kernel arguments
         torch._dynamo.reset()
         f = torch.compile(lambda x: torch.softmax(x * 2, -1) + x.mean(0), backend="ember",

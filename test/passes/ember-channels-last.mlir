@@ -1,0 +1,171 @@
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last)' | FileCheck %s
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{transpose-weights=false pool-kernels=false})' | FileCheck %s --check-prefix=OIHW
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{min-convs=1})' | FileCheck %s --check-prefix=ONE
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{with-statistics=true})' | FileCheck %s --check-prefix=STATS
+
+// conv -> BatchNorm-like affine (a per-channel operand) -> ReLU -> max pool -> conv + residual.
+// Every convolution takes an NHWC input and an OHWI weight and writes NHWC; the pointwise
+// generics iterate (n, h, w, c) over NHWC buffers (the per-channel operand is read through
+// d3); the pool reads and writes NHWC; the only transposes left are the graph input's, the
+// weights' and the one the reduction at the end reads through (no transpose between convs).
+// CHECK-DAG:   #[[WIN:map[0-9]*]] = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>
+// CHECK-LABEL: func.func @stem
+// CHECK-DAG:     %[[X:.*]] = linalg.transpose ins(%arg0 : tensor<2x3x16x16xf32>) {{.*}} permutation = [0, 2, 3, 1]
+// CHECK-DAG:     %[[W1:.*]] = linalg.transpose ins(%arg1 : tensor<8x3x3x3xf32>) {{.*}} permutation = [0, 2, 3, 1]
+// CHECK:         %[[C1:.*]] = "ember.extern"(%[[X]], %[[W1]]) {callee = "aten.convolution", params = {channels_last = true, {{.*}}ohwi_weight = true{{.*}}} : (tensor<2x16x16x3xf32>, tensor<8x3x3x3xf32>) -> tensor<2x16x16x8xf32>
+// CHECK:         %[[BN:.*]] = linalg.generic {indexing_maps = [#[[ID:map[0-9]*]], #[[CH:map[0-9]*]], #[[ID]]], {{.*}} ins(%[[C1]], %arg2 : tensor<2x16x16x8xf32>, tensor<8x1x1xf32>) outs(%{{.*}} : tensor<2x16x16x8xf32>)
+// CHECK:         %[[R:.*]] = linalg.generic {{.*}} ins(%[[BN]] : tensor<2x16x16x8xf32>) outs(%{{.*}} : tensor<2x16x16x8xf32>)
+// CHECK:         %[[PAD:.*]] = tensor.pad %[[R]] low[0, 1, 1, 0] high[0, 0, 0, 0]
+// CHECK:           tensor.yield %[[NEGINF:.*]] : f32
+// CHECK:         %[[INIT:.*]] = linalg.fill ins(%[[NEGINF]] : f32) outs(%{{.*}} : tensor<2x8x8x8xf32>)
+// CHECK:         %[[P:.*]] = linalg.generic {indexing_maps = [#[[WIN]], #{{.*}}, #{{.*}}], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]} ins(%[[PAD]], %{{.*}} : tensor<2x17x17x8xf32>, tensor<3x3xf32>) outs(%[[INIT]] : tensor<2x8x8x8xf32>)
+// CHECK:           arith.maximumf
+// CHECK:         %[[W2:.*]] = linalg.transpose ins(%arg3 : tensor<8x8x3x3xf32>)
+// CHECK:         %[[C2:.*]] = "ember.extern"(%[[P]], %[[W2]]) {callee = "aten.convolution"
+// CHECK:         %[[ADD:.*]] = linalg.generic {{.*}} ins(%[[C2]], %[[P]] : tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>)
+// CHECK:         %[[T:.*]] = linalg.transpose ins(%[[ADD]] : tensor<2x8x8x8xf32>) {{.*}} permutation = [0, 3, 1, 2]
+// CHECK:         linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction", "reduction"]{{.*}} ins(%[[T]] :
+// CHECK-NOT:     linalg.transpose
+// CHECK:         return
+// OIHW-LABEL: func.func @stem
+// OIHW:         "ember.extern"(%{{.*}}, %arg1) {callee = "aten.convolution", params = {channels_last = true, dilation
+// OIHW-NOT:     ohwi_weight
+// OIHW:         "ember.extern"(%{{.*}}, %{{.*}}) {callee = "aten.max_pool2d", params = {channels_last = true, {{.*}}} : (tensor<2x16x16x8xf32>, tensor<3x3xf32>) -> tensor<2x8x8x8xf32>
+// OIHW:         "ember.extern"(%{{.*}}, %arg3) {callee = "aten.convolution", params = {channels_last = true, dilation
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#ch = affine_map<(d0, d1, d2, d3) -> (d1, 0, 0)>
+#nc = affine_map<(d0, d1, d2, d3) -> (d0, d1)>
+module {
+  func.func @stem(%arg0: tensor<2x3x16x16xf32>, %arg1: tensor<8x3x3x3xf32>, %arg2: tensor<8x1x1xf32>, %arg3: tensor<8x8x3x3xf32>) -> tensor<2x8xf32> {
+    %cst = arith.constant 0.000000e+00 : f32
+    %0 = tensor.empty() : tensor<2x8x16x16xf32>
+    %1 = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x3x16x16xf32>, tensor<8x3x3x3xf32>) -> tensor<2x8x16x16xf32>
+    %2 = linalg.generic {indexing_maps = [#id, #ch, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%1, %arg2 : tensor<2x8x16x16xf32>, tensor<8x1x1xf32>) outs(%0 : tensor<2x8x16x16xf32>) {
+    ^bb0(%in: f32, %in_1: f32, %out: f32):
+      %9 = arith.mulf %in, %in_1 : f32
+      linalg.yield %9 : f32
+    } -> tensor<2x8x16x16xf32>
+    %3 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%2 : tensor<2x8x16x16xf32>) outs(%0 : tensor<2x8x16x16xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %9 = arith.maximumf %in, %cst : f32
+      linalg.yield %9 : f32
+    } -> tensor<2x8x16x16xf32>
+    %w = tensor.empty() : tensor<3x3xf32>
+    %4 = "ember.extern"(%3, %w) {callee = "aten.max_pool2d", params = {dilation = [1, 1], padding = [1, 1], stride = [2, 2]}} : (tensor<2x8x16x16xf32>, tensor<3x3xf32>) -> tensor<2x8x8x8xf32>
+    %5 = "ember.extern"(%4, %arg3) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x8x8xf32>
+    %e = tensor.empty() : tensor<2x8x8x8xf32>
+    %6 = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%5, %4 : tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>) outs(%e : tensor<2x8x8x8xf32>) {
+    ^bb0(%in: f32, %in_1: f32, %out: f32):
+      %9 = arith.addf %in, %in_1 : f32
+      linalg.yield %9 : f32
+    } -> tensor<2x8x8x8xf32>
+    %r = tensor.empty() : tensor<2x8xf32>
+    %z = linalg.fill ins(%cst : f32) outs(%r : tensor<2x8xf32>) -> tensor<2x8xf32>
+    %7 = linalg.generic {indexing_maps = [#id, #nc], iterator_types = ["parallel", "parallel", "reduction", "reduction"]} ins(%6 : tensor<2x8x8x8xf32>) outs(%z : tensor<2x8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %9 = arith.addf %in, %out : f32
+      linalg.yield %9 : f32
+    } -> tensor<2x8xf32>
+    return %7 : tensor<2x8xf32>
+  }
+}
+
+// -----
+
+// A channels-last graph input (the frontend passes it as its NHWC buffer and permutes it back)
+// feeds the convolution as it is, and a result eager returns channels-last (a permute of the
+// NCHW value) is the NHWC buffer itself: no transpose is left. A pointwise result that is
+// only returned keeps NCHW (it is written once, where it is computed). That with min-convs=1:
+// by default a function with one convolution is left as it is (converting its input and weight
+// costs what cuDNN's own transforms cost, in more kernels).
+// CHECK-LABEL: func.func @channels_last_io
+// CHECK-NOT:     channels_last
+// CHECK:         return
+// ONE-LABEL: func.func @channels_last_io
+// ONE-NOT:       permutation = [0, 3, 1, 2]
+// ONE:           %[[W:.*]] = linalg.transpose ins(%arg1 : tensor<4x3x1x1xf32>)
+// ONE-NOT:       permutation = [0, 3, 1, 2]
+// ONE:           %[[C:.*]] = "ember.extern"(%arg0, %[[W]]) {callee = "aten.convolution"{{.*}} -> tensor<2x8x8x4xf32>
+// ONE:           %[[T:.*]] = linalg.transpose ins(%[[C]] : tensor<2x8x8x4xf32>) {{.*}} permutation = [0, 3, 1, 2]
+// ONE:           %[[G:.*]] = linalg.generic {{.*}} ins(%[[T]] : tensor<2x4x8x8xf32>) outs(%{{.*}} : tensor<2x4x8x8xf32>)
+// ONE:           return %[[C]], %[[G]] : tensor<2x8x8x4xf32>, tensor<2x4x8x8xf32>
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+module {
+  func.func @channels_last_io(%arg0: tensor<2x8x8x3xf32>, %arg1: tensor<4x3x1x1xf32>) -> (tensor<2x8x8x4xf32>, tensor<2x4x8x8xf32>) {
+    %e0 = tensor.empty() : tensor<2x3x8x8xf32>
+    %x = linalg.transpose ins(%arg0 : tensor<2x8x8x3xf32>) outs(%e0 : tensor<2x3x8x8xf32>) permutation = [0, 3, 1, 2]
+    %c = "ember.extern"(%x, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]}} : (tensor<2x3x8x8xf32>, tensor<4x3x1x1xf32>) -> tensor<2x4x8x8xf32>
+    %e1 = tensor.empty() : tensor<2x8x8x4xf32>
+    %p = linalg.transpose ins(%c : tensor<2x4x8x8xf32>) outs(%e1 : tensor<2x8x8x4xf32>) permutation = [0, 2, 3, 1]
+    %e2 = tensor.empty() : tensor<2x4x8x8xf32>
+    %g = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%c : tensor<2x4x8x8xf32>) outs(%e2 : tensor<2x4x8x8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %9 = arith.negf %in : f32
+      linalg.yield %9 : f32
+    } -> tensor<2x4x8x8xf32>
+    return %p, %g : tensor<2x8x8x4xf32>, tensor<2x4x8x8xf32>
+  }
+}
+
+// -----
+
+// Nothing to do without a 2-d convolution: a transposed input read by a generic stays as it is.
+// CHECK-LABEL: func.func @no_conv
+// CHECK:         linalg.transpose
+// CHECK:         linalg.generic {{.*}} ins(%{{.*}} : tensor<2x3x4x5xf32>)
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+module {
+  func.func @no_conv(%arg0: tensor<2x4x5x3xf32>) -> tensor<2x3x4x5xf32> {
+    %e0 = tensor.empty() : tensor<2x3x4x5xf32>
+    %x = linalg.transpose ins(%arg0 : tensor<2x4x5x3xf32>) outs(%e0 : tensor<2x3x4x5xf32>) permutation = [0, 3, 1, 2]
+    %g = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%x : tensor<2x3x4x5xf32>) outs(%e0 : tensor<2x3x4x5xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %9 = arith.negf %in : f32
+      linalg.yield %9 : f32
+    } -> tensor<2x3x4x5xf32>
+    return %g : tensor<2x3x4x5xf32>
+  }
+}
+
+// -----
+
+// Convolutions grouped with several input channels per group run slower channels-last
+// (Inductor's measured factors): left as they are.
+// CHECK-LABEL: func.func @grouped
+// CHECK-NOT:     channels_last
+// CHECK-NOT:     linalg.transpose
+// CHECK:         return
+module {
+  func.func @grouped(%arg0: tensor<2x8x8x8xf32>, %arg1: tensor<8x4x3x3xf32>, %arg2: tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32> {
+    %c = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 2 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32>
+    %d = "ember.extern"(%c, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 2 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x4x3x3xf32>) -> tensor<2x8x8x8xf32>
+    return %d : tensor<2x8x8x8xf32>
+  }
+}
+
+// -----
+
+// A training forward: BatchNorm's batch statistics (a reduction over N, H and W) would read the
+// NHWC buffer across its rows; left as it is unless with-statistics.
+// CHECK-LABEL: func.func @statistics
+// CHECK-NOT:     channels_last
+// STATS-LABEL: func.func @statistics
+// STATS:         channels_last = true
+// STATS:         channels_last = true
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#c = affine_map<(d0, d1, d2, d3) -> (d1)>
+module {
+  func.func @statistics(%arg0: tensor<2x8x8x8xf32>, %arg1: tensor<8x8x3x3xf32>, %arg2: tensor<8x8x3x3xf32>) -> (tensor<2x8x8x8xf32>, tensor<8xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %c = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x8x8xf32>
+    %e = tensor.empty() : tensor<8xf32>
+    %z = linalg.fill ins(%cst : f32) outs(%e : tensor<8xf32>) -> tensor<8xf32>
+    %s = linalg.generic {indexing_maps = [#id, #c], iterator_types = ["reduction", "parallel", "reduction", "reduction"]} ins(%c : tensor<2x8x8x8xf32>) outs(%z : tensor<8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %9 = arith.addf %in, %out : f32
+      linalg.yield %9 : f32
+    } -> tensor<8xf32>
+    %d = "ember.extern"(%c, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x8x8xf32>
+    return %d, %s : tensor<2x8x8x8xf32>, tensor<8xf32>
+  }
+}

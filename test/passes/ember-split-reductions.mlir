@@ -1,0 +1,152 @@
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-split-reductions)' | FileCheck %s
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-split-reductions,ember-fuse{target=triton},canonicalize)' | FileCheck %s --check-prefix=FUSE
+
+// A column sum (a bias gradient) of 8192 x 4096: 64 programs of 64 columns unsplit. S = 16
+// splits of 512 rows give 1024 programs: the rows are read through an expand_shape, the
+// partials summed by a second generic over s into the original init.
+// CHECK-LABEL: func.func @column_sum
+// CHECK:         %[[X:.*]] = tensor.expand_shape %{{.*}} {{\[}}[0, 1], [2]] output_shape [16, 512, 4096] : tensor<8192x4096xf32> into tensor<16x512x4096xf32>
+// CHECK:         %[[Z:.*]] = linalg.fill ins(%{{.*}} : f32) outs(%{{.*}} : tensor<16x4096xf32>)
+// CHECK:         %[[P:.*]] = linalg.generic {{{.*}}iterator_types = ["parallel", "reduction", "parallel"]} ins(%[[X]] : tensor<16x512x4096xf32>) outs(%[[Z]] : tensor<16x4096xf32>)
+// CHECK:           arith.addf
+// CHECK:         %[[T:.*]] = linalg.generic {{{.*}}iterator_types = ["reduction", "parallel"]} ins(%[[P]] : tensor<16x4096xf32>) outs(%[[INIT:.*]] : tensor<4096xf32>)
+// CHECK:           arith.addf
+// CHECK:         return %[[T]]
+// The producer fuses into the partial reduction (read through the view): two kernels.
+// FUSE-LABEL: func.func @column_sum
+// FUSE-COUNT-2: call @ember_fused
+// FUSE-NOT:     call @ember_fused
+// FUSE:         return
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+module {
+  func.func @column_sum(%arg0: tensor<8192x4096xf32>) -> tensor<4096xf32> {
+    %cst = arith.constant 0.000000e+00 : f32
+    %e = tensor.empty() : tensor<8192x4096xf32>
+    %p = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]} ins(%arg0 : tensor<8192x4096xf32>) outs(%e : tensor<8192x4096xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %m = arith.mulf %in, %in : f32
+      linalg.yield %m : f32
+    } -> tensor<8192x4096xf32>
+    %0 = tensor.empty() : tensor<4096xf32>
+    %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<4096xf32>) -> tensor<4096xf32>
+    %2 = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]} ins(%p : tensor<8192x4096xf32>) outs(%1 : tensor<4096xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %s = arith.addf %in, %out : f32
+      linalg.yield %s : f32
+    } -> tensor<4096xf32>
+    return %2 : tensor<4096xf32>
+  }
+}
+
+// -----
+
+// A bf16 sum keeps f32 partials (as the unsplit kernel's accumulator is f32) and rounds once,
+// after the final sum; the keepdim result map (0, d1) carries over.
+// CHECK-LABEL: func.func @bf16_sum
+// CHECK:         linalg.generic {{{.*}}iterator_types = ["parallel", "reduction", "parallel"]} ins(%{{.*}} : tensor<64x64x1024xbf16>) outs(%{{.*}} : tensor<64x1x1024xf32>)
+// CHECK:           %[[W:.*]] = arith.extf %{{.*}} : bf16 to f32
+// CHECK:           arith.addf %[[W]], %{{.*}} : f32
+// CHECK:         linalg.generic {{{.*}}ins(%{{.*}} : tensor<64x1x1024xf32>) outs(%{{.*}} : tensor<1x1024xf32>)
+// CHECK:         linalg.generic
+// CHECK:           arith.truncf %{{.*}} : f32 to bf16
+// CHECK:         return %{{.*}} : tensor<1x1024xbf16>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#keep = affine_map<(d0, d1) -> (0, d1)>
+module {
+  func.func @bf16_sum(%arg0: tensor<4096x1024xbf16>) -> tensor<1x1024xbf16> {
+    %cst = arith.constant 0.000000e+00 : bf16
+    %0 = tensor.empty() : tensor<1x1024xbf16>
+    %1 = linalg.fill ins(%cst : bf16) outs(%0 : tensor<1x1024xbf16>) -> tensor<1x1024xbf16>
+    %2 = linalg.generic {indexing_maps = [#id2, #keep], iterator_types = ["reduction", "parallel"]} ins(%arg0 : tensor<4096x1024xbf16>) outs(%1 : tensor<1x1024xbf16>) {
+    ^bb0(%in: bf16, %out: bf16):
+      %s = arith.addf %in, %out : bf16
+      linalg.yield %s : bf16
+    } -> tensor<1x1024xbf16>
+    return %2 : tensor<1x1024xbf16>
+  }
+}
+
+// -----
+
+// A max over the rows of a few long rows (8 x 65536: 8 programs) splits each row into 128
+// chunks; the partials start from -inf, the final max from the original init.
+// CHECK-LABEL: func.func @few_long_rows
+// CHECK:         tensor.expand_shape %arg0 {{\[}}[0], [1, 2]] output_shape [8, 128, 512]
+// CHECK:         arith.constant 0xFF800000 : f32
+// CHECK:         linalg.generic {{{.*}}iterator_types = ["parallel", "parallel", "reduction"]}
+// CHECK:           arith.maximumf
+// CHECK:         linalg.generic {{{.*}}iterator_types = ["reduction", "parallel"]} ins(%{{.*}} : tensor<128x8xf32>)
+// CHECK:           arith.maximumf
+#id3 = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+module {
+  func.func @few_long_rows(%arg0: tensor<8x65536xf32>, %init: tensor<8xf32>) -> tensor<8xf32> {
+    %2 = linalg.generic {indexing_maps = [#id3, #row], iterator_types = ["parallel", "reduction"]} ins(%arg0 : tensor<8x65536xf32>) outs(%init : tensor<8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %s = arith.maximumf %in, %out : f32
+      linalg.yield %s : f32
+    } -> tensor<8xf32>
+    return %2 : tensor<8xf32>
+  }
+}
+
+// -----
+
+// A bias gradient over [batch, tokens, features] reduces dims 0 and 1: S = the batch (8) and
+// each partial sums one batch's tokens; dim 0 itself becomes parallel, no view is needed.
+// CHECK-LABEL: func.func @two_reduced_dims
+// CHECK-NOT:     tensor.expand_shape
+// CHECK:         %[[P:.*]] = linalg.generic {{{.*}}iterator_types = ["parallel", "reduction", "parallel"]} ins(%arg0 : tensor<8x512x768xf32>) outs(%{{.*}} : tensor<8x768xf32>)
+// CHECK:         linalg.generic {{{.*}}iterator_types = ["reduction", "parallel"]} ins(%[[P]] : tensor<8x768xf32>) outs(%arg1 : tensor<768xf32>)
+#id5 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#feat = affine_map<(d0, d1, d2) -> (d2)>
+module {
+  func.func @two_reduced_dims(%arg0: tensor<8x512x768xf32>, %arg1: tensor<768xf32>) -> tensor<768xf32> {
+    %0 = linalg.generic {indexing_maps = [#id5, #feat], iterator_types = ["reduction", "reduction", "parallel"]} ins(%arg0 : tensor<8x512x768xf32>) outs(%arg1 : tensor<768xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %s = arith.addf %in, %out : f32
+      linalg.yield %s : f32
+    } -> tensor<768xf32>
+    return %0 : tensor<768xf32>
+  }
+}
+
+// -----
+
+// Left alone: many rows (4096 programs already), too little work, a dynamic dim, and a
+// combiner that reads its accumulator twice.
+// CHECK-LABEL: func.func @left_alone
+// CHECK-NOT:     tensor.expand_shape
+// CHECK-COUNT-4: linalg.generic
+// CHECK-NOT:     linalg.generic
+// CHECK:         return
+#id4 = affine_map<(d0, d1) -> (d0, d1)>
+#row4 = affine_map<(d0, d1) -> (d0)>
+#col4 = affine_map<(d0, d1) -> (d1)>
+module {
+  func.func @left_alone(%a: tensor<4096x1024xf32>, %b: tensor<64x64xf32>, %c: tensor<?x64xf32>, %d: tensor<8192x64xf32>, %r: tensor<4096xf32>, %s: tensor<64xf32>) -> (tensor<4096xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>) {
+    %0 = linalg.generic {indexing_maps = [#id4, #row4], iterator_types = ["parallel", "reduction"]} ins(%a : tensor<4096x1024xf32>) outs(%r : tensor<4096xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %x = arith.addf %in, %out : f32
+      linalg.yield %x : f32
+    } -> tensor<4096xf32>
+    %1 = linalg.generic {indexing_maps = [#id4, #col4], iterator_types = ["reduction", "parallel"]} ins(%b : tensor<64x64xf32>) outs(%s : tensor<64xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %x = arith.addf %in, %out : f32
+      linalg.yield %x : f32
+    } -> tensor<64xf32>
+    %2 = linalg.generic {indexing_maps = [#id4, #col4], iterator_types = ["reduction", "parallel"]} ins(%c : tensor<?x64xf32>) outs(%s : tensor<64xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %x = arith.addf %in, %out : f32
+      linalg.yield %x : f32
+    } -> tensor<64xf32>
+    %3 = linalg.generic {indexing_maps = [#id4, #col4], iterator_types = ["reduction", "parallel"]} ins(%d : tensor<8192x64xf32>) outs(%s : tensor<64xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %x = arith.mulf %out, %out : f32
+      %y = arith.addf %in, %x : f32
+      linalg.yield %y : f32
+    } -> tensor<64xf32>
+    return %0, %1, %2, %3 : tensor<4096xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>
+  }
+}

@@ -1,0 +1,221 @@
+"""ember-channels-last end to end (issue 12): a convolution network runs channels-last as a
+whole. Every convolution gets channels-last operands and writes a channels-last result, the
+kernels between convolutions (BatchNorm, ReLU, residual add) read and write NHWC buffers with no
+layout copy kernel between them, and the results are eager's, with eager's strides, inference
+and training, fp32 and bf16, on both targets (the CPU target with `channels_last=True`: "auto"
+leaves it NCHW there, where channels-last was measured slower)."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+import ember
+from conftest import assert_close, check_fallbacks, clear_reports, rel_err
+
+C = 8
+
+
+class Block(nn.Module):
+    """resnet's stem and one basic block: conv-bn-relu-maxpool, conv-bn-relu, conv + residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, C, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(C)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.conv2 = nn.Conv2d(C, C, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(C)
+        self.conv3 = nn.Conv2d(C, C, 3, padding=1)
+        self.fc = nn.Linear(C, 5)
+
+    def forward(self, x):
+        x = self.pool(torch.relu(self.bn1(self.conv1(x))))
+        y = torch.relu(self.bn2(self.conv2(x)))
+        y = torch.relu(self.conv3(y) + x)
+        return self.fc(y.mean((2, 3)))
+
+
+def _model(dtype, device, train=False):
+    torch.manual_seed(0)
+    m = Block()
+    for bn in (m.bn1, m.bn2):
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2.0)
+    m = m.to(device, dtype)
+    return m.train() if train else m.eval()
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """The layouts each convolution library call is handed: (input, weight, result) each
+    channels-last or not."""
+    from ember.runtime import externs
+    seen = []
+    real = externs.library_convolution
+
+    def watch(*args):
+        r = real(*args)
+        cl = torch.channels_last
+        seen.append(tuple(t.is_contiguous(memory_format=cl) for t in (args[0], args[1], r)))
+        return r
+    monkeypatch.setattr(externs, "library_convolution", watch)
+    return seen
+
+
+def _compile(model, target, **options):
+    torch._dynamo.reset()
+    clear_reports()
+    return torch.compile(model, backend="ember", options={"target": target, **options})
+
+
+def _pipeline_has_pass(target, **options):
+    from ember.frontend.options import CompileOptions, default_pipeline
+    return "ember-channels-last" in default_pipeline(CompileOptions(**options), target)
+
+
+def test_auto_is_on_for_gpu_targets_only():
+    assert _pipeline_has_pass("cuda") and _pipeline_has_pass("rocm")
+    assert _pipeline_has_pass("triton")
+    assert not _pipeline_has_pass("cpu")
+    assert _pipeline_has_pass("cpu", channels_last=True)
+    assert not _pipeline_has_pass("cuda", channels_last=False)
+    from ember.frontend.options import CompileOptions, default_pipeline
+    # "auto" leaves graphs with batch statistics (a training forward) NCHW; True lays them out
+    assert "with-statistics" not in default_pipeline(CompileOptions(), "cuda")
+    assert "ember-channels-last{with-statistics=true}" in \
+        default_pipeline(CompileOptions(channels_last=True), "cpu")
+    with pytest.raises(ember.OptionsError, match="channels_last"):
+        ember.CompileOptions(channels_last="yes")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_inference_runs_channels_last(target, device, dtype, spy):
+    model = _model(dtype, device)
+    x = torch.randn(2, 3, 16, 16, device=device, dtype=dtype)
+    compiled = _compile(model, target, channels_last=True)
+    with torch.no_grad():
+        out = compiled(x)
+        ref = model(x)
+    assert_close(out, ref)
+    check_fallbacks()
+    # every convolution: channels-last input, weight and result
+    assert spy == [(True, True, True)] * 3, spy
+    (report,) = ember.last_reports()
+    groups = report["fused_groups"]
+    # the only layout copies: the NCHW graph input (once) and the three weights; the kernels
+    # between convolutions hold no transpose (they read and write NHWC buffers directly), and
+    # the mean at the end reads the last NHWC buffer through its map.
+    copies = [g for g in groups if set(g) == {"transpose"}]
+    assert len(copies) == 4, groups
+    between = [g for g in groups if "transpose" in g and set(g) != {"transpose"}]
+    assert len(between) == 1 and "sum" in between[0], groups
+
+
+def test_nchw_without_the_pass(target, device, spy):
+    """channels_last=False: the library gets NCHW tensors (what the pass changes)."""
+    model = _model(torch.float32, device)
+    x = torch.randn(2, 3, 16, 16, device=device)
+    with torch.no_grad():
+        out = _compile(model, target, channels_last=False)(x)
+    assert_close(out, model(x))
+    assert spy == [(False, False, False)] * 3, spy
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_training_step_matches_eager(target, device, dtype, interpreted):
+    if interpreted and dtype == torch.bfloat16:
+        pytest.skip("interpreter: the bf16 step runs on the cpu target (same library calls)")
+    model = _model(dtype, device, train=True)
+    ref_model = copy.deepcopy(model)
+    x = torch.randn(4, 3, 16, 16, device=device, dtype=dtype)
+    compiled = _compile(model, target, channels_last=True)
+    out = compiled(x)
+    ref = ref_model(x)
+    cot = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7)).to(device, dtype)
+    (out * cot).sum().backward()
+    (ref * cot).sum().backward()
+    check_fallbacks()
+    assert_close(out, ref)
+    assert_close(model.bn1.running_mean, ref_model.bn1.running_mean, what="running_mean")
+    if dtype == torch.float32:
+        for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+            assert_close(p.grad, q.grad, what=name)
+        return
+    # bf16: eager's own gradients of the first convolution are 2-4e-2 off the exact ones (a
+    # BatchNorm backward in bf16); ember's must be as close to float64's as eager's are
+    exact = copy.deepcopy(model).double()
+    exact.zero_grad()
+    (exact(x.double()) * cot.double()).sum().backward()
+    for (name, p), q, e in zip(model.named_parameters(), ref_model.parameters(),
+                               exact.parameters()):
+        assert rel_err(p.grad, e.grad) <= 2 * rel_err(q.grad, e.grad) + 1e-3, name
+
+
+class Features(nn.Module):
+    """A feature extractor: its result is a convolution's activation."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, C, 3, padding=1)
+        self.conv2 = nn.Conv2d(C, C, 1)
+
+    def forward(self, x):
+        return torch.relu(self.conv2(torch.relu(self.conv1(x)))) * 2.0
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_outputs_have_eager_strides(target, device, memory_format, spy):
+    """An NCHW network returns NCHW activations, a channels-last one (input and weights
+    channels-last, as `model.to(memory_format=torch.channels_last)` makes) channels-last ones:
+    eager's strides either way."""
+    torch.manual_seed(0)
+    model = Features().to(device, memory_format=memory_format)
+    x = torch.randn(2, 3, 8, 8, device=device).contiguous(memory_format=memory_format)
+    with torch.no_grad():
+        out = _compile(model, target, channels_last=True)(x)
+        ref = model(x)
+    check_fallbacks()
+    assert_close(out, ref)
+    assert out.stride() == ref.stride(), (out.stride(), ref.stride())
+    assert spy == [(True, True, True)] * 2, spy
+
+
+class Pools(nn.Module):
+    """Max pooling with ceil mode and dilation, average pooling with padding (counted and not),
+    each after a convolution's pointwise epilogue."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, C, 3)
+        self.conv2 = nn.Conv2d(C, C, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv1(x))
+        a = nn.functional.max_pool2d(y, 3, 2, 1, ceil_mode=True)
+        b = nn.functional.max_pool2d(y - 1.0, 2, 1, 0, dilation=2)
+        z = self.conv2(a)
+        c = nn.functional.avg_pool2d(z, 3, 2, 1, count_include_pad=False)
+        d = nn.functional.avg_pool2d(z * z, 2, ceil_mode=True)
+        return a.sum() + b.mean(), c, d
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pooling_kernels(target, device, dtype, interpreted):
+    """Channels-last pooling is a generated window reduction over the NHWC buffer (no
+    library pooling call left), with eager's results, ceil mode, dilation and padding."""
+    if interpreted and dtype == torch.bfloat16:
+        pytest.skip("interpreter: the bf16 pools run on the cpu target (same kernels' IR)")
+    torch.manual_seed(0)
+    model = Pools().to(device, dtype)
+    x = torch.randn(2, 3, 11, 11, device=device, dtype=dtype)
+    with torch.no_grad():
+        out = _compile(model, target, channels_last=True)(x)
+        ref = model(x)
+    check_fallbacks()
+    assert_close(out, ref)
+    (report,) = ember.last_reports()
+    # the two convolutions (bf16 average pooling is eager's own library call, which rounds
+    # as eager does: those two stay)
+    assert report["num_externs"] == (2 if dtype == torch.float32 else 4), report
+    assert sum("amax" in g for g in report["fused_groups"]) == 2, report["fused_groups"]
