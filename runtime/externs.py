@@ -314,10 +314,29 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
                 kwargs[k] = obj
     results = list(params.get("results", [0]))
     plain = [n for n in names if "[" not in n]
-    sdpa = _sdpa_as_eager(name, names, kwargs, results)
-    run = sdpa if sdpa is not None else _call_op(op, names, plain, lists, kwargs, results)
+    # results handed on permuted (ember-library-views' `ember.result_views`)
+    perms = {v[0]: tuple(v[1:]) for v in params.get("result_views", [])}
+    sdpa = None if perms else _sdpa_as_eager(name, names, kwargs, results)
+    run = sdpa if sdpa is not None else _call_op(op, names, plain, lists, kwargs, results,
+                                                 contiguous=not perms)
+    if perms:
+        run = _permuted(run, perms)
     views = params.get("views")
     return run if not views else _with_views(run, views)
+
+
+def _permuted(run: Callable[[list], list], perms: dict) -> Callable[[list], list]:
+    """Result k handed on as the op's own tensor permuted by perms[k]: contiguous, so no copy,
+    where the op lays it out that way (attention's output: [B, H, S, D] over a [B, S, H, D]
+    buffer); made contiguous otherwise, as every other result."""
+    def run_permuted(ins: list) -> list:
+        out = []
+        for k, t in enumerate(run(ins)):
+            if k in perms:
+                t = t.permute(perms[k])
+            out.append(t if t.is_contiguous() else t.contiguous())
+        return out
+    return run_permuted
 
 
 def _with_views(run: Callable[[list], list], views: list) -> Callable[[list], list]:
@@ -337,7 +356,8 @@ def _with_views(run: Callable[[list], list], views: list) -> Callable[[list], li
     return run_views
 
 
-def _call_op(op, names, plain, lists, kwargs, results) -> Callable[[list], list]:
+def _call_op(op, names, plain, lists, kwargs, results,
+             contiguous: bool = True) -> Callable[[list], list]:
     def run(ins: list) -> list:
         args = dict(kwargs)
         args.update(zip(plain, (t for n, t in zip(names, ins) if "[" not in n)))
@@ -349,5 +369,7 @@ def _call_op(op, names, plain, lists, kwargs, results) -> Callable[[list], list]
             args[k] = items
         r = op(**args)
         r = r if isinstance(r, (tuple, list)) else (r,)
+        if not contiguous:
+            return [r[i] for i in results]
         return [r[i] if r[i].is_contiguous() else r[i].contiguous() for i in results]
     return run
