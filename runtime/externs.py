@@ -81,6 +81,12 @@ def library_convolution(*args):
     return torch.ops.aten.convolution(*args)
 
 
+def library_convolution_backward(*args, **kwargs):
+    """torch's convolution_backward, as every such library call makes it (looked up per call: a
+    test watches which layouts the library is handed)."""
+    return torch.ops.aten.convolution_backward.default(*args, **kwargs)
+
+
 def _convolution(p: dict[str, Any]) -> ExternFn:
     stride, padding, dilation = list(p["stride"]), list(p["padding"]), list(p["dilation"])
     groups = int(p.get("groups", 1))
@@ -314,10 +320,29 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
                 kwargs[k] = obj
     results = list(params.get("results", [0]))
     plain = [n for n in names if "[" not in n]
+    if name == "aten.convolution_backward.default":
+        def op(**kw):
+            return library_convolution_backward(**kw)
+    # ember-channels-last: [operands, results] that are NHWC buffers of the op's NCHW tensors
+    nhwc_in, nhwc_out = (list(x) for x in params.get("channels_last", ([], [])))
     sdpa = _sdpa_as_eager(name, names, kwargs, results)
-    run = sdpa if sdpa is not None else _call_op(op, names, plain, lists, kwargs, results)
+    run = sdpa if sdpa is not None else _call_op(op, names, plain, lists, kwargs, results,
+                                                 frozenset(nhwc_out))
+    if nhwc_in:
+        run = _channels_last_operands(run, nhwc_in)
     views = params.get("views")
     return run if not views else _with_views(run, views)
+
+
+def _channels_last_operands(run: Callable[[list], list], which: list) -> Callable[[list], list]:
+    """The op reads NHWC buffers as channels-last views of its NCHW tensors (no copy: the
+    library computes channels-last, as eager does for a channels-last network)."""
+    def run_nhwc(ins: list) -> list:
+        ins = list(ins)
+        for k in which:
+            ins[k] = ins[k].permute(0, 3, 1, 2)
+        return run(ins)
+    return run_nhwc
 
 
 def _with_views(run: Callable[[list], list], views: list) -> Callable[[list], list]:
@@ -337,7 +362,16 @@ def _with_views(run: Callable[[list], list], views: list) -> Callable[[list], li
     return run_views
 
 
-def _call_op(op, names, plain, lists, kwargs, results) -> Callable[[list], list]:
+def _call_op(op, names, plain, lists, kwargs, results,
+             nhwc: frozenset = frozenset()) -> Callable[[list], list]:
+    """`nhwc`: result positions returned as NHWC buffers (the library's channels-last result
+    permuted is one without a copy; another layout is copied)."""
+    def get(r, k):
+        t = r[results[k]]
+        if k in nhwc:
+            t = t.permute(0, 2, 3, 1)
+        return t if t.is_contiguous() else t.contiguous()
+
     def run(ins: list) -> list:
         args = dict(kwargs)
         args.update(zip(plain, (t for n, t in zip(names, ins) if "[" not in n)))
@@ -349,5 +383,5 @@ def _call_op(op, names, plain, lists, kwargs, results) -> Callable[[list], list]
             args[k] = items
         r = op(**args)
         r = r if isinstance(r, (tuple, list)) else (r,)
-        return [r[i] if r[i].is_contiguous() else r[i].contiguous() for i in results]
+        return [get(r, k) for k in range(len(results))]
     return run

@@ -81,8 +81,8 @@ def test_auto_is_on_for_gpu_targets_only():
     assert _pipeline_has_pass("cpu", channels_last=True)
     assert not _pipeline_has_pass("cuda", channels_last=False)
     from ember.frontend.options import CompileOptions, default_pipeline
-    # "auto" leaves graphs with batch statistics (a training forward) NCHW; True lays them out
-    assert "with-statistics" not in default_pipeline(CompileOptions(), "cuda")
+    # training graphs too (a forward's batch statistics over NHWC buffers), "auto" and True
+    assert "ember-channels-last{with-statistics=true}" in default_pipeline(CompileOptions(), "cuda")
     assert "ember-channels-last{with-statistics=true}" in \
         default_pipeline(CompileOptions(channels_last=True), "cpu")
     with pytest.raises(ember.OptionsError, match="channels_last"):
