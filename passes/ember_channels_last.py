@@ -291,7 +291,7 @@ def _permuted_results(m, perm: list[int]) -> "ir.AffineMap":
 
 
 def _rewritable_generic(op) -> bool:
-    if iterator_types(op) != ["parallel"] * 4:
+    if iterator_types(op) != ["parallel"] * 4 or _uses_index(op):
         return False
     gen = op.opview
     n_in, outs = len(gen.inputs), list(gen.outputs)
@@ -337,6 +337,43 @@ def _rewrite_generic(op) -> bool:
     op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
     for k in range(len(op.results)):
         _to_nhwc_result(op, k)
+    return True
+
+
+def _uses_index(op) -> bool:
+    """Whether the body reads its loop indices (`linalg.index`): re-iterating would change them."""
+    return any(op_name(inner) == "linalg.index" for inner in op.regions[0].blocks[0].operations)
+
+
+def _rewrite_reduction(op) -> bool:
+    """A reduction with four loops (n, c, h, w) that reads an NHWC buffer through its
+    transpose (BatchNorm's batch statistics and their gradients: a sum over n, h, w; a mean
+    over h, w) iterates (n, h, w, c) instead: the kept channel loop is the innermost, so the
+    reduction is a column reduction over rows of the buffer (coalesced loads, Triton's column
+    configurations), not a strided read per channel. Its results keep their types."""
+    types = iterator_types(op)
+    if len(types) != 4 or "reduction" not in types or types[1] != "parallel" or \
+            _uses_index(op):
+        return False
+    gen = op.opview
+    n_in = len(gen.inputs)
+    maps = _maps(op)
+    ident = ir.AffineMap.get_identity(4)
+    reads = [k for k in range(n_in) if nhwc_source(op.operands[k]) is not None
+             and maps[k] == ident]
+    if not reads:
+        return False
+    d_of_e = ir.AffineMap.get(4, 0, [ir.AffineExpr.get_dim(i) for i in TO_NCHW])
+    new_maps = []
+    for k, m in enumerate(maps):
+        m = _compose(m, d_of_e)
+        if k in reads:
+            op.operands[k] = nhwc_source(op.operands[k])
+            m = _permuted_results(m, TO_NHWC)
+        new_maps.append(m)
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+    op.attributes["iterator_types"] = ir.ArrayAttr.get([
+        ir.Attribute.parse(f"#linalg.iterator_type<{types[j]}>") for j in TO_NHWC])
     return True
 
 
@@ -453,7 +490,7 @@ def channels_last(fn, weights: bool = True, pool_kernels: bool = True,
         for op in list(block.operations):
             name = op_name(op)
             if name == "linalg.generic":
-                _rewrite_generic(op)
+                _rewrite_generic(op) or _rewrite_reduction(op)
             elif name == EXTERN_OP and extern_callee(op) in _POOLS:
                 if _rewrite_pool(op) and pool_kernels:
                     _pool_kernel(op)
