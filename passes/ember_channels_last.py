@@ -17,7 +17,8 @@ per kind of convolution (`pays_off`: grouped convolutions with several input cha
 run slower channels-last), do not grow. Others are left as they are.
 
 A function that computes batch statistics (a reduction of a 4-d tensor over its batch and
-spatial dims: a training forward's BatchNorm) is left as it is unless `with-statistics`.
+spatial dims: a training forward's BatchNorm) is left as it is unless `with-statistics` (the
+default pipeline passes it: training graphs run channels-last too).
 
 Invariant established, in every such public function, for statically shaped values:
 
@@ -35,6 +36,15 @@ Invariant established, in every such public function, for statically shaped valu
   least one such transpose, used by something other than `func.return`, iterates (n, h, w, c):
   its results are NHWC values (their former values are transposes of them) and it reads the
   transposes' sources through composed maps;
+* a `linalg.generic` reduction with four loops (n, c, h, w), c parallel, no `linalg.index`,
+  reading such a transpose through the identity map, iterates (n, h, w, c) and reads the
+  transpose's source: the kept channel loop is innermost (a column reduction: BatchNorm's
+  statistics and their gradients, a mean over H and W); its results keep their types;
+* every `func.call` of a library declaration in `_LIBRARY_LAYOUTS` (a training graph's
+  `convolution_backward`, always; max pooling with indices and its backward, where an operand
+  is such a transpose already) takes the NHWC values of its 4-d activation operands and gives
+  NHWC results, its declaration's type says so and `ember.channels_last = [operands,
+  results]` records which (the weight and its gradient stay OIHW);
 * a transpose of a transpose whose permutations compose to the identity is its source (a result
   eager lays out channels-last is returned as a permute of the NCHW value: no copy is left).
 
@@ -524,9 +534,8 @@ class EmberChannelsLast(Pass):
     # a function with fewer eligible convolutions is left NCHW: converting its input and
     # weights costs what cuDNN's own transforms cost, in more kernels
     min_convs: int = option(2, min=1)
-    # lay out functions that compute batch statistics too (a training forward's BatchNorm):
-    # off by default, as their reductions would read NHWC buffers across rows, and the
-    # backward's convolutions (library calls) stay NCHW
+    # lay out functions that compute batch statistics too (a training forward's BatchNorm: its
+    # reductions become column reductions over the NHWC buffers); the default pipeline passes it
     with_statistics: bool = False
 
     def run(self, module: ir.Operation) -> None:
