@@ -26,9 +26,7 @@ result, is replaced by
 
 where S is the smallest power of two dividing E with `programs(P) * S >= target-programs`,
 and no larger than leaves each partial `min-chunk` elements to reduce (no split when that
-leaves S < 2). When S = E for a reduction over (n, h, w) of an NHWC buffer (BatchNorm's
-batch statistics, channels-last: iterators reduction x 3, parallel), `partial` is planned
-again (h split): with d = n parallel it has only N x C / 64 programs. `programs(P)` is P when the
+leaves S < 2). `programs(P)` is P when the
 innermost dim is reduced (one program a row) and P / 64 otherwise (64 results a program).
 The result is the same reduction regrouped (floating-point sums round differently, as any
 other order of the reduction would); everything else is left alone.
@@ -78,14 +76,9 @@ class EmberSplitReductions(Pass):
         with module.context:
             for op in todo:
                 plan = self._plan(op)
-                image = iterator_types(op) == ["reduction"] * 3 + ["parallel"]
-                while plan is not None:
+                if plan is not None:
                     with op.location:
-                        op, whole = _split(op, *plan)
-                    # the outermost reduced dim became the partials' dim: the partials of a
-                    # channels-last column reduction over (n, h, w) may still be too few
-                    # programs (N x C / 64), and split on the next reduced dim (h)
-                    plan = self._plan(op) if whole and image else None
+                        _split(op, *plan)
 
     def programs(self, op, parallel_numel: int) -> int:
         inner_reduced = iterator_types(op)[-1] == "reduction"
@@ -213,8 +206,7 @@ def _iters(kinds) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
 
 
-def _split(op, d: int, splits: int, comb, widen: bool):
-    """Rewrites `op`; returns (the partial reduction, whether d itself became its dim)."""
+def _split(op, d: int, splits: int, comb, widen: bool) -> None:
     maps = indexing_maps(op)
     n = maps[0].n_dims
     its = iterator_types(op)
@@ -307,4 +299,3 @@ def _split(op, d: int, splits: int, comb, widen: bool):
             result = narrow.results[0]
     op.results[0].replace_all_uses_with(result)
     op.erase()
-    return part, whole

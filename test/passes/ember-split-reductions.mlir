@@ -150,29 +150,3 @@ module {
     return %0, %1, %2, %3 : tensor<4096xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>
   }
 }
-
-// -----
-
-// A channels-last column reduction over (n, h, w) (BatchNorm's batch statistics over an NHWC
-// buffer): 64 columns are one program; split on n (8 = E: n becomes the partials' dim) leaves
-// 8 programs, so the partial is split again on h: 8 x 8 chunks of 14 x 56 rows.
-// CHECK-LABEL: func.func @nhwc_statistics
-// CHECK:         tensor.expand_shape %arg0 {{\[}}[0], [1, 2], [3], [4]] output_shape [8, 8, 7, 56, 64] : tensor<8x56x56x64xf32> into tensor<8x8x7x56x64xf32>
-// CHECK:         %[[P:.+]] = linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction", "reduction", "parallel"]} ins(%{{.*}} : tensor<8x8x7x56x64xf32>) outs(%{{.*}} : tensor<8x8x64xf32>)
-// CHECK:         %[[Q:.+]] = linalg.generic {{.*}}iterator_types = ["reduction", "parallel", "parallel"]} ins(%[[P]] : tensor<8x8x64xf32>) outs(%{{.*}} : tensor<8x64xf32>)
-// CHECK:         linalg.generic {{.*}}iterator_types = ["reduction", "parallel"]} ins(%[[Q]] : tensor<8x64xf32>) outs(%{{.*}} : tensor<64xf32>)
-#id4 = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
-#c4 = affine_map<(d0, d1, d2, d3) -> (d3)>
-module {
-  func.func @nhwc_statistics(%arg0: tensor<8x56x56x64xf32>) -> tensor<64xf32> {
-    %cst = arith.constant 0.000000e+00 : f32
-    %e = tensor.empty() : tensor<64xf32>
-    %z = linalg.fill ins(%cst : f32) outs(%e : tensor<64xf32>) -> tensor<64xf32>
-    %s = linalg.generic {indexing_maps = [#id4, #c4], iterator_types = ["reduction", "reduction", "reduction", "parallel"]} ins(%arg0 : tensor<8x56x56x64xf32>) outs(%z : tensor<64xf32>) {
-    ^bb0(%in: f32, %out: f32):
-      %1 = arith.addf %in, %out : f32
-      linalg.yield %1 : f32
-    } -> tensor<64xf32>
-    return %s : tensor<64xf32>
-  }
-}
