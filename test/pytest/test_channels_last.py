@@ -292,3 +292,34 @@ def test_training_step_runs_channels_last(target, device, dtype, spy, backward_s
     # only the graph input, for conv1's weight gradient: the saved activations are read as
     # they come, and the kernels between the backward's library calls write NHWC
     assert len(copies) == 1 and set(copies[0]) == {"transpose"}, backward["fused_groups"]
+
+
+@pytest.mark.targets("cpu")
+def test_backward_reads_saved_activations_in_any_layout(target, device, monkeypatch):
+    """The backward is compiled for the saved activations' reported (channels-last) layout; one
+    that comes in another layout (here: the forward returns eager's NCHW while reporting
+    channels-last, as a forward that ran eagerly would) is copied, never misread."""
+    from ember.frontend import saved_layouts
+    real = saved_layouts.lay_out_saved
+
+    def report_only(gm, saved):
+        vals = {n: n.meta.get("val") for n in gm.graph.nodes}
+        strides = real(gm, saved)
+        for n, v in vals.items():
+            n.meta["val"] = v
+        return strides
+    monkeypatch.setattr(saved_layouts, "lay_out_saved", report_only)
+    model = _model(torch.float32, device, train=True)
+    ref_model = copy.deepcopy(model)
+    x = torch.randn(2, 3, 12, 12, device=device)
+    (_compile(model, target, channels_last=True)(x).sum()).backward()
+    ref_model(x).sum().backward()
+    check_fallbacks()
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        assert_close(p.grad, q.grad, what=name)
+    forward, backward = ember.last_reports()[-2:]
+    # the forward wrote NCHW saved activations (transposes beyond the input's and weights'),
+    # the backward was compiled for NHWC ones (no transpose of them in its kernels)
+    assert sum("transpose" in g for g in forward["fused_groups"]) > 4, forward["fused_groups"]
+    assert sum("transpose" in g for g in backward["fused_groups"]) == 1, \
+        backward["fused_groups"]
