@@ -5,7 +5,7 @@
 
 ember writes only under one directory, its cache (`EMBER_CACHE_DIR`, else
 `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`): `cpp/` (C++ kernel libraries), `py/` (generated
-Triton modules) and `triton/`, Triton's own cache for the kernels ember compiles, unless
+Triton modules), `program/` (compiled programs: a warm start skips the passes) and `triton/`, Triton's own cache for the kernels ember compiles, unless
 `TRITON_CACHE_DIR` is set (then Triton's cache is there and `--clear` leaves it alone) or the
 cache is shared (`EMBER_CACHE_SHARED=1`: Triton keeps its default, `~/.triton/cache`).
 `--clear` removes only those subdirectories, so a cache directory set by mistake to a folder
@@ -22,6 +22,7 @@ from pathlib import Path
 
 # What ember itself puts under its cache directory (runtime/cache.py's kinds, and Triton's).
 PARTS = (("cpp", "C++ kernel libraries"), ("py", "generated Triton modules"),
+         ("program", "compiled programs (warm start)"),
          ("triton", "Triton's cache (compiled kernels)"))
 
 

@@ -234,6 +234,27 @@ def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
     return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
 
 
+def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
+    """A graph bound for a GPU on a cold start (Triton's cache empty): the Triton compile
+    workers start now (once per process), so that they import while AOTAutograd and the passes
+    run (runtime/triton_warm.WorkerPool). With a cache, they start only when a graph has
+    something to compile: a warm start starts none."""
+    if not opts.parallel_compile:
+        return
+    devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
+    if not any(d.type == "cuda" for d in devices):
+        return
+    from .options import resolve_target
+    from ..runtime.env import triton_interpreted
+    try:
+        if resolve_target(opts.target, devices) in ("cuda", "rocm") and not triton_interpreted():
+            from ..runtime.triton_warm import start_pool, triton_cache_is_empty
+            if triton_cache_is_empty():
+                start_pool()
+    except Exception:   # noqa: BLE001 -- an optimisation: precompile starts workers itself
+        pass
+
+
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """`torch.compile(model, backend="ember", options={...})`.
 
@@ -256,6 +277,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         else:
             options = {**(options or {}), "mode": mode}
     opts = CompileOptions.from_user(options)
+    _start_compile_workers(opts, example_inputs)
     base = new_graph_id("dynamo")
     # Where calls go: AOTAutograd's function, until a forward graph falls back whole.
     state: dict[str, Any] = {}

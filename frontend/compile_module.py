@@ -202,17 +202,45 @@ def _short_diagnostic(line: str) -> str:
 
 def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: bool = False,
                    dump: DebugDump | None = None,
-                   seconds: dict[str, float] | None = None, donate=(), reuse=()):
+                   seconds: dict[str, float] | None = None, donate=(), reuse=(),
+                   cache=None):
     """`gm` imported (with the library `calls` stitched in), run through `pipeline` and
     exported: (Program, the report fields the IR knows). MLIR's diagnostics and fd 2 are
     captured (written to the dump's diagnostics.txt); raises on any failure. `donate`: pairs
     (input, output) of `gm` where the output is the input's new value (`ember.donate`);
-    `reuse`: inputs whose memory may hold other values once read (`ember.donated_args`)."""
+    `reuse`: inputs whose memory may hold other values once read (`ember.donated_args`).
+    `cache` (an ArtifactCache, a directory, or None for none): a warm start reads the result
+    from there instead of compiling (frontend/program_cache.py); not with a debug dump, nor
+    for a `symbolic` graph (compiling it may add a guard on a size, which frontend/symbolic.py
+    watches for: a cached program would hide it)."""
+    seconds = {} if seconds is None else seconds
+    if cache is None or symbolic or (dump is not None and dump.dir is not None):
+        return _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse)
+    from ..runtime.cache import as_cache
+    from . import program_cache
+    t0 = time.perf_counter()
+    cache = as_cache(cache)
+    key = program_cache.program_key(gm, pipeline, calls, symbolic, donate, reuse)
+    hit = program_cache.load(cache, key) if key is not None else None
+    seconds["program_cache"] = time.perf_counter() - t0
+    if hit is not None:
+        hit[1]["program_cache"] = "hit"
+        return hit
+    program, summary = _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate,
+                                       reuse)
+    if key is not None:
+        t0 = time.perf_counter()
+        program_cache.store(cache, key, program, summary)
+        seconds["program_cache"] += time.perf_counter() - t0
+    summary["program_cache"] = "miss" if key is not None else "uncacheable"
+    return program, summary
+
+
+def _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse):
     from .importer import new_context
     from .library_calls import stitch
     from .export_program import export_program
 
-    seconds = {} if seconds is None else seconds
     ctx = new_context()
     t0 = time.perf_counter()
     native = NativeOutput(ctx)
@@ -269,6 +297,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     failure. `library`: nodes called as ATen kernels inside the program
     (frontend/library_calls.py): library ops and ops ember cannot compile. Returns the runtime's
     callable and the report fields it knows."""
+    from ..runtime.cache import as_cache
     from ..runtime.executor import load
     from .library_calls import outline
     from .export_program import restore_signedness
@@ -289,9 +318,11 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # Wall seconds per stage (import, each pipeline element, export, build), for the report.
     seconds: dict[str, float] = {}
     pipeline = default_pipeline(options, target)
+    cache = as_cache(options.cache_dir) if options.program_cache else None
     try:
         program, summary = compile_module(gm, pipeline, calls=calls, symbolic=symbolic,
-                                          dump=dump, seconds=seconds, donate=donate, reuse=reuse)
+                                          dump=dump, seconds=seconds, donate=donate, reuse=reuse,
+                                          cache=cache)
     except PipelineFailure as err:
         # ember-split-reductions is an optimisation: a graph it leaves unlowerable compiles
         # unsplit (the report says why) rather than running eagerly
@@ -300,7 +331,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
             raise
         seconds.clear()
         program, summary = compile_module(gm, unsplit, calls=calls, symbolic=symbolic,
-                                          dump=dump, seconds=seconds, donate=donate, reuse=reuse)
+                                          dump=dump, seconds=seconds, donate=donate, reuse=reuse,
+                                          cache=cache)
         summary["split_reductions_off"] = str(err)[:300]
     restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
     dump.write(backend_named(program.target).source_file, program.source)
@@ -313,6 +345,12 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     # planned_peak_bytes. (With CUDA graphs the arena comes from the graph's private pool,
     # whose size torch does not expose; it is not reported.)
     summary["runtime_arena_bytes"] = compiled.arena_bytes
+    pre = getattr(compiled, "precompiled", None)
+    if pre is not None:     # runtime/triton_warm.py: Triton compiles before the first launch
+        summary["triton_precompile"] = {"compiled": pre.get("ok", 0),
+                                        "cached": pre.get("cached", 0),
+                                        "errors": len(pre.get("errors", ())),
+                                        "seconds": pre.get("seconds")}
     if compiled.freed_inputs:     # donated inputs freed after their last use (not graphed)
         summary["inputs_freed"] = compiled.freed_inputs
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}

@@ -191,6 +191,8 @@ def library_params(decl) -> dict[str, Any]:
               "results": attr_to_python(C.RESULTS.raw(decl))}
     if C.OPERAND_VIEWS.has(decl):       # ember-library-views
         params["views"] = [list(v) for v in C.OPERAND_VIEWS.get(decl)]
+    if C.RESULT_VIEWS.has(decl):        # ember-library-views
+        params["result_views"] = [list(v) for v in C.RESULT_VIEWS.get(decl)]
     if C.CHANNELS_LAST.has(decl):       # ember-channels-last
         params["channels_last"] = [list(v) for v in C.CHANNELS_LAST.get(decl)]
     return params

@@ -417,9 +417,7 @@ def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
     for node in gm.graph.nodes:
         env[node] = graph.node_copy(node, lambda n: env[n])
         _strip_placement(env[node])
-    sub = fx.GraphModule(gm, graph)
-    sub.recompile()
-    return sub
+    return fx.GraphModule(gm, graph)    # (its constructor generates the code)
 
 
 def _constants(gm: fx.GraphModule) -> dict[fx.Node, bool]:
@@ -465,9 +463,7 @@ def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node], host: bool = False) ->
         env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[n] for n in outputs))
     graph.eliminate_dead_code(is_impure_node=_mutates if host else None)
-    sub = fx.GraphModule(gm, graph)
-    sub.recompile()
-    return sub
+    return fx.GraphModule(gm, graph)    # (its constructor generates the code)
 
 
 def _drop_unused_pool_indices(gm: fx.GraphModule) -> None:

@@ -144,8 +144,7 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     nodes = sorted(nodes, key=order.__getitem__)     # program order: a stable numbering
     cut = {n.name for n in nodes}
-    gm = fx.GraphModule(gm, _copy_graph(gm.graph))
-    graph = gm.graph
+    root, graph = gm, _copy_graph(gm.graph)    # the module is made once the graph is done
     by_name = {n.name: n for n in graph.nodes}
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in graph.nodes if n.op == "output")
@@ -187,8 +186,7 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
                 node.target is operator.getitem or node.name in cut):
             graph.erase_node(node)
     graph.lint()
-    gm.recompile()
-    return gm, calls
+    return fx.GraphModule(root, graph), calls
 
 
 def _copy_graph(graph: fx.Graph) -> fx.Graph:

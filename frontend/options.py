@@ -51,6 +51,10 @@ class CompileOptions:
     parallel_compile: on a GPU, compile every Triton kernel of a graph (every autotuning
       configuration) in worker processes when the graph is loaded, instead of one at a time
       at each kernel's first launch (runtime/triton_warm.py). Same kernels either way.
+    program_cache: a graph compiled before (the same graph, options and ember) takes its
+      compiled program from the cache (`cache_dir`) instead of importing and running the
+      passes again: a warm start (frontend/program_cache.py). Not read with a `debug_dir`.
+      Default: EMBER_PROGRAM_CACHE (1 unless set to 0).
     recompute: training graphs are split by AOTAutograd's min-cut partitioner (what Inductor
       uses): cheap pointwise values, and autocast's casts of the weights, are recomputed in
       the backward graph, where ember fuses
@@ -90,6 +94,7 @@ class CompileOptions:
     cudagraphs: bool = True
     exact_low_precision: bool = True
     parallel_compile: bool = True
+    program_cache: bool = True
     recompute: bool = True
     donate_saved: bool = True
     mode: str = "default"
@@ -117,7 +122,7 @@ class CompileOptions:
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
         for name in ("fallback", "cudagraphs", "exact_low_precision", "parallel_compile",
-                     "recompute", "donate_saved"):
+                     "program_cache", "recompute", "donate_saved"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")
@@ -160,6 +165,8 @@ class CompileOptions:
             kwargs["target"] = env.target
         if "debug_dir" not in kwargs and env.debug_dir is not None:
             kwargs["debug_dir"] = str(env.debug_dir)
+        if "program_cache" not in kwargs:
+            kwargs["program_cache"] = getattr(env, "program_cache", True)
         if "cache_dir" not in kwargs and env.cache_dir is not None:
             kwargs["cache_dir"] = str(env.cache_dir)
         return cls(**kwargs)

@@ -62,7 +62,7 @@ from typing import ClassVar
 from torch_mlir import ir
 
 from ..dialects.contract import (CHANNELS_LAST, EXTERN_OP, LIBRARY, OPERAND_VIEWS, PARAMS,
-                                 RESULTS, TENSOR_ARGS, VIEW, is_library)
+                                 RESULT_VIEWS, RESULTS, TENSOR_ARGS, VIEW, is_library)
 from ..dialects.ember import extern_callee
 from .base import Pass, option
 from .graph_utils import defining_op, op_name
@@ -187,7 +187,8 @@ def _library_layout(op, decls):
     if op_name(op) != "func.call":
         return None
     decl = decls.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
-    if decl is None or VIEW.has(decl) or OPERAND_VIEWS.has(decl) or CHANNELS_LAST.has(decl):
+    if decl is None or any(a.has(decl) for a in (VIEW, OPERAND_VIEWS, RESULT_VIEWS,
+                                                  CHANNELS_LAST)):
         return None
     layout = _LIBRARY_LAYOUTS.get(LIBRARY.get(decl))
     if layout is None:

@@ -43,8 +43,12 @@ from .ember_convert_externs import convert_externs
 from .graph_utils import defining_op, op_name, stable_topological_sort, users
 from .ir_queries import VIEW_OPS
 from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
+from .sink_reshapes import sink_collapses
 
 HOST_OPS = {"func.call", EXTERN_OP, "func.return", "arith.constant", "tensor.empty"}
+# Horizontal fusion: how many earlier clusters of one value's readers a reader is tried with
+# (each try is a legality check; a value read by hundreds of kernels must stay cheap).
+HORIZONTAL_TRIES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +80,8 @@ class EmberFuse(Pass):
                 if is_dynamic(fn):
                     expand_affine_apply(fn.regions[0].blocks[0])
                     sink_scalar_float_ops(fn.regions[0].blocks[0])
+                else:
+                    sink_collapses(fn.regions[0].blocks[0])
                 groups = self.plan(fn, explain=self.explain)
                 _outline(module, fn, groups, self.target)
 
@@ -114,6 +120,8 @@ class EmberFuse(Pass):
         # Most bytes saved first; ties in program order (stable).
         edges.sort(key=lambda e: -e[0])
 
+        spans_of: list = [None]
+
         def horizon(b_ops):
             """No op after this one leads to the ops b_ops. Users come after their operands in
             the block, but a group is a kernel that runs at once, after all of its operands: an
@@ -121,8 +129,10 @@ class EmberFuse(Pass):
             earlier op (a group's ops need not be contiguous: groupnorm's backward made a
             cycle)."""
             hi = max(b_ops)
-            spans = sorted((min(ids), max(ids)) for ids in member_ids.values() if len(ids) > 1)
-            for lo, top in spans:
+            if spans_of[0] is None:     # the groups' spans change only when two merge
+                spans_of[0] = sorted((min(ids), max(ids)) for ids in member_ids.values()
+                                     if len(ids) > 1)
+            for lo, top in spans_of[0]:
                 if lo > hi:
                     break
                 hi = max(hi, top)
@@ -185,6 +195,7 @@ class EmberFuse(Pass):
             members[ga] = merged
             del members[gb]
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
+            spans_of[0] = None
 
         # A producer whose consumers read its result in other shapes (q, k and v sliced from
         # one bias add) fuses with none of them alone: it would stay a kernel result of
@@ -220,6 +231,25 @@ class EmberFuse(Pass):
                 del members[r]
                 member_ids[g] = member_ids[g] + member_ids.pop(r)
             members[g] = merged
+            spans_of[0] = None
+
+        def merge_horizontally(acc, r) -> bool:
+            merged = sorted(members[acc] + members[r], key=lambda o: index[o])
+            if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
+                return False
+            if all(op_name(o) in VIEW_OPS for o in merged):
+                return False
+            ids = set(member_ids[acc]) | set(member_ids[r])
+            if path_between(ids, ids) is not None:
+                return False
+            if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
+                return False
+            parent[r] = acc
+            del members[r]
+            members[acc] = merged
+            member_ids[acc] = member_ids[acc] + member_ids.pop(r)
+            spans_of[0] = None
+            return True
 
         # Horizontal: kernels that read one value (a tensor, another kernel's or a library
         # call's results: the row sums of a LayerNorm backward, q/k/v's transposes), so that
@@ -245,25 +275,20 @@ class EmberFuse(Pass):
                                          if isinstance(key, tuple) or find(c) != find(key)))
             if len(readers) < 2:
                 continue
-            acc = readers[0]
-            for r in readers[1:]:
-                acc, r = find(acc), find(r)
-                if acc == r:
+            # Each reader joins the first earlier cluster it may join, else starts one: two
+            # row sums of a layer norm's backward join each other though neither joins the
+            # kernel of the column sums beside them (only the first reader was tried before).
+            heads: list = []
+            for r in readers:
+                r = find(r)
+                heads = list(dict.fromkeys(find(h) for h in heads))
+                if r in heads:
                     continue
-                merged = sorted(members[acc] + members[r], key=lambda o: index[o])
-                if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
-                    continue
-                if all(op_name(o) in VIEW_OPS for o in merged):
-                    continue
-                ids = set(member_ids[acc]) | set(member_ids[r])
-                if path_between(ids, ids) is not None:
-                    continue
-                if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
-                    continue
-                parent[r] = acc
-                del members[r]
-                members[acc] = merged
-                member_ids[acc] = member_ids[acc] + member_ids.pop(r)
+                for acc in heads[-HORIZONTAL_TRIES:]:
+                    if merge_horizontally(acc, r):
+                        break
+                else:
+                    heads.append(r)
 
         groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
         if explain:
@@ -304,6 +329,8 @@ def unfused_pairs(block_ops, index, find, refused) -> list[dict]:
             return []
         if op_name(op) in VIEW_OPS and op in index:
             return [s for v in op.operands for s in sources(v, [index[op]] + hops)]
+        if op_name(op) in VIEW_OPS and _tail_view(op):     # a host view (of a kernel result)
+            return sources(op.operands[0], hops)
         if op in index or _library_call(op) is not None:
             return [(op, hops)]
         return []
@@ -351,6 +378,8 @@ def _is_compute(op, dynamic: bool = False) -> bool:
         return False    # tensor.reshape: a host view (its sizes are computed on the host)
     if fusion_legality.is_constant_scalar_op(op):
         return False    # cloned into its users, as a constant is
+    if _tail_view(op):
+        return False    # a host view of a kernel's result (see _tail_view)
     if name == "linalg.fill" and _cloneable(op) and \
             not any(op_name(u) == "func.return" for u in users(op.results[0])):
         return False    # cloned into its users; one that is returned is a kernel of its own
@@ -358,6 +387,23 @@ def _is_compute(op, dynamic: bool = False) -> bool:
 
 
 _cloneable = fusion_legality.cloneable
+
+_RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
+
+
+def _tail_view(op) -> bool:
+    """A static reshape that only the host reads (returned, or an operand of a library call):
+    it stays a view on the host, so that the kernel computing its operand returns the
+    operand's shape. Inside the kernel it would make the kernel's result a tensor of another
+    shape than the rest of the kernel's (a layer norm over 2x32 rows whose bf16 copy a matmul
+    reads as 64 rows could not be one kernel: passes/sink_reshapes.py)."""
+    if op_name(op) not in _RESHAPES or not all(
+            isinstance(v.type, ir.RankedTensorType) and ir.RankedTensorType(v.type).has_static_shape
+            for v in (op.operands[0], op.results[0])):
+        return False
+    readers = list(users(op.results[0]))
+    return bool(readers) and all(op_name(u) in ("func.return", EXTERN_OP, "func.call")
+                                 for u in readers)
 
 
 # ----------------------------------------------------------------------------- outlining

@@ -8,7 +8,7 @@ turn into a copy kernel per operand; eager hands the attention kernel strided vi
 projection buffer, and so does ember after this pass.
 
 Invariant established: every `func.call` in a public function of a library declaration of a
-fused-attention forward op (`ATTENTION`), whose declaration has that one call and no
+fused-attention forward or backward op (`ATTENTION`, `ATTENTION_BACKWARD`), whose declaration has that one call and no
 `ember.view`, takes for each operand that was a chain of `tensor.extract_slice` (static, unit
 or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` (of dims that are contiguous
 in the layout so far) and `linalg.transpose` ops of a statically shaped value R that is a buffer
@@ -30,7 +30,8 @@ from typing import ClassVar
 
 from torch_mlir import ir
 
-from ..dialects.contract import EXTERN_OP, LIBRARY, OPERAND_VIEWS, VIEW, is_library
+from ..dialects.contract import (EXTERN_OP, LIBRARY, OPERAND_VIEWS, RESULT_VIEWS, VIEW,
+                                 is_library)
 from .base import Pass
 from .graph_utils import defining_op, op_name
 
@@ -39,6 +40,13 @@ ATTENTION = ("aten._scaled_dot_product_efficient_attention.default",
              "aten._scaled_dot_product_flash_attention.default",
              "aten._scaled_dot_product_cudnn_attention.default",
              "aten._scaled_dot_product_flash_attention_for_cpu.default")
+# and their backward, which eager also hands strided views (the saved output and the incoming
+# gradient transposed to [B, H, S, D]; on the CPU the saved logsumexp too), and whose
+# gradients the next ops transpose back
+ATTENTION_BACKWARD = ("aten._scaled_dot_product_efficient_attention_backward.default",
+                      "aten._scaled_dot_product_flash_attention_backward.default",
+                      "aten._scaled_dot_product_cudnn_attention_backward.default",
+                      "aten._scaled_dot_product_flash_attention_for_cpu_backward.default")
 _CHAIN = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape",
           "linalg.transpose")
 
@@ -194,7 +202,7 @@ class EmberLibraryViews(Pass):
     dynamic_shapes: ClassVar[bool] = True
 
     def run(self, module: ir.Operation) -> None:
-        wanted = set(ATTENTION)
+        wanted = set(ATTENTION) | set(ATTENTION_BACKWARD)
         decls, calls = {}, {}
         for op in module.regions[0].blocks[0].operations:
             if op_name(op) != "func.func":
@@ -214,6 +222,7 @@ class EmberLibraryViews(Pass):
                 continue
             with module.context, ir.Location.unknown():
                 self._rewrite(decl, sites[0])
+                _fold_result_transposes(decl, sites[0])
 
     @staticmethod
     def _rewrite(decl, call) -> None:
@@ -235,3 +244,42 @@ class EmberLibraryViews(Pass):
             ir.FunctionType.get(inputs, list(ftype.results)))
         OPERAND_VIEWS.set(decl, views)
         _erase_dead(dead)
+
+
+def _fold_result_transposes(decl, call) -> None:
+    """Each result of `call` whose one user is a `linalg.transpose` becomes the transposed
+    value itself, `ember.result_views` naming the permutation: the runtime permutes the op's
+    tensor, a free view where the op lays its result out that way (attention's output, which
+    the next projection reads as [B, S, H * D]: a copy kernel each before, and a copy the
+    runtime made to hand the result on contiguous)."""
+    from torch_mlir.dialects import func
+
+    perms, types, folded = [], [], {}
+    for k, r in enumerate(call.results):
+        uses = list(r.uses)
+        t = uses[0].owner if len(uses) == 1 else None
+        if t is not None and op_name(t) == "linalg.transpose" and uses[0].operand_number == 0 \
+                and _static_shape(t.results[0]) is not None:
+            perms.append([k, *_i64s(t, "permutation")])
+            types.append(t.results[0].type)
+            folded[k] = t
+        else:
+            types.append(r.type)
+    if not perms:
+        return
+    with ir.InsertionPoint(call), call.location:
+        new = func.CallOp(types, ir.FlatSymbolRefAttr(call.attributes["callee"]),
+                          list(call.operands))
+    for name in [a if isinstance(a, str) else a.name for a in call.attributes]:
+        if name not in new.attributes:
+            new.attributes[name] = call.attributes[name]
+    for k, r in enumerate(call.results):
+        source = folded[k].results[0] if k in folded else r
+        source.replace_all_uses_with(new.results[k])
+    for t in folded.values():
+        t.erase()
+    call.erase()
+    ftype = ir.FunctionType(ir.TypeAttr(decl.attributes["function_type"]).value)
+    decl.attributes["function_type"] = ir.TypeAttr.get(
+        ir.FunctionType.get(list(ftype.inputs), types))
+    RESULT_VIEWS.set(decl, perms)

@@ -123,6 +123,11 @@ def stable_topological_sort(block) -> None:
         o.move_before(terminator)
 
 
+def _ir_text(op, name: str) -> str:
+    """The kernel function's IR (attributes, types, body) with its own name left out."""
+    return op.get_asm(print_generic_op_form=True, use_local_scope=True).replace(f'"{name}"', '"\0"')
+
+
 def attach_kernel_sources(module, target: str, prelude: str, lower) -> None:
     """The lowering passes' common shape: `lower(kernel_func, name) -> source` for every
     `ember.kernel` function, stored as `ember.source` / `ember.symbol` on it, and the module's
@@ -130,16 +135,22 @@ def attach_kernel_sources(module, target: str, prelude: str, lower) -> None:
 
     A kernel whose source is an earlier kernel's but for its name (the same layer repeated in a
     transformer) gets an empty `ember.source` and the earlier one's `ember.symbol`: the code is
-    built (and JIT-compiled, autotuned) once."""
+    built (and JIT-compiled, autotuned) once. A kernel whose IR is an earlier kernel's but for
+    its name is not lowered at all (lowering reads nothing but the kernel's IR and name): the
+    layers of a transformer are lowered once."""
     seen: dict[str, str] = {}
+    same_ir: dict[str, str] = {}
     with module.context:
         for op in module.regions[0].blocks[0].operations:
             if not is_kernel(op):
                 continue
             name = ir.StringAttr(op.attributes["sym_name"]).value
-            src = lower(op, name)
-            key = src.replace(name, "\0")
-            symbol = seen.setdefault(key, name)
+            text = _ir_text(op, name)
+            symbol, src = same_ir.get(text), ""
+            if symbol is None:
+                src = lower(op, name)
+                symbol = seen.setdefault(src.replace(name, "\0"), name)
+                same_ir[text] = symbol
             SOURCE.set(op, src if symbol == name else "")
             SYMBOL.set(op, symbol)
         TARGET.set(module, target)

@@ -24,11 +24,21 @@ def op_name(op) -> str:
     return op.operation.name
 
 
+# The attribute's text -> its loops' kinds: printing the whole array once is cheaper than
+# wrapping and printing each element (ember-fuse asks for every candidate kernel).
+_ITERATORS_OF: dict[str, tuple[str, ...]] = {}
+
+
 def iterator_types(op) -> list[str]:
     """'parallel' / 'reduction' per loop of a `linalg.generic` ([] for other ops)."""
     if op_name(op) != "linalg.generic":
         return []
-    return [_ITERATOR[str(a)] for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    attr = op.attributes["iterator_types"]
+    text = str(attr)
+    kinds = _ITERATORS_OF.get(text)
+    if kinds is None:
+        kinds = _ITERATORS_OF[text] = tuple(_ITERATOR[str(a)] for a in ir.ArrayAttr(attr))
+    return list(kinds)
 
 
 def is_reduction(op) -> bool:

@@ -128,6 +128,8 @@ class KernelSchedule:
             self._link(op, uf, note)
         if not any(is_reduction(op) for op in self.ops):
             self._share_loops(uf)
+        else:
+            self._share_reduction_loops(uf)
         # A global dim is a union-find class; number them in first-seen order.
         self._gid: dict = {}
         self._size: dict[int, Optional[int]] = {}
@@ -283,6 +285,41 @@ class KernelSchedule:
             for a, b in pairs:
                 uf.union(a, b)
 
+    def _share_reduction_loops(self, uf) -> None:
+        """Reductions of one static loop shape share their loops (horizontal fusion: a layer
+        norm backward's two row sums, of two different products, in one kernel), as
+        `_share_loops` does for pointwise results: parallel loops pairwise in order, reduced
+        loops likewise. Reductions already linked some other way are left to `_plan`."""
+        def loops(op):
+            sizes = _loop_sizes(op)
+            if sizes is None:
+                return None
+            its = iterator_types(op)
+            par = [j for j, t in enumerate(its) if t == "parallel" and sizes[j] != 1]
+            red = [j for j, t in enumerate(its) if t == "reduction" and sizes[j] != 1]
+            return ([sizes[j] for j in par], [sizes[j] for j in red],
+                    [uf.find((op, "loop", j)) for j in par + red])
+
+        reds = [op for op in self.ops if is_reduction(op) and op_name(op) == "linalg.generic"]
+        if len(reds) < 2:
+            return
+        first = loops(reds[0])
+        if first is None:
+            return
+        for op in reds[1:]:
+            got = loops(op)
+            if got is None or got[:2] != first[:2]:
+                continue
+            mine = [uf.find(k) for k in first[2]]
+            theirs = [uf.find(k) for k in got[2]]
+            if set(mine) == set(theirs):
+                continue
+            pairs = [(a, b) for a, b in zip(mine, theirs) if a != b]
+            if any(a in theirs or b in mine for a, b in pairs):
+                continue
+            for a, b in pairs:
+                uf.union(a, b)
+
     def _derived(self, loops: set, windows: bool = True) -> set:
         """The global dims whose index follows from the kernel's `loops` through reshapes of
         static sizes that merge or split non-unit dims (a bias add over 128x384 read through
@@ -402,6 +439,19 @@ class KernelSchedule:
                 if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
                                         "access)", op.location, INDEX_MISMATCH)
+
+
+def _loop_sizes(op):
+    """Static loop bounds of a `linalg.generic` (from its operands' shapes), or None where one
+    is dynamic or unbound."""
+    sizes = [None] * len(iterator_types(op))
+    for v, m in zip(op.operands, indexing_maps(op)):
+        if not isinstance(v.type, ir.RankedTensorType):
+            continue
+        for n, e in zip(shape(v), m.results):
+            if isinstance(e, ir.AffineDimExpr) and sizes[ir.AffineDimExpr(e).position] is None:
+                sizes[ir.AffineDimExpr(e).position] = n
+    return None if any(n is None for n in sizes) else sizes
 
 
 def _expr_dims(e) -> list[int]:

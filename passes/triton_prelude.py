@@ -71,8 +71,16 @@ def _ember_autotune(configs, key, restore=(), outputs=()):
                 nargs[name].copy_(t)
             saved.clear()
         kw = dict(pre_hook=pre_hook, post_hook=post_hook)
+    if _EMBER_AUTOTUNE_CACHE:
+        # the choice is kept in Triton's cache: a warm start (a new process) does not time the
+        # configurations again
+        kw["cache_results"] = True
     return triton.autotune(configs=configs, key=key, do_bench=_ember_bench,
                            prune_configs_by={"early_config_prune": _ember_prune}, **kw)
+
+
+_EMBER_AUTOTUNE_CACHE = "cache_results" in __import__("inspect").signature(
+    triton.autotune).parameters
 
 
 @triton.jit

@@ -21,6 +21,9 @@ class RuntimeEnv:
     # are off (contents are still verified against their manifests); see runtime/cache.py.
     cache_shared: bool = False
     cxx: str = "g++"                # CXX: the C++ compiler of the cpu target (needs -fopenmp)
+    # EMBER_PROGRAM_CACHE=0: compile every graph again instead of taking its compiled program
+    # from the cache (CompileOptions.program_cache's default; frontend/program_cache.py).
+    program_cache: bool = True
 
 
 # The values of passes/backends.py's `Target` (the runtime imports nothing of the compiler;
@@ -44,8 +47,12 @@ def read_env(environ: Mapping[str, str] | None = None) -> RuntimeEnv:
     shared_text = (e.get("EMBER_CACHE_SHARED") or "0").strip().lower()
     if shared_text not in ("0", "1", "false", "true", "no", "yes"):
         raise ValueError(f"EMBER_CACHE_SHARED={e['EMBER_CACHE_SHARED']!r}: expected 0 or 1")
+    program_text = (e.get("EMBER_PROGRAM_CACHE") or "1").strip().lower()
+    if program_text not in ("0", "1", "false", "true", "no", "yes"):
+        raise ValueError(f"EMBER_PROGRAM_CACHE={e['EMBER_PROGRAM_CACHE']!r}: expected 0 or 1")
     return RuntimeEnv(cache_dir=cache.expanduser(), debug_dir=debug, target=target,
                       cache_shared=shared_text in ("1", "true", "yes"),
+                      program_cache=program_text in ("1", "true", "yes"),
                       cxx=(e.get("CXX") or "").strip() or "g++")
 
 

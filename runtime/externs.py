@@ -323,11 +323,17 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
     if name == "aten.convolution_backward.default":
         def op(**kw):
             return library_convolution_backward(**kw)
+    # results handed on permuted (ember-library-views' `ember.result_views`)
+    perms = {v[0]: tuple(v[1:]) for v in params.get("result_views", [])}
     # ember-channels-last: [operands, results] that are NHWC buffers of the op's NCHW tensors
+    # (a result: the library's channels-last tensor permuted, no copy)
     nhwc_in, nhwc_out = (list(x) for x in params.get("channels_last", ([], [])))
-    sdpa = _sdpa_as_eager(name, names, kwargs, results)
+    perms.update({k: (0, 2, 3, 1) for k in nhwc_out})
+    sdpa = None if perms else _sdpa_as_eager(name, names, kwargs, results)
     run = sdpa if sdpa is not None else _call_op(op, names, plain, lists, kwargs, results,
-                                                 frozenset(nhwc_out))
+                                                 contiguous=not perms)
+    if perms:
+        run = _permuted(run, perms)
     if nhwc_in:
         run = _channels_last_operands(run, nhwc_in)
     views = params.get("views")
@@ -343,6 +349,20 @@ def _channels_last_operands(run: Callable[[list], list], which: list) -> Callabl
             ins[k] = ins[k].permute(0, 3, 1, 2)
         return run(ins)
     return run_nhwc
+
+
+def _permuted(run: Callable[[list], list], perms: dict) -> Callable[[list], list]:
+    """Result k handed on as the op's own tensor permuted by perms[k]: contiguous, so no copy,
+    where the op lays it out that way (attention's output: [B, H, S, D] over a [B, S, H, D]
+    buffer); made contiguous otherwise, as every other result."""
+    def run_permuted(ins: list) -> list:
+        out = []
+        for k, t in enumerate(run(ins)):
+            if k in perms:
+                t = t.permute(perms[k])
+            out.append(t if t.is_contiguous() else t.contiguous())
+        return out
+    return run_permuted
 
 
 def _with_views(run: Callable[[list], list], views: list) -> Callable[[list], list]:
@@ -363,15 +383,7 @@ def _with_views(run: Callable[[list], list], views: list) -> Callable[[list], li
 
 
 def _call_op(op, names, plain, lists, kwargs, results,
-             nhwc: frozenset = frozenset()) -> Callable[[list], list]:
-    """`nhwc`: result positions returned as NHWC buffers (the library's channels-last result
-    permuted is one without a copy; another layout is copied)."""
-    def get(r, k):
-        t = r[results[k]]
-        if k in nhwc:
-            t = t.permute(0, 2, 3, 1)
-        return t if t.is_contiguous() else t.contiguous()
-
+             contiguous: bool = True) -> Callable[[list], list]:
     def run(ins: list) -> list:
         args = dict(kwargs)
         args.update(zip(plain, (t for n, t in zip(names, ins) if "[" not in n)))
@@ -383,5 +395,7 @@ def _call_op(op, names, plain, lists, kwargs, results,
             args[k] = items
         r = op(**args)
         r = r if isinstance(r, (tuple, list)) else (r,)
-        return [get(r, k) for k in range(len(results))]
+        if not contiguous:
+            return [r[i] for i in results]
+        return [r[i] if r[i].is_contiguous() else r[i].contiguous() for i in results]
     return run

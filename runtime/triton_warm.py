@@ -15,7 +15,8 @@ function, once per autotuning configuration that the autotuner's pruning keeps, 
 `jit_cache_hook`, which receives the serialized specialization (signature, constexprs,
 alignment attributes, options, target) and, returning True, skips the compile. The workers
 rebuild `ASTSource(fn, signature, constexprs, attrs)` from it, as Triton's `preload` does, and
-call `triton.compile`.
+call `triton.compile`. Requests already in Triton's cache (a warm start: a new process, the same
+graph) are found by the lookup `triton.compile` starts with and not sent: no worker starts.
 
 Invariant: nothing here changes what runs. A mispredicted request (an input that turns out
 misaligned), a worker that fails or times out, or a Triton without the hook only means the
@@ -173,19 +174,192 @@ def run_workers(argv, payloads, timeout: float) -> list[tuple]:
     return results
 
 
+MAX_JOBS = 32
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_JOBS))
+
+
+class WorkerPool:
+    """Worker processes kept for the whole process (`start_pool`): each starts a fresh
+    interpreter running this file with `--serve`, imports torch and Triton once, and then
+    compiles one payload per line of its stdin, answering one JSON line on its stdout. Started
+    when a GPU graph reaches the backend, the workers import while Dynamo, AOTAutograd and the
+    passes run, and every later graph of the process reuses them: a graph's precompile costs
+    its compiles, not the workers' start (seconds each, on a busy host).
+
+    A worker that dies, answers garbage or runs past the timeout is killed and its payload
+    reported as an error (its launches compile for themselves); the next use starts a new one.
+    """
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self._procs: list = [None] * jobs
+        self._lock = threading.Lock()
+
+    def _spawn(self, k: int):
+        import subprocess
+        import tempfile
+        from .cache import use_for_triton
+        use_for_triton()     # workers inherit TRITON_CACHE_DIR: ember's cache, unless set
+        env = {k2: v for k2, v in os.environ.items() if k2 != "TRITON_INTERPRET"}
+        err = tempfile.TemporaryFile(mode="w+b", prefix="ember_worker_")
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                env=env)
+        proc.ember_stderr = err
+        self._procs[k] = proc
+        return proc
+
+    def start(self) -> None:
+        with self._lock:
+            for k in range(self.jobs):
+                p = self._procs[k]
+                if p is None or p.poll() is not None:
+                    self._spawn(k)
+
+    def _kill(self, k: int) -> str:
+        p = self._procs[k]
+        self._procs[k] = None
+        if p is None:
+            return ""
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        for f in (p.stdin, p.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            p.ember_stderr.seek(0)
+            text = p.ember_stderr.read().decode(errors="replace")
+        except (OSError, ValueError):
+            text = ""
+        p.ember_stderr.close()
+        return f"worker exit {p.returncode}: {text[-2000:]}"
+
+    def run(self, payloads, timeout: float) -> list[tuple]:
+        """[(returncode, stdout, stderr)] in payload order, as `run_workers` answers: payload k
+        goes to worker k (at most `jobs` payloads)."""
+        import selectors
+        import time
+        assert len(payloads) <= self.jobs
+        with self._lock:
+            results: list = [None] * len(payloads)
+            live = []
+            for k, payload in enumerate(payloads):
+                p = self._procs[k]
+                if p is None or p.poll() is not None:
+                    if p is not None:
+                        self._kill(k)
+                    p = self._spawn(k)
+                try:
+                    p.stdin.write(json.dumps(payload).encode() + b"\n")
+                    p.stdin.flush()
+                    live.append(k)
+                except OSError:
+                    results[k] = (1, "", self._kill(k))
+            sel = selectors.DefaultSelector()
+            bufs = {k: b"" for k in live}
+            for k in live:
+                sel.register(self._procs[k].stdout, selectors.EVENT_READ, k)
+            deadline = time.monotonic() + timeout
+            while bufs.keys() - {k for k, r in enumerate(results) if r is not None}:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in sel.select(left):
+                    k = key.data
+                    chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                    if not chunk:                       # the worker died
+                        sel.unregister(key.fileobj)
+                        results[k] = (1, bufs[k].decode(errors="replace"), self._kill(k))
+                        continue
+                    bufs[k] += chunk
+                    if bufs[k].endswith(b"\n"):
+                        sel.unregister(key.fileobj)
+                        results[k] = (0, bufs[k].decode(errors="replace"), "")
+            sel.close()
+            for k in live:
+                if results[k] is None:                  # past the timeout
+                    results[k] = (124, "", self._kill(k))
+            return results
+
+    def close(self, grace: float = 2.0) -> None:
+        """Ends every worker: EOF on its stdin ends its loop; one still compiling after
+        `grace` seconds (all workers together) is killed."""
+        import time
+        for p in self._procs:
+            if p is not None:
+                try:
+                    p.stdin.close()
+                except OSError:
+                    pass
+        deadline = time.monotonic() + grace
+        for k, p in enumerate(self._procs):
+            if p is not None:
+                try:
+                    p.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except Exception:   # noqa: BLE001 -- killed below
+                    pass
+                self._kill(k)
+
+
+_pool: WorkerPool | None = None
+
+
+def start_pool(jobs: int | None = None) -> WorkerPool | None:
+    """Starts (once per process) the workers that every later precompile uses; returns at once.
+    None where processes cannot be started (the one-shot workers of `run_workers` remain)."""
+    global _pool
+    try:
+        if _pool is None:
+            import atexit
+            _pool = WorkerPool(jobs or default_jobs())
+            atexit.register(_pool.close)
+        _pool.start()
+    except Exception:   # noqa: BLE001 -- compiles then start their own workers
+        return None
+    return _pool
+
+
+def triton_cache_is_empty() -> bool:
+    """Whether Triton's cache directory (ember's, unless TRITON_CACHE_DIR is set) holds
+    nothing yet: a cold start, where every kernel will compile (the backend then starts the
+    pool at once; otherwise only when a graph has something to compile)."""
+    from .cache import use_for_triton
+    d = use_for_triton() or os.environ.get("TRITON_CACHE_DIR") or \
+        os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    try:
+        with os.scandir(d) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return True
+
+
 def compile_pool(source: str, path: str, modname: str, requests, jobs: int | None = None,
                  timeout: float = 600) -> dict:
-    """Compiles `requests` (from compile_requests) in `jobs` worker processes; returns
+    """Compiles `requests` (from compile_requests) in `jobs` worker processes (the process's
+    pool when `start_pool` started one, else workers started for this call); returns
     {"ok": n, "errors": [text]}. Request k goes to worker k % jobs (deterministic)."""
     requests = list(requests)
     if not requests:
         return {"ok": 0, "errors": []}
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(requests), 32))
+    pool = _pool
+    jobs = max(1, min(jobs or (pool.jobs if pool is not None else default_jobs()),
+                      len(requests), MAX_JOBS))
+    if pool is not None and jobs > pool.jobs:
+        pool = None
     payloads = [{"source": source, "path": path, "module": modname,
                  "requests": requests[k::jobs]} for k in range(jobs)]
     result = {"ok": 0, "errors": []}
-    for code, out, err in run_workers([sys.executable, os.path.abspath(__file__)], payloads,
-                                      timeout):
+    if pool is not None:
+        answers = pool.run(payloads, timeout)
+    else:
+        answers = run_workers([sys.executable, os.path.abspath(__file__)], payloads, timeout)
+    for code, out, err in answers:
         try:
             r = json.loads(out.strip().splitlines()[-1])
             result["ok"] += r["ok"]
@@ -198,9 +372,17 @@ def compile_pool(source: str, path: str, modname: str, requests, jobs: int | Non
 def precompile(mod, launches, device, jobs: int | None = None) -> dict:
     """compile_requests + compile_pool for a module loaded by runtime/py_module.py. Never
     raises: a failure is reported in the result and the launches compile for themselves."""
+    import time
+    t0 = time.perf_counter()
     try:
         requests = compile_requests(mod, launches, device)
-        return compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, requests, jobs)
+        missing = [r for r in requests if not in_triton_cache(mod, *r)]
+        if missing and _pool is None and jobs is None:
+            start_pool()    # kept for the next graphs of this process
+        result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, missing, jobs)
+        result["cached"] = len(requests) - len(missing)
+        result["seconds"] = round(time.perf_counter() - t0, 3)
+        return result
     except Exception as err:    # noqa: BLE001 -- the JIT path still compiles everything
         return {"ok": 0, "errors": [f"{type(err).__name__}: {err}"]}
 
@@ -220,9 +402,8 @@ def _decode_constant(value):
     return tuple(value) if isinstance(value, list) else value
 
 
-def compile_request(mod, fn_name: str, spec: str):
-    """Compiles one request as the launch will (the same ASTSource, target and options)."""
-    import triton
+def _request_source(mod, fn_name: str, spec: str):
+    """(ASTSource, target, backend, options) of one request, as the launch builds them."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
     obj = json.loads(spec)
@@ -238,7 +419,36 @@ def compile_request(mod, fn_name: str, spec: str):
     options = backend.parse_options({k: tuple(v) if isinstance(v, list) else v
                                      for k, v in obj["options"].items()})
     src = ASTSource(_jit(getattr(mod, fn_name)), signature, constexprs, attrs)
+    return src, target, backend, options
+
+
+def compile_request(mod, fn_name: str, spec: str):
+    """Compiles one request as the launch will (the same ASTSource, target and options)."""
+    import triton
+    src, target, _, options = _request_source(mod, fn_name, spec)
     return triton.compile(src, target=target, options=options.__dict__)
+
+
+def in_triton_cache(mod, fn_name: str, spec: str) -> bool:
+    """Whether Triton's cache already holds the compiled request: the lookup `triton.compile`
+    starts with (its cache key, the kernel's metadata file in that key's group), without
+    compiling. False on any doubt (the request is then compiled, as before)."""
+    try:
+        import hashlib
+        from triton import knobs
+        from triton.compiler.compiler import (get_cache_invalidating_env_vars, get_cache_key,
+                                              get_cache_manager)
+        if knobs.compilation.always_compile or knobs.runtime.add_stages_inspection_hook:
+            return False
+        src, _, backend, options = _request_source(mod, fn_name, spec)
+        options = backend.parse_options(dict(options.__dict__, **src.parse_options()))
+        key = get_cache_key(src, backend, options, env_vars=get_cache_invalidating_env_vars())
+        manager = get_cache_manager(hashlib.sha256(key.encode("utf-8")).hexdigest())
+        name = f"{src.name[:150]}.json"
+        group = manager.get_group(name)
+        return bool(group) and group.get(name) is not None
+    except Exception:   # noqa: BLE001 -- another Triton: compile it
+        return False
 
 
 def load_as(source: str, path: str, modname: str):
@@ -254,9 +464,7 @@ def load_as(source: str, path: str, modname: str):
     return mod
 
 
-def _worker() -> None:
-    os.environ.pop("TRITON_INTERPRET", None)
-    req = json.loads(sys.stdin.read())
+def _compile_payload(req) -> dict:
     ok, errors = 0, []
     mod = load_as(req["source"], req["path"], req["module"])
     for fn_name, spec in req["requests"]:
@@ -265,9 +473,36 @@ def _worker() -> None:
             ok += 1
         except Exception as err:  # noqa: BLE001 -- reported; the launch compiles it again
             errors.append(f"{fn_name}: {type(err).__name__}: {str(err)[:500]}")
-    print(json.dumps({"ok": ok, "errors": errors}))
+    return {"ok": ok, "errors": errors}
+
+
+def _worker() -> None:
+    os.environ.pop("TRITON_INTERPRET", None)
+    print(json.dumps(_compile_payload(json.loads(sys.stdin.read()))))
+
+
+def _serve() -> None:
+    """WorkerPool's worker: imports first (while the parent traces and compiles), then one
+    payload per stdin line, one answer per stdout line, until EOF."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    import torch  # noqa: F401 -- generated modules import it
+    import triton  # noqa: F401
+    # Answers go to a private copy of fd 1; fd 1 itself (and sys.stdout) become stderr, so
+    # that nothing a compile prints, from Python or native code, corrupts them.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            answer = _compile_payload(json.loads(line))
+        except Exception as err:  # noqa: BLE001 -- a bad payload: every request reported
+            answer = {"ok": 0, "errors": [f"worker: {type(err).__name__}: {str(err)[:500]}"]}
+        out.write(json.dumps(answer) + "\n")
+        out.flush()
 
 
 if __name__ == "__main__":
     sys.path = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
-    _worker()
+    _serve() if sys.argv[1:] == ["--serve"] else _worker()

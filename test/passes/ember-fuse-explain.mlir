@@ -199,3 +199,26 @@ func.func @fused_through_a_view(%x: tensor<8x1x32xf32>) -> tensor<8xf32> {
   } -> tensor<8xf32>
   return %s : tensor<8xf32>
 }
+
+// -----
+
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+
+// A reshape that only a library call reads stays a view on the host (the kernel returns its
+// operand's shape): the pair it connects is still explained, through the view.
+func.func @through_a_host_view(%x: tensor<2x4x16xf32>, %w: tensor<16x8xf32>) -> tensor<8x8xf32> {
+  %e3 = tensor.empty() : tensor<2x4x16xf32>
+  %d = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : tensor<2x4x16xf32>) outs(%e3 : tensor<2x4x16xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %v = math.exp %in : f32
+    linalg.yield %v : f32
+  } -> tensor<2x4x16xf32>
+  %c = tensor.collapse_shape %d [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x8xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x8xf32>) -> tensor<8x8xf32>
+  // expected-remark @+1 {{unfused 'exp' -> 'aten.mm': library call ('aten.mm' runs apart)}}
+  %m = linalg.matmul ins(%c, %w : tensor<8x16xf32>, tensor<16x8xf32>) outs(%f : tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %m : tensor<8x8xf32>
+}

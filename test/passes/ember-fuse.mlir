@@ -594,3 +594,118 @@ func.func @two_reductions_of_one_tensor(%x: tensor<8x32xf32>) -> (tensor<8xf32>,
   } -> tensor<8xf32>
   return %r1, %r2 : tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#red3 = affine_map<(d0, d1, d2) -> (d0, d1)>
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#col2 = affine_map<(d0, d1) -> (d1)>
+
+// A row reduction over 2x4 rows, then a cast (with a bias) that reads its result collapsed to
+// 8 rows, as a matmul takes it: the cast moves above the collapse (sink_reshapes.py) and the
+// collapse stays a view on the host, so the three ops are one kernel of the 2x4x16 space
+// (the bf16 copy of a layer norm's output in a transformer: one launch less per norm).
+// CHECK-LABEL: func.func @reduce_then_cast_through_collapse
+// CHECK-NEXT:    %[[K:.*]] = call @ember_fused_sum_sub_add_0(%arg0, %arg1) : (tensor<2x4x16xf32>, tensor<16xbf16>) -> tensor<2x4x16xbf16>
+// CHECK-NEXT:    %[[C:.*]] = tensor.collapse_shape %[[K]] {{\[\[}}0, 1], [2]] : tensor<2x4x16xbf16> into tensor<8x16xbf16>
+// CHECK-NEXT:    return %[[C]]
+// TRITON-LABEL: func.func @reduce_then_cast_through_collapse
+// TRITON-NEXT:    call @ember_fused_sum_sub_add_0(%arg0, %arg1) : (tensor<2x4x16xf32>, tensor<16xbf16>) -> tensor<2x4x16xbf16>
+// TRITON-NEXT:    tensor.collapse_shape
+// TRITON-NEXT:    return
+func.func @reduce_then_cast_through_collapse(%x: tensor<2x4x16xf32>, %b: tensor<16xbf16>) -> tensor<8x16xbf16> {
+  %z = arith.constant 0.0 : f32
+  %e2 = tensor.empty() : tensor<2x4xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e2 : tensor<2x4xf32>) -> tensor<2x4xf32>
+  %s = linalg.generic {indexing_maps = [#id3, #red3], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%x : tensor<2x4x16xf32>) outs(%f : tensor<2x4xf32>) {
+  ^bb0(%in: f32, %acc: f32):
+    %a = arith.addf %in, %acc : f32
+    linalg.yield %a : f32
+  } -> tensor<2x4xf32>
+  %e3 = tensor.empty() : tensor<2x4x16xf32>
+  %d = linalg.generic {indexing_maps = [#id3, #red3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x, %s : tensor<2x4x16xf32>, tensor<2x4xf32>) outs(%e3 : tensor<2x4x16xf32>) {
+  ^bb0(%in: f32, %m: f32, %out: f32):
+    %v = arith.subf %in, %m : f32
+    linalg.yield %v : f32
+  } -> tensor<2x4x16xf32>
+  %c = tensor.collapse_shape %d [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %eb = tensor.empty() : tensor<8x16xbf16>
+  %t = linalg.generic {indexing_maps = [#id2, #col2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%c, %b : tensor<8x16xf32>, tensor<16xbf16>) outs(%eb : tensor<8x16xbf16>) {
+  ^bb0(%in: f32, %bias: bf16, %out: bf16):
+    %v = arith.truncf %in : f32 to bf16
+    %w = arith.addf %v, %bias : bf16
+    linalg.yield %w : bf16
+  } -> tensor<8x16xbf16>
+  return %t : tensor<8x16xbf16>
+}
+
+// -----
+
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+#col = affine_map<(d0, d1) -> (d1)>
+#colr = affine_map<(d0, d1) -> (d1, d0)>
+
+// Two row sums of two different products (a layer norm's backward: sum(dy*w) and
+// sum(dy*w*xhat)) whose products a column-sum kernel computes (dgamma's): their loops are
+// linked by no tensor, yet they share one loop shape, so they are one kernel of two results
+// (kernel_schedule._share_reduction_loops; before, two launches).
+// CHECK-LABEL: func.func @norm_backward_sums
+// CHECK-NEXT:    %[[C:.*]]:3 = call @ember_fused_mul_sum_0(%arg0, %arg2, %arg1) : {{.*}} -> (tensor<32xf32>, tensor<8x32xf32>, tensor<8x32xf32>)
+// CHECK-NEXT:    %[[R:.*]]:2 = call @ember_fused_sum_1(%[[C]]#1, %[[C]]#2) : (tensor<8x32xf32>, tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+// CHECK-NEXT:    return %[[C]]#0, %[[R]]#0, %[[R]]#1
+// TRITON-LABEL: func.func @norm_backward_sums
+// TRITON-NEXT:    call @ember_fused_mul_sum_0
+// TRITON-NEXT:    call @ember_fused_sum_1({{.*}}) : (tensor<8x32xf32>, tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+// TRITON-NEXT:    return
+func.func @norm_backward_sums(%g: tensor<8x32xf32>, %x: tensor<8x32xf32>, %w: tensor<32xf32>) -> (tensor<32xf32>, tensor<8xf32>, tensor<8xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x32xf32>
+  %gw = linalg.generic {indexing_maps = [#id, #col, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%g, %w : tensor<8x32xf32>, tensor<32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<8x32xf32>
+  %e32 = tensor.empty() : tensor<32xf32>
+  %f32 = linalg.fill ins(%z : f32) outs(%e32 : tensor<32xf32>) -> tensor<32xf32>
+  %dw = linalg.generic {indexing_maps = [#colr, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%gw : tensor<8x32xf32>) outs(%f32 : tensor<32xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %a, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<32xf32>
+  %gwx = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%gw, %x : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<8x32xf32>
+  %gwxx = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%gwx, %x : tensor<8x32xf32>, tensor<8x32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %m = arith.mulf %a, %b : f32
+    linalg.yield %m : f32
+  } -> tensor<8x32xf32>
+  %e8 = tensor.empty() : tensor<8xf32>
+  %f8 = linalg.fill ins(%z : f32) outs(%e8 : tensor<8xf32>) -> tensor<8xf32>
+  %e8b = tensor.empty() : tensor<8xf32>
+  %f8b = linalg.fill ins(%z : f32) outs(%e8b : tensor<8xf32>) -> tensor<8xf32>
+  %s1 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%gwx : tensor<8x32xf32>) outs(%f8 : tensor<8xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %a, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  %s2 = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%gwxx : tensor<8x32xf32>) outs(%f8b : tensor<8xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %a, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<8xf32>
+  return %dw, %s1, %s2 : tensor<32xf32>, tensor<8xf32>, tensor<8xf32>
+}

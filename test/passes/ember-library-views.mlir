@@ -99,3 +99,77 @@ module {
     return %q, %s : tensor<4x16x8xf32>, tensor<4x16xf32>
   }
 }
+
+// -----
+
+// Attention's output and logsumexp, each transposed by its one user (the output back to
+// [B, S, H, D] for the projection): the call hands on the transposed values themselves, the
+// permutations in `ember.result_views` (the runtime permutes the op's tensors: no copy where the
+// op lays them out that way), and the transposes are gone. A result with another user keeps
+// its transpose (the third call).
+// CHECK-LABEL: func.func private @ember_lib_2(tensor<32x96xf32>, tensor<32x96xf32>, tensor<32x96xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4xf32>)
+// CHECK-SAME:    ember.result_views = [array<i64: 0, 0, 2, 1, 3>, array<i64: 1, 0, 2, 1>]
+// CHECK-LABEL: func.func private @ember_lib_3
+// CHECK-NOT:     ember.result_views
+// CHECK-LABEL: func.func @result_views
+// CHECK:         %[[A:.*]]:2 = call @ember_lib_2(%{{.*}}, %{{.*}}, %{{.*}}) : (tensor<32x96xf32>, tensor<32x96xf32>, tensor<32x96xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x16x4xf32>)
+// CHECK-NOT:     linalg.transpose
+// CHECK:         %[[C:.*]] = tensor.collapse_shape %[[A]]#0
+// CHECK:         return %[[C]], %[[A]]#1
+// CHECK-LABEL: func.func @result_kept
+// CHECK:         linalg.transpose
+module {
+  func.func private @ember_lib_2(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16xf32>) attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0, 1>, ember.tensor_args = ["query", "key", "value"]}
+  func.func private @ember_lib_3(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["query", "key", "value"]}
+  func.func @result_views(%arg0: tensor<32x32xf32>, %arg1: tensor<96x32xf32>) -> (tensor<32x32xf32>, tensor<2x16x4xf32>) {
+    %3 = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<32x32xf32>, tensor<96x32xf32>) -> tensor<32x96xf32>
+    %expanded = tensor.expand_shape %3 [[0, 1], [2]] output_shape [2, 16, 96] : tensor<32x96xf32> into tensor<2x16x96xf32>
+    %s0 = tensor.extract_slice %expanded[0, 0, 0] [2, 16, 32] [1, 1, 1] : tensor<2x16x96xf32> to tensor<2x16x32xf32>
+    %s1 = tensor.extract_slice %expanded[0, 0, 32] [2, 16, 32] [1, 1, 1] : tensor<2x16x96xf32> to tensor<2x16x32xf32>
+    %s2 = tensor.extract_slice %expanded[0, 0, 64] [2, 16, 32] [1, 1, 1] : tensor<2x16x96xf32> to tensor<2x16x32xf32>
+    %e0 = tensor.expand_shape %s0 [[0], [1], [2, 3]] output_shape [2, 16, 4, 8] : tensor<2x16x32xf32> into tensor<2x16x4x8xf32>
+    %4 = tensor.empty() : tensor<2x4x16x8xf32>
+    %t0 = linalg.transpose ins(%e0 : tensor<2x16x4x8xf32>) outs(%4 : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %e1 = tensor.expand_shape %s1 [[0], [1], [2, 3]] output_shape [2, 16, 4, 8] : tensor<2x16x32xf32> into tensor<2x16x4x8xf32>
+    %t1 = linalg.transpose ins(%e1 : tensor<2x16x4x8xf32>) outs(%4 : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %e2 = tensor.expand_shape %s2 [[0], [1], [2, 3]] output_shape [2, 16, 4, 8] : tensor<2x16x32xf32> into tensor<2x16x4x8xf32>
+    %t2 = linalg.transpose ins(%e2 : tensor<2x16x4x8xf32>) outs(%4 : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %6:2 = call @ember_lib_2(%t0, %t1, %t2) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> (tensor<2x4x16x8xf32>, tensor<2x4x16xf32>)
+    %5 = tensor.empty() : tensor<2x16x4x8xf32>
+    %o = linalg.transpose ins(%6#0 : tensor<2x4x16x8xf32>) outs(%5 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
+    %c = tensor.collapse_shape %o [[0, 1], [2, 3]] : tensor<2x16x4x8xf32> into tensor<32x32xf32>
+    %7 = tensor.empty() : tensor<2x16x4xf32>
+    %l = linalg.transpose ins(%6#1 : tensor<2x4x16xf32>) outs(%7 : tensor<2x16x4xf32>) permutation = [0, 2, 1]
+    return %c, %l : tensor<32x32xf32>, tensor<2x16x4xf32>
+  }
+  func.func @result_kept(%q: tensor<2x4x16x8xf32>) -> (tensor<2x16x4x8xf32>, tensor<2x4x16x8xf32>) {
+    %6 = call @ember_lib_3(%q, %q, %q) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    %5 = tensor.empty() : tensor<2x16x4x8xf32>
+    %o = linalg.transpose ins(%6 : tensor<2x4x16x8xf32>) outs(%5 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
+    return %o, %6 : tensor<2x16x4x8xf32>, tensor<2x4x16x8xf32>
+  }
+}
+
+// -----
+
+// Attention's backward: the saved output, transposed back to [B, H, S, D], is read as a view
+// of the graph input (no copy kernel), and the gradient of q, which the next op transposes to
+// [B, S, H, D], is handed on transposed.
+// CHECK-LABEL: func.func private @ember_lib_4(tensor<2x4x16x8xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 1, 0, 2, 4, 16, 8, 512, 8, 32, 1>]
+// CHECK-SAME:    ember.result_views = [array<i64: 0, 0, 2, 1, 3>]
+// CHECK-LABEL: func.func @backward_views
+// CHECK:         %[[G:.*]] = call @ember_lib_4(%arg0, %arg1) : (tensor<2x4x16x8xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK-NOT:     linalg.transpose
+// CHECK:         return %[[G]]
+module {
+  func.func private @ember_lib_4(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["grad_out", "out"]}
+  func.func @backward_views(%grad: tensor<2x4x16x8xf32>, %saved: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
+    %e = tensor.empty() : tensor<2x4x16x8xf32>
+    %out = linalg.transpose ins(%saved : tensor<2x16x4x8xf32>) outs(%e : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %g = call @ember_lib_4(%grad, %out) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    %e2 = tensor.empty() : tensor<2x16x4x8xf32>
+    %gt = linalg.transpose ins(%g : tensor<2x4x16x8xf32>) outs(%e2 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
+    return %gt : tensor<2x16x4x8xf32>
+  }
+}

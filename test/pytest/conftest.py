@@ -11,6 +11,9 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# Tests compile the same graphs under monkeypatched passes and runtimes: each compiles for
+# itself (test_program_cache.py turns the compiled-program cache on where it tests it).
+os.environ.setdefault("EMBER_PROGRAM_CACHE", "0")
 
 import pytest  # noqa: E402
 

@@ -20,7 +20,15 @@ class _Blocks(torch.nn.Module):
         return x
 
 
-def test_identical_blocks_build_one_kernel(tmp_path):
+def test_identical_blocks_build_one_kernel(tmp_path, monkeypatch):
+    from ember.passes import ember_lower_to_cpp
+    lowered = []
+    real = ember_lower_to_cpp.emit_kernel
+
+    def count(fn, name, *args):
+        lowered.append(name)
+        return real(fn, name, *args)
+    monkeypatch.setattr(ember_lower_to_cpp, "emit_kernel", count)
     torch.manual_seed(0)
     model, x = _Blocks(6).eval(), torch.randn(4, 16)
     compiled = torch.compile(model, backend="ember",
@@ -34,6 +42,8 @@ def test_identical_blocks_build_one_kernel(tmp_path):
     source = next(tmp_path.rglob("kernels.cpp")).read_text()
     # One definition serves the six layers' kernels (graph_utils.attach_kernel_sources).
     assert source.count('extern "C" void ember_fused') == 1, source
+    # ... and is lowered once: the other kernels' IR is the first one's but for the name
+    assert len(lowered) < report["num_kernels"], lowered
     stages = report["stage_seconds"]
     assert {"import", "ember-fuse", "ember-buffer-reuse", "build"} <= set(stages), stages
 

@@ -3,7 +3,8 @@
 A small graph (a pointwise kernel, autotuned over 3 configurations, and a reduction) is
 compiled through the interpreter to get its Program; a fresh interpreter (the Triton
 interpreter patches triton in place) with a stand-in driver that names sm_90 then finds the
-first call's compile requests, compiles them in 2 worker processes into a fresh Triton cache,
+first call's compile requests, compiles them in 2 worker processes (the process's pool, or
+workers started for the call) into a fresh Triton cache,
 and replays the launches' own compiles through Triton's JIT: each must be a cache hit (no new
 cache entry), which proves that the workers compiled exactly what the launches ask for.
 """
@@ -18,6 +19,10 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
+if torch.cuda.is_available():
+    # these tests stand in a fake sm_90 driver for a machine without a GPU; on a GPU the pool
+    # compiles for the real device, which the benchmarks and test_cuda_graphs exercise
+    pytest.skip("the stand-in driver is for machines without a GPU", allow_module_level=True)
 
 import ember  # noqa: E402,F401
 from ember.runtime import executor  # noqa: E402
@@ -46,8 +51,19 @@ SCRIPT = textwrap.dedent('''
             args = [(tuple(prog.values[i].shape), getattr(torch, prog.values[i].dtype),
                      prog.values[i].offset or 0) for i in list(s.inputs) + list(s.outputs)]
             launches.append((s.name, args))
+    if sys.argv[3] == "pool":   # the process's pool (the backend starts it for GPU graphs)
+        triton_warm.start_pool(2)
     reqs = triton_warm.compile_requests(mod, launches, "cuda")
+    cached_before = sum(triton_warm.in_triton_cache(mod, *r) for r in reqs)
     res = triton_warm.compile_pool(prog.source, path, mod.__name__, reqs, jobs=2)
+    cached_after = sum(triton_warm.in_triton_cache(mod, *r) for r in reqs)
+    # a warm start: everything is in Triton's cache, so no worker starts
+    started = []
+    real_run = triton_warm.run_workers
+    triton_warm.run_workers = lambda *a, **k: started.append(1) or real_run(*a, **k)
+    mod.__ember_source__ = prog.source
+    warm = triton_warm.precompile(mod, launches, "cuda")
+    triton_warm.run_workers = real_run
     cache = os.environ["TRITON_CACHE_DIR"]
     before = sorted(glob.glob(cache + "/*/*.cubin"))
     t0 = time.perf_counter()
@@ -57,6 +73,9 @@ SCRIPT = textwrap.dedent('''
     replay = time.perf_counter() - t0
     after = sorted(glob.glob(cache + "/*/*.cubin"))
     print(json.dumps({"requests": [r[0] for r in reqs], "res": res, "before": len(before),
+                      "cached_before": cached_before, "cached_after": cached_after,
+                      "warm": warm, "warm_workers": len(started),
+                      "pool": triton_warm._pool is not None and triton_warm._pool.jobs,
                       "after": len(after), "replay_s": replay,
                       "variants": len(triton_warm.launch_variants(mod, launches, "cuda"))}))
 ''')
@@ -103,7 +122,8 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "p.pkl"),
-                           str(tmp_path / "kernels.py")], env=env, capture_output=True,
+                           str(tmp_path / "kernels.py"), "pool" if fn is f else "one-shot"],
+                          env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -117,6 +137,13 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     assert len(r["requests"]) == r["variants"] == r["res"]["ok"]
     assert r["before"] == r["res"]["ok"]
     assert r["after"] == r["before"], "a launch missed the cache the workers filled"
+    # the cache lookup agrees with Triton's own: nothing before the pool, everything after
+    assert r["cached_before"] == 0 and r["cached_after"] == len(r["requests"])
+    assert r["warm"]["seconds"] >= 0
+    assert {k: v for k, v in r["warm"].items() if k != "seconds"} == {
+        "ok": 0, "errors": [], "cached": len(r["requests"])}
+    assert r["warm_workers"] == 0
+    assert r["pool"] == (2 if fn is f else False)
 
 
 def test_option_turns_it_off(monkeypatch):
@@ -126,3 +153,66 @@ def test_option_turns_it_off(monkeypatch):
     from ember.frontend.options import CompileOptions, OptionsError
     with pytest.raises(OptionsError):
         CompileOptions(parallel_compile="yes")
+
+
+def test_pool_failure_is_reported_and_never_raises(monkeypatch):
+    """A worker that dies or a pool that cannot start costs only the parallelism: precompile
+    reports it and returns; each launch then compiles for itself (Triton's JIT, one by one)."""
+    from ember.runtime import triton_warm
+    monkeypatch.setattr(triton_warm, "run_workers",
+                        lambda argv, payloads, timeout: [(-9, "", "killed")] * len(payloads))
+    r = triton_warm.compile_pool("", "/nonexistent.py", "m", [("k", "{}")] * 3, jobs=2)
+    assert r["ok"] == 0 and len(r["errors"]) == 2 and "worker exit -9" in r["errors"][0]
+
+    def boom(*a, **k):
+        raise OSError("cannot start a process")
+    monkeypatch.setattr(triton_warm, "run_workers", boom)
+    monkeypatch.setattr(triton_warm, "start_pool", lambda *a, **k: None)   # cannot start one
+    monkeypatch.setattr(triton_warm, "compile_requests", lambda *a: [("k", "{}")])
+    monkeypatch.setattr(triton_warm, "in_triton_cache", lambda *a: False)
+    r = triton_warm.precompile(type("M", (), {"__ember_source__": "", "__file__": "x.py",
+                                              "__name__": "m"})(), [], "cuda")
+    assert r["ok"] == 0 and "cannot start a process" in r["errors"][0]
+
+
+def test_worker_pool_is_reused_and_replaces_dead_workers(tmp_path):
+    """The process's pool (started when a GPU graph reaches the backend): one worker answers
+    payload after payload; a killed worker, a bad request or a timeout costs that payload only,
+    and the next payload gets a fresh worker."""
+    from ember.runtime.triton_warm import WorkerPool
+    pool = WorkerPool(1)
+    pool.start()
+    first = pool._procs[0]
+    empty = {"source": "X = 1\n", "path": str(tmp_path / "m.py"), "module": "m_pool_test",
+             "requests": []}
+    try:
+        for _ in range(2):
+            (code, out, _), = pool.run([empty], timeout=300)
+            assert code == 0 and json.loads(out) == {"ok": 0, "errors": []}
+        assert pool._procs[0] is first, "a second payload started another worker"
+        (code, out, _), = pool.run([{**empty, "requests": [["nope", "{}"]]}], timeout=300)
+        assert code == 0 and json.loads(out)["errors"][0].startswith("nope: ")
+        first.kill()
+        first.wait()
+        (code, out, _), = pool.run([empty], timeout=300)
+        assert code == 0 and json.loads(out)["ok"] == 0 and pool._procs[0] is not first
+        slow = {**empty, "source": "import time\ntime.sleep(30)\n"}
+        (code, _, err), = pool.run([slow], timeout=0.5)
+        assert code == 124 and err.startswith("worker exit") and pool._procs[0] is None
+        (code, out, _), = pool.run([empty], timeout=300)
+        assert code == 0 and json.loads(out)["ok"] == 0
+    finally:
+        pool.close()
+    assert all(p is None for p in pool._procs)
+
+
+def test_cold_start_is_an_empty_triton_cache(monkeypatch, tmp_path):
+    """The backend starts the pool before tracing only on a cold start (nothing in Triton's
+    cache); a warm start starts no worker unless a graph has something to compile."""
+    from ember.runtime import triton_warm
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    assert triton_warm.triton_cache_is_empty()          # missing
+    (tmp_path / "triton").mkdir()
+    assert triton_warm.triton_cache_is_empty()          # empty
+    (tmp_path / "triton" / "ab").mkdir()
+    assert not triton_warm.triton_cache_is_empty()

@@ -1,0 +1,100 @@
+"""Launches that ember-fuse removes from training graphs (issue 11; benchmarks/kernel_count.py
+counts them per model): forward and backward against eager on every target, the kernel count
+of the graph, and no eager fallback.
+"""
+import pytest  # noqa: F401  (the target fixture)
+import torch
+import torch.nn.functional as F
+
+import ember
+from conftest import assert_close, check_fallbacks, clear_reports, ember_compile
+
+
+def _randn(shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g)
+
+
+def _fwd_bwd(fn, args, target, device, tol):
+    args = [a.to(device) for a in args]
+    ref_in = [a.detach().clone().requires_grad_() for a in args]
+    out_in = [a.detach().clone().requires_grad_() for a in args]
+    ref = fn(*ref_in)
+    clear_reports()
+    out = ember_compile(fn, target)(*out_in)
+    assert_close(out, ref, tol=tol)
+    cot = _randn(ref.shape, seed=7).to(device, ref.dtype)
+    (ref * cot).sum().backward()
+    (out * cot).sum().backward()
+    for a, b in zip(out_in, ref_in):
+        assert_close(a.grad, b.grad, tol=tol, what="grad")
+    check_fallbacks()
+    return {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}
+
+
+def test_norm_and_its_bf16_copy_through_a_reshape_are_one_kernel(target, device):
+    """A layer norm over (batch, seq) rows, reshaped to batch*seq rows and copied to bf16 for
+    a matmul (GPT-2's Conv1D under autocast): the copy is computed in the norm's kernel and the
+    reshape is a view (sink_reshapes.py, ember_fuse._tail_view); before, the copy was a launch
+    of its own."""
+    w, b, proj = _randn(16, 1), _randn(16, 2), _randn((16, 8), 3)
+
+    def f(x, w, b, proj):
+        y = F.layer_norm(x, (16,), w, b)
+        z = y.reshape(-1, 16).to(torch.bfloat16) @ proj.to(torch.bfloat16)
+        return z.float().reshape(2, 4, 8) + y[..., :8]
+
+    reports = _fwd_bwd(f, [_randn((2, 4, 16)), w, b, proj], target, device, tol=1e-2)
+    fwd = reports["forward"]
+    norm = [g for g in fwd["fused_groups"] if "rsqrt" in g or "sum" in g]
+    assert len(norm) == 1 and "convert" in norm[0], fwd["fused_groups"]
+    # the norm with the activation's copy, the weight's copy, the epilogue (was 4)
+    assert fwd["num_kernels"] == 3, fwd["fused_groups"]
+
+
+def test_layer_norm_backward_row_sums_share_a_kernel(target, device):
+    """A layer norm after a linear layer, backward: the two row sums over the norm's rows read
+    two different products, which the kernel of dgamma's and dbeta's column sums computes; they
+    are one kernel (kernel_schedule._share_reduction_loops, and horizontal fusion trying each
+    reader with every earlier cluster); before, a launch each."""
+    def f(x, w, b, g, beta):
+        return F.layer_norm(x @ w + b, (32,), g, beta)
+
+    args = [_randn((16, 24)), _randn((24, 32), 1), _randn(32, 2), _randn(32, 3), _randn(32, 4)]
+    reports = _fwd_bwd(f, args, target, device, tol=1e-4)
+    bwd = reports["backward"]
+    sums_only = [g for g in bwd["fused_groups"] if set(g) == {"sum"}]
+    assert len(sums_only) <= 1, bwd["fused_groups"]
+
+
+def test_batch_norm_counters_share_one_kernel(target, device):
+    """Training-mode batch norms each add 1 to their `num_batches_tracked`: independent scalar
+    kernels, all returned. They are one kernel now (horizontal fusion tries each result of the
+    return with every earlier cluster; before, only with the first, which had joined a batch
+    norm's statistics): one launch per batch norm less in a resnet's forward. Running
+    statistics, counters, outputs and gradients as eager's."""
+    torch.manual_seed(0)
+    chans = [4, 6, 8]
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*[m for i, c in enumerate(chans) for m in (
+            torch.nn.Conv2d(chans[i - 1] if i else 3, c, 3, padding=1, bias=False),
+            torch.nn.BatchNorm2d(c), torch.nn.ReLU())]).to(device).train()
+
+    model, ref_model = make(), make()
+    x = _randn((2, 3, 8, 8)).to(device)
+    clear_reports()
+    out = ember_compile(model, target)(x)
+    ref = ref_model(x)
+    assert_close(out, ref, tol=1e-4)
+    out.square().mean().backward()
+    ref.square().mean().backward()
+    for (name, a), b in zip(model.state_dict().items(), ref_model.state_dict().values()):
+        assert_close(a, b, tol=1e-4, what=name)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        assert_close(p.grad, q.grad, tol=1e-4, what=f"{name}.grad")
+    check_fallbacks()
+    fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
+    adds = [g for g in fwd["fused_groups"] if g == ["add"]]
+    assert len(adds) <= 1, fwd["fused_groups"]
