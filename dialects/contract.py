@@ -156,6 +156,10 @@ RESULT_VIEWS = Attr(PREFIX + "result_views", LIBRARY_FUNC, "i64-array-list",
                     "ember-library-views", ("frontend export",),
                     "per result handed on transposed: [result, permutation...] (the op's "
                     "tensor permuted: a free view where the op lays it out that way)")
+CHANNELS_LAST = Attr(PREFIX + "channels_last", LIBRARY_FUNC, "i64-array-list",
+                     "ember-channels-last", ("frontend export",),
+                     "[operands, results]: the positions whose buffers are NHWC, the op's NCHW "
+                     "tensors permuted: the runtime calls the op on channels-last views of them")
 # A key inside `ember.params`, not an attribute: {ember.complex = [re, im]} is a complex
 # scalar argument (the runtime decodes it: runtime/externs.py).
 COMPLEX_KEY = PREFIX + "complex"
@@ -206,8 +210,9 @@ IN_ARGS = Attr(PREFIX + "in_args", LAUNCH, "i64-array", "ember-buffer-reuse",
                "`ember.offsets` gives (-1: the arena or its own allocation)")
 
 ATTRS: dict[str, Attr] = {a.name: a for a in (
-    LIBRARY, TENSOR_ARGS, PARAMS, RESULTS, VIEW, OPERAND_VIEWS, RESULT_VIEWS, KERNEL, OPS, RESULT_DIMS,
-    OFFSETS, ARENA_BYTES, UNPLANNED_BYTES, DONATE, WRITES_ARGS, DONATED_ARGS, IN_ARGS, SOURCE,
+    LIBRARY, TENSOR_ARGS, PARAMS, RESULTS, VIEW, OPERAND_VIEWS, RESULT_VIEWS, CHANNELS_LAST,
+    KERNEL, OPS, RESULT_DIMS, OFFSETS, ARENA_BYTES, UNPLANNED_BYTES, DONATE, WRITES_ARGS,
+    DONATED_ARGS, IN_ARGS, SOURCE,
     SYMBOL, TARGET, PRELUDE)}
 
 

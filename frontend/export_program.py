@@ -193,6 +193,8 @@ def library_params(decl) -> dict[str, Any]:
         params["views"] = [list(v) for v in C.OPERAND_VIEWS.get(decl)]
     if C.RESULT_VIEWS.has(decl):        # ember-library-views
         params["result_views"] = [list(v) for v in C.RESULT_VIEWS.get(decl)]
+    if C.CHANNELS_LAST.has(decl):       # ember-channels-last
+        params["channels_last"] = [list(v) for v in C.CHANNELS_LAST.get(decl)]
     return params
 
 

@@ -80,10 +80,9 @@ class CompileOptions:
       `exact_low_precision=False` (cuBLAS's summation order is what matches eager bit for bit).
     channels_last: lay a convolution network out channels-last as a whole (ember-channels-last:
       2-d convolutions, pooling and the kernels between them read and write NHWC buffers, so
-      cuDNN / oneDNN transform no layouts around each convolution); "auto" does so on the
-      targets in CHANNELS_LAST_TARGETS for graphs without batch statistics (inference; a
-      training forward's BatchNorm statistics would read NHWC across rows, and the backward's
-      convolutions stay NCHW), True on every target and every graph, False nowhere.
+      cuDNN / oneDNN transform no layouts around each convolution; in training, forward and
+      backward, with the saved activations handed over channels-last); "auto" does so on the
+      targets in CHANNELS_LAST_TARGETS, True on every target, False nowhere.
     """
 
     target: str = "auto"
@@ -206,6 +205,12 @@ def resolve_target(target: str, devices) -> str:
 SPLIT_PASS = "ember-split-reductions"
 
 
+def channels_last_on(options: CompileOptions, target: str) -> bool:
+    """Whether the default pipeline lays convolution networks out channels-last."""
+    return options.channels_last is True or (options.channels_last == "auto"
+                                             and target in CHANNELS_LAST_TARGETS)
+
+
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
@@ -225,11 +230,11 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
             lower += "{" + " ".join(lower_opts) + "}"
     # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
     # come from (frontend/compile_module.explained).
+    # training graphs too: the forward's BatchNorm statistics are column reductions over the
+    # NHWC buffer, the backward's convolution_backward calls take channels-last views
     layout = ""
-    if options.channels_last is True:
+    if channels_last_on(options, target):
         layout = "ember-channels-last{with-statistics=true},"
-    elif options.channels_last == "auto" and target in CHANNELS_LAST_TARGETS:
-        layout = "ember-channels-last,"
     # GPU reductions with few results are split for parallelism (the C++ path splits rows
     # across threads in its code generator instead)
     split = SPLIT_PASS + "," if backend.name == "triton" else ""

@@ -17,7 +17,8 @@ per kind of convolution (`pays_off`: grouped convolutions with several input cha
 run slower channels-last), do not grow. Others are left as they are.
 
 A function that computes batch statistics (a reduction of a 4-d tensor over its batch and
-spatial dims: a training forward's BatchNorm) is left as it is unless `with-statistics`.
+spatial dims: a training forward's BatchNorm) is left as it is unless `with-statistics` (the
+default pipeline passes it: training graphs run channels-last too).
 
 Invariant established, in every such public function, for statically shaped values:
 
@@ -35,6 +36,15 @@ Invariant established, in every such public function, for statically shaped valu
   least one such transpose, used by something other than `func.return`, iterates (n, h, w, c):
   its results are NHWC values (their former values are transposes of them) and it reads the
   transposes' sources through composed maps;
+* a `linalg.generic` reduction with four loops (n, c, h, w), c parallel, no `linalg.index`,
+  reading such a transpose through the identity map, iterates (n, h, w, c) and reads the
+  transpose's source: the kept channel loop is innermost (a column reduction: BatchNorm's
+  statistics and their gradients, a mean over H and W); its results keep their types;
+* every `func.call` of a library declaration in `_LIBRARY_LAYOUTS` (a training graph's
+  `convolution_backward`, always; max pooling with indices and its backward, where an operand
+  is such a transpose already) takes the NHWC values of its 4-d activation operands and gives
+  NHWC results, its declaration's type says so and `ember.channels_last = [operands,
+  results]` records which (the weight and its gradient stay OIHW);
 * a transpose of a transpose whose permutations compose to the identity is its source (a result
   eager lays out channels-last is returned as a permute of the NCHW value: no copy is left).
 
@@ -51,7 +61,8 @@ from typing import ClassVar
 
 from torch_mlir import ir
 
-from ..dialects.contract import EXTERN_OP
+from ..dialects.contract import (CHANNELS_LAST, EXTERN_OP, LIBRARY, OPERAND_VIEWS, PARAMS,
+                                 RESULT_VIEWS, RESULTS, TENSOR_ARGS, VIEW, is_library)
 from ..dialects.ember import extern_callee
 from .base import Pass, option
 from .graph_utils import defining_op, op_name
@@ -148,6 +159,69 @@ def _rewrite_pool(op) -> bool:
     return True
 
 
+# Library calls (frontend/library_calls.py: a training graph's ops with indices or several
+# results) that take channels-last views of their 4-d NCHW tensors: op -> (operands by schema
+# name, op outputs). cuDNN's convolution backward and ATen's max pooling with indices and its
+# backward compute channels-last natively (eager's kernels for a channels-last network).
+_LIBRARY_LAYOUTS = {
+    "aten.convolution_backward.default": (("grad_output", "input"), (0,)),
+    "aten.max_pool2d_with_indices.default": (("self",), (0, 1)),
+    "aten.max_pool2d_with_indices_backward.default": (("grad_output", "self", "indices"), (0,)),
+}
+_CONV_BACKWARD = "aten.convolution_backward.default"
+
+
+def _library_decls(fn) -> dict:
+    module = fn.operation.parent
+    while module is not None and op_name(module) != "builtin.module":
+        module = module.parent
+    if module is None:
+        return {}
+    return {ir.StringAttr(op.attributes["sym_name"]).value: op
+            for op in module.regions[0].blocks[0].operations if is_library(op)}
+
+
+def _library_layout(op, decls):
+    """(decl, NCHW operand positions, NCHW result positions) when `op` is a call of a library
+    op in _LIBRARY_LAYOUTS whose those values are statically shaped 4-d tensors, else None."""
+    if op_name(op) != "func.call":
+        return None
+    decl = decls.get(ir.FlatSymbolRefAttr(op.attributes["callee"]).value)
+    if decl is None or any(a.has(decl) for a in (VIEW, OPERAND_VIEWS, RESULT_VIEWS,
+                                                  CHANNELS_LAST)):
+        return None
+    layout = _LIBRARY_LAYOUTS.get(LIBRARY.get(decl))
+    if layout is None:
+        return None
+    names, outs = layout
+    args = TENSOR_ARGS.get(decl)
+    ins = [k for k, n in enumerate(args) if n in names]
+    res = [k for k, i in enumerate(RESULTS.get(decl)) if i in outs]
+    if LIBRARY.get(decl) == _CONV_BACKWARD:
+        p = {a.name: a.attr for a in ir.DictAttr(PARAMS.get(decl))}
+        if ("transposed" in p and ir.BoolAttr(p["transposed"]).value) \
+                or "weight" not in args or not _static4(op.operands[args.index("weight")]):
+            return None
+    if not all(_static4(op.operands[k]) for k in ins) or \
+            not all(_static4(op.results[k]) for k in res):
+        return None
+    return decl, ins, res
+
+
+def _rewrite_library(op, decl, ins: list[int], res: list[int]) -> bool:
+    """The call takes the NHWC buffers of its NCHW operands (a transpose where there is none)
+    and gives NHWC results; the declaration records which (`ember.channels_last`)."""
+    for k in ins:
+        src = nhwc_source(op.operands[k])
+        op.operands[k] = src if src is not None else _transpose(op.operands[k], TO_NHWC, op)
+    for k in res:
+        _to_nhwc_result(op, k)
+    decl.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+        [v.type for v in op.operands], [r.type for r in op.results]))
+    CHANNELS_LAST.set(decl, [ins, res])
+    return True
+
+
 def _int_list(attr) -> list[int]:
     return [int(ir.IntegerAttr(a).value) for a in ir.ArrayAttr(attr)]
 
@@ -228,7 +302,7 @@ def _permuted_results(m, perm: list[int]) -> "ir.AffineMap":
 
 
 def _rewritable_generic(op) -> bool:
-    if iterator_types(op) != ["parallel"] * 4:
+    if iterator_types(op) != ["parallel"] * 4 or _uses_index(op):
         return False
     gen = op.opview
     n_in, outs = len(gen.inputs), list(gen.outputs)
@@ -277,6 +351,43 @@ def _rewrite_generic(op) -> bool:
     return True
 
 
+def _uses_index(op) -> bool:
+    """Whether the body reads its loop indices (`linalg.index`): re-iterating would change them."""
+    return any(op_name(inner) == "linalg.index" for inner in op.regions[0].blocks[0].operations)
+
+
+def _rewrite_reduction(op) -> bool:
+    """A reduction with four loops (n, c, h, w) that reads an NHWC buffer through its
+    transpose (BatchNorm's batch statistics and their gradients: a sum over n, h, w; a mean
+    over h, w) iterates (n, h, w, c) instead: the kept channel loop is the innermost, so the
+    reduction is a column reduction over rows of the buffer (coalesced loads, Triton's column
+    configurations), not a strided read per channel. Its results keep their types."""
+    types = iterator_types(op)
+    if len(types) != 4 or "reduction" not in types or types[1] != "parallel" or \
+            _uses_index(op):
+        return False
+    gen = op.opview
+    n_in = len(gen.inputs)
+    maps = _maps(op)
+    ident = ir.AffineMap.get_identity(4)
+    reads = [k for k in range(n_in) if nhwc_source(op.operands[k]) is not None
+             and maps[k] == ident]
+    if not reads:
+        return False
+    d_of_e = ir.AffineMap.get(4, 0, [ir.AffineExpr.get_dim(i) for i in TO_NCHW])
+    new_maps = []
+    for k, m in enumerate(maps):
+        m = _compose(m, d_of_e)
+        if k in reads:
+            op.operands[k] = nhwc_source(op.operands[k])
+            m = _permuted_results(m, TO_NHWC)
+        new_maps.append(m)
+    op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+    op.attributes["iterator_types"] = ir.ArrayAttr.get([
+        ir.Attribute.parse(f"#linalg.iterator_type<{types[j]}>") for j in TO_NHWC])
+    return True
+
+
 def _fold_transposes(fn) -> None:
     """transpose(transpose(X, p1), p2) with p1 o p2 the identity is X."""
     for block in fn.regions[0].blocks:
@@ -315,17 +426,30 @@ def _eligible(op) -> bool:
 _GROUPED, _SMALL, _IN_OUT, _DEFAULT = 1.358, 0.783, 0.725, 0.823
 
 
-def pays_off(convs: list) -> bool:
-    """Whether channels-last is expected to be faster for these convolutions as a whole: their
-    flops weighted by Inductor's per-kind factors (grouped convolutions with more than one
-    input channel per group run slower channels-last) do not exceed the plain flops."""
+def _conv_geometry(op, decls) -> tuple:
+    """(weight shape, result shape, groups) of a convolution extern or a convolution_backward
+    library call (its grad_output is the forward's result)."""
+    if op_name(op) == EXTERN_OP:
+        p = _params(op)
+        w, out = op.operands[1], op.results[0]
+    else:
+        decl = decls[ir.FlatSymbolRefAttr(op.attributes["callee"]).value]
+        p = {a.name: a.attr for a in ir.DictAttr(PARAMS.get(decl))}
+        args = TENSOR_ARGS.get(decl)
+        w, out = op.operands[args.index("weight")], op.operands[args.index("grad_output")]
+    groups = int(ir.IntegerAttr(p["groups"]).value) if "groups" in p else 1
+    return (tuple(ir.RankedTensorType(w.type).shape), tuple(ir.RankedTensorType(out.type).shape),
+            groups)
+
+
+def pays_off(geometries: list) -> bool:
+    """Whether channels-last is expected to be faster for these convolutions as a whole
+    ((weight shape, result shape, groups) each): their flops weighted by Inductor's per-kind
+    factors (grouped convolutions with more than one input channel per group run slower
+    channels-last) do not exceed the plain flops."""
     total = weighted = 0.0
-    for op in convs:
-        f, cg, kh, kw = ir.RankedTensorType(op.operands[1].type).shape
-        n, fo, oh, ow = ir.RankedTensorType(op.results[0].type).shape
+    for (f, cg, kh, kw), (n, fo, oh, ow), groups in geometries:
         flops = 2.0 * n * fo * oh * ow * cg * kh * kw
-        groups = int(ir.IntegerAttr(_params(op)["groups"]).value) if "groups" in _params(op) \
-            else 1
         if groups > 1 and cg > 1:
             factor = _GROUPED
         elif f <= 64 and cg <= 64:
@@ -359,24 +483,34 @@ def channels_last(fn, weights: bool = True, pool_kernels: bool = True,
                   min_convs: int = 2, with_statistics: bool = False) -> int:
     """Rewrites one function body (see the module docstring); returns the convolutions made
     channels-last (none: nothing else is touched)."""
-    convs = [op for block in fn.regions[0].blocks for op in block.operations
-             if op_name(op) == EXTERN_OP and extern_callee(op) == _CONV and _eligible(op)]
-    if len(convs) < max(1, min_convs) or not pays_off(convs):
+    decls = _library_decls(fn)
+    ops = [op for block in fn.regions[0].blocks for op in block.operations]
+    convs = [op for op in ops if op_name(op) == EXTERN_OP and extern_callee(op) == _CONV
+             and _eligible(op)]
+    # a backward's convolutions: convolution_backward library calls
+    convs += [op for op in ops if (lay := _library_layout(op, decls)) is not None
+              and LIBRARY.get(lay[0]) == _CONV_BACKWARD]
+    if len(convs) < max(1, min_convs) or \
+            not pays_off([_conv_geometry(op, decls) for op in convs]):
         return 0
     if not with_statistics and batch_statistics(fn):
         return 0
-    n = sum(_rewrite_conv(op, weights) for op in convs)
-    if not n:
-        return 0
+    n = sum(_rewrite_conv(op, weights) for op in convs if op_name(op) == EXTERN_OP)
     # program order: a kernel's NHWC result makes its consumers NHWC in turn
     for block in fn.regions[0].blocks:
         for op in list(block.operations):
             name = op_name(op)
             if name == "linalg.generic":
-                _rewrite_generic(op)
+                _rewrite_generic(op) or _rewrite_reduction(op)
             elif name == EXTERN_OP and extern_callee(op) in _POOLS:
                 if _rewrite_pool(op) and pool_kernels:
                     _pool_kernel(op)
+            elif (lay := _library_layout(op, decls)) is not None:
+                decl, ins, res = lay
+                conv = LIBRARY.get(decl) == _CONV_BACKWARD
+                # pooling: where an operand is NHWC already (as the pooling externs)
+                if conv or any(nhwc_source(op.operands[k]) is not None for k in ins):
+                    n += _rewrite_library(op, decl, ins, res) and conv
     _fold_transposes(fn)
     _erase_dead(fn)
     return n
@@ -401,9 +535,8 @@ class EmberChannelsLast(Pass):
     # a function with fewer eligible convolutions is left NCHW: converting its input and
     # weights costs what cuDNN's own transforms cost, in more kernels
     min_convs: int = option(2, min=1)
-    # lay out functions that compute batch statistics too (a training forward's BatchNorm):
-    # off by default, as their reductions would read NHWC buffers across rows, and the
-    # backward's convolutions (library calls) stay NCHW
+    # lay out functions that compute batch statistics too (a training forward's BatchNorm: its
+    # reductions become column reductions over the NHWC buffers); the default pipeline passes it
     with_statistics: bool = False
 
     def run(self, module: ir.Operation) -> None:

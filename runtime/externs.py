@@ -81,6 +81,12 @@ def library_convolution(*args):
     return torch.ops.aten.convolution(*args)
 
 
+def library_convolution_backward(*args, **kwargs):
+    """torch's convolution_backward, as every such library call makes it (looked up per call: a
+    test watches which layouts the library is handed)."""
+    return torch.ops.aten.convolution_backward.default(*args, **kwargs)
+
+
 def _convolution(p: dict[str, Any]) -> ExternFn:
     stride, padding, dilation = list(p["stride"]), list(p["padding"]), list(p["dilation"])
     groups = int(p.get("groups", 1))
@@ -314,15 +320,35 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
                 kwargs[k] = obj
     results = list(params.get("results", [0]))
     plain = [n for n in names if "[" not in n]
+    if name == "aten.convolution_backward.default":
+        def op(**kw):
+            return library_convolution_backward(**kw)
     # results handed on permuted (ember-library-views' `ember.result_views`)
     perms = {v[0]: tuple(v[1:]) for v in params.get("result_views", [])}
+    # ember-channels-last: [operands, results] that are NHWC buffers of the op's NCHW tensors
+    # (a result: the library's channels-last tensor permuted, no copy)
+    nhwc_in, nhwc_out = (list(x) for x in params.get("channels_last", ([], [])))
+    perms.update({k: (0, 2, 3, 1) for k in nhwc_out})
     sdpa = None if perms else _sdpa_as_eager(name, names, kwargs, results)
     run = sdpa if sdpa is not None else _call_op(op, names, plain, lists, kwargs, results,
                                                  contiguous=not perms)
     if perms:
         run = _permuted(run, perms)
+    if nhwc_in:
+        run = _channels_last_operands(run, nhwc_in)
     views = params.get("views")
     return run if not views else _with_views(run, views)
+
+
+def _channels_last_operands(run: Callable[[list], list], which: list) -> Callable[[list], list]:
+    """The op reads NHWC buffers as channels-last views of its NCHW tensors (no copy: the
+    library computes channels-last, as eager does for a channels-last network)."""
+    def run_nhwc(ins: list) -> list:
+        ins = list(ins)
+        for k in which:
+            ins[k] = ins[k].permute(0, 3, 1, 2)
+        return run(ins)
+    return run_nhwc
 
 
 def _permuted(run: Callable[[list], list], perms: dict) -> Callable[[list], list]:

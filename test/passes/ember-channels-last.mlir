@@ -6,8 +6,9 @@
 // conv -> BatchNorm-like affine (a per-channel operand) -> ReLU -> max pool -> conv + residual.
 // Every convolution takes an NHWC input and an OHWI weight and writes NHWC; the pointwise
 // generics iterate (n, h, w, c) over NHWC buffers (the per-channel operand is read through
-// d3); the pool reads and writes NHWC; the only transposes left are the graph input's, the
-// weights' and the one the reduction at the end reads through (no transpose between convs).
+// d3); the pool reads and writes NHWC; the only transposes left are the graph input's and the
+// weights' (no transpose between convs); the mean over H and W at the end iterates (n, h, w, c)
+// over the NHWC buffer (a column reduction).
 // CHECK-DAG:   #[[WIN:map[0-9]*]] = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>
 // CHECK-LABEL: func.func @stem
 // CHECK-DAG:     %[[X:.*]] = linalg.transpose ins(%arg0 : tensor<2x3x16x16xf32>) {{.*}} permutation = [0, 2, 3, 1]
@@ -23,8 +24,7 @@
 // CHECK:         %[[W2:.*]] = linalg.transpose ins(%arg3 : tensor<8x8x3x3xf32>)
 // CHECK:         %[[C2:.*]] = "ember.extern"(%[[P]], %[[W2]]) {callee = "aten.convolution"
 // CHECK:         %[[ADD:.*]] = linalg.generic {{.*}} ins(%[[C2]], %[[P]] : tensor<2x8x8x8xf32>, tensor<2x8x8x8xf32>)
-// CHECK:         %[[T:.*]] = linalg.transpose ins(%[[ADD]] : tensor<2x8x8x8xf32>) {{.*}} permutation = [0, 3, 1, 2]
-// CHECK:         linalg.generic {{.*}}iterator_types = ["parallel", "parallel", "reduction", "reduction"]{{.*}} ins(%[[T]] :
+// CHECK:         linalg.generic {{.*}}iterator_types = ["parallel", "reduction", "reduction", "parallel"]{{.*}} ins(%[[ADD]] :
 // CHECK-NOT:     linalg.transpose
 // CHECK:         return
 // OIHW-LABEL: func.func @stem
@@ -145,12 +145,14 @@ module {
 
 // -----
 
-// A training forward: BatchNorm's batch statistics (a reduction over N, H and W) would read the
-// NHWC buffer across its rows; left as it is unless with-statistics.
+// A training forward: BatchNorm's batch statistics (a reduction over N, H and W). Left as it is
+// unless with-statistics (what the default pipeline passes); with it, the reduction iterates
+// (n, h, w, c) over the NHWC buffer: a column reduction, the channel loop innermost.
 // CHECK-LABEL: func.func @statistics
 // CHECK-NOT:     channels_last
 // STATS-LABEL: func.func @statistics
-// STATS:         channels_last = true
+// STATS:         %[[C:.+]] = "ember.extern"{{.*}}channels_last = true{{.*}} -> tensor<2x8x8x8xf32>
+// STATS:         linalg.generic {indexing_maps = [#{{.+}}, #{{.+}}], iterator_types = ["reduction", "reduction", "reduction", "parallel"]} ins(%[[C]] : tensor<2x8x8x8xf32>)
 // STATS:         channels_last = true
 #id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
 #c = affine_map<(d0, d1, d2, d3) -> (d1)>
@@ -167,5 +169,49 @@ module {
     } -> tensor<8xf32>
     %d = "ember.extern"(%c, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x8x8x8xf32>, tensor<8x8x3x3xf32>) -> tensor<2x8x8x8xf32>
     return %d, %s : tensor<2x8x8x8xf32>, tensor<8xf32>
+  }
+}
+
+// -----
+
+// A training backward: convolution_backward library calls take the NHWC buffers of their
+// grad_output and input (`ember.channels_last`: those operands and the grad_input result; the
+// weight and its gradient keep OIHW), saved activations passed channels-last (read through a
+// transpose) are read as the NHWC buffers, and the gradient between the calls stays NHWC: the
+// only layout copy is the NCHW incoming gradient's.
+// CHECK-LABEL: func.func private @lib_0(tensor<2x6x6x8xf32>
+// CHECK-LABEL: func.func @backward
+// CHECK:         call @lib_0(%{{.*}}, %arg1, %arg3)
+// STATS-LABEL: func.func private @lib_0(tensor<2x6x6x8xf32>, tensor<2x6x6x8xf32>, tensor<8x8x3x3xf32>) -> (tensor<2x6x6x8xf32>, tensor<8x8x3x3xf32>)
+// STATS-SAME:    ember.channels_last = [array<i64: 0, 1>, array<i64: 0>]
+// STATS-LABEL: func.func private @lib_1(tensor<2x6x6x8xf32>, tensor<2x6x6x8xf32>, tensor<8x8x3x3xf32>) -> tensor<8x8x3x3xf32>
+// STATS-SAME:    ember.channels_last = [array<i64: 0, 1>, array<i64>]
+// STATS-LABEL: func.func @backward
+// STATS:         %[[G:.+]] = linalg.transpose ins(%arg0 : tensor<2x8x6x6xf32>) {{.*}} permutation = [0, 2, 3, 1]
+// STATS:         %[[R:.+]]:2 = call @lib_0(%[[G]], %arg1, %arg3)
+// STATS:         %[[M:.+]] = linalg.generic {{.*}} ins(%arg1, %[[R]]#0 : tensor<2x6x6x8xf32>, tensor<2x6x6x8xf32>)
+// STATS:         call @lib_1(%[[M]], %arg2, %arg4)
+// STATS-NOT:     linalg.transpose
+// STATS:         return
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+module {
+  func.func private @lib_0(tensor<2x8x6x6xf32>, tensor<2x8x6x6xf32>, tensor<8x8x3x3xf32>) -> (tensor<2x8x6x6xf32>, tensor<8x8x3x3xf32>) attributes {ember.library = "aten.convolution_backward.default", ember.params = {bias_sizes = [0], dilation = [1, 1], groups = 1 : i64, output_mask = [true, true, false], output_padding = [0, 0], padding = [1, 1], stride = [1, 1], transposed = false}, ember.results = array<i64: 0, 1>, ember.tensor_args = ["grad_output", "input", "weight"]}
+  func.func private @lib_1(tensor<2x8x6x6xf32>, tensor<2x8x6x6xf32>, tensor<8x8x3x3xf32>) -> tensor<8x8x3x3xf32> attributes {ember.library = "aten.convolution_backward.default", ember.params = {bias_sizes = [0], dilation = [1, 1], groups = 1 : i64, output_mask = [false, true, false], output_padding = [0, 0], padding = [1, 1], stride = [1, 1], transposed = false}, ember.results = array<i64: 1>, ember.tensor_args = ["grad_output", "input", "weight"]}
+  func.func @backward(%arg0: tensor<2x8x6x6xf32>, %arg1: tensor<2x6x6x8xf32>, %arg2: tensor<2x6x6x8xf32>, %arg3: tensor<8x8x3x3xf32>, %arg4: tensor<8x8x3x3xf32>) -> (tensor<8x8x3x3xf32>, tensor<8x8x3x3xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %e0 = tensor.empty() : tensor<2x8x6x6xf32>
+    %a = linalg.transpose ins(%arg1 : tensor<2x6x6x8xf32>) outs(%e0 : tensor<2x8x6x6xf32>) permutation = [0, 3, 1, 2]
+    %e1 = tensor.empty() : tensor<2x8x6x6xf32>
+    %b = linalg.transpose ins(%arg2 : tensor<2x6x6x8xf32>) outs(%e1 : tensor<2x8x6x6xf32>) permutation = [0, 3, 1, 2]
+    %r:2 = call @lib_0(%arg0, %a, %arg3) : (tensor<2x8x6x6xf32>, tensor<2x8x6x6xf32>, tensor<8x8x3x3xf32>) -> (tensor<2x8x6x6xf32>, tensor<8x8x3x3xf32>)
+    %e2 = tensor.empty() : tensor<2x8x6x6xf32>
+    %m = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%a, %r#0 : tensor<2x8x6x6xf32>, tensor<2x8x6x6xf32>) outs(%e2 : tensor<2x8x6x6xf32>) {
+    ^bb0(%x: f32, %g: f32, %out: f32):
+      %p = arith.cmpf ogt, %x, %cst : f32
+      %v = arith.select %p, %g, %cst : f32
+      linalg.yield %v : f32
+    } -> tensor<2x8x6x6xf32>
+    %w = call @lib_1(%m, %b, %arg4) : (tensor<2x8x6x6xf32>, tensor<2x8x6x6xf32>, tensor<8x8x3x3xf32>) -> tensor<8x8x3x3xf32>
+    return %r#1, %w : tensor<8x8x3x3xf32>, tensor<8x8x3x3xf32>
   }
 }

@@ -147,8 +147,9 @@ class _Net(torch.nn.Module):
 
 
 class _ConvNet(torch.nn.Module):
-    """Channels-last inference (ember-channels-last): NHWC epilogues, BN + ReLU + max pooling
-    as one window reduction, a residual add."""
+    """Channels-last (ember-channels-last): NHWC epilogues, BN + ReLU + max pooling as one
+    window reduction, a residual add; in training, BatchNorm's statistics and gradients as
+    column reductions over NHWC buffers."""
 
     def __init__(self):
         super().__init__()
@@ -195,6 +196,9 @@ def _generated_sources(monkeypatch) -> list[str]:
     with torch.no_grad():
         torch.compile(_ConvNet().eval().to(torch.bfloat16), backend="ember", options=opts)(
             torch.randn(2, 3, 8, 8).to(torch.bfloat16))
+    torch._dynamo.reset()     # channels-last training: column reductions, NHWC backward
+    torch.compile(_ConvNet().train(), backend="ember", options=opts)(
+        torch.randn(2, 3, 8, 8)).sum().backward()
     for n in (6, 9):        # symbolic sizes: the sizes are kernel arguments
         torch._dynamo.reset()
         f = torch.compile(lambda x: torch.softmax(x * 2, -1) + x.mean(0), backend="ember",
