@@ -211,6 +211,12 @@ def channels_last_on(options: CompileOptions, target: str) -> bool:
                                              and target in CHANNELS_LAST_TARGETS)
 
 
+def channels_last_training(options: CompileOptions) -> bool:
+    """Whether training graphs (batch statistics, saved activations) go channels-last too:
+    with `channels_last=True` only."""
+    return options.channels_last is True
+
+
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
@@ -230,11 +236,14 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
             lower += "{" + " ".join(lower_opts) + "}"
     # explain / print-plan: the remarks that report.json's unfused pairs and memory plan
     # come from (frontend/compile_module.explained).
-    # training graphs too: the forward's BatchNorm statistics are column reductions over the
-    # NHWC buffer, the backward's convolution_backward calls take channels-last views
+    # training graphs (a forward's BatchNorm statistics as column reductions over the NHWC
+    # buffer, the backward's convolution_backward on channels-last views) only with True:
+    # "auto" keeps them NCHW until they are measured and checked on a GPU
     layout = ""
-    if channels_last_on(options, target):
+    if channels_last_training(options):
         layout = "ember-channels-last{with-statistics=true},"
+    elif channels_last_on(options, target):
+        layout = "ember-channels-last,"
     # GPU reductions with few results are split for parallelism (the C++ path splits rows
     # across threads in its code generator instead)
     split = SPLIT_PASS + "," if backend.name == "triton" else ""

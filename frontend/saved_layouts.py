@@ -19,8 +19,9 @@ Inductor's layout optimisation returns them channels-last instead; so does ember
   copy). A saved tensor that comes in another layout (the forward ran eagerly) is copied by the
   runtime, never misread.
 
-Only for a graph that ember-channels-last lays out (frontend/options.channels_last_on, at least
-two 2-d convolutions whose layout pays off: the pass's own test, on the FX graph).
+Only for a graph that ember-channels-last lays out with its statistics (`channels_last=True`:
+frontend/options.channels_last_training; at least two 2-d convolutions whose layout pays off:
+the pass's own test, on the FX graph).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ import operator
 import torch
 import torch.fx as fx
 
-from .options import CompileOptions, channels_last_on, resolve_target
+from .options import CompileOptions, channels_last_on, channels_last_training, resolve_target
 
 aten = torch.ops.aten
 _CONV = aten.convolution.default
@@ -64,8 +65,8 @@ def applies(gm: fx.GraphModule, options: CompileOptions, inputs) -> bool:
     if options.pipeline:
         return False
     devices = [t.device for t in inputs if isinstance(t, torch.Tensor)]
-    return channels_last_on(options, resolve_target(options.target, devices)) and \
-        conv_network(gm)
+    return channels_last_training(options) and \
+        channels_last_on(options, resolve_target(options.target, devices)) and conv_network(gm)
 
 
 def _is_view(node: fx.Node) -> bool:
