@@ -451,6 +451,10 @@ def _is_splat(v) -> bool:
     return isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat
 
 
+is_empty_value = _is_empty      # for fusion_legality.RefusalMemo (what the schedule asks of a value)
+is_splat_value = _is_splat
+
+
 def _location(v):
     return v.owner.location if isinstance(v, ir.OpResult) else None
 
