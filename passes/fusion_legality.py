@@ -283,16 +283,56 @@ class _Structure:
         self._producers: dict = {}
         self._cloneable: dict = {}
         self._users: dict = {}
+        self._parts: dict = {}
+        self._nums: dict = {}
+        self._num_info: list = []
+        self._sig_ids: dict = {}
+        self._info_ids: dict = {}
 
     def group_key(self, ops) -> tuple:
         """The key of `refusal(ops)` (fuse_reductions and target are the memo's own)."""
         full, n_extra = self._with_cloned_producers(ops)
         ids: dict = {}
+        info = self._num_info
+
+        def ref(n):
+            i = ids.get(n)
+            if i is None:
+                i = ids[n] = (len(ids), info[n])
+            return i
+
         parts = [n_extra]
         for op in full:
-            parts.append(self._op_part(op, ids))
-        parts.append(tuple(ids[v][0] for v in self._group_results(ops)))
+            sig, operands, results = self._numbered(op)
+            parts.append((sig, tuple(ref(n) for n in operands), tuple(ref(n) for n in results)))
+        inside, out = set(ops), []     # group_results(ops)
+        for op in ops:
+            _, _, results = self._numbered(op)
+            for n, readers in zip(results, self._users_of(op)):
+                if any(u not in inside or op_name(u) == "func.return" for u in readers):
+                    out.append(ids[n][0])
+        parts.append(tuple(out))
         return tuple(parts)
+
+    def _numbered(self, op):
+        """(signature, operand numbers, result numbers) of `op`: each value numbered once."""
+        operation = op.operation
+        got = self._parts.get(operation)
+        if got is None:
+            # signatures and value facts interned as ints: the keys hash and compare as ints
+            sig = self._sig_ids.setdefault(self._signature(operation), len(self._sig_ids))
+            got = self._parts[operation] = (
+                sig, tuple(self._number(v) for v in operation.operands),
+                tuple(self._number(v) for v in operation.results))
+        return got
+
+    def _number(self, v) -> int:
+        n = self._nums.get(v)
+        if n is None:
+            n = self._nums[v] = len(self._nums)
+            info = (v.type, is_empty_value(v), is_splat_value(v))
+            self._num_info.append(self._info_ids.setdefault(info, len(self._info_ids)))
+        return n
 
     def kernel_key(self, kernel) -> tuple:
         """The key of `check_kernel(kernel)` (the target is the caller's own)."""
@@ -339,7 +379,7 @@ class _Structure:
                 self._op_sig[operation] = sig
         return sig
 
-    # --------------------- with_cloned_producers and group_results, over cached queries
+    # ------------------------------------- with_cloned_producers, over cached queries
     def _with_cloned_producers(self, ops):
         extra, seen = [], set(ops)
 
@@ -355,15 +395,6 @@ class _Structure:
         extra = [o for o in extra if op_name(o) != "arith.constant"]
         return extra + list(ops), len(extra)
 
-    def _group_results(self, ops) -> list:
-        inside = set(ops)
-        out = []
-        for op in ops:
-            for res in op.results:
-                if any(u not in inside or op_name(u) == "func.return" for u in self._users_of(res)):
-                    out.append(res)
-        return out
-
     def _producers_of(self, op):
         key = op.operation
         got = self._producers.get(key)
@@ -377,10 +408,12 @@ class _Structure:
             got = self._cloneable[op] = cloneable(op)
         return got
 
-    def _users_of(self, value):
-        got = self._users.get(value)
+    def _users_of(self, op):
+        """Per result of `op`, the ops that read it."""
+        key = op.operation
+        got = self._users.get(key)
         if got is None:
-            got = self._users[value] = users(value)
+            got = self._users[key] = [users(r) for r in op.results]
         return got
 
 
