@@ -29,6 +29,7 @@ arguments (shape arguments: code generation never evaluates them, it reads sizes
 at run time), and its call carries `ember.result_dims`: for each result, per dim, the call
 operand that holds that dim's size (-1 where static), so that the host can allocate results.
 """
+import bisect
 import dataclasses
 
 from torch_mlir import ir, passmanager
@@ -120,7 +121,22 @@ class EmberFuse(Pass):
         # Most bytes saved first; ties in program order (stable).
         edges.sort(key=lambda e: -e[0])
 
-        spans_of: list = [None]
+        # (first, last) block index of each group, and those of the groups of several ops in
+        # order (what `horizon` walks), kept up to date as groups merge.
+        span = {i: (ids[0], ids[0]) for i, ids in member_ids.items()}
+        spans: list = []
+
+        def respan(into, gone):
+            """Groups `gone` were merged into group `into`."""
+            los, his = [], []
+            for g in [into] + gone:
+                lo, hi = span.pop(g)
+                if lo != hi:        # a group of several ops
+                    del spans[bisect.bisect_left(spans, (lo, hi))]
+                los.append(lo)
+                his.append(hi)
+            span[into] = new = (min(los), max(his))
+            bisect.insort(spans, new)
 
         def horizon(b_ops):
             """No op after this one leads to the ops b_ops. Users come after their operands in
@@ -129,10 +145,7 @@ class EmberFuse(Pass):
             earlier op (a group's ops need not be contiguous: groupnorm's backward made a
             cycle)."""
             hi = max(b_ops)
-            if spans_of[0] is None:     # the groups' spans change only when two merge
-                spans_of[0] = sorted((min(ids), max(ids)) for ids in member_ids.values()
-                                     if len(ids) > 1)
-            for lo, top in spans_of[0]:
+            for lo, top in spans:
                 if lo > hi:
                     break
                 hi = max(hi, top)
@@ -169,6 +182,8 @@ class EmberFuse(Pass):
                         stack.extend((v, via) for v in succ[o] if v <= hi)
             return None
 
+        # legality verdicts by group structure (repeated layers repeat their candidates)
+        memo = fusion_legality.RefusalMemo(self.fuse_reductions, self.target)
         refused = {}        # (producer, consumer) node indices -> (category, detail)
         for _, a, b in edges:
             ga, gb = find(a), find(b)
@@ -187,7 +202,7 @@ class EmberFuse(Pass):
                 refused[a, b] = (fusion_legality.CYCLE, f"a path between them goes through "
                                  f"'{_tag(block_ops[via])}' outside both kernels")
                 continue
-            why = fusion_legality.refusal(merged, self.fuse_reductions, self.target)
+            why = memo.refusal(merged)
             if why is not None:
                 refused[a, b] = why
                 continue
@@ -195,7 +210,7 @@ class EmberFuse(Pass):
             members[ga] = merged
             del members[gb]
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
-            spans_of[0] = None
+            respan(ga, [gb])
 
         # A producer whose consumers read its result in other shapes (q, k and v sliced from
         # one bias add) fuses with none of them alone: it would stay a kernel result of
@@ -224,14 +239,14 @@ class EmberFuse(Pass):
             ids = {i for r in together for i in member_ids[r]}
             if path_between(ids, ids) is not None:
                 continue
-            if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
+            if memo.refusal(merged) is not None:
                 continue
             for r in together[1:]:
                 parent[r] = g
                 del members[r]
                 member_ids[g] = member_ids[g] + member_ids.pop(r)
             members[g] = merged
-            spans_of[0] = None
+            respan(g, together[1:])
 
         def merge_horizontally(acc, r) -> bool:
             merged = sorted(members[acc] + members[r], key=lambda o: index[o])
@@ -242,13 +257,13 @@ class EmberFuse(Pass):
             ids = set(member_ids[acc]) | set(member_ids[r])
             if path_between(ids, ids) is not None:
                 return False
-            if fusion_legality.refusal(merged, self.fuse_reductions, self.target) is not None:
+            if memo.refusal(merged) is not None:
                 return False
             parent[r] = acc
             del members[r]
             members[acc] = merged
             member_ids[acc] = member_ids[acc] + member_ids.pop(r)
-            spans_of[0] = None
+            respan(acc, [r])
             return True
 
         # Horizontal: kernels that read one value (a tensor, another kernel's or a library
@@ -428,6 +443,7 @@ def kernel_name(tags: list[str], index: int) -> str:
 def _outline(module, fn, groups, target: str) -> None:
     block = fn.regions[0].blocks[0]
     counter = _next_kernel_index(module)
+    checks = fusion_legality.KernelChecks(target)     # once per kernel structure
     unsorted = False
     module_block = module.regions[0].blocks[0]
     for group in groups:
@@ -485,7 +501,7 @@ def _outline(module, fn, groups, target: str) -> None:
             for op in group:
                 _clone_into(op, mapping)
             func.ReturnOp([mapping[v] for v in outputs])
-        fusion_legality.check_kernel(kernel, target)
+        checks.check(kernel)
         last = group[-1]
         with ir.InsertionPoint(last), last.location:
             call = func.CallOp([v.type for v in outputs], ir.FlatSymbolRefAttr.get(name), inputs)

@@ -12,7 +12,8 @@ from .ir_queries import VIEW_OPS, is_reduction, iterator_types, op_name  # noqa:
 
 VIEWS = VIEW_OPS
 from .kernel_schedule import (ILLEGAL, INDEX_MISMATCH, REDUCE_BROADCAST, TARGET_LIMIT,
-                              Unschedulable, schedule_kernel, schedule_ops)
+                              Unschedulable, is_empty_value, is_splat_value, schedule_kernel,
+                              schedule_ops)
 
 # Why two groups stay apart (ember-fuse{explain=true} remarks, report.json's `unfused`): the
 # kinds the schedule reports (kernel_schedule), the screen's own, and ember-fuse's.
@@ -207,6 +208,222 @@ def refusal(ops, fuse_reductions: bool = True, target: str = "cpu") -> tuple[str
     except Unschedulable as err:
         return err.category, err.reason
     return None
+
+
+class RefusalMemo:
+    """`refusal` for the candidate groups of one planning run, each verdict computed once per
+    group *structure*: the transformer layers of a model make the same candidate groups over
+    and over (GPT-2: ~650 candidates, ~80 structures), and building a schedule was most of
+    ember-fuse's time.
+
+    The structure key (`_Structure.group_key`) holds everything `refusal` reads. Valid while
+    the IR does not change (ember-fuse's planning only reads it; outlining comes after): ops
+    and values are cached by identity. With `verify` every verdict is also computed afresh and
+    a difference is recorded in `mismatches` (tests)."""
+
+    verify = False
+
+    def __init__(self, fuse_reductions: bool = True, target: str = "cpu"):
+        self.fuse_reductions, self.target = fuse_reductions, target
+        self._verdicts: dict = {}
+        self._structure = _Structure(cache=True)
+        self.hits = self.misses = 0
+        self.mismatches: list = []
+
+    def refusal(self, ops) -> tuple[str, str] | None:
+        key = self._structure.group_key(ops)
+        if key in self._verdicts:
+            self.hits += 1
+            verdict = self._verdicts[key]
+            if self.verify:
+                fresh = refusal(ops, self.fuse_reductions, self.target)
+                if fresh != verdict:
+                    self.mismatches.append(([op_name(o) for o in ops], verdict, fresh))
+            return verdict
+        self.misses += 1
+        verdict = self._verdicts[key] = refusal(ops, self.fuse_reductions, self.target)
+        return verdict
+
+
+class KernelChecks:
+    """`check_kernel` for the kernels of one outlining run, once per kernel structure
+    (`_Structure.kernel_key`): the kernels of repeated layers are the same. Only kernels that
+    pass are remembered (one that fails raises, from a fresh check, with its location). Ops
+    are erased and created while outlining, so nothing is cached by identity here."""
+
+    def __init__(self, target: str = "cpu"):
+        self.target = target
+        self._passed: set = set()
+        self.hits = self.misses = 0
+
+    def check(self, kernel) -> None:
+        key = _Structure(cache=False).kernel_key(kernel)
+        if key in self._passed:
+            self.hits += 1
+            return
+        self.misses += 1
+        check_kernel(kernel, self.target)
+        self._passed.add(key)
+
+
+class _Structure:
+    """Structure keys: what a would-be kernel's schedule (kernel_schedule) and the target's
+    limits read of its ops, so that equal keys give equal verdicts. For each op, in order: its
+    name, its attributes (MLIR attributes are uniqued: equal exactly when their text is, so
+    they are compared, never printed), the ops of its body with their attributes and which
+    block arguments the body reads, and its operands and results; every value numbered by
+    first appearance (aliasing is structure: one value read twice links dims) with its type
+    and the two facts about its uses anywhere the schedule asks (`is_empty_value`,
+    `is_splat_value`)."""
+
+    def __init__(self, cache: bool):
+        self._cache = cache
+        self._op_sig: dict = {}
+        self._value_info: dict = {}
+        self._producers: dict = {}
+        self._cloneable: dict = {}
+        self._users: dict = {}
+        self._parts: dict = {}
+        self._nums: dict = {}
+        self._num_info: list = []
+        self._sig_ids: dict = {}
+        self._info_ids: dict = {}
+
+    def group_key(self, ops) -> tuple:
+        """The key of `refusal(ops)` (fuse_reductions and target are the memo's own)."""
+        full, n_extra = self._with_cloned_producers(ops)
+        ids: dict = {}
+        info = self._num_info
+
+        def ref(n):
+            i = ids.get(n)
+            if i is None:
+                i = ids[n] = (len(ids), info[n])
+            return i
+
+        parts = [n_extra]
+        for op in full:
+            sig, operands, results = self._numbered(op)
+            parts.append((sig, tuple(ref(n) for n in operands), tuple(ref(n) for n in results)))
+        inside, out = set(ops), []     # group_results(ops)
+        for op in ops:
+            _, _, results = self._numbered(op)
+            for n, readers in zip(results, self._users_of(op)):
+                if any(u not in inside or op_name(u) == "func.return" for u in readers):
+                    out.append(ids[n][0])
+        parts.append(tuple(out))
+        return tuple(parts)
+
+    def _numbered(self, op):
+        """(signature, operand numbers, result numbers) of `op`: each value numbered once."""
+        operation = op.operation
+        got = self._parts.get(operation)
+        if got is None:
+            # signatures and value facts interned as ints: the keys hash and compare as ints
+            sig = self._sig_ids.setdefault(self._signature(operation), len(self._sig_ids))
+            got = self._parts[operation] = (
+                sig, tuple(self._number(v) for v in operation.operands),
+                tuple(self._number(v) for v in operation.results))
+        return got
+
+    def _number(self, v) -> int:
+        n = self._nums.get(v)
+        if n is None:
+            n = self._nums[v] = len(self._nums)
+            info = (v.type, is_empty_value(v), is_splat_value(v))
+            self._num_info.append(self._info_ids.setdefault(info, len(self._info_ids)))
+        return n
+
+    def kernel_key(self, kernel) -> tuple:
+        """The key of `check_kernel(kernel)` (the target is the caller's own)."""
+        from ..dialects.contract import KERNEL
+        block = kernel.regions[0].blocks[0]
+        ids: dict = {}
+        kind = None
+        if KERNEL.has(kernel):
+            try:
+                kind = KERNEL.get(kernel)
+            except (ValueError, TypeError):     # as schedule_kernel reads it
+                kind = None
+        parts = [kind, tuple(self._ref(a, ids) for a in block.arguments)]
+        for op in block.operations:
+            parts.append(self._op_part(op, ids))
+        return tuple(parts)
+
+    # ----------------------------------------------------------------------- the parts
+    def _op_part(self, op, ids) -> tuple:
+        return (self._signature(op), tuple(self._ref(v, ids) for v in op.operands),
+                tuple(self._ref(v, ids) for v in op.results))
+
+    def _ref(self, v, ids):
+        i = ids.get(v)
+        if i is None:
+            info = self._value_info.get(v) if self._cache else None
+            if info is None:
+                info = (v.type, is_empty_value(v), is_splat_value(v))
+                if self._cache:
+                    self._value_info[v] = info
+            i = ids[v] = (len(ids), info)
+        return i
+
+    def _signature(self, op) -> tuple:
+        operation = op.operation
+        sig = self._op_sig.get(operation) if self._cache else None
+        if sig is None:
+            body = tuple(
+                (tuple(_is_read_arg(a) for a in blk.arguments),
+                 tuple((b.operation.name, _attributes(b.operation)) for b in blk.operations))
+                for region in operation.regions for blk in region.blocks)
+            sig = (operation.name, _attributes(operation), body)
+            if self._cache:
+                self._op_sig[operation] = sig
+        return sig
+
+    # ------------------------------------- with_cloned_producers, over cached queries
+    def _with_cloned_producers(self, ops):
+        extra, seen = [], set(ops)
+
+        def visit(op):
+            for producer in self._producers_of(op):
+                if producer is not None and producer not in seen and self._is_cloneable(producer):
+                    seen.add(producer)
+                    visit(producer)
+                    extra.append(producer)
+
+        for op in ops:
+            visit(op)
+        extra = [o for o in extra if op_name(o) != "arith.constant"]
+        return extra + list(ops), len(extra)
+
+    def _producers_of(self, op):
+        key = op.operation
+        got = self._producers.get(key)
+        if got is None:
+            got = self._producers[key] = [defining_op(v) for v in op.operands]
+        return got
+
+    def _is_cloneable(self, op) -> bool:
+        got = self._cloneable.get(op)
+        if got is None:
+            got = self._cloneable[op] = cloneable(op)
+        return got
+
+    def _users_of(self, op):
+        """Per result of `op`, the ops that read it."""
+        key = op.operation
+        got = self._users.get(key)
+        if got is None:
+            got = self._users[key] = [users(r) for r in op.results]
+        return got
+
+
+def _attributes(operation) -> tuple:
+    attrs = operation.attributes
+    return tuple((a.name, a.attr) for a in (attrs[i] for i in range(len(attrs))))
+
+
+def _is_read_arg(arg) -> bool:
+    return any(True for _ in arg.uses)
 
 
 def check_kernel(kernel, target: str = "cpu") -> None:

@@ -30,7 +30,7 @@ from typing import Optional
 from torch_mlir import ir
 
 from ..dialects.contract import KERNEL
-from .ir_queries import (indexing_maps, int_array, is_reduction, iterator_types, op_name,
+from .ir_queries import (indexing_maps, int_array, iterator_types, op_name,
                          reassociation, shape, slice_dims)
 
 ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
@@ -77,10 +77,20 @@ class _UnionFind:
         self.parent: dict = {}
 
     def find(self, x):
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
+        # A root is stored as its own parent, the same object: `is` ends the walk without
+        # comparing tuples of MLIR values (each comparison a call into the bindings).
+        parent = self.parent
+        p = parent.get(x)
+        if p is None:
+            parent[x] = x
+            return x
+        while p is not x:
+            up = parent[p]
+            if up is p:
+                return p
+            parent[x] = up      # path halving
+            x = up
+            p = parent[x]
         return x
 
     def union(self, a, b):
@@ -119,23 +129,26 @@ class KernelSchedule:
 
         for v in self.args:
             vals(v)
-        for op in self.ops:
+        # each op's loop kinds, read once (the checks below ask several times per op)
+        self._its = [iterator_types(op) for op in self.ops]
+        for op, its in zip(self.ops, self._its):
             if op_name(op) not in ALLOWED_OPS and not _scalar_op(op):
                 raise Unschedulable(f"'{op_name(op)}' is not allowed in a kernel body "
                                     f"(see docs/internals.md, Stage 2)", op.location)
             for r in op.results:
                 vals(r)
-            self._link(op, uf, note)
-        if not any(is_reduction(op) for op in self.ops):
+            self._link(op, uf, note, its)
+        if not any("reduction" in its for its in self._its):
             self._share_loops(uf)
         else:
             self._share_reduction_loops(uf)
         # A global dim is a union-find class; number them in first-seen order.
         self._gid: dict = {}
         self._size: dict[int, Optional[int]] = {}
+        self._key_gid: dict = {}    # every (value, dim) / (op, "loop", j) key -> its global dim
         for key in list(uf.parent):
             root = uf.find(key)
-            g = self._gid.setdefault(root, len(self._gid))
+            g = self._key_gid[key] = self._gid.setdefault(root, len(self._gid))
             if key in static:
                 self._size[g] = static[key]
             else:
@@ -158,13 +171,14 @@ class KernelSchedule:
 
     # --- global dims -----------------------------------------------------------------------
     def gid(self, v, i) -> int:
-        return self._gid[self._uf.find((v, i))]
+        return self._key_gid[(v, i)]
 
     def loop_gid(self, op, j) -> int:
-        return self._gid[self._uf.find((op, "loop", j))]
+        return self._key_gid[(op, "loop", j)]
 
     def dims(self, v) -> list[int]:
-        return [self.gid(v, i) for i in range(len(shape(v)))]
+        key_gid = self._key_gid
+        return [key_gid[(v, i)] for i in range(ir.RankedTensorType(v.type).rank)]
 
     def size(self, g) -> Optional[int]:
         return self._size.get(g)
@@ -177,7 +191,7 @@ class KernelSchedule:
     def unit(self, g) -> bool:
         return self.size(g) == 1
 
-    def _link(self, op, uf, note):
+    def _link(self, op, uf, note, its):
         name = op_name(op)
         if name == "linalg.generic":
             # An init that the body never reads (a tensor.empty, often shared by several ops
@@ -202,7 +216,7 @@ class KernelSchedule:
                         # a window read (pooling: oh * 2 + kh): the operand's index follows
                         # from the loops' (computed where it is read, see _derived)
                         self._window_reads.append(((v, k), [(op, "loop", j) for j in loops]))
-            for j in range(len(iterator_types(op))):
+            for j in range(len(its)):
                 uf.find((op, "loop", j))
         elif name in ("linalg.fill", "linalg.transpose", "linalg.broadcast"):
             # The init (operand -1) is never read: its dims are not linked (see above).
@@ -330,7 +344,7 @@ class KernelSchedule:
         real loops (checked apart)."""
         merges = [(self.gid(*whole), [self.gid(*p) for p in parts])
                   for whole, parts in self._merges]
-        key = lambda k: self._gid[self._uf.find(k)]     # (value, dim) or (op, "loop", j)
+        key = self._key_gid.__getitem__     # (value, dim) or (op, "loop", j)
         reads = [(key(dim), [key(f) for f in frm]) for dim, frm in
                  self._reads + (self._window_reads if windows else [])]
         known = set(loops)
@@ -352,9 +366,8 @@ class KernelSchedule:
 
     def _plan(self, kind):
         self.reductions = []
-        for op in self.ops:
-            if is_reduction(op):
-                its = iterator_types(op)
+        for op, its in zip(self.ops, self._its):
+            if "reduction" in its:
                 par = [self.loop_gid(op, j) for j, t in enumerate(its) if t == "parallel"]
                 red = [self.loop_gid(op, j) for j, t in enumerate(its) if t == "reduction"]
                 self.reductions.append(Reduction(op, [g for g in par if not self.unit(g)], red))
@@ -416,7 +429,7 @@ class KernelSchedule:
         # per output of a 3x3 pooling, ~2.25 times per element): it stays in memory
         windowed = derived - self._derived(allowed, windows=False) if self._window_reads \
             else set()
-        for op in self.ops:
+        for op, its in zip(self.ops, self._its):
             if op_name(op) == "arith.constant":
                 continue    # a splat: the same value at every index (kernel_expr), no loop
             if windowed and op_name(op) == "linalg.generic" and any(
@@ -428,14 +441,14 @@ class KernelSchedule:
                 if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
                     continue
                 # A reduction is looped over: its dims must be the kernel's own.
-                ok = allowed if is_reduction(op) else derived
+                ok = allowed if "reduction" in its else derived
                 bad = [g for g in self.dims(v) if g not in ok and not self.unit(g)]
                 if bad:
                     raise Unschedulable(f"'{op_name(op)}' iterates over a dim that is neither "
                                         "outer, reduced nor a result dim", op.location,
                                         INDEX_MISMATCH)
             if op_name(op) == "linalg.generic":
-                gs = [self.loop_gid(op, j) for j in range(len(iterator_types(op)))]
+                gs = [self.loop_gid(op, j) for j in range(len(its))]
                 if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
                                         "access)", op.location, INDEX_MISMATCH)
@@ -499,6 +512,10 @@ def _is_splat(v) -> bool:
         return False
     attr = v.owner.attributes["value"]
     return isinstance(attr, ir.DenseElementsAttr) and ir.DenseElementsAttr(attr).is_splat
+
+
+is_empty_value = _is_empty      # for fusion_legality.RefusalMemo (what the schedule asks of a value)
+is_splat_value = _is_splat
 
 
 def _location(v):

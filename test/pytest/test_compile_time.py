@@ -2,6 +2,8 @@
 Python does not go through importlib (it once did, for every op: seconds per model)."""
 import sys
 
+import pytest
+
 import torch
 
 import ember
@@ -78,3 +80,112 @@ def test_ember_ops_do_not_reimport_their_dialect():
         finally:
             sys.meta_path.remove(finder)
     assert Count.n == 0
+
+
+class _Layer(torch.nn.Module):
+    """A transformer layer written out (LayerNorm, softmax attention, GELU MLP): many fusion
+    candidates, reductions among them."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.fc1, self.fc2 = (torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, 2 * d),
+                                        torch.nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+        att = torch.softmax(q @ k.transpose(-1, -2) * 0.25, dim=-1)
+        x = x + att @ v
+        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+
+@pytest.fixture(scope="module")
+def layers_ir(tmp_path_factory):
+    """layers -> the linalg IR ember imports for that many repeated layers."""
+    base = tmp_path_factory.mktemp("layers")
+    return {n: _import_ir(base, n) for n in (2, 4)}
+
+
+def _import_ir(tmp_path, layers: int) -> str:
+    """The IR of `layers` repeated layers as ember imports it (compiled for the CPU, which
+    also checks the numerics)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(_Layer() for _ in range(layers))).eval()
+    x = torch.randn(2, 8, 16)
+    dump = tmp_path / f"l{layers}"
+    compiled = torch.compile(model, backend="ember",
+                             options={"target": "cpu", "debug_dir": str(dump),
+                                      "program_cache": False})
+    with torch.no_grad():
+        out, ref = compiled(x), model(x)
+    assert torch.allclose(out, ref, rtol=1e-4, atol=1e-5)
+    return next(dump.rglob("00-import.mlir")).read_text()
+
+
+def _fuse(text: str, target: str):
+    """ember-fuse's output on `text` (with explain's remarks), and the legality memos used."""
+    from torch_mlir import ir
+    from ember.frontend.importer import new_context
+    from ember.passes import fusion_legality
+    from ember.passes.pipeline import build_pass_manager
+    memos = []
+    real_init = fusion_legality.RefusalMemo.__init__
+
+    def init(self, *args):
+        real_init(self, *args)
+        memos.append(self)
+    fusion_legality.RefusalMemo.__init__ = init
+    try:
+        with new_context() as ctx:
+            module = ir.Module.parse(text)
+            build_pass_manager("builtin.module(ember-convert-externs,ember-library-views,"
+                               f"ember-fuse{{target={target} explain=true}})",
+                               context=ctx).run(module.operation)
+            return str(module), memos
+    finally:
+        fusion_legality.RefusalMemo.__init__ = real_init
+
+
+@pytest.mark.parametrize("codegen", ["cpu", "triton"])
+def test_fuse_memo_changes_no_decision(layers_ir, monkeypatch, codegen):
+    """ember-fuse's legality verdicts memoized by group structure (fusion_legality.RefusalMemo,
+    KernelChecks) give the verdicts and the IR that computing each one afresh gives, and
+    repeated layers hit the memo."""
+    from ember.passes import fusion_legality
+    text = layers_ir[4]
+    monkeypatch.setattr(fusion_legality.RefusalMemo, "verify", True)
+    memoized, memos = _fuse(text, codegen)
+    assert memos and all(m.mismatches == [] for m in memos), [m.mismatches for m in memos]
+    assert sum(m.hits for m in memos) > sum(m.misses for m in memos), \
+        [(m.hits, m.misses) for m in memos]
+    # every verdict and kernel check computed afresh
+    monkeypatch.setattr(fusion_legality.RefusalMemo, "refusal",
+                        lambda self, ops: fusion_legality.refusal(ops, self.fuse_reductions,
+                                                                  self.target))
+    monkeypatch.setattr(fusion_legality.KernelChecks, "check",
+                        lambda self, kernel: fusion_legality.check_kernel(kernel, self.target))
+    fresh, _ = _fuse(text, codegen)
+    assert memoized == fresh
+    assert "ember.kernel" in memoized
+
+
+def test_fuse_schedules_do_not_grow_with_layers(layers_ir):
+    """Layers past the first few build no new schedules in ember-fuse: the candidate groups of
+    a repeated layer are the ones already judged (a compile-time guard, counted, not timed)."""
+    from ember.passes import kernel_schedule
+    built = {}
+    real_init = kernel_schedule.KernelSchedule.__init__
+
+    def init(self, *args, **kwargs):
+        built[key] += 1
+        real_init(self, *args, **kwargs)
+    for layers in (2, 4):
+        text = layers_ir[layers]
+        key = layers
+        built[key] = 0
+        kernel_schedule.KernelSchedule.__init__ = init
+        try:
+            _fuse(text, "cpu")
+        finally:
+            kernel_schedule.KernelSchedule.__init__ = real_init
+    assert built[4] <= built[2] + 2, built
