@@ -30,7 +30,7 @@ from typing import Optional
 from torch_mlir import ir
 
 from ..dialects.contract import KERNEL
-from .ir_queries import (indexing_maps, int_array, iterator_types, op_name,
+from .ir_queries import (indexing_maps, int_array, is_reduction, iterator_types, op_name,
                          reassociation, shape, slice_dims)
 
 ALLOWED_OPS = {"linalg.generic", "linalg.fill", "linalg.transpose", "linalg.broadcast",
