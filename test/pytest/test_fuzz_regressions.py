@@ -624,3 +624,42 @@ def test_fuzz_seed31_index30_wider_0dim_int_operand_wraps(target, expr):
     inputs = ("a0 = torch.tensor([[0, 12, -5, 2147483647]], dtype=torch.int32)\n"
               "a1 = torch.tensor(-9223372036854775796)")
     _no_fallback(_assert_matches(_case(inputs, f"return ({expr},)"), target))
+
+
+# fuzz9f, targeted cases for ember-split-reductions: a long column reduction with few results,
+# split into partials and a final reduction on the triton target, keeps eager's NaN and
+# infinities (a NaN in one partial, +inf and -inf in different partials: NaN; an inf alone).
+@pytest.mark.targets("triton")
+@pytest.mark.parametrize("op,dtype", [("sum", "float32"), ("mean", "bfloat16")])
+def test_split_column_reduction_keeps_nonfinite_values(target, op, dtype):
+    import ember
+    inputs = (f"a0 = torch.randn(4096, 64, generator=torch.Generator().manual_seed(3))"
+              f".to(torch.{dtype})\n"
+              "a0[7, 1] = nan; a0[4000, 2] = inf; a0[3, 3] = inf; a0[4095, 3] = -inf\n"
+              "a0[100, 4] = -inf; a0[2, 5] = -0.0")
+    _no_fallback(_assert_matches(_case(inputs, f"return ((a0 * 2 + 1).{op}(0),)",
+                                       exact=("low" if dtype == "bfloat16" else False,)),
+                                 target))
+    (report,) = ember.last_reports()
+    reductions = [g for g in report["fused_groups"] if any(n in ("sum", "mean") for n in g)]
+    assert len(reductions) == 2, report["fused_groups"]   # split: partials and the total
+
+
+# fuzz9f, targeted conv-bn-relu-pool chains (bf16, an inf in the input, ember-channels-last on
+# the triton target under the interpreter, or channels_last=True on the cpu target): NaN where
+# eager gives finite values. Not ember's code: eager's own CPU bf16 channels-last convolution
+# (oneDNN) writes NaN into the element just before an inf; a 1x1 convolution of one channel
+# shows it, f32 does not. ember hands the library channels-last buffers, so it inherits this
+# on CPU tensors (open: benchmarks/results/fuzz-2026-11-26.md, fuzz9f). Pins the fault: this
+# test fails once torch fixes it.
+def test_eager_cpu_bf16_channels_last_conv_puts_nan_before_an_inf():
+    x = torch.linspace(-1, 1, 16).reshape(1, 1, 4, 4).to(torch.bfloat16)
+    x[0, 0, 1, 1] = float("inf")
+    w = torch.full((1, 1, 1, 1), 0.5, dtype=torch.bfloat16)
+    cl = torch.channels_last
+    nchw = torch.nn.functional.conv2d(x, w)
+    nhwc = torch.nn.functional.conv2d(x.to(memory_format=cl), w.to(memory_format=cl))
+    assert not nchw.isnan().any()
+    assert nhwc.isnan().nonzero().tolist() == [[0, 0, 1, 0]]
+    f32 = torch.nn.functional.conv2d(x.float().to(memory_format=cl), w.float().to(memory_format=cl))
+    assert not f32.isnan().any()
