@@ -634,9 +634,8 @@ def test_fuzz_seed31_index30_wider_0dim_int_operand_wraps(target, expr):
 def test_split_column_reduction_keeps_nonfinite_values(target, op, dtype):
     import ember
     inputs = (f"a0 = torch.randn(4096, 64, generator=torch.Generator().manual_seed(3))"
-              f".to(torch.{dtype})\n"
-              "a0[7, 1] = nan; a0[4000, 2] = inf; a0[3, 3] = inf; a0[4095, 3] = -inf\n"
-              "a0[100, 4] = -inf; a0[2, 5] = -0.0")
+              f".to(torch.{dtype}); a0[7, 1] = nan; a0[4000, 2] = inf; a0[3, 3] = inf; "
+              "a0[4095, 3] = -inf; a0[100, 4] = -inf; a0[2, 5] = -0.0")
     _no_fallback(_assert_matches(_case(inputs, f"return ((a0 * 2 + 1).{op}(0),)",
                                        exact=("low" if dtype == "bfloat16" else False,)),
                                  target))
