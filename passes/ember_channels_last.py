@@ -272,9 +272,24 @@ def _rewrite_generic(op) -> bool:
         op.operands[n_in + k] = empty.result
         new_maps.append(ident)
     op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+    _renumber_index_ops(op.regions[0].blocks[0])
     for k in range(len(op.results)):
         _to_nhwc_result(op, k)
     return True
+
+
+def _renumber_index_ops(block) -> None:
+    """`linalg.index d` of the old loop d = (n, c, h, w) is loop TO_NCHW[d] of the new
+    (n, h, w, c): a body that computes from its indices (avg pooling's divisor without the
+    padding, count_include_pad=False) keeps reading the same position."""
+    i64 = ir.IntegerType.get_signless(64)
+    for inner in block.operations:
+        if op_name(inner) == "linalg.index":
+            old = ir.IntegerAttr(inner.attributes["dim"]).value
+            inner.attributes["dim"] = ir.IntegerAttr.get(i64, TO_NCHW[old])
+        for region in inner.regions:
+            for b in region.blocks:
+                _renumber_index_ops(b)
 
 
 def _fold_transposes(fn) -> None:

@@ -668,3 +668,40 @@ def test_eager_cpu_bf16_channels_last_conv_puts_nan_before_an_inf():
         assert not torch.nn.functional.conv2d(x.to(memory_format=cl), w.to(memory_format=cl)).isnan().any()
     f32 = torch.nn.functional.conv2d(x.float().to(memory_format=cl), w.float().to(memory_format=cl))
     assert not f32.isnan().any()
+
+
+# fuzz9f, targeted conv chains (case conv 67): avg_pool2d(count_include_pad=False, padding=1)
+# between two convolutions gave wrong values (1.5x at interior rows) on the triton target,
+# finite inputs: ember-channels-last iterated the divisor's generic over (n, h, w, c) but its
+# body's `linalg.index` ops still named the old (n, c, h, w) loops. They are renumbered now.
+@pytest.mark.targets("triton")
+@pytest.mark.parametrize("padding,stride", [(1, 1), (1, 2)])
+def test_channels_last_avg_pool_without_padding_count(target, padding, stride):
+    inputs = ("a0 = torch.randn(2, 4, 7, 6, generator=torch.Generator().manual_seed(1))\n"
+              "a1 = torch.randn(8, 4, 1, 1, generator=torch.Generator().manual_seed(2))\n"
+              "a2 = torch.randn(4, 8, 3, 3, generator=torch.Generator().manual_seed(3))")
+    body = (f"x = torch.relu(torch.nn.functional.conv2d(a0, a1))\n"
+            f"x = torch.nn.functional.avg_pool2d(x, 3, {stride}, {padding}, "
+            f"count_include_pad=False)\n"
+            "return (torch.nn.functional.conv2d(x, a2, padding=1), x)")
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(False, False)), target))
+
+
+def test_channels_last_true_avg_pool_without_padding_count_on_cpu():
+    import ember
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    x, w1, w2 = (torch.randn(1, 4, 5, 5, generator=g), torch.randn(4, 4, 1, 1, generator=g),
+                 torch.randn(4, 4, 1, 1, generator=g))
+
+    def fn(x, w1, w2):
+        z = F.avg_pool2d(F.conv2d(x, w1), 3, 1, 1, count_include_pad=False)
+        return F.conv2d(z, w2), z
+    torch._dynamo.reset()
+    ember.clear_reports()
+    out = torch.compile(fn, backend="ember", options={"target": "cpu", "channels_last": True})(
+        x, w1, w2)
+    for o, r in zip(out, fn(x, w1, w2)):
+        torch.testing.assert_close(o, r)
+    (report,) = ember.last_reports()
+    assert any("transpose" in g for g in report["fused_groups"]), report["fused_groups"]
