@@ -302,7 +302,8 @@ def _permuted_results(m, perm: list[int]) -> "ir.AffineMap":
 
 
 def _rewritable_generic(op) -> bool:
-    if iterator_types(op) != ["parallel"] * 4 or _uses_index(op):
+    # a body that reads its loop indices is re-iterated too: `_renumber_index_ops`
+    if iterator_types(op) != ["parallel"] * 4:
         return False
     gen = op.opview
     n_in, outs = len(gen.inputs), list(gen.outputs)
@@ -346,6 +347,7 @@ def _rewrite_generic(op) -> bool:
         op.operands[n_in + k] = empty.result
         new_maps.append(ident)
     op.attributes["indexing_maps"] = ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps])
+    _renumber_index_ops(op.regions[0].blocks[0])
     for k in range(len(op.results)):
         _to_nhwc_result(op, k)
     return True
@@ -386,6 +388,20 @@ def _rewrite_reduction(op) -> bool:
     op.attributes["iterator_types"] = ir.ArrayAttr.get([
         ir.Attribute.parse(f"#linalg.iterator_type<{types[j]}>") for j in TO_NHWC])
     return True
+
+
+def _renumber_index_ops(block) -> None:
+    """`linalg.index d` of the old loop d = (n, c, h, w) is loop TO_NCHW[d] of the new
+    (n, h, w, c): a body that computes from its indices (avg pooling's divisor without the
+    padding, count_include_pad=False) keeps reading the same position."""
+    i64 = ir.IntegerType.get_signless(64)
+    for inner in block.operations:
+        if op_name(inner) == "linalg.index":
+            old = ir.IntegerAttr(inner.attributes["dim"]).value
+            inner.attributes["dim"] = ir.IntegerAttr.get(i64, TO_NCHW[old])
+        for region in inner.regions:
+            for b in region.blocks:
+                _renumber_index_ops(b)
 
 
 def _fold_transposes(fn) -> None:

@@ -215,3 +215,40 @@ module {
     return %r#1, %w : tensor<8x8x3x3xf32>, tensor<8x8x3x3xf32>
   }
 }
+
+// -----
+
+// A generic iterated (n, h, w, c) instead of (n, c, h, w) renumbers its `linalg.index` ops
+// (h: 2 -> 1, w: 3 -> 2, c: 1 -> 3): avg pooling's divisor without the padding reads them.
+// ONE-LABEL: func.func @index_ops_renumbered
+// ONE:           %[[C:.*]] = "ember.extern"{{.*}} -> tensor<2x8x8x4xf32>
+// ONE:           linalg.generic {{.*}} ins(%[[C]] : tensor<2x8x8x4xf32>) outs(%{{.*}} : tensor<2x8x8x4xf32>)
+// ONE-NEXT:      ^bb0
+// ONE-NEXT:        linalg.index 1 : index
+// ONE-NEXT:        linalg.index 2 : index
+// ONE-NEXT:        linalg.index 3 : index
+#id = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+module {
+  func.func @index_ops_renumbered(%arg0: tensor<2x3x8x8xf32>, %arg1: tensor<4x3x1x1xf32>) -> tensor<2x4x8x8xf32> {
+    %c = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [0, 0], stride = [1, 1]}} : (tensor<2x3x8x8xf32>, tensor<4x3x1x1xf32>) -> tensor<2x4x8x8xf32>
+    %e = tensor.empty() : tensor<2x4x8x8xf32>
+    %g = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%c : tensor<2x4x8x8xf32>) outs(%e : tensor<2x4x8x8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %h = linalg.index 2 : index
+      %w = linalg.index 3 : index
+      %ch = linalg.index 1 : index
+      %s = arith.addi %h, %w : index
+      %t = arith.addi %s, %ch : index
+      %i = arith.index_cast %t : index to i64
+      %f = arith.sitofp %i : i64 to f32
+      %r = arith.divf %in, %f : f32
+      linalg.yield %r : f32
+    } -> tensor<2x4x8x8xf32>
+    %n = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%g : tensor<2x4x8x8xf32>) outs(%e : tensor<2x4x8x8xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %9 = arith.negf %in : f32
+      linalg.yield %9 : f32
+    } -> tensor<2x4x8x8xf32>
+    return %n : tensor<2x4x8x8xf32>
+  }
+}
