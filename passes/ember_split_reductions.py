@@ -85,7 +85,7 @@ class EmberSplitReductions(Pass):
         return parallel_numel if inner_reduced else max(1, parallel_numel // 64)
 
     def _plan(self, op):
-        """(d, S, combiner op, widen) when `op` is split, else None."""
+        """(d, S, S == E, combiner op, widen) when `op` is split, else None."""
         if len(op.results) != 1 or len(op.regions[0].blocks) != 1:
             return None
         its = iterator_types(op)
@@ -106,7 +106,7 @@ class EmberSplitReductions(Pass):
         if comb is None:
             return None
         d = red[0]
-        if not _whole_dim_only(op, d):
+        if not _plain_maps(op):
             return None
         extent = loops[d]
         rest = rnum // extent       # the other reduced dims' extent: each chunk has them all
@@ -125,11 +125,7 @@ class EmberSplitReductions(Pass):
         widen = op_name(comb) == "arith.addf" and str(out_ty) in _NARROW
         if widen and not _zero_fill(op.outputs[0]):
             return None
-        return d, splits, comb, widen
-
-
-def maps_extent(op, d: int) -> int:
-    return _static_loops(op)[d]
+        return d, splits, splits == extent, comb, widen
 
 
 def _static_loops(op):
@@ -168,8 +164,8 @@ def _combiner(op):
     return comb
 
 
-def _whole_dim_only(op, d: int) -> bool:
-    """Every map's results are dims or constants, so dim `d` is read as a whole result (or
+def _plain_maps(op) -> bool:
+    """Every map's results are dims or constants, so each dim is read as a whole result (or
     not at all)."""
     for amap in indexing_maps(op):
         for expr in amap.results:
@@ -206,15 +202,14 @@ def _iters(kinds) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
 
 
-def _split(op, d: int, splits: int, comb, widen: bool) -> None:
+def _split(op, d: int, splits: int, whole: bool, comb, widen: bool) -> None:
     maps = indexing_maps(op)
     n = maps[0].n_dims
     its = iterator_types(op)
     res_ty = ir.RankedTensorType(op.results[0].type)
     acc_ty = ir.F32Type.get() if widen else res_ty.element_type
     kind = op_name(comb)
-    # S == E: dim d itself becomes the partials' dim (parallel), no view and no new dim
-    whole = splits == maps_extent(op, d)
+    # whole (S == E): dim d itself becomes the partials' dim (parallel), no view, no new dim
     new_dim = [i if i < d or whole else i + 1 for i in range(n)]   # old dim -> new dim
     n_new = n if whole else n + 1
 

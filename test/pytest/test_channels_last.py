@@ -125,6 +125,22 @@ def test_nchw_without_the_pass(target, device, spy):
     assert spy == [(False, False, False)] * 3, spy
 
 
+def _assert_grads(model, ref_model, x, cot, dtype, tol):
+    """fp32: ember's gradients are eager's. bf16: eager's own gradients of the first
+    convolution are 2-4e-2 off the exact ones (a BatchNorm backward in bf16); ember's must be
+    as close to float64's as eager's are (model: after its step; cot: the loss's weights)."""
+    if dtype == torch.float32:
+        for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+            assert_close(p.grad, q.grad, what=name, tol=tol)
+        return
+    exact = copy.deepcopy(model).double()
+    exact.zero_grad()
+    (exact(x.double()) * cot.double()).sum().backward()
+    for (name, p), q, e in zip(model.named_parameters(), ref_model.parameters(),
+                               exact.parameters()):
+        assert rel_err(p.grad, e.grad) <= 2 * rel_err(q.grad, e.grad) + 1e-3, name
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_training_step_matches_eager(target, device, dtype, interpreted):
     if interpreted and dtype == torch.bfloat16:
@@ -144,18 +160,7 @@ def test_training_step_matches_eager(target, device, dtype, interpreted):
     tol = TOL_MATMUL_FP32 if device == "cuda" and dtype == torch.float32 else None
     assert_close(out, ref, tol=tol)
     assert_close(model.bn1.running_mean, ref_model.bn1.running_mean, what="running_mean", tol=tol)
-    if dtype == torch.float32:
-        for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
-            assert_close(p.grad, q.grad, what=name, tol=tol)
-        return
-    # bf16: eager's own gradients of the first convolution are 2-4e-2 off the exact ones (a
-    # BatchNorm backward in bf16); ember's must be as close to float64's as eager's are
-    exact = copy.deepcopy(model).double()
-    exact.zero_grad()
-    (exact(x.double()) * cot.double()).sum().backward()
-    for (name, p), q, e in zip(model.named_parameters(), ref_model.parameters(),
-                               exact.parameters()):
-        assert rel_err(p.grad, e.grad) <= 2 * rel_err(q.grad, e.grad) + 1e-3, name
+    _assert_grads(model, ref_model, x, cot, dtype, tol)
 
 
 class Features(nn.Module):
@@ -278,16 +283,7 @@ def test_training_step_runs_channels_last(target, device, dtype, spy, backward_s
     for bn, rbn in ((model.bn1, ref_model.bn1), (model.bn2, ref_model.bn2)):
         assert_close(bn.running_mean, rbn.running_mean, what="running_mean", tol=tol)
         assert_close(bn.running_var, rbn.running_var, what="running_var", tol=tol)
-    if dtype == torch.float32:
-        for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
-            assert_close(p.grad, q.grad, what=name, tol=tol)
-    else:   # eager's bf16 BatchNorm backward is itself 1e-2 off: as close to float64 as eager
-        exact = copy.deepcopy(model).double()
-        exact.zero_grad()
-        (exact(x.double()) * cot.double()).sum().backward()
-        for (name, p), q, e in zip(model.named_parameters(), ref_model.parameters(),
-                                   exact.parameters()):
-            assert rel_err(p.grad, e.grad) <= 2 * rel_err(q.grad, e.grad) + 1e-3, name
+    _assert_grads(model, ref_model, x, cot, dtype, tol)
     for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
         assert p.grad.stride() == q.grad.stride(), name     # OIHW weight gradients
     assert spy == [(True, True, True)] * 3, spy
