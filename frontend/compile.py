@@ -143,7 +143,7 @@ def _reused_inputs(prep, mutations, donated: frozenset[int], pos) -> list[int]:
         host_reads = {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
                                               if n.op == "placeholder") if n.users}
     mutated = {i for i, _ in mutations.targets} if mutations is not None else set()
-    n = sum(1 for node in prep.gm.graph.nodes if node.op == "placeholder")
+    n = sum(1 for node in prep.gm.graph.nodes if node.op == "placeholder") - len(prep.folded)
     return [j for j in range(n)
             if (j if pos is None else pos[j]) in donated and j not in host_reads
             and j not in mutated]
@@ -362,7 +362,10 @@ class EmberGraph:
         report["target"] = target
         report["input_shapes"] = [list(t.shape) for t in tensors if isinstance(t, torch.Tensor)]
         dump.write("fx_graph.txt", gm.code)
-        prep = fx_prep.prepare(gm)
+        prep = fx_prep.prepare(gm, fold_constants=self.options.fold_constants)
+        program_tensors = fx_prep.program_args(prep, tensors)
+        if prep.folded:
+            report["folded_constants"] = len(prep.folded)
         if target == "cpu" and prep.gm is not None:
             # No working C++/OpenMP compiler: one clear warning, and the graph runs eagerly.
             from ..runtime.cpp_build import check_compiler
@@ -380,11 +383,12 @@ class EmberGraph:
         if library - inline:
             report["library_splits"] = {n.name: outline_blocker(n) for n in library - inline}
             report["num_externs"] = len(library)
-            run = self._fallback(prep.gm, tensors, target, None, report, dump, inline)
+            run = self._fallback(prep.gm, program_tensors, target, None, report, dump, inline)
         elif prep.gm is not None:
             try:
                 run, summary = compile_static(
-                    prep.gm, tensors, self.options, target, dump, self.kind, library=inline,
+                    prep.gm, program_tensors, self.options, target, dump, self.kind,
+                    library=inline,
                     donate=_donations(prep, self._mutations),
                     reuse=_reused_inputs(prep, self._mutations, self.donated_inputs, pos))
                 _lend(run, prep, self._mutations, self.lent_outputs)
@@ -397,7 +401,8 @@ class EmberGraph:
                     raise EmberCompileError(f"ember: compiling graph {report['graph_id']} "
                                             f"failed: {describe_error(err)}") from err
                 dump.write("error.txt", _format(err))
-                run = self._fallback(prep.gm, tensors, target, err, report, dump, inline)
+                run = self._fallback(prep.gm, program_tensors, target, err, report, dump,
+                                     inline)
         else:
             report["status"] = "host-only"
 

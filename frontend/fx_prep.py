@@ -22,6 +22,7 @@ from .output_layouts import permute_inputs, plan_computed, replay
 from .strided_views import as_strided_to_view
 from .rank_zero import lift_rank_zero
 from .zero_size import fold_zero_size
+from .const_fold import fold_input_free, input_free
 
 
 def _is_tensor(x) -> bool:
@@ -392,6 +393,8 @@ class PreparedGraph:
     plan: list[tuple[str, Any]] = field(default_factory=list)
     single: bool = False            # the original graph returned one bare value, not a tuple
     in_perms: dict[int, list[int]] = field(default_factory=dict)   # gm takes input i permuted
+    # values computed from no input, made the last inputs of `gm` (const_fold.py)
+    folded: list = field(default_factory=list)
 
 
 # Placement kwargs of factory ops: the compiled graph runs where its inputs are, and torch-mlir
@@ -421,16 +424,7 @@ def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def _constants(gm: fx.GraphModule) -> dict[fx.Node, bool]:
-    """The nodes whose value does not depend on the graph's inputs (factory ops and what is
-    computed from them alone), random ops excepted (their draws keep program order)."""
-    constant: dict[fx.Node, bool] = {}
-    for node in gm.graph.nodes:
-        op = node.target
-        constant[node] = (node.op == "call_function" and (
-            op is operator.getitem or isinstance(op, torch._ops.OpOverload)
-            and torch.Tag.nondeterministic_seeded not in op.tags)
-            and all(constant.get(n, False) for n in node.all_input_nodes))
-    return constant
+    return input_free(gm)
 
 
 def _mutates(node: fx.Node) -> bool:
@@ -526,7 +520,9 @@ def _true_divide_as_div(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
-def prepare(gm: fx.GraphModule) -> PreparedGraph:
+def prepare(gm: fx.GraphModule, fold_constants: bool = False) -> PreparedGraph:
+    """`fold_constants`: values computed from no input become inputs of the compiled half,
+    computed once here (const_fold.py)."""
     _true_divide_as_div(gm)
     _drop_unused_pool_indices(gm)
     _fold_copy_into_empty(gm)
@@ -575,18 +571,25 @@ def prepare(gm: fx.GraphModule) -> PreparedGraph:
             plan.append(plan_computed(gm, out, _is_view_op, host_only, compiled, bases,
                                       eager_layout))
     sub = _subgraph(gm, compiled) if compiled else None
+    folded = fold_input_free(sub) if sub is not None and fold_constants else []
     return PreparedGraph(
         gm=sub, host_gm=_subgraph(gm, host, host=True) if host else None,
-        plan=plan, single=single, in_perms=permute_inputs(sub) if sub is not None else {})
+        plan=plan, single=single, in_perms=permute_inputs(sub) if sub is not None else {},
+        folded=folded)
 
 
 def compiled_inputs(prep: PreparedGraph, tensors) -> list:
     """The tensors `prep.gm` takes: inputs it reads in their physical order permuted so
-    (output_layouts.permute_inputs)."""
+    (output_layouts.permute_inputs), then the folded values."""
     if not prep.in_perms:
-        return tensors
+        return list(tensors) + prep.folded if prep.folded else tensors
     return [t.permute(prep.in_perms[i]) if i in prep.in_perms else t
-            for i, t in enumerate(tensors)]
+            for i, t in enumerate(tensors)] + prep.folded
+
+
+def program_args(prep: PreparedGraph, tensors) -> list:
+    """The example tensors `prep.gm` is compiled for: the graph's, then the folded values."""
+    return list(tensors) + prep.folded
 
 
 def assemble(prep: PreparedGraph, compiled_outs, host_outs):

@@ -83,6 +83,10 @@ class CompileOptions:
       cuDNN / oneDNN transform no layouts around each convolution; in training, forward and
       backward, with the saved activations handed over channels-last); "auto" does so on the
       targets in CHANNELS_LAST_TARGETS, True on every target, False nowhere.
+    fold_constants: values a graph computes from none of its inputs (a causal attention
+      mask, position ids) are computed once, when the graph compiles, and read by every call
+      instead of being recomputed by kernels on each (frontend/const_fold.py); False
+      recomputes them.
     """
 
     target: str = "auto"
@@ -100,6 +104,7 @@ class CompileOptions:
     mode: str = "default"
     matmul_template: str = "off"
     channels_last: "bool | str" = "auto"
+    fold_constants: bool = True
 
     def __post_init__(self):
         if self.mode is None:
@@ -122,7 +127,7 @@ class CompileOptions:
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
         for name in ("fallback", "cudagraphs", "exact_low_precision", "parallel_compile",
-                     "program_cache", "recompute", "donate_saved"):
+                     "program_cache", "recompute", "donate_saved", "fold_constants"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")

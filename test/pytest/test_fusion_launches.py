@@ -98,3 +98,41 @@ def test_batch_norm_counters_share_one_kernel(target, device):
     fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
     adds = [g for g in fwd["fused_groups"] if g == ["add"]]
     assert len(adds) <= 1, fwd["fused_groups"]
+
+
+def _masked_attention(x, w):
+    """A causal mask built as transformers builds it (aranges, a cumsum of ones, comparisons):
+    nothing of it reads an input."""
+    b, s, _ = x.shape
+    i = torch.arange(s, device=x.device)
+    ids = torch.ones(b, s, dtype=torch.long, device=x.device).cumsum(-1) - 1
+    mask = (i[:, None] >= i[None, :])[None] & (ids[:, None, :] >= 0)
+    h = x @ w
+    att = (h @ h.transpose(-1, -2)).masked_fill(~mask, float("-inf")).softmax(-1)
+    return att @ h + ids[..., None].to(x.dtype)
+
+
+def test_input_free_values_are_computed_once(target, device):
+    """Values computed from no input (the mask above, `ids`) are computed when the graph
+    compiles and read by each call as an input (const_fold.py); before, the forward ran the
+    aranges and comparisons as kernels and the cumsum as a library call on every call (GPT-2:
+    7 kernels and a cumsum a forward). Forward and backward as eager's; with
+    fold_constants=False the launches come back."""
+    args = [_randn((2, 6, 8)), _randn((8, 8), 1)]
+    reports = _fwd_bwd(_masked_attention, args, target, device, tol=1e-4)
+    fwd = reports["forward"]
+    assert fwd.get("folded_constants") == 2, fwd.get("folded_constants")
+    assert not any("cumsum" in c for c in fwd.get("library_calls", [])), fwd["library_calls"]
+    assert not any("iota" in g or "index" in g for g in fwd["fused_groups"]), fwd["fused_groups"]
+    folded_launches = fwd["num_kernels"] + len(fwd.get("library_calls", []))
+
+    torch._dynamo.reset()
+    clear_reports()
+    x = args[0].to(device).requires_grad_()
+    fn = torch.compile(_masked_attention, backend="ember",
+                       options={"target": target, "fold_constants": False})
+    assert_close(fn(x, args[1].to(device)), _masked_attention(x, args[1].to(device)), tol=1e-4)
+    plain = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
+    assert "folded_constants" not in plain
+    assert any("cumsum" in c for c in plain.get("library_calls", [])), plain
+    assert plain["num_kernels"] + len(plain["library_calls"]) > folded_launches

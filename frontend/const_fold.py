@@ -1,0 +1,133 @@
+"""Values a graph computes from no input at all, computed once at compile time.
+
+A causal attention mask, position ids, the `arange`s and comparisons transformers builds them
+from: none of them reads a graph input, yet each call ran them again, several kernels (and a
+library `cumsum`) per forward. `fold_input_free(gm)` evaluates, with eager torch, each such
+value that a computation on the inputs reads, and makes it a new input of `gm` (the last
+placeholders, in order): the caller passes the tensors it returns on every call. They keep
+their storage from call to call, as parameters do, so a CUDA graph reads them in place.
+
+Invariant: after it, no node of `gm` that an input-dependent node reads is input-free, except
+values with one repeated element (a `full`, `zeros_like`: ember keeps those as splat constants,
+free in the kernels that read them), uninitialised memory (`empty*`), views of a graph input,
+and values over FOLD_BYTES (kept computed per call, rather than held in memory). Random ops
+(`nondeterministic_seeded`) are never input-free: their draws keep program order.
+
+Only graphs whose inputs all have static shapes are folded (a symbolic size could make the
+value's shape differ from call to call).
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+
+FOLD_BYTES = 4 << 20       # one folded value at most: larger ones are recomputed per call
+_UNINITIALISED = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                  "empty_permuted"}
+
+
+def input_free(gm: fx.GraphModule) -> dict[fx.Node, bool]:
+    """The nodes whose value does not depend on the graph's inputs (factory ops and what is
+    computed from them alone), random ops excepted (their draws keep program order)."""
+    constant: dict[fx.Node, bool] = {}
+    for node in gm.graph.nodes:
+        op = node.target
+        constant[node] = (node.op == "call_function" and (
+            op is operator.getitem or isinstance(op, torch._ops.OpOverload)
+            and torch.Tag.nondeterministic_seeded not in op.tags)
+            and all(constant.get(n, False) for n in node.all_input_nodes))
+    return constant
+
+
+def _static_inputs(gm: fx.GraphModule) -> bool:
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not all(isinstance(s, int) for s in val.shape):
+            return False
+    return True
+
+
+def _uniform(t: torch.Tensor) -> bool:
+    if t.numel() <= 1:
+        return True
+    flat = t.reshape(-1)
+    same = flat == flat[0]
+    if t.is_floating_point() or t.is_complex():
+        same = same | (torch.isnan(flat) & torch.isnan(flat[0]))
+    return bool(same.all())
+
+
+def _packet_name(node: fx.Node) -> str:
+    target = node.target
+    return getattr(getattr(target, "overloadpacket", None), "__name__", "")
+
+
+def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
+    """Folds `gm` in place (see the module docstring); returns the values of the new inputs."""
+    if not _static_inputs(gm):
+        return []
+    constant = input_free(gm)
+    boundary = [n for n in gm.graph.nodes
+                if constant[n] and any(not constant[u] for u in n.users)
+                and isinstance(n.meta.get("val"), torch.Tensor)
+                and _packet_name(n) not in _UNINITIALISED]
+    if not boundary:
+        return []
+    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+    values: dict[fx.Node, object] = {}
+
+    def evaluate(node: fx.Node):
+        if node in values:
+            return values[node]
+        for n in node.all_input_nodes:
+            evaluate(n)
+        args = fx.node.map_arg(node.args, lambda n: values[n])
+        kwargs = fx.node.map_arg(node.kwargs, lambda n: values[n])
+        values[node] = node.target(*args, **kwargs)
+        return values[node]
+
+    folded: list[tuple[fx.Node, torch.Tensor]] = []
+    with unset_fake_temporarily(), torch.no_grad():
+        for node in boundary:
+            val = node.meta["val"]
+            if val.numel() * val.element_size() > FOLD_BYTES or val.numel() == 0:
+                continue
+            try:
+                value = evaluate(node)
+            except Exception:   # noqa: BLE001 - eager raises on it: left for the call to raise
+                continue
+            if (not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(val.shape)
+                    or value.dtype != val.dtype or _uniform(value)):
+                continue
+            folded.append((node, value.contiguous().clone()))
+    if not folded:
+        return []
+    last = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    at = last[-1] if last else None
+    taken = {n.name for n in gm.graph.nodes}
+    out = []
+    for k, (node, value) in enumerate(folded):
+        name = f"ember_folded_{k}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        ctx = gm.graph.inserting_after(at) if at is not None else \
+            gm.graph.inserting_before(next(iter(gm.graph.nodes)))
+        with ctx:
+            ph = gm.graph.placeholder(name)
+        old = node.meta["val"]
+        mode = getattr(old, "fake_mode", None) or FakeTensorMode()
+        with unset_fake_temporarily():
+            ph.meta["val"] = mode.from_tensor(value, static_shapes=True)
+        from torch.fx.passes.shape_prop import _extract_tensor_metadata
+        ph.meta["tensor_meta"] = _extract_tensor_metadata(value)
+        node.replace_all_uses_with(ph)
+        at = ph
+        out.append(value)
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return out
