@@ -362,10 +362,12 @@ class EmberGraph:
         report["target"] = target
         report["input_shapes"] = [list(t.shape) for t in tensors if isinstance(t, torch.Tensor)]
         dump.write("fx_graph.txt", gm.code)
-        prep = fx_prep.prepare(gm, fold_constants=self.options.fold_constants)
+        prep = fx_prep.prepare(gm, fold_constants=self.options.fold_constants,
+                               shared_outputs=self.lent_outputs if pos is None else ())
         program_tensors = fx_prep.program_args(prep, tensors)
-        if prep.folded:
-            report["folded_constants"] = len(prep.folded)
+        shared = sum(1 for entry in prep.plan if entry[0] == "value")
+        if prep.folded or shared:
+            report["folded_constants"] = len(prep.folded) + shared
         if target == "cpu" and prep.gm is not None:
             # No working C++/OpenMP compiler: one clear warning, and the graph runs eagerly.
             from ..runtime.cpp_build import check_compiler

@@ -41,7 +41,7 @@ def input_free(gm: fx.GraphModule) -> dict[fx.Node, bool]:
     return constant
 
 
-def _static_inputs(gm: fx.GraphModule) -> bool:
+def static_inputs(gm: fx.GraphModule) -> bool:
     for node in gm.graph.nodes:
         if node.op != "placeholder":
             continue
@@ -66,9 +66,39 @@ def _packet_name(node: fx.Node) -> str:
     return getattr(getattr(target, "overloadpacket", None), "__name__", "")
 
 
+def evaluate(node: fx.Node, values: dict) -> torch.Tensor | None:
+    """`node`'s value (an input-free node), computed by eager torch on real tensors: a
+    contiguous tensor of its meta shape and dtype, or None (larger than FOLD_BYTES, not a
+    tensor, or eager raises on it: left for the call to raise). `values` memoises."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.numel() == 0 \
+            or val.numel() * val.element_size() > FOLD_BYTES:
+        return None
+
+    def run(n: fx.Node):
+        if n not in values:
+            for m in n.all_input_nodes:
+                run(m)
+            args = fx.node.map_arg(n.args, lambda m: values[m])
+            kwargs = fx.node.map_arg(n.kwargs, lambda m: values[m])
+            values[n] = n.target(*args, **kwargs)
+        return values[n]
+    try:
+        with unset_fake_temporarily(), torch.no_grad():
+            value = run(node)
+    except Exception:   # noqa: BLE001 - eager raises on it: the call raises it as before
+        return None
+    if (not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(val.shape)
+            or value.dtype != val.dtype):
+        return None
+    with unset_fake_temporarily():
+        return value.contiguous().clone()
+
+
 def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
     """Folds `gm` in place (see the module docstring); returns the values of the new inputs."""
-    if not _static_inputs(gm):
+    if not static_inputs(gm):
         return []
     constant = input_free(gm)
     boundary = [n for n in gm.graph.nodes
@@ -79,31 +109,11 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
         return []
     from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
     values: dict[fx.Node, object] = {}
-
-    def evaluate(node: fx.Node):
-        if node in values:
-            return values[node]
-        for n in node.all_input_nodes:
-            evaluate(n)
-        args = fx.node.map_arg(node.args, lambda n: values[n])
-        kwargs = fx.node.map_arg(node.kwargs, lambda n: values[n])
-        values[node] = node.target(*args, **kwargs)
-        return values[node]
-
     folded: list[tuple[fx.Node, torch.Tensor]] = []
-    with unset_fake_temporarily(), torch.no_grad():
-        for node in boundary:
-            val = node.meta["val"]
-            if val.numel() * val.element_size() > FOLD_BYTES or val.numel() == 0:
-                continue
-            try:
-                value = evaluate(node)
-            except Exception:   # noqa: BLE001 - eager raises on it: left for the call to raise
-                continue
-            if (not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(val.shape)
-                    or value.dtype != val.dtype or _uniform(value)):
-                continue
-            folded.append((node, value.contiguous().clone()))
+    for node in boundary:
+        value = evaluate(node, values)
+        if value is not None and not _uniform(value):
+            folded.append((node, value))
     if not folded:
         return []
     last = [n for n in gm.graph.nodes if n.op == "placeholder"]

@@ -22,7 +22,7 @@ from .output_layouts import permute_inputs, plan_computed, replay
 from .strided_views import as_strided_to_view
 from .rank_zero import lift_rank_zero
 from .zero_size import fold_zero_size
-from .const_fold import fold_input_free, input_free
+from .const_fold import evaluate as evaluate_input_free, fold_input_free, input_free, static_inputs
 
 
 def _is_tensor(x) -> bool:
@@ -386,7 +386,8 @@ def _is_view_op(node: fx.Node) -> bool:
 class PreparedGraph:
     """`gm` returns the unique compute outputs (or is None when there are none); `plan[i]` says
     where original output i comes from: ("compiled", j), ("host", j) from `host_gm`,
-    ("view", j, steps): output_layouts.replay of compiled output j, or ("const", value)."""
+    ("view", j, steps): output_layouts.replay of compiled output j, ("const", value) or
+    ("value", tensor): a copy of the tensor computed once (const_fold.py)."""
 
     gm: fx.GraphModule | None
     host_gm: fx.GraphModule | None
@@ -520,9 +521,13 @@ def _true_divide_as_div(gm: fx.GraphModule) -> None:
     gm.recompile()
 
 
-def prepare(gm: fx.GraphModule, fold_constants: bool = False) -> PreparedGraph:
+def prepare(gm: fx.GraphModule, fold_constants: bool = False,
+            shared_outputs=()) -> PreparedGraph:
     """`fold_constants`: values computed from no input become inputs of the compiled half,
-    computed once here (const_fold.py)."""
+    computed once here (const_fold.py); so are such outputs among `shared_outputs` (output
+    indices that nothing but ember's own graphs read: a training forward's saved
+    activations), each handed out as a copy per call instead of eager's ops recomputing it
+    (an attention mask: an arange, a cumsum, comparisons; one copy kernel instead)."""
     _true_divide_as_div(gm)
     _drop_unused_pool_indices(gm)
     _fold_copy_into_empty(gm)
@@ -555,8 +560,14 @@ def prepare(gm: fx.GraphModule, fold_constants: bool = False) -> PreparedGraph:
 
     plan, compiled, host = [], [], []
     bases: dict[fx.Node, tuple[int, tuple, bool]] = {}
-    for out in outs:
-        if not isinstance(out, fx.Node):
+    shared = set(shared_outputs or ()) if fold_constants and static_inputs(gm) else set()
+    values: dict = {}
+    for i, out in enumerate(outs):
+        value = (evaluate_input_free(out, values) if i in shared and isinstance(out, fx.Node)
+                 and constant.get(out) else None)
+        if value is not None:
+            plan.append(("value", value))
+        elif not isinstance(out, fx.Node):
             plan.append(("const", out))
         elif host_only[out] or constant.get(out) or not _is_tensor(out.meta.get("val")):
             # Inputs, their views and scalars: eager torch makes them for free (and keeps the
@@ -603,6 +614,8 @@ def assemble(prep: PreparedGraph, compiled_outs, host_outs):
             result.append(host_outs[x])
         elif kind == "view":
             result.append(replay(compiled_outs[x], entry[2]))
+        elif kind == "value":       # computed once (prepare's shared_outputs), copied per call:
+            result.append(x.clone())    # the backward may write into a donated saved tensor
         else:
             result.append(copy.copy(x))
     return result[0] if prep.single else result
