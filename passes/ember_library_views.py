@@ -15,7 +15,9 @@ or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` (of dims that a
 in the layout so far) and `linalg.transpose` ops of a statically shaped value R that is a buffer
 in any case (a graph input, an `ember.extern` or library call result: the pass runs after
 ember-convert-externs) — with at least one slice or transpose in the chain, and its innermost
-stride 1 — the value R itself; the
+stride 1 — the value R itself; the same for a `BROADCAST_OPERANDS` op (scatter_add) whose
+operand chain also holds broadcasting copies (a `linalg.generic` yielding its one input
+through a projection: stride 0 for the broadcast dims, innermost stride 0 allowed); the
 declaration's argument type is R's type and `ember.operand_views` holds, per such operand,
 `[operand, element offset, sizes..., strides...]`: the view of R's row-major buffer that the
 chain computed. Chain ops left without users are erased. For a `CHECKED` op, each result
@@ -60,7 +62,48 @@ ATTENTION_BACKWARD = ("aten._scaled_dot_product_efficient_attention_backward.def
                       "aten._scaled_dot_product_cudnn_attention_backward.default",
                       "aten._scaled_dot_product_flash_attention_for_cpu_backward.default")
 _CHAIN = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape",
-          "linalg.transpose")
+          "linalg.transpose", "linalg.generic")
+# library ops whose operands may be broadcasts (stride-0 views): torch reads any strides, and
+# the embedding backward's `scatter_add` index is the token ids broadcast over the hidden dim
+# (a copy kernel per embedding before)
+BROADCAST_OPERANDS = ("aten.scatter_add.default",)
+
+
+def _broadcast_map(op) -> list[int | None] | None:
+    """For a `linalg.generic` that only broadcasts its one input (all loops parallel, the body
+    yields the input, the output map the identity): per result dim, the input dim it reads
+    (None: broadcast). None for any other op."""
+    if op_name(op) != "linalg.generic" or len(op.operands) != 2 or len(op.results) != 1:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    kinds = [str(k) for k in ir.ArrayAttr(op.attributes["iterator_types"])]
+    if any("parallel" not in k for k in kinds):
+        return None
+    block = op.regions[0].blocks[0]
+    body = list(block.operations)
+    if len(body) != 1 or op_name(body[0]) != "linalg.yield" or \
+            body[0].operands[0] != block.arguments[0]:
+        return None
+    out_map, in_map = maps[1], maps[0]
+    out_dims, in_dims = _dim_positions(out_map), _dim_positions(in_map)
+    if out_dims != list(range(out_map.n_dims)) or in_dims is None or \
+            len(set(in_dims)) != len(in_dims):
+        return None
+    dims: list[int | None] = [None] * out_map.n_dims
+    for p, d in enumerate(in_dims):
+        dims[d] = p
+    return dims
+
+
+def _dim_positions(amap) -> list[int] | None:
+    """The dim each result of an affine map is, or None if one is not a plain dim."""
+    out = []
+    for e in amap.results:
+        try:
+            out.append(ir.AffineDimExpr(e).position)
+        except (ValueError, TypeError):
+            return None
+    return out
 
 
 def _static_shape(value) -> list[int] | None:
@@ -132,6 +175,17 @@ class Layout:
                 sizes += split
                 strides += part[::-1]
             return Layout(sizes, strides, self.offset)
+        if name == "linalg.generic":
+            dims = _broadcast_map(op)
+            if dims is None:
+                return None
+            sizes, strides = [], []
+            for j, p in enumerate(dims):
+                if p is not None and self.sizes[p] != result_shape[j]:
+                    return None
+                sizes.append(result_shape[j])
+                strides.append(0 if p is None else self.strides[p])
+            return Layout(sizes, strides, self.offset)
         if name == "tensor.collapse_shape":
             sizes, strides = [], []
             for group in _groups(op):
@@ -148,12 +202,16 @@ class Layout:
         return None
 
 
-def _chain(value) -> tuple[object, list]:
-    """(root value, view ops from the root towards `value`) along single-source view ops."""
+def _chain(value, broadcasts: bool = False) -> tuple[object, list]:
+    """(root value, view ops from the root towards `value`) along single-source view ops
+    (`broadcasts`: and broadcasting copies)."""
     ops = []
     while True:
         owner = defining_op(value)
         if owner is None or op_name(owner) not in _CHAIN:
+            break
+        if op_name(owner) == "linalg.generic" and (not broadcasts
+                                                    or _broadcast_map(owner) is None):
             break
         ops.append(owner)
         value = owner.operands[0]
@@ -168,10 +226,10 @@ def _materialized(value) -> bool:
     return owner is None or op_name(owner) in (EXTERN_OP, "func.call")
 
 
-def _view_of(operand) -> tuple[object, Layout, list] | None:
-    root, ops = _chain(operand)
-    if not ops or not any(op_name(o) in ("tensor.extract_slice", "linalg.transpose")
-                          for o in ops):
+def _view_of(operand, broadcasts: bool = False) -> tuple[object, Layout, list] | None:
+    root, ops = _chain(operand, broadcasts)
+    if not ops or not any(op_name(o) in ("tensor.extract_slice", "linalg.transpose",
+                                         "linalg.generic") for o in ops):
         return None         # reshapes only: already a free view
     if not _materialized(root):
         return None
@@ -186,8 +244,9 @@ def _view_of(operand) -> tuple[object, Layout, list] | None:
         layout = layout.apply(op, _static_shape(op.results[0]))
         if layout is None:
             return None
-    if layout.sizes != _static_shape(operand) or (layout.strides and layout.strides[-1] != 1
-                                                  and layout.sizes[-1] != 1):
+    inner = (1, 0) if broadcasts else (1,)
+    if layout.sizes != _static_shape(operand) or (layout.strides and layout.strides[-1]
+                                                  not in inner and layout.sizes[-1] != 1):
         return None
     return root, layout, ops
 
@@ -214,7 +273,7 @@ class EmberLibraryViews(Pass):
     dynamic_shapes: ClassVar[bool] = True
 
     def run(self, module: ir.Operation) -> None:
-        wanted = set(ATTENTION) | set(ATTENTION_BACKWARD)
+        wanted = set(ATTENTION) | set(ATTENTION_BACKWARD) | set(BROADCAST_OPERANDS)
         decls, calls = {}, {}
         for op in module.regions[0].blocks[0].operations:
             if op_name(op) != "func.func":
@@ -244,8 +303,9 @@ class EmberLibraryViews(Pass):
         views, dead = [], []
         ftype = ir.FunctionType(ir.TypeAttr(decl.attributes["function_type"]).value)
         inputs = list(ftype.inputs)
+        broadcasts = LIBRARY.get(decl) in BROADCAST_OPERANDS
         for k, operand in enumerate(call.operands):
-            found = _view_of(operand)
+            found = _view_of(operand, broadcasts)
             if found is None:
                 continue
             root, layout, ops = found

@@ -173,3 +173,31 @@ module {
     return %gt : tensor<2x16x4x8xf32>
   }
 }
+
+// -----
+
+// The embedding backward's scatter_add: its index is the token ids broadcast over the hidden
+// dim by a copy. After the pass the call takes the ids themselves ([2, 32]: the collapse is a free
+// reshape), read as a [64, 16] view with strides [1, 0] (the copy kernel is gone); the zero base and the source stay operands.
+// CHECK-LABEL: func.func private @ember_lib_5(tensor<100x16xf32>, tensor<2x32xi64>, tensor<64x16xf32>) -> tensor<100x16xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 1, 0, 64, 16, 1, 0>]
+// CHECK-LABEL: func.func @scatter_add_broadcast_index
+// CHECK-NOT:     linalg.generic
+// CHECK-NOT:     tensor.collapse_shape
+// CHECK:         call @ember_lib_5(%{{.*}}, %arg0, %arg1) : (tensor<100x16xf32>, tensor<2x32xi64>, tensor<64x16xf32>)
+#bmap_in = affine_map<(d0, d1) -> (d0)>
+#bmap_out = affine_map<(d0, d1) -> (d0, d1)>
+module {
+  func.func private @ember_lib_5(tensor<100x16xf32>, tensor<64x16xi64>, tensor<64x16xf32>) -> tensor<100x16xf32> attributes {ember.library = "aten.scatter_add.default", ember.params = {dim = 0 : i64}, ember.results = array<i64: 0>, ember.tensor_args = ["self", "index", "src"]}
+  func.func @scatter_add_broadcast_index(%arg0: tensor<2x32xi64>, %arg1: tensor<64x16xf32>) -> tensor<100x16xf32> {
+    %cst = arith.constant dense<0.000000e+00> : tensor<100x16xf32>
+    %c = tensor.collapse_shape %arg0 [[0, 1]] : tensor<2x32xi64> into tensor<64xi64>
+    %0 = tensor.empty() : tensor<64x16xi64>
+    %1 = linalg.generic {indexing_maps = [#bmap_in, #bmap_out], iterator_types = ["parallel", "parallel"]} ins(%c : tensor<64xi64>) outs(%0 : tensor<64x16xi64>) {
+    ^bb0(%in: i64, %out: i64):
+      linalg.yield %in : i64
+    } -> tensor<64x16xi64>
+    %2 = call @ember_lib_5(%cst, %1, %arg1) : (tensor<100x16xf32>, tensor<64x16xi64>, tensor<64x16xf32>) -> tensor<100x16xf32>
+    return %2 : tensor<100x16xf32>
+  }
+}

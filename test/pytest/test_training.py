@@ -375,7 +375,8 @@ def test_autocast_weight_casts_are_recomputed_not_saved():
 def test_embedding_backward_is_a_scatter_add(padding_idx, dtype, target, device, tmp_path):
     """The embedding's weight gradient is `scatter_add` into zeros, accumulated in f32 (not
     eager's sort-based `index_put` with accumulation: it serialises repeated rows, BERT's 2-row
-    token-type embedding): eager's gradient (to its rounding), padding rows zero, no fallback."""
+    token-type embedding): eager's gradient (to its rounding), padding rows zero, no fallback,
+    and the index read as a broadcast view of the ids."""
     import ember
     torch.manual_seed(0)
     w = torch.randn(3, 16, device=device, requires_grad=True)
@@ -407,3 +408,7 @@ def test_embedding_backward_is_a_scatter_add(padding_idx, dtype, target, device,
     graph = (backward / "fx_graph.txt").read_text()
     assert "scatter_add" in graph and "index_put" not in graph
     assert ember.last_reports()
+    # the ids broadcast over the hidden dim are a stride-0 view for the library (no copy kernel
+    # of an i64 [tokens, hidden] index: ember-library-views' BROADCAST_OPERANDS)
+    bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+    assert not any(g == ["copy"] for g in bwd["fused_groups"]), bwd["fused_groups"]
