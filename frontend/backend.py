@@ -216,20 +216,66 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     return {op: eager_rejects.guard(op, keep_layout(op, fn)) for op, fn in table.items()}
 
 
+_MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+            torch.ops.aten.baddbmm.default)
+
+
+def _first_backward_casts(graph, casts) -> set:
+    """Those of `casts` that the backward's first matmul reads (through views): the last
+    layer's weights. A recomputed copy of one would be made right there, at the start of
+    the backward, with every saved activation still alive, the step's peak; saved, it is
+    alive at that point all the same (made at the end of the forward): saving it costs no
+    peak memory and spares the backward a cast kernel."""
+    nodes = list(graph.nodes)
+    order = {n: i for i, n in enumerate(nodes)}
+    backward = set()
+    for n in nodes:
+        if (n.op == "placeholder" and str(n.target).startswith("tangents")) or \
+                any(a in backward for a in n.all_input_nodes):
+            backward.add(n)
+    first_mm = next((n for n in nodes if n in backward and n.target in _MATMULS), None)
+    if first_mm is None:
+        return set()
+    keep = set()
+    for cast in casts:
+        stack, reads = [cast], []
+        while stack:
+            n = stack.pop()
+            for u in n.users:
+                schema = getattr(u.target, "_schema", None)
+                aliasing = schema is not None and schema.returns and \
+                    schema.returns[0].alias_info is not None
+                if aliasing and u not in backward:
+                    stack.append(u)
+                elif aliasing:
+                    stack.append(u)
+                    reads.append(u)
+                else:
+                    reads.append(u)
+        if first_mm in reads:
+            keep.add(cast)
+    return keep
+
+
 def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
     """AOTAutograd's min-cut partitioner (Inductor's), with each dtype cast of a forward
     input (autocast's bf16 copy of a weight) recomputed in the backward instead of saved: the
     input is alive anyway, and the saved copies were most of what a transformer's forward
     saves (BERT-base: ~210 of 338 MB at 4x128). The partitioner bans their recomputation
-    because a matmul consumes them (materialized in the backward); a cast costs one read."""
+    because a matmul consumes them (materialized in the backward); a cast costs one read.
+    Except the casts the backward's first matmul reads (`_first_backward_casts`): saved, as
+    the partitioner chooses, at no cost in peak memory (the MLP block: one launch fewer)."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
-    for node in joint_module.graph.nodes:
-        if (node.op == "call_function"
-                and node.target is torch.ops.prims.convert_element_type.default
-                and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder"
-                and str(node.args[0].target).startswith("primals")
-                and "recompute" not in node.meta):
+    casts = [node for node in joint_module.graph.nodes
+             if node.op == "call_function"
+             and node.target is torch.ops.prims.convert_element_type.default
+             and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder"
+             and str(node.args[0].target).startswith("primals")
+             and "recompute" not in node.meta]
+    saved = _first_backward_casts(joint_module.graph, casts)
+    for node in casts:
+        if node not in saved:
             node.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
     return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
 
