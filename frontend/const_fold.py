@@ -9,9 +9,11 @@ their storage from call to call, as parameters do, so a CUDA graph reads them in
 
 Invariant: after it, no node of `gm` that an input-dependent node reads is input-free, except
 values with one repeated element (a `full`, `zeros_like`: ember keeps those as splat constants,
-free in the kernels that read them), uninitialised memory (`empty*`), views of a graph input,
-and values over FOLD_BYTES (kept computed per call, rather than held in memory). Random ops
-(`nondeterministic_seeded`) are never input-free: their draws keep program order.
+free in the kernels that read them), uninitialised memory (`empty*`), and values over
+FOLD_BYTES, or past FOLD_TOTAL_BYTES for the graph (kept computed per call rather than held
+in memory). Random ops (`nondeterministic_seeded`) are never input-free: their draws keep
+program order. `evaluate` also serves fx_prep.prepare for input-free outputs (a training
+forward's saved attention mask), computed once and copied per call.
 
 Only graphs whose inputs all have static shapes are folded (a symbolic size could make the
 value's shape differ from call to call).
@@ -24,6 +26,7 @@ import torch
 import torch.fx as fx
 
 FOLD_BYTES = 4 << 20       # one folded value at most: larger ones are recomputed per call
+FOLD_TOTAL_BYTES = 64 << 20     # all of a graph's folded values at most
 _UNINITIALISED = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                   "empty_permuted"}
 
@@ -110,10 +113,15 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
     from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
     values: dict[fx.Node, object] = {}
     folded: list[tuple[fx.Node, torch.Tensor]] = []
+    total = 0
     for node in boundary:
         value = evaluate(node, values)
-        if value is not None and not _uniform(value):
-            folded.append((node, value))
+        if value is None or _uniform(value):
+            continue
+        total += value.numel() * value.element_size()
+        if total > FOLD_TOTAL_BYTES:
+            break
+        folded.append((node, value))
     if not folded:
         return []
     last = [n for n in gm.graph.nodes if n.op == "placeholder"]
