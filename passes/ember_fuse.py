@@ -118,8 +118,14 @@ class EmberFuse(Pass):
                 for user in users(res):
                     if user in index:
                         edges.append((fusion_bytes(res.type), index[op], index[user]))
-        # Most bytes saved first; ties in program order (stable).
-        edges.sort(key=lambda e: -e[0])
+        # Most bytes saved first; ties in program order (stable). Edges into a reduction over
+        # a leading dim (a column sum: a norm's weight gradient) come after all others: a
+        # pointwise producer that also feeds a row reduction joins that one first (a layer
+        # norm backward's row sums and its input gradient, one kernel), and is read again by
+        # the column sums, instead of joining them and leaving the row sums a kernel apart
+        # (their outer spaces differ) that waits for its results written out in full.
+        late = {i for i, op in enumerate(nodes) if _reduces_leading_dim(op)}
+        edges.sort(key=lambda e: (e[2] in late, -e[0]))
 
         # (first, last) block index of each group, and those of the groups of several ops in
         # order (what `horizon` walks), kept up to date as groups merge.
@@ -313,6 +319,14 @@ class EmberFuse(Pass):
                              f"{pair['reason']} ({pair['detail']})", **pair)
         # A view that ends up alone stays a host-side view, not a kernel.
         return [g for g in groups if not all(op_name(o) in VIEW_OPS for o in g)]
+
+
+def _reduces_leading_dim(op) -> bool:
+    """A `linalg.generic` whose first loop is a reduction and a later one parallel."""
+    if op_name(op) != "linalg.generic":
+        return False
+    kinds = ["reduction" in str(k) for k in ir.ArrayAttr(op.attributes["iterator_types"])]
+    return bool(kinds) and kinds[0] and not all(kinds)
 
 
 def _library_call(op) -> str | None:
