@@ -8,8 +8,7 @@ turn into a copy kernel per operand; eager hands the attention kernel strided vi
 projection buffer, and so does ember after this pass.
 
 Invariant established: every `func.call` in a public function of a library declaration of a
-fused-attention forward op (`ATTENTION`) or checked backward op (`ATTENTION_BACKWARD` in
-`CHECKED`), whose declaration has that one call and no
+fused-attention forward or backward op (`ATTENTION`, `ATTENTION_BACKWARD`), whose declaration has that one call and no
 `ember.view`, takes for each operand that was a chain of `tensor.extract_slice` (static, unit
 or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` (of dims that are contiguous
 in the layout so far) and `linalg.transpose` ops of a statically shaped value R that is a buffer
@@ -18,9 +17,7 @@ ember-convert-externs) — with at least one slice or transpose in the chain, an
 stride 1 — the value R itself; the
 declaration's argument type is R's type and `ember.operand_views` holds, per such operand,
 `[operand, element offset, sizes..., strides...]`: the view of R's row-major buffer that the
-chain computed. Chain ops left without users are erased. For a `CHECKED` op, each result
-whose one user is a `linalg.transpose` becomes that transpose (`ember.result_views`).
-Everything else is left alone.
+chain computed. Chain ops left without users are erased. Everything else is left alone.
 
 The runtime (runtime/externs.py) makes that view with `as_strided` before the call; every
 buffer ember allocates is row-major, which is what the strides assume. Eager passed the same
@@ -46,15 +43,6 @@ ATTENTION = ("aten._scaled_dot_product_efficient_attention.default",
 # and their backward, which eager also hands strided views (the saved output and the incoming
 # gradient transposed to [B, H, S, D]; on the CPU the saved logsumexp too), and whose
 # gradients the next ops transpose back
-# Backward operands as views and results handed on transposed only for the attention kernels
-# checked against eager with them: cuDNN's (GPT-2 training on an H200) and the CPU flash
-# kernel. BERT-base's bf16 training step on an H200 (memory-efficient attention, with a mask)
-# gave gradients with relative error 1.0 once both were on for every kernel; until the
-# memory-efficient and CUDA flash kernels are checked on a GPU, they read copies as before.
-CHECKED = ("aten._scaled_dot_product_cudnn_attention.default",
-           "aten._scaled_dot_product_cudnn_attention_backward.default",
-           "aten._scaled_dot_product_flash_attention_for_cpu.default",
-           "aten._scaled_dot_product_flash_attention_for_cpu_backward.default")
 ATTENTION_BACKWARD = ("aten._scaled_dot_product_efficient_attention_backward.default",
                       "aten._scaled_dot_product_flash_attention_backward.default",
                       "aten._scaled_dot_product_cudnn_attention_backward.default",
@@ -232,12 +220,9 @@ class EmberLibraryViews(Pass):
             sites = calls.get(sym, [])
             if len(sites) != 1 or VIEW.has(decl) or LIBRARY.get(decl) not in wanted:
                 continue
-            if LIBRARY.get(decl) in ATTENTION_BACKWARD and LIBRARY.get(decl) not in CHECKED:
-                continue
             with module.context, ir.Location.unknown():
                 self._rewrite(decl, sites[0])
-                if LIBRARY.get(decl) in CHECKED:
-                    _fold_result_transposes(decl, sites[0])
+                _fold_result_transposes(decl, sites[0])
 
     @staticmethod
     def _rewrite(decl, call) -> None:
