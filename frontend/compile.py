@@ -361,7 +361,8 @@ class EmberGraph:
         target = resolve_target(self.options.target, _devices(tensors))
         report["target"] = target
         report["input_shapes"] = [list(t.shape) for t in tensors if isinstance(t, torch.Tensor)]
-        dump.write("fx_graph.txt", gm.code)
+        if dump.dir is not None:    # (gm.code generates the graph's Python code)
+            dump.write("fx_graph.txt", gm.code)
         prep = fx_prep.prepare(gm)
         if target == "cpu" and prep.gm is not None:
             # No working C++/OpenMP compiler: one clear warning, and the graph runs eagerly.
