@@ -351,6 +351,7 @@ class EmberGraph:
         return self._eager
 
     def _compile(self, args, report: dict[str, Any], dump: DebugDump) -> Callable:
+        t_prep = time.perf_counter()
         rejected = self._eager_rejects()
         if rejected is not None:
             raise _WholeGraphEager(rejected)
@@ -373,6 +374,8 @@ class EmberGraph:
         from .library_calls import can_outline, outline_blocker
         from .partition import library_nodes, op_name
         library = library_nodes(prep.gm, target) if prep.gm is not None else set()
+        # the FX side before compile_static (specialize, prepare): added to its `fx_prep`
+        t_prep = time.perf_counter() - t_prep
         # Library ops whose arguments and results are plain tensors become calls inside the
         # program; any other (a tuple or symbolic int escaping) splits the graph around it.
         inline = {n for n in library if can_outline(n)}
@@ -392,6 +395,9 @@ class EmberGraph:
                 if hasattr(run, "stats"):
                     run.stats = report
                 report.update(summary)
+                stages = report.get("stage_seconds")
+                if stages is not None:
+                    stages["fx_prep"] = round(stages.get("fx_prep", 0.0) + t_prep, 4)
                 report["num_externs"] = report.get("num_externs", 0) + len(inline)
             except Exception as err:
                 if not self.options.fallback:
