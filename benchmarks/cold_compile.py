@@ -77,15 +77,29 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
     shape = None if small else FULL_TEXT_SHAPE.get(name)
     model, inputs, loss_fn = build(name, "cpu", small=small, text_shape=shape)
     model = model.train() if mode == "train" else model.eval()
-    times = {"aot": 0.0, "backend": 0.0, "eager": 0.0, "gc": 0.0}
+    times = {"aot": 0.0, "backend": 0.0, "eager": 0.0, "gc": 0.0, "gc_ember": 0.0}
     gc_start = []
+    in_ember = [0]
 
     def on_gc(phase, info):
         if phase == "start":
             gc_start.append(time.perf_counter())
         elif gc_start:
-            times["gc"] += time.perf_counter() - gc_start.pop()
+            dt = time.perf_counter() - gc_start.pop()
+            times["gc"] += dt
+            if in_ember[0]:
+                times["gc_ember"] += dt
     gc.callbacks.append(on_gc)
+    from ember.frontend.compile import EmberGraph
+    real_build = EmberGraph._build
+
+    def build_timed(self, args):
+        in_ember[0] += 1
+        try:
+            return real_build(self, args)
+        finally:
+            in_ember[0] -= 1
+    EmberGraph._build = build_timed
     real_aot = common.aot_autograd
 
     def timed_aot(**kw):
@@ -140,6 +154,7 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
                 f.write(program_text(rec["program"]))
     return {"model": name, "mode": mode, "clock": clock, "step_wall": step_wall, "step": step, "aot": times["aot"],
             "eager": times["eager"], "ember": ember_s, "gc": times["gc"],
+            "gc_ember": times["gc_ember"],
             "dynamo": step - times["aot"] - times["eager"] - ember_s,
             "graphs": [{"graph_id": r["graph_id"], "status": r["status"],
                         "kernels": r.get("num_kernels"),
@@ -149,7 +164,7 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
 
 
 def _median_rows(runs: list[dict]) -> dict:
-    keys = ("step_wall", "step", "dynamo", "aot", "eager", "ember", "gc")
+    keys = ("step_wall", "step", "dynamo", "aot", "eager", "ember", "gc", "gc_ember")
     out = {k: statistics.median(r[k] for r in runs) for k in keys}
     names = sorted({k for r in runs for k in r["stages"]})
     out["stages"] = {k: statistics.median(r["stages"].get(k, 0.0) for r in runs) for k in names}
@@ -195,7 +210,7 @@ def main(argv=None):
                 print(f"{name:<6} {mode:<6} run {i}: wall {r['step_wall']:7.2f}  step "
                       f"{r['step']:7.2f}  dynamo "
                       f"{r['dynamo']:6.2f}  aot {r['aot']:6.2f}  eager {r['eager']:6.2f}  "
-                      f"ember {r['ember']:6.2f}  (gc {r['gc']:5.2f})", flush=True)
+                      f"ember {r['ember']:6.2f}  (gc {r['gc']:5.2f}, in ember {r['gc_ember']:5.2f})", flush=True)
             med = _median_rows(runs)
             med.update(model=name, mode=mode, runs=runs)
             rows.append(med)
