@@ -36,11 +36,12 @@ from .report import DebugDump, describe_error, new_graph_id, record, warn_once
 
 @contextlib.contextmanager
 def gc_paused():
-    """Python's cyclic garbage collector off while a graph compiles. The compile allocates
-    millions of small objects (FX nodes, MLIR handles, schedule keys) and, with Dynamo's and
-    AOTAutograd's objects alive, every full collection it triggers walks the whole heap: a
-    quarter of GPT-2's training compile was spent there. Reference counting frees nearly
-    everything; the cycles left (discarded FX graphs) are collected once it is back on."""
+    """Python's cyclic garbage collector off while a graph compiles (and while AOTAutograd
+    traces it in the backend). The compile allocates millions of small objects (FX nodes,
+    MLIR handles, schedule keys) and, with Dynamo's and AOTAutograd's objects alive, every
+    full collection it triggers walks the whole heap: a quarter of GPT-2's training compile was
+    spent there. Reference counting frees nearly everything; the cycles left (discarded FX
+    graphs, fake tensors) are collected once it is back on."""
     if not gc.isenabled():
         yield
         return
