@@ -66,6 +66,12 @@ def pooled_storage(t: torch.Tensor) -> bool:
 
 class GraphedProgram:
     MAX_RECAPTURES = 3
+    # A program whose last kernel writes at least this many bytes of outputs only: that kernel
+    # runs after each replay, outside the graph, into new memory (CompiledProgram.tail_split),
+    # instead of the graph writing them into its pool and each call copying them out (the MLP
+    # block's 16 MB output: 2% of its call on an H100). Smaller outputs: the copy costs less
+    # than a kernel launched from Python.
+    TAIL_MIN_BYTES = 4 << 20
     STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
                     # before the graph is captured again without that optimisation
 
@@ -95,6 +101,10 @@ class GraphedProgram:
         self._copied: list[int] = []          # inputs copied into static buffers per call
         self._inplace: list[tuple[int, int]] = []   # (input index, data_ptr) read in place
         self._static_out: list[torch.Tensor] = []
+        # with a tail (see TAIL_MIN_BYTES): (first run of the tail, the output positions it
+        # writes) and the captured value table the tail reads
+        self._tail: tuple[int, frozenset[int]] | None = None
+        self._static_vals: list | None = None
         self._recaptures = 0
         self._lent: frozenset[int] = frozenset()
         self._guarded: frozenset[int] = frozenset()
@@ -193,9 +203,17 @@ class GraphedProgram:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         _clear_blas_workspaces()
+        split = getattr(self._run, "tail_split", None)
+        self._tail = (split(self.TAIL_MIN_BYTES)
+                      if split is not None and not self._lent and not self._pooled else None)
         with torch.cuda.graph(graph):
             reserved = torch.cuda.memory_reserved()   # after the cache was emptied on entry
-            self._static_out = self._run(*static)
+            if self._tail is None:
+                self._static_out = self._run(*static)
+            else:
+                self._static_vals = self._run.run_head(static, self._tail[0])
+                self._static_out = [None if j in self._tail[1] else self._static_vals[o]
+                                    for j, o in enumerate(self._run.program.outputs)]
         _clear_blas_workspaces()
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
         if self.stats is not None:
@@ -219,6 +237,7 @@ class GraphedProgram:
             return False
         self._recaptures += 1
         self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
+        self._tail = self._static_vals = None
         self._pooled, self._guard = [], []
         _POOLED.difference_update(self._pool_ptrs)
         self._pool_ptrs.clear()
@@ -256,7 +275,11 @@ class GraphedProgram:
                                  [inputs[i] for i in self._copied])
         self._graph.replay()
         lent, guarded = self._lent, self._guarded
-        outs = [(o.detach() if j in guarded else o) if j in lent
+        if self._tail is not None:      # the last kernel, into new memory: nothing to copy
+            tail = self._run.run_tail(self._static_vals, self._tail[0])
+            lent = lent | self._tail[1]
+        outs = [(tail[j] if self._tail is not None and j in self._tail[1]
+                 else o.detach() if j in guarded else o) if j in lent
                 else torch.empty_like(o, memory_format=torch.preserve_format)
                 for j, o in enumerate(self._static_out)]
         fresh = [j for j in range(len(outs)) if j not in lent]

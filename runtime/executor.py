@@ -100,7 +100,9 @@ class CompiledProgram:
         self._plan_arena()
         self._check_outputs()
         self._release_after = self._releases()
+        self._step_start: list[int] = []    # step k's first entry in self._runs
         for k, runs in enumerate(steps_runs):
+            self._step_start.append(len(self._runs))
             self._runs.extend(runs)
             if k in self._release_after:
                 self._runs.append(functools.partial(self._release, self._release_after[k]))
@@ -471,7 +473,50 @@ class CompiledProgram:
                 vals[vid] = typed[dt].as_strided(shape, stride, eoff)
         return vals
 
-    def _run(self, inputs: tuple) -> list[torch.Tensor]:
+    def tail_split(self, min_bytes: int) -> tuple[int, frozenset[int]] | None:
+        """Where a CUDA graph may stop: (index into the per-call runs at which the program's
+        last step begins, the output positions that step writes), when that step is a
+        generated kernel whose results are all program outputs in memory of their own (no arena
+        offset, static shape, not an input's memory) of at least `min_bytes` together. A graph
+        replays the runs before it and launches that kernel after each replay, into new memory:
+        its outputs need no copy out of the graph's pool (runtime/cuda_graphs.py). None
+        otherwise."""
+        p = self.program
+        if (self._dynamic or not p.steps or self._writes_inputs or self._in_inputs
+                or self._release_after or self._clone_out):
+            return None
+        s = p.steps[-1]
+        if s.kind != "kernel" or s.name in self._checked or not s.outputs:
+            return None
+        where = {o: j for j, o in enumerate(p.outputs)}
+        nbytes = 0
+        for o in s.outputs:
+            v = p.values[o]
+            if o not in where or v.offset is not None or v.into_input is not None:
+                return None
+            nbytes += _numel(v.shape) * self._dtypes[o].itemsize
+        if nbytes < min_bytes:
+            return None
+        return self._step_start[-1], frozenset(where[o] for o in s.outputs)
+
+    def run_head(self, inputs: tuple, stop: int) -> list:
+        """The value table after the runs before `stop` (tail_split): what a graph captures."""
+        with torch.no_grad():
+            _, vals = self._begin(inputs)
+            for run in self._runs[:stop]:
+                run(vals)
+        return vals
+
+    def run_tail(self, vals: list, start: int) -> list[torch.Tensor]:
+        """The runs from `start` on a copy of a head's value table; the program's outputs."""
+        vals = list(vals)
+        with torch.no_grad():
+            for run in self._runs[start:]:
+                run(vals)
+        return [vals[o] for o in self.program.outputs]
+
+    def _begin(self, inputs: tuple) -> tuple[list, list]:
+        """(the value table template taken for this call, this call's table with the inputs)."""
         p = self.program
         if len(inputs) != p.num_inputs:
             raise TypeError(f"ember: compiled graph takes {p.num_inputs} tensors, got {len(inputs)}")
@@ -481,6 +526,11 @@ class CompiledProgram:
             self._bind_inputs(inputs, vals)
         else:
             self._take_inputs(inputs, vals)
+        return base, vals
+
+    def _run(self, inputs: tuple) -> list[torch.Tensor]:
+        p = self.program
+        base, vals = self._begin(inputs)
         if self._writes_inputs:     # an input passed twice is not written in place
             seen, shared = set(), set()
             for t in inputs:

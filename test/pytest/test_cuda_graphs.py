@@ -363,3 +363,24 @@ def test_training_graphs_survive_inductors_cudagraph_trees_in_one_process():
         torch.cuda.synchronize()
         for g, p in zip(grads, ref.parameters()):
             torch.testing.assert_close(g, p.grad, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("rows", [16384, 32])
+def test_last_kernel_runs_after_the_replay_into_new_memory(graphs, rows):
+    """A graph whose last kernel writes >= TAIL_MIN_BYTES of outputs launches it after each
+    replay into new memory (no copy out of the pool); outputs of earlier calls survive, and
+    match eager. A small output (32 rows of 64 floats) stays in the graph and is copied out."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+    model = _model()
+    compiled = torch.compile(model, backend="ember")
+    xs = [torch.randn(rows, 64, device="cuda") for _ in range(6)]
+    with torch.no_grad():
+        outs = [compiled(x) for x in xs]
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
+    (g,) = [g for g in graphs if g.captured]
+    big = rows * 64 * 4 >= GraphedProgram.TAIL_MIN_BYTES
+    assert (g._tail is not None) == big
+    if big:     # the output lies in new memory each call, not in the graph's pool
+        assert len({o.data_ptr() for o in outs[3:]}) == 3
+        assert g._static_out[0] is None
