@@ -531,8 +531,9 @@ def _group_location(group) -> ir.Location:
     locs, seen = [], set()
     for op in group:
         loc = op.location
-        if str(loc) not in seen and str(loc) != "loc(unknown)":
-            seen.add(str(loc))
+        text = str(loc)
+        if text not in seen and text != "loc(unknown)":
+            seen.add(text)
             locs.append(loc)
     if not locs:
         return ir.Location.unknown()
