@@ -379,9 +379,9 @@ class CompiledProgram:
     def _make_const(self, value, v: ValueInfo, dt: torch.dtype) -> torch.Tensor:
         shape = tuple(v.shape)
         t = torch.as_tensor(value, dtype=dt)
-        if t.dim() == 0 and shape:
-            t = torch.full(shape, t.item(), dtype=dt)     # a splat
-        elif tuple(t.shape) != shape:
+        if t.dim() == 0 and shape:     # a splat: filled where it lives
+            return torch.full(shape, t.item(), dtype=dt, device=self.device)
+        if tuple(t.shape) != shape:
             t = t.reshape(shape)
         return t.to(self.device).contiguous()
 
