@@ -118,9 +118,13 @@ class CompiledProgram:
         self._releasable: set[int] = set()
         self._pool: list[list] | None = [] if dev.type == "cpu" and reuse_arena else None
         # Outputs planned in a donated input's memory are handed out there (the caller keeps
-        # that input's memory with them); False gives them memory of their own (a CUDA graph:
-        # its outputs must not pin another graph's pool, runtime/cuda_graphs.py).
+        # that input's memory with them); False gives them memory of their own.
         self.outputs_in_inputs = True
+        # The same for an input in a graphed forward's pool (pooled_storage), instead of
+        # `outputs_in_inputs`: such outputs keep that graph from replaying while they live
+        # (its liveness guard). Off by default; a graphed backward turns it on and hands them
+        # out as views it rebuilds per replay, holding none itself (runtime/cuda_graphs.py).
+        self.outputs_in_pools = False
         self.precompiled: dict | None = None
         if parallel_compile and p.lang == "python" and dev.type == "cuda" \
                 and not triton_interpreted() and self._module is not None:
@@ -574,8 +578,10 @@ class CompiledProgram:
             fresh = u8 is None
             if fresh:
                 u8 = torch.empty(need, dtype=torch.uint8, device=self.device)
-            # a graphed forward's pool: an output there would pin it under its liveness guard
-            keep_out = fresh or not self.outputs_in_inputs or pooled_storage(t)
+            # a graphed forward's pool: an output there holds that graph's replays back while
+            # it lives (its liveness guard)
+            keep_out = fresh or not (self.outputs_in_pools if pooled_storage(t)
+                                     else self.outputs_in_inputs)
             for vid, dt, shape, off, nbytes, returned in carve:
                 if returned and keep_out:
                     # handed to the caller: not a view of memory it does not expect to keep

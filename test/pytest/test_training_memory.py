@@ -74,6 +74,47 @@ def test_program_writes_later_values_into_a_donated_input():
     assert torch.equal(st, s)
 
 
+def test_outputs_in_a_graph_pools_input_only_when_the_program_allows():
+    """A donated input in a graphed forward's pool (cuda_graphs.pooled_storage: its saved
+    activations): a returned value planned there gets memory of its own unless the program
+    hands outputs out in pools (`outputs_in_pools`, a graphed backward), whatever
+    `outputs_in_inputs` says; the values are eager's either way."""
+    from ember.runtime import cuda_graphs
+    torch.manual_seed(0)
+    s, g = torch.randn(64, 64), torch.randn(64, 64)
+    run, _ = _program(_matmul_tanh_matmul, s, g)
+    ref = _matmul_tanh_matmul(s, g)[0]
+    for in_pools, in_inputs, there in ((False, True, False), (True, False, True),
+                                       (False, False, False)):
+        run.outputs_in_pools, run.outputs_in_inputs = in_pools, in_inputs
+        s1 = s.clone()
+        cuda_graphs._POOLED.add(_storage(s1))
+        try:
+            out = run(s1, g)[0]
+        finally:
+            cuda_graphs._POOLED.discard(_storage(s1))
+        assert_close(out, ref, matmul=True)
+        assert (_storage(out) == _storage(s1)) == there, (in_pools, in_inputs)
+    run.outputs_in_pools, run.outputs_in_inputs = False, True
+
+
+def test_pool_views_rebuild_outputs_from_the_input_storage():
+    """A graphed backward keeps no output lying in another graph's pool: it records where
+    each lies in the pooled input's storage (byte offset, shape, strides, dtype) and rebuilds
+    the view from the input of each replay (cuda_graphs._pool_views / _view_in)."""
+    from ember.runtime.cuda_graphs import _pool_views, _view_in
+    saved = torch.randn(4096).to(torch.bfloat16)            # 8 KiB, a saved activation
+    u8 = saved.view(torch.uint8)
+    grad = u8[1024:1024 + 64 * 16 * 4].view(torch.float32).view(64, 16)
+    grad.copy_(torch.arange(64 * 16, dtype=torch.float32).view(64, 16))
+    other = torch.zeros(3)
+    found = _pool_views([other, grad], [saved], [5])
+    assert list(found) == [1] and found[1][:2] == (5, 1024)
+    rebuilt = _view_in(saved, *found[1][1:])
+    assert rebuilt.dtype == torch.float32 and rebuilt.shape == (64, 16)
+    assert rebuilt.data_ptr() == grad.data_ptr() and torch.equal(rebuilt, grad)
+
+
 def _narrow_then_wide(s, g):
     return (torch.tanh(s @ g) * 2.0,)     # s (64x16) is read once; nothing fits in it
 
