@@ -231,43 +231,63 @@ def _scoped(fn, scope):
     return run
 
 
-def _cuda_trace(step) -> tuple[list, int]:
+def _cuda_trace(step, base) -> tuple[list, int]:
+    """The same from the caching allocator's history, recorded since the backend's first call
+    (`base` allocated then: `_start_cuda_history`), so that blocks kept from earlier steps (a
+    CUDA graph's outputs, made at its capture) are named too; the events before the measured
+    step come with phase "earlier"."""
     torch.cuda.synchronize()
     start = torch.cuda.memory_allocated()
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
+    n_before = len(_cuda_events())
     try:
         step(record=True)
         torch.cuda.synchronize()
-        snap = torch.cuda.memory._snapshot()
+        events = _cuda_events()
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
-    dev = torch.cuda.current_device()
-    trace, total, phase = [], start, "forward"
-    for e in snap["device_traces"][dev]:
+    trace, total, phase = [], base, "earlier"
+    for k, e in enumerate(events):
         act = e["action"]
         if act not in ("alloc", "free_requested"):
             continue
         names = [f"{f['filename']}({f['line']}): {f['name']}" for f in e.get("frames", [])]
         size = e["size"] if act == "alloc" else -e["size"]
         label = _label(names)
-        if _phase_of(names) and size > 0:
+        if any("cuda_graphs.py" in n and n.endswith("_capture") for n in names):
+            label += " (in a CUDA-graph capture)"
+        if k >= n_before and _phase_of(names) and size > 0:
             phase, label = _phase_of(names), "marker"
         total += size
         trace.append((e["addr"], size, total, label, phase))
+    if abs(total - torch.cuda.memory_allocated()) > 2 ** 20:
+        print(f"   (the allocator history does not add up: {total} vs "
+              f"{torch.cuda.memory_allocated()} bytes; events were dropped)")
     return trace, start
+
+
+def _start_cuda_history():
+    torch.cuda.memory._record_memory_history(max_entries=10_000_000, stacks="python")
+
+
+def _cuda_events() -> list:
+    snap = torch.cuda.memory._snapshot()
+    return snap["device_traces"][torch.cuda.current_device()]
 
 
 # ---- analysis ------------------------------------------------------------------------------
 def analyse(trace, start, base, saved, grads, params) -> dict:
     live: dict[int, tuple[int, str, str]] = {}
-    peak, peak_live, peak_phase = start, {}, ""
+    peak, peak_live, peak_phase = start, None, ""
     for ptr, size, total, label, phase in trace:
+        if phase != "earlier" and peak_live is None:
+            peak_live = dict(live)      # the step's start
         if size > 0:
             live[ptr] = (size, label, phase)
         else:
             live.pop(ptr, None)
-        if total > peak:
+        if phase != "earlier" and total > peak:
             peak, peak_live, peak_phase = total, dict(live), phase
+    peak_live = peak_live or {}
     groups: dict[str, int] = defaultdict(int)
     for ptr, (size, label, phase) in peak_live.items():
         if ptr in grads:
@@ -352,6 +372,7 @@ def measure(name, size, backend, device, dtype, warmup, fresh_arena) -> dict:
     if device == "cuda":
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
+        _start_cuda_history()
     else:
         base = None
     for _ in range(warmup):
@@ -364,7 +385,7 @@ def measure(name, size, backend, device, dtype, warmup, fresh_arena) -> dict:
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-        trace, start = _cuda_trace(step)
+        trace, start = _cuda_trace(step, base)
         harness_peak = (torch.cuda.max_memory_allocated() - base) / MB
     else:
         trace, start = _cpu_trace(step)

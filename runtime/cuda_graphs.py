@@ -91,6 +91,9 @@ class GraphedProgram:
         if hasattr(run, "release_inputs"):
             # its inputs may be another graph's pool, or read in place by its own replays
             run.release_inputs = False
+            # the arena lies in the graph's pool (memory_allocated does not count it after the
+            # capture); freeing it inside a capture is not tried on a device yet
+            run.release_arena = False
         # inputs the program may write into (an optimizer step's parameters, a backward's
         # donated saved activations): the warm-up before a capture runs on copies of them, or
         # it would apply the step twice / leave the capture reading overwritten activations

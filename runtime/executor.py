@@ -100,10 +100,13 @@ class CompiledProgram:
         self._plan_arena()
         self._check_outputs()
         self._release_after = self._releases()
+        arena_last = self._arena_last_step()
         for k, runs in enumerate(steps_runs):
             self._runs.extend(runs)
             if k in self._release_after:
                 self._runs.append(functools.partial(self._release, self._release_after[k]))
+            if k == arena_last:
+                self._runs.append(functools.partial(self._release_arena, self._carve[0][0]))
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
         # 0-dim CPU inputs of a GPU graph (efficient attention's philox seed and offset, Python
@@ -115,6 +118,10 @@ class CompiledProgram:
         # Donated inputs freed after their last use (see _releases); per call, those whose
         # storage is theirs alone (_carve_inputs).
         self.release_inputs = True
+        # A call's arena is freed after the last step that uses it (`_arena_last_step`), when
+        # it is the call's own (not pooled for the next call, as on the CPU): the outputs
+        # made after it (a backward's last gradients) may take its memory.
+        self.release_arena = True
         self._releasable: set[int] = set()
         self._pool: list[list] | None = [] if dev.type == "cpu" and reuse_arena else None
         # Outputs planned in a donated input's memory are handed out there (the caller keeps
@@ -534,6 +541,25 @@ class CompiledProgram:
             if i not in kept:
                 out.setdefault(k, []).append(i)
         return out
+
+    def _arena_last_step(self) -> int | None:
+        """The last step that reads or writes a value in the arena, or a view or library
+        result that may alias one (no output does: _check_outputs); None when that is the
+        last step (nothing would be gained) or there is no arena."""
+        if not self._carve:
+            return None
+        inside = {c[0] for c in self._carve}
+        last = None
+        for k, s in enumerate(self.program.steps):
+            if inside.intersection(s.inputs) or inside.intersection(s.outputs):
+                last = k
+                if s.kind not in ("kernel", "extern"):
+                    inside.update(s.outputs)
+        return last if last is not None and last < len(self.program.steps) - 1 else None
+
+    def _release_arena(self, vid: int, vals: list) -> None:
+        if self.release_arena and self._pool is None:
+            vals[vid].untyped_storage().resize_(0)
 
     def _release(self, inputs: list[int], vals: list) -> None:
         for i in inputs:

@@ -115,6 +115,54 @@ def test_pool_views_rebuild_outputs_from_the_input_storage():
     assert rebuilt.data_ptr() == grad.data_ptr() and torch.equal(rebuilt, grad)
 
 
+def _allocated_peak(fn) -> int:
+    """The most bytes allocated above the start during `fn()` (the CPU allocator's running
+    total, from the profiler's allocation events)."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    allocs = []
+
+    def walk(events):
+        for e in events:
+            if e.tag == _EventType.Allocation:
+                allocs.append((e.start_time_ns, e.extra_fields.alloc_size,
+                               e.extra_fields.total_allocated))
+            walk(e.children)
+    walk(prof.profiler.kineto_results.experimental_event_tree())
+    allocs.sort()
+    start = allocs[0][2] - allocs[0][1]
+    return max(total for _, _, total in allocs) - start
+
+
+def _arena_then_output(x, w):
+    h = torch.tanh(x @ w)                   # intermediates: the arena
+    return h.sum(1), torch.exp(x) * 2.0     # the big output is made after the arena's last use
+
+
+def test_arena_is_freed_after_its_last_use():
+    """A call's own arena (not pooled for the next call: a GPU's, or `reuse_arena=False`) is
+    freed after the last step that uses it, so what is made after it (a backward's last
+    gradients) may take its memory: the call's allocated peak drops by the arena's size. The
+    CPU's pooled arena and `release_arena=False` keep it; the values are eager's either way."""
+    torch.manual_seed(0)
+    x, w = torch.randn(256, 256), torch.randn(256, 256)
+    run, summary = _program(_arena_then_output, x, w, reuse=())
+    arena = run.arena_bytes
+    assert arena >= 256 * 256 * 4, summary
+    ref = _arena_then_output(x, w)
+    run._pool = None                        # the arena is each call's own, as on a GPU
+    peaks = {}
+    for release in (True, False):
+        run.release_arena = release
+        outs = run(x, w)
+        for o, r in zip(outs, ref):
+            assert_close(o, r, matmul=True)
+        peaks[release] = _allocated_peak(lambda: run(x, w))
+    assert peaks[False] - peaks[True] >= arena - 64 * 1024, (peaks, arena)
+
+
 def _narrow_then_wide(s, g):
     return (torch.tanh(s @ g) * 2.0,)     # s (64x16) is read once; nothing fits in it
 
