@@ -52,9 +52,10 @@ _MARK = "_train_memory_phase"
 
 
 # ---- the step ------------------------------------------------------------------------------
-def _saved_storages(loss: torch.Tensor) -> dict[int, int]:
+def _saved_storages(loss: torch.Tensor, shapes: dict | None = None) -> dict[int, int]:
     """data_ptr -> nbytes of every storage the autograd graph under `loss` saved for the
-    backward (compiled graphs' ctx.saved_tensors, eager nodes' _saved_* attributes)."""
+    backward (compiled graphs' ctx.saved_tensors, eager nodes' _saved_* attributes);
+    `shapes` gets data_ptr -> "dtype[shape]" of a tensor saved in each."""
     out: dict[int, int] = {}
 
     def add(t):
@@ -62,6 +63,8 @@ def _saved_storages(loss: torch.Tensor) -> dict[int, int]:
             s = t.untyped_storage()
             if s.nbytes():
                 out[s.data_ptr()] = s.nbytes()
+                if shapes is not None:
+                    shapes[s.data_ptr()] = f"{str(t.dtype)[6:]}{list(t.shape)}"
         elif isinstance(t, (list, tuple)):
             for x in t:
                 add(x)
@@ -95,6 +98,7 @@ class Step:
         self.model, self.fwd, self.inputs, self.loss_fn = model, fwd, inputs, loss_fn
         self.device, self.dtype = device, dtype
         self.saved: dict[int, int] = {}
+        self.saved_shapes: dict[int, str] = {}
         self.loss = None
 
     def __call__(self, record=False):
@@ -104,7 +108,7 @@ class Step:
         with torch.autocast(self.device, dtype=torch.bfloat16, enabled=self.dtype == "bf16"):
             loss = self.loss_fn(self.fwd(*self.inputs))
         if record:
-            self.saved = _saved_storages(loss)
+            self.saved = _saved_storages(loss, self.saved_shapes)
         _mark(self.device, "backward")
         loss.backward()
         _mark(self.device, "end")
@@ -395,6 +399,13 @@ def measure(name, size, backend, device, dtype, warmup, fresh_arena) -> dict:
              if p.grad is not None}
     row = {"model": name, "size": size, "dtype": dtype, "backend": backend,
            **analyse(trace, start, base, step.saved, grads, params)}
+    kinds: dict[str, list] = defaultdict(lambda: [0, 0])
+    for ptr, nbytes in step.saved.items():
+        if ptr not in params:
+            kinds[step.saved_shapes[ptr]][0] += 1
+            kinds[step.saved_shapes[ptr]][1] += nbytes
+    row["saved_by_shape"] = {k: [n, round(b / MB, 3)] for k, (n, b) in
+                             sorted(kinds.items(), key=lambda kv: -kv[1][1])}
     if harness_peak is not None:
         row["max_memory_allocated_mb"] = harness_peak
         row["reserved_mb"] = torch.cuda.memory_reserved() / MB
@@ -429,6 +440,8 @@ def _print(row):
     for k, v in row["alive_at_peak_mb"].items():
         if v >= 0.001:
             print(f"   {v:10.3f} MB  {k}")
+    print("   saved: " + ", ".join(f"{n}x {k} ({mb} MB)" for k, (n, mb) in
+                                   row["saved_by_shape"].items()))
     for g in row.get("graphs", []):
         print("   graph " + ", ".join(f"{k}={v}" for k, v in g.items()))
 

@@ -90,15 +90,62 @@ def _is_single_view(node: fx.Node, is_view: Callable[[fx.Node], bool]) -> bool:
             and isinstance(ins[0].meta.get("val"), torch.Tensor))
 
 
+_SPLITS = (aten.split.Tensor, aten.split_with_sizes.default, aten.unbind.int)
+
+
+def _split_item(node: fx.Node) -> tuple[fx.Node, Step] | None:
+    """`getitem(split(x, ...), i)` (split, split_with_sizes, unbind) as (x, the slice or
+    select of x that it is), for static sizes; None otherwise."""
+    if node.target is not operator.getitem or len(node.args) != 2:
+        return None
+    src, i = node.args
+    if (not isinstance(src, fx.Node) or src.op != "call_function" or src.target not in _SPLITS
+            or not isinstance(i, int) or not src.args or not isinstance(src.args[0], fx.Node)):
+        return None
+    x = src.args[0]
+    val = x.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not isinstance(node.meta.get("val"), torch.Tensor):
+        return None
+    default_dim = 1 if src.target is aten.unbind.int else 2
+    dim = src.args[default_dim] if len(src.args) > default_dim else src.kwargs.get("dim", 0)
+    if not isinstance(dim, int) or not all(isinstance(d, int) for d in val.shape):
+        return None
+    dim %= val.dim()
+    if src.target is aten.unbind.int:
+        return x, (aten.select.int, (dim, i), {})
+    if src.target is aten.split.Tensor:
+        size = src.args[1]
+        if not isinstance(size, int):
+            return None
+        start, end = i * size, min((i + 1) * size, val.shape[dim])
+    else:
+        sizes = src.args[1]
+        if not all(isinstance(n, int) for n in sizes) or not 0 <= i < len(sizes):
+            return None
+        start = sum(sizes[:i])
+        end = start + sizes[i]
+    return x, (aten.slice.Tensor, (dim, start, end), {})
+
+
 def view_chain(out: fx.Node, is_view: Callable[[fx.Node], bool],
                host_only: dict[fx.Node, bool]) -> tuple[fx.Node, tuple[Step, ...]]:
-    """(base, steps): `out` is `steps` applied to `base`, a computed (not view) value."""
+    """(base, steps): `out` is `steps` applied to `base`, a computed (not view) value. An item
+    of a split (`qkv.split(d, -1)[0]`: attention's q, k and v saved for the backward) is a
+    slice of what was split: the saved q, k and v are then views of the one projection (as in
+    eager), not each a copy of its own, restrided over the projection's whole extent."""
     chain = []
     node = out
-    while _is_single_view(node, is_view) and not host_only[node.args[0]]:
-        chain.append((node.target, _size_arg(tuple(node.args[1:])), dict(node.kwargs)))
-        node = node.args[0]
-    return node, tuple(reversed(chain))
+    while True:
+        if _is_single_view(node, is_view) and not host_only[node.args[0]]:
+            chain.append((node.target, _size_arg(tuple(node.args[1:])), dict(node.kwargs)))
+            node = node.args[0]
+            continue
+        item = _split_item(node)
+        if item is not None and not host_only[item[0]]:
+            chain.append(item[1])
+            node = item[0]
+            continue
+        return node, tuple(reversed(chain))
 
 
 def replay(t: torch.Tensor, steps: tuple[Step, ...]) -> torch.Tensor:

@@ -265,3 +265,65 @@ def test_retain_graph_keeps_saved_activations():
         assert_close(p.grad, g, what="plain backward")
     with pytest.raises(RuntimeError, match="donated buffers"):
         f2(x).square().sum().backward(retain_graph=True)
+
+
+def _saved_by_node(loss):
+    seen, todo, out = set(), [loss.grad_fn], []
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        try:
+            out.extend(t for t in node.saved_tensors if isinstance(t, torch.Tensor))
+        except (AttributeError, RuntimeError):     # not an autograd.Function (eager ops)
+            pass
+        todo.extend(f for f, _ in node.next_functions)
+    return out
+
+
+@pytest.mark.parametrize("split", ["split", "split_with_sizes", "unbind"])
+def test_split_items_saved_for_the_backward_are_views_of_one_buffer(split):
+    """Attention's q, k and v, items of a split of one projection (GPT-2's c_attn), saved for
+    the backward: views of the projection the program computes, as in eager, not one copy each
+    restrided over the projection's whole extent (3x its memory, and two copy kernels each).
+    Outputs keep eager's shape, strides and offset; gradients are eager's."""
+    from ember.benchmarks.models import TransformerBlock
+    torch.manual_seed(0)
+    d, heads = 32, 2
+
+    class Block(TransformerBlock):
+        def forward(self, x):
+            b, t, _ = x.shape
+            y = self.qkv(self.ln1(x))
+            if split == "split":
+                q, k, v = y.split(d, dim=-1)
+            elif split == "split_with_sizes":
+                q, k, v = y.split([d, d, d], dim=-1)
+            else:
+                q, k, v = y.view(b, t, 3, d).unbind(2)
+            q, k, v = (z.reshape(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+
+    ref = Block(d, heads, 64)
+    x = torch.randn(2, 8, d)
+    model = copy.deepcopy(ref)
+    torch._dynamo.reset()
+    clear_reports()
+    f = torch.compile(model, backend="ember", options={"target": "cpu"})
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        loss = f(x).square().mean()
+        ref_loss = ref(x).square().mean()
+        qkv = [t for t in _saved_by_node(loss) if t.dim() == 4 and t.shape[-1] == d // heads]
+        storages = {t.untyped_storage().data_ptr() for t in qkv}
+        assert len(qkv) >= 3 and len(storages) == len(qkv) - 2, \
+            [(t.shape, t.stride(), t.untyped_storage().nbytes()) for t in qkv]
+        loss.backward()
+        ref_loss.backward()
+        assert_close(loss, ref_loss, what="loss")
+        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, tol=1e-4, what=f"grad {n}")
+    check_fallbacks()
