@@ -100,6 +100,7 @@ class CompiledProgram:
         self._plan_arena()
         self._check_outputs()
         self._release_after = self._releases()
+        self._release_step = {i: k for k, ins in self._release_after.items() for i in ins}
         arena_last = self._arena_last_step()
         for k, runs in enumerate(steps_runs):
             self._runs.extend(runs)
@@ -590,10 +591,21 @@ class CompiledProgram:
 
         from .cuda_graphs import pooled_storage
         if self._release_after:
-            self._releasable = {
-                i for ins in self._release_after.values() for i in ins
-                if self.release_inputs and isinstance(vals[i], torch.Tensor)
-                and own(i) and not pooled_storage(vals[i])}
+            cand = {i for ins in self._release_after.values() for i in ins
+                    if self.release_inputs and isinstance(vals[i], torch.Tensor)
+                    and not pooled_storage(vals[i])}
+            rel = {i for i in cand if own(i)}
+            # Inputs that share one storage (views of one buffer: attention's saved q, k and
+            # v), every one of them donated and passed as it is: the storage is freed after
+            # the last of them has been read.
+            shared: dict[int, list[int]] = {}
+            for i in cand - rel:
+                if vals[i] is inputs[i]:
+                    shared.setdefault(vals[i].untyped_storage().data_ptr(), []).append(i)
+            for key, members in shared.items():
+                if len(members) == storages[key]:
+                    rel.add(max(members, key=self._release_step.__getitem__))
+            self._releasable = rel
         for i, (need, carve) in self._in_inputs.items():
             t, u8 = vals[i], None
             if (t.is_contiguous() and t.numel() * t.element_size() >= need

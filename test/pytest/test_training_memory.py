@@ -327,3 +327,24 @@ def test_split_items_saved_for_the_backward_are_views_of_one_buffer(split):
         for (n, p), q in zip(model.named_parameters(), ref.parameters()):
             assert_close(p.grad, q.grad, tol=1e-4, what=f"grad {n}")
     check_fallbacks()
+
+
+def _two_views(a, b, g):
+    return ((torch.tanh(a @ g) + torch.tanh(b @ g) * 2.0).sum(0),)
+
+
+def test_donated_inputs_sharing_one_storage_are_freed_after_the_last_of_them():
+    """Donated inputs that are views of one storage (saved tensors sliced out of one buffer)
+    cannot be freed one by one; once the last of them has been read, the storage is freed.
+    Not when an input that is not donated shares it."""
+    torch.manual_seed(0)
+    a, b, g = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 64)
+    run, _ = _program(_two_views, a, b, g, reuse=(0, 1))
+    ref = _two_views(a, b, g)[0]
+    base = torch.stack([a, b])
+    assert_close(run(base[0], base[1], g)[0], ref, matmul=True)
+    assert base.untyped_storage().nbytes() == 0, "the shared storage was not freed"
+    run1, _ = _program(_two_views, a, b, g, reuse=(0,))
+    base = torch.stack([a, b])
+    assert_close(run1(base[0], base[1], g)[0], ref, matmul=True)
+    assert base.untyped_storage().nbytes() == 2 * 64 * 64 * 4
