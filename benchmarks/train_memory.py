@@ -270,7 +270,11 @@ def _cuda_trace(step, base) -> tuple[list, int]:
 
 
 def _start_cuda_history():
-    torch.cuda.memory._record_memory_history(max_entries=10_000_000, stacks="python")
+    try:        # the previous backend's events are not this one's
+        torch.cuda.memory._record_memory_history(max_entries=10_000_000, stacks="python",
+                                                 clear_history=True)
+    except TypeError:   # an older torch
+        torch.cuda.memory._record_memory_history(max_entries=10_000_000, stacks="python")
 
 
 def _cuda_events() -> list:
