@@ -28,6 +28,7 @@ import json
 import os
 import re
 import sys
+import time
 
 import torch
 
@@ -52,9 +53,10 @@ def step_kind(step) -> str | None:
 
 
 @contextlib.contextmanager
-def compile_only(records: list):
+def compile_only(records: list, timing: dict | None = None):
     """Within: ember compiles each graph to its Program, records it, and runs the graph's FX
-    code eagerly instead of the program."""
+    code eagerly instead of the program (`timing["eager"]`, when given, adds up those runs'
+    seconds)."""
     import ember.frontend.compile as fc
     import ember.frontend.compile_module as cm
     import ember.runtime.executor as ex
@@ -70,7 +72,10 @@ def compile_only(records: list):
             self.gm = gm
 
         def __call__(self, *args):
+            t0 = time.perf_counter()
             out = self.gm(*args)
+            if timing is not None:
+                timing["eager"] = timing.get("eager", 0.0) + time.perf_counter() - t0
             return list(out) if isinstance(out, (tuple, list)) else out
 
     def static(gm, tensors, options, target, dump, kind="graph", **kw):

@@ -10,7 +10,7 @@ import torch
 
 from .attention_masks import drop_visible_attention_masks
 from . import eager_rejects, saved_layouts
-from .compile import donated_backward_inputs, saved_output_slice, EmberGraph
+from .compile import donated_backward_inputs, gc_paused, saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
 from .effects import lower_effect_tokens
@@ -374,7 +374,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                                # an optimizer step's parameter updates stay in the graph as
                                # copy_ (frontend/input_mutations.py): one multi-tensor copy
                                keep_inference_input_mutations=True)
-        compiled = backend(gm, example_inputs)
+        with gc_paused():   # AOTAutograd's tracing: as for ember's own compile (compile.py)
+            compiled = backend(gm, example_inputs)
     except RestartAnalysis:
         raise                                  # Dynamo's control flow, not a failure
     except Exception as err:

@@ -203,7 +203,7 @@ def _short_diagnostic(line: str) -> str:
 def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: bool = False,
                    dump: DebugDump | None = None,
                    seconds: dict[str, float] | None = None, donate=(), reuse=(),
-                   cache=None):
+                   cache=None, remember_failure: bool = False):
     """`gm` imported (with the library `calls` stitched in), run through `pipeline` and
     exported: (Program, the report fields the IR knows). MLIR's diagnostics and fd 2 are
     captured (written to the dump's diagnostics.txt); raises on any failure. `donate`: pairs
@@ -212,7 +212,8 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
     `cache` (an ArtifactCache, a directory, or None for none): a warm start reads the result
     from there instead of compiling (frontend/program_cache.py); not with a debug dump, nor
     for a `symbolic` graph (compiling it may add a guard on a size, which frontend/symbolic.py
-    watches for: a cached program would hide it)."""
+    watches for: a cached program would hide it). `remember_failure`: a PipelineFailure is
+    kept in the cache too, and a warm start raises it again without compiling."""
     seconds = {} if seconds is None else seconds
     if cache is None or symbolic or (dump is not None and dump.dir is not None):
         return _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse)
@@ -222,12 +223,21 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
     cache = as_cache(cache)
     key = program_cache.program_key(gm, pipeline, calls, symbolic, donate, reuse)
     hit = program_cache.load(cache, key) if key is not None else None
+    failed = (program_cache.load_failure(cache, key)
+              if hit is None and remember_failure and key is not None else None)
     seconds["program_cache"] = time.perf_counter() - t0
     if hit is not None:
         hit[1]["program_cache"] = "hit"
         return hit
-    program, summary = _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate,
-                                       reuse)
+    if failed is not None:
+        raise PipelineFailure(*failed)
+    try:
+        program, summary = _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate,
+                                           reuse)
+    except PipelineFailure as err:
+        if remember_failure and key is not None:
+            program_cache.store_failure(cache, key, err.stage, err.diagnostics)
+        raise
     if key is not None:
         t0 = time.perf_counter()
         program_cache.store(cache, key, program, summary)
@@ -302,6 +312,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     from .library_calls import outline
     from .export_program import restore_signedness
 
+    t_prep = time.perf_counter()
     outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     out_dtypes = [getattr(n.meta.get("val"), "dtype", None) if isinstance(n, fx.Node) else None
                   for n in (outs if isinstance(outs, (tuple, list)) else (outs,))]
@@ -315,21 +326,27 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         gm = stripped
     if library:
         gm, calls = outline(gm, library)
-    # Wall seconds per stage (import, each pipeline element, export, build), for the report.
-    seconds: dict[str, float] = {}
+    # Wall seconds per stage (FX preparation, import, each pipeline element, export, build),
+    # for the report.
+    seconds: dict[str, float] = {"fx_prep": time.perf_counter() - t_prep}
     pipeline = default_pipeline(options, target)
+    unsplit = pipeline.replace(SPLIT_PASS + ",", "")
     cache = as_cache(options.cache_dir) if options.program_cache else None
     try:
         program, summary = compile_module(gm, pipeline, calls=calls, symbolic=symbolic,
                                           dump=dump, seconds=seconds, donate=donate, reuse=reuse,
-                                          cache=cache)
+                                          cache=cache, remember_failure=unsplit != pipeline)
     except PipelineFailure as err:
         # ember-split-reductions is an optimisation: a graph it leaves unlowerable compiles
-        # unsplit (the report says why) rather than running eagerly
-        unsplit = pipeline.replace(SPLIT_PASS + ",", "")
+        # unsplit (the report says why) rather than running eagerly. The failed attempt's
+        # seconds are `split_retry`; a warm start (program cache) knows the verdict and
+        # spends no time on it.
         if unsplit == pipeline:
             raise
+        prep = seconds.pop("fx_prep")
+        failed = sum(seconds.values())
         seconds.clear()
+        seconds.update(fx_prep=prep, split_retry=failed)
         program, summary = compile_module(gm, unsplit, calls=calls, symbolic=symbolic,
                                           dump=dump, seconds=seconds, donate=donate, reuse=reuse,
                                           cache=cache)

@@ -25,6 +25,17 @@ from .zero_size import fold_zero_size
 from .const_fold import evaluate as evaluate_input_free, fold_input_free, input_free, static_inputs
 
 
+def new_module(root, graph: fx.Graph) -> fx.GraphModule:
+    """`fx.GraphModule(root, graph)` whose Python code is generated when first needed (called,
+    or `.code` read) rather than at once: most graphs made on the way to the importer are only
+    read as graphs, and generating a large graph's code took a third of a second each time."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:     # another torch
+        return fx.GraphModule(root, graph)
+    return _LazyGraphModule(root, graph)
+
+
 def _is_tensor(x) -> bool:
     return isinstance(x, torch.Tensor)
 
@@ -129,6 +140,7 @@ def _tensorize_narrow_int_scalars(gm: fx.GraphModule) -> None:
     """`int8_tensor * 2` -> `int8_tensor * scalar_tensor(2, int8)`: the same result in eager
     (a 0-dim tensor does not promote a dimensioned one of its category, just as a Python number
     does not; the value is cast to int8 either way), and one torch-mlir imports."""
+    changed = False
     for node in list(gm.graph.nodes):
         for key, is_tensor in narrow_int_scalar_args(node):
             if not is_tensor:
@@ -151,7 +163,9 @@ def _tensorize_narrow_int_scalars(gm: fx.GraphModule) -> None:
                 node.update_arg(key, const)
             else:
                 node.update_kwarg(key, const)
-    gm.recompile()
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 _ARANGES = (torch.ops.aten.arange.default, torch.ops.aten.arange.start,
@@ -163,6 +177,7 @@ def _widen_narrow_int_aranges(gm: fx.GraphModule) -> None:
     crashes the process (SIGSEGV) converting the bounds to the narrow type; `eye(n,
     dtype=int8)` and `linalg.matrix_power(x, 0)` make such aranges. Eager computes the values
     in int64 too (arange's accumulate type) and wraps them to the narrow type, as the cast does."""
+    changed = False
     for node in list(gm.graph.nodes):
         val = node.meta.get("val")
         if node.op != "call_function" or node.target not in _ARANGES or \
@@ -177,7 +192,9 @@ def _widen_narrow_int_aranges(gm: fx.GraphModule) -> None:
                                           (node, val.dtype))
         cast.meta["val"] = val
         node.replace_all_uses_with(cast, delete_user_cb=lambda u: u is not cast)
-    gm.recompile()
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 _ACCUMULATE = ("sum", "prod", "cumsum", "cumprod", "nansum")
@@ -306,6 +323,7 @@ def _float_compare_scalars(gm: fx.GraphModule) -> None:
     the tensor's type), and it keeps torch-mlir's folder off a wrong path: it folds a comparison
     of a constant float tensor with an integer scalar to the wrong answer
     (`torch.full([5], 1.0) < 0` folded to all True; zero-size sums feeding a clamp gave 0)."""
+    changed = False
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target not in _COMPARE_SCALAR or len(node.args) < 2:
             continue
@@ -314,6 +332,7 @@ def _float_compare_scalars(gm: fx.GraphModule) -> None:
         if isinstance(val, torch.Tensor) and val.is_floating_point() \
                 and isinstance(other, int) and not isinstance(other, bool):
             node.update_arg(1, float(other))
+            changed = True
         elif isinstance(val, torch.Tensor) and not val.is_floating_point() \
                 and not val.is_complex() and isinstance(other, float):
             # `int_tensor >= 0.001`: eager compares in the promoted float type; torch-mlir's
@@ -321,7 +340,9 @@ def _float_compare_scalars(gm: fx.GraphModule) -> None:
             # when a constant fed it: fuzz seed 21 index 2399). Converted explicitly first.
             node.update_arg(0, _insert_cast(gm, node, node.args[0],
                                             torch.result_type(val, other)))
-    gm.recompile()
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 # The ops whose CPU kernels read a 0-dim second operand at opmath (probed: add and sub round it)
@@ -336,6 +357,7 @@ def _wide_rank_zero_operands(gm: fx.GraphModule) -> None:
     rounds it to bf16/f16 first. In the first place, on the GPU (a 0-dim GPU tensor), or in
     add/sub, eager rounds it too, and so does ember. Dynamo's tensorified float constants take this form under
     dynamic shapes (GPT-2's `math.sqrt(2 / math.pi) * x` in bf16 differed from eager)."""
+    changed = False
     for node in list(gm.graph.nodes):
         if (node.op != "call_function" or node.target not in _OPMATH_BINARY
                 or len(node.args) < 2 or not isinstance(node.args[1], fx.Node)):
@@ -367,7 +389,9 @@ def _wide_rank_zero_operands(gm: fx.GraphModule) -> None:
                                          (node, val.dtype))
         out.meta["val"] = val
         node.replace_all_uses_with(out, delete_user_cb=lambda u: u is not out)
-    gm.recompile()
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def _is_view_op(node: fx.Node) -> bool:
@@ -421,7 +445,7 @@ def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
     for node in gm.graph.nodes:
         env[node] = graph.node_copy(node, lambda n: env[n])
         _strip_placement(env[node])
-    return fx.GraphModule(gm, graph)    # (its constructor generates the code)
+    return new_module(gm, graph)
 
 
 def _constants(gm: fx.GraphModule) -> dict[fx.Node, bool]:
@@ -458,13 +482,14 @@ def _subgraph(gm: fx.GraphModule, outputs: list[fx.Node], host: bool = False) ->
         env[node] = graph.node_copy(node, lambda n: env[n])
     graph.output(tuple(env[n] for n in outputs))
     graph.eliminate_dead_code(is_impure_node=_mutates if host else None)
-    return fx.GraphModule(gm, graph)    # (its constructor generates the code)
+    return new_module(gm, graph)
 
 
 def _drop_unused_pool_indices(gm: fx.GraphModule) -> None:
     """`max_pool2d_with_indices` whose indices nobody reads (inference) becomes `max_pool2d`,
     which ember compiles (a library call) instead of running the indices variant in torch."""
     aten = torch.ops.aten
+    changed = False
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target is not aten.max_pool2d_with_indices.default:
             continue
@@ -480,7 +505,9 @@ def _drop_unused_pool_indices(gm: fx.GraphModule) -> None:
             u.replace_all_uses_with(pool)
             gm.graph.erase_node(u)
         gm.graph.erase_node(node)
-    gm.recompile()
+        changed = True
+    if changed:
+        gm.recompile()
 
 
 def _fold_copy_into_empty(gm: fx.GraphModule) -> None:
@@ -515,10 +542,13 @@ def _true_divide_as_div(gm: fx.GraphModule) -> None:
     """`aten.true_divide.Tensor` -> `aten.div.Tensor` (the same op; torch-mlir lowers only the
     latter). Dynamo's tensorified float sizes trace as true_divide: nearest upsampling's
     `in / (scale * in)` with symbolic sizes."""
+    changed = False
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is torch.ops.aten.true_divide.Tensor:
             node.target = torch.ops.aten.div.Tensor
-    gm.recompile()
+            changed = True
+    if changed:
+        gm.recompile()
 
 
 def prepare(gm: fx.GraphModule, fold_constants: bool = False,

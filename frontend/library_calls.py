@@ -186,7 +186,8 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
                 node.target is operator.getitem or node.name in cut):
             graph.erase_node(node)
     graph.lint()
-    return fx.GraphModule(root, graph), calls
+    from .fx_prep import new_module
+    return new_module(root, graph), calls
 
 
 def _copy_graph(graph: fx.Graph) -> fx.Graph:

@@ -90,15 +90,46 @@ def _is_single_view(node: fx.Node, is_view: Callable[[fx.Node], bool]) -> bool:
             and isinstance(ins[0].meta.get("val"), torch.Tensor))
 
 
+def _pick(t: torch.Tensor, op, args: tuple, kwargs: dict, index: int) -> torch.Tensor:
+    """Result `index` of a view op with several results (`split`, `unbind`, `chunk`)."""
+    return op(t, *args, **kwargs)[index]
+
+
+def _multi_view_source(node: fx.Node, is_view: Callable[[fx.Node], bool]) -> fx.Node | None:
+    """For `getitem(split(x, ...), i)` (a view op with several results, one tensor operand):
+    the split node; None otherwise."""
+    if node.target is not operator.getitem or not isinstance(node.args[0], fx.Node) \
+            or not isinstance(node.args[1], int):
+        return None
+    src = node.args[0]
+    if src.op != "call_function" or not is_view(src) or not src.args \
+            or not isinstance(src.args[0], fx.Node) \
+            or not isinstance(src.args[0].meta.get("val"), torch.Tensor) \
+            or [n for n in src.all_input_nodes if not _is_size(n)] != [src.args[0]] \
+            or not isinstance(node.meta.get("val"), torch.Tensor):
+        return None
+    return src
+
+
 def view_chain(out: fx.Node, is_view: Callable[[fx.Node], bool],
                host_only: dict[fx.Node, bool]) -> tuple[fx.Node, tuple[Step, ...]]:
-    """(base, steps): `out` is `steps` applied to `base`, a computed (not view) value."""
+    """(base, steps): `out` is `steps` applied to `base`, a computed (not view) value. A result
+    of a view op with several results (q, k, v split from one projection) is a step too: the
+    outputs stay views of the one buffer, as eager's are (no copy into eager's strides each)."""
     chain = []
     node = out
-    while _is_single_view(node, is_view) and not host_only[node.args[0]]:
-        chain.append((node.target, _size_arg(tuple(node.args[1:])), dict(node.kwargs)))
-        node = node.args[0]
-    return node, tuple(reversed(chain))
+    while True:
+        if _is_single_view(node, is_view) and not host_only[node.args[0]]:
+            chain.append((node.target, _size_arg(tuple(node.args[1:])), dict(node.kwargs)))
+            node = node.args[0]
+            continue
+        src = _multi_view_source(node, is_view)
+        if src is not None and not host_only[src.args[0]]:
+            chain.append((_pick, (src.target, _size_arg(tuple(src.args[1:])),
+                                  dict(src.kwargs), node.args[1]), {}))
+            node = src.args[0]
+            continue
+        return node, tuple(reversed(chain))
 
 
 def replay(t: torch.Tensor, steps: tuple[Step, ...]) -> torch.Tensor:

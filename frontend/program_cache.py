@@ -15,7 +15,11 @@ Invariants:
 - A hit returns what a compile of the same inputs returns (a fresh copy: callers mutate the
   Program, restore_signedness). Anything the key cannot describe (an attribute that is neither
   a tensor, a graph module nor a plain value; a value that cannot be pickled) means no caching.
-- Failures are not cached: a graph that failed compiles (and fails) again, as without a cache.
+- Failures are not cached (a graph that failed compiles, and fails, again, as without a cache),
+  but for a pass failure the caller asks to remember (`compile_module(remember_failure=True)`:
+  ember-split-reductions' pipeline, which compile_static then retries without the split): its
+  stage and diagnostics are stored under the key (suffix FAILED) and raised again on a warm
+  start without compiling, which then goes straight to the unsplit pipeline's entry.
 - With a debug dir the cache is not read: the dump wants the IR after every stage.
 - Symbolic-shape compiles are not cached: frontend/symbolic.py rejects a compile that added a
   guard on a size to the shape environment, and a cache hit would add none.
@@ -34,6 +38,7 @@ import torch.fx as fx
 
 KIND = "program"
 SUFFIX = ".pkl"
+FAILED = ".failed.json"
 # Bumped when the pickled layout (Program, summary) changes in a way sources do not show.
 FORMAT = 1
 
@@ -174,5 +179,27 @@ def store(cache, key: str, program, summary) -> None:
         return
     try:
         cache.write(KIND, key, SUFFIX, data)
+    except OSError:
+        pass
+
+
+def load_failure(cache, key: str) -> tuple[str, list[str]] | None:
+    """(stage, diagnostics) of a remembered pass failure of this key, or None."""
+    import json
+    data = cache.read_verified(KIND, key, FAILED)
+    if data is None:
+        return None
+    try:
+        entry = json.loads(data)
+        return str(entry["stage"]), [str(d) for d in entry["diagnostics"]]
+    except Exception:       # noqa: BLE001 -- damaged: compile (and fail) again
+        return None
+
+
+def store_failure(cache, key: str, stage: str, diagnostics) -> None:
+    import json
+    try:
+        cache.write(KIND, key, FAILED, json.dumps({"stage": stage,
+                                                   "diagnostics": list(diagnostics)}))
     except OSError:
         pass

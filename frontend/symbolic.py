@@ -119,7 +119,8 @@ def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
     target = resolve_target(graph.options.target,
                             [a.device for a in args if isinstance(a, torch.Tensor)])
     report["target"] = target
-    dump.write("fx_graph.txt", graph.gm.code)
+    if dump.dir is not None:
+        dump.write("fx_graph.txt", graph.gm.code)
     prep = fx_prep.prepare(graph.gm)
     if prep.gm is None:
         raise NotSymbolic("nothing to compile")

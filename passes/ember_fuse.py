@@ -69,6 +69,11 @@ class EmberFuse(Pass):
     target: str = option(CPP.name, choices=tuple(BACKENDS))
     # a remark (passes/remarks.py) for every producer-consumer pair left in different kernels
     explain: bool = False
+    # Horizontal fusion runs the merged kernel where its last member ran: the values the
+    # earlier members read stay alive until then. Refused when those are more than this many
+    # bytes (a backward's per-layer weight-gradient casts, all read by the return: fused
+    # across layers, every layer's bf16 gradient was held to the last layer's).
+    horizontal_held_bytes: int = option(1 << 20, min=0)
 
     def run(self, module: ir.Operation) -> None:
         if self.target not in BACKENDS:
@@ -254,9 +259,26 @@ class EmberFuse(Pass):
             members[g] = merged
             respan(g, together[1:])
 
+        def held_bytes(a, b) -> int:
+            """Bytes of the values computed outside both groups that the earlier one reads,
+            which a merged kernel (at the later one's place) keeps alive longer."""
+            ga, gb = members[a], members[b]
+            early = ga if index[ga[-1]] < index[gb[-1]] else gb
+            inside, seen, total = {o.operation for o in ga + gb}, set(), 0
+            for o in early:
+                for v in o.operands:
+                    p = defining_op(v)
+                    if p is None or p in inside or _cloneable(p) or v in seen:
+                        continue
+                    seen.add(v)
+                    total += fusion_bytes(v.type)
+            return total
+
         def merge_horizontally(acc, r) -> bool:
             merged = sorted(members[acc] + members[r], key=lambda o: index[o])
             if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
+                return False
+            if held_bytes(acc, r) > self.horizontal_held_bytes:
                 return False
             if all(op_name(o) in VIEW_OPS for o in merged):
                 return False
@@ -545,8 +567,9 @@ def _group_location(group) -> ir.Location:
     locs, seen = [], set()
     for op in group:
         loc = op.location
-        if str(loc) not in seen and str(loc) != "loc(unknown)":
-            seen.add(str(loc))
+        text = str(loc)
+        if text not in seen and text != "loc(unknown)":
+            seen.add(text)
             locs.append(loc)
     if not locs:
         return ir.Location.unknown()

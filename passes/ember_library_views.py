@@ -8,8 +8,7 @@ turn into a copy kernel per operand; eager hands the attention kernel strided vi
 projection buffer, and so does ember after this pass.
 
 Invariant established: every `func.call` in a public function of a library declaration of a
-fused-attention forward op (`ATTENTION`) or checked backward op (`ATTENTION_BACKWARD` in
-`CHECKED`), whose declaration has that one call and no
+fused-attention forward or backward op (`ATTENTION`, `ATTENTION_BACKWARD`), whose declaration has that one call and no
 `ember.view`, takes for each operand that was a chain of `tensor.extract_slice` (static, unit
 or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` (of dims that are contiguous
 in the layout so far) and `linalg.transpose` ops of a statically shaped value R that is a buffer
@@ -20,9 +19,12 @@ operand chain also holds broadcasting copies (a `linalg.generic` yielding its on
 through a projection: stride 0 for the broadcast dims, innermost stride 0 allowed); the
 declaration's argument type is R's type and `ember.operand_views` holds, per such operand,
 `[operand, element offset, sizes..., strides...]`: the view of R's row-major buffer that the
-chain computed. Chain ops left without users are erased. For a `CHECKED` op, each result
-whose one user is a `linalg.transpose` becomes that transpose (`ember.result_views`).
-Everything else is left alone.
+chain computed. Chain ops left without users are erased. Each result whose one user is a
+`linalg.transpose` becomes that transpose (`ember.result_views`: the runtime permutes the op's
+tensor) where the op lays the result out so that the permuted tensor is row-major: a forward's
+output (every kernel writes it [B, S, H, D]), a backward's gradient where `GRADIENT_LAYOUT`
+says its kernel gives it that layout for the operand it was handed. Everything else is left
+alone.
 
 The runtime (runtime/externs.py) makes that view with `as_strided` before the call; every
 buffer ember allocates is row-major, which is what the strides assume. Eager passed the same
@@ -35,7 +37,8 @@ from typing import ClassVar
 
 from torch_mlir import ir
 
-from ..dialects.contract import (EXTERN_OP, LIBRARY, OPERAND_VIEWS, RESULT_VIEWS, VIEW,
+from ..dialects.contract import (EXTERN_OP, LIBRARY, OPERAND_VIEWS, RESULT_VIEWS, RESULTS,
+                                 TENSOR_ARGS, VIEW,
                                  is_library)
 from .base import Pass
 from .graph_utils import defining_op, op_name
@@ -48,15 +51,6 @@ ATTENTION = ("aten._scaled_dot_product_efficient_attention.default",
 # and their backward, which eager also hands strided views (the saved output and the incoming
 # gradient transposed to [B, H, S, D]; on the CPU the saved logsumexp too), and whose
 # gradients the next ops transpose back
-# Backward operands as views and results handed on transposed only for the attention kernels
-# checked against eager with them: cuDNN's (GPT-2 training on an H200) and the CPU flash
-# kernel. BERT-base's bf16 training step on an H200 (memory-efficient attention, with a mask)
-# gave gradients with relative error 1.0 once both were on for every kernel; until the
-# memory-efficient and CUDA flash kernels are checked on a GPU, they read copies as before.
-CHECKED = ("aten._scaled_dot_product_cudnn_attention.default",
-           "aten._scaled_dot_product_cudnn_attention_backward.default",
-           "aten._scaled_dot_product_flash_attention_for_cpu.default",
-           "aten._scaled_dot_product_flash_attention_for_cpu_backward.default")
 ATTENTION_BACKWARD = ("aten._scaled_dot_product_efficient_attention_backward.default",
                       "aten._scaled_dot_product_flash_attention_backward.default",
                       "aten._scaled_dot_product_cudnn_attention_backward.default",
@@ -291,12 +285,11 @@ class EmberLibraryViews(Pass):
             sites = calls.get(sym, [])
             if len(sites) != 1 or VIEW.has(decl) or LIBRARY.get(decl) not in wanted:
                 continue
-            if LIBRARY.get(decl) in ATTENTION_BACKWARD and LIBRARY.get(decl) not in CHECKED:
-                continue
             with module.context, ir.Location.unknown():
                 self._rewrite(decl, sites[0])
-                if LIBRARY.get(decl) in CHECKED:
-                    _fold_result_transposes(decl, sites[0])
+                backward = LIBRARY.get(decl) in ATTENTION_BACKWARD
+                _fold_result_transposes(decl, sites[0],
+                                        _gradient_layouts(decl, sites[0]) if backward else None)
 
     @staticmethod
     def _rewrite(decl, call) -> None:
@@ -321,7 +314,63 @@ class EmberLibraryViews(Pass):
         _erase_dead(dead)
 
 
-def _fold_result_transposes(decl, call) -> None:
+# an attention backward's gradients, by result index, and the operand each is laid out like
+_GRADIENT_OF = {0: "query", 1: "key", 2: "value"}
+# How each backward lays its gradients out (torch 2.11; cuDNN's and flash's measured on an H100
+# for packed, dense [B, S, H, D] and plain [B, H, S, D] q, k, v; the CPU kernel here):
+# "order": dense, in the operand's own dim order (its strides where it is dense; GPT-2's q
+# sliced from the packed projection gets a dense [B, S, H, D] gradient); "dense": the
+# operand's strides where it is dense, unknown otherwise (the memory-efficient kernel packs the
+# gradients of non-dense q, k, v into one buffer); "bshd": always [B, S, H, D].
+GRADIENT_LAYOUT = {
+    "aten._scaled_dot_product_cudnn_attention_backward.default": "order",
+    "aten._scaled_dot_product_flash_attention_backward.default": "order",
+    "aten._scaled_dot_product_efficient_attention_backward.default": "dense",
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": "bshd",
+}
+
+
+def _gradient_layouts(decl, call) -> dict[int, list[int]]:
+    """Result position -> the strides an attention backward gives that gradient
+    (`GRADIENT_LAYOUT`), from the operand it is laid out like: the operand's view
+    (`ember.operand_views`) or its row-major buffer. A position is missing where the layout
+    is not known."""
+    kind = GRADIENT_LAYOUT.get(LIBRARY.get(decl))
+    names = TENSOR_ARGS.get(decl, [])
+    views = {v[0]: v for v in OPERAND_VIEWS.get(decl, [])}
+    out = {}
+    for pos, index in enumerate(RESULTS.get(decl, [])):
+        name = _GRADIENT_OF.get(index)
+        if kind is None or name not in names:
+            continue
+        k = names.index(name)
+        shape = _static_shape(call.operands[k]) if k not in views else None
+        if k in views:
+            rank = (len(views[k]) - 2) // 2
+            sizes, strides = views[k][2:2 + rank], views[k][2 + rank:]
+        elif shape is not None:
+            sizes, strides = shape, _row_major(shape)
+        else:
+            continue
+        if len(sizes) != 4:
+            continue
+        order = sorted(range(4), key=lambda d: -strides[d])
+        ordered = _row_major([sizes[d] for d in order])
+        in_order = [0] * 4      # dense strides in the operand's dim order
+        for pos_, d in enumerate(order):
+            in_order[d] = ordered[pos_]
+        dense = in_order == list(strides)
+        bshd = _row_major([sizes[0], sizes[2], sizes[1], sizes[3]])
+        if kind == "bshd":
+            out[pos] = [bshd[0], bshd[2], bshd[1], bshd[3]]
+        elif kind == "order":
+            out[pos] = in_order
+        elif dense:
+            out[pos] = list(strides)
+    return out
+
+
+def _fold_result_transposes(decl, call, layouts: dict[int, list[int]] | None = None) -> None:
     """Each result of `call` whose one user is a `linalg.transpose` becomes the transposed
     value itself, `ember.result_views` naming the permutation: the runtime permutes the op's
     tensor, a free view where the op lays its result out that way (attention's output, which
@@ -333,9 +382,19 @@ def _fold_result_transposes(decl, call) -> None:
     for k, r in enumerate(call.results):
         uses = list(r.uses)
         t = uses[0].owner if len(uses) == 1 else None
-        if t is not None and op_name(t) == "linalg.transpose" and uses[0].operand_number == 0 \
+        perm = _i64s(t, "permutation") if t is not None and \
+            op_name(t) == "linalg.transpose" else None
+        if perm is not None and layouts is not None:
+            # a backward's gradient: only where the op lays it out transposed (a free view;
+            # otherwise the runtime would copy it, slower than the kernel reading the transpose)
+            strides = layouts.get(k)
+            shape = _static_shape(r)
+            if strides is None or shape is None or \
+                    [strides[d] for d in perm] != _row_major([shape[d] for d in perm]):
+                perm = None
+        if perm is not None and uses[0].operand_number == 0 \
                 and _static_shape(t.results[0]) is not None:
-            perms.append([k, *_i64s(t, "permutation")])
+            perms.append([k, *perm])
             types.append(t.results[0].type)
             folded[k] = t
         else:

@@ -21,8 +21,12 @@ When either happens STREAK calls in a row (a loop that keeps what is lent, as an
 `.grad`), the graph is captured again without that optimisation (clones, copies).
 
 Inputs the program writes (`written_inputs`): an optimizer step's parameters, and a backward's
-donated saved activations, whose memory holds its later intermediates (ValueInfo.in_input; not
-its outputs: a graphed program sets `outputs_in_inputs` off). A
+donated saved activations, whose memory holds its later intermediates (ValueInfo.in_input) and,
+where they lie in the forward's pool, its gradients: those are views of the forward's storages
+that this graph does not hold (rebuilt per replay), so the gradients cost no memory besides the
+saved activations, and the forward's liveness guard keeps its next replay from overwriting one
+still alive (a static input buffer or the caller's own memory holds no output:
+`outputs_in_inputs` off). A
 replay writes them where they lie — the forward's pool, read in place, or a static buffer copied
 into on every call — which is what donation allows; the warm-up before a capture runs on copies
 of them, since the capture itself runs nothing and its first replay must read their values.
@@ -66,6 +70,12 @@ def pooled_storage(t: torch.Tensor) -> bool:
 
 class GraphedProgram:
     MAX_RECAPTURES = 3
+    # A program whose last kernel writes at least this many bytes of outputs only: that kernel
+    # runs after each replay, outside the graph, into new memory (CompiledProgram.tail_split),
+    # instead of the graph writing them into its pool and each call copying them out (the MLP
+    # block's 16 MB output: 2% of its call on an H100). Smaller outputs: the copy costs less
+    # than a kernel launched from Python.
+    TAIL_MIN_BYTES = 4 << 20
     STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
                     # before the graph is captured again without that optimisation
 
@@ -74,13 +84,22 @@ class GraphedProgram:
                  written_inputs: frozenset[int] = frozenset()):
         self._run = run
         if hasattr(run, "outputs_in_inputs"):
-            # A backward's gradients planned in its donated inputs' memory (the forward's
-            # pool) would pin that pool's storage under the forward's liveness guard: they
-            # get memory of their own (the backward's pool) instead.
+            # A backward's gradients planned in its donated inputs' memory: in a static input
+            # buffer or the caller's memory they would be held by this graph (and pin the
+            # caller's), so they get memory of their own (this graph's pool); in the forward's
+            # pool (its saved activations, read in place) they stay there, as views this graph
+            # does not hold (`_in_pool`): rebuilt per replay, lent to the caller, and guarded by
+            # the forward's liveness check (a forward replay while one lives would overwrite
+            # it: it runs without its graph instead). The gradients then take no memory
+            # besides the saved activations, as in eager and Inductor's backward.
             run.outputs_in_inputs = False
+            run.outputs_in_pools = True
         if hasattr(run, "release_inputs"):
             # its inputs may be another graph's pool, or read in place by its own replays
             run.release_inputs = False
+            # the arena lies in the graph's pool (memory_allocated does not count it after the
+            # capture); freeing it inside a capture is not tried on a device yet
+            run.release_arena = False
         # inputs the program may write into (an optimizer step's parameters, a backward's
         # donated saved activations): the warm-up before a capture runs on copies of them, or
         # it would apply the step twice / leave the capture reading overwritten activations
@@ -94,7 +113,14 @@ class GraphedProgram:
         self._static_in: list[torch.Tensor] = []
         self._copied: list[int] = []          # inputs copied into static buffers per call
         self._inplace: list[tuple[int, int]] = []   # (input index, data_ptr) read in place
-        self._static_out: list[torch.Tensor] = []
+        self._static_out: list[torch.Tensor | None] = []
+        # with a tail (see TAIL_MIN_BYTES): (first run of the tail, the output positions it
+        # writes) and the captured value table the tail reads
+        self._tail: tuple[int, frozenset[int]] | None = None
+        self._static_vals: list | None = None
+        # output -> (pooled input, byte offset in its storage, shape, strides, dtype): outputs
+        # written into another graph's pool, rebuilt from the input per replay (not held)
+        self._in_pool: dict[int, tuple] = {}
         self._recaptures = 0
         self._lent: frozenset[int] = frozenset()
         self._guarded: frozenset[int] = frozenset()
@@ -193,21 +219,34 @@ class GraphedProgram:
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         _clear_blas_workspaces()
+        split = getattr(self._run, "tail_split", None)
+        self._tail = (split(self.TAIL_MIN_BYTES)
+                      if split is not None and not self._lent and not self._pooled else None)
         with torch.cuda.graph(graph):
             reserved = torch.cuda.memory_reserved()   # after the cache was emptied on entry
-            self._static_out = self._run(*static)
+            if self._tail is None:
+                self._static_out = self._run(*static)
+            else:
+                self._static_vals = self._run.run_head(static, self._tail[0])
+                self._static_out = [None if j in self._tail[1] else self._static_vals[o]
+                                    for j, o in enumerate(self._run.program.outputs)]
         _clear_blas_workspaces()
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
         if self.stats is not None:
             self.stats["graph_pool_bytes"] = self.pool_bytes
         self._graph = graph
+        self._in_pool = _pool_views(self._static_out, [static[i] for i, _ in self._pooled],
+                                    [i for i, _ in self._pooled])
+        for j in self._in_pool:
+            self._static_out[j] = None
         for i, _ in self._pooled:   # not kept: holding them would keep the forward's aliases alive
             static[i] = None
         del static
         storages = {}
         for j in sorted(self._guarded):
             o = self._static_out[j]
-            storages.setdefault(o.untyped_storage().data_ptr(), o.untyped_storage())
+            if o is not None:   # one in another graph's pool: that graph guards it
+                storages.setdefault(o.untyped_storage().data_ptr(), o.untyped_storage())
         _POOLED.update(storages)
         self._pool_ptrs.update(storages)
         use = torch._C._storage_Use_Count
@@ -219,6 +258,8 @@ class GraphedProgram:
             return False
         self._recaptures += 1
         self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
+        self._tail = self._static_vals = None
+        self._in_pool = {}
         self._pooled, self._guard = [], []
         _POOLED.difference_update(self._pool_ptrs)
         self._pool_ptrs.clear()
@@ -256,10 +297,40 @@ class GraphedProgram:
                                  [inputs[i] for i in self._copied])
         self._graph.replay()
         lent, guarded = self._lent, self._guarded
-        outs = [(o.detach() if j in guarded else o) if j in lent
+        static_out = self._static_out
+        if self._in_pool:
+            static_out = list(static_out)
+            for j, (i, off, shape, stride, dt) in self._in_pool.items():
+                static_out[j] = _view_in(inputs[i], off, shape, stride, dt)
+        if self._tail is not None:      # the last kernel, into new memory: nothing to copy
+            tail = self._run.run_tail(self._static_vals, self._tail[0])
+            lent = lent | self._tail[1]
+        outs = [(tail[j] if self._tail is not None and j in self._tail[1]
+                 else o.detach() if j in guarded else o) if j in lent
                 else torch.empty_like(o, memory_format=torch.preserve_format)
-                for j, o in enumerate(self._static_out)]
+                for j, o in enumerate(static_out)]
         fresh = [j for j in range(len(outs)) if j not in lent]
         if fresh:
-            torch._foreach_copy_([outs[j] for j in fresh], [self._static_out[j] for j in fresh])
+            torch._foreach_copy_([outs[j] for j in fresh], [static_out[j] for j in fresh])
         return outs
+
+
+def _pool_views(outputs, pooled, indices) -> dict[int, tuple]:
+    """Outputs lying in the storage of a pooled input (another graph's pool): output ->
+    (input index, byte offset in the storage, shape, strides, dtype)."""
+    where = {t.untyped_storage().data_ptr(): i for t, i in zip(pooled, indices)}
+    found = {}
+    for j, o in enumerate(outputs):
+        if not isinstance(o, torch.Tensor):
+            continue
+        base = o.untyped_storage().data_ptr()
+        if base in where:
+            found[j] = (where[base], o.storage_offset() * o.element_size(), tuple(o.shape),
+                        tuple(o.stride()), o.dtype)
+    return found
+
+
+def _view_in(t: torch.Tensor, offset: int, shape, stride, dtype) -> torch.Tensor:
+    """The view of `t`'s storage at `offset` bytes with that geometry and dtype."""
+    view = torch.empty(0, dtype=dtype, device=t.device)
+    return view.set_(t.untyped_storage(), offset // view.element_size(), shape, stride)

@@ -100,10 +100,16 @@ class CompiledProgram:
         self._plan_arena()
         self._check_outputs()
         self._release_after = self._releases()
+        self._step_start: list[int] = []    # step k's first entry in self._runs
+        self._release_step = {i: k for k, ins in self._release_after.items() for i in ins}
+        arena_last = self._arena_last_step()
         for k, runs in enumerate(steps_runs):
+            self._step_start.append(len(self._runs))
             self._runs.extend(runs)
             if k in self._release_after:
                 self._runs.append(functools.partial(self._release, self._release_after[k]))
+            if k == arena_last:
+                self._runs.append(functools.partial(self._release_arena, self._carve[0][0]))
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
         # 0-dim CPU inputs of a GPU graph (efficient attention's philox seed and offset, Python
@@ -115,12 +121,20 @@ class CompiledProgram:
         # Donated inputs freed after their last use (see _releases); per call, those whose
         # storage is theirs alone (_carve_inputs).
         self.release_inputs = True
+        # A call's arena is freed after the last step that uses it (`_arena_last_step`), when
+        # it is the call's own (not pooled for the next call, as on the CPU): the outputs
+        # made after it (a backward's last gradients) may take its memory.
+        self.release_arena = True
         self._releasable: set[int] = set()
         self._pool: list[list] | None = [] if dev.type == "cpu" and reuse_arena else None
         # Outputs planned in a donated input's memory are handed out there (the caller keeps
-        # that input's memory with them); False gives them memory of their own (a CUDA graph:
-        # its outputs must not pin another graph's pool, runtime/cuda_graphs.py).
+        # that input's memory with them); False gives them memory of their own.
         self.outputs_in_inputs = True
+        # The same for an input in a graphed forward's pool (pooled_storage), instead of
+        # `outputs_in_inputs`: such outputs keep that graph from replaying while they live
+        # (its liveness guard). Off by default; a graphed backward turns it on and hands them
+        # out as views it rebuilds per replay, holding none itself (runtime/cuda_graphs.py).
+        self.outputs_in_pools = False
         self.precompiled: dict | None = None
         if parallel_compile and p.lang == "python" and dev.type == "cuda" \
                 and not triton_interpreted() and self._module is not None:
@@ -377,9 +391,9 @@ class CompiledProgram:
     def _make_const(self, value, v: ValueInfo, dt: torch.dtype) -> torch.Tensor:
         shape = tuple(v.shape)
         t = torch.as_tensor(value, dtype=dt)
-        if t.dim() == 0 and shape:
-            t = torch.full(shape, t.item(), dtype=dt)     # a splat
-        elif tuple(t.shape) != shape:
+        if t.dim() == 0 and shape:     # a splat: filled where it lives
+            return torch.full(shape, t.item(), dtype=dt, device=self.device)
+        if tuple(t.shape) != shape:
             t = t.reshape(shape)
         return t.to(self.device).contiguous()
 
@@ -471,7 +485,50 @@ class CompiledProgram:
                 vals[vid] = typed[dt].as_strided(shape, stride, eoff)
         return vals
 
-    def _run(self, inputs: tuple) -> list[torch.Tensor]:
+    def tail_split(self, min_bytes: int) -> tuple[int, frozenset[int]] | None:
+        """Where a CUDA graph may stop: (index into the per-call runs at which the program's
+        last step begins, the output positions that step writes), when that step is a
+        generated kernel whose results are all program outputs in memory of their own (no arena
+        offset, static shape, not an input's memory) of at least `min_bytes` together. A graph
+        replays the runs before it and launches that kernel after each replay, into new memory:
+        its outputs need no copy out of the graph's pool (runtime/cuda_graphs.py). None
+        otherwise."""
+        p = self.program
+        if (self._dynamic or not p.steps or self._writes_inputs or self._in_inputs
+                or self._release_after or self._clone_out):
+            return None
+        s = p.steps[-1]
+        if s.kind != "kernel" or s.name in self._checked or not s.outputs:
+            return None
+        where = {o: j for j, o in enumerate(p.outputs)}
+        nbytes = 0
+        for o in s.outputs:
+            v = p.values[o]
+            if o not in where or v.offset is not None or v.into_input is not None:
+                return None
+            nbytes += _numel(v.shape) * self._dtypes[o].itemsize
+        if nbytes < min_bytes:
+            return None
+        return self._step_start[-1], frozenset(where[o] for o in s.outputs)
+
+    def run_head(self, inputs: tuple, stop: int) -> list:
+        """The value table after the runs before `stop` (tail_split): what a graph captures."""
+        with torch.no_grad():
+            _, vals = self._begin(inputs)
+            for run in self._runs[:stop]:
+                run(vals)
+        return vals
+
+    def run_tail(self, vals: list, start: int) -> list[torch.Tensor]:
+        """The runs from `start` on a copy of a head's value table; the program's outputs."""
+        vals = list(vals)
+        with torch.no_grad():
+            for run in self._runs[start:]:
+                run(vals)
+        return [vals[o] for o in self.program.outputs]
+
+    def _begin(self, inputs: tuple) -> tuple[list, list]:
+        """(the value table template taken for this call, this call's table with the inputs)."""
         p = self.program
         if len(inputs) != p.num_inputs:
             raise TypeError(f"ember: compiled graph takes {p.num_inputs} tensors, got {len(inputs)}")
@@ -481,6 +538,11 @@ class CompiledProgram:
             self._bind_inputs(inputs, vals)
         else:
             self._take_inputs(inputs, vals)
+        return base, vals
+
+    def _run(self, inputs: tuple) -> list[torch.Tensor]:
+        p = self.program
+        base, vals = self._begin(inputs)
         if self._writes_inputs:     # an input passed twice is not written in place
             seen, shared = set(), set()
             for t in inputs:
@@ -531,6 +593,25 @@ class CompiledProgram:
                 out.setdefault(k, []).append(i)
         return out
 
+    def _arena_last_step(self) -> int | None:
+        """The last step that reads or writes a value in the arena, or a view or library
+        result that may alias one (no output does: _check_outputs); None when that is the
+        last step (nothing would be gained) or there is no arena."""
+        if not self._carve:
+            return None
+        inside = {c[0] for c in self._carve}
+        last = None
+        for k, s in enumerate(self.program.steps):
+            if inside.intersection(s.inputs) or inside.intersection(s.outputs):
+                last = k
+                if s.kind not in ("kernel", "extern"):
+                    inside.update(s.outputs)
+        return last if last is not None and last < len(self.program.steps) - 1 else None
+
+    def _release_arena(self, vid: int, vals: list) -> None:
+        if self.release_arena and self._pool is None:
+            vals[vid].untyped_storage().resize_(0)
+
     def _release(self, inputs: list[int], vals: list) -> None:
         for i in inputs:
             if i in self._releasable:
@@ -560,10 +641,21 @@ class CompiledProgram:
 
         from .cuda_graphs import pooled_storage
         if self._release_after:
-            self._releasable = {
-                i for ins in self._release_after.values() for i in ins
-                if self.release_inputs and isinstance(vals[i], torch.Tensor)
-                and own(i) and not pooled_storage(vals[i])}
+            cand = {i for ins in self._release_after.values() for i in ins
+                    if self.release_inputs and isinstance(vals[i], torch.Tensor)
+                    and not pooled_storage(vals[i])}
+            rel = {i for i in cand if own(i)}
+            # Inputs that share one storage (views of one buffer: attention's saved q, k and
+            # v), every one of them donated and passed as it is: the storage is freed after
+            # the last of them has been read.
+            shared: dict[int, list[int]] = {}
+            for i in cand - rel:
+                if vals[i] is inputs[i]:
+                    shared.setdefault(vals[i].untyped_storage().data_ptr(), []).append(i)
+            for key, members in shared.items():
+                if len(members) == storages[key]:
+                    rel.add(max(members, key=self._release_step.__getitem__))
+            self._releasable = rel
         for i, (need, carve) in self._in_inputs.items():
             t, u8 = vals[i], None
             if (t.is_contiguous() and t.numel() * t.element_size() >= need
@@ -574,8 +666,10 @@ class CompiledProgram:
             fresh = u8 is None
             if fresh:
                 u8 = torch.empty(need, dtype=torch.uint8, device=self.device)
-            # a graphed forward's pool: an output there would pin it under its liveness guard
-            keep_out = fresh or not self.outputs_in_inputs or pooled_storage(t)
+            # a graphed forward's pool: an output there holds that graph's replays back while
+            # it lives (its liveness guard)
+            keep_out = fresh or not (self.outputs_in_pools if pooled_storage(t)
+                                     else self.outputs_in_inputs)
             for vid, dt, shape, off, nbytes, returned in carve:
                 if returned and keep_out:
                     # handed to the caller: not a view of memory it does not expect to keep

@@ -37,7 +37,8 @@ class Step:
                      other arguments), "results" (which of the op's outputs are `outputs`).
                      The outputs are the op's own tensors (no arena offset, no copy).
     kind = "view":   outputs[0] is inputs[0] reshaped to its shape (no copy).
-    kind = "const":  outputs[0] is the constant params["value"] (nested lists or a scalar).
+    kind = "const":  outputs[0] is the constant params["value"] (nested lists, or a scalar: a
+                     0-dim value, or every element of a splat of outputs[0]'s shape).
     kind = "empty":  outputs[0] is uninitialised memory of its shape.
     """
 

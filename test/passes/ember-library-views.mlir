@@ -152,22 +152,78 @@ module {
 
 // -----
 
-// Attention's backward: the saved output, transposed back to [B, H, S, D], is read as a view
-// of the graph input (no copy kernel), and the gradient of q, which the next op transposes to
-// [B, S, H, D], is handed on transposed.
-// CHECK-LABEL: func.func private @ember_lib_4(tensor<2x4x16x8xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
-// CHECK-SAME:    ember.operand_views = [array<i64: 1, 0, 2, 4, 16, 8, 512, 8, 32, 1>]
+// Attention's backward: the saved output and q, transposed back to [B, H, S, D], are read as
+// views of the graph inputs (no copy kernels), and the gradient of q, which the next op
+// transposes to [B, S, H, D], is handed on transposed: the CPU kernel lays its gradients out
+// [B, S, H, D], so the transpose is a free view.
+// CHECK-LABEL: func.func private @ember_lib_4(tensor<2x4x16x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 1, 0, 2, 4, 16, 8, 512, 8, 32, 1>, array<i64: 2, 0, 2, 4, 16, 8, 512, 8, 32, 1>]
 // CHECK-SAME:    ember.result_views = [array<i64: 0, 0, 2, 1, 3>]
 // CHECK-LABEL: func.func @backward_views
-// CHECK:         %[[G:.*]] = call @ember_lib_4(%arg0, %arg1) : (tensor<2x4x16x8xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK:         %[[G:.*]] = call @ember_lib_4(%arg0, %arg1, %arg2) : (tensor<2x4x16x8xf32>, tensor<2x16x4x8xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
 // CHECK-NOT:     linalg.transpose
 // CHECK:         return %[[G]]
 module {
-  func.func private @ember_lib_4(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["grad_out", "out"]}
-  func.func @backward_views(%grad: tensor<2x4x16x8xf32>, %saved: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
+  func.func private @ember_lib_4(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["grad_out", "query", "out"]}
+  func.func @backward_views(%grad: tensor<2x4x16x8xf32>, %q: tensor<2x16x4x8xf32>, %saved: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
     %e = tensor.empty() : tensor<2x4x16x8xf32>
+    %qt = linalg.transpose ins(%q : tensor<2x16x4x8xf32>) outs(%e : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
     %out = linalg.transpose ins(%saved : tensor<2x16x4x8xf32>) outs(%e : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
-    %g = call @ember_lib_4(%grad, %out) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    %g = call @ember_lib_4(%grad, %qt, %out) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    %e2 = tensor.empty() : tensor<2x16x4x8xf32>
+    %gt = linalg.transpose ins(%g : tensor<2x4x16x8xf32>) outs(%e2 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
+    return %gt : tensor<2x16x4x8xf32>
+  }
+}
+
+// -----
+
+// The memory-efficient backward with q sliced from a packed projection (GPT-2's
+// [B, S, 3 * H * D]), which is not dense: that kernel packs the three gradients into one
+// buffer, so q's gradient transposed is not row-major; the transpose after it stays (the
+// consumer's kernel reads it transposed; as a result view the runtime would copy it).
+// CHECK-LABEL: func.func private @ember_lib_5(tensor<2x4x16x8xf32>, tensor<2x16x96xf32>, tensor<2x16x4x8xf32>) -> tensor<2x4x16x8xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 1, 0, 2, 4, 16, 8, 1536, 8, 96, 1>, array<i64: 2, 0, 2, 4, 16, 8, 512, 8, 32, 1>]
+// CHECK-NOT:     ember.result_views
+// CHECK-LABEL: func.func @backward_packed
+// CHECK:         %[[G:.*]] = call @ember_lib_5(
+// CHECK:         linalg.transpose ins(%[[G]]
+module {
+  func.func private @ember_lib_5(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_efficient_attention_backward.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["grad_out_", "query", "out"]}
+  func.func @backward_packed(%grad: tensor<2x4x16x8xf32>, %qkv: tensor<2x16x96xf32>, %saved: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
+    %s = tensor.extract_slice %qkv[0, 0, 0] [2, 16, 32] [1, 1, 1] : tensor<2x16x96xf32> to tensor<2x16x32xf32>
+    %x = tensor.expand_shape %s [[0], [1], [2, 3]] output_shape [2, 16, 4, 8] : tensor<2x16x32xf32> into tensor<2x16x4x8xf32>
+    %e = tensor.empty() : tensor<2x4x16x8xf32>
+    %qt = linalg.transpose ins(%x : tensor<2x16x4x8xf32>) outs(%e : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %out = linalg.transpose ins(%saved : tensor<2x16x4x8xf32>) outs(%e : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %g = call @ember_lib_5(%grad, %qt, %out) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    %e2 = tensor.empty() : tensor<2x16x4x8xf32>
+    %gt = linalg.transpose ins(%g : tensor<2x4x16x8xf32>) outs(%e2 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
+    return %gt : tensor<2x16x4x8xf32>
+  }
+}
+
+// -----
+
+// cuDNN's backward lays each gradient out dense in its operand's dim order: q sliced from the
+// packed projection ([B, S, H, D] order) gets a dense [B, S, H, D] gradient, whose transpose
+// is a free view.
+// CHECK-LABEL: func.func private @ember_lib_6(tensor<2x4x16x8xf32>, tensor<2x16x96xf32>, tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 1, 0, 2, 4, 16, 8, 1536, 8, 96, 1>, array<i64: 2, 0, 2, 4, 16, 8, 512, 8, 32, 1>]
+// CHECK-SAME:    ember.result_views = [array<i64: 0, 0, 2, 1, 3>]
+// CHECK-LABEL: func.func @backward_packed_cudnn
+// CHECK:         %[[G:.*]] = call @ember_lib_6(
+// CHECK-NOT:     linalg.transpose
+// CHECK:         return %[[G]]
+module {
+  func.func private @ember_lib_6(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_cudnn_attention_backward.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["grad_out", "query", "out"]}
+  func.func @backward_packed_cudnn(%grad: tensor<2x4x16x8xf32>, %qkv: tensor<2x16x96xf32>, %saved: tensor<2x16x4x8xf32>) -> tensor<2x16x4x8xf32> {
+    %s = tensor.extract_slice %qkv[0, 0, 0] [2, 16, 32] [1, 1, 1] : tensor<2x16x96xf32> to tensor<2x16x32xf32>
+    %x = tensor.expand_shape %s [[0], [1], [2, 3]] output_shape [2, 16, 4, 8] : tensor<2x16x32xf32> into tensor<2x16x4x8xf32>
+    %e = tensor.empty() : tensor<2x4x16x8xf32>
+    %qt = linalg.transpose ins(%x : tensor<2x16x4x8xf32>) outs(%e : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %out = linalg.transpose ins(%saved : tensor<2x16x4x8xf32>) outs(%e : tensor<2x4x16x8xf32>) permutation = [0, 2, 1, 3]
+    %g = call @ember_lib_6(%grad, %qt, %out) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
     %e2 = tensor.empty() : tensor<2x16x4x8xf32>
     %gt = linalg.transpose ins(%g : tensor<2x4x16x8xf32>) outs(%e2 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
     return %gt : tensor<2x16x4x8xf32>

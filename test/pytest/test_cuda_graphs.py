@@ -322,6 +322,42 @@ def test_backward_writing_into_its_donated_saved_activations_matches_eager(graph
         assert not bwd_report.get("cudagraphs") or opts.get("cudagraphs", True)
 
 
+def test_graphed_backward_hands_gradients_out_in_the_forwards_pool(graphs):
+    """Gradients planned in the memory of donated saved activations (ember-buffer-reuse's
+    `donated-outputs`) stay there when the backward is graphed: in the forward's pool, as views
+    the backward rebuilds per replay and does not hold (`_in_pool`), so they cost no memory of
+    their own. Plain steps replay both graphs (the gradients are dropped before the next
+    forward); the values are eager's; a kept gradient makes the next forward run without its
+    graph instead of overwriting it."""
+    from ember.runtime.cuda_graphs import pooled_storage
+    made = graphs
+    model, ref = _deep_model(), _deep_model()
+    ref.load_state_dict(model.state_dict())
+    f = torch.compile(model, backend="ember")
+    for step in range(6):
+        x = torch.randn(64, 64, device="cuda")
+        f(x).square().mean().backward()
+        ref(x).square().mean().backward()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        if step >= 3:
+            assert any(pooled_storage(q.grad) for q in model.parameters())
+        for p, q in zip(ref.parameters(), model.parameters()):
+            p.grad = q.grad = None
+    bwd = [g for g in made if g._pooled]
+    fwd = [g for g in made if g._guarded and not g._pooled]
+    assert len(bwd) == 1 and len(fwd) == 1 and bwd[0].captured
+    assert bwd[0]._in_pool and all(bwd[0]._static_out[j] is None for j in bwd[0]._in_pool)
+    assert fwd[0].ungraphed_calls == bwd[0].ungraphed_calls == 0
+    for step in range(2):       # gradients kept: accumulated, never overwritten
+        x = torch.randn(64, 64, device="cuda")
+        f(x).square().mean().backward()
+        ref(x).square().mean().backward()
+    for p, q in zip(ref.parameters(), model.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+    assert fwd[0].ungraphed_calls >= 1
+
+
 def test_training_graphs_survive_inductors_cudagraph_trees_in_one_process():
     """The harness's mlp / llama training rows died with `unspecified launch failure` in
     ember's graphed backward when Inductor's reduce-overhead mode ran in the same process on
@@ -363,3 +399,24 @@ def test_training_graphs_survive_inductors_cudagraph_trees_in_one_process():
         torch.cuda.synchronize()
         for g, p in zip(grads, ref.parameters()):
             torch.testing.assert_close(g, p.grad, rtol=2e-2, atol=2e-3)
+
+
+@pytest.mark.parametrize("rows", [16384, 32])
+def test_last_kernel_runs_after_the_replay_into_new_memory(graphs, rows):
+    """A graph whose last kernel writes >= TAIL_MIN_BYTES of outputs launches it after each
+    replay into new memory (no copy out of the pool); outputs of earlier calls survive, and
+    match eager. A small output (32 rows of 64 floats) stays in the graph and is copied out."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+    model = _model()
+    compiled = torch.compile(model, backend="ember")
+    xs = [torch.randn(rows, 64, device="cuda") for _ in range(6)]
+    with torch.no_grad():
+        outs = [compiled(x) for x in xs]
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
+    (g,) = [g for g in graphs if g.captured]
+    big = rows * 64 * 4 >= GraphedProgram.TAIL_MIN_BYTES
+    assert (g._tail is not None) == big
+    if big:     # the output lies in new memory each call, not in the graph's pool
+        assert len({o.data_ptr() for o in outs[3:]}) == 3
+        assert g._static_out[0] is None

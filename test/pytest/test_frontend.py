@@ -214,7 +214,9 @@ def test_export_program_from_lowered_module():
                      ("extern", "aten.mm"), ("kernel", "ember_k0"), ("view", "collapse_shape")]
     const_bf16, const_i64, empty, ext, kern, view = p.steps
     assert const_bf16.params["value"] == [1.0, 2.5] and p.values[3].dtype == "bfloat16"
-    assert const_i64.params["value"] == [[3, 3], [3, 3]] and p.values[4].dtype == "int64"
+    # a splat is its one value, which the runtime fills the tensor with
+    assert const_i64.params["value"] == 3 and p.values[4].dtype == "int64"
+    assert p.values[4].shape == (2, 2)
     assert p.values[5].dtype == "bool"
     assert ext.inputs == (0, 1) and ext.params == {"transpose_b": False, "stride": [1, 2],
                                                    "pad": [0, 1], "g": 1}

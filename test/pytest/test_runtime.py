@@ -378,3 +378,21 @@ def test_convolution_extern_hands_over_the_librarys_result():
     assert isinstance(own, list) and len(own) == 1
     assert torch.equal(own[0], torch.nn.functional.conv2d(x, w, b, stride=2, padding=1))
     assert planned.isnan().all()        # nothing copied into the planned buffer
+
+
+def test_tail_split_runs_the_last_kernel_apart(tmp_path):
+    """CompiledProgram.tail_split / run_head / run_tail (what a CUDA graph uses to launch the
+    last kernel after each replay, into new memory): the head's table plus the tail give the
+    call's outputs; the tail's output is new memory on each run; a last kernel writing into
+    the arena or below the size bound is no tail."""
+    cp = load(add_rowsum_program(), cache=tmp_path)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    assert cp.tail_split(1 << 20) is None       # 16 bytes of output: below the bound
+    start, positions = cp.tail_split(0)
+    assert positions == {0} and start == 2      # the third step's runs: its output's alloc first
+    vals = cp.run_head((x, y), start)
+    assert vals[4] is None and vals[3] is not None      # rowsum not run, its input computed
+    (a,), (b,) = cp.run_tail(vals, start), cp.run_tail(vals, start)
+    torch.testing.assert_close(a, cp(x, y)[0])
+    assert a.data_ptr() != b.data_ptr()
+    torch.testing.assert_close(a, b)

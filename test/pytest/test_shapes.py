@@ -248,6 +248,24 @@ def test_views_of_computed_value_keep_offsets(target, device):
         assert _shares(o, out[0]), f"output {i} is not a view of output 0"
 
 
+def test_split_results_stay_views_of_one_buffer(target, device):
+    """q, k, v split from one product and viewed per head (a training forward saves them for
+    the backward): views of the one buffer with eager's strides and offsets, not each copied
+    into eager's strides (three strided copies per attention layer)."""
+    def f(x, w):
+        q, k, v = (x @ w).split(4, dim=-1)
+        return q.view(2, 3, 2, 2).transpose(1, 2), k, v, (x @ w).unbind(1)[2]
+    out, ref = _run(f, [torch.randn(2, 3, 8, device=device), torch.randn(8, 12, device=device)],
+                    target)
+    for i, (o, r) in enumerate(zip(out, ref)):
+        _same_layout(o, r, f"output {i}")
+        torch.testing.assert_close(o, r)
+    assert _shares(out[0], out[1]) and _shares(out[0], out[2])
+    out[1].add_(1)      # k's memory is q's buffer's, as in eager
+    ref[1].add_(1)
+    torch.testing.assert_close(out[1], ref[1])
+
+
 def test_transposed_results_have_eager_strides(target, device):
     def f(x):
         return (x * 2).t(), (x + 1).t().contiguous(), x.t(), (x - 1).permute(1, 0)[1:]

@@ -89,3 +89,43 @@ def test_a_graph_the_split_breaks_compiles_unsplit(target, monkeypatch):
     (report,) = ember.last_reports()
     assert "injected failure" in report["split_reductions_off"]
     assert _sums(report) == 1, report["fused_groups"]
+
+
+@pytest.mark.targets("triton")
+def test_a_warm_start_remembers_that_the_split_failed(target, monkeypatch, tmp_path):
+    """The failing split's verdict is kept in the program cache: a warm start (a fresh Dynamo,
+    the same cache) runs no pass of the split pipeline again and takes the unsplit program
+    from the cache, with the same report; the cold compile's failed attempt is timed as
+    `split_retry`."""
+    from ember.frontend import compile_module
+    from ember.passes import ember_split_reductions as mod
+    runs, compiles = [], []
+    real = compile_module._compile_module
+
+    def broken(self, module):
+        runs.append(1)
+        raise mod.PassError("ember-split-reductions: injected failure")
+
+    def counted(*args, **kwargs):
+        compiles.append(args[1])
+        return real(*args, **kwargs)
+    monkeypatch.setattr(mod.EmberSplitReductions, "run", broken)
+    monkeypatch.setattr(compile_module, "_compile_module", counted)
+    x = _randn(4096, 64)
+    options = {"target": target, "cache_dir": str(tmp_path), "program_cache": True}
+    reports = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        ember.clear_reports()
+        out = torch.compile(lambda t: t.sum(0), backend="ember", options=options)(x)
+        assert_close(out, x.sum(0))
+        (report,) = ember.last_reports()
+        reports.append(report)
+    cold, warm = reports
+    assert len(runs) == 1 and len(compiles) == 2, (runs, compiles)
+    assert "ember-split-reductions" in compiles[0] and "ember-split-reductions" not in compiles[1]
+    assert cold["program_cache"] == "miss" and warm["program_cache"] == "hit"
+    assert warm["split_reductions_off"] == cold["split_reductions_off"]
+    assert "injected failure" in warm["split_reductions_off"]
+    assert cold["stage_seconds"]["split_retry"] > 0
+    assert "ember-fuse" in cold["stage_seconds"] and "ember-fuse" not in warm["stage_seconds"]

@@ -74,6 +74,95 @@ def test_program_writes_later_values_into_a_donated_input():
     assert torch.equal(st, s)
 
 
+def test_outputs_in_a_graph_pools_input_only_when_the_program_allows():
+    """A donated input in a graphed forward's pool (cuda_graphs.pooled_storage: its saved
+    activations): a returned value planned there gets memory of its own unless the program
+    hands outputs out in pools (`outputs_in_pools`, a graphed backward), whatever
+    `outputs_in_inputs` says; the values are eager's either way."""
+    from ember.runtime import cuda_graphs
+    torch.manual_seed(0)
+    s, g = torch.randn(64, 64), torch.randn(64, 64)
+    run, _ = _program(_matmul_tanh_matmul, s, g)
+    ref = _matmul_tanh_matmul(s, g)[0]
+    for in_pools, in_inputs, there in ((False, True, False), (True, False, True),
+                                       (False, False, False)):
+        run.outputs_in_pools, run.outputs_in_inputs = in_pools, in_inputs
+        s1 = s.clone()
+        cuda_graphs._POOLED.add(_storage(s1))
+        try:
+            out = run(s1, g)[0]
+        finally:
+            cuda_graphs._POOLED.discard(_storage(s1))
+        assert_close(out, ref, matmul=True)
+        assert (_storage(out) == _storage(s1)) == there, (in_pools, in_inputs)
+    run.outputs_in_pools, run.outputs_in_inputs = False, True
+
+
+def test_pool_views_rebuild_outputs_from_the_input_storage():
+    """A graphed backward keeps no output lying in another graph's pool: it records where
+    each lies in the pooled input's storage (byte offset, shape, strides, dtype) and rebuilds
+    the view from the input of each replay (cuda_graphs._pool_views / _view_in)."""
+    from ember.runtime.cuda_graphs import _pool_views, _view_in
+    saved = torch.randn(4096).to(torch.bfloat16)            # 8 KiB, a saved activation
+    u8 = saved.view(torch.uint8)
+    grad = u8[1024:1024 + 64 * 16 * 4].view(torch.float32).view(64, 16)
+    grad.copy_(torch.arange(64 * 16, dtype=torch.float32).view(64, 16))
+    other = torch.zeros(3)
+    found = _pool_views([other, grad], [saved], [5])
+    assert list(found) == [1] and found[1][:2] == (5, 1024)
+    rebuilt = _view_in(saved, *found[1][1:])
+    assert rebuilt.dtype == torch.float32 and rebuilt.shape == (64, 16)
+    assert rebuilt.data_ptr() == grad.data_ptr() and torch.equal(rebuilt, grad)
+
+
+def _allocated_peak(fn) -> int:
+    """The most bytes allocated above the start during `fn()` (the CPU allocator's running
+    total, from the profiler's allocation events)."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    allocs = []
+
+    def walk(events):
+        for e in events:
+            if e.tag == _EventType.Allocation:
+                allocs.append((e.start_time_ns, e.extra_fields.alloc_size,
+                               e.extra_fields.total_allocated))
+            walk(e.children)
+    walk(prof.profiler.kineto_results.experimental_event_tree())
+    allocs.sort()
+    start = allocs[0][2] - allocs[0][1]
+    return max(total for _, _, total in allocs) - start
+
+
+def _arena_then_output(x, w):
+    h = torch.tanh(x @ w)                   # intermediates: the arena
+    return h.sum(1), torch.exp(x) * 2.0     # the big output is made after the arena's last use
+
+
+def test_arena_is_freed_after_its_last_use():
+    """A call's own arena (not pooled for the next call: a GPU's, or `reuse_arena=False`) is
+    freed after the last step that uses it, so what is made after it (a backward's last
+    gradients) may take its memory: the call's allocated peak drops by the arena's size. The
+    CPU's pooled arena and `release_arena=False` keep it; the values are eager's either way."""
+    torch.manual_seed(0)
+    x, w = torch.randn(256, 256), torch.randn(256, 256)
+    run, summary = _program(_arena_then_output, x, w, reuse=())
+    arena = run.arena_bytes
+    assert arena >= 256 * 256 * 4, summary
+    ref = _arena_then_output(x, w)
+    run._pool = None                        # the arena is each call's own, as on a GPU
+    peaks = {}
+    for release in (True, False):
+        run.release_arena = release
+        outs = run(x, w)
+        for o, r in zip(outs, ref):
+            assert_close(o, r, matmul=True)
+        peaks[release] = _allocated_peak(lambda: run(x, w))
+    assert peaks[False] - peaks[True] >= arena - 64 * 1024, (peaks, arena)
+
+
 def _narrow_then_wide(s, g):
     return (torch.tanh(s @ g) * 2.0,)     # s (64x16) is read once; nothing fits in it
 
@@ -176,3 +265,113 @@ def test_retain_graph_keeps_saved_activations():
         assert_close(p.grad, g, what="plain backward")
     with pytest.raises(RuntimeError, match="donated buffers"):
         f2(x).square().sum().backward(retain_graph=True)
+
+
+def _saved_by_node(loss):
+    seen, todo, out = set(), [loss.grad_fn], []
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        try:
+            out.extend(t for t in node.saved_tensors if isinstance(t, torch.Tensor))
+        except (AttributeError, RuntimeError):     # not an autograd.Function (eager ops)
+            pass
+        todo.extend(f for f, _ in node.next_functions)
+    return out
+
+
+@pytest.mark.parametrize("split", ["split", "split_with_sizes", "unbind"])
+def test_split_items_saved_for_the_backward_are_views_of_one_buffer(split):
+    """Attention's q, k and v, items of a split of one projection (GPT-2's c_attn), saved for
+    the backward: views of the projection the program computes, as in eager, not one copy each
+    restrided over the projection's whole extent (3x its memory, and two copy kernels each).
+    Outputs keep eager's shape, strides and offset; gradients are eager's."""
+    from ember.benchmarks.models import TransformerBlock
+    torch.manual_seed(0)
+    d, heads = 32, 2
+
+    class Block(TransformerBlock):
+        def forward(self, x):
+            b, t, _ = x.shape
+            y = self.qkv(self.ln1(x))
+            if split == "split":
+                q, k, v = y.split(d, dim=-1)
+            elif split == "split_with_sizes":
+                q, k, v = y.split([d, d, d], dim=-1)
+            else:
+                q, k, v = y.view(b, t, 3, d).unbind(2)
+            q, k, v = (z.reshape(b, t, heads, d // heads).transpose(1, 2) for z in (q, k, v))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+
+    ref = Block(d, heads, 64)
+    x = torch.randn(2, 8, d)
+    model = copy.deepcopy(ref)
+    torch._dynamo.reset()
+    clear_reports()
+    f = torch.compile(model, backend="ember", options={"target": "cpu"})
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+        loss = f(x).square().mean()
+        ref_loss = ref(x).square().mean()
+        qkv = [t for t in _saved_by_node(loss) if t.dim() == 4 and t.shape[-1] == d // heads]
+        storages = {t.untyped_storage().data_ptr() for t in qkv}
+        assert len(qkv) >= 3 and len(storages) == len(qkv) - 2, \
+            [(t.shape, t.stride(), t.untyped_storage().nbytes()) for t in qkv]
+        loss.backward()
+        ref_loss.backward()
+        assert_close(loss, ref_loss, what="loss")
+        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, tol=1e-4, what=f"grad {n}")
+    check_fallbacks()
+
+
+def _two_views(a, b, g):
+    return ((torch.tanh(a @ g) + torch.tanh(b @ g) * 2.0).sum(0),)
+
+
+def test_donated_inputs_sharing_one_storage_are_freed_after_the_last_of_them():
+    """Donated inputs that are views of one storage (saved tensors sliced out of one buffer)
+    cannot be freed one by one; once the last of them has been read, the storage is freed.
+    Not when an input that is not donated shares it."""
+    torch.manual_seed(0)
+    a, b, g = torch.randn(64, 64), torch.randn(64, 64), torch.randn(64, 64)
+    run, _ = _program(_two_views, a, b, g, reuse=(0, 1))
+    ref = _two_views(a, b, g)[0]
+    base = torch.stack([a, b])
+    assert_close(run(base[0], base[1], g)[0], ref, matmul=True)
+    assert base.untyped_storage().nbytes() == 0, "the shared storage was not freed"
+    run1, _ = _program(_two_views, a, b, g, reuse=(0,))
+    base = torch.stack([a, b])
+    assert_close(run1(base[0], base[1], g)[0], ref, matmul=True)
+    assert base.untyped_storage().nbytes() == 2 * 64 * 64 * 4
+
+
+def test_backward_does_not_hold_earlier_layers_gradients_for_horizontal_fusion():
+    """Under bf16 autocast each layer's weight gradient is a bf16 product cast to f32, every
+    cast read only by the return. Horizontal fusion of those casts across layers (one kernel
+    where the last ran) held each earlier layer's 2 MiB product until the last layer's: the
+    backward's arena was 6.0 MiB for three 1024x1024 layers (main at 9b5d011). ember-fuse
+    refuses a horizontal merge that keeps more than `horizontal-held-bytes` alive: 2.1 MiB.
+    Gradients are eager's."""
+    torch.manual_seed(0)
+    ref = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.GELU(),
+                              torch.nn.Linear(1024, 1024), torch.nn.GELU(),
+                              torch.nn.Linear(1024, 1024))
+    x = torch.randn(16, 1024)
+    model = copy.deepcopy(ref)
+    torch._dynamo.reset()
+    clear_reports()
+    f = torch.compile(model, backend="ember", options={"target": "cpu"})
+    for fwd, m in ((f, model), (ref, ref)):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fwd(x).float().square().mean()
+        loss.backward()
+    for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, tol=2e-2, what=f"grad {n}")
+    check_fallbacks()
+    bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+    assert bwd["planned_peak_bytes"] <= 2.5 * 2 ** 20, bwd["planned_peak_bytes"]

@@ -1,0 +1,228 @@
+"""Cold compile seconds per stage, ember's own part (no kernel is built: runtime.executor.load is
+stubbed as in kernel_count.py, so the figures hold on the CPU machine for the GPU's code
+generator).
+
+    python benchmarks/cold_compile.py [--models bert,gpt2] [--modes infer,train]
+                                      [--runs 3] [--small] [--json FILE] [--sources DIR]
+
+Each run is a fresh process (a cold start: nothing of ember's, Dynamo's or torch-mlir's is
+warm; the program cache is off) that compiles the model's first call with
+`options={"target": "triton", "program_cache": False}` (a training step: forward, loss and
+backward; `infer`: the forward under no_grad). Stages, in seconds:
+
+  step        the first call (training: forward + backward) end to end
+  dynamo      Dynamo's tracing and the rest of torch around the graphs (what is left of step)
+  aot         AOTAutograd (decomposition, joint tracing, partitioning), inside the backend call
+  eager       the stub's eager run of each graph (not a compile cost; subtracted from step)
+  ember       ember's compile of every graph (EmberGraph._build), split into its report's
+              stage_seconds: fx_prep, import (torch-mlir), each pass, export, build (stubbed)
+
+`--clock cpu` measures every stage in this process's CPU seconds (time.perf_counter is made
+time.process_time in the child, ember's stage timers included): on a machine shared with other
+jobs, wall seconds measure the neighbours as much as the compile. `step_wall` is wall time
+either way.
+
+With `--sources DIR` each graph's Program (kernel sources, schedule) is written to DIR, to
+prove that an optimisation changed no output (diff two such directories).
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernel_count import compile_only  # noqa: E402
+from models import FULL_TEXT_SHAPE, build  # noqa: E402
+
+
+def program_text(program) -> str:
+    """Everything a Program holds that the runtime uses, as text: the kernel source, then each
+    field (a long one as its sha256), then the sha256 of the pickled Program."""
+    import dataclasses
+    import hashlib
+    import pickle
+
+    def short(text: str) -> str:
+        return text if len(text) < 2000 else "sha256 " + hashlib.sha256(text.encode()).hexdigest()
+    out = [program.source]
+    for f in dataclasses.fields(program):
+        if f.name == "source":
+            continue
+        v = getattr(program, f.name)
+        if isinstance(v, list) and f.name in ("values", "steps"):
+            out += [f"{f.name}[{i}]: {short(repr(x))}" for i, x in enumerate(v)]
+        else:
+            out.append(f"{f.name}: {short(repr(v))}")
+    out.append("pickle: " + hashlib.sha256(pickle.dumps(program, protocol=4)).hexdigest())
+    return "\n".join(out) + "\n"
+
+
+def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str = "wall",
+            debug_dir: str | None = None) -> dict:
+    if clock == "cpu":
+        time.perf_counter = time.process_time
+    import ember
+    from ember.frontend.backend import ember_backend
+    import torch._dynamo.backends.common as common
+
+    torch._dynamo.reset()
+    shape = None if small else FULL_TEXT_SHAPE.get(name)
+    model, inputs, loss_fn = build(name, "cpu", small=small, text_shape=shape)
+    model = model.train() if mode == "train" else model.eval()
+    times = {"aot": 0.0, "backend": 0.0, "eager": 0.0, "gc": 0.0, "gc_ember": 0.0}
+    gc_start = []
+    in_ember = [0]
+
+    def on_gc(phase, info):
+        if phase == "start":
+            gc_start.append(time.perf_counter())
+        elif gc_start:
+            dt = time.perf_counter() - gc_start.pop()
+            times["gc"] += dt
+            if in_ember[0]:
+                times["gc_ember"] += dt
+    gc.callbacks.append(on_gc)
+    from ember.frontend.compile import EmberGraph
+    real_build = EmberGraph._build
+
+    def build_timed(self, args):
+        in_ember[0] += 1
+        try:
+            return real_build(self, args)
+        finally:
+            in_ember[0] -= 1
+    EmberGraph._build = build_timed
+    real_aot = common.aot_autograd
+
+    def timed_aot(**kw):
+        inner = real_aot(**kw)
+
+        def run(gm, example_inputs):
+            t0 = time.perf_counter()
+            try:
+                return inner(gm, example_inputs)
+            finally:
+                times["aot"] += time.perf_counter() - t0
+        return run
+
+    def backend(gm, example_inputs):
+        t0 = time.perf_counter()
+        try:
+            return ember_backend(gm, example_inputs,
+                                 options={"target": "triton", "program_cache": False,
+                                          "debug_dir": debug_dir})
+        finally:
+            times["backend"] += time.perf_counter() - t0
+
+    records: list = []
+    ember.clear_reports()
+    common.aot_autograd = timed_aot
+    try:
+        with compile_only(records, timing=times):
+            fwd = torch.compile(model, backend=backend)
+            t0, w0 = time.perf_counter(), time.monotonic()
+            if mode == "infer":
+                with torch.no_grad():
+                    fwd(*inputs)
+            else:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = loss_fn(fwd(*inputs))
+                loss.backward()
+            step, step_wall = time.perf_counter() - t0, time.monotonic() - w0
+    finally:
+        common.aot_autograd = real_aot
+    reports = [r for r in ember.last_reports() if "compile_seconds" in r]
+    stages: dict[str, float] = {}
+    for r in reports:
+        for k, v in (r.get("stage_seconds") or {}).items():
+            stages[k] = stages.get(k, 0.0) + v
+    ember_s = sum(r["compile_seconds"] for r in reports)
+    stages["other"] = ember_s - sum(stages.values())
+    if sources:
+        os.makedirs(sources, exist_ok=True)
+        for i, rec in enumerate(records):
+            path = os.path.join(sources, f"{name}-{mode}-{i}-{rec['kind']}.txt")
+            with open(path, "w") as f:
+                f.write(program_text(rec["program"]))
+    return {"model": name, "mode": mode, "clock": clock, "step_wall": step_wall, "step": step, "aot": times["aot"],
+            "eager": times["eager"], "ember": ember_s, "gc": times["gc"],
+            "gc_ember": times["gc_ember"],
+            "dynamo": step - times["aot"] - times["eager"] - ember_s,
+            "graphs": [{"graph_id": r["graph_id"], "status": r["status"],
+                        "kernels": r.get("num_kernels"),
+                        "split_reductions_off": bool(r.get("split_reductions_off"))}
+                       for r in reports],
+            "stages": stages}
+
+
+def _median_rows(runs: list[dict]) -> dict:
+    keys = ("step_wall", "step", "dynamo", "aot", "eager", "ember", "gc", "gc_ember")
+    out = {k: statistics.median(r[k] for r in runs) for k in keys}
+    names = sorted({k for r in runs for k in r["stages"]})
+    out["stages"] = {k: statistics.median(r["stages"].get(k, 0.0) for r in runs) for k in names}
+    out["graphs"] = runs[0]["graphs"]
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="bert,gpt2")
+    ap.add_argument("--modes", default="infer,train")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--clock", default="wall", choices=("wall", "cpu"))
+    ap.add_argument("--json", default="")
+    ap.add_argument("--sources", default=None, help="write each graph's Program here")
+    ap.add_argument("--debug-dir", default=None, help="ember's debug dump (with --one)")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)   # model:mode, in a child
+    args = ap.parse_args(argv)
+    if args.one:
+        name, mode = args.one.split(":")
+        row = one_run(name, mode, args.small, args.sources, args.clock, args.debug_dir)
+        sys.stdout.write("ROW " + json.dumps(row) + "\n")
+        return
+    rows = []
+    for name in args.models.split(","):
+        for mode in args.modes.split(","):
+            runs = []
+            for i in range(args.runs):
+                cmd = [sys.executable, os.path.abspath(__file__), "--one", f"{name}:{mode}",
+                       "--clock", args.clock]
+                if args.small:
+                    cmd.append("--small")
+                if args.sources and i == 0:
+                    cmd += ["--sources", args.sources]
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                line = [x for x in out.stdout.splitlines() if x.startswith("ROW ")]
+                if not line:
+                    sys.stderr.write(out.stderr[-3000:])
+                    raise SystemExit(f"{name} {mode}: the child failed")
+                runs.append(json.loads(line[0][4:]))
+                r = runs[-1]
+                print(f"{name:<6} {mode:<6} run {i}: wall {r['step_wall']:7.2f}  step "
+                      f"{r['step']:7.2f}  dynamo "
+                      f"{r['dynamo']:6.2f}  aot {r['aot']:6.2f}  eager {r['eager']:6.2f}  "
+                      f"ember {r['ember']:6.2f}  (gc {r['gc']:5.2f}, in ember {r['gc_ember']:5.2f})", flush=True)
+            med = _median_rows(runs)
+            med.update(model=name, mode=mode, runs=runs)
+            rows.append(med)
+            stages = "  ".join(f"{k} {v:.2f}" for k, v in
+                               sorted(med["stages"].items(), key=lambda kv: -kv[1]))
+            print(f"{name:<6} {mode:<6} median: step {med['step']:.2f} dynamo {med['dynamo']:.2f}"
+                  f" aot {med['aot']:.2f} eager {med['eager']:.2f} ember {med['ember']:.2f}"
+                  f"\n    ember stages: {stages}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
