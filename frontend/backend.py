@@ -340,14 +340,9 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             out = next(n for n in fx_gm.graph.nodes if n.op == "output").args[0]
             if kind == "forward":
                 graph.lent_outputs = saved_output_slice(len(out))
-                if wrap is None and graph.lent_outputs is not None and not opts.pipeline:
-                    strides = None
-                    if saved_layouts.applies(fx_gm, opts, inputs):
-                        strides = saved_layouts.lay_out_saved(fx_gm, graph.lent_outputs)
-                    dense = saved_layouts.dense_saved_views(fx_gm, graph.lent_outputs)
-                    if dense is not None:
-                        strides = [a if a is not None else b for a, b in
-                                   zip(strides or [None] * len(dense), dense)]
+                if wrap is None and graph.lent_outputs is not None and \
+                        saved_layouts.applies(fx_gm, opts, inputs):
+                    strides = saved_layouts.lay_out_saved(fx_gm, graph.lent_outputs)
                     if strides is not None:
                         saved_layouts.report_output_strides(strides)
             if kind == "backward":

@@ -124,90 +124,6 @@ def lay_out_saved(gm: fx.GraphModule, saved: range) -> list | None:
     return strides if done else None
 
 
-def _is_alias_view(node: fx.Node) -> bool:
-    """A view op (its result aliases its first argument); `getitem` is not one here: a
-    split's pieces are the values ember computes (fx_prep's plan takes them as bases)."""
-    if node.op != "call_function" or node.target is operator.getitem or not node.args \
-            or not isinstance(node.args[0], fx.Node):
-        return False
-    schema = getattr(node.target, "_schema", None)
-    return bool(schema is not None and schema.returns and schema.returns[0].alias_info
-                is not None and not schema.returns[0].alias_info.is_write)
-
-
-def _view_base(node: fx.Node) -> tuple[fx.Node, list[fx.Node]]:
-    chain = []
-    while _is_alias_view(node):
-        chain.append(node)
-        node = node.args[0]
-    return node, chain
-
-
-def _static_val(node: fx.Node):
-    val = node.meta.get("val")
-    if isinstance(val, torch.Tensor) and all(isinstance(s, int) for s in (*val.shape,
-                                                                          *val.stride())):
-        return val
-    return None
-
-
-def dense_saved_views(gm: fx.GraphModule, saved: range) -> list | None:
-    """Saved outputs that are views of a computed value laid out with gaps (GPT-2's q, k, v:
-    slices of the packed projection, transposed): the value gets dense strides in the same
-    dim order (`empty_like`'s), and the views on it are re-derived. Eager's gapped layout
-    cost a copy into `empty_strided` in the forward (output_layouts._restride) and a
-    contiguous copy of each in the backward (the runtime reads its inputs dense), per saved
-    tensor per step; a dense permutation is neither (a permuted view of the program's result,
-    taken in physical order by the backward: output_layouts.permute_inputs). Returns every
-    output's strides (None: unchanged), or None when none changed; AOTAutograd is told them
-    (`report_output_strides`) and gives the backward's placeholders those strides."""
-    from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
-    out_node = next(n for n in gm.graph.nodes if n.op == "output")
-    outs = out_node.args[0]
-    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-    visible: set[fx.Node] = set()
-    for i, o in enumerate(outs):
-        if i not in saved and isinstance(o, fx.Node):
-            base, chain = _view_base(o)
-            visible.update(chain)
-            visible.add(base)
-    changed: set[fx.Node] = set()
-    for i in saved:
-        node = outs[i]
-        if not isinstance(node, fx.Node):
-            continue
-        base, _ = _view_base(node)
-        val = _static_val(base)
-        if (base in visible or base in changed or base.op != "call_function" or val is None
-                or val.numel() <= 1 or is_non_overlapping_and_dense(val)):
-            continue
-        from contextlib import nullcontext
-        mode = getattr(val, "fake_mode", None)
-        with mode if mode is not None else nullcontext():
-            base.meta["val"] = torch.empty_like(val)
-        base.meta.pop("tensor_meta", None)
-        changed.add(base)
-        stack = [base]
-        while stack:        # the views of it, re-derived on the new layout
-            n = stack.pop()
-            for u in n.users:
-                if _is_alias_view(u) and u.args[0] is n:
-                    args = fx.node.map_arg(u.args, lambda m: m.meta.get("val"))
-                    kwargs = fx.node.map_arg(u.kwargs, lambda m: m.meta.get("val"))
-                    with mode if mode is not None else nullcontext():
-                        u.meta["val"] = u.target(*args, **kwargs)
-                    u.meta.pop("tensor_meta", None)
-                    stack.append(u)
-    if not changed:
-        return None
-    strides: list = [None] * len(outs)
-    for i in saved:
-        o = outs[i]
-        if isinstance(o, fx.Node) and _view_base(o)[0] in changed:
-            strides[i] = tuple(o.meta["val"].stride())
-    return strides
-
-
 def report_output_strides(strides: list) -> None:
     """Tells AOTAutograd the forward's output strides (it restrides the backward's example
     inputs by them), as Inductor does for its layout optimisation."""
@@ -223,23 +139,14 @@ def take_input_strides(gm: fx.GraphModule, inputs) -> None:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(inputs):
         return
-    from contextlib import nullcontext
-    from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
     for ph, t in zip(placeholders, inputs):
         val = ph.meta.get("val")
         if not isinstance(val, torch.Tensor) or not isinstance(t, torch.Tensor) or \
-                t.shape != val.shape:
+                val.dim() != 4 or t.shape != val.shape:
             continue
         if not all(isinstance(s, int) for s in (*t.stride(), *val.stride())) or \
                 tuple(t.stride()) == tuple(val.stride()):
             continue
-        if val.dim() == 4 and tuple(t.stride()) == _cl_strides(t.shape) and val.is_contiguous():
+        if tuple(t.stride()) == _cl_strides(t.shape) and val.is_contiguous():
             ph.meta["val"] = _channels_last(val)
-            ph.meta.pop("tensor_meta", None)
-        elif is_non_overlapping_and_dense(t) and not is_non_overlapping_and_dense(val):
-            # a gapped saved view the forward hands over dense (dense_saved_views)
-            mode = getattr(val, "fake_mode", None)
-            with mode if mode is not None else nullcontext():
-                ph.meta["val"] = torch.empty_strided(val.shape, t.stride(), dtype=val.dtype,
-                                                     device=val.device)
             ph.meta.pop("tensor_meta", None)

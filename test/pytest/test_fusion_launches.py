@@ -139,38 +139,6 @@ def test_input_free_values_are_computed_once(target, device):
     assert plain["num_kernels"] + len(plain["library_calls"]) > folded_launches
 
 
-def test_saved_slices_of_a_packed_projection_are_handed_over_dense(target, device, monkeypatch):
-    """GPT-2's attention: q, k, v are slices of one packed projection, transposed; the backward
-    saves them. In eager's layout (views of the packed buffer, with gaps) the forward copied
-    each into `empty_strided` on the host and the runtime copied each back dense for the
-    backward: 6 copies a layer a step on the GPU. Now they are handed over as dense
-    permutations of the pieces the forward computes (saved_layouts.dense_saved_views), which
-    the backward takes in physical order: no copy either side. Forward and backward as eager's."""
-    import ember.frontend.output_layouts as ol
-    import ember.runtime.executor as ex
-    restrides, gapped = [], []
-    real_restride = ol._restride
-    monkeypatch.setattr(ol, "_restride", lambda *a: restrides.append(1) or real_restride(*a))
-    cls = next(c for c in vars(ex).values() if isinstance(c, type) and hasattr(c, "_take_inputs"))
-    real_take = cls._take_inputs
-
-    def take(self, inputs, vals):
-        gapped.extend(tuple(t.shape) for t in inputs
-                      if isinstance(t, torch.Tensor) and not t.is_contiguous())
-        return real_take(self, inputs, vals)
-    monkeypatch.setattr(cls, "_take_inputs", take)
-
-    def f(x, w):
-        b, s, d = x.shape
-        q, k, v = (x @ w).split(d, dim=2)
-        q, k, v = (t.view(b, s, 2, d // 2).transpose(1, 2) for t in (q, k, v))
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
-
-    args = [_randn((2, 8, 16)), _randn((16, 48), 1) * 0.2]
-    _fwd_bwd(f, args, target, device, tol=1e-4)
-    assert not restrides and not gapped, (len(restrides), gapped)
-
-
 def test_last_weight_cast_is_saved_the_others_recomputed(target, device, tmp_path):
     """Autocast's bf16 copies of the weights are recomputed in the backward (less memory
     saved), except the copy the backward's first matmul reads (the last layer's weight): a
