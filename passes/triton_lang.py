@@ -30,6 +30,22 @@ def round_to(x: str, ty: str) -> str:
     return f"{x}.to({TYPES[ty][0]}).to(tl.float32)"
 
 
+def widen(x: str, ty: str) -> str:
+    """A loaded value of storage type `ty` in its compute type (bf16 by its bits under the
+    interpreter: triton_prelude's `_ember_from_bf16`)."""
+    if ty == "bf16":
+        return f"_ember_from_bf16({x})"
+    return f"{x}.to({TYPES[ty][1]})" if TYPES[ty][0] != TYPES[ty][1] else x
+
+
+def narrow(x: str, ty: str) -> str:
+    """A computed value in storage type `ty` (bf16 rounded to nearest even, by its bits under
+    the interpreter, whose own cast truncates and flushes subnormals: `_ember_to_bf16`)."""
+    if ty == "bf16":
+        return f"_ember_to_bf16({x})"
+    return f"({x}).to({TYPES[ty][0]})"
+
+
 # type_name() string -> (storage dtype, compute dtype, AOT signature pointer element)
 TYPES = {
     "f32": ("tl.float32", "tl.float32", "fp32"),
@@ -173,9 +189,7 @@ class TritonLang:
         ptr = f"{buffer} + {offset}"
         if widen:
             ptr += f" + tl.zeros({shape}, tl.int32)"
-        if type_ == "bf16":   # round to nearest even here: the interpreter's cast truncates
-            value = round_to(value, type_)
-        return f"tl.store({ptr}, ({value}).to({TYPES[type_][0]}), mask={' & '.join(masks)})"
+        return f"tl.store({ptr}, {narrow(value, type_)}, mask={' & '.join(masks)})"
 
     def loop(self, var, start, stop, step, span):
         if span is not None:     # (the C++ generator's chunks of a blocked sum only)
@@ -189,10 +203,7 @@ class TritonLang:
         text = f"tl.load({buffer} + {offset}"
         if masks:
             text += f", mask={' & '.join(masks)}, other=0"
-        text += ")"
-        if TYPES[type_][0] != TYPES[type_][1]:
-            text += f".to({TYPES[type_][1]})"
-        return text
+        return widen(text + ")", type_)
 
     def dim_size(self, g, k):
         return self.dynamic_sizes.setdefault(k, f"s{k}")
