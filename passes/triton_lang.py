@@ -115,6 +115,8 @@ _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.f
           "arith.fptoui", "arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast",
           "arith.bitcast")
 # i1 -> wider: the value `true` becomes (zero extension 1, sign extension -1)
+# integer types whose every value a 16-bit float holds exactly (bf16: 8 significant bits)
+_EXACT_IN_16_BITS = ("i1", "i8", "ui8")
 _BOOL_CASTS = {"arith.extui": 1, "arith.uitofp": 1, "arith.extsi": -1, "arith.sitofp": -1}
 
 
@@ -331,6 +333,12 @@ class TritonLang:
             raise UnsupportedOp(f"'{kind}' from {atype} to {rtype} has no Triton spelling")
         if kind == "arith.bitcast":
             return f"{x}.to({TYPES[rtype][1]}, bitcast=True)"
+        if kind in ("arith.sitofp", "arith.uitofp") and rtype in ("f16", "bf16") and \
+                atype not in _EXACT_IN_16_BITS:
+            # an integer converted to a 16-bit float is rounded to it (computed in f32: the
+            # f32 value rounded once more, as c10's Half(float(x)) / BFloat16(float(x)));
+            # int64 MIN to f16 is -inf, 2049 is 2048 (fuzz seed 40 index 665)
+            return round_to(self._cast(kind, x, "f32", atype), rtype)
         if kind in ("arith.extui", "arith.uitofp", "arith.index_castui") and atype in _UNSIGNED:
             # narrowed first: Triton may type the value wider (a where of int literals is
             # int32: sign(uint8).to(int32) failed, fuzz seed 12 index 62)

@@ -443,3 +443,28 @@ func.func private @row_prod(%arg0: tensor<4x8xf32>) -> tensor<4xf32>
   } -> tensor<4xf32>
   return %r : tensor<4xf32>
 }
+
+// -----
+
+// An integer converted to a 16-bit float is rounded to it (through f32, as c10's
+// Half(float(x))): 2049 is 2048 in f16, int64 MIN is -inf (fuzz seed 40 index 665); int8 values
+// are exact in bf16 and are only widened.
+// CHECK-LABEL: func.func private @int_to_half
+// CHECK-SAME: .to(tl.float32).to(tl.float16).to(tl.float32)
+// CHECK-SAME: _ember_round_bf16({{x[0-9]+}}.to(tl.float32))
+// CHECK-NOT: _ember_round_bf16({{x[0-9]+}}.to(tl.float32))
+// CHECK-SAME: ember.symbol = "int_to_half"
+func.func private @int_to_half(%a: tensor<32xi64>, %b: tensor<32xi32>, %c: tensor<32xi8>) -> (tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>)
+    attributes {ember.kernel = "pointwise"} {
+  %e = tensor.empty() : tensor<32xf16>
+  %eb = tensor.empty() : tensor<32xbf16>
+  %r:3 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%a, %b, %c : tensor<32xi64>, tensor<32xi32>, tensor<32xi8>) outs(%e, %eb, %eb : tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>) {
+  ^bb0(%x: i64, %y: i32, %z: i8, %o: f16, %p: bf16, %q: bf16):
+    %h = arith.sitofp %x : i64 to f16
+    %g = arith.sitofp %y : i32 to bf16
+    %k = arith.sitofp %z : i8 to bf16
+    linalg.yield %h, %g, %k : f16, bf16, bf16
+  } -> (tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>)
+  return %r#0, %r#1, %r#2 : tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>
+}

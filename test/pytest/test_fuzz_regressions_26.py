@@ -154,3 +154,28 @@ def test_channels_last_bf16_conv_of_an_infinite_input(target, channels_last):
     assert torch.equal(out.isinf(), ref.isinf())
     fin = torch.isfinite(ref)
     assert torch.allclose(out[fin], ref[fin], rtol=2e-2, atol=1e-2)
+
+
+# seed 40 index 665, both targets: `int64 != float16` of 2^63 - 1 / -2^63 beside inf / -inf: eager
+# converts the integer to the promoted float16 first (MIN is -inf there, equal to -inf), ember
+# compared the f32 value (-9.2e18 != -inf). Every integer converted to a 16-bit float was kept
+# at f32 (computed in f32, never rounded): 2049 as float16 was 2049, not 2048; 257 as bf16 was
+# 257, not 256. Both printers now round an integer's conversion to f16/bf16 (through f32, as
+# c10's Half(float(x)) / BFloat16(float(x))).
+@pytest.mark.parametrize("itype", ["int64", "int32", "int16"])
+@pytest.mark.parametrize("ftype", ["float16", "bfloat16"])
+def test_fuzz_seed40_index665_integer_to_16_bit_float_rounds(target, itype, ftype):
+    info = torch.iinfo(getattr(torch, itype))
+    vals = [info.min, info.max, 0, 257, 259, -257, 2049, -2049, 4097, 65519, 65520, 70000,
+            16777217, 123456789]
+    ints = ", ".join(str(max(info.min, min(info.max, v))) for v in vals)
+    inputs = (f"a0 = torch.tensor([{ints}], dtype=torch.{itype})\n"
+              f"a1 = torch.tensor([-inf, inf, 0.0, 256.0, 260.0, -256.0, 2048.0, -2048.0, 4096.0, "
+              f"65504.0, inf, inf, 16777216.0, 123456789.0]).to(torch.{ftype})")
+    body = (f"return (a0.to(torch.{ftype}), a0 != a1, a0 == a1, a0 + a1, "
+            f"torch.where(a0 > 0, a0, a1))")
+    _no_fallback(_assert_matches(_case(inputs, body, exact=(True,) * 5), target))
+
+
+def test_fuzz_seed40_index665_graph(target):
+    _no_fallback(_assert_matches(graphs.generate(40, 665).source(), target))
