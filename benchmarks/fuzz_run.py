@@ -7,8 +7,16 @@ also with fusion off and with the buffer planner off, each compared with eager) 
 child processes (test/fuzz/runner.py; a crash or a hang is a finding). Prints graphs tried, mismatches, errors,
 crashes and time; each failing case is written to --out as `seed<S>_<i>_<target>.py`: the
 graph's source (a runnable reproducer) with the finding in its header, and each graph with an
-eager fallback is a line of --out/fallbacks.jsonl (seed, index, target, op -> reason). Exit
-status 1 if any failure.
+eager fallback is a line of --out/fallbacks.jsonl (seed, index, target, op -> reason). A case
+that passed by a named rule of the comparator (an eager quirk, or "eager-less-exact": ember at
+least as close to the graph's float64 result as eager, test/fuzz/compare.py) is counted in the
+summary and is a line of --out/accepted.jsonl with its reason. The last line is the summary:
+seed, graphs, cases, mismatches, accepted differences, errors, crashes, timeouts, wall time
+and the git commit of the tree. Exit status 1 if any failure.
+
+Each worker is one thread (OMP_NUM_THREADS=1 and torch.set_num_threads(1): test/fuzz/runner.py),
+so `--jobs` up to the machine's cores does not oversubscribe it; `--timeout` is per case,
+measured in the worker from the case's start.
 """
 from __future__ import annotations
 
@@ -57,8 +65,17 @@ def main(argv=None) -> int:
     fallback_ops = collections.defaultdict(collections.Counter)
     start = time.time()
 
+    accepted: collections.Counter = collections.Counter()   # rule -> cases
+
     def on_result(r: dict) -> None:
         counts[(r["target"], r["status"])] += 1
+        for note in r.get("accepted") or ():
+            accepted[note.split("] ")[-1]] += 1
+        if r.get("accepted"):
+            out.mkdir(parents=True, exist_ok=True)
+            with open(out / "accepted.jsonl", "a") as f:
+                f.write(json.dumps({k: r.get(k) for k in ("seed", "index", "target",
+                                                          "accepted", "reason")}) + "\n")
         for v in r.get("variants_run") or ():
             ran[(r["target"], v)] += 1
         seconds[r["target"]] += r.get("seconds", 0.0)
@@ -108,7 +125,31 @@ def main(argv=None) -> int:
         if fallback_ops[t]:
             top = ", ".join(f"{op} x{n}" for op, n in fallback_ops[t].most_common(8))
             print(f"          eager fallbacks (graphs): {top}")
+    total = {s: sum(counts[(t, s)] for t in targets)
+             for s in ("pass", "upstream", *runner.FAILURES)}
+    rules = ", ".join(f"{k} {v}" for k, v in sorted(accepted.items())) or "none"
+    print(f"SUMMARY seed={args.seed} graphs={args.count} ({args.start}..{args.start + args.count - 1}) "
+          f"targets={','.join(targets)} variants={','.join(variants) or 'none'} "
+          f"cases={sum(total.values())} mismatches={total['mismatch']} "
+          f"eager-less-exact={accepted['eager-less-exact']} "
+          f"accepted={sum(accepted.values())} ({rules}) errors={total['error']} "
+          f"crashes={total['crash']} timeouts={total['timeout']} upstream={total['upstream']} "
+          f"wall={wall:.0f}s jobs={args.jobs} commit={_commit()}", flush=True)
     return 1 if failures else 0
+
+
+def _commit() -> str:
+    """The tree's git commit, with '+dirty' when tracked files differ from it."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               check=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 _FOOTER = '''

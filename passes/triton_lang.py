@@ -30,6 +30,22 @@ def round_to(x: str, ty: str) -> str:
     return f"{x}.to({TYPES[ty][0]}).to(tl.float32)"
 
 
+def widen(x: str, ty: str) -> str:
+    """A loaded value of storage type `ty` in its compute type (bf16 by its bits under the
+    interpreter: triton_prelude's `_ember_from_bf16`)."""
+    if ty == "bf16":
+        return f"_ember_from_bf16({x})"
+    return f"{x}.to({TYPES[ty][1]})" if TYPES[ty][0] != TYPES[ty][1] else x
+
+
+def narrow(x: str, ty: str) -> str:
+    """A computed value in storage type `ty` (bf16 rounded to nearest even, by its bits under
+    the interpreter, whose own cast truncates and flushes subnormals: `_ember_to_bf16`)."""
+    if ty == "bf16":
+        return f"_ember_to_bf16({x})"
+    return f"({x}).to({TYPES[ty][0]})"
+
+
 # type_name() string -> (storage dtype, compute dtype, AOT signature pointer element)
 TYPES = {
     "f32": ("tl.float32", "tl.float32", "fp32"),
@@ -99,6 +115,8 @@ _CASTS = ("arith.extf", "arith.truncf", "arith.sitofp", "arith.uitofp", "arith.f
           "arith.fptoui", "arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast",
           "arith.bitcast")
 # i1 -> wider: the value `true` becomes (zero extension 1, sign extension -1)
+# integer types whose every value a 16-bit float holds exactly (bf16: 8 significant bits)
+_EXACT_IN_16_BITS = ("i1", "i8", "ui8")
 _BOOL_CASTS = {"arith.extui": 1, "arith.uitofp": 1, "arith.extsi": -1, "arith.sitofp": -1}
 
 
@@ -173,9 +191,7 @@ class TritonLang:
         ptr = f"{buffer} + {offset}"
         if widen:
             ptr += f" + tl.zeros({shape}, tl.int32)"
-        if type_ == "bf16":   # round to nearest even here: the interpreter's cast truncates
-            value = round_to(value, type_)
-        return f"tl.store({ptr}, ({value}).to({TYPES[type_][0]}), mask={' & '.join(masks)})"
+        return f"tl.store({ptr}, {narrow(value, type_)}, mask={' & '.join(masks)})"
 
     def loop(self, var, start, stop, step, span):
         if span is not None:     # (the C++ generator's chunks of a blocked sum only)
@@ -189,10 +205,7 @@ class TritonLang:
         text = f"tl.load({buffer} + {offset}"
         if masks:
             text += f", mask={' & '.join(masks)}, other=0"
-        text += ")"
-        if TYPES[type_][0] != TYPES[type_][1]:
-            text += f".to({TYPES[type_][1]})"
-        return text
+        return widen(text + ")", type_)
 
     def dim_size(self, g, k):
         return self.dynamic_sizes.setdefault(k, f"s{k}")
@@ -320,6 +333,12 @@ class TritonLang:
             raise UnsupportedOp(f"'{kind}' from {atype} to {rtype} has no Triton spelling")
         if kind == "arith.bitcast":
             return f"{x}.to({TYPES[rtype][1]}, bitcast=True)"
+        if kind in ("arith.sitofp", "arith.uitofp") and rtype in ("f16", "bf16") and \
+                atype not in _EXACT_IN_16_BITS:
+            # an integer converted to a 16-bit float is rounded to it (computed in f32: the
+            # f32 value rounded once more, as c10's Half(float(x)) / BFloat16(float(x)));
+            # int64 MIN to f16 is -inf, 2049 is 2048 (fuzz seed 40 index 665)
+            return round_to(self._cast(kind, x, "f32", atype), rtype)
         if kind in ("arith.extui", "arith.uitofp", "arith.index_castui") and atype in _UNSIGNED:
             # narrowed first: Triton may type the value wider (a where of int literals is
             # int32: sign(uint8).to(int32) failed, fuzz seed 12 index 62)

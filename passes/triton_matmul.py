@@ -29,7 +29,7 @@ from .graph_utils import defining_op, op_name
 from .ir_queries import shape, type_name
 from .kernel_expr import Expr
 from .kernel_schedule import KernelSchedule, Unschedulable, scalar_args, tensor_args
-from .triton_lang import round_to
+from .triton_lang import round_to, widen
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages); the first is what the
 # interpreter and the ahead-of-time builds use.
@@ -256,7 +256,7 @@ def template_head(w, parts: Parts) -> list:
     else:
         # the interpreter's tl.dot reads bf16/f16 operands as raw bits: it gets them widened
         head += ["    if _EMBER_DOT_UPCAST:",
-                 '        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, '
+                 f'        acc = tl.dot({widen("a", p.dtype)}, {widen("b", p.dtype)}, acc, '
                  'input_precision="ieee")',
                  "    else:",
                  "        acc = tl.dot(a, b, acc)"]
@@ -266,8 +266,8 @@ def template_head(w, parts: Parts) -> list:
     if p.bias is not None:
         off = "offs_n[None, :]" if p.bias_row else \
             f"bid * {p.M * p.N} + offs_m[:, None] * {p.N} + offs_n[None, :]"
-        head.append(f"acc = acc + tl.load({w.in_names[p.bias]} + {off}, mask=xmask, "
-                    "other=0).to(tl.float32)")
+        load = f"tl.load({w.in_names[p.bias]} + {off}, mask=xmask, other=0)"
+        head.append(f"acc = acc + {widen(load, type_name(p.tensor_args[p.bias].type))}")
     if p.out_type != "f32":
         head.append(f"acc = {round_to('acc', p.out_type)}")
     head += [

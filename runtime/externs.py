@@ -107,6 +107,17 @@ def _convolution(p: dict[str, Any]) -> ExternFn:
             # a bf16 conv's bias widened to the f32 accumulator type: cuDNN/oneDNN take it
             # in the input's type and add it before their one rounding, as eager does
             bias = bias.to(x.dtype)
+        if nhwc and x.dtype == torch.bfloat16 and x.device.type == "cpu" and \
+                bool(torch.isinf(x).any()):
+            # oneDNN's CPU bf16 channels-last convolution (AVX512) writes NaN into the element
+            # before an infinite input's (test_eager_cpu_bf16_channels_last_conv_puts_nan_before_an_inf);
+            # its NCHW one does not, and NCHW is what a user's NCHW tensor gets in eager. Such
+            # an input is convolved NCHW (one read of the input to find it; finite inputs, the
+            # common case, keep the channels-last kernel). Copies with NCHW's own strides:
+            # `.contiguous()` keeps a (8, 1, 3, 3) weight of strides (9, 1, 3, 1), which the
+            # library takes for channels-last (targeted conv 17, fuzz9g).
+            x = x.clone(memory_format=torch.contiguous_format)
+            w = w.clone(memory_format=torch.contiguous_format)
         r = library_convolution(x, w, bias, stride, padding, dilation, transposed,
                                 output_padding, groups)
         if nhwc:    # the library's channels-last result is the NHWC buffer (a copy if not)

@@ -74,13 +74,18 @@ def value_diff(out: torch.Tensor, ref: torch.Tensor, exact) -> str | None:
     return None
 
 
-def diff(outs: list, refs: list, out_inputs: list, ref_inputs: list, exact: list) -> str | None:
+def diff(outs: list, refs: list, out_inputs: list, ref_inputs: list, exact: list,
+         judged=()) -> str | None:
+    """The first difference; the values of the outputs in `judged` (indices) are not compared
+    (the float64 rule has judged them), their dtype, shape, strides and aliasing are."""
     if len(outs) != len(refs):
         return f"{len(outs)} outputs, eager {len(refs)}"
     for i, (o, r) in enumerate(zip(outs, refs)):
         if not isinstance(o, torch.Tensor):
             return f"out[{i}]: {type(o).__name__}, eager a tensor"
-        d = value_diff(o, r, exact[i])
+        d = value_diff(o, r, exact[i]) if i not in judged else (
+            f"dtype {o.dtype} != eager {r.dtype}" if o.dtype != r.dtype else
+            f"shape {tuple(o.shape)} != eager {tuple(r.shape)}" if o.shape != r.shape else None)
         if d:
             return f"out[{i}]: {d}"
         if _strides(o) != _strides(r):
@@ -148,28 +153,17 @@ def _same_program(variant: str, reports: list) -> bool:
     return False
 
 
-def _compiled(fn, make, target: str, options: dict, patch=None):
-    """ember's outputs (or the error it raised) and its inputs after the call; `patch` wraps
-    the Triton interpreter's float conversion for the call (_exact_interpreter_bf16)."""
+def _compiled(fn, make, target: str, options: dict):
+    """ember's outputs (or the error it raised) and its inputs after the call."""
     import ember
     torch._dynamo.reset()
     ember.clear_reports()
     compiled = torch.compile(fn, backend="ember", options={"target": target, **options})
     out_inputs = make()
-    if patch is not None:
-        from triton.runtime import interpreter
-        original = interpreter._convert_float
-        interpreter._convert_float = patch(original)
     try:
-        with warnings.catch_warnings():
-            if patch is not None:
-                warnings.simplefilter("ignore")
-            outs, err = _flat(compiled(*out_inputs)), None
+        outs, err = _flat(compiled(*out_inputs)), None
     except Exception as e:  # noqa: BLE001
         outs, err = None, e
-    finally:
-        if patch is not None:
-            interpreter._convert_float = original
     return outs, err, out_inputs
 
 
@@ -195,6 +189,7 @@ def check(source: str, target: str, variants=()) -> dict:
         reports = list(ember.last_reports())
     torch._dynamo.reset()
     r = _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target)
+    notes = [r[2]] if r[2] else []
     ran = []
     for variant in variants if r[0] == "pass" else ():
         if _same_program(variant, reports):
@@ -209,71 +204,108 @@ def check(source: str, target: str, variants=()) -> dict:
         v = _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact,
                    target, variant_options(variant, target))
         if v[0] != "pass":
-            r = (v[0], f"[{variant}] {v[1]}")
+            r = (v[0], f"[{variant}] {v[1]}", None)
             break
+        if v[2]:
+            notes.append(f"[{variant}] {v[2]}")
     if r[0] != "pass" and _upstream(fn, make, ref_err, refs, ref_inputs, exact):
-        r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}")
+        r = ("upstream", f"torch.compile(backend='aot_eager') differs from eager too: {r[1]}",
+             None)
+    # `accepted`: the rules that passed a difference from eager (counted in the summary)
     return dict(status=r[0], reason=r[1], fallback=fallback, fallback_reasons=fallback_reasons,
-                variants_run=ran)
+                variants_run=ran, accepted=notes if r[0] == "pass" else [])
 
 
 def _judge(source, fn, make, ref_err, err, refs, outs, ref_inputs, out_inputs, exact,
            target, options=None) -> tuple:
+    """(status, reason, note): `note` names the rule that accepted a difference from eager
+    (an eager quirk, or "eager-less-exact"), None for a plain pass or a failure."""
     r = _verdict(ref_err, err, refs, outs, ref_inputs, out_inputs, exact, target)
-    if r[0] == "mismatch":
-        quirk = _eager_quirk(source, fn, make, outs, out_inputs, exact, target)
-        if quirk:
-            r = ("pass", f"eager quirk {quirk}: {r[1]}")
-    if r[0] == "mismatch" and target == "triton" and _interpreted():
-        # the interpreter's conversion, not ember's code: the same program with it made exact
-        outs2, err2, inputs2 = _compiled(fn, make, target, options or {},
-                                         patch=_exact_interpreter_bf16)
-        torch._dynamo.reset()
-        v = _verdict(ref_err, err2, refs, outs2, ref_inputs, inputs2, exact, target)
-        if v[0] == "pass":
-            r = ("pass", f"interpreter quirk triton_interpreter_bf16_subnormal: {r[1]}")
-        else:
-            r = (r[0], f"{r[1]} (with the interpreter's bf16 conversion exact: {v[1]})")
-    return r
+    if r[0] != "mismatch":
+        return (*r, None)
+    quirk = _eager_quirk(source, fn, make, outs, out_inputs, exact, target)
+    if quirk:
+        return "pass", f"eager quirk {quirk}: {r[1]}", f"eager quirk {quirk}"
+    closer = _closer_than_eager(fn, make, refs, outs, ref_inputs, out_inputs, exact)
+    if closer:
+        return "pass", f"eager-less-exact: {r[1]}; {closer}", "eager-less-exact"
+    return (*r, None)
 
 
-def _interpreted() -> bool:
-    import os
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+def _f64_inputs(inputs: list) -> list:
+    """Float inputs as float64 copies with the same sizes, strides and offset (the whole
+    storage converted, then viewed the same way: an expanded or offset input stays one)."""
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64:
+            base = torch.empty(0, dtype=x.dtype).set_(x.untyped_storage())
+            x = base.double().as_strided(x.size(), x.stride(), x.storage_offset())
+        out.append(x)
+    return out
 
 
-def _exact_interpreter_bf16(original):
-    """The Triton interpreter's float conversion (`_convert_float`), with f32 <-> bf16 of zeros
-    and subnormals made bit-exact. The interpreter maps every f32 subnormal to a bf16 zero and
-    every bf16 subnormal to an f32 zero (its normalization of a subnormal underflows the
-    output exponent and drops the significand), where a GPU's `cvt.rn.bf16.f32` and
-    `cvt.f32.bf16` keep them (bf16 has f32's exponent range: the subnormal's top 16 bits, and
-    back). ember's Triton code stores a bf16 as `_ember_round_bf16(x).to(tl.bfloat16)`: under
-    the interpreter an integer round to nearest even, then that cast, which for an
-    already-rounded value is exact for every normal value; so only the subnormals reach the
-    interpreter's fault (fuzz seeds 26 index 1783, 27 index 602). Only those elements are
-    replaced, each by the conversion's exact bits, and a mismatch that this explains is
-    accepted as `triton_interpreter_bf16_subnormal`; test_fuzz_regressions_22 pins the fault
-    and shows that the code compiled for sm_90 converts with cvt.rn.bf16.f32, without ftz."""
-    import numpy as np
-    import triton.language as tl
+def _classes_differ(x: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Where x is NaN and ref is not (or the reverse), or either is infinite and they differ."""
+    return (torch.isnan(x) != torch.isnan(ref)) | \
+        ((torch.isinf(x) | torch.isinf(ref)) & (x != ref) & ~(torch.isnan(x) & torch.isnan(ref)))
 
-    def convert(input, input_dtype, output_dtype, rounding_mode):
-        out = original(input, input_dtype, output_dtype, rounding_mode)
-        if input_dtype == tl.float32 and output_dtype == tl.bfloat16:
-            bits = np.frombuffer(input.tobytes(), dtype=np.uint32).reshape(input.shape)
-            tiny = (bits & 0x7F800000) == 0
-            exact = (bits >> 16).astype(np.uint16)      # a subnormal's bf16 is its top bits
-        elif input_dtype == tl.bfloat16 and output_dtype == tl.float32:
-            bits = np.frombuffer(input.tobytes(), dtype=np.uint16).reshape(input.shape)
-            tiny = (bits & 0x7F80) == 0
-            exact = bits.astype(np.uint32) << 16
-        else:
-            return out
-        if tiny.any():
-            out = np.where(tiny, exact, out).astype(out.dtype)
-        return out
-    return convert
+
+def _closer_than_eager(fn, make, refs, outs, ref_inputs, out_inputs, exact) -> str | None:
+    """The float64 rule (issue 9): where ember's and eager's values differ beyond tolerance,
+    the graph's own source runs again on float64 copies of the float inputs (integer inputs as
+    they are; casts written in the graph still happen) and each result is cast to eager's dtype
+    once: the value the op graph means, rounded once. ember's output is accepted when it is at
+    least as close to that reference as eager's is: no element is NaN/inf where the reference
+    is not (or finite where it is not) unless eager's is too; where ember's is of the right
+    class and eager's is not, ember's is within the dtype's tolerance of the reference; over
+    the elements finite in all three, ||ember - ref|| <= ||eager - ref||. Only outputs compared
+    by tolerance qualify: integer, bool and bit-exact outputs must still equal eager's, and
+    dtypes, shapes, strides and aliasing are compared as always. Returns the distances (the
+    mismatch's note) or None."""
+    if outs is None or refs is None or len(outs) != len(refs):
+        return None
+    bad = [i for i, (o, r) in enumerate(zip(outs, refs))
+           if isinstance(o, torch.Tensor) and value_diff(o, r, exact[i])]
+    if not bad or any(exact[i] is True or not refs[i].is_floating_point()
+                      or outs[i].dtype != refs[i].dtype or outs[i].shape != refs[i].shape
+                      for i in bad):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            wide = _flat(fn(*_f64_inputs(make())))
+    except Exception:  # noqa: BLE001 - no float64 reference for this graph
+        return None
+    if len(wide) != len(refs):
+        return None
+    notes = []
+    for i in bad:
+        w = wide[i]
+        if not isinstance(w, torch.Tensor) or tuple(w.shape) != tuple(refs[i].shape) \
+                or not w.is_floating_point():
+            return None
+        rounded = w.to(refs[i].dtype)
+        ref, o, e = rounded.double(), outs[i].double(), refs[i].double()
+        wrong_o, wrong_e = _classes_differ(o, ref), _classes_differ(e, ref)
+        if bool((wrong_o & ~wrong_e).any()):
+            return None
+        fixed = wrong_e & ~wrong_o & torch.isfinite(ref)
+        if bool(fixed.any()) and value_diff(outs[i][fixed], rounded[fixed], exact[i]):
+            return None
+        common = torch.isfinite(o) & torch.isfinite(e) & torch.isfinite(ref)
+        d_o = torch.linalg.vector_norm(o[common] - ref[common]).item()
+        d_e = torch.linalg.vector_norm(e[common] - ref[common]).item()
+        if d_o > d_e:
+            return None
+        notes.append(f"out[{i}] to the float64 reference: ember {d_o:.3g}, eager {d_e:.3g}"
+                     + (f", {int(wrong_e.sum())} eager elements NaN/inf where it is not"
+                        if bool(wrong_e.any()) else ""))
+    d = diff(outs, refs, out_inputs, ref_inputs, exact, judged=set(bad))
+    if d is None:
+        for x, y in zip(out_inputs, ref_inputs):
+            if value_diff(x, y, True):
+                return None
+    return None if d else "; ".join(notes)
 
 
 def _gelu_inf(original):
@@ -314,6 +346,32 @@ def _second_on_zero_ties(original):
     return pick
 
 
+def _zero_ties_to(sign: float, maximum: bool):
+    """A max/min reduction (amax, amin, max, min: values) whose result is a zero taken from a
+    slice holding both +0.0 and -0.0 gets the zero of `sign`: which of the two eager's CPU
+    reduction returns depends on its loop (first of a tie in the scalar loop, the vector
+    lanes' order otherwise): amax and max of the same [-0.0, 0.0] give -0.0 and 0.0."""
+    def wrap(original):
+        def red(x, *args, **kwargs):
+            r = original(x, *args, **kwargs)
+            vals = r[0] if isinstance(r, tuple) else r      # max(dim): (values, indices)
+            if not isinstance(x, torch.Tensor) or not x.is_floating_point() or \
+                    not isinstance(vals, torch.Tensor) or vals.numel() == 0 or \
+                    (args and isinstance(args[0], torch.Tensor)):     # max(a, b): not this
+                return r
+
+            def has(mask):      # per slice: any (a max of the mask, a min of its negation)
+                m = original((mask if maximum else -mask.to(torch.int8)).to(x.dtype), *args,
+                             **kwargs)
+                return (m[0] if isinstance(m, tuple) else m) != 0
+            zero = x == 0
+            tie = (vals == 0) & has(zero & torch.signbit(x)) & has(zero & ~torch.signbit(x))
+            vals.copy_(torch.where(tie, torch.full_like(vals, sign * 0.0), vals))
+            return r
+        return red
+    return wrap
+
+
 # Eager results that are eager's kernels' own accidents or its CPU kernels' choices, not the
 # op's semantics; each is named, accepted only where it explains the whole difference (ember
 # matches eager run with the op replaced by the other value), and pinned by a test that fails
@@ -341,6 +399,13 @@ QUIRKS = {
                                     _second_on_zero_ties),
     "cpu_minimum_signed_zero_tie": (("cpu", "triton"), "torch.minimum(", torch, "minimum",
                                     _second_on_zero_ties),
+    # eager's CPU max/min reductions over a slice holding both +0.0 and -0.0 return either,
+    # by its loop's order (amax and max of the same values differ); ember's Triton reduction
+    # tree picks by its own order (fuzz seed 40 index 1688): accepted where one sign for every
+    # such tie explains the whole difference
+    **{f"cpu_{op}_signed_zero_tie_{name}": (("cpu", "triton"), f".{op}(", torch.Tensor, op,
+                                            _zero_ties_to(sign, op in ("amax", "max")))
+       for op in ("amax", "amin", "max", "min") for name, sign in (("pos", 1.0), ("neg", -1.0))},
 }
 
 

@@ -18,7 +18,10 @@ import tempfile
 import time
 from multiprocessing.connection import wait
 
-CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
+# One thread a worker (OpenMP in ember's C++ and in torch, BLAS under the Triton interpreter's
+# tl.dot): `jobs` workers use `jobs` cores, however many the machine has.
+CHILD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+             "TRITON_INTERPRET": "1"}
 FAILURES = ("mismatch", "error", "crash", "timeout")
 
 
@@ -43,6 +46,8 @@ def _worker_main(conn, log_path: str, paths: list) -> None:
     os.dup2(fd, 2)
     sys.path[:0] = paths
     import torch
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
     torch._dynamo.config.cache_size_limit = 1 << 16
     import ember  # noqa: F401
     from fuzz import runner

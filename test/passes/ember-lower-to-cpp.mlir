@@ -657,3 +657,28 @@ module {
     return %r : tensor<32xf32>
   }
 }
+
+// -----
+
+// An integer converted to a 16-bit float is rounded to it (c10's Half(float(x))): 2049 is 2048
+// in f16, int64 MIN is -inf; int8 values are exact and are only widened (fuzz seed 40 index 665).
+// SRC-LABEL: // ----- kernel @int_to_half
+// SRC:           ember_round_f16((float)(
+// SRC:           ember_round_bf16((float)(
+// SRC-NOT:       ember_round_bf16((float)(
+// SRC:           out0[{{.*}}] =
+#ih = affine_map<(d0) -> (d0)>
+module {
+  func.func private @int_to_half(%a: tensor<32xi64>, %b: tensor<32xi32>, %c: tensor<32xi8>) -> (tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>) attributes {ember.kernel = "pointwise"} {
+    %e = tensor.empty() : tensor<32xf16>
+    %eb = tensor.empty() : tensor<32xbf16>
+    %r:3 = linalg.generic {indexing_maps = [#ih, #ih, #ih, #ih, #ih, #ih], iterator_types = ["parallel"]} ins(%a, %b, %c : tensor<32xi64>, tensor<32xi32>, tensor<32xi8>) outs(%e, %eb, %eb : tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>) {
+    ^bb0(%x: i64, %y: i32, %z: i8, %o: f16, %p: bf16, %q: bf16):
+      %h = arith.sitofp %x : i64 to f16
+      %g = arith.sitofp %y : i32 to bf16
+      %k = arith.sitofp %z : i8 to bf16
+      linalg.yield %h, %g, %k : f16, bf16, bf16
+    } -> (tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>)
+    return %r#0, %r#1, %r#2 : tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>
+  }
+}

@@ -91,9 +91,9 @@ module {
 // SRC-LABEL: // ----- kernel @ember_mm_add_0
 // SRC:       def ember_mm_add_0_mm_kernel(in0, in1, in2, in3, out0, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
 // SRC:       acc = tl.dot(a, b, acc)
-// SRC:       acc = acc + tl.load(in3 + offs_n[None, :], mask=xmask, other=0).to(tl.float32)
+// SRC:       acc = acc + _ember_from_bf16(tl.load(in3 + offs_n[None, :], mask=xmask, other=0))
 // SRC-NEXT:  acc = _ember_round_bf16(acc)
-// SRC:       tl.store(out0 + {{.*}}, ({{.*}}).to(tl.bfloat16), mask=xmask)
+// SRC:       tl.store(out0 + {{.*}}, _ember_to_bf16({{.*}}), mask=xmask)
 // SRC:       mm = torch.empty((90, 50), dtype=torch.bfloat16,
 // SRC:       _ember_mm_into(a, b, mm, tensors[3])
 #id2 = affine_map<(d0, d1) -> (d0, d1)>

@@ -96,8 +96,10 @@ def test_printing_per_language():
         "const float t1 = ember_bf16_to_f32(in0[x]);"
     assert render_stmt(Store("out0", X, Var("t1"), "f32"), show) == "out0[x] = t1;"
     assert render_stmt(Assign("acc1", Var("part2"), "+="), show) == "acc1 += part2;"
-    # Triton loads carry their tile masks
+    # Triton loads carry their tile masks; a bf16 widens by the prelude's _ember_from_bf16
     assert Printer(TritonLang())(Load("in0", X, "bf16", ("xmask",))) == \
+        "_ember_from_bf16(tl.load(in0 + x, mask=xmask, other=0))"
+    assert Printer(TritonLang())(Load("in0", X, "f16", ("xmask",))) == \
         "tl.load(in0 + x, mask=xmask, other=0).to(tl.float32)"
 
 
