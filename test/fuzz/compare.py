@@ -346,6 +346,17 @@ def _second_on_zero_ties(original):
     return pick
 
 
+def _first_on_zero_ties(original):
+    """fmax/fmin that return the first operand where the operands compare equal (+0.0 and
+    -0.0), as ember's select does."""
+    def pick(a, b, *args, **kwargs):
+        r = original(a, b, *args, **kwargs)
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and r.is_floating_point():
+            r.copy_(torch.where(a == b, a, r))      # in place: r keeps eager's layout
+        return r
+    return pick
+
+
 def _zero_ties_to(sign: float, maximum: bool):
     """A max/min reduction (amax, amin, max, min: values) whose result is a zero taken from a
     slice holding both +0.0 and -0.0 gets the zero of `sign`: which of the two eager's CPU
@@ -399,6 +410,13 @@ QUIRKS = {
                                     _second_on_zero_ties),
     "cpu_minimum_signed_zero_tie": (("cpu", "triton"), "torch.minimum(", torch, "minimum",
                                     _second_on_zero_ties),
+    # eager's CPU fmax/fmin of +0.0 and -0.0 return the first operand for float32 and the
+    # second for bfloat16 (IEEE's maxNum/minNum leave the sign of such a zero open); ember's
+    # select always takes the first (fuzz seed 42 index 1761)
+    "cpu_fmax_signed_zero_tie": (("cpu", "triton"), "torch.fmax(", torch, "fmax",
+                                 _first_on_zero_ties),
+    "cpu_fmin_signed_zero_tie": (("cpu", "triton"), "torch.fmin(", torch, "fmin",
+                                 _first_on_zero_ties),
     # eager's CPU max/min reductions over a slice holding both +0.0 and -0.0 return either,
     # by its loop's order (amax and max of the same values differ); ember's Triton reduction
     # tree picks by its own order (fuzz seed 40 index 1688): accepted where one sign for every
