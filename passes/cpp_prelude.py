@@ -141,7 +141,7 @@ static inline float ember_expm1(float x) {
   p = p * x + 4.16666666666666667e-2f;
   p = p * x + 1.66666666666666667e-1f;
   p = p * x + 0.5f;
-  p = (p * x) * x + x;
+  p = __builtin_copysignf((p * x) * x + x, x);   // expm1(-0) = -0 (fuzz seed 41 index 4305)
   float e = ember_exp(x) - 1.0f;
   return ax < 0.5f ? p : e;
 }

@@ -232,3 +232,24 @@ def test_fmin_zero_tie_quirk_changes_only_ties():
     r = f(a, b)
     assert torch.signbit(r[:2]).tolist() == [False, True]
     assert r[2:].tolist() == [0.5, 3.0, 2.0]
+
+
+# seed 41 index 4305 (the final 10,000-graph run, cpu): rsqrt(expm1(div(-0.0136, 0.5, 'trunc')))
+# was +inf, eager -inf: the trunc division of a float took torch-mlir's sign * floor(|q|)
+# (+0.0 for -0.0), and the C++ expm1 of -0.0 gave +0.0.
+def test_fuzz_seed41_index4305_trunc_division_and_expm1_keep_negative_zero(target):
+    _assert_matches(graphs.generate(41, 4305).source(), target)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_trunc_division_of_floats_keeps_the_sign_of_zero(target, dtype):
+    a = torch.tensor([-0.0136, 0.0136, -0.0, 7.5, -7.5, 3.0], dtype=dtype)
+    f = lambda x: (torch.div(x, 0.5, rounding_mode="trunc"),
+                   torch.div(x, torch.full_like(x, -4.0), rounding_mode="trunc"),
+                   torch.expm1(torch.div(x, 0.5, rounding_mode="trunc")))
+    ref = f(a)
+    out = torch.compile(f, backend="ember", options={"target": target})(a)
+    for k, (o, r) in enumerate(zip(out, ref)):
+        exact = k < 2       # the quotients exactly; expm1 within its accuracy
+        torch.testing.assert_close(o, r, rtol=0 if exact else 1e-6, atol=0)
+        assert torch.equal(torch.signbit(o), torch.signbit(r)), k
