@@ -168,11 +168,14 @@ class Layout:
                     inner *= n
                 sizes += split
                 strides += part[::-1]
+            if len(sizes) != len(result_shape):
+                return None     # a 0-dim source expanded to [1] (no reassociation groups)
             return Layout(sizes, strides, self.offset)
         if name == "linalg.generic":
             dims = _broadcast_map(op)
-            if dims is None:
-                return None
+            if dims is None or len(dims) != len(result_shape) \
+                    or any(p is not None and not 0 <= p < len(self.sizes) for p in dims):
+                return None     # (a 0-dim index broadcast: embedding of one id, op_db)
             sizes, strides = [], []
             for j, p in enumerate(dims):
                 if p is not None and self.sizes[p] != result_shape[j]:
