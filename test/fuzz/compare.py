@@ -335,26 +335,25 @@ def _prod_f32(original):
     return prod
 
 
-def _second_on_zero_ties(original):
-    """maximum/minimum that return the second operand where the operands compare equal (+0.0
-    and -0.0: the only ties whose results differ), as eager's vectorized CPU loop does."""
+def _on_zero_ties(original, first: bool):
+    """A binary max/min that returns one operand (the first, else the second) where the
+    operands compare equal (+0.0 and -0.0: the only ties whose results differ)."""
     def pick(a, b, *args, **kwargs):
         r = original(a, b, *args, **kwargs)
         if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and r.is_floating_point():
-            r.copy_(torch.where(a == b, b, r))      # in place: r keeps eager's layout
+            r.copy_(torch.where(a == b, a if first else b, r))   # in place: eager's layout
         return r
     return pick
+
+
+def _second_on_zero_ties(original):
+    """maximum/minimum as eager's vectorized CPU loop: the second operand on ties."""
+    return _on_zero_ties(original, first=False)
 
 
 def _first_on_zero_ties(original):
-    """fmax/fmin that return the first operand where the operands compare equal (+0.0 and
-    -0.0), as ember's select does."""
-    def pick(a, b, *args, **kwargs):
-        r = original(a, b, *args, **kwargs)
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and r.is_floating_point():
-            r.copy_(torch.where(a == b, a, r))      # in place: r keeps eager's layout
-        return r
-    return pick
+    """fmax/fmin as ember's select: the first operand on ties."""
+    return _on_zero_ties(original, first=True)
 
 
 def _zero_ties_to(sign: float, maximum: bool):
