@@ -397,10 +397,12 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
             steps.append(Step("view", "reshape", ins[:1], outs, {"shape_from": ins[1]}))
         elif name == "arith.constant":
             value = op.attributes["value"]
-            steps.append(Step("const", "constant", (), outs, {
-                "value": _resource_to_python(op) if _is_resource(value)
-                else _splat_scalar(value) if _splat_scalar(value) is not None
-                else dense_to_python(value)}))
+            if _is_resource(value):
+                data = _resource_to_python(op)
+            else:
+                data = _splat_scalar(value)
+                data = dense_to_python(value) if data is None else data
+            steps.append(Step("const", "constant", (), outs, {"value": data}))
         elif name == "tensor.empty":
             steps.append(Step("empty", "empty", (), outs))
         else:
