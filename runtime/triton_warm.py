@@ -75,9 +75,28 @@ def _hook(prev):
                 if prev else None
         spec = compile.get("specialization_data")
         if spec is not None:
-            log.append((fn.jit_function.__name__, spec))
+            log.append((fn.jit_function.__name__, spec_with_target(spec, _current_target)))
         return True     # skip compiling here
     return hook
+
+
+def _current_target():
+    from triton.runtime import driver
+    return driver.active.get_current_target()
+
+
+def spec_with_target(spec: str, target) -> str:
+    """The serialized specialization with the target it compiles for. Triton 3.9 records it
+    (`target`); Triton 3.6 does not (its `preload` takes the running device's): without it
+    every worker failed (`KeyError: 'target'`) and each kernel compiled in the launching
+    process, one at a time. `target` is a GPUTarget or a function returning one, called only
+    when the spec lacks it."""
+    obj = json.loads(spec)
+    if "target" in obj:
+        return spec
+    t = target() if callable(target) else target
+    obj["target"] = {"backend": t.backend, "arch": t.arch, "warp_size": t.warp_size}
+    return json.dumps(obj)
 
 
 def _jit(obj):
@@ -390,7 +409,6 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
 # ---- worker ---------------------------------------------------------------------------------
 def _decode_constant(value):
     import triton.language as tl
-    from triton.runtime.jit import _triton_jit_function_registry
     if isinstance(value, str) and tl.dtype.is_dtype(value):
         return tl.dtype(value)
     if isinstance(value, dict):
@@ -398,6 +416,9 @@ def _decode_constant(value):
             v = value["constexpr"]
             return tl.constexpr(tuple(v) if isinstance(v, list) else v)
         if "jit_function" in value:
+            # Triton 3.9 serializes a jit function passed as a constant; 3.6 has no registry
+            # (and no such entries): imported only here
+            from triton.runtime.jit import _triton_jit_function_registry
             return _triton_jit_function_registry[value["jit_function"]]
     return tuple(value) if isinstance(value, list) else value
 

@@ -39,6 +39,16 @@ SCRIPT = textwrap.dedent('''
         def get_current_stream(self, device=None): return 0
         def get_current_target(self): return GPUTarget("cuda", 90, 32)
     driver.set_active(FakeDriver())
+    if sys.argv[4] == "3.6-spec":
+        # Triton 3.6 serializes a specialization without its target
+        import triton.runtime.jit as tj
+        real_ser = tj.serialize_specialization_data
+
+        def ser(*a, **k):
+            obj = json.loads(real_ser(*a, **k))
+            obj.pop("target", None)
+            return json.dumps(obj)
+        tj.serialize_specialization_data = ser
     import torch
     from ember.runtime import triton_warm
     path = sys.argv[2]
@@ -106,11 +116,14 @@ def mm(x, w, b):
     return torch.relu(x @ w + b)
 
 
-@pytest.mark.parametrize("fn,shapes", [(f, [(64, 300), (64, 300), (5000,)]),
-                                       # a matmul kernel: the template and the library
-                                       # variant's epilogue (ember-matmul-template)
-                                       (mm, [(30, 20), (20, 24), (24,)])], ids=["f", "mm"])
-def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, fn, shapes):
+@pytest.mark.parametrize("fn,shapes,spec", [
+    (f, [(64, 300), (64, 300), (5000,)], "3.9-spec"),
+    # a matmul kernel: the template and the library variant's epilogue (ember-matmul-template)
+    (mm, [(30, 20), (20, 24), (24,)], "3.9-spec"),
+    # Triton 3.6 (the GPU machine's) records no target in the specialization: every worker
+    # failed with KeyError 'target' and each kernel compiled in the launching process
+    (f, [(64, 300), (64, 300), (5000,)], "3.6-spec")], ids=["f", "mm", "f-triton36-spec"])
+def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, fn, shapes, spec):
     args = [torch.randn(*s) for s in shapes]
     # the template is an option (matmul_template, off by default)
     (program, kw), = _program(monkeypatch, fn, *args,
@@ -122,7 +135,8 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "p.pkl"),
-                           str(tmp_path / "kernels.py"), "pool" if fn is f else "one-shot"],
+                           str(tmp_path / "kernels.py"), "pool" if fn is f else "one-shot",
+                           spec],
                           env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -144,6 +158,21 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
         "ok": 0, "errors": [], "cached": len(r["requests"])}
     assert r["warm_workers"] == 0
     assert r["pool"] == (2 if fn is f else False)
+
+
+def test_spec_gets_the_target_only_where_triton_left_it_out():
+    from ember.runtime.triton_warm import spec_with_target
+    from triton.backends.compiler import GPUTarget
+    calls = []
+
+    def target():
+        calls.append(1)
+        return GPUTarget("hip", "gfx942", 64)
+    spec39 = json.dumps({"name": "k", "target": {"backend": "cuda", "arch": 90, "warp_size": 32}})
+    assert spec_with_target(spec39, target) == spec39 and not calls
+    got = json.loads(spec_with_target(json.dumps({"name": "k"}), target))
+    assert got == {"name": "k", "target": {"backend": "hip", "arch": "gfx942", "warp_size": 64}}
+    assert GPUTarget(**got["target"]) == GPUTarget("hip", "gfx942", 64)
 
 
 def test_option_turns_it_off(monkeypatch):
