@@ -18,7 +18,7 @@ import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .decomp_layouts import eager_layout
-from .output_layouts import permute_inputs, plan_computed, replay
+from .output_layouts import alias_geometry, permute_inputs, plan_computed, replay
 from .strided_views import as_strided_to_view
 from .rank_zero import lift_rank_zero
 from .zero_size import fold_zero_size
@@ -643,7 +643,14 @@ def assemble(prep: PreparedGraph, compiled_outs, host_outs):
         elif kind == "host":
             result.append(host_outs[x])
         elif kind == "view":
-            result.append(replay(compiled_outs[x], entry[2]))
+            t, geometry = compiled_outs[x], entry[3]
+            # the common case inline (a training forward returns a hundred such views per
+            # call): one as_strided on a base the program returned contiguous
+            if geometry is not None and t.is_contiguous():
+                size, stride, offset = geometry
+                result.append(t.as_strided(size, stride, t.storage_offset() + offset))
+            else:
+                result.append(replay(t, entry[2]))
         elif kind == "value":       # computed once (prepare's shared_outputs), copied per call:
             result.append(x.clone())    # the backward may write into a donated saved tensor
         else:

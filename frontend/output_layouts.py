@@ -164,7 +164,16 @@ def plan_computed(gm: fx.GraphModule, out: fx.Node, is_view, host_only,
     steps = steps + chain
     if graph_layout:
         steps = fold_views(base.meta["val"], steps, out.meta.get("val"))
-    return ("view", j, steps) if steps else ("compiled", j)
+    return ("view", j, steps, alias_geometry(steps)) if steps else ("compiled", j)
+
+
+def alias_geometry(steps: tuple[Step, ...]):
+    """(size, stride, offset) when `steps` is fold_views' one `_alias`: fx_prep.assemble
+    applies it inline (its own check of the base's layout); None otherwise."""
+    if len(steps) == 1 and steps[0][0] is _alias:
+        size, stride, offset, _ = steps[0][1]
+        return size, stride, offset
+    return None
 
 
 def _alias(t: torch.Tensor, size, stride, offset: int, steps: tuple[Step, ...]) -> torch.Tensor:
