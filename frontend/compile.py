@@ -110,8 +110,11 @@ def _lend(run, prep, mutations, guarded: range | None) -> None:
             if prep.plan[k][0] == "compiled" and len(users[prep.plan[k][1]]) == 1}
     aliases = {j for j, slots in users.items()
                if guarded is not None and all(i in guarded for i in slots)}
+    # made only into views by fx_prep.assemble (a saved activation's transposes): the views
+    # are the aliases, the program's own tensor is not handed on
+    bare = {j for j in aliases if all(prep.plan[i][0] == "view" for i in users[j])}
     if lent or aliases:
-        run.lend(lent, guarded=aliases)
+        run.lend(lent, guarded=aliases, bare=bare)
 
 
 def _donations(prep, mutations) -> list[tuple[int, int]]:

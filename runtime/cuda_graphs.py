@@ -124,6 +124,7 @@ class GraphedProgram:
         self._recaptures = 0
         self._lent: frozenset[int] = frozenset()
         self._guarded: frozenset[int] = frozenset()
+        self._bare: frozenset[int] = frozenset()
         self._guard: list[tuple[torch.UntypedStorage, int]] = []   # (storage, use count at rest)
         self._pooled: list[tuple[int, int]] = []    # (input index, data_ptr): another pool's
         self.ungraphed_calls = 0    # replays given up for a live alias or a moved pooled input
@@ -134,12 +135,16 @@ class GraphedProgram:
         self._pool_ptrs: set[int] = set()
         weakref.finalize(self, _POOLED.difference_update, self._pool_ptrs)
 
-    def lend(self, outputs, guarded=()) -> None:
+    def lend(self, outputs, guarded=(), bare=()) -> None:
         """Outputs returned as the graph's own buffers, not cloned. `outputs`: the caller
         consumes them (copies them elsewhere) before it calls again. `guarded`: returned as
         aliases that may live until some later call; a replay while one is alive runs without
-        the graph instead (a training forward's saved activations, read by its backward)."""
+        the graph instead (a training forward's saved activations, read by its backward).
+        `bare` (of `guarded`): the caller only makes views of them, never keeps them: handed
+        out as the static tensors themselves, not a new alias each (each view holds the
+        storage, which is what the liveness check counts)."""
         self._guarded = frozenset(guarded)
+        self._bare = frozenset(bare) & self._guarded
         self._lent = frozenset(outputs) | self._guarded
 
     @property
@@ -167,7 +172,7 @@ class GraphedProgram:
                 # accumulates, gradients a loop keeps from autograd.grad): clone the outputs
                 # from now on, from a new capture; the old pool stays with the live aliases.
                 self._lent -= self._guarded
-                self._guarded = frozenset()
+                self._guarded = self._bare = frozenset()
                 if not self._recapture(inputs):
                     return self._run(*inputs)
             self._live = 0
@@ -296,7 +301,7 @@ class GraphedProgram:
             torch._foreach_copy_([self._static_in[i] for i in self._copied],
                                  [inputs[i] for i in self._copied])
         self._graph.replay()
-        lent, guarded = self._lent, self._guarded
+        lent, guarded, bare = self._lent, self._guarded, self._bare
         static_out = self._static_out
         if self._in_pool:
             static_out = list(static_out)
@@ -306,7 +311,7 @@ class GraphedProgram:
             tail = self._run.run_tail(self._static_vals, self._tail[0])
             lent = lent | self._tail[1]
         outs = [(tail[j] if self._tail is not None and j in self._tail[1]
-                 else o.detach() if j in guarded else o) if j in lent
+                 else (o if j in bare else o.detach()) if j in guarded else o) if j in lent
                 else torch.empty_like(o, memory_format=torch.preserve_format)
                 for j, o in enumerate(static_out)]
         fresh = [j for j in range(len(outs)) if j not in lent]
