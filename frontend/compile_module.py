@@ -367,7 +367,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         summary["triton_precompile"] = {"compiled": pre.get("ok", 0),
                                         "cached": pre.get("cached", 0),
                                         "errors": len(pre.get("errors", ())),
-                                        "seconds": pre.get("seconds")}
+                                        "seconds": pre.get("seconds"),
+                                        "stamped": bool(pre.get("stamped"))}
     if compiled.freed_inputs:     # donated inputs freed after their last use (not graphed)
         summary["inputs_freed"] = compiled.freed_inputs
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}

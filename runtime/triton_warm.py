@@ -390,10 +390,20 @@ def compile_pool(source: str, path: str, modname: str, requests, jobs: int | Non
 
 def precompile(mod, launches, device, jobs: int | None = None) -> dict:
     """compile_requests + compile_pool for a module loaded by runtime/py_module.py. Never
-    raises: a failure is reported in the result and the launches compile for themselves."""
+    raises: a failure is reported in the result and the launches compile for themselves.
+
+    A precompile that left nothing to compile stamps Triton's cache (`precompile_stamp`): a
+    warm start of the same program in the same cache then skips finding the requests and
+    looking each up (~5 ms a request: 1.3 s of efficientnet_b0's warm start on the H100).
+    Were the cache emptied since, the stamp went with it; were single kernels deleted, their
+    launches compile for themselves, as without a precompile."""
     import time
     t0 = time.perf_counter()
     try:
+        stamp = precompile_stamp(mod, launches, device)
+        if stamp is not None and stamp.exists():
+            return {"ok": 0, "errors": [], "cached": 0, "stamped": True,
+                    "seconds": round(time.perf_counter() - t0, 3)}
         requests = compile_requests(mod, launches, device)
         missing = [r for r in requests if not in_triton_cache(mod, *r)]
         if missing and _pool is None and jobs is None:
@@ -401,9 +411,37 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
         result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, missing, jobs)
         result["cached"] = len(requests) - len(missing)
         result["seconds"] = round(time.perf_counter() - t0, 3)
+        if stamp is not None and not result.get("errors") \
+                and result.get("ok", 0) == len(missing):
+            from .cache import atomic_write
+            stamp.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(stamp, f"{len(requests)} requests\n")
         return result
     except Exception as err:    # noqa: BLE001 -- the JIT path still compiles everything
         return {"ok": 0, "errors": [f"{type(err).__name__}: {err}"]}
+
+
+def precompile_stamp(mod, launches, device):
+    """The file in Triton's cache directory that says every compile request of these launches
+    of this module is in that cache: named by a digest of the module's source, the launches
+    (shapes, dtypes, pointer alignments), Triton's version and the target. None where the
+    target is unknown."""
+    import hashlib
+    from pathlib import Path
+    import triton
+    from triton import knobs
+    try:
+        from triton.runtime import driver
+        target = driver.active.get_current_target()
+        target = (target.backend, target.arch, target.warp_size)
+    except Exception:   # noqa: BLE001 -- no driver: no stamp
+        return None
+    h = hashlib.sha256()
+    h.update(mod.__ember_source__.encode())
+    h.update(repr([(name, [(tuple(shape), str(dt), off % 16) for shape, dt, off in args])
+                   for name, args in launches]).encode())
+    h.update(repr((triton.__version__, target, mod.__name__)).encode())
+    return Path(knobs.cache.dir) / "ember-precompiled" / h.hexdigest()
 
 
 # ---- worker ---------------------------------------------------------------------------------

@@ -73,6 +73,12 @@ SCRIPT = textwrap.dedent('''
     triton_warm.run_workers = lambda *a, **k: started.append(1) or real_run(*a, **k)
     mod.__ember_source__ = prog.source
     warm = triton_warm.precompile(mod, launches, "cuda")
+    # the next warm start of this program: the stamp the first left, no request looked up
+    looked = []
+    real_lookup = triton_warm.in_triton_cache
+    triton_warm.in_triton_cache = lambda *a: looked.append(1) or real_lookup(*a)
+    stamped = triton_warm.precompile(mod, launches, "cuda")
+    triton_warm.in_triton_cache = real_lookup
     triton_warm.run_workers = real_run
     cache = os.environ["TRITON_CACHE_DIR"]
     before = sorted(glob.glob(cache + "/*/*.cubin"))
@@ -85,6 +91,7 @@ SCRIPT = textwrap.dedent('''
     print(json.dumps({"requests": [r[0] for r in reqs], "res": res, "before": len(before),
                       "cached_before": cached_before, "cached_after": cached_after,
                       "warm": warm, "warm_workers": len(started),
+                      "stamped": stamped, "stamped_lookups": len(looked),
                       "pool": triton_warm._pool is not None and triton_warm._pool.jobs,
                       "after": len(after), "replay_s": replay,
                       "variants": len(triton_warm.launch_variants(mod, launches, "cuda"))}))
@@ -157,6 +164,7 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     assert {k: v for k, v in r["warm"].items() if k != "seconds"} == {
         "ok": 0, "errors": [], "cached": len(r["requests"])}
     assert r["warm_workers"] == 0
+    assert r["stamped"]["stamped"] and r["stamped"]["errors"] == [] and r["stamped_lookups"] == 0
     assert r["pool"] == (2 if fn is f else False)
 
 
