@@ -46,7 +46,11 @@ Invariant established, in every such public function, for statically shaped valu
   NHWC results, its declaration's type says so and `ember.channels_last = [operands,
   results]` records which (the weight and its gradient stay OIHW);
 * a transpose of a transpose whose permutations compose to the identity is its source (a result
-  eager lays out channels-last is returned as a permute of the NCHW value: no copy is left).
+  eager lays out channels-last is returned as a permute of the NCHW value: no copy is left);
+* a transpose that moves only unit dims (the OIHW -> OHWI weight of a 1x1 or a depthwise
+  convolution, a pooled [n, c, 1, 1] value into a convolution) is a `tensor.collapse_shape` +
+  `tensor.expand_shape` view: the same bytes in the same order, no copy kernel (there was one
+  per such convolution and call: 81 of efficientnet_b0's 180 kernels).
 
 The runtime (runtime/externs.py) calls the library on `permute(0, 3, 1, 2)` views of the NHWC
 buffers (channels-last strides, what eager passes a channels-last network) and keeps its
@@ -529,7 +533,46 @@ def channels_last(fn, weights: bool = True, pool_kernels: bool = True,
                     n += _rewrite_library(op, decl, ins, res) and conv
     _fold_transposes(fn)
     _erase_dead(fn)
+    _unit_transposes_to_views(fn)
+    _erase_dead(fn)
     return n
+
+
+def _unit_groups(shape) -> list[list[int]] | None:
+    """`shape`'s dims grouped onto its non-unit dims (a unit dim joins the next group, trailing
+    ones the last); None when every dim is a unit."""
+    groups, cur = [], []
+    for i, size in enumerate(shape):
+        cur.append(i)
+        if size != 1:
+            groups.append(cur)
+            cur = []
+    if not groups:
+        return None
+    groups[-1] += cur
+    return groups
+
+
+def _unit_transposes_to_views(fn) -> None:
+    """A static transpose that keeps the order of its non-unit dims is a reshape: the source
+    collapsed onto those dims, expanded to the result's shape (views, no copy)."""
+    from .externs import _collapse, _expand
+    for block in fn.regions[0].blocks:
+        for op in list(block.operations):
+            if op_name(op) != "linalg.transpose":
+                continue
+            src, res = op.operands[0], op.results[0]
+            t, rt = ir.RankedTensorType(src.type), ir.RankedTensorType(res.type)
+            if not (t.has_static_shape and rt.has_static_shape):
+                continue
+            kept = [p for p in _perm(op) if t.shape[p] != 1]
+            groups, res_groups = _unit_groups(t.shape), _unit_groups(rt.shape)
+            if kept != sorted(kept) or groups is None or res_groups is None:
+                continue
+            view = src if len(groups) == t.rank else _collapse(src, groups, op)
+            if len(res_groups) != rt.rank:
+                view = _expand(view, res_groups, list(rt.shape), op)
+            res.replace_all_uses_with(view)
 
 
 @dataclasses.dataclass(frozen=True)

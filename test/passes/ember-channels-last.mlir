@@ -83,7 +83,10 @@ module {
 // CHECK:         return
 // ONE-LABEL: func.func @channels_last_io
 // ONE-NOT:       permutation = [0, 3, 1, 2]
-// ONE:           %[[W:.*]] = linalg.transpose ins(%arg1 : tensor<4x3x1x1xf32>)
+// A 1x1 weight's OIHW -> OHWI transpose moves unit dims only: a view, not a copy.
+// ONE-NOT:       linalg.transpose ins(%arg1
+// ONE:           %[[WC:.*]] = tensor.collapse_shape %arg1 {{\[\[}}0], [1, 2, 3]] : tensor<4x3x1x1xf32> into tensor<4x3xf32>
+// ONE:           %[[W:.*]] = tensor.expand_shape %[[WC]] {{\[\[}}0], [1, 2, 3]] output_shape [4, 1, 1, 3] : tensor<4x3xf32> into tensor<4x1x1x3xf32>
 // ONE-NOT:       permutation = [0, 3, 1, 2]
 // ONE:           %[[C:.*]] = "ember.extern"(%arg0, %[[W]]) {callee = "aten.convolution"{{.*}} -> tensor<2x8x8x4xf32>
 // ONE:           %[[T:.*]] = linalg.transpose ins(%[[C]] : tensor<2x8x8x4xf32>) {{.*}} permutation = [0, 3, 1, 2]

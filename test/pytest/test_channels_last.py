@@ -115,6 +115,44 @@ def test_inference_runs_channels_last(target, device, dtype, spy):
     assert not between, groups
 
 
+class MBConv(nn.Module):
+    """efficientnet's block: 1x1 expansion, depthwise 3x3, squeeze-excitation (mean, two 1x1
+    convolutions with biases), 1x1 projection, residual."""
+
+    def __init__(self, c=8, e=32):
+        super().__init__()
+        self.expand, self.bn1 = nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e)
+        self.dw, self.bn2 = nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False), nn.BatchNorm2d(e)
+        self.se1, self.se2 = nn.Conv2d(e, 4, 1), nn.Conv2d(4, e, 1)
+        self.project, self.bn3 = nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = torch.nn.functional.silu(self.bn1(self.expand(x)))
+        y = torch.nn.functional.silu(self.bn2(self.dw(y)))
+        w = torch.sigmoid(self.se2(torch.nn.functional.silu(self.se1(y.mean((2, 3), True)))))
+        return x + self.bn3(self.project(y * w))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_unit_dim_weights_are_views_not_copies(target, device, dtype, spy):
+    """1x1 and depthwise weights (OIHW and OHWI hold the same bytes in the same order) and the
+    squeeze's [n, c, 1, 1] value reach their channels-last convolutions as views: the only
+    layout copy left is the NCHW graph input's (there was one kernel per convolution)."""
+    torch.manual_seed(0)
+    model = MBConv().to(device, dtype).eval()
+    x = torch.randn(2, 8, 8, 8, device=device, dtype=dtype)
+    compiled = _compile(model, target, channels_last=True)
+    with torch.no_grad():
+        out = compiled(x)
+        ref = model(x)
+    assert_close(out, ref)
+    check_fallbacks()
+    assert spy == [(True, True, True)] * 5, spy
+    (report,) = ember.last_reports()
+    copies = [g for g in report["fused_groups"] if set(g) == {"transpose"}]
+    assert len(copies) == 1, report["fused_groups"]
+
+
 def test_nchw_without_the_pass(target, device, spy):
     """channels_last=False: the library gets NCHW tensors (what the pass changes)."""
     model = _model(torch.float32, device)
