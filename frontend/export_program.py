@@ -318,6 +318,9 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
     for arg in block.arguments:
         new_value(arg)
     num_inputs = len(values)
+    for arg, *strides in C.ARG_STRIDES.get(main, []):
+        if 0 <= arg < num_inputs and len(strides) == len(values[arg].shape):
+            values[arg] = dataclasses.replace(values[arg], strides=tuple(strides))
 
     steps: list[Step] = []
     kernel_names: list[str] = []

@@ -24,6 +24,10 @@ class ValueInfo:
     # its last use: ember-buffer-reuse's `ember.in_args`), not in the arena; the runtime gives
     # it fresh memory when that input cannot be written (not contiguous, its storage shared).
     in_input: int | None = None
+    # An input the caller passes with these strides (not contiguous) that only library steps
+    # read (`ember.arg_strides`): handed to them as it comes when it has them, where any other
+    # input is made contiguous first.
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
