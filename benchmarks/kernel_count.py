@@ -11,7 +11,7 @@ graph's own FX code runs eagerly in its place (the step goes on with eager's val
 Per graph it prints the host schedule's launches by kind:
   generated  kernels ember wrote (`ember_fused_*`), less the two kinds below
   copies     generated kernels that only copy (`ember_fused_copy_*`)
-  fills      generated kernels that only fill a constant
+  fills      generated kernels that only fill a constant, and "fill" steps (a memset)
   library    `ember.extern` (matmul, conv, pooling) and ATen library calls
 With `--layers 1,2` (transformers models) it compiles the model with each layer count and
 prints the difference: the launches one layer adds. With `--inductor`, the same step under
@@ -42,6 +42,8 @@ def step_kind(step) -> str | None:
     """The launch kind of a Program step (None: no launch: views, constants, empties)."""
     if step.kind in ("extern", "library"):
         return "library"
+    if step.kind == "fill":     # a new tensor filled per call (a memset on a GPU)
+        return "fills"
     if step.kind != "kernel":
         return None
     tags = re.sub(r"^ember_fused_|_\d+$", "", step.name).split("_")

@@ -376,6 +376,14 @@ class CompiledProgram:
             return []
         if s.kind == "empty":
             return self._alloc_runs(s.outputs)
+        if s.kind == "fill":
+            (o,) = s.outputs
+            shape, dt, dev = tuple(vals_info[o].shape), self._dtypes[o], self.device
+            value = s.params["value"]
+
+            def fill(vals, o=o, shape=shape, dt=dt, dev=dev, value=value):
+                vals[o] = torch.full(shape, value, dtype=dt, device=dev)
+            return [fill]
         if s.kind == "scalar":
             return [_scalar_run(s)]
         raise ValueError(f"ember runtime: unknown step kind {s.kind!r}")

@@ -44,6 +44,8 @@ class Step:
     kind = "const":  outputs[0] is the constant params["value"] (nested lists, or a scalar: a
                      0-dim value, or every element of a splat of outputs[0]'s shape).
     kind = "empty":  outputs[0] is uninitialised memory of its shape.
+    kind = "fill":   outputs[0] is a new tensor of its shape, every element params["value"],
+                     made on every call (a library op then writes it in place: externs.IN_PLACE).
     """
 
     kind: str
