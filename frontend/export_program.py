@@ -300,6 +300,7 @@ def _fill_in_place(steps: list[Step], values: list[ValueInfo], outputs: list[int
     for k, s in enumerate(steps):
         for pos, i in enumerate(s.inputs):
             readers.setdefault(i, []).append((k, pos))
+    moved: dict[int, int] = {}      # the fill step at k runs right before its reader
     for k, s in enumerate(steps):
         if s.kind != "const" or type(s.params.get("value")) not in (bool, int, float):
             continue
@@ -320,6 +321,19 @@ def _fill_in_place(steps: list[Step], values: list[ValueInfo], outputs: list[int
             continue
         steps[k] = Step("fill", "full", (), s.outputs, {"value": s.params["value"]})
         steps[j] = dataclasses.replace(lib, params={**lib.params, "in_place": pos})
+        moved[k] = j
+    if moved:
+        # made where it is needed, not where the constant was hoisted (the function's top):
+        # the gradient-sized fill would be alive through the whole backward
+        before = {j: k for k, j in moved.items()}
+        order = list(steps)
+        steps.clear()
+        for k, s in enumerate(order):
+            if k in moved:
+                continue
+            if k in before:
+                steps.append(order[before[k]])
+            steps.append(s)
 
 
 def _static(shape) -> bool:
