@@ -205,7 +205,7 @@ DONATED_ARGS = Attr(PREFIX + "donated_args", FUNC, "i64-array", "frontend (compi
                     "it reads: AOTAutograd's bw_donated_idxs): their memory may hold other "
                     "values after their last use")
 ARG_STRIDES = Attr(PREFIX + "arg_strides", FUNC, "i64-array-list", "frontend (compile_static)",
-                   ("ember-library-views", "frontend export"),
+                   ("ember-library-views", "ember-buffer-reuse", "frontend export"),
                    "arguments the caller passes strided that only library calls read, each "
                    "[argument, strides...]: the runtime hands such an argument to them as it "
                    "comes (no contiguous copy) when it arrives with these strides (a "
