@@ -39,9 +39,7 @@ from typing import ClassVar
 from torch_mlir import ir
 
 from ..dialects.contract import (ARG_STRIDES, EXTERN_OP, LIBRARY, OPERAND_VIEWS, RESULT_VIEWS,
-                                 RESULTS,
-                                 TENSOR_ARGS, VIEW,
-                                 is_library)
+                                 RESULTS, TENSOR_ARGS, VIEW, is_library)
 from .base import Pass
 from .graph_utils import defining_op, op_name
 
