@@ -11,13 +11,15 @@ graph's own FX code runs eagerly in its place (the step goes on with eager's val
 Per graph it prints the host schedule's launches by kind:
   generated  kernels ember wrote (`ember_fused_*`), less the two kinds below
   copies     generated kernels that only copy (`ember_fused_copy_*`)
-  fills      generated kernels that only fill a constant
+  fills      generated kernels that only fill a constant, and "fill" steps (a memset)
   library    `ember.extern` (matmul, conv, pooling) and ATen library calls
 With `--layers 1,2` (transformers models) it compiles the model with each layer count and
 prints the difference: the launches one layer adds. With `--inductor`, the same step under
 Inductor is counted too, scheduled as for a GPU (`cpu_backend="triton"`: Inductor's GPU
 scheduler and fusion decisions; its C++ scheduler would put several loop nests into one kernel,
-which a GPU kernel cannot); nothing is compiled, its launches do nothing. `--kernels` lists every launch in order (name, kind).
+which a GPU kernel cannot); nothing is compiled, its launches do nothing. Per ember graph it
+also prints the MB of constants the program keeps and of the tensors it fills per call
+(`held`). `--kernels` lists every launch in order (name, kind).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import argparse
 import contextlib
 import copy
 import json
+import math
 import os
 import re
 import sys
@@ -42,6 +45,8 @@ def step_kind(step) -> str | None:
     """The launch kind of a Program step (None: no launch: views, constants, empties)."""
     if step.kind in ("extern", "library"):
         return "library"
+    if step.kind == "fill":     # a new tensor filled per call (a memset on a GPU)
+        return "fills"
     if step.kind != "kernel":
         return None
     tags = re.sub(r"^ember_fused_|_\d+$", "", step.name).split("_")
@@ -102,6 +107,21 @@ def count(program) -> dict:
             out[k] += 1
     out["total"] = sum(out[k] for k in KINDS)
     return out
+
+
+def held(record) -> dict:
+    """`const_mb`: the constants the program keeps for its whole life (a splat the runtime
+    fills once at load: the embedding backward's zeros were one, vocabulary x hidden);
+    `fill_mb`: the tensors it fills anew on every call ("fill" steps)."""
+    p = record["program"]
+    size = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2,
+            "float16": 2, "bool": 1, "int8": 1, "uint8": 1}
+
+    def mb(kind):
+        return round(sum(math.prod(p.values[s.outputs[0]].shape)
+                         * size.get(p.values[s.outputs[0]].dtype, 4)
+                         for s in p.steps if s.kind == kind) / 2 ** 20, 3)
+    return {"const_mb": mb("const"), "fill_mb": mb("fill")}
 
 
 def _model(name: str, layers: int | None):
@@ -263,8 +283,10 @@ def main(argv=None):
                 c = count(r["program"])
                 for k in totals:
                     totals[k] += c[k]
+                h = held(r)
                 print(f"{label:<24} {r['kind']:<9} " +
-                      "  ".join(f"{k} {c[k]:4d}" for k in KINDS + ("total",)))
+                      "  ".join(f"{k} {c[k]:4d}" for k in KINDS + ("total",)) +
+                      f"  constants {h['const_mb']:.1f} MB  fills {h['fill_mb']:.1f} MB")
                 if args.kernels:
                     for s in r["program"].steps:
                         if step_kind(s):
@@ -273,7 +295,8 @@ def main(argv=None):
                   "  ".join(f"{k} {totals[k]:4d}" for k in KINDS + ("total",)))
             per_layers[layers] = totals
             row = {"model": name, "layers": layers, "mode": args.mode, "ember": totals,
-                   "graphs": [{"kind": r["kind"], **count(r["program"])} for r in records]}
+                   "graphs": [{"kind": r["kind"], **count(r["program"]), **held(r)}
+                              for r in records]}
             if args.inductor:
                 ind = inductor_counts(name, args.mode, layers, args.optimizer)
                 tot = _tally([x for g in ind for x in g])

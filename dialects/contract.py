@@ -204,6 +204,12 @@ DONATED_ARGS = Attr(PREFIX + "donated_args", FUNC, "i64-array", "frontend (compi
                     "arguments the caller hands over (a backward's saved activations that only "
                     "it reads: AOTAutograd's bw_donated_idxs): their memory may hold other "
                     "values after their last use")
+ARG_STRIDES = Attr(PREFIX + "arg_strides", FUNC, "i64-array-list", "frontend (compile_static)",
+                   ("ember-library-views", "ember-buffer-reuse", "frontend export"),
+                   "arguments the caller passes strided that only library calls read, each "
+                   "[argument, strides...]: the runtime hands such an argument to them as it "
+                   "comes (no contiguous copy) when it arrives with these strides (a "
+                   "backward's saved q, k, v: views of the forward's packed projection)")
 IN_ARGS = Attr(PREFIX + "in_args", LAUNCH, "i64-array", "ember-buffer-reuse",
                ("frontend export",),
                "per result, the donated argument whose memory holds it at the byte offset "
@@ -212,7 +218,7 @@ IN_ARGS = Attr(PREFIX + "in_args", LAUNCH, "i64-array", "ember-buffer-reuse",
 ATTRS: dict[str, Attr] = {a.name: a for a in (
     LIBRARY, TENSOR_ARGS, PARAMS, RESULTS, VIEW, OPERAND_VIEWS, RESULT_VIEWS, CHANNELS_LAST,
     KERNEL, OPS, RESULT_DIMS, OFFSETS, ARENA_BYTES, UNPLANNED_BYTES, DONATE, WRITES_ARGS,
-    DONATED_ARGS, IN_ARGS, SOURCE,
+    DONATED_ARGS, ARG_STRIDES, IN_ARGS, SOURCE,
     SYMBOL, TARGET, PRELUDE)}
 
 

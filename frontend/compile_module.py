@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 from torch_mlir import ir
 
-from ..dialects.contract import DONATE, DONATED_ARGS
+from ..dialects.contract import ARG_STRIDES, DONATE, DONATED_ARGS
 from ..passes.backends import backend_named
 from . import fx_prep
 from .options import SPLIT_PASS, CompileOptions, default_pipeline
@@ -203,12 +203,14 @@ def _short_diagnostic(line: str) -> str:
 def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: bool = False,
                    dump: DebugDump | None = None,
                    seconds: dict[str, float] | None = None, donate=(), reuse=(),
-                   cache=None, remember_failure: bool = False):
+                   strided=(), cache=None, remember_failure: bool = False):
     """`gm` imported (with the library `calls` stitched in), run through `pipeline` and
     exported: (Program, the report fields the IR knows). MLIR's diagnostics and fd 2 are
     captured (written to the dump's diagnostics.txt); raises on any failure. `donate`: pairs
     (input, output) of `gm` where the output is the input's new value (`ember.donate`);
-    `reuse`: inputs whose memory may hold other values once read (`ember.donated_args`).
+    `reuse`: inputs whose memory may hold other values once read (`ember.donated_args`);
+    `strided`: [input, strides...] of inputs only library calls read, passed strided
+    (`ember.arg_strides`).
     `cache` (an ArtifactCache, a directory, or None for none): a warm start reads the result
     from there instead of compiling (frontend/program_cache.py); not with a debug dump, nor
     for a `symbolic` graph (compiling it may add a guard on a size, which frontend/symbolic.py
@@ -216,12 +218,13 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
     kept in the cache too, and a warm start raises it again without compiling."""
     seconds = {} if seconds is None else seconds
     if cache is None or symbolic or (dump is not None and dump.dir is not None):
-        return _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse)
+        return _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse,
+                               strided)
     from ..runtime.cache import as_cache
     from . import program_cache
     t0 = time.perf_counter()
     cache = as_cache(cache)
-    key = program_cache.program_key(gm, pipeline, calls, symbolic, donate, reuse)
+    key = program_cache.program_key(gm, pipeline, calls, symbolic, donate, reuse, strided)
     hit = program_cache.load(cache, key) if key is not None else None
     failed = (program_cache.load_failure(cache, key)
               if hit is None and remember_failure and key is not None else None)
@@ -233,7 +236,7 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
         raise PipelineFailure(*failed)
     try:
         program, summary = _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate,
-                                           reuse)
+                                           reuse, strided)
     except PipelineFailure as err:
         if remember_failure and key is not None:
             program_cache.store_failure(cache, key, err.stage, err.diagnostics)
@@ -246,7 +249,7 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
     return program, summary
 
 
-def _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse):
+def _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse, strided=()):
     from .importer import new_context
     from .library_calls import stitch
     from .export_program import export_program
@@ -258,8 +261,8 @@ def _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse)
         with native, ctx, torch.no_grad():
             module = import_graph(gm, ctx, native, symbolic)
             stitch(module, list(calls))
-            if donate or reuse:
-                _mark_donated(module, gm, donate, reuse, calls)
+            if donate or reuse or strided:
+                _mark_donated(module, gm, donate, reuse, calls, strided)
             seconds["import"] = time.perf_counter() - t0
             if dump is not None:
                 dump.stage("import", module)
@@ -276,8 +279,9 @@ def _compile_module(gm, pipeline, calls, symbolic, dump, seconds, donate, reuse)
     return program, summary
 
 
-def _mark_donated(module, gm: fx.GraphModule, donate, reuse=(), calls=()) -> None:
-    """`ember.donate` (pairs) and `ember.donated_args` (`reuse`) on @main, when its arguments
+def _mark_donated(module, gm: fx.GraphModule, donate, reuse=(), calls=(), strided=()) -> None:
+    """`ember.donate` (pairs), `ember.donated_args` (`reuse`) and `ember.arg_strides`
+    (`strided`) on @main, when its arguments
     and results are `gm`'s placeholders and outputs one to one, less those that outlining the
     library `calls` added after them (else nothing is donated: a wrong pairing would write the
     wrong input)."""
@@ -297,6 +301,8 @@ def _mark_donated(module, gm: fx.GraphModule, donate, reuse=(), calls=()) -> Non
         DONATE.set(main, [x for pair in donate for x in pair])
     if reuse:
         DONATED_ARGS.set(main, sorted(reuse))
+    if strided:
+        ARG_STRIDES.set(main, [list(s) for s in strided])
 
 
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
@@ -309,7 +315,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     callable and the report fields it knows."""
     from ..runtime.cache import as_cache
     from ..runtime.executor import load
-    from .library_calls import outline
+    from .library_calls import outline, strided_library_args
     from .export_program import restore_signedness
 
     t_prep = time.perf_counter()
@@ -324,6 +330,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         by_name = {n.name: n for n in stripped.graph.nodes}
         library = {by_name[n.name] for n in library}
         gm = stripped
+    strided = strided_library_args(gm, library) if library else []
     if library:
         gm, calls = outline(gm, library)
     # Wall seconds per stage (FX preparation, import, each pipeline element, export, build),
@@ -335,7 +342,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     try:
         program, summary = compile_module(gm, pipeline, calls=calls, symbolic=symbolic,
                                           dump=dump, seconds=seconds, donate=donate, reuse=reuse,
-                                          cache=cache, remember_failure=unsplit != pipeline)
+                                          strided=strided, cache=cache,
+                                          remember_failure=unsplit != pipeline)
     except PipelineFailure as err:
         # ember-split-reductions is an optimisation: a graph it leaves unlowerable compiles
         # unsplit (the report says why) rather than running eagerly. The failed attempt's
@@ -349,7 +357,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         seconds.update(fx_prep=prep, split_retry=failed)
         program, summary = compile_module(gm, unsplit, calls=calls, symbolic=symbolic,
                                           dump=dump, seconds=seconds, donate=donate, reuse=reuse,
-                                          cache=cache)
+                                          strided=strided, cache=cache)
         summary["split_reductions_off"] = str(err)[:300]
     restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
     dump.write(backend_named(program.target).source_file, program.source)

@@ -19,6 +19,7 @@ from ..dialects import extern_callee
 from ..passes.backends import backend_named
 from ..passes.dynamic_sizes import HOST_FLOAT_OPS
 from ..runtime.externs import DYNAMIC_EXTERNS  # externs sized at run time
+from ..runtime.externs import IN_PLACE
 from ..runtime.program import Program, Step, ValueInfo
 
 _FLOAT_NAMES = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
@@ -288,6 +289,57 @@ def _result_dims(op, ins, values) -> list[dict]:
     return out
 
 
+def _fill_in_place(steps: list[Step], values: list[ValueInfo], outputs: list[int]) -> None:
+    """A splat constant whose one reader is a library op that writes a copy of it (`self` of
+    `scatter_add`, `index_put`, ...: runtime/externs.IN_PLACE) becomes a "fill" step, a new
+    tensor each call, and the op runs in place on it (`params["in_place"]`: the operand).
+    The embedding backward's weight gradient is `scatter_add` into zeros of vocabulary x hidden
+    (154 MB for GPT-2 small in f32): a constant the program kept for its whole life, which the
+    op copied on every call before scattering; now one fill (a memset on a GPU), written once."""
+    readers: dict[int, list[tuple[int, int]]] = {}
+    for k, s in enumerate(steps):
+        for pos, i in enumerate(s.inputs):
+            readers.setdefault(i, []).append((k, pos))
+    moved: dict[int, int] = {}      # the fill step at k runs right before its reader
+    for k, s in enumerate(steps):
+        if s.kind != "const" or type(s.params.get("value")) not in (bool, int, float):
+            continue
+        (o,) = s.outputs
+        found = readers.get(o, [])
+        if len(found) != 1 or o in outputs or not _static(values[o].shape) or \
+                values[o].offset is not None:
+            continue
+        j, pos = found[0]
+        lib = steps[j]
+        names = list(lib.params.get("tensor_args", []))
+        if lib.kind != "library" or lib.name not in IN_PLACE or pos >= len(names) or \
+                names[pos] != "self" or list(lib.params.get("results", [0])) != [0] or \
+                len(lib.outputs) != 1 or values[lib.outputs[0]].shape != values[o].shape or \
+                values[lib.outputs[0]].dtype != values[o].dtype or \
+                any(v[0] == pos for v in lib.params.get("views", [])) or \
+                lib.params.get("result_views") or lib.params.get("channels_last"):
+            continue
+        steps[k] = Step("fill", "full", (), s.outputs, {"value": s.params["value"]})
+        steps[j] = dataclasses.replace(lib, params={**lib.params, "in_place": pos})
+        moved[k] = j
+    if moved:
+        # made where it is needed, not where the constant was hoisted (the function's top):
+        # the gradient-sized fill would be alive through the whole backward
+        before = {j: k for k, j in moved.items()}
+        order = list(steps)
+        steps.clear()
+        for k, s in enumerate(order):
+            if k in moved:
+                continue
+            if k in before:
+                steps.append(order[before[k]])
+            steps.append(s)
+
+
+def _static(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
 def export_program(module: ir.Module, func_name: str = "main") -> Program:
     funcs = find_funcs(module)
     if func_name not in funcs:
@@ -318,6 +370,9 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
     for arg in block.arguments:
         new_value(arg)
     num_inputs = len(values)
+    for arg, *strides in C.ARG_STRIDES.get(main, []):
+        if 0 <= arg < num_inputs and len(strides) == len(values[arg].shape):
+            values[arg] = dataclasses.replace(values[arg], strides=tuple(strides))
 
     steps: list[Step] = []
     kernel_names: list[str] = []
@@ -409,6 +464,7 @@ def export_program(module: ir.Module, func_name: str = "main") -> Program:
             raise ScheduleError(f"{op.location}: '{name}' cannot run on the host; every compute "
                                 f"op must be inside a kernel (ember-fuse's contract)")
 
+    _fill_in_place(steps, values, outputs)
     written = C.WRITES_ARGS.get(main, [])
     for arg, res in zip(written[0::2], written[1::2]):   # ember-buffer-reuse accepted these
         out = outputs[res]

@@ -138,6 +138,26 @@ def can_outline(node: fx.Node) -> bool:
     return outline_blocker(node) is None
 
 
+def strided_library_args(gm: fx.GraphModule, nodes) -> list[list[int]]:
+    """[placeholder position, strides...] of each placeholder of `gm` that comes strided (not
+    contiguous, static) and that only library `nodes` read: eager hands those ops the strided
+    tensor itself (a backward's saved q, k, v are views of the forward's packed projection),
+    and so may the runtime, instead of a contiguous copy of each per call (`ember.arg_strides`).
+    """
+    out = []
+    for pos, ph in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        val = ph.meta.get("val")
+        if not isinstance(val, torch.Tensor) or not ph.users or \
+                not all(u in nodes for u in ph.users):
+            continue
+        geometry = (*val.shape, *val.stride())
+        if not all(isinstance(x, int) for x in geometry) or val.numel() <= 1 or \
+                val.is_contiguous():
+            continue
+        out.append([pos, *val.stride()])
+    return out
+
+
 def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall]]:
     """A copy of `gm` where each node of `nodes` is cut out: its used tensor outputs become new
     placeholders (after the others) and its tensor operands new outputs (after the others)."""

@@ -142,7 +142,7 @@ def graph_fingerprint(gm: fx.GraphModule, out: list[str] | None = None) -> list[
 
 
 def program_key(gm: fx.GraphModule, pipeline: str, calls, symbolic: bool, donate,
-                reuse) -> str | None:
+                reuse, strided=()) -> str | None:
     """The cache key of `compile_module(gm, pipeline, calls=..., ...)`, or None when the graph
     holds something the key cannot describe."""
     try:
@@ -151,7 +151,8 @@ def program_key(gm: fx.GraphModule, pipeline: str, calls, symbolic: bool, donate
         return None
     h = hashlib.sha256()
     for p in (code_identity(), pipeline, repr(list(calls)), repr(bool(symbolic)),
-              repr(sorted(map(tuple, donate))), repr(sorted(reuse)), *parts):
+              repr(sorted(map(tuple, donate))), repr(sorted(reuse)),
+              repr(sorted(map(tuple, strided))), *parts):
         b = p.encode()
         h.update(len(b).to_bytes(8, "little"))
         h.update(b)

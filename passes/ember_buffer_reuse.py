@@ -36,6 +36,7 @@ none, and `ember.offsets` then holds the byte offset in it), a single-result poi
 may overwrite it in place at its last use (as for arena buffers; never through a value that
 only may alias it), and a returned buffer may lie in it when at least half its size
 (`donated-outputs`). Buffers sharing a region never overlap in bytes while both are live.
+An argument `ember.arg_strides` names (passed strided, a view of a larger buffer) holds none.
 
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
 start), each at the lowest-waste gap between already placed buffers it overlaps in time, in the
@@ -47,8 +48,9 @@ import dataclasses
 
 from torch_mlir import ir
 
-from ..dialects.contract import (ARENA_BYTES, DONATE, DONATED_ARGS, IN_ARGS, KERNEL, OFFSETS,
-                                 UNPLANNED_BYTES, VIEW, WRITES_ARGS, is_extern, is_kernel)
+from ..dialects.contract import (ARENA_BYTES, ARG_STRIDES, DONATE, DONATED_ARGS, IN_ARGS, KERNEL,
+                                 OFFSETS, UNPLANNED_BYTES, VIEW, WRITES_ARGS, is_extern,
+                                 is_kernel)
 from . import remarks
 from .base import OptionError, Pass, option
 from .ir_queries import HOST_VIEW_OPS
@@ -318,7 +320,12 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
     maybe: set = set()          # values that may alias a donated argument (never in place)
     if donate_args and DONATED_ARGS.has(main):
         args = main.regions[0].blocks[0].arguments
+        # an argument passed strided (a view of a larger buffer, handed to library calls as
+        # it comes) is no row-major buffer of its size: nothing is planned in it
+        strided = {x[0] for x in ARG_STRIDES.get(main, [])}
         for a in DONATED_ARGS.get(main):
+            if a in strided:
+                continue
             nbytes = byte_size(args[a].type) if 0 <= a < len(args) else None
             if nbytes and a not in donated:
                 donated[a] = root[args[a]] = Buffer(-1, 0, nbytes, _align(nbytes, alignment),

@@ -23,8 +23,9 @@ chain computed. Chain ops left without users are erased. Each result whose one u
 `linalg.transpose` becomes that transpose (`ember.result_views`: the runtime permutes the op's
 tensor) where the op lays the result out so that the permuted tensor is row-major: a forward's
 output (every kernel writes it [B, S, H, D]), a backward's gradient where `GRADIENT_LAYOUT`
-says its kernel gives it that layout for the operand it was handed. Everything else is left
-alone.
+says its kernel gives it that layout for the operand it was handed (an argument the
+function's `ember.arg_strides` names is handed as it comes, with those strides). Everything
+else is left alone.
 
 The runtime (runtime/externs.py) makes that view with `as_strided` before the call; every
 buffer ember allocates is row-major, which is what the strides assume. Eager passed the same
@@ -37,9 +38,8 @@ from typing import ClassVar
 
 from torch_mlir import ir
 
-from ..dialects.contract import (EXTERN_OP, LIBRARY, OPERAND_VIEWS, RESULT_VIEWS, RESULTS,
-                                 TENSOR_ARGS, VIEW,
-                                 is_library)
+from ..dialects.contract import (ARG_STRIDES, EXTERN_OP, LIBRARY, OPERAND_VIEWS, RESULT_VIEWS,
+                                 RESULTS, TENSOR_ARGS, VIEW, is_library)
 from .base import Pass
 from .graph_utils import defining_op, op_name
 
@@ -271,7 +271,7 @@ class EmberLibraryViews(Pass):
 
     def run(self, module: ir.Operation) -> None:
         wanted = set(ATTENTION) | set(ATTENTION_BACKWARD) | set(BROADCAST_OPERANDS)
-        decls, calls = {}, {}
+        decls, calls, homes = {}, {}, {}
         for op in module.regions[0].blocks[0].operations:
             if op_name(op) != "func.func":
                 continue
@@ -284,6 +284,7 @@ class EmberLibraryViews(Pass):
                     if op_name(inner) == "func.call":
                         callee = ir.FlatSymbolRefAttr(inner.attributes["callee"]).value
                         calls.setdefault(callee, []).append(inner)
+                        homes[callee] = op
         for sym, decl in decls.items():
             sites = calls.get(sym, [])
             if len(sites) != 1 or VIEW.has(decl) or LIBRARY.get(decl) not in wanted:
@@ -291,8 +292,10 @@ class EmberLibraryViews(Pass):
             with module.context, ir.Location.unknown():
                 self._rewrite(decl, sites[0])
                 backward = LIBRARY.get(decl) in ATTENTION_BACKWARD
-                _fold_result_transposes(decl, sites[0],
-                                        _gradient_layouts(decl, sites[0]) if backward else None)
+                strided = {a: s for a, *s in ARG_STRIDES.get(homes[sym], [])}
+                _fold_result_transposes(
+                    decl, sites[0],
+                    _gradient_layouts(decl, sites[0], strided) if backward else None)
 
     @staticmethod
     def _rewrite(decl, call) -> None:
@@ -333,11 +336,13 @@ GRADIENT_LAYOUT = {
 }
 
 
-def _gradient_layouts(decl, call) -> dict[int, list[int]]:
+def _gradient_layouts(decl, call, strided: dict | None = None) -> dict[int, list[int]]:
     """Result position -> the strides an attention backward gives that gradient
     (`GRADIENT_LAYOUT`), from the operand it is laid out like: the operand's view
-    (`ember.operand_views`) or its row-major buffer. A position is missing where the layout
-    is not known."""
+    (`ember.operand_views`), the strides the caller passes it with where it is an argument
+    of the function that `strided` names (`ember.arg_strides`: the runtime hands it to the
+    op as it comes), or its row-major buffer. A position is missing where the layout is not
+    known."""
     kind = GRADIENT_LAYOUT.get(LIBRARY.get(decl))
     names = TENSOR_ARGS.get(decl, [])
     views = {v[0]: v for v in OPERAND_VIEWS.get(decl, [])}
@@ -348,9 +353,13 @@ def _gradient_layouts(decl, call) -> dict[int, list[int]]:
             continue
         k = names.index(name)
         shape = _static_shape(call.operands[k]) if k not in views else None
+        arg = _argument_number(call.operands[k])
         if k in views:
             rank = (len(views[k]) - 2) // 2
             sizes, strides = views[k][2:2 + rank], views[k][2 + rank:]
+        elif shape is not None and strided and arg in strided \
+                and len(strided[arg]) == len(shape):
+            sizes, strides = shape, list(strided[arg])
         elif shape is not None:
             sizes, strides = shape, _row_major(shape)
         else:
@@ -371,6 +380,13 @@ def _gradient_layouts(decl, call) -> dict[int, list[int]]:
         elif dense:
             out[pos] = list(strides)
     return out
+
+
+def _argument_number(value) -> int | None:
+    """The position of `value` among its block's arguments, None for an op's result."""
+    if not isinstance(value.owner, ir.Block):
+        return None
+    return ir.BlockArgument(value).arg_number
 
 
 def _fold_result_transposes(decl, call, layouts: dict[int, list[int]] | None = None) -> None:

@@ -92,6 +92,7 @@ class CompiledProgram:
         self._other_reads = {i for s in p.steps if s.kind != "library" for i in s.inputs}
         self._library_only = frozenset(i for s in p.steps if s.kind == "library"
                                        for i in s.inputs if i not in self._other_reads)
+        self._as_is = _strided_inputs(p, self._library_only)
         steps_runs = []
         for s in p.steps:
             for o in s.outputs:
@@ -375,6 +376,14 @@ class CompiledProgram:
             return []
         if s.kind == "empty":
             return self._alloc_runs(s.outputs)
+        if s.kind == "fill":
+            (o,) = s.outputs
+            shape, dt, dev = tuple(vals_info[o].shape), self._dtypes[o], self.device
+            value = s.params["value"]
+
+            def fill(vals, o=o, shape=shape, dt=dt, dev=dev, value=value):
+                vals[o] = torch.full(shape, value, dtype=dt, device=dev)
+            return [fill]
         if s.kind == "scalar":
             return [_scalar_run(s)]
         raise ValueError(f"ember runtime: unknown step kind {s.kind!r}")
@@ -708,7 +717,28 @@ class CompiledProgram:
                     f"ember: input {i} must be {dt} {list(shape)} on {dev_type}, got "
                     f"{t.dtype} {list(t.shape)} on {t.device} (the graph was compiled for "
                     f"static shapes; recompile for new shapes)")
-            vals[i] = t if t.is_contiguous() else t.contiguous()
+            if t.is_contiguous() or self._as_is.get(i) == t.stride():
+                vals[i] = t
+            else:
+                vals[i] = t.contiguous()
+
+
+def _strided_inputs(p: Program, library_only: frozenset) -> dict[int, tuple[int, ...]]:
+    """Input -> the strides it is taken with as it comes (ValueInfo.strides): inputs that only
+    library steps read, each as a plain operand (not through an operand view or a layout change
+    the runtime makes, which start from a row-major buffer), and that are not returned."""
+    wrapped = set()
+    for s in p.steps:
+        if s.kind != "library":
+            continue
+        params = s.params
+        for k in [v[0] for v in params.get("views", [])] + \
+                list(params.get("channels_last", ([], []))[0]):
+            if 0 <= k < len(s.inputs):
+                wrapped.add(s.inputs[k])
+    return {i: tuple(v.strides) for i, v in enumerate(p.values[:p.num_inputs])
+            if v.strides is not None and i in library_only and i not in wrapped
+            and i not in p.outputs}
 
 
 def _static(shape) -> bool:

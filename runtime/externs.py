@@ -273,6 +273,20 @@ def resolve(name: str, params: dict[str, Any]) -> ExternFn:
     raise ValueError(f"ember runtime: unknown extern op {name!r}; known: {sorted(_TABLE)}")
 
 
+# Library ops that write a copy of their first operand: where that operand is a fill made for
+# them alone (a "fill" step: the embedding backward's `scatter_add` into zeros, vocabulary x
+# hidden), the runtime calls the in-place overload on the fill instead (`params["in_place"]`):
+# no constant kept for the program's life and no copy of it per call.
+IN_PLACE = {
+    "aten.scatter_add.default": "aten.scatter_add_.default",
+    "aten.scatter.src": "aten.scatter_.src",
+    "aten.scatter.value": "aten.scatter_.value",
+    "aten.scatter_reduce.two": "aten.scatter_reduce_.two",
+    "aten.index_put.default": "aten.index_put_.default",
+    "aten.index_add.default": "aten.index_add_.default",
+}
+
+
 # The fused attention kernels AOTAutograd may trace `scaled_dot_product_attention` to. It picks
 # one at trace time from fake tensors; eager picks at run time (and may pick another: cuDNN
 # where the trace said memory-efficient). When only the attention output is used, the call
@@ -306,6 +320,10 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
     """A library step (`Step.kind == "library"`): `name` is an ATen overload
     ("aten._scaled_dot_product_efficient_attention.default"). Returns `run(inputs) -> outputs`:
     the op's own result tensors (made contiguous, the layout every kernel assumes)."""
+    if params.get("in_place") is not None and name in IN_PLACE:
+        # operand `in_place` (the op's `self`) is a fresh fill that only this call reads: the
+        # in-place overload writes it and returns it, the op's result
+        name = IN_PLACE[name]
     parts = name.split(".")
     if len(parts) != 3:
         raise ValueError(f"ember runtime: library op {name!r} is not '<namespace>.<op>.<overload>'")

@@ -24,6 +24,10 @@ class ValueInfo:
     # its last use: ember-buffer-reuse's `ember.in_args`), not in the arena; the runtime gives
     # it fresh memory when that input cannot be written (not contiguous, its storage shared).
     in_input: int | None = None
+    # An input the caller passes with these strides (not contiguous) that only library steps
+    # read (`ember.arg_strides`): handed to them as it comes when it has them, where any other
+    # input is made contiguous first.
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,8 @@ class Step:
     kind = "const":  outputs[0] is the constant params["value"] (nested lists, or a scalar: a
                      0-dim value, or every element of a splat of outputs[0]'s shape).
     kind = "empty":  outputs[0] is uninitialised memory of its shape.
+    kind = "fill":   outputs[0] is a new tensor of its shape, every element params["value"],
+                     made on every call (a library op then writes it in place: externs.IN_PLACE).
     """
 
     kind: str

@@ -160,3 +160,45 @@ func.func @main(%s0: tensor<256xf32>, %s1: tensor<256xf32>) -> tensor<256xf32> a
   %1 = func.call @neg3(%0) : (tensor<256xf32>) -> tensor<256xf32>
   return %1 : tensor<256xf32>
 }
+
+// -----
+
+// A donated argument passed strided (`ember.arg_strides`: a view of a larger buffer, which the
+// runtime hands to library calls as it comes) is no row-major buffer of its size: nothing lies
+// in it. The returned %1 gets its own allocation; with %s0 row-major (the next case) it lies
+// in %s0, free once the library call's result (which may alias it) was read.
+// CHECK-LABEL: func.func @main
+// CHECK: call @neg4(%{{.*}}) {ember.offsets = array<i64: 0>}
+// CHECK: call @neg4(%{{.*}}) {ember.offsets = array<i64: -1>}
+func.func private @ember_lib_0(tensor<256xf32>) -> tensor<256xf32> attributes {ember.library = "aten.neg.default", ember.params = {}, ember.results = array<i64: 0>, ember.tensor_args = ["self"]}
+func.func private @neg4(%a: tensor<256xf32>) -> tensor<256xf32> attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
+  return %a : tensor<256xf32>
+}
+// expected-remark @+1 {{ember-buffer-reuse: arena 1024 bytes for 1 of 2 buffers (1024 bytes without reuse)}}
+func.func @main(%s0: tensor<256xf32>) -> tensor<256xf32> attributes {ember.donated_args = array<i64: 0>, ember.arg_strides = [array<i64: 0, 2>]} {
+  %a = func.call @ember_lib_0(%s0) : (tensor<256xf32>) -> tensor<256xf32>
+  // expected-remark @+1 {{ember-buffer-reuse: buffer %1: 1024 bytes at offset 0, live [1, 2]}}
+  %0 = func.call @neg4(%a) : (tensor<256xf32>) -> tensor<256xf32>
+  // expected-remark @+1 {{ember-buffer-reuse: buffer %2: 1024 bytes, own allocation (escapes), live [2, 3]}}
+  %1 = func.call @neg4(%0) : (tensor<256xf32>) -> tensor<256xf32>
+  return %1 : tensor<256xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @main
+// CHECK: call @neg4(%{{.*}}) {ember.offsets = array<i64: 0>}
+// CHECK: call @neg4(%{{.*}}) {ember.in_args = array<i64: 0>, ember.offsets = array<i64: 0>}
+func.func private @ember_lib_0(tensor<256xf32>) -> tensor<256xf32> attributes {ember.library = "aten.neg.default", ember.params = {}, ember.results = array<i64: 0>, ember.tensor_args = ["self"]}
+func.func private @neg4(%a: tensor<256xf32>) -> tensor<256xf32> attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
+  return %a : tensor<256xf32>
+}
+// expected-remark @+1 {{ember-buffer-reuse: arena 1024 bytes for 1 of 2 buffers (1024 bytes without reuse; 1024 bytes in 1 of 1 donated arguments)}}
+func.func @main(%s0: tensor<256xf32>) -> tensor<256xf32> attributes {ember.donated_args = array<i64: 0>} {
+  %a = func.call @ember_lib_0(%s0) : (tensor<256xf32>) -> tensor<256xf32>
+  // expected-remark @+1 {{ember-buffer-reuse: buffer %1: 1024 bytes at offset 0, live [1, 2]}}
+  %0 = func.call @neg4(%a) : (tensor<256xf32>) -> tensor<256xf32>
+  // expected-remark @+1 {{ember-buffer-reuse: buffer %2: 1024 bytes in %arg0 at offset 0 (escapes), live [2, 3]}}
+  %1 = func.call @neg4(%0) : (tensor<256xf32>) -> tensor<256xf32>
+  return %1 : tensor<256xf32>
+}

@@ -232,6 +232,42 @@ module {
 
 // -----
 
+// A backward's saved q passed strided (`ember.arg_strides` on the function: a view of the
+// forward's packed projection, which the runtime hands the library call as it comes): cuDNN
+// lays its gradient out dense in q's dim order ([B, S, H, D]), so the gradient's transpose is
+// a free view, as for q sliced in the graph. The row-major saved output is not strided: read
+// as it is. Without the attribute q would be a row-major [B, H, S, D] buffer and the
+// transpose a kernel (@backward_arg_row_major).
+// CHECK-LABEL: func.func private @ember_lib_7(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32>
+// CHECK-SAME:    ember.result_views = [array<i64: 0, 0, 2, 1, 3>]
+// CHECK-LABEL: func.func private @ember_lib_8(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+// CHECK-NOT:     ember.result_views
+// CHECK-LABEL: func.func @backward_strided_arg
+// CHECK:         %[[G:.*]] = call @ember_lib_7(%arg0, %arg1, %arg2)
+// CHECK-NOT:     linalg.transpose
+// CHECK:         return %[[G]]
+// CHECK-LABEL: func.func @backward_arg_row_major
+// CHECK:         call @ember_lib_8(%arg0, %arg1, %arg2)
+// CHECK:         linalg.transpose
+module {
+  func.func private @ember_lib_7(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_cudnn_attention_backward.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["grad_out", "query", "out"]}
+  func.func private @ember_lib_8(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_cudnn_attention_backward.default", ember.params = {dropout_p = 0.000000e+00 : f64, is_causal = true}, ember.results = array<i64: 0>, ember.tensor_args = ["grad_out", "query", "out"]}
+  func.func @backward_strided_arg(%grad: tensor<2x4x16x8xf32>, %q: tensor<2x4x16x8xf32>, %out: tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32> attributes {ember.arg_strides = [array<i64: 1, 1536, 8, 96, 1>]} {
+    %g = call @ember_lib_7(%grad, %q, %out) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    %e2 = tensor.empty() : tensor<2x16x4x8xf32>
+    %gt = linalg.transpose ins(%g : tensor<2x4x16x8xf32>) outs(%e2 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
+    return %gt : tensor<2x16x4x8xf32>
+  }
+  func.func @backward_arg_row_major(%grad: tensor<2x4x16x8xf32>, %q: tensor<2x4x16x8xf32>, %out: tensor<2x4x16x8xf32>) -> tensor<2x16x4x8xf32> {
+    %g = call @ember_lib_8(%grad, %q, %out) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x16x8xf32>
+    %e2 = tensor.empty() : tensor<2x16x4x8xf32>
+    %gt = linalg.transpose ins(%g : tensor<2x4x16x8xf32>) outs(%e2 : tensor<2x16x4x8xf32>) permutation = [0, 2, 1, 3]
+    return %gt : tensor<2x16x4x8xf32>
+  }
+}
+
+// -----
+
 // The embedding backward's scatter_add: its index is the token ids broadcast over the hidden
 // dim by a copy. After the pass the call takes the ids themselves ([2, 32]: the collapse is a free
 // reshape), read as a [64, 16] view with strides [1, 0] (the copy kernel is gone); the zero base and the source stay operands.
