@@ -43,10 +43,13 @@ class LiveBytes:
             if counted(op):
                 for r in op.results:
                     self._add(r, i)
-        self.live = np.zeros(self.end + 1, dtype=np.int64)
+        # rows: 0 the values made and freed in the call (the arena's), 1 the donated
+        # arguments, 2 the returned values (allocated on their own)
+        self.live = np.zeros((3, self.end + 1), dtype=np.int64)
+        self.donated = sum(v[0] for v in self.values if v[1] < 0)
         self.span = [self._interval(j) for j in range(len(self.values))]
         for j, s in enumerate(self.span):
-            self._apply(self.live, s, self.values[j][0])
+            self._apply(self.live, s, j)
         self.base = self.peak()     # before the merges asked about
 
     def _add(self, value, at: int) -> None:
@@ -93,10 +96,11 @@ class LiveBytes:
             return None
         return (start, self.end if returned else end)
 
-    @staticmethod
-    def _apply(live, span, size, sign=1) -> None:
+    def _apply(self, live, span, j, sign=1) -> None:
         if span is not None:
-            live[span[0]:span[1] + 1] += sign * size
+            size, d, _, returned = self.values[j]
+            row = 1 if d < 0 else 2 if returned else 0
+            live[row, span[0]:span[1] + 1] += sign * size
 
     def _affected(self, moved) -> set:
         out = set()
@@ -105,8 +109,14 @@ class LiveBytes:
             out.update(self.reads.get(i, ()))
         return out
 
-    def peak(self) -> int:
-        return int(self.live.max())
+    def peak(self, live=None) -> int:
+        """The arena's size (it is allocated for the whole call) plus the peak of the rest. A
+        value made after a donated argument's last use may lie in its memory
+        (ember-buffer-reuse): the arena holds what the freed arguments cannot."""
+        live = self.live if live is None else live
+        freed = self.donated - live[1]
+        arena = max(int((live[0] - freed).max()), 0)
+        return arena + int((live[1] + live[2]).max())
 
     def peak_if(self, moved, at: int) -> int:
         """The function's peak if the ops at positions `moved` ran as one kernel at `at`."""
@@ -114,15 +124,15 @@ class LiveBytes:
         for j in self._affected(moved):
             new = self._interval(j, moved, at)
             if new != self.span[j]:
-                self._apply(delta, self.span[j], self.values[j][0], -1)
-                self._apply(delta, new, self.values[j][0])
-        return int((self.live + delta).max())
+                self._apply(delta, self.span[j], j, -1)
+                self._apply(delta, new, j)
+        return self.peak(self.live + delta)
 
     def update(self, moved) -> None:
         """The groups changed for the ops at positions `moved` (they are merged now)."""
         for j in self._affected(moved):
             new = self._interval(j)
             if new != self.span[j]:
-                self._apply(self.live, self.span[j], self.values[j][0], -1)
-                self._apply(self.live, new, self.values[j][0])
+                self._apply(self.live, self.span[j], j, -1)
+                self._apply(self.live, new, j)
                 self.span[j] = new
