@@ -51,10 +51,6 @@ HOST_OPS = {"func.call", EXTERN_OP, "func.return", "arith.constant", "tensor.emp
 # Horizontal fusion: how many earlier clusters of one value's readers a reader is tried with
 # (each try is a legality check; a value read by hundreds of kernels must stay cheap).
 HORIZONTAL_TRIES = 8
-# Horizontal merges may raise a function's peak of live bytes by 1/2**this of it in all (or
-# `horizontal-peak-bytes`, if more): a bias gradient's input held across the layers of a
-# backward (BERT, small sizes: 0.1% of the peak each; launches a layer 33 -> 30).
-PEAK_SLACK_SHIFT = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +72,11 @@ class EmberFuse(Pass):
     explain: bool = False
     # Horizontal fusion runs the merged kernel where its last member ran: the values the
     # earlier member reads stay alive until then, and its results are made there. A merge is
-    # refused when it raises the function's peak (passes/fusion_liveness.py) to more than
-    # this many bytes, or 1/256 of the peak if more, over the peak before horizontal fusion
-    # (a backward's weight-gradient casts, fused across layers, held every layer's bf16
-    # gradient to the last layer's); merges whose longer lifetimes lie below the peak are free.
+    # refused when it raises the function's peak (passes/fusion_liveness.py: the arena's
+    # peak plus that of returned and donated values) to more than this many bytes over the
+    # peak before horizontal fusion (a backward's weight-gradient casts, fused across layers,
+    # held every layer's bf16 gradient to the last layer's); merges whose longer lifetimes lie
+    # below the peak are free.
     horizontal_peak_bytes: int = option(1 << 16, min=0)
 
     def run(self, module: ir.Operation) -> None:
@@ -293,8 +290,7 @@ class EmberFuse(Pass):
             if memo.refusal(merged) is not None:
                 return False
             peak, now = live.peak_if(ids, max(ids)), live.peak()
-            if peak > now and peak > live.base + max(self.horizontal_peak_bytes,
-                                                     live.base >> PEAK_SLACK_SHIFT):
+            if peak > now and peak > live.base + self.horizontal_peak_bytes:
                 too_high.append((acc, r, peak - now, now))
                 return False
             parent[r] = acc

@@ -2,19 +2,20 @@
 
 A horizontal merge (two kernels that need not run one after the other) runs the merged kernel
 where the later of the two ran: the values the earlier one reads stay alive until then, and its
-results are made there. Whether that costs memory depends on where it happens: a backward's
-weight-gradient cast held across the remaining layers raises the step's peak; the same merge
-late in the backward, where the saved activations are already freed, costs nothing.
-`LiveBytes` keeps the bytes alive at each point of the schedule the groups make (a value lives
-from the kernel or op that makes it to the last one that reads it, through views; returned
-values to the end) and answers how far a merge would raise the function's peak.
+results are made there. Whether that costs memory depends on where it happens: a value held
+across a point where the arena is at its peak grows the arena (allocated for the whole call);
+one whose longer life lies where the arena is emptier costs nothing. `LiveBytes` keeps the bytes
+alive at each point of the schedule the groups make (a value lives from the kernel or op that
+makes it to the last one that reads it, through views; returned values to the end) and answers
+what a merge does to the function's peak: the arena's peak (values made and freed in the call)
+plus the peak of the values allocated on their own (returned ones, donated arguments).
 
 What it counts: results of kernels (a group's value read outside the group or returned) and of
 host ops (library calls), and the arguments the caller donates (`ember.donated_args`: a
 backward's saved activations, freed after their last use). Other arguments live through the
 whole call and shift every point alike, so they are left out. Constants, `tensor.empty` and
-fills that are cloned into kernels take no memory; a view is its base's memory. ember-buffer-
-reuse's plan packs these same live ranges (its peak is at least the largest sum of them).
+fills that are cloned into kernels take no memory; a view is its base's memory. These are the
+live ranges ember-buffer-reuse packs (its arena is at least their peak).
 """
 import numpy as np
 
@@ -46,7 +47,6 @@ class LiveBytes:
         # rows: 0 the values made and freed in the call (the arena's), 1 the donated
         # arguments, 2 the returned values (allocated on their own)
         self.live = np.zeros((3, self.end + 1), dtype=np.int64)
-        self.donated = sum(v[0] for v in self.values if v[1] < 0)
         self.span = [self._interval(j) for j in range(len(self.values))]
         for j, s in enumerate(self.span):
             self._apply(self.live, s, j)
@@ -110,13 +110,12 @@ class LiveBytes:
         return out
 
     def peak(self, live=None) -> int:
-        """The arena's size (it is allocated for the whole call) plus the peak of the rest. A
-        value made after a donated argument's last use may lie in its memory
-        (ember-buffer-reuse): the arena holds what the freed arguments cannot."""
+        """The arena's size (it is allocated for the whole call: its own peak) plus the peak
+        of the rest. ember-buffer-reuse may also place a value in a donated argument's memory
+        after its last use; that is not counted on here (a value fits only in one argument
+        its size or larger: BERT's f32 gradients in bf16 activations do not)."""
         live = self.live if live is None else live
-        freed = self.donated - live[1]
-        arena = max(int((live[0] - freed).max()), 0)
-        return arena + int((live[1] + live[2]).max())
+        return int(live[0].max() + (live[1] + live[2]).max())
 
     def peak_if(self, moved, at: int) -> int:
         """The function's peak if the ops at positions `moved` ran as one kernel at `at`."""

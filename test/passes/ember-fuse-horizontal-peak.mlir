@@ -5,8 +5,8 @@
 // Horizontal fusion runs the merged kernel where the later member ran: what the earlier one
 // reads stays alive until then (passes/fusion_liveness.py keeps the live bytes at each point
 // of the host schedule). A merge is refused only when that raises the function's peak (by
-// more than `horizontal-peak-bytes`, 64 KiB, or 1/256 of the peak, over the peak before
-// horizontal fusion).
+// more than `horizontal-peak-bytes`, 64 KiB, over the peak before horizontal fusion; the peak
+// is the arena's plus that of the returned values).
 
 // Refused: two casts of matmul products (a backward's bf16 weight gradients to f32), both
 // returned. One kernel where the second cast was keeps the first product (2 MiB) alive across
