@@ -15,7 +15,9 @@ groups merge when the merged group (a) stays acyclic with the rest of the graph,
 `max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
 Then a producer whose consumers each refused it (it would stay a result of another shape) is
 tried with all of them at once, and kernels that read one producer, or whose results one op
-reads, are tried together (horizontal fusion). Views, slices, pads and concats are index
+reads, are tried together (horizontal fusion), unless that raises the function's peak of live
+bytes (passes/fusion_liveness.py: the merged kernel runs where the later one ran, and what the
+earlier one reads stays alive until then). Views, slices, pads and concats are index
 arithmetic inside a kernel.
 With `explain`, every producer-consumer pair left in different kernels gets a remark with the
 reason (docs/internals.md, Stage 2; fusion_legality.REFUSALS).
