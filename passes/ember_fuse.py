@@ -15,7 +15,9 @@ groups merge when the merged group (a) stays acyclic with the rest of the graph,
 `max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
 Then a producer whose consumers each refused it (it would stay a result of another shape) is
 tried with all of them at once, and kernels that read one producer, or whose results one op
-reads, are tried together (horizontal fusion). Views, slices, pads and concats are index
+reads, are tried together (horizontal fusion), unless that raises the function's peak of live
+bytes (passes/fusion_liveness.py: the merged kernel runs where the later one ran, and what the
+earlier one reads stays alive until then). Views, slices, pads and concats are index
 arithmetic inside a kernel.
 With `explain`, every producer-consumer pair left in different kernels gets a remark with the
 reason (docs/internals.md, Stage 2; fusion_legality.REFUSALS).
@@ -35,14 +37,15 @@ import dataclasses
 from torch_mlir import ir, passmanager
 from torch_mlir.dialects import func
 
-from ..dialects.contract import EXTERN_OP, KERNEL, OPS, RESULT_DIMS, is_kernel
+from ..dialects.contract import DONATED_ARGS, EXTERN_OP, KERNEL, OPS, RESULT_DIMS, is_kernel
 from . import fusion_legality, remarks
 from .backends import BACKENDS, CPP
 from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
 from .ember_convert_externs import convert_externs
 from .graph_utils import defining_op, op_name, stable_topological_sort, users
-from .ir_queries import VIEW_OPS
+from .fusion_liveness import LiveBytes
+from .ir_queries import HOST_VIEW_OPS, VIEW_OPS
 from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
 from .sink_reshapes import sink_collapses
 
@@ -70,10 +73,13 @@ class EmberFuse(Pass):
     # a remark (passes/remarks.py) for every producer-consumer pair left in different kernels
     explain: bool = False
     # Horizontal fusion runs the merged kernel where its last member ran: the values the
-    # earlier members read stay alive until then. Refused when those are more than this many
-    # bytes (a backward's per-layer weight-gradient casts, all read by the return: fused
-    # across layers, every layer's bf16 gradient was held to the last layer's).
-    horizontal_held_bytes: int = option(1 << 20, min=0)
+    # earlier member reads stay alive until then, and its results are made there. A merge is
+    # refused when it raises the function's peak (passes/fusion_liveness.py: the arena's
+    # peak plus that of returned and donated values) to more than this many bytes over the
+    # peak before horizontal fusion (a backward's weight-gradient casts, fused across layers,
+    # held every layer's bf16 gradient to the last layer's); merges whose longer lifetimes lie
+    # below the peak are free.
+    horizontal_peak_bytes: int = option(1 << 16, min=0)
 
     def run(self, module: ir.Operation) -> None:
         if self.target not in BACKENDS:
@@ -259,26 +265,24 @@ class EmberFuse(Pass):
             members[g] = merged
             respan(g, together[1:])
 
-        def held_bytes(a, b) -> int:
-            """Bytes of the values computed outside both groups that the earlier one reads,
-            which a merged kernel (at the later one's place) keeps alive longer."""
-            ga, gb = members[a], members[b]
-            early = ga if index[ga[-1]] < index[gb[-1]] else gb
-            inside, seen, total = {o.operation for o in ga + gb}, set(), 0
-            for o in early:
-                for v in o.operands:
-                    p = defining_op(v)
-                    if p is None or p in inside or _cloneable(p) or v in seen:
-                        continue
-                    seen.add(v)
-                    total += fusion_bytes(v.type)
-            return total
+        def place(i):
+            """(group, position of its kernel) of the op at block position i."""
+            c = compute_of.get(i)
+            if c is None:
+                return None, i
+            g = find(c)
+            return g, max(member_ids[g])
+
+        donated = set(DONATED_ARGS.get(fn, [])) if DONATED_ARGS.has(fn) else set()
+        live = LiveBytes(block, block_ops, bid, place,
+                         lambda o: o in index and op_name(o) not in VIEW_OPS
+                         or not (_is_compute(o, dynamic) or op_name(o) in HOST_VIEW_OPS
+                                 or _cloneable(o)), donated)
+        too_high = []       # (node, node, bytes, peak): horizontal merges refused for memory
 
         def merge_horizontally(acc, r) -> bool:
             merged = sorted(members[acc] + members[r], key=lambda o: index[o])
             if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
-                return False
-            if held_bytes(acc, r) > self.horizontal_held_bytes:
                 return False
             if all(op_name(o) in VIEW_OPS for o in merged):
                 return False
@@ -287,11 +291,16 @@ class EmberFuse(Pass):
                 return False
             if memo.refusal(merged) is not None:
                 return False
+            peak, now = live.peak_if(ids, max(ids)), live.peak()
+            if peak > now and peak > live.base + self.horizontal_peak_bytes:
+                too_high.append((acc, r, peak - now, now))
+                return False
             parent[r] = acc
             del members[r]
             members[acc] = merged
             member_ids[acc] = member_ids[acc] + member_ids.pop(r)
             respan(acc, [r])
+            live.update(ids)
             return True
 
         # Horizontal: kernels that read one value (a tensor, another kernel's or a library
@@ -339,8 +348,32 @@ class EmberFuse(Pass):
                 remarks.emit(pair.pop("location"), self.name,
                              f"unfused '{pair['producer']}' -> '{pair['consumer']}': "
                              f"{pair['reason']} ({pair['detail']})", **pair)
+            for pair in peak_refusals(too_high, members, find, index):
+                remarks.emit(pair.pop("location"), self.name,
+                             f"unfused '{pair['producer']}' + '{pair['consumer']}': "
+                             f"{pair['reason']} ({pair['detail']})", **pair)
         # A view that ends up alone stays a host-side view, not a kernel.
         return [g for g in groups if not all(op_name(o) in VIEW_OPS for o in g)]
+
+
+def peak_refusals(too_high, members, find, index) -> list[dict]:
+    """A remark's fields for each pair of kernels a horizontal merge refused (raises the peak)
+    that stayed apart, once per pair: at the later kernel's last op."""
+    out, seen = [], set()
+    for a, b, rise, peak in too_high:
+        ga, gb = find(a), find(b)
+        if ga == gb or (ga, gb) in seen:
+            continue
+        seen.add((ga, gb))
+        early, late = sorted((members[ga], members[gb]), key=lambda g: index[g[-1]])
+        out.append({"producer": _tag(early[-1]), "consumer": _tag(late[-1]),
+                    "reason": fusion_legality.RAISES_PEAK, "horizontal": True,
+                    "detail": f"horizontal: raises peak by {rise} bytes, "
+                              f"{peak} -> {peak + rise}",
+                    "producer_at": remarks.short_location(early[-1].location),
+                    "consumer_at": remarks.short_location(late[-1].location),
+                    "location": late[-1].location})
+    return out
 
 
 def _reduces_leading_dim(op) -> bool:

@@ -21,8 +21,9 @@ REDUCTIONS_OFF = "reductions off"       # ember-fuse{fuse-reductions=false}
 TOO_LARGE = "too large"                 # over ember-fuse's max-group-size
 CYCLE = "cycle"                         # a path between the groups leaves both
 LIBRARY_CALL = "library call"           # a matmul/conv/pool extern or an ATen library call
+RAISES_PEAK = "raises peak"             # a horizontal merge would raise the peak live bytes
 REFUSALS = (TOO_LARGE, CYCLE, LIBRARY_CALL, TARGET_LIMIT, INDEX_MISMATCH, REDUCE_BROADCAST,
-            REDUCTIONS_OFF, ILLEGAL)
+            REDUCTIONS_OFF, RAISES_PEAK, ILLEGAL)
 
 # Body op -> tag, most telling first: a gelu body holds erf, mul and add; call it gelu.
 _TAG_PRIORITY = [

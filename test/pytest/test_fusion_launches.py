@@ -171,3 +171,38 @@ def test_last_weight_cast_is_saved_the_others_recomputed(target, device, tmp_pat
     recast = re.findall(r"convert_element_type\.default\((primals_\d+), torch\.bfloat16\)", code)
     # the first weight's cast is recomputed, the last one's is saved (a backward input)
     assert len(recast) == 1, recast
+
+
+
+def _casts(x, y, u, v):
+    """Two bf16 matmul products cast to f32 (a backward's weight gradients under autocast)."""
+    return [(x @ y).float(), (u @ v).float()]
+
+
+def _casts_after_a_product(p, q, x, y, u, v):
+    """The same casts after a larger product that a row sum reads."""
+    return [(p @ q).sum(1)] + _casts(x, y, u, v)
+
+
+def test_horizontal_merge_below_the_peak_is_made():
+    """Horizontal fusion of the two casts keeps the first product (1024x640, over 1 MiB)
+    alive across the second matmul. After the 16 MiB product the function's peak is there, so the merge
+    raises no peak and is made: one cast kernel of two results (a flat 1 MiB bound on held
+    bytes refused it). Without the larger product the casts' region is the peak, and the merge
+    is refused (passes/fusion_liveness.py). Values are eager's. The decision is ember-fuse's,
+    the same for every target: the C++ one runs it (megabytes through Triton's interpreter
+    took 30 s)."""
+    x, u = (_randn((1024, 64), s).to(torch.bfloat16) for s in (1, 2))
+    y, v = (_randn((64, 640), s).to(torch.bfloat16) for s in (3, 4))
+    p, q = _randn((4096, 64), 5), _randn((64, 1024), 6)
+    for fn, args, cast_kernels in ((_casts_after_a_product, [p, q, x, y, u, v], 1),
+                                   (_casts, [x, y, u, v], 2)):
+        ref = fn(*args)
+        out = ember_compile(fn, "cpu")(*args)
+        for o, r in zip(out, ref):
+            assert_close(o, r, tol=1e-4)
+        check_fallbacks()
+        report = ember.last_reports()[-1]
+        casts = [g for g in report["fused_groups"] if "convert" in g]
+        assert len(casts) == cast_kernels, report["fused_groups"]
+        assert report["num_kernels"] == 2, report["fused_groups"]

@@ -355,7 +355,8 @@ def test_backward_does_not_hold_earlier_layers_gradients_for_horizontal_fusion()
     cast read only by the return. Horizontal fusion of those casts across layers (one kernel
     where the last ran) held each earlier layer's 2 MiB product until the last layer's: the
     backward's arena was 6.0 MiB for three 1024x1024 layers (main at 9b5d011). ember-fuse
-    refuses a horizontal merge that keeps more than `horizontal-held-bytes` alive: 2.1 MiB.
+    refuses a horizontal merge that raises the function's peak of live bytes
+    (passes/fusion_liveness.py): 2.1 MiB.
     Gradients are eager's."""
     torch.manual_seed(0)
     ref = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.GELU(),
