@@ -288,7 +288,8 @@ def backward_spy(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_training_step_runs_channels_last(target, device, dtype, spy, backward_spy, interpreted):
+def test_training_step_runs_channels_last(target, device, dtype, spy, backward_spy, interpreted,
+                                          monkeypatch):
     """A training step of a conv-bn-relu-maxpool-residual net runs channels-last in both graphs
     (`channels_last=True`; "auto" leaves training graphs NCHW): every convolution and
     convolution_backward
@@ -299,6 +300,9 @@ def test_training_step_runs_channels_last(target, device, dtype, spy, backward_s
     native_batch_norm_backward rejects the mixed dtypes, with or without channels-last.)"""
     if interpreted and dtype == torch.bfloat16:
         pytest.skip("interpreter: the bf16 step runs on the cpu target (same library calls)")
+    # fp32 on a GPU: full-precision convolutions on both sides (with TF32, cuDNN's algorithms,
+    # picked per layout, gave conv1's weight gradient 1.2e-2 apart on the H100)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
     model = _model(dtype, device, train=True)
     ref_model = copy.deepcopy(model)
     x = torch.randn(2, 3, 12, 12, device=device, dtype=dtype)   # C = 8, spatial 12 and 6
@@ -315,8 +319,7 @@ def test_training_step_runs_channels_last(target, device, dtype, spy, backward_s
     loss = step(compiled)
     ref = step(ref_model)
     check_fallbacks()
-    # fp32 on a GPU: TF32 convolutions, algorithms picked per layout (as above)
-    tol = TOL_MATMUL_FP32 if device == "cuda" and dtype == torch.float32 else None
+    tol = None
     assert_close(loss, ref, what="loss", tol=tol)
     for bn, rbn in ((model.bn1, ref_model.bn1), (model.bn2, ref_model.bn2)):
         assert_close(bn.running_mean, rbn.running_mean, what="running_mean", tol=tol)

@@ -138,18 +138,19 @@ def test_attention_backward_gradient_takes_the_outputs_strides():
     assert seen[1][0] is alike
 
 
-def test_embedding_backward_of_one_id_compiles(target):
+def test_embedding_backward_of_one_id_compiles(target, device):
     """A 0-dim id: the backward's scatter_add index is a 0-dim tensor expanded to [1, D]
     (`expand_shape` without reassociation groups); ember-library-views crashed on it (op_db's
     nn.functional.embedding sample 0). It is left as it is and the graph compiles."""
-    w = torch.randn(10, 5, requires_grad=True)
+    w = torch.randn(10, 5, device=device, requires_grad=True)
     w2 = w.detach().clone().requires_grad_(True)
-    i = torch.tensor(3)
+    i = torch.tensor(3, device=device)
+    scale = torch.arange(5., device=device)
     torch._dynamo.reset()
     clear_reports()
     f = torch.compile(lambda w, i: F.embedding(i, w), backend="ember", options={"target": target})
-    (f(w, i) * torch.arange(5.)).sum().backward()
-    (F.embedding(i, w2) * torch.arange(5.)).sum().backward()
+    (f(w, i) * scale).sum().backward()
+    (F.embedding(i, w2) * scale).sum().backward()
     check_fallbacks()
     torch.testing.assert_close(w.grad, w2.grad, rtol=0, atol=0)
 
