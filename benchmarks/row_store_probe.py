@@ -87,7 +87,8 @@ PREFETCH = """for (int64_t b = 0; b < COLS && i + 1 < ROWS; b += 16)
 
 PASS3 = """{ const float m = acc / (float)COLS; float acc3 = 0.0f;
     #pragma omp simd reduction(+:acc3)
-    for (int64_t j = 0; j < COLS; ++j) { const float d = in0[i * COLS + j] - m; acc3 = d * d + acc3; }
+    for (int64_t j = 0; j < COLS; ++j) {
+      const float d = in0[i * COLS + j] - m; acc3 = d * d + acc3; }
     acc = acc + 0.0f * acc3; }"""
 
 

@@ -1,28 +1,31 @@
 """Row scalars recomputed per vector in C++ reduce-then-broadcast kernels.
 
-A row kernel (rms_norm, layer_norm, log_softmax: reductions over a row, then a loop storing
-the row's outputs) derives row scalars from its accumulators between the loops
-(`rsqrt(sum / n + eps)`, `log(sum)`) and its output loop reads them. Printed as they are, the
-scalars are computed once per row and the output loop stores the row back to back. Here the
-output loop is walked in chunks of one SIMD vector (EMBER_VEC_F32 floats: cpp_prelude), and
-each chunk derives the row scalars again from an opaque copy of the accumulators
-(`ember_opaque`: the compiler cannot hoist them out of the chunk loop), as Inductor's C++ does
-(it reads the reduction back from memory for every vector).
+A row kernel derives row scalars from its accumulators between its loops (rms_norm's
+`rsqrt(sum / n + eps)`) and its output loop reads them. Printed as they are, the scalars are
+computed once a row and the output loop stores the row back to back. Here, when the row is
+read twice (one reduction loop, then the output loop), the output loop walks chunks of one
+SIMD vector (EMBER_VEC_F32 floats: cpp_prelude), each chunk deriving the row scalars again
+from an opaque copy of the accumulators (`ember_opaque`: the compiler cannot hoist them out
+of the chunk loop), as Inductor's C++ does (it reads the reduction back from memory for every
+vector, so its sqrt and divide run per vector).
 
-Why (benchmarks/RESULTS.md, "rms13g"; the 2-core AMD EPYC, one thread): a row's stores issued
-back to back are slower than the same stores paced by the per-vector sqrt and divide. The
-store stream alone shows it: 4096 rows of 1024 floats stored from one cached input row,
-1.23-1.43 ms at full rate against 0.99 ms paced; with the input streamed too (rms_norm),
-1.87-2.42 ms against 1.27-1.78 (Inductor's kernel 1.70-1.78 in the same runs). With the output
-kept in L1 the pacing costs 6% (0.94 against 1.00 ms): it pays when the stores miss the cache.
+Why (benchmarks/RESULTS.md, "rms13g"; the 2-core AMD EPYC, one thread,
+benchmarks/row_store_probe.py --pacing): a row's stores issued back to back retire slower
+than the same stores paced by the per-vector sqrt and divide when they miss the cache. With
+only the output streaming (every row reads one cached input row) 1.79-1.96 ms against
+1.03-1.13 paced; the rms_norm kernel 2.05-2.12 ms against 1.35-1.38 (Inductor's own kernel
+1.37-1.41 in the same runs). With only the input streaming (the output row stays in L1) the
+pacing costs 5-10%, with a third pass over the row it gains nothing, and in layer_norm's
+kernel (two reduction loops) it lost 10-18% (1.13-1.20 -> 1.31-1.34 ms): a kernel with a
+second reduction loop keeps its scalars once a row.
 
 Invariant: only constant locals (Lets) of the row's scope that the output loop reads and that
 depend on an accumulator declared in that scope are recomputed, from the same accumulator
 values, by the same expressions (no loads, no target text): the results are bit for bit those
 of the unchunked loop. A loop is left as it is when those expressions hold more than arith
 ops, conversions and square roots (`_cheap`). The chunk loop covers the output loop's range
-exactly (a static trip count; the chunk's loop runs one vector's lanes, the last chunk cut at the row's end unless
-16 divides the row)."""
+exactly (a static trip count; the chunk's loop runs one vector's lanes, the last chunk cut at
+the row's end unless 16 divides the row)."""
 from __future__ import annotations
 
 from .kernel_ir import (CONVERT, INT, Const, Decl, If, Let, Load, Loop, Op, Raw, Scope, Store, Var,
