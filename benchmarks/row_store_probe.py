@@ -8,17 +8,25 @@ x * rsqrt(mean + eps) * w), changed in one place, built with ember's flags
 (runtime/cpp_build.CXX_FLAGS) and called through ctypes on the same buffers, interleaved (the
 order rotates each round); medians of the calling thread's CPU time per trial:
 
-  ember       the kernel as emitted (AVX-512: gcc picks 64-byte vectors on this machine)
+  ember       the kernel as main emitted it before rms13g: the rsqrt once a row (AVX-512: gcc
+              picks 64-byte vectors on this machine)
   rsqrt_vec   the rsqrt recomputed for every 16-lane vector of the store loop, as Inductor's
               kernel does (its at::vec code reads the row's sum back and takes sqrt and 1/x per
-              vector): the store loop is throttled by the divider
+              vector) and as ember emits it since rms13g (passes/cpp_row_scalars.py): the store
+              loop is paced by the divider
   simdlen8    the store loop with `simdlen(8)` (256-bit vectors)
   nt_row      the row computed into a stack row, copied out with non-temporal stores, one
               sfence per thread
   prefetch    the next row prefetched (prefetcht0) during the sum loop
+  --pacing    instead: ember and rsqrt_vec in three settings each, to tell where pacing pays:
+              *_stream (every row reads input row 0, which stays in L1: only the output streams),
+              *_l1out (every row stores to output row 0: only the input streams),
+              *_pass3 (a second, L1-resident pass over the row before the stores, as
+              layer_norm's variance loop)
 
 The kernels are checked against torch before timing (nt_row and the others store the same
-values). Findings on the 2-core AMD EPYC: benchmarks/RESULTS.md, "cpu13f".
+values; the --pacing variants only where they compute rms_norm). Findings on the 2-core AMD
+EPYC: benchmarks/RESULTS.md, "cpu13f" and "rms13g".
 """
 from __future__ import annotations
 
@@ -77,6 +85,30 @@ PREFETCH = """for (int64_t b = 0; b < COLS && i + 1 < ROWS; b += 16)
       __builtin_prefetch(in0 + (i + 1) * COLS + b, 0, 3);"""
 
 
+PASS3 = """{ const float m = acc / (float)COLS; float acc3 = 0.0f;
+    #pragma omp simd reduction(+:acc3)
+    for (int64_t j = 0; j < COLS; ++j) {
+      const float d = in0[i * COLS + j] - m; acc3 = d * d + acc3; }
+    acc = acc + 0.0f * acc3; }"""
+
+
+def pacing_variants(rows: int, cols: int) -> dict:
+    """ember / rsqrt_vec with only the output streaming, only the input streaming, or a third
+    pass over the row (module docstring, --pacing)."""
+    out = {}
+    for base, store in (("ember", PLAIN.replace("SIMDLEN", "")), ("rsqrt_vec", RSQRT_VEC)):
+        k = (KERNEL.replace("PREFETCH", "").replace("STORE", store).replace("FENCE", "")
+             .replace("ROWS", str(rows)).replace("COLS", str(cols)))
+        out[f"{base}_stream"] = k.replace("NAME", f"k_{base}_stream").replace(
+            "in0[i * ", "in0[0 * ")
+        out[f"{base}_l1out"] = k.replace("NAME", f"k_{base}_l1out").replace(
+            "out0[i * ", "out0[0 * ")
+        sum_end = "acc = x * x + acc; }"
+        out[f"{base}_pass3"] = k.replace("NAME", f"k_{base}_pass3").replace(
+            sum_end, sum_end + "\n    " + PASS3.replace("COLS", str(cols)), 1)
+    return out
+
+
 def variants(rows: int, cols: int) -> dict:
     parts = {
         "ember": ("", PLAIN.replace("SIMDLEN", ""), ""),
@@ -99,13 +131,14 @@ def main(argv=None) -> int:
     ap.add_argument("--cols", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=60)
     ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--pacing", action="store_true", help="the pacing variants (docstring)")
     args = ap.parse_args(argv)
     if args.cols % 16:
         ap.error("--cols must be a multiple of 16 (rsqrt_vec walks 16-lane vectors)")
     from ember.passes.cpp_prelude import PRELUDE
     from ember.runtime.cpp_build import load_library
 
-    srcs = variants(args.rows, args.cols)
+    srcs = (pacing_variants if args.pacing else variants)(args.rows, args.cols)
     lib = load_library(PRELUDE + "\n".join(srcs.values()))
     torch.manual_seed(0)
     x, w = torch.randn(args.rows, args.cols), torch.randn(args.cols)
@@ -117,7 +150,8 @@ def main(argv=None) -> int:
         f = getattr(lib, f"k_{name}")
         out.fill_(float("nan"))
         f(*ptr)
-        assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5), name
+        if not name.endswith(("_stream", "_l1out")):
+            assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5), name
         fns[name] = f
     items = list(fns.items())
     times = {k: [] for k in fns}

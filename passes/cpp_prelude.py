@@ -16,6 +16,26 @@ static inline bool ember_split_rows(int64_t rows) {
   int64_t t = omp_get_max_threads();
   return t > 1 && rows % t != 0 && rows < 4 * t;
 }
+// The SIMD width in floats of the machine the unit is built for (-march=native), and a float
+// the compiler must treat as unknown each time it is read (no asm is emitted): a row's output
+// loop walks chunks of one vector, each recomputing the row's scalars (cpp_row_scalars.py).
+#if defined(__AVX512F__)
+#define EMBER_VEC_F32 16
+#elif defined(__AVX__)
+#define EMBER_VEC_F32 8
+#else
+#define EMBER_VEC_F32 4
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+static inline float ember_opaque(float v) { __asm__ volatile("" : "+x"(v)); return v; }
+static inline double ember_opaque(double v) { __asm__ volatile("" : "+x"(v)); return v; }
+#elif defined(__aarch64__)
+static inline float ember_opaque(float v) { __asm__ volatile("" : "+w"(v)); return v; }
+static inline double ember_opaque(double v) { __asm__ volatile("" : "+w"(v)); return v; }
+#else
+static inline float ember_opaque(float v) { volatile float t = v; return t; }
+static inline double ember_opaque(double v) { volatile double t = v; return t; }
+#endif
 // 16-bit floats are stored as uint16_t and computed in float.
 static inline float ember_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f; }
 static inline uint16_t ember_f32_to_bf16(float f) {

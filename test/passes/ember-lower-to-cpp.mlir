@@ -682,3 +682,53 @@ module {
     return %r#0, %r#1, %r#2 : tensor<32xf16>, tensor<32xbf16>, tensor<32xbf16>
   }
 }
+// -----
+
+// RMS norm (the row read twice: one reduction loop, then the output loop): the output loop
+// walks one SIMD vector a chunk, each chunk recomputing rsqrt(sum / 64 + eps) from an opaque
+// copy of the row's sum (cpp_row_scalars: paces the row's stores). Without simd loops (NOVEC)
+// the rsqrt stays once a row.
+// NOVEC-LABEL: func.func private @rms_norm
+// NOVEC-NOT: ember_opaque(
+// NOVEC: ember.symbol = "rms_norm"
+// SRC-LABEL: // ----- kernel @rms_norm
+// SRC:         float [[ACC:acc[0-9]+]] = 0.0f;
+// SRC:         #pragma omp simd reduction(+:[[ACC]])
+// SRC:         for (int64_t [[C:i1_[0-9]+_c]] = 0; [[C]] < 64; [[C]] += EMBER_VEC_F32) {
+// SRC-NEXT:      const float [[V:acc[0-9]+_v]] = ember_opaque([[ACC]]);
+// SRC-NEXT:      const float [[M:t[0-9]+]] = ([[V]] / 64.0f);
+// SRC-NEXT:      const float [[E:t[0-9]+]] = ([[M]] + {{.*}});
+// SRC-NEXT:      const float [[R:t[0-9]+]] = (float)(1 / std::sqrt([[E]]));
+// SRC-NEXT:      #pragma omp simd
+// SRC-NEXT:      for (int64_t [[O:i1_[0-9]+_o]] = 0; [[O]] < EMBER_VEC_F32; ++[[O]]) {
+// SRC-NEXT:        const int64_t [[J:i1_[0-9]+]] = ([[C]] + [[O]]);
+// SRC:             out0[(({{i0_[0-9]+}} * 64) + [[J]])] =
+#rm0 = affine_map<(d0, d1) -> (d0, d1)>
+#rm1 = affine_map<(d0, d1) -> (d0)>
+#rm2 = affine_map<(d0, d1) -> (d1)>
+module {
+  func.func private @rms_norm(%x: tensor<8x64xf32>, %w: tensor<64xf32>) -> tensor<8x64xf32> attributes {ember.kernel = "reduction"} {
+    %zero = arith.constant 0.000000e+00 : f32
+    %n = arith.constant 6.400000e+01 : f32
+    %eps = arith.constant 9.99999997E-7 : f32
+    %e1 = tensor.empty() : tensor<8xf32>
+    %acc = linalg.fill ins(%zero : f32) outs(%e1 : tensor<8xf32>) -> tensor<8xf32>
+    %s = linalg.generic {indexing_maps = [#rm0, #rm1], iterator_types = ["parallel", "reduction"]} ins(%x : tensor<8x64xf32>) outs(%acc : tensor<8xf32>) {
+    ^bb0(%a: f32, %o: f32):
+      %q = arith.mulf %a, %a : f32
+      %r = arith.addf %q, %o : f32
+      linalg.yield %r : f32
+    } -> tensor<8xf32>
+    %e2 = tensor.empty() : tensor<8x64xf32>
+    %y = linalg.generic {indexing_maps = [#rm0, #rm1, #rm2, #rm0], iterator_types = ["parallel", "parallel"]} ins(%x, %s, %w : tensor<8x64xf32>, tensor<8xf32>, tensor<64xf32>) outs(%e2 : tensor<8x64xf32>) {
+    ^bb0(%a: f32, %b: f32, %c: f32, %o: f32):
+      %m = arith.divf %b, %n : f32
+      %t = arith.addf %m, %eps : f32
+      %r = math.rsqrt %t : f32
+      %u = arith.mulf %a, %r : f32
+      %v = arith.mulf %u, %c : f32
+      linalg.yield %v : f32
+    } -> tensor<8x64xf32>
+    return %y : tensor<8x64xf32>
+  }
+}

@@ -492,3 +492,45 @@ def test_few_rows_split_across_threads(tmp_path, case):
             assert rel_err(out[ok], ref[ok]) < 1e-5, (k, case)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("cols", [1024, 100])
+def test_row_scalars_recomputed_per_vector(tmp_path, monkeypatch, cols):
+    """cpp_row_scalars: rms_norm's output loop (the row's second pass, after its one reduction
+    loop) walks one SIMD vector a chunk, each chunk recomputing rsqrt(mean + eps) from an opaque
+    copy of the row's sum (a row that 16 divides: the chunk's loop runs one vector's lanes;
+    else the last chunk is cut at the row's end). The values are bit for bit those of the
+    kernel without the rewrite, and eager's, NaN and inf rows included. layer_norm (two
+    reduction loops) and log_softmax (a log of the sum) keep the scalars once a row."""
+    import ember.passes.cpp_emitter as emitter
+    fn = CASES["rms_norm"][0]
+    x, w = t(40, cols) * 3, t(cols)
+    x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), 0.0
+    prelude, ((sym, src, res, ins),) = lower(import_kernel(fn, [x, w], "reduction"))
+    m = re.search(r"for \(int64_t (\w+)_c = 0; \1_c < %d; \1_c \+= EMBER_VEC_F32\) \{\n"
+                  r"\s*const float (acc\d+)_v = ember_opaque\(\2\);\n"
+                  r"(\s*const float t\d+ = .*\n)*?\s*const float t\d+ = \(float\)\(1 / std::sqrt"
+                  % cols, src)
+    assert m, src
+    lanes = (f"for (int64_t {m.group(1)}_o = 0; {m.group(1)}_o < EMBER_VEC_F32;" if cols % 16 == 0
+             else f"std::min<int64_t>({m.group(1)}_c + EMBER_VEC_F32, {cols})")
+    assert lanes in src, src
+    assert src.count("std::sqrt(") == 2, src          # once a row (unused: dropped) and a chunk
+    monkeypatch.setattr(emitter, "recompute_row_scalars", lambda root: 0)
+    _, ((sym0, src0, _, _),) = lower(import_kernel(fn, [x, w], "reduction"))
+    assert "ember_opaque(acc" not in src0
+    lib, _ = build(tmp_path, prelude + src)
+    lib0, _ = build(tmp_path, prelude + src0)
+    args = match_args([x, w], ins)
+    out, = run_kernel(lib, sym, args, res)
+    out0, = run_kernel(lib0, sym0, args, res)
+    ref = fn(x, w)
+    nan = torch.isnan(ref)
+    assert torch.equal(torch.isnan(out), nan) and torch.equal(torch.isnan(out0), nan)
+    assert torch.equal(out[~nan], out0[~nan])
+    assert rel_err(out[~nan], ref[~nan]) < 1e-5
+    monkeypatch.undo()
+    for case in ("layer_norm", "log_softmax"):
+        f, a, kind = CASES[case]
+        _, ((_, other, _, _),) = lower(import_kernel(f, a, kind))
+        assert "ember_opaque(" not in other and "EMBER_VEC_F32" not in other, other
