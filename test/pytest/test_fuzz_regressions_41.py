@@ -95,3 +95,25 @@ def test_negation_and_neg_zero_compile_to_sign_bits_for_sm90(monkeypatch):
     text = "\n".join(ptx)
     assert "sub.f32" not in text, text
     assert "0f80000000" in text or "-2147483648" in text, text
+
+
+# seed 43 index 377, both targets (both triton versions): `where(x >= -2.5, x[:3:2], i) | x`
+# with x a permuted (2, 1, 1) int8 of strides (1, 1, 2) and i a (2, 1) int64: eager's result
+# (2, 2, 1) has strides (1, 2, 4), ember's came back (2, 1, 1). The fake tensor of `x >= -2.5`
+# is (1, 1, 1) where eager's keeps (1, 1, 2): unobservable there (size-1 dims), but the
+# `where` broadcasting it orders its dims by it. decomp_layouts.EagerLayouts now probes the
+# pointwise producers of an output with eager's layouts of their own operands, size-1 strides
+# included.
+def test_fuzz_seed43_index377_size_one_strides_decide_a_later_layout(target):
+    r = _assert_matches(graphs.generate(43, 377).source(), target)
+    assert r["accepted"] == [], r["reason"]
+
+
+def test_layout_follows_size_one_strides_through_a_chain(target):
+    inputs = ("a0 = torch.tensor([3, -1], dtype=torch.int8).reshape(1, 2, 1).permute(1, 2, 0)\n"
+              "a1 = torch.tensor([5, 7], dtype=torch.int64).reshape(2, 1)")
+    body = ("v0 = a0 >= 0\n"
+            "v1 = torch.where(v0, a0, a1)\n"
+            "return (v1 * 3, v1 + a0, (v0 & (a1 > 6)).float())")
+    r = _assert_matches(_case(inputs, body, exact=(True, True, True)), target)
+    assert r["accepted"] == [], r["reason"]
