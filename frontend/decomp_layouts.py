@@ -181,13 +181,7 @@ def _eager_perms(op, args, kwargs) -> list | None:
         def make(a):
             return a.make() if isinstance(a, _Probe) else a
         out = op(*map_aggregate(pargs, make), **map_aggregate(pkwargs, make))
-        perms = []
-        for t in _tensors(out):
-            if t.is_contiguous():
-                perms.append(tuple(range(t.dim())))
-            else:
-                perms.append(dense_permutation(t))
-        return perms
+        return [_dim_order(t) for t in _tensors(out)]
     try:
         perms = outside_tracing(run)
     except Exception:  # noqa: BLE001 - eager refuses the probe: not checked
@@ -195,6 +189,16 @@ def _eager_perms(op, args, kwargs) -> list | None:
     with _LOCK:
         _PERMS[key] = perms
     return perms
+
+
+def _dim_order(t: torch.Tensor) -> tuple | None:
+    """The dim order (outermost first) of a dense result, size-1 dims placed by their strides
+    too (`is_contiguous` ignores them: eager's (2, 1, 1) with strides (1, 1, 2) is dim order
+    (2, 0, 1), which a later broadcasting op's layout follows); a size-1 dim whose stride ties
+    with a larger dim's sits inside it. None when `t` is not a permutation of a dense layout."""
+    stride = t.stride()
+    perm = tuple(sorted(range(t.dim()), key=lambda d: (-stride[d], t.shape[d] == 1, d)))
+    return perm if t.permute(perm).is_contiguous() else dense_permutation(t)
 
 
 def _relayout(t: torch.Tensor, perm) -> torch.Tensor:
@@ -251,41 +255,107 @@ def keep_layout(op, decomposition):
     return run
 
 
+def _is_plain(t: torch.Tensor) -> bool:
+    """Contiguous, the strides of size-1 dims too (those decide a later op's layout)."""
+    if not _is_contiguous(t):
+        return False
+    try:
+        shape, stride = _static(t.shape), _static(t.stride())
+    except _Skip:
+        return True
+    return 0 in shape or stride == _strides_of(shape, tuple(range(len(shape))))
+
+
 def _is_contiguous(t: torch.Tensor) -> bool:
     from torch.fx.experimental.symbolic_shapes import statically_known_true
     return statically_known_true(t.is_contiguous())
 
 
-def eager_layout(node) -> torch.Tensor | None:
-    """For an FX node computing a pointwise op: a meta tensor laid out as eager's op lays out its
-    result, when the graph's value (the fake tensor's meta kernel or PrimTorch reference) has
-    another observable layout; None when they agree or it cannot be told. The fake kernels
-    break TensorIterator's ties otherwise: `a + b` of an expanded (5, 3, 3) f16 and a permuted
-    (1, 5, 3, 3) with strides (15, 1, 5, 15) is contiguous in the graph, laid out as the second
-    operand by eager (fuzz seed 30 index 410; f32 takes the fake fast path, which agrees)."""
+def _pointwise_node(node) -> bool:
     op = getattr(node, "target", None)
-    if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or \
-            torch.Tag.pointwise not in op.tags or op._schema.is_mutable or \
-            any(r.alias_info is not None for r in op._schema.returns):
-        return None
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return None
-    args, kwargs = torch.fx.node.map_arg((node.args, dict(node.kwargs)),
-                                         lambda n: n.meta.get("val"))
-    inputs = _tensors((args, kwargs))
-    if not inputs or all(_is_contiguous(t) for t in inputs):
-        return None
-    want = _eager_perms(op, args, kwargs)
-    if want is None or len(want) != 1 or want[0] is None:
-        return None
-    try:
-        shape, stride = _static(val.shape), _static(val.stride())
-    except _Skip:
-        return None
-    perm = want[0]
-    if len(perm) != len(shape) or \
-            _observable(shape, stride) == _observable(shape, _strides_of(shape, perm)):
-        return None
-    return torch.empty_strided(shape, _strides_of(shape, perm), dtype=val.dtype, device="meta")
+    return node.op == "call_function" and isinstance(op, torch._ops.OpOverload) and \
+        torch.Tag.pointwise in op.tags and not op._schema.is_mutable and \
+        not any(r.alias_info is not None for r in op._schema.returns)
 
+
+class EagerLayouts:
+    """`layouts(node)`, for an FX node computing a pointwise op: a meta tensor laid out as
+    eager's op lays out its result, when the graph's value (the fake tensor's meta kernel or
+    PrimTorch reference) has another observable layout; None when they agree or it cannot be
+    told. The fake kernels break TensorIterator's ties otherwise: `a + b` of an expanded
+    (5, 3, 3) f16 and a permuted (1, 5, 3, 3) with strides (15, 1, 5, 15) is contiguous in the
+    graph, laid out as the second operand by eager (fuzz seed 30 index 410; f32 takes the fake
+    fast path, which agrees).
+
+    The operands are eager's too: a pointwise operand is probed first (memoised, over the
+    chain of pointwise producers), and its eager strides, those of size-1 dims included, stand
+    in for the graph's. A difference no one sees decides a later op's layout: fake `x >= 2.5` of
+    a (2, 1, 1) int8 with strides (1, 1, 2) is (1, 1, 1) where eager's keeps (1, 1, 2), so a
+    `where` broadcasting it to (2, 2, 1) was contiguous in the graph and (1, 2, 4) in eager, as
+    the `|` after it (fuzz seed 43 index 377)."""
+
+    def __init__(self):
+        self._memo: dict = {}
+
+    def __call__(self, node) -> torch.Tensor | None:
+        if not _pointwise_node(node):
+            return None
+        val = node.meta.get("val")
+        eager = self.value(node)
+        if eager is val or not isinstance(val, torch.Tensor):
+            return None
+        try:
+            shape, stride = _static(val.shape), _static(val.stride())
+        except _Skip:
+            return None
+        if _observable(shape, stride) == _observable(shape, _static(eager.stride())):
+            return None
+        return eager
+
+    def value(self, node):
+        """The node's value laid out as eager's (its graph value where they agree or it cannot
+        be told). Iterative over the pointwise producers: a chain may be thousands long."""
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            if n in self._memo:
+                stack.pop()
+                continue
+            if not _pointwise_node(n):
+                self._memo[n] = n.meta.get("val")
+                stack.pop()
+                continue
+            todo = [a for a in n.all_input_nodes if a not in self._memo]
+            if todo:
+                stack.extend(todo)
+                continue
+            self._memo[n] = self._probe(n)
+            stack.pop()
+        return self._memo[node]
+
+    def _probe(self, node):
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return val
+        args, kwargs = torch.fx.node.map_arg((node.args, dict(node.kwargs)),
+                                             lambda n: self._memo.get(n, n.meta.get("val")))
+        inputs = _tensors((args, kwargs))
+        if not inputs or all(_is_plain(t) for t in inputs):
+            return val
+        want = _eager_perms(node.target, args, kwargs)
+        if want is None or len(want) != 1 or want[0] is None:
+            return val
+        try:
+            shape, stride = _static(val.shape), _static(val.stride())
+        except _Skip:
+            return val
+        perm = want[0]
+        if len(perm) != len(shape) or stride == _strides_of(shape, perm):
+            return val
+        return torch.empty_strided(shape, _strides_of(shape, perm), dtype=val.dtype,
+                                   device="meta")
+
+
+def eager_layout(node) -> torch.Tensor | None:
+    """`EagerLayouts()(node)`: one node, nothing memoised across calls."""
+    return EagerLayouts()(node)

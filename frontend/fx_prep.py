@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
-from .decomp_layouts import eager_layout
+from .decomp_layouts import EagerLayouts
 from .output_layouts import alias_geometry, permute_inputs, plan_computed, replay
 from .strided_views import as_strided_to_view
 from .rank_zero import lift_rank_zero
@@ -592,6 +592,7 @@ def prepare(gm: fx.GraphModule, fold_constants: bool = False,
     bases: dict[fx.Node, tuple[int, tuple, bool]] = {}
     shared = set(shared_outputs or ()) if fold_constants and static_inputs(gm) else set()
     values: dict = {}
+    eager_layout = EagerLayouts()
     for i, out in enumerate(outs):
         value = (evaluate_input_free(out, values) if i in shared and isinstance(out, fx.Node)
                  and constant.get(out) else None)

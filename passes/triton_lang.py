@@ -165,6 +165,11 @@ def literal(value, type_: str) -> str:
             return 'float("nan")'
         if math.isinf(v):
             return 'float("inf")' if v > 0 else 'float("-inf")'
+        if v == 0.0 and math.copysign(1.0, v) < 0:
+            # triton 3.6 makes every zero constant +0.0 (semantic.scalar_constant's `value
+            # == 0` takes the null value), compiled and interpreted alike: -0.0 by its bits
+            # (fuzz seed 41: floor division, trunc and round of a negative zero)
+            return "_ember_neg_zero()"
         return repr(v)
     if type_ == "i1":
         return "True" if value else "False"
@@ -276,7 +281,10 @@ class TritonLang:
             fn = _CALLS[kind] if self.precise else _FAST.get(_CALLS[kind], _CALLS[kind])
             return f"{fn}({', '.join(args)})"
         if kind == "arith.negf":
-            return f"(-{args[0]})"
+            # not `-x`: triton 3.6 spells a float's unary minus `0 - x` (+0.0 for x = +0.0,
+            # compiled and interpreted alike; 3.9 an fneg). `x * -1.0` is exact and keeps the
+            # sign rule (LLVM makes it an fneg): -round(0.3) is -0.0 (fuzz seed 41 index 2210)
+            return f"({args[0]} * -1.0)"
         if kind in ("arith.maximumf", "arith.minimumf"):
             fn = "tl.maximum" if kind == "arith.maximumf" else "tl.minimum"
             return f"{fn}({args[0]}, {args[1]}, propagate_nan=tl.PropagateNan.ALL)"

@@ -85,6 +85,14 @@ _EMBER_AUTOTUNE_CACHE = "cache_results" in __import__("inspect").signature(
 
 
 @triton.jit
+def _ember_neg_zero():
+    # -0.0 as a value: triton 3.6 turns a -0.0 constant into +0.0 (its scalar_constant takes
+    # the null value for any `value == 0`), in compiled code and the interpreter alike; a
+    # nonzero integer constant reinterpreted keeps the sign bit (f32; promotes exactly to f64)
+    return tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _ember_tanh_fast(x):
     e = tl.exp(-2.0 * tl.abs(x))
     t = (1.0 - e) / (1.0 + e)
@@ -306,7 +314,7 @@ def _ember_pow(a, b):
     neg = (a < 0) != 0
     # the sign of -0.0 too: (-0.0) ** -1 is -inf (fuzz seed 10 index 44)
     signed = (neg | ((a == 0) & ((1.0 / a) < 0))) != 0
-    r = tl.where(signed & odd, -mag, mag)
+    r = tl.where(signed & odd, mag * -1.0, mag)     # (not -mag: triton 3.6's is 0 - mag)
     # a negative finite a to a non-integer power is NaN; -inf's is +0 or +inf (the magnitude:
     # (-inf) ** -0.49 is 0, fuzz seed 23 index 3)
     nan_pow = (neg & ((b_int == 0) != 0) & ((a != float("-inf")) != 0)) != 0

@@ -292,6 +292,34 @@ func.func private @nan_compares(%arg0: tensor<64xf32>) -> (tensor<64xf32>, tenso
 
 // -----
 
+// Signed zeros that triton 3.6 loses (compiled and interpreted): its zero constants are all
+// +0.0 and its float unary minus is `0 - x`. Negation prints as `x * -1.0`, a -0.0 constant as
+// the prelude's `_ember_neg_zero()` (fuzz seed 41: floor division's copysign(0, a / b)).
+// CHECK: ember.prelude = "import torch
+// CHECK-SAME: def _ember_neg_zero():
+// CHECK-SAME: return tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)
+// CHECK-LABEL: func.func private @signed_zeros
+// CHECK-SAME: [[N:t[0-9]+]] = ([[X:x[0-9]+]] * -1.0)
+// CHECK-SAME: tl.where(([[C:t[0-9]+]]) != 0, _ember_neg_zero(), [[N]])
+// CHECK-NOT: (-x
+func.func private @signed_zeros(%arg0: tensor<64xf32>) -> tensor<64xf32>
+    attributes {ember.kernel = "pointwise", ember.ops = ["neg"]} {
+  %nz = arith.constant -0.0 : f32
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%arg0 : tensor<64xf32>) outs(%e : tensor<64xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %n = arith.negf %a : f32
+    %c = arith.cmpf oeq, %n, %zero : f32
+    %s = arith.select %c, %nz, %n : f32
+    linalg.yield %s : f32
+  } -> tensor<64xf32>
+  return %r : tensor<64xf32>
+}
+
+// -----
+
 // An index read from data (an embedding) is checked: a device-side assert on a GPU, the error
 // record `err` (read by the host under the interpreter), and the load uses index 0 instead.
 // An index computed from loop indices only (nearest upsampling) needs no check.
