@@ -41,6 +41,7 @@ from .backends import BACKENDS, CPP
 from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
 from .ember_convert_externs import convert_externs
+from .fusion_recompute import recompute_producers
 from .graph_utils import defining_op, op_name, stable_topological_sort, users
 from .ir_queries import VIEW_OPS
 from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
@@ -74,6 +75,10 @@ class EmberFuse(Pass):
     # bytes (a backward's per-layer weight-gradient casts, all read by the return: fused
     # across layers, every layer's bf16 gradient was held to the last layer's).
     horizontal_held_bytes: int = option(1 << 20, min=0)
+    # Cheap pointwise values that a kernel would store only for other kernels to read back
+    # are computed again in those kernels where that moves fewer bytes (passes/
+    # fusion_recompute.py); at most this many ops per value (0: never).
+    recompute_max_ops: int = option(16, min=0, max=64)
 
     def run(self, module: ir.Operation) -> None:
         if self.target not in BACKENDS:
@@ -89,6 +94,12 @@ class EmberFuse(Pass):
                 else:
                     sink_collapses(fn.regions[0].blocks[0])
                 groups = self.plan(fn, explain=self.explain)
+                if self.recompute_max_ops:
+                    groups = recompute_producers(
+                        fn.regions[0].blocks[0], groups, target=self.target,
+                        fuse_reductions=self.fuse_reductions,
+                        max_group_size=self.max_group_size, max_ops=self.recompute_max_ops,
+                        explain=self.explain, pass_name=self.name)
                 _outline(module, fn, groups, self.target)
 
     def plan(self, fn, explain: bool = False) -> list[list]:
