@@ -18,6 +18,9 @@ prints the difference: the launches one layer adds. With `--inductor`, the same 
 Inductor is counted too, scheduled as for a GPU (`cpu_backend="triton"`: Inductor's GPU
 scheduler and fusion decisions; its C++ scheduler would put several loop nests into one kernel,
 which a GPU kernel cannot); nothing is compiled, its launches do nothing. `--kernels` lists every launch in order (name, kind).
+`kernel MB` is the memory traffic of the generated kernels: per launch, the bytes of the tensors
+it reads and writes (each once), summed. `--fuse-options "recompute-max-ops=0"` adds options to
+the default pipeline's ember-fuse (a before/after comparison of one fusion decision).
 """
 from __future__ import annotations
 
@@ -101,7 +104,44 @@ def count(program) -> dict:
         if k:
             out[k] += 1
     out["total"] = sum(out[k] for k in KINDS)
+    out["kernel_bytes"] = kernel_bytes(program)
     return out
+
+
+def kernel_bytes(program) -> int:
+    """Bytes the generated kernels read and write: per launch, each tensor it reads or writes
+    once (what a kernel moves through memory when every element is touched once)."""
+    total = 0
+    for s in program.steps:
+        if s.kind != "kernel":
+            continue
+        for i in dict.fromkeys(s.inputs + s.outputs):
+            v = program.values[i]
+            n = 1
+            for d in v.shape:
+                n *= d
+            total += n * torch.empty((), dtype=getattr(torch, v.dtype)).element_size()
+    return total
+
+
+@contextlib.contextmanager
+def fuse_options(extra: str):
+    """Within: the default pipeline's ember-fuse gets `extra` options too."""
+    import ember.frontend.compile_module as cm
+    import ember.frontend.partition as pt
+    if not extra:
+        yield
+        return
+    real = cm.default_pipeline
+
+    def patched(options, target):
+        return real(options, target).replace("explain=true}", f"explain=true {extra}}}")
+
+    cm.default_pipeline = pt.default_pipeline = patched
+    try:
+        yield
+    finally:
+        cm.default_pipeline = pt.default_pipeline = real
 
 
 def _model(name: str, layers: int | None):
@@ -131,13 +171,14 @@ def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
         opt_step()
 
 
-def ember_counts(name, mode, target, layers, optimizer, debug_dir=None) -> list[dict]:
+def ember_counts(name, mode, target, layers, optimizer, debug_dir=None,
+                 extra_fuse: str = "") -> list[dict]:
     import ember        # registers the backend
     torch._dynamo.reset()
     model, inputs, loss = _model(name, layers)
     records: list = []
     ember.clear_reports()
-    with compile_only(records):
+    with compile_only(records), fuse_options(extra_fuse):
         _step(model.train() if mode.startswith("train") else model.eval(), inputs, loss, mode,
               lambda f: torch.compile(f, backend="ember", options={"target": target,
                                                                  "debug_dir": debug_dir}),
@@ -244,6 +285,8 @@ def main(argv=None):
     ap.add_argument("--kernels", action="store_true", help="list every launch")
     ap.add_argument("--json", default="")
     ap.add_argument("--debug-dir", default=None, help="ember's debug dump (IR per stage)")
+    ap.add_argument("--fuse-options", default="", help="extra ember-fuse options, e.g. "
+                    "'recompute-max-ops=0'")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
@@ -253,24 +296,26 @@ def main(argv=None):
         for layers in layer_counts:
             try:
                 records = ember_counts(name, args.mode, args.target, layers, args.optimizer,
-                                       args.debug_dir)
+                                       args.debug_dir, args.fuse_options)
             except ImportError as err:
                 print(f"{name}: skipped ({err})")
                 break
             label = name + (f" ({layers} layers)" if layers else "")
-            totals = dict.fromkeys(KINDS + ("total",), 0)
+            totals = dict.fromkeys(KINDS + ("total", "kernel_bytes"), 0)
             for r in records:
                 c = count(r["program"])
                 for k in totals:
                     totals[k] += c[k]
                 print(f"{label:<24} {r['kind']:<9} " +
-                      "  ".join(f"{k} {c[k]:4d}" for k in KINDS + ("total",)))
+                      "  ".join(f"{k} {c[k]:4d}" for k in KINDS + ("total",)) +
+                      f"  kernel MB {c['kernel_bytes'] / 1e6:8.3f}")
                 if args.kernels:
                     for s in r["program"].steps:
                         if step_kind(s):
                             print(f"    {step_kind(s):<10} {s.name}")
             print(f"{label:<24} {'all':<9} " +
-                  "  ".join(f"{k} {totals[k]:4d}" for k in KINDS + ("total",)))
+                  "  ".join(f"{k} {totals[k]:4d}" for k in KINDS + ("total",)) +
+                  f"  kernel MB {totals['kernel_bytes'] / 1e6:8.3f}")
             per_layers[layers] = totals
             row = {"model": name, "layers": layers, "mode": args.mode, "ember": totals,
                    "graphs": [{"kind": r["kind"], **count(r["program"])} for r in records]}
