@@ -20,9 +20,10 @@ saved = |v| (A's store, when no reader is left) + |v| per B (its load), less the
 the values each B newly reads to compute `v` (those it does not read already), less the bytes
 A newly stores (a value of A's that the recomputation reads and A did not return). Only a
 positive saving is applied. What is recomputed ("the cone" of v): the ops of A that `v` depends
-on through all-parallel `linalg.generic`s (no gathers), views, transposes, broadcasts and
-slices, at most `max_ops` compute ops; it stops at values computed outside A and at A's values
-that are not cheap (a reduction's result: read from A, which then returns it).
+on through all-parallel `linalg.generic`s (no gathers), views, transposes, broadcasts,
+slices, pads and concats (index arithmetic in a kernel), at most `max_ops` compute ops; it
+stops at values computed outside A and at A's values that are not cheap (a reduction's
+result: read from A, which then returns it).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ from .graph_utils import defining_op, op_name, users
 from .ir_queries import VIEW_OPS, iterator_types
 
 # ops a kernel may compute again instead of reading the value back
-_CHEAP = {"linalg.transpose", "linalg.broadcast", "tensor.extract_slice"} | set(VIEW_OPS)
+_CHEAP = {"linalg.transpose", "linalg.broadcast", "tensor.extract_slice", "tensor.pad",
+          "tensor.concat"} | set(VIEW_OPS)
 # Rounds of the search: a value recomputed into B makes B read new values, which make the next
 # value's recomputation cheaper (the second product of a layer norm backward reads `dy` too).
 ROUNDS = 3
@@ -156,9 +158,10 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
     return [g for g in state.groups if g]
 
 
-def _cone(state, gi, v, max_ops):
+def _cone(state, gi, v, max_ops, read):
     """(ops of group gi that compute v, in block order; leaves: the values they read from
-    outside the cone) or None when v is not cheap to recompute."""
+    outside the cone) or None when v is not cheap to recompute. The walk stops at values the
+    consumer already `read`s (free to read again) and at A's values that are not cheap."""
     members = set(state.groups[gi])
     cone, leaves, stack = set(), [], [v]
     seen = set()
@@ -168,7 +171,8 @@ def _cone(state, gi, v, max_ops):
             continue
         seen.add(val)
         p = defining_op(val)
-        if p is None or p not in members or fusion_legality.cloneable(p):
+        if p is None or p not in members or fusion_legality.cloneable(p) or \
+                (val is not v and val in read):
             if p is None or not fusion_legality.cloneable(p):
                 leaves.append(val)
             continue
@@ -186,14 +190,12 @@ def _cone(state, gi, v, max_ops):
     return ordered, [lv for lv in leaves if isinstance(lv.type, ir.ShapedType)]
 
 
+def _compute_ops(ops) -> int:
+    return sum(op_name(o) not in VIEW_OPS for o in ops)
+
+
 def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
-    got = _cone(state, gi, v, max_ops)
-    if got is None:
-        return None
-    cone, leaves = got
     outside = [u for u in users(v) if state.where.get(u) != gi]
-    if not outside:
-        return None
     consumer_groups: dict = {}
     for u in outside:
         g = state.where.get(u)
@@ -207,51 +209,63 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
     a_outputs = set(state.outputs(gi))
     size = fusion_bytes(v.type)
 
-    applied = []        # (group, clones, readers, mapping)
-    read_before = {}    # group -> the values it read before the clones joined it
+    plans = []          # (group, readers, cone, bytes newly read, leaves)
     for bi, readers in sorted(consumer_groups.items()):
-        ops_b = state.groups[bi]
-        read_before[bi] = state.inputs(bi)
-        if sum(op_name(o) not in VIEW_OPS for o in ops_b) + \
-                sum(op_name(o) not in VIEW_OPS for o in cone) > max_group_size:
+        read = state.inputs(bi)
+        got = _cone(state, gi, v, max_ops, read)
+        if got is None or _compute_ops(state.groups[bi]) + _compute_ops(got[0]) > \
+                max_group_size:
             continue
+        cone, leaves = got
+        plans.append((bi, readers, cone, sum(fusion_bytes(lv.type) for lv in leaves
+                                             if lv not in read), leaves))
+
+    def saving(chosen) -> int:
+        """Bytes of traffic saved by recomputing v in the `chosen` plans' groups."""
+        all_moved = len(chosen) == len(consumer_groups) and not stays
+        saved = size if all_moved else 0
+        stored = set()
+        for _, _, _, new, leaves in chosen:
+            saved += size - new
+            stored.update(lv for lv in leaves
+                          if defining_op(lv) in members_a and lv not in a_outputs)
+        return saved - sum(fusion_bytes(lv.type) for lv in stored)
+
+    if not plans or saving(plans) <= 0:      # not even if every consumer may recompute it
+        return None
+    applied = []        # (plan, clones, mapping)
+    for plan in plans:
+        bi, readers, cone, _, _ = plan
+        ops_b = state.groups[bi]
         clones, mapping = _clone_before(cone, min(readers, key=_position(ops_b)))
         _rewire(readers, {v: mapping[v]})
         candidate = sorted(ops_b + clones, key=_position(ops_b + clones))
         if fusion_legality.refusal(candidate, fuse_reductions, target) is None:
-            applied.append((bi, clones, readers, mapping))
+            applied.append((plan, clones, mapping))
         else:
-            _rewire(readers, {mapping[v]: v})
-            for c in reversed(clones):
-                c.erase()
+            _undo(readers, v, mapping, clones)
     if not applied:
         return None
 
     all_moved = len(applied) == len(consumer_groups) and not stays
-    saved = size if all_moved else 0
-    for bi, _, _, _ in applied:
-        new = [lv for lv in leaves if lv not in read_before[bi]]
-        saved += size - sum(fusion_bytes(lv.type) for lv in new)
-    newly_stored = [lv for lv in leaves if defining_op(lv) in members_a and lv not in a_outputs]
-    saved -= sum(fusion_bytes(lv.type) for lv in newly_stored)
-
+    saved = saving([a[0] for a in applied])
     # A without the ops nothing needs any more must stay a kernel code generation accepts
     dead = _dead_ops(state.groups[gi]) if all_moved else []
     rest = [o for o in state.groups[gi] if o not in set(dead)]
     legal_a = not rest or all(op_name(o) in VIEW_OPS for o in rest) or \
         _refusal_without(rest, dead, fuse_reductions, target) is None
     if saved <= 0 or not legal_a:
-        for bi, clones, readers, mapping in applied:
-            _rewire(readers, {mapping[v]: v})
-            for c in reversed(clones):
-                c.erase()
+        for (_, readers, _, _, _), clones, mapping in applied:
+            _undo(readers, v, mapping, clones)
         return None
 
     producer = defining_op(v)
-    decision = Decision(location=producer.location, tag=fusion_legality.describe(producer) or
-                        op_name(producer), consumers=[], ops=sum(
-                            op_name(o) not in VIEW_OPS for o in cone), saved=saved)
-    for bi, clones, readers, _ in applied:
+    cone_ops = [o for o in applied[0][0][2] if op_name(o) not in VIEW_OPS]
+    decision = Decision(location=producer.location,
+                        tag=fusion_legality.describe(cone_ops[-1]) or op_name(cone_ops[-1]),
+                        consumers=[], ops=max(_compute_ops(a[0][2]) for a in applied),
+                        saved=saved)
+    for (bi, readers, _, _, _), clones, _ in applied:
         state.groups[bi] = sorted(state.groups[bi] + clones,
                                   key=_position(state.groups[bi] + clones))
         for c in clones:
@@ -295,6 +309,13 @@ def _remap(op, mapping) -> None:
         return ir.WalkResult.ADVANCE
 
     op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+
+
+def _undo(readers, v, mapping, clones) -> None:
+    """The readers read `v` again; its clones are erased."""
+    _rewire(readers, {mapping[v]: v})
+    for c in reversed(clones):
+        c.erase()
 
 
 def _rewire(readers, mapping) -> None:
