@@ -23,7 +23,8 @@ positive saving is applied. What is recomputed ("the cone" of v): the ops of A t
 on through all-parallel `linalg.generic`s (no gathers), views, transposes, broadcasts,
 slices, pads and concats (index arithmetic in a kernel), at most `max_ops` compute ops; it
 stops at values computed outside A and at A's values that are not cheap (a reduction's
-result: read from A, which then returns it).
+result) or smaller than `v` (a norm's per-row statistics, which every element would compute
+again): those are read from A, which then returns them.
 """
 from __future__ import annotations
 
@@ -176,10 +177,12 @@ def _cone(state, gi, v, max_ops, read):
             if p is None or not fusion_legality.cloneable(p):
                 leaves.append(val)
             continue
-        if not _cheap(p):
+        if not _cheap(p) or (val is not v and _elements(val.type) < _elements(v.type)):
             if val is v:
                 return None
-            leaves.append(val)      # read from A (which returns it)
+            # read from A (which returns it): a value that is not cheap, or a smaller one
+            # (per row statistics) that each element would compute again
+            leaves.append(val)
             continue
         cone.add(p)
         stack.extend(_outer_operands(p))
@@ -188,6 +191,17 @@ def _cone(state, gi, v, max_ops, read):
         return None
     ordered = [o for o in state.groups[gi] if o in cone]
     return ordered, [lv for lv in leaves if isinstance(lv.type, ir.ShapedType)]
+
+
+def _elements(t) -> int:
+    """Elements of a tensor type (a dynamic dim counted as 64, as fusion_bytes does)."""
+    if not isinstance(t, ir.ShapedType):
+        return 1
+    st = ir.ShapedType(t)
+    n = 1
+    for i in range(st.rank):
+        n *= 64 if st.is_dynamic_dim(i) else st.get_dim_size(i)
+    return n
 
 
 def _compute_ops(ops) -> int:
