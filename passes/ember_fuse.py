@@ -20,7 +20,9 @@ arithmetic inside a kernel.
 With `explain`, every producer-consumer pair left in different kernels gets a remark with the
 reason (docs/internals.md, Stage 2; fusion_legality.REFUSALS).
 Cheap producers (constants, `tensor.empty`, fills of a constant) are cloned into every kernel that
-reads them instead of being passed in. Each kernel names what it fuses in `ember.ops`
+reads them instead of being passed in. Last, a cheap pointwise value that one kernel would store
+only for others to read back is recomputed in those others where that moves fewer bytes
+(passes/fusion_recompute.py: a layer norm backward's products, read by its column sums). Each kernel names what it fuses in `ember.ops`
 (report.json's `fused_groups`).
 
 Dynamic shapes (`?` dims): size computations (`tensor.dim`, integer `arith` on sizes, `cf.assert`
