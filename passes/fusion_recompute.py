@@ -217,8 +217,8 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
             consumer_groups.setdefault(g, []).append(u)
     if not consumer_groups:
         return None
-    stays = len(consumer_groups) < len(outside) or any(
-        op_name(u) == "func.return" for u in users(v))
+    # still stored when something else reads it (returned, a library call, a host view)
+    stays = any(state.where.get(u) is None for u in outside)
     members_a = set(state.groups[gi])
     a_outputs = set(state.outputs(gi))
     size = fusion_bytes(v.type)
