@@ -23,8 +23,8 @@ positive saving is applied. What is recomputed ("the cone" of v): the ops of A t
 on through all-parallel `linalg.generic`s (no gathers), views, transposes, broadcasts,
 slices, pads and concats (index arithmetic in a kernel), at most `max_ops` compute ops; it
 stops at values computed outside A and at A's values that are not cheap (a reduction's
-result) or smaller than `v` (a norm's per-row statistics, which every element would compute
-again): those are read from A, which then returns them.
+result), or smaller than `v` and stored by A anyway (a norm's per-row statistics, which
+every element would compute again): those are read from A, which then returns them.
 """
 from __future__ import annotations
 
@@ -159,7 +159,7 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
     return [g for g in state.groups if g]
 
 
-def _cone(state, gi, v, max_ops, read):
+def _cone(state, gi, v, max_ops, read, stored):
     """(ops of group gi that compute v, in block order; leaves: the values they read from
     outside the cone) or None when v is not cheap to recompute. The walk stops at values the
     consumer already `read`s (free to read again) and at A's values that are not cheap."""
@@ -177,11 +177,12 @@ def _cone(state, gi, v, max_ops, read):
             if p is None or not fusion_legality.cloneable(p):
                 leaves.append(val)
             continue
-        if not _cheap(p) or (val is not v and _elements(val.type) < _elements(v.type)):
+        if not _cheap(p) or (val is not v and val in stored and
+                             _elements(val.type) < _elements(v.type)):
             if val is v:
                 return None
-            # read from A (which returns it): a value that is not cheap, or a smaller one
-            # (per row statistics) that each element would compute again
+            # read from A (which returns it): a value that is not cheap, or a smaller one A
+            # stores anyway (a norm's per-row statistics) that each element would compute again
             leaves.append(val)
             continue
         cone.add(p)
@@ -226,7 +227,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
     plans = []          # (group, readers, cone, bytes newly read, leaves)
     for bi, readers in sorted(consumer_groups.items()):
         read = state.inputs(bi)
-        got = _cone(state, gi, v, max_ops, read)
+        got = _cone(state, gi, v, max_ops, read, a_outputs)
         if got is None or _compute_ops(state.groups[bi]) + _compute_ops(got[0]) > \
                 max_group_size:
             continue
