@@ -60,3 +60,43 @@ def test_gpt2_style_layer_norm_backward_under_autocast(target, device):
     args = [_randn((2, 8, 32)), _randn(32, 2), _randn(32, 3), _randn((32, 16), 1) * 0.2]
     bwd = _fwd_bwd(f, args, target, device, tol=2e-2)["backward"]
     assert len(bwd["recomputed"]) >= 2, (bwd["recomputed"], bwd["fused_groups"])
+
+
+_UNARY = [torch.tanh, torch.sigmoid, torch.relu, lambda t: t * t, torch.exp, torch.neg]
+_BINARY = [torch.mul, torch.add, torch.sub, torch.maximum]
+
+
+def _random_graph(seed):
+    """A pointwise value p of x and y (and a broadcast weight w) summed per row (with a
+    full-size result that reads the row sums: one kernel) and per column (beside y's column
+    sum: another kernel), the shape of a norm's backward; ops drawn by `seed`."""
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(ops):
+        return ops[int(torch.randint(len(ops), (1,), generator=g))]
+
+    binary, unary, with_w = pick(_BINARY), pick(_UNARY), bool(torch.randint(2, (1,), generator=g))
+    combine = pick(_BINARY)
+
+    def f(x, y, w):
+        p = unary(binary(x, y))
+        if with_w:
+            p = p * w
+        rows = p.sum(-1, keepdim=True)
+        return combine(x, rows), p.sum(0), y.sum(0)
+
+    return f
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_row_and_column_sums_of_one_value(target, device, seed):
+    """Random graphs in which p feeds a row and a column reduction: results identical to
+    eager's (within the fp32 tolerance) with p recomputed in the column sums' kernel."""
+    f = _random_graph(seed)
+    args = [_randn((6, 40), seed) * 0.5, _randn((6, 40), seed + 1) * 0.5, _randn(40, seed + 2)]
+    args = [a.to(device) for a in args]
+    ref = f(*args)
+    out = ember_compile(f, target)(*args)
+    assert_close(list(out), list(ref), tol=1e-4)
+    check_fallbacks()
+    assert any(r.get("recomputed") for r in ember.last_reports())
