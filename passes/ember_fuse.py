@@ -101,7 +101,8 @@ class EmberFuse(Pass):
                         fn.regions[0].blocks[0], groups, target=self.target,
                         fuse_reductions=self.fuse_reductions,
                         max_group_size=self.max_group_size, max_ops=self.recompute_max_ops,
-                        explain=self.explain, pass_name=self.name)
+                        held_bytes=self.horizontal_held_bytes, explain=self.explain,
+                        pass_name=self.name)
                 _outline(module, fn, groups, self.target)
 
     def plan(self, fn, explain: bool = False) -> list[list]:

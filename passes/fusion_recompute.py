@@ -53,6 +53,18 @@ class Decision:
     consumers: list         # tags of the reading kernels' first reading ops
     ops: int                # compute ops recomputed per consumer
     saved: int              # bytes of memory traffic saved
+    merged: int = 0         # consumers merged with a kernel that reads what they now read
+
+
+@dataclasses.dataclass
+class _Plan:
+    """Recomputing a value in one consumer group."""
+    group: int
+    readers: list           # the group's ops that read the value
+    cone: list              # the ops to clone, in order
+    leaves: list            # the values they read
+    new: int                # bytes of leaves the group does not read yet
+    partner: tuple | None   # (group, bytes): another kernel reading those leaves, to merge with
 
 
 def _op(o):
@@ -123,7 +135,8 @@ class _Groups:
 
 
 def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
-                        max_group_size: int, max_ops: int = 16, explain: bool = False,
+                        max_group_size: int, max_ops: int = 16, held_bytes: int = 1 << 20,
+                        explain: bool = False,
                         pass_name: str = "ember-fuse") -> list[list]:
     """The groups after recomputation (see the module's docstring); the IR changes with them
     (clones of recomputed ops placed before their readers, ops no longer needed erased). With
@@ -139,7 +152,7 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
                 again = False
                 for v in state.outputs(gi):
                     d = _try_value(state, gi, v, target, fuse_reductions, max_group_size,
-                                   max_ops)
+                                   max_ops, held_bytes)
                     if d is not None:
                         decisions.append(d)
                         changed = again = True
@@ -151,9 +164,11 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
             n = len(d.consumers)
             remarks.emit(d.location, pass_name,
                          f"recomputed '{d.tag}' in {n} consumer{'s' if n != 1 else ''} "
-                         f"({', '.join(repr(c) for c in d.consumers)}): {d.ops} "
+                         f"({', '.join(repr(c) for c in d.consumers)})"
+                         + (f", merged with {d.merged} kernel{'s' if d.merged != 1 else ''} "
+                            f"reading its inputs" if d.merged else "") + f": {d.ops} "
                          f"op{'s' if d.ops != 1 else ''}, {d.saved} bytes less memory traffic",
-                         recomputed=d.tag, consumers=d.consumers, ops=d.ops,
+                         recomputed=d.tag, consumers=d.consumers, ops=d.ops, merged=d.merged,
                          bytes_saved=d.saved,
                          producer_at=remarks.short_location(d.location))
     return [g for g in state.groups if g]
@@ -209,7 +224,7 @@ def _compute_ops(ops) -> int:
     return sum(op_name(o) not in VIEW_OPS for o in ops)
 
 
-def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
+def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, held_limit):
     outside = [u for u in users(v) if state.where.get(u) != gi]
     consumer_groups: dict = {}
     for u in outside:
@@ -224,7 +239,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
     a_outputs = set(state.outputs(gi))
     size = fusion_bytes(v.type)
 
-    plans = []          # (group, readers, cone, bytes newly read, leaves)
+    plans = []          # _Plan per consumer group
     for bi, readers in sorted(consumer_groups.items()):
         read = state.inputs(bi)
         got = _cone(state, gi, v, max_ops, read, a_outputs)
@@ -232,17 +247,19 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
                 max_group_size:
             continue
         cone, leaves = got
-        plans.append((bi, readers, cone, sum(fusion_bytes(lv.type) for lv in leaves
-                                             if lv not in read), leaves))
+        new = [lv for lv in leaves if lv not in read]
+        plans.append(_Plan(bi, readers, cone, leaves, sum(fusion_bytes(lv.type) for lv in new),
+                           _partner(state, gi, bi, set(consumer_groups), new)))
 
-    def saving(chosen) -> int:
+    def saving(chosen, with_partners=True) -> int:
         """Bytes of traffic saved by recomputing v in the `chosen` plans' groups."""
         all_moved = len(chosen) == len(consumer_groups) and not stays
         saved = size if all_moved else 0
         stored = set()
-        for _, _, _, new, leaves in chosen:
-            saved += size - new
-            stored.update(lv for lv in leaves
+        for plan in chosen:
+            shared = plan.partner[1] if plan.partner and with_partners else 0
+            saved += size - (plan.new - shared)
+            stored.update(lv for lv in plan.leaves
                           if defining_op(lv) in members_a and lv not in a_outputs)
         return saved - sum(fusion_bytes(lv.type) for lv in stored)
 
@@ -250,15 +267,23 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
         return None
     applied = []        # (plan, clones, mapping)
     for plan in plans:
-        bi, readers, cone, _, _ = plan
-        ops_b = state.groups[bi]
-        clones, mapping = _clone_before(cone, min(readers, key=_position(ops_b)))
-        _rewire(readers, {v: mapping[v]})
+        ops_b = state.groups[plan.group]
+        clones, mapping = _clone_before(plan.cone, min(plan.readers, key=_position(ops_b)))
+        _rewire(plan.readers, {v: mapping[v]})
         candidate = sorted(ops_b + clones, key=_position(ops_b + clones))
+        if plan.partner is not None:
+            # with the kernel that reads what the recomputation reads: read once
+            ops_p = state.groups[plan.partner[0]]
+            joint = sorted(candidate + ops_p, key=_position(candidate + ops_p))
+            if _compute_ops(joint) > max_group_size or \
+                    _held_bytes(candidate, ops_p) > held_limit or \
+                    _cycle(state, set(candidate), set(ops_p)) or \
+                    fusion_legality.refusal(joint, fuse_reductions, target) is not None:
+                plan.partner = None
         if fusion_legality.refusal(candidate, fuse_reductions, target) is None:
             applied.append((plan, clones, mapping))
         else:
-            _undo(readers, v, mapping, clones)
+            _undo(plan.readers, v, mapping, clones)
     if not applied:
         return None
 
@@ -270,28 +295,88 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops):
     legal_a = not rest or all(op_name(o) in VIEW_OPS for o in rest) or \
         _refusal_without(rest, dead, fuse_reductions, target) is None
     if saved <= 0 or not legal_a:
-        for (_, readers, _, _, _), clones, mapping in applied:
-            _undo(readers, v, mapping, clones)
+        for plan, clones, mapping in applied:
+            _undo(plan.readers, v, mapping, clones)
         return None
 
     producer = defining_op(v)
-    cone_ops = [o for o in applied[0][0][2] if op_name(o) not in VIEW_OPS]
+    cone_ops = [o for o in applied[0][0].cone if op_name(o) not in VIEW_OPS]
     decision = Decision(location=producer.location,
                         tag=fusion_legality.describe(cone_ops[-1]) or op_name(cone_ops[-1]),
-                        consumers=[], ops=max(_compute_ops(a[0][2]) for a in applied),
+                        consumers=[], ops=max(_compute_ops(a[0].cone) for a in applied),
                         saved=saved)
-    for (bi, readers, _, _, _), clones, _ in applied:
-        state.groups[bi] = sorted(state.groups[bi] + clones,
-                                  key=_position(state.groups[bi] + clones))
+    for plan, clones, _ in applied:
+        bi = plan.group
+        joined = state.groups[bi] + clones
+        if plan.partner is not None:
+            pi = plan.partner[0]
+            joined += state.groups[pi]
+            for o in state.groups[pi]:
+                state.where[o] = bi
+            state.groups[pi] = []
+            decision.merged += 1
+        state.groups[bi] = sorted(joined, key=_position(joined))
         for c in clones:
             state.where[c] = bi
-        first = min(readers, key=_position(state.groups[bi]))
+        first = min(plan.readers, key=_position(state.groups[bi]))
         decision.consumers.append(fusion_legality.describe(first) or op_name(first))
     for o in reversed(dead):
         del state.where[o]
         o.erase()
     state.groups[gi] = rest
     return decision
+
+
+def _partner(state, gi, bi, consumers, new):
+    """(group, bytes): the kernel other than A, B and v's other consumers that reads the most
+    bytes of `new` (what B would newly read), or None."""
+    shared: dict = {}
+    for lv in new:
+        for u in users(lv):
+            g = state.where.get(u)
+            if g is not None and g != gi and g != bi and g not in consumers:
+                shared.setdefault(g, set()).add(lv)
+    if not shared:
+        return None
+    g = max(shared, key=lambda k: (sum(fusion_bytes(x.type) for x in shared[k]), -k))
+    return g, sum(fusion_bytes(x.type) for x in shared[g])
+
+
+def _held_bytes(ops_a, ops_b) -> int:
+    """Bytes of computed values that the earlier of two groups reads, which one kernel of
+    both (run where the later one ran) keeps alive longer (ember-fuse's horizontal-held-bytes)."""
+    pos = _position(ops_a + ops_b)
+    early = ops_a if max(map(pos, ops_a)) < max(map(pos, ops_b)) else ops_b
+    inside, seen, total = set(ops_a) | set(ops_b), set(), 0
+    for o in early:
+        for val in _outer_operands(o):
+            p = defining_op(val)
+            if p is None or p in inside or fusion_legality.cloneable(p) or val in seen:
+                continue
+            seen.add(val)
+            total += fusion_bytes(val.type)
+    return total
+
+
+def _cycle(state, ops_a, ops_b) -> bool:
+    """Would one kernel of both groups make a cycle (a path from one to the other through an
+    op or kernel outside both)? A kernel is entered whole."""
+    both = ops_a | ops_b
+    stack = [u for o in both for r in o.results for u in users(r) if u not in both]
+    seen = set()
+    while stack:
+        u = stack.pop()
+        if u in both:
+            return True
+        if u in seen:
+            continue
+        g = state.where.get(u)
+        unit = state.groups[g] if g is not None else [u]
+        seen.update(unit)
+        for o in unit:
+            for r in o.results:
+                stack.extend(x for x in users(r) if x not in seen)
+    return False
 
 
 def _position(ops):
