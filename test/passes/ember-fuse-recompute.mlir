@@ -1,6 +1,8 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse)' | FileCheck %s
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{recompute-max-ops=0})' | FileCheck %s --check-prefix=STORED
 // RUN: ember-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(ember-fuse{explain=true})'
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{horizontal-held-bytes=0 explain=true})' 2>&1 | FileCheck %s --check-prefix=HELD
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-fuse{horizontal-held-bytes=0 recompute-max-ops=0})' | FileCheck %s --check-prefix=HELD-STORED
 
 // ember-fuse recomputes a cheap pointwise value in the kernels that read it, instead of one
 // kernel storing it for them to read back, where that moves fewer bytes
@@ -28,6 +30,20 @@
 // STORED-LABEL: func.func @ln_backward_like
 // STORED-NEXT:    %[[A:.+]]:2 = call @ember_fused_mul_sum_{{[0-9]+}}(%arg0, %arg1) : (tensor<8x32xf32>, tensor<8x32xf32>) -> (tensor<8x32xf32>, tensor<8x32xf32>)
 // STORED-NEXT:    %[[W:.+]]:2 = call @ember_fused_sum_{{[0-9]+}}(%[[A]]#0, %arg0) : (tensor<8x32xf32>, tensor<8x32xf32>) -> (tensor<32xf32>, tensor<32xf32>)
+// With horizontal-held-bytes=0 the two column sums stay apart when p is stored (the merged
+// kernel would hold p until the later one ran: what a split column sum at GPT-2's size does,
+// its first stages reading 6 MB each): 3 kernels. Recomputed, the weight gradient's sum reads
+// dy as the bias gradient's does, holds no computed value, and the two merge: 2 kernels.
+// HELD: recomputed 'mul' in 1 consumer ('sum'), merged with 1 kernel reading its inputs: 1 op, 1024 bytes less memory traffic
+// HELD-LABEL: func.func @ln_backward_like
+// HELD-NEXT:    call @ember_fused_mul_sum_{{[0-9]+}}(%arg0, %arg1) : (tensor<8x32xf32>, tensor<8x32xf32>) -> tensor<8x32xf32>
+// HELD-NEXT:    call @ember_fused_mul_sum_{{[0-9]+}}(%arg0, %arg1) : (tensor<8x32xf32>, tensor<8x32xf32>) -> (tensor<32xf32>, tensor<32xf32>)
+// HELD-NEXT:    return
+// HELD-STORED-LABEL: func.func @ln_backward_like
+// HELD-STORED-NEXT:    %[[A:.+]]:2 = call @ember_fused_mul_sum_{{[0-9]+}}(%arg0, %arg1)
+// HELD-STORED-NEXT:    call @ember_fused_sum_{{[0-9]+}}(%[[A]]#0) : (tensor<8x32xf32>) -> tensor<32xf32>
+// HELD-STORED-NEXT:    call @ember_fused_sum_{{[0-9]+}}(%arg0) : (tensor<8x32xf32>) -> tensor<32xf32>
+// HELD-STORED-NEXT:    return
 func.func @ln_backward_like(%dy: tensor<8x32xf32>, %xh: tensor<8x32xf32>)
     -> (tensor<8x32xf32>, tensor<32xf32>, tensor<32xf32>) {
   %zero = arith.constant 0.000000e+00 : f32
