@@ -108,30 +108,53 @@ def _outer_operands(op) -> list:
     return out
 
 
+class _Where(dict):
+    """op -> group, keyed by the op's Python object: an `ir.Operation`'s hash is its
+    structure's, which changes when an operand is replaced (the readers this pass rewires), and
+    the bindings keep one object per live op."""
+
+    def __setitem__(self, op, group):
+        super().__setitem__(id(op), (op, group))
+
+    def __delitem__(self, op):
+        super().__delitem__(id(op))
+
+    def get(self, op, default=None):
+        got = super().get(id(op))
+        return default if got is None else got[1]
+
+
+def _ids(ops) -> set:
+    return {id(o) for o in ops}
+
+
 class _Groups:
     """The groups (lists of ops) and which group each op is in, kept in step."""
 
     def __init__(self, groups):
         self.groups = [[_op(o) for o in g] for g in groups]
-        self.where = {o: i for i, g in enumerate(self.groups) for o in g}
+        self.where = _Where()
+        for i, g in enumerate(self.groups):
+            for o in g:
+                self.where[o] = i
 
     def inputs(self, gi) -> set:
         """Values group `gi` reads that are computed outside it (cheap producers left out)."""
-        inside = set(self.groups[gi])
+        inside = _ids(self.groups[gi])
         out = set()
         for o in self.groups[gi]:
             for v in _outer_operands(o):
                 p = defining_op(v)
-                if p is not None and (p in inside or fusion_legality.cloneable(p)):
+                if p is not None and (id(p) in inside or fusion_legality.cloneable(p)):
                     continue
                 if isinstance(v.type, ir.ShapedType):
                     out.add(v)
         return out
 
     def outputs(self, gi) -> list:
-        inside = set(self.groups[gi])
+        inside = _ids(self.groups[gi])
         return [r for o in self.groups[gi] for r in o.results
-                if any(u not in inside or op_name(u) == "func.return" for u in users(r))]
+                if any(id(u) not in inside or op_name(u) == "func.return" for u in users(r))]
 
 
 def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
@@ -178,7 +201,7 @@ def _cone(state, gi, v, max_ops, read, stored):
     """(ops of group gi that compute v, in block order; leaves: the values they read from
     outside the cone) or None when v is not cheap to recompute. The walk stops at values the
     consumer already `read`s (free to read again) and at A's values that are not cheap."""
-    members = set(state.groups[gi])
+    members = _ids(state.groups[gi])
     cone, leaves, stack = set(), [], [v]
     seen = set()
     while stack:
@@ -187,7 +210,7 @@ def _cone(state, gi, v, max_ops, read, stored):
             continue
         seen.add(val)
         p = defining_op(val)
-        if p is None or p not in members or fusion_legality.cloneable(p) or \
+        if p is None or id(p) not in members or fusion_legality.cloneable(p) or \
                 (val is not v and val in read):
             if p is None or not fusion_legality.cloneable(p):
                 leaves.append(val)
@@ -200,12 +223,12 @@ def _cone(state, gi, v, max_ops, read, stored):
             # stores anyway (a norm's per-row statistics) that each element would compute again
             leaves.append(val)
             continue
-        cone.add(p)
+        cone.add(id(p))
         stack.extend(_outer_operands(p))
     if sum(op_name(o) not in VIEW_OPS for o in cone) > max_ops or \
             not any(op_name(o) not in VIEW_OPS for o in cone):
         return None
-    ordered = [o for o in state.groups[gi] if o in cone]
+    ordered = [o for o in state.groups[gi] if id(o) in cone]
     return ordered, [lv for lv in leaves if isinstance(lv.type, ir.ShapedType)]
 
 
@@ -235,7 +258,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
         return None
     # still stored when something else reads it (returned, a library call, a host view)
     stays = any(state.where.get(u) is None for u in outside)
-    members_a = set(state.groups[gi])
+    members_a = _ids(state.groups[gi])
     a_outputs = set(state.outputs(gi))
     size = fusion_bytes(v.type)
 
@@ -260,7 +283,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
             shared = plan.partner[1] if plan.partner and with_partners else 0
             saved += size - (plan.new - shared)
             stored.update(lv for lv in plan.leaves
-                          if defining_op(lv) in members_a and lv not in a_outputs)
+                          if id(defining_op(lv)) in members_a and lv not in a_outputs)
         return saved - sum(fusion_bytes(lv.type) for lv in stored)
 
     if not plans or saving(plans) <= 0:      # not even if every consumer may recompute it
@@ -277,7 +300,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
             joint = sorted(candidate + ops_p, key=_position(candidate + ops_p))
             if _compute_ops(joint) > max_group_size or \
                     _held_bytes(candidate, ops_p) > held_limit or \
-                    _cycle(state, set(candidate), set(ops_p)) or \
+                    _cycle(state, candidate + ops_p) or \
                     fusion_legality.refusal(joint, fuse_reductions, target) is not None:
                 plan.partner = None
         if fusion_legality.refusal(candidate, fuse_reductions, target) is None:
@@ -291,7 +314,8 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
     saved = saving([a[0] for a in applied])
     # A without the ops nothing needs any more must stay a kernel code generation accepts
     dead = _dead_ops(state.groups[gi]) if all_moved else []
-    rest = [o for o in state.groups[gi] if o not in set(dead)]
+    gone = _ids(dead)
+    rest = [o for o in state.groups[gi] if id(o) not in gone]
     legal_a = not rest or all(op_name(o) in VIEW_OPS for o in rest) or \
         _refusal_without(rest, dead, fuse_reductions, target) is None
     if saved <= 0 or not legal_a:
@@ -347,35 +371,35 @@ def _held_bytes(ops_a, ops_b) -> int:
     both (run where the later one ran) keeps alive longer (ember-fuse's horizontal-held-bytes)."""
     pos = _position(ops_a + ops_b)
     early = ops_a if max(map(pos, ops_a)) < max(map(pos, ops_b)) else ops_b
-    inside, seen, total = set(ops_a) | set(ops_b), set(), 0
+    inside, seen, total = _ids(ops_a + ops_b), set(), 0
     for o in early:
         for val in _outer_operands(o):
             p = defining_op(val)
-            if p is None or p in inside or fusion_legality.cloneable(p) or val in seen:
+            if p is None or id(p) in inside or fusion_legality.cloneable(p) or val in seen:
                 continue
             seen.add(val)
             total += fusion_bytes(val.type)
     return total
 
 
-def _cycle(state, ops_a, ops_b) -> bool:
-    """Would one kernel of both groups make a cycle (a path from one to the other through an
-    op or kernel outside both)? A kernel is entered whole."""
-    both = ops_a | ops_b
-    stack = [u for o in both for r in o.results for u in users(r) if u not in both]
+def _cycle(state, ops) -> bool:
+    """Would one kernel of `ops` (two groups) make a cycle (a path from one to the other
+    through an op or kernel outside both)? A kernel is entered whole."""
+    both = _ids(ops)
+    stack = [u for o in ops for r in o.results for u in users(r) if id(u) not in both]
     seen = set()
     while stack:
         u = stack.pop()
-        if u in both:
+        if id(u) in both:
             return True
-        if u in seen:
+        if id(u) in seen:
             continue
         g = state.where.get(u)
         unit = state.groups[g] if g is not None else [u]
-        seen.update(unit)
+        seen.update(_ids(unit))
         for o in unit:
             for r in o.results:
-                stack.extend(x for x in users(r) if x not in seen)
+                stack.extend(x for x in users(r) if id(x) not in seen)
     return False
 
 
@@ -384,8 +408,8 @@ def _position(ops):
     block = ops[0].block
     pos = {}
     for i, o in enumerate(block.operations):
-        pos[o.operation] = i
-    return lambda o: pos[o]
+        pos[id(o.operation)] = i
+    return lambda o: pos[id(o)]
 
 
 def _clone_before(cone, anchor):
@@ -427,17 +451,17 @@ def _dead_ops(group) -> list:
     """Ops of `group` (in order) whose results nothing reads any more (returned ones live)."""
     dead: set = set()
     for o in reversed(group):
-        if all(u in dead for r in o.results for u in users(r)):
-            dead.add(o)
-    return [o for o in group if o in dead]
+        if all(id(u) in dead for r in o.results for u in users(r)):
+            dead.add(id(o))
+    return [o for o in group if id(o) in dead]
 
 
 def _refusal_without(rest, dead, fuse_reductions, target):
     """fusion_legality.refusal for `rest`, as if the `dead` ops were gone already (their reads
     of `rest`'s values are no reason to return them)."""
-    gone = set(dead)
-    inside = set(rest)
+    gone = _ids(dead)
+    inside = _ids(rest)
     results = [r for o in rest for r in o.results
-               if any((u not in inside and u not in gone) or op_name(u) == "func.return"
+               if any((id(u) not in inside and id(u) not in gone) or op_name(u) == "func.return"
                       for u in users(r))]
     return fusion_legality.refusal(rest, fuse_reductions, target, results=results)
