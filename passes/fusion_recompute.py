@@ -108,53 +108,32 @@ def _outer_operands(op) -> list:
     return out
 
 
-class _Where(dict):
-    """op -> group, keyed by the op's Python object: an `ir.Operation`'s hash is its
-    structure's, which changes when an operand is replaced (the readers this pass rewires), and
-    the bindings keep one object per live op."""
-
-    def __setitem__(self, op, group):
-        super().__setitem__(id(op), (op, group))
-
-    def __delitem__(self, op):
-        super().__delitem__(id(op))
-
-    def get(self, op, default=None):
-        got = super().get(id(op))
-        return default if got is None else got[1]
-
-
-def _ids(ops) -> set:
-    return {id(o) for o in ops}
-
-
 class _Groups:
-    """The groups (lists of ops) and which group each op is in, kept in step."""
+    """The groups (lists of ops) and which group each op is in, kept in step. Sets and dicts
+    of ops live only while the IR does not change, except `where`, which `_rewire` keeps valid
+    (an op's hash changes with its operands)."""
 
     def __init__(self, groups):
         self.groups = [[_op(o) for o in g] for g in groups]
-        self.where = _Where()
-        for i, g in enumerate(self.groups):
-            for o in g:
-                self.where[o] = i
+        self.where = {o: i for i, g in enumerate(self.groups) for o in g}
 
     def inputs(self, gi) -> set:
         """Values group `gi` reads that are computed outside it (cheap producers left out)."""
-        inside = _ids(self.groups[gi])
+        inside = set(self.groups[gi])
         out = set()
         for o in self.groups[gi]:
             for v in _outer_operands(o):
                 p = defining_op(v)
-                if p is not None and (id(p) in inside or fusion_legality.cloneable(p)):
+                if p is not None and (p in inside or fusion_legality.cloneable(p)):
                     continue
                 if isinstance(v.type, ir.ShapedType):
                     out.add(v)
         return out
 
     def outputs(self, gi) -> list:
-        inside = _ids(self.groups[gi])
+        inside = set(self.groups[gi])
         return [r for o in self.groups[gi] for r in o.results
-                if any(id(u) not in inside or op_name(u) == "func.return" for u in users(r))]
+                if any(u not in inside or op_name(u) == "func.return" for u in users(r))]
 
 
 def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
@@ -201,7 +180,7 @@ def _cone(state, gi, v, max_ops, read, stored):
     """(ops of group gi that compute v, in block order; leaves: the values they read from
     outside the cone) or None when v is not cheap to recompute. The walk stops at values the
     consumer already `read`s (free to read again) and at A's values that are not cheap."""
-    members = _ids(state.groups[gi])
+    members = set(state.groups[gi])
     cone, leaves, stack = set(), [], [v]
     seen = set()
     while stack:
@@ -210,7 +189,7 @@ def _cone(state, gi, v, max_ops, read, stored):
             continue
         seen.add(val)
         p = defining_op(val)
-        if p is None or id(p) not in members or fusion_legality.cloneable(p) or \
+        if p is None or p not in members or fusion_legality.cloneable(p) or \
                 (val is not v and val in read):
             if p is None or not fusion_legality.cloneable(p):
                 leaves.append(val)
@@ -223,12 +202,12 @@ def _cone(state, gi, v, max_ops, read, stored):
             # stores anyway (a norm's per-row statistics) that each element would compute again
             leaves.append(val)
             continue
-        cone.add(id(p))
+        cone.add(p)
         stack.extend(_outer_operands(p))
     if sum(op_name(o) not in VIEW_OPS for o in cone) > max_ops or \
             not any(op_name(o) not in VIEW_OPS for o in cone):
         return None
-    ordered = [o for o in state.groups[gi] if id(o) in cone]
+    ordered = [o for o in state.groups[gi] if o in cone]
     return ordered, [lv for lv in leaves if isinstance(lv.type, ir.ShapedType)]
 
 
@@ -258,7 +237,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
         return None
     # still stored when something else reads it (returned, a library call, a host view)
     stays = any(state.where.get(u) is None for u in outside)
-    members_a = _ids(state.groups[gi])
+    members_a = set(state.groups[gi])
     a_outputs = set(state.outputs(gi))
     size = fusion_bytes(v.type)
 
@@ -283,7 +262,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
             shared = plan.partner[1] if plan.partner and with_partners else 0
             saved += size - (plan.new - shared)
             stored.update(lv for lv in plan.leaves
-                          if id(defining_op(lv)) in members_a and lv not in a_outputs)
+                          if defining_op(lv) in members_a and lv not in a_outputs)
         return saved - sum(fusion_bytes(lv.type) for lv in stored)
 
     if not plans or saving(plans) <= 0:      # not even if every consumer may recompute it
@@ -292,7 +271,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
     for plan in plans:
         ops_b = state.groups[plan.group]
         clones, mapping = _clone_before(plan.cone, min(plan.readers, key=_position(ops_b)))
-        _rewire(plan.readers, {v: mapping[v]})
+        _rewire(state.where, plan.readers, {v: mapping[v]})
         candidate = sorted(ops_b + clones, key=_position(ops_b + clones))
         if plan.partner is not None:
             # with the kernel that reads what the recomputation reads: read once
@@ -300,13 +279,13 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
             joint = sorted(candidate + ops_p, key=_position(candidate + ops_p))
             if _compute_ops(joint) > max_group_size or \
                     _held_bytes(candidate, ops_p) > held_limit or \
-                    _cycle(state, candidate + ops_p) or \
+                    _cycle(state, set(candidate), set(ops_p)) or \
                     fusion_legality.refusal(joint, fuse_reductions, target) is not None:
                 plan.partner = None
         if fusion_legality.refusal(candidate, fuse_reductions, target) is None:
             applied.append((plan, clones, mapping))
         else:
-            _undo(plan.readers, v, mapping, clones)
+            _undo(state.where, plan.readers, v, mapping, clones)
     if not applied:
         return None
 
@@ -314,13 +293,12 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
     saved = saving([a[0] for a in applied])
     # A without the ops nothing needs any more must stay a kernel code generation accepts
     dead = _dead_ops(state.groups[gi]) if all_moved else []
-    gone = _ids(dead)
-    rest = [o for o in state.groups[gi] if id(o) not in gone]
+    rest = [o for o in state.groups[gi] if o not in set(dead)]
     legal_a = not rest or all(op_name(o) in VIEW_OPS for o in rest) or \
         _refusal_without(rest, dead, fuse_reductions, target) is None
     if saved <= 0 or not legal_a:
         for plan, clones, mapping in applied:
-            _undo(plan.readers, v, mapping, clones)
+            _undo(state.where, plan.readers, v, mapping, clones)
         return None
 
     producer = defining_op(v)
@@ -371,35 +349,35 @@ def _held_bytes(ops_a, ops_b) -> int:
     both (run where the later one ran) keeps alive longer (ember-fuse's horizontal-held-bytes)."""
     pos = _position(ops_a + ops_b)
     early = ops_a if max(map(pos, ops_a)) < max(map(pos, ops_b)) else ops_b
-    inside, seen, total = _ids(ops_a + ops_b), set(), 0
+    inside, seen, total = set(ops_a) | set(ops_b), set(), 0
     for o in early:
         for val in _outer_operands(o):
             p = defining_op(val)
-            if p is None or id(p) in inside or fusion_legality.cloneable(p) or val in seen:
+            if p is None or p in inside or fusion_legality.cloneable(p) or val in seen:
                 continue
             seen.add(val)
             total += fusion_bytes(val.type)
     return total
 
 
-def _cycle(state, ops) -> bool:
-    """Would one kernel of `ops` (two groups) make a cycle (a path from one to the other
-    through an op or kernel outside both)? A kernel is entered whole."""
-    both = _ids(ops)
-    stack = [u for o in ops for r in o.results for u in users(r) if id(u) not in both]
+def _cycle(state, ops_a, ops_b) -> bool:
+    """Would one kernel of both groups make a cycle (a path from one to the other through an
+    op or kernel outside both)? A kernel is entered whole."""
+    both = ops_a | ops_b
+    stack = [u for o in both for r in o.results for u in users(r) if u not in both]
     seen = set()
     while stack:
         u = stack.pop()
-        if id(u) in both:
+        if u in both:
             return True
-        if id(u) in seen:
+        if u in seen:
             continue
         g = state.where.get(u)
         unit = state.groups[g] if g is not None else [u]
-        seen.update(_ids(unit))
+        seen.update(unit)
         for o in unit:
             for r in o.results:
-                stack.extend(x for x in users(r) if id(x) not in seen)
+                stack.extend(x for x in users(r) if x not in seen)
     return False
 
 
@@ -408,8 +386,8 @@ def _position(ops):
     block = ops[0].block
     pos = {}
     for i, o in enumerate(block.operations):
-        pos[id(o.operation)] = i
-    return lambda o: pos[id(o)]
+        pos[o.operation] = i
+    return lambda o: pos[o]
 
 
 def _clone_before(cone, anchor):
@@ -435,33 +413,39 @@ def _remap(op, mapping) -> None:
     op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
 
 
-def _undo(readers, v, mapping, clones) -> None:
+def _undo(where, readers, v, mapping, clones) -> None:
     """The readers read `v` again; its clones are erased."""
-    _rewire(readers, {mapping[v]: v})
+    _rewire(where, readers, {mapping[v]: v})
     for c in reversed(clones):
         c.erase()
 
 
-def _rewire(readers, mapping) -> None:
+def _rewire(where, readers, mapping) -> None:
+    """Replaces the readers' operands by `mapping`. An `ir.Operation` hashes as its structure
+    does, operands included: the readers are keyed in `where` again (equality stays that of the
+    op itself)."""
+    groups = [where.pop(r) for r in readers]
     for r in readers:
         _remap(r, mapping)
+    for r, g in zip(readers, groups):
+        where[r] = g
 
 
 def _dead_ops(group) -> list:
     """Ops of `group` (in order) whose results nothing reads any more (returned ones live)."""
     dead: set = set()
     for o in reversed(group):
-        if all(id(u) in dead for r in o.results for u in users(r)):
-            dead.add(id(o))
-    return [o for o in group if id(o) in dead]
+        if all(u in dead for r in o.results for u in users(r)):
+            dead.add(o)
+    return [o for o in group if o in dead]
 
 
 def _refusal_without(rest, dead, fuse_reductions, target):
     """fusion_legality.refusal for `rest`, as if the `dead` ops were gone already (their reads
     of `rest`'s values are no reason to return them)."""
-    gone = _ids(dead)
-    inside = _ids(rest)
+    gone = set(dead)
+    inside = set(rest)
     results = [r for o in rest for r in o.results
-               if any((id(u) not in inside and id(u) not in gone) or op_name(u) == "func.return"
+               if any((u not in inside and u not in gone) or op_name(u) == "func.return"
                       for u in users(r))]
     return fusion_legality.refusal(rest, fuse_reductions, target, results=results)
