@@ -20,6 +20,9 @@ scheduler and fusion decisions; its C++ scheduler would put several loop nests i
 which a GPU kernel cannot); nothing is compiled, its launches do nothing. Per ember graph it
 also prints the MB of constants the program keeps and of the tensors it fills per call
 (`held`). `--kernels` lists every launch in order (name, kind).
+`kernel MB` is the memory traffic of the generated kernels: per launch, the bytes of the tensors
+it reads and writes (each once), summed. `--fuse-options "recompute-max-ops=0"` adds options to
+the default pipeline's ember-fuse (a before/after comparison of one fusion decision).
 """
 from __future__ import annotations
 
@@ -106,6 +109,7 @@ def count(program) -> dict:
         if k:
             out[k] += 1
     out["total"] = sum(out[k] for k in KINDS)
+    out["kernel_bytes"] = kernel_bytes(program)
     return out
 
 
@@ -122,6 +126,42 @@ def held(record) -> dict:
                          * size.get(p.values[s.outputs[0]].dtype, 4)
                          for s in p.steps if s.kind == kind) / 2 ** 20, 3)
     return {"const_mb": mb("const"), "fill_mb": mb("fill")}
+
+
+def kernel_bytes(program) -> int:
+    """Bytes the generated kernels read and write: per launch, each tensor it reads or writes
+    once (what a kernel moves through memory when every element is touched once)."""
+    total = 0
+    for s in program.steps:
+        if s.kind != "kernel":
+            continue
+        for i in dict.fromkeys(s.inputs + s.outputs):
+            v = program.values[i]
+            n = 1
+            for d in v.shape:
+                n *= d
+            total += n * torch.empty((), dtype=getattr(torch, v.dtype)).element_size()
+    return total
+
+
+@contextlib.contextmanager
+def fuse_options(extra: str):
+    """Within: the default pipeline's ember-fuse gets `extra` options too."""
+    import ember.frontend.compile_module as cm
+    import ember.frontend.partition as pt
+    if not extra:
+        yield
+        return
+    real = cm.default_pipeline
+
+    def patched(options, target):
+        return real(options, target).replace("explain=true}", f"explain=true {extra}}}")
+
+    cm.default_pipeline = pt.default_pipeline = patched
+    try:
+        yield
+    finally:
+        cm.default_pipeline = pt.default_pipeline = real
 
 
 def _model(name: str, layers: int | None):
@@ -151,13 +191,14 @@ def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
         opt_step()
 
 
-def ember_counts(name, mode, target, layers, optimizer, debug_dir=None) -> list[dict]:
+def ember_counts(name, mode, target, layers, optimizer, debug_dir=None,
+                 extra_fuse: str = "") -> list[dict]:
     import ember        # registers the backend
     torch._dynamo.reset()
     model, inputs, loss = _model(name, layers)
     records: list = []
     ember.clear_reports()
-    with compile_only(records):
+    with compile_only(records), fuse_options(extra_fuse):
         _step(model.train() if mode.startswith("train") else model.eval(), inputs, loss, mode,
               lambda f: torch.compile(f, backend="ember", options={"target": target,
                                                                  "debug_dir": debug_dir}),
@@ -264,6 +305,8 @@ def main(argv=None):
     ap.add_argument("--kernels", action="store_true", help="list every launch")
     ap.add_argument("--json", default="")
     ap.add_argument("--debug-dir", default=None, help="ember's debug dump (IR per stage)")
+    ap.add_argument("--fuse-options", default="", help="extra ember-fuse options, e.g. "
+                    "'recompute-max-ops=0'")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
@@ -273,12 +316,12 @@ def main(argv=None):
         for layers in layer_counts:
             try:
                 records = ember_counts(name, args.mode, args.target, layers, args.optimizer,
-                                       args.debug_dir)
+                                       args.debug_dir, args.fuse_options)
             except ImportError as err:
                 print(f"{name}: skipped ({err})")
                 break
             label = name + (f" ({layers} layers)" if layers else "")
-            totals = dict.fromkeys(KINDS + ("total",), 0)
+            totals = dict.fromkeys(KINDS + ("total", "kernel_bytes"), 0)
             for r in records:
                 c = count(r["program"])
                 for k in totals:
@@ -286,13 +329,15 @@ def main(argv=None):
                 h = held(r)
                 print(f"{label:<24} {r['kind']:<9} " +
                       "  ".join(f"{k} {c[k]:4d}" for k in KINDS + ("total",)) +
+                      f"  kernel MB {c['kernel_bytes'] / 1e6:8.3f}"
                       f"  constants {h['const_mb']:.1f} MB  fills {h['fill_mb']:.1f} MB")
                 if args.kernels:
                     for s in r["program"].steps:
                         if step_kind(s):
                             print(f"    {step_kind(s):<10} {s.name}")
             print(f"{label:<24} {'all':<9} " +
-                  "  ".join(f"{k} {totals[k]:4d}" for k in KINDS + ("total",)))
+                  "  ".join(f"{k} {totals[k]:4d}" for k in KINDS + ("total",)) +
+                  f"  kernel MB {totals['kernel_bytes'] / 1e6:8.3f}")
             per_layers[layers] = totals
             row = {"model": name, "layers": layers, "mode": args.mode, "ember": totals,
                    "graphs": [{"kind": r["kind"], **count(r["program"]), **held(r)}

@@ -85,9 +85,12 @@ def run_pipeline(module, pipeline: str, dump: DebugDump | None = None,
 def explained(remarks: list) -> dict[str, Any]:
     """The report fields of the passes' remarks: `unfused` (ember-fuse's producer -> consumer
     pairs left in different kernels, each with its reason), `unfused_reasons` (how many pairs
-    per reason) and `memory_plan` (ember-buffer-reuse's buffers: name, bytes, offset, live
+    per reason), `recomputed` (values computed again in the kernels that read them instead of
+    stored: what, in which consumers, how many ops, bytes saved) and `memory_plan` (ember-buffer-reuse's buffers: name, bytes, offset, live
     range, escapes, in_place_of; and the arena)."""
-    unfused = [dict(r.data) for r in remarks if r.pass_name == "ember-fuse"]
+    fused = [dict(r.data) for r in remarks if r.pass_name == "ember-fuse"]
+    unfused = [d for d in fused if "reason" in d]
+    recomputed = [d for d in fused if "recomputed" in d]
     reasons: dict[str, int] = {}
     for pair in unfused:
         reasons[pair["reason"]] = reasons.get(pair["reason"], 0) + 1
@@ -95,7 +98,8 @@ def explained(remarks: list) -> dict[str, Any]:
                if r.pass_name == "ember-buffer-reuse" and "offset" in r.data]
     arena = [r.data for r in remarks
              if r.pass_name == "ember-buffer-reuse" and "arena_bytes" in r.data]
-    out: dict[str, Any] = {"unfused": unfused, "unfused_reasons": reasons}
+    out: dict[str, Any] = {"unfused": unfused, "unfused_reasons": reasons,
+                           "recomputed": recomputed}
     if arena:
         out["memory_plan"] = {"arena_bytes": arena[-1]["arena_bytes"],
                               "unplanned_bytes": arena[-1]["unplanned_bytes"],

@@ -22,7 +22,9 @@ arithmetic inside a kernel.
 With `explain`, every producer-consumer pair left in different kernels gets a remark with the
 reason (docs/internals.md, Stage 2; fusion_legality.REFUSALS).
 Cheap producers (constants, `tensor.empty`, fills of a constant) are cloned into every kernel that
-reads them instead of being passed in. Each kernel names what it fuses in `ember.ops`
+reads them instead of being passed in. Last, a cheap pointwise value that one kernel would store
+only for others to read back is recomputed in those others where that moves fewer bytes
+(passes/fusion_recompute.py: a layer norm backward's products, read by its column sums). Each kernel names what it fuses in `ember.ops`
 (report.json's `fused_groups`).
 
 Dynamic shapes (`?` dims): size computations (`tensor.dim`, integer `arith` on sizes, `cf.assert`
@@ -43,6 +45,7 @@ from .backends import BACKENDS, CPP
 from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
 from .ember_convert_externs import convert_externs
+from .fusion_recompute import recompute_producers
 from .graph_utils import defining_op, op_name, stable_topological_sort, users
 from .fusion_liveness import LiveBytes
 from .ir_queries import HOST_VIEW_OPS, VIEW_OPS
@@ -80,6 +83,14 @@ class EmberFuse(Pass):
     # held every layer's bf16 gradient to the last layer's); merges whose longer lifetimes lie
     # below the peak are free.
     horizontal_peak_bytes: int = option(1 << 16, min=0)
+    # Cheap pointwise values that a kernel would store only for other kernels to read back
+    # are computed again in those kernels where that moves fewer bytes (passes/
+    # fusion_recompute.py); at most this many ops per value (0: never).
+    recompute_max_ops: int = option(16, min=0, max=64)
+    # A consumer given a recomputation is merged with a kernel that reads what the
+    # recomputation reads, unless the merge keeps more than this many bytes of the earlier
+    # kernel's inputs alive longer.
+    recompute_held_bytes: int = option(1 << 20, min=0)
 
     def run(self, module: ir.Operation) -> None:
         if self.target not in BACKENDS:
@@ -95,6 +106,13 @@ class EmberFuse(Pass):
                 else:
                     sink_collapses(fn.regions[0].blocks[0])
                 groups = self.plan(fn, explain=self.explain)
+                if self.recompute_max_ops:
+                    groups = recompute_producers(
+                        fn.regions[0].blocks[0], groups, target=self.target,
+                        fuse_reductions=self.fuse_reductions,
+                        max_group_size=self.max_group_size, max_ops=self.recompute_max_ops,
+                        held_bytes=self.recompute_held_bytes, explain=self.explain,
+                        pass_name=self.name)
                 _outline(module, fn, groups, self.target)
 
     def plan(self, fn, explain: bool = False) -> list[list]:

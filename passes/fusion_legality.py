@@ -197,14 +197,17 @@ def is_legal(ops, fuse_reductions: bool = True, target: str = "cpu") -> bool:
     return refusal(ops, fuse_reductions, target) is None
 
 
-def refusal(ops, fuse_reductions: bool = True, target: str = "cpu") -> tuple[str, str] | None:
+def refusal(ops, fuse_reductions: bool = True, target: str = "cpu",
+            results=None) -> tuple[str, str] | None:
     """Why `ops` may not become one kernel for `target`: (category, detail), the category one
-    of REFUSALS; None when they may."""
+    of REFUSALS; None when they may. `results`: the values the kernel returns (by default
+    those read outside `ops` or returned: `group_results`)."""
     screened = screen_refusal(ops, fuse_reductions)
     if screened is not None:
         return screened
     try:
-        sched = schedule_ops([o.opview for o in with_cloned_producers(ops)], group_results(ops))
+        sched = schedule_ops([o.opview for o in with_cloned_producers(ops)],
+                             group_results(ops) if results is None else results)
         _target_check(target)(sched)
     except Unschedulable as err:
         return err.category, err.reason

@@ -50,10 +50,12 @@ func.func @cycle_and_library_call(%x: tensor<8x8xf32>, %w: tensor<8x8xf32>) -> t
 // index mismatch: exp feeds a row sum (loops over 8 rows) and a column sum (loops over 32
 // columns); one kernel cannot loop over both outer spaces. exp fuses with the row sum
 // (edges into a reduction over a leading dim are tried last: a layer norm backward's row
-// sums and input gradient stay one kernel), the column sum stays apart.
+// sums and input gradient stay one kernel), the column sum stays apart and computes exp
+// again from %x instead of reading %a back (ember-fuse-recompute.mlir).
 func.func @index_mismatch(%x: tensor<8x32xf32>) -> (tensor<8xf32>, tensor<32xf32>) {
   %zero = arith.constant 0.000000e+00 : f32
   %e = tensor.empty() : tensor<8x32xf32>
+  // expected-remark @+1 {{ember-fuse: recomputed 'exp' in 1 consumer ('sum'): 1 op, 1024 bytes less memory traffic}}
   %a = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
       ins(%x : tensor<8x32xf32>) outs(%e : tensor<8x32xf32>) {
   ^bb0(%in: f32, %out: f32):

@@ -2,7 +2,7 @@
 // RUN: not ember-opt %s --pass-pipeline='builtin.module(ember-fuse{max-group-size=x})' 2>&1 | FileCheck %s --check-prefix=OPT
 // RUN: not ember-opt %s --pass-pipeline='builtin.module(ember-fuse{no-such-option=1})' 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // OPT: ember-opt: error: ember-fuse: option 'max-group-size' expects an integer, got 'x'
-// UNKNOWN: ember-opt: error: ember-fuse: unknown option 'no-such-option' (options: max-group-size, fuse-reductions, externs, target, explain, horizontal-peak-bytes)
+// UNKNOWN: ember-opt: error: ember-fuse: unknown option 'no-such-option' (options: max-group-size, fuse-reductions, externs, target, explain, horizontal-peak-bytes, recompute-max-ops, recompute-held-bytes)
 
 // An op outside what code generation handles is reported at the op itself, not deep inside
 // a generated kernel (the frontend then runs that part of the graph eagerly).

@@ -653,14 +653,16 @@ func.func @reduce_then_cast_through_collapse(%x: tensor<2x4x16xf32>, %b: tensor<
 // Two row sums of two different products (a layer norm's backward: sum(dy*w) and
 // sum(dy*w*xhat)) whose products a column-sum kernel computes (dgamma's): their loops are
 // linked by no tensor, yet they share one loop shape, so they are one kernel of two results
-// (kernel_schedule._share_reduction_loops; before, two launches).
+// (kernel_schedule._share_reduction_loops; before, two launches). The row sums' kernel
+// computes the products again from g, w and x instead of reading them back from the column
+// sum's kernel (ember-fuse-recompute.mlir; before, two 8x32 f32 results stored and read).
 // CHECK-LABEL: func.func @norm_backward_sums
-// CHECK-NEXT:    %[[C:.*]]:3 = call @ember_fused_mul_sum_0(%arg0, %arg2, %arg1) : {{.*}} -> (tensor<32xf32>, tensor<8x32xf32>, tensor<8x32xf32>)
-// CHECK-NEXT:    %[[R:.*]]:2 = call @ember_fused_sum_1(%[[C]]#1, %[[C]]#2) : (tensor<8x32xf32>, tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xf32>)
-// CHECK-NEXT:    return %[[C]]#0, %[[R]]#0, %[[R]]#1
+// CHECK-NEXT:    %[[C:.*]] = call @ember_fused_mul_sum_0(%arg0, %arg2) : {{.*}} -> tensor<32xf32>
+// CHECK-NEXT:    %[[R:.*]]:2 = call @ember_fused_mul_sum_1(%arg0, %arg2, %arg1) : {{.*}} -> (tensor<8xf32>, tensor<8xf32>)
+// CHECK-NEXT:    return %[[C]], %[[R]]#0, %[[R]]#1
 // TRITON-LABEL: func.func @norm_backward_sums
 // TRITON-NEXT:    call @ember_fused_mul_sum_0
-// TRITON-NEXT:    call @ember_fused_sum_1({{.*}}) : (tensor<8x32xf32>, tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+// TRITON-NEXT:    call @ember_fused_mul_sum_1({{.*}}) : (tensor<8x32xf32>, tensor<32xf32>, tensor<8x32xf32>) -> (tensor<8xf32>, tensor<8xf32>)
 // TRITON-NEXT:    return
 func.func @norm_backward_sums(%g: tensor<8x32xf32>, %x: tensor<8x32xf32>, %w: tensor<32xf32>) -> (tensor<32xf32>, tensor<8xf32>, tensor<8xf32>) {
   %z = arith.constant 0.0 : f32
