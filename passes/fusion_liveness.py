@@ -18,6 +18,7 @@ fills that are cloned into kernels take no memory; a view is its base's memory. 
 live ranges ember-buffer-reuse packs (its arena is at least their peak).
 """
 import numpy as np
+from torch_mlir import ir
 
 from .dynamic_sizes import fusion_bytes
 from .graph_utils import op_name, users
@@ -53,7 +54,7 @@ class LiveBytes:
         self.base = self.peak()     # before the merges asked about
 
     def _add(self, value, at: int) -> None:
-        size = fusion_bytes(value.type)
+        size = _bytes(value.type)
         if size == 0:
             return
         readers, returned, stack = set(), False, [value]
@@ -135,3 +136,21 @@ class LiveBytes:
                 self._apply(self.live, self.span[j], j, -1)
                 self._apply(self.live, new, j)
                 self.span[j] = new
+
+
+def _bytes(t) -> int:
+    """fusion_bytes, and a complex tensor's (two of its parts' floats per element: an FFT's
+    values, which kernels never hold but host views and library calls pass on)."""
+    try:
+        return fusion_bytes(t)
+    except ValueError:
+        st = ir.ShapedType(t)
+        part = str(st.element_type)
+        if not part.startswith("complex<"):
+            raise
+        bits = {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}.get(part[len("complex<"):-1], 64)
+        n = 1
+        for i in range(st.rank):
+            n *= 64 if st.is_dynamic_dim(i) else st.get_dim_size(i)
+        return n * bits // 4
+
