@@ -5,7 +5,8 @@
                                [--repeats N] [--timeout S] [--no-warm] [--backends ...]
 
 Backends: eager, inductor (default mode), inductor-ro (mode="reduce-overhead", CUDA graphs: GPU
-only), ember, and with --max-autotune inductor-ma and ember-ma (mode="max-autotune"). Each model
+only), ember, and with --max-autotune inductor-ma and ember-ma (mode="max-autotune"); ember's
+option variants by name (measure.EMBER_OPTIONS: ember-nchw, ember-cl, ember-fast). Each model
 runs in its own child process (a crash or hang in one does not hide the others), which compiles
 every backend on the same model and inputs and times them in alternation (measure.py); then,
 unless --no-warm, a second child compiles them again with the caches the first one filled (warm
