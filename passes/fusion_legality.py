@@ -249,6 +249,12 @@ class RefusalMemo:
         return verdict
 
 
+def fresh_group_key(ops) -> tuple:
+    """`RefusalMemo`'s key of `refusal(ops)`, computed afresh: nothing is cached by identity,
+    for callers that rewire the IR between calls (an op's hash follows its operands)."""
+    return _Structure(cache=False).group_key(ops)
+
+
 class KernelChecks:
     """`check_kernel` for the kernels of one outlining run, once per kernel structure
     (`_Structure.kernel_key`): the kernels of repeated layers are the same. Only kernels that

@@ -136,6 +136,26 @@ class _Groups:
                 if any(u not in inside or op_name(u) == "func.return" for u in users(r))]
 
 
+class _Verdicts:
+    """fusion_legality.refusal memoized by structure, as the planner's RefusalMemo is (equal
+    keys, equal verdicts): a repeated layer's candidates are judged once, not rebuilt per layer.
+    Keys are computed afresh each time (`fresh_group_key`): this pass rewires readers."""
+
+    def __init__(self, fuse_reductions: bool, target: str):
+        self.fuse_reductions, self.target = fuse_reductions, target
+        self._seen: dict = {}
+
+    def refusal(self, ops, results=None):
+        key = fusion_legality.fresh_group_key(ops)
+        if results is not None:     # the results named (positions in `ops`) are part of it
+            where = {r: (i, j) for i, o in enumerate(ops) for j, r in enumerate(o.results)}
+            key = (key, tuple(where[r] for r in results))
+        if key not in self._seen:
+            self._seen[key] = fusion_legality.refusal(ops, self.fuse_reductions, self.target,
+                                                      results=results)
+        return self._seen[key]
+
+
 def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
                         max_group_size: int, max_ops: int = 16, held_bytes: int = 1 << 20,
                         explain: bool = False,
@@ -144,6 +164,7 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
     (clones of recomputed ops placed before their readers, ops no longer needed erased). With
     `explain`, a remark at each recomputed value's producer."""
     state = _Groups(groups)
+    state.verdicts = _Verdicts(fuse_reductions, target)
     decisions: list[Decision] = []
     for _ in range(ROUNDS):
         changed = False
@@ -280,9 +301,9 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
             if _compute_ops(joint) > max_group_size or \
                     _held_bytes(candidate, ops_p) > held_limit or \
                     _cycle(state, set(candidate), set(ops_p)) or \
-                    fusion_legality.refusal(joint, fuse_reductions, target) is not None:
+                    state.verdicts.refusal(joint) is not None:
                 plan.partner = None
-        if fusion_legality.refusal(candidate, fuse_reductions, target) is None:
+        if state.verdicts.refusal(candidate) is None:
             applied.append((plan, clones, mapping))
         else:
             _undo(state.where, plan.readers, v, mapping, clones)
@@ -295,7 +316,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
     dead = _dead_ops(state.groups[gi]) if all_moved else []
     rest = [o for o in state.groups[gi] if o not in set(dead)]
     legal_a = not rest or all(op_name(o) in VIEW_OPS for o in rest) or \
-        _refusal_without(rest, dead, fuse_reductions, target) is None
+        _refusal_without(rest, dead, state.verdicts) is None
     if saved <= 0 or not legal_a:
         for plan, clones, mapping in applied:
             _undo(state.where, plan.readers, v, mapping, clones)
@@ -440,7 +461,7 @@ def _dead_ops(group) -> list:
     return [o for o in group if o in dead]
 
 
-def _refusal_without(rest, dead, fuse_reductions, target):
+def _refusal_without(rest, dead, verdicts):
     """fusion_legality.refusal for `rest`, as if the `dead` ops were gone already (their reads
     of `rest`'s values are no reason to return them)."""
     gone = set(dead)
@@ -448,4 +469,4 @@ def _refusal_without(rest, dead, fuse_reductions, target):
     results = [r for o in rest for r in o.results
                if any((u not in inside and u not in gone) or op_name(u) == "func.return"
                       for u in users(r))]
-    return fusion_legality.refusal(rest, fuse_reductions, target, results=results)
+    return verdicts.refusal(rest, results=results)
