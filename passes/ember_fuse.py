@@ -46,7 +46,8 @@ from .base import Pass, PassError, option
 from .dynamic_sizes import dim_value, fusion_bytes, is_dynamic, is_size_op
 from .ember_convert_externs import convert_externs
 from .fusion_recompute import recompute_producers
-from .graph_utils import defining_op, op_name, stable_topological_sort, users
+from .graph_utils import (defining_op, op_name, remap_operands, stable_topological_sort,
+                          users)
 from .fusion_liveness import LiveBytes
 from .ir_queries import HOST_VIEW_OPS, VIEW_OPS
 from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
@@ -677,19 +678,9 @@ def _clone_into(op, mapping) -> None:
                                 op.location)
             _clone_into(producer, mapping)
     clone = op.operation.clone()
-    _remap(clone, mapping)
+    remap_operands(clone, mapping)
     for old, new in zip(op.results, clone.results):
         mapping[old] = new
-
-
-def _remap(clone, mapping) -> None:
-    def visit(o):
-        for i, v in enumerate(o.operands):
-            if v in mapping:
-                o.operands[i] = mapping[v]
-        return ir.WalkResult.ADVANCE
-
-    clone.walk(visit, ir.WalkOrder.PRE_ORDER)
 
 
 def _next_kernel_index(module) -> int:

@@ -34,7 +34,7 @@ from torch_mlir import ir
 
 from . import fusion_legality, remarks
 from .dynamic_sizes import fusion_bytes
-from .graph_utils import defining_op, op_name, users
+from .graph_utils import defining_op, op_name, remap_operands, users
 from .ir_queries import VIEW_OPS, iterator_types
 
 # ops a kernel may compute again instead of reading the value back
@@ -417,21 +417,11 @@ def _clone_before(cone, anchor):
     with ir.InsertionPoint(anchor):
         for op in cone:
             c = op.clone()
-            _remap(c, mapping)
+            remap_operands(c, mapping)
             for old, new in zip(op.results, c.results):
                 mapping[old] = new
             clones.append(c.operation)
     return clones, mapping
-
-
-def _remap(op, mapping) -> None:
-    def visit(o):
-        for i, val in enumerate(o.operands):
-            if val in mapping:
-                o.operands[i] = mapping[val]
-        return ir.WalkResult.ADVANCE
-
-    op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
 
 
 def _undo(where, readers, v, mapping, clones) -> None:
@@ -447,7 +437,7 @@ def _rewire(where, readers, mapping) -> None:
     op itself)."""
     groups = [where.pop(r) for r in readers]
     for r in readers:
-        _remap(r, mapping)
+        remap_operands(r, mapping)
     for r, g in zip(readers, groups):
         where[r] = g
 

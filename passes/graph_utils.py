@@ -155,3 +155,15 @@ def attach_kernel_sources(module, target: str, prelude: str, lower) -> None:
             SYMBOL.set(op, symbol)
         TARGET.set(module, target)
         PRELUDE.set(module, prelude)
+
+
+def remap_operands(op, mapping) -> None:
+    """Every operand of `op` and of the ops nested in it that `mapping` names is replaced by
+    its image (a cloned op made to read the clones of its producers)."""
+    def visit(o):
+        for i, v in enumerate(o.operands):
+            if v in mapping:
+                o.operands[i] = mapping[v]
+        return ir.WalkResult.ADVANCE
+
+    op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)

@@ -62,6 +62,22 @@ def device(target) -> str:
 
 
 @pytest.fixture
+def exported_sources(monkeypatch) -> list:
+    """The source of every Triton (Python) program exported while the test runs, in order (as
+    the exporter hands it to the runtime)."""
+    from ember.frontend import export_program as exporter
+    sources, real = [], exporter.export_program
+
+    def record(module):
+        program = real(module)
+        if program.lang == "python":
+            sources.append(program.source)
+        return program
+    monkeypatch.setattr(exporter, "export_program", record)
+    return sources
+
+
+@pytest.fixture
 def interpreted(target) -> bool:
     """True when kernels run in the (slow) Triton interpreter: tests pick their smallest sizes."""
     return target != "cpu" and os.environ.get("TRITON_INTERPRET") == "1"

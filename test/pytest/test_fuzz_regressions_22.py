@@ -425,23 +425,14 @@ def test_fuzz_f32_subnormal_to_bf16(target, case):
     assert r["accepted"] == [], r["reason"]     # bit for bit, under the interpreter too
 
 
-def test_bf16_conversion_compiles_to_cvt_rn_for_sm90(monkeypatch):
+def test_bf16_conversion_compiles_to_cvt_rn_for_sm90(exported_sources):
     """The kernels of the graphs above, compiled for sm_90 (no GPU needed): every f32 -> bf16
     conversion is `cvt.rn.bf16.f32` (round to nearest even, subnormals kept: no .ftz), every
     bf16 read widens exactly (`cvt.f32.bf16` or a 16-bit shift)."""
     import re
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import triton_aot
-    from ember.frontend import export_program as exporter
-    sources = []
-    real = exporter.export_program
-
-    def record(module):
-        program = real(module)
-        if program.lang == "python":
-            sources.append(program.source)
-        return program
-    monkeypatch.setattr(exporter, "export_program", record)
+    sources = exported_sources
     for case in sorted(SUBNORMAL_BF16):
         ns = load(_case(*SUBNORMAL_BF16[case], exact=(True, True)))
         torch._dynamo.reset()

@@ -66,21 +66,12 @@ def test_signed_zeros_of_odd_powers(target, dtype):
     assert r["accepted"] == [], r["reason"]
 
 
-def test_negation_and_neg_zero_compile_to_sign_bits_for_sm90(monkeypatch):
+def test_negation_and_neg_zero_compile_to_sign_bits_for_sm90(exported_sources):
     """The PTX of such a graph's kernel (sm_90, no GPU needed): the negation is a flip of the
     sign bit, never a subtraction from zero, and the -0.0 constant is there (triton 3.6 printed
     `-x` as `sub.f32 0f00000000, x` and `-0.0` as 0f00000000)."""
     import triton_aot
-    from ember.frontend import export_program as exporter
-    sources = []
-    real = exporter.export_program
-
-    def record(module):
-        program = real(module)
-        if program.lang == "python":
-            sources.append(program.source)
-        return program
-    monkeypatch.setattr(exporter, "export_program", record)
+    sources = exported_sources
     torch._dynamo.reset()
     x = torch.tensor([-0.0, 0.0, -0.5, 0.5])
     torch.compile(lambda a: (-(a * 2.0), torch.where(a > 0, a, -0.0)), backend="ember",

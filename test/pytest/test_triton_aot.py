@@ -162,18 +162,8 @@ class _ConvNet(torch.nn.Module):
         return F.relu(self.conv2(h) + h).mean((2, 3))
 
 
-def _generated_sources(monkeypatch) -> list[str]:
-    """Every Triton module the graphs above generate, as the exporter hands it to the runtime."""
-    from ember.frontend import export_program as exporter
-    sources = []
-    real = exporter.export_program
-
-    def record(module):
-        program = real(module)
-        if program.lang == "python":
-            sources.append(program.source)
-        return program
-    monkeypatch.setattr(exporter, "export_program", record)
+def _generated_sources(sources: list) -> list[str]:
+    """Every Triton module the graphs above generate (`sources`: the exported_sources fixture)."""
     # (an op the lowering cannot take would run eagerly with ember's warning: an error here)
     opts = {"target": "triton"}
     for name, (fn, args) in _args().items():
@@ -207,10 +197,10 @@ def _generated_sources(monkeypatch) -> list[str]:
     return list(dict.fromkeys(sources))
 
 
-def test_triton_kernels_compile_ahead_of_time(monkeypatch):
+def test_triton_kernels_compile_ahead_of_time(exported_sources):
     if os.environ.get("EMBER_TEST_AOT", "1") == "0":
         pytest.skip("EMBER_TEST_AOT=0")
-    sources = _generated_sources(monkeypatch)
+    sources = _generated_sources(exported_sources)
     results = triton_aot.compile_sources_isolated(sources)
     print(f"AOT: {len(sources)} generated modules, {len(results)} distinct kernels, "
           f"targets cuda:90 and hip:gfx942")
