@@ -496,29 +496,44 @@ class CompiledProgram:
 
     def tail_split(self, min_bytes: int) -> tuple[int, frozenset[int]] | None:
         """Where a CUDA graph may stop: (index into the per-call runs at which the program's
-        last step begins, the output positions that step writes), when that step is a
-        generated kernel whose results are all program outputs in memory of their own (no arena
-        offset, static shape, not an input's memory) of at least `min_bytes` together. A graph
-        replays the runs before it and launches that kernel after each replay, into new memory:
-        its outputs need no copy out of the graph's pool (runtime/cuda_graphs.py). None
-        otherwise."""
+        last computing step begins, the output positions that step writes), when that step
+        (with the views of its results that follow it) writes program outputs of at least
+        `min_bytes` together into memory of their own: a generated kernel whose results are
+        all allocated fresh (no arena offset, static shape, not an input's memory), or a
+        library call (torch allocates its results). A graph replays the runs before it and runs
+        the tail after each replay, into new memory: those outputs need no copy out of the
+        graph's pool (runtime/cuda_graphs.py). None otherwise."""
         p = self.program
         if (self._dynamic or not p.steps or self._writes_inputs or self._in_inputs
                 or self._release_after or self._clone_out):
             return None
-        s = p.steps[-1]
-        if s.kind != "kernel" or s.name in self._checked or not s.outputs:
+        k = len(p.steps) - 1
+        while k >= 0 and p.steps[k].kind == "view":
+            k -= 1
+        if k < 0:
             return None
-        where = {o: j for j, o in enumerate(p.outputs)}
-        nbytes = 0
-        for o in s.outputs:
-            v = p.values[o]
-            if o not in where or v.offset is not None or v.into_input is not None:
+        s = p.steps[k]
+        if s.kind not in ("kernel", "library") or s.name in self._checked or not s.outputs:
+            return None
+        if s.kind == "library" and s.params.get("in_place") is not None:
+            return None     # its result is the fill it wrote in place: memory of the arena
+        fresh = set(s.outputs)
+        for v in p.steps[k + 1:]:     # views of the tail's results are fresh memory too
+            if not set(v.inputs) <= fresh:
                 return None
-            nbytes += _numel(v.shape) * self._dtypes[o].itemsize
+            fresh.update(v.outputs)
+        if s.kind == "kernel" and any(
+                p.values[o].offset is not None or p.values[o].into_input is not None
+                or not _static(p.values[o].shape) for o in s.outputs):
+            return None
+        positions = frozenset(j for j, o in enumerate(p.outputs) if o in fresh)
+        if not positions:
+            return None
+        nbytes = sum(_numel(p.values[o].shape) * self._dtypes[o].itemsize
+                     for o in {p.outputs[j] for j in positions})
         if nbytes < min_bytes:
             return None
-        return self._step_start[-1], frozenset(where[o] for o in s.outputs)
+        return self._step_start[k], positions
 
     def run_head(self, inputs: tuple, stop: int) -> list:
         """The value table after the runs before `stop` (tail_split): what a graph captures."""

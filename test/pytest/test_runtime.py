@@ -396,3 +396,36 @@ def test_tail_split_runs_the_last_kernel_apart(tmp_path):
     torch.testing.assert_close(a, cp(x, y)[0])
     assert a.data_ptr() != b.data_ptr()
     torch.testing.assert_close(a, b)
+
+
+def test_tail_split_takes_a_last_library_call_and_its_views(tmp_path):
+    """A last library call (torch allocates its result) and the views of its result after it
+    are a tail too: a CUDA graph runs them after each replay and hands out their new memory
+    (an exact-mode bf16 layer norm ending an MLP block: no copy of the output out of the
+    pool). Not when the call writes a fill in place, nor when a trailing view reads a value
+    of the head."""
+    from ember.runtime.program import Program, Step, ValueInfo
+
+    def program(params=None, view_of=3):
+        vals = [ValueInfo((4, 8), F32), ValueInfo((4, 8), F32),
+                ValueInfo((4, 8), F32, 0 if view_of == 3 else None),
+                ValueInfo((4, 8), F32), ValueInfo((32,), F32)]
+        steps = [Step("kernel", "ember_add", (0, 1), (2,)),
+                 Step("library", "aten.cumsum.default", (2,), (3,),
+                      params or {"tensor_args": ["self"], "kwargs": {"dim": 1}}),
+                 Step("view", "collapse_shape", (view_of,), (4,))]
+        return Program("cpu", "cpp", CPP, vals, 2, steps, [4], 128, ["ember_add", "ember_rowsum"])
+
+    cp = load(program(), cache=tmp_path)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    assert cp.tail_split(1 << 20) is None       # 128 bytes of output: below the bound
+    start, positions = cp.tail_split(0)
+    assert positions == {0} and start == 1      # the library call's run (the add is one run)
+    vals = cp.run_head((x, y), start)
+    assert vals[3] is None and vals[2] is not None
+    (a,), (b,) = cp.run_tail(vals, start), cp.run_tail(vals, start)
+    torch.testing.assert_close(a, torch.cumsum(x + y, 1).reshape(32))
+    assert a.data_ptr() != b.data_ptr() and a.data_ptr() != vals[2].data_ptr()
+    in_place = {"tensor_args": ["self"], "kwargs": {"dim": 1}, "in_place": 0}
+    assert load(program(in_place), cache=tmp_path).tail_split(0) is None
+    assert load(program(view_of=2), cache=tmp_path).tail_split(0) is None
