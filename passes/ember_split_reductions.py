@@ -28,6 +28,10 @@ where S is the smallest power of two dividing E with `programs(P) * S >= target-
 and no larger than leaves each partial `min-chunk` elements to reduce (no split when that
 leaves S < 2). `programs(P)` is P when the
 innermost dim is reduced (one program a row) and P / 64 otherwise (64 results a program).
+When the partials are still fewer than `min-programs` programs (the outermost reduced dim split
+whole: a channels-last batch-norm gradient over [N, H, W, C] leaves N * C / 64 programs), the
+partial reduction is split again at its next reduced dim, and the two final reductions become
+one, over both partial dims.
 The result is the same reduction regrouped (floating-point sums round differently, as any
 other order of the reduction would); everything else is left alone.
 """
@@ -75,10 +79,16 @@ class EmberSplitReductions(Pass):
         module.walk(visit, ir.WalkOrder.PRE_ORDER)
         with module.context:
             for op in todo:
-                plan = self._plan(op)
-                if plan is not None:
+                plan, outer = self._plan(op), None
+                while plan is not None:
+                    # the partials may still be too few programs (a channels-last batch-norm
+                    # gradient: the batch dim split whole leaves N*C/64 programs, each over
+                    # H*W): their next reduced dim is split in turn, and the two final
+                    # reductions become one (over both partial dims)
                     with op.location:
-                        _split(op, *plan)
+                        op, total = _split(op, *plan)
+                        outer = total if outer is None else _merge_totals(total, outer, plan[3])
+                    plan = self._plan(op)
 
     def programs(self, op, parallel_numel: int) -> int:
         inner_reduced = iterator_types(op)[-1] == "reduction"
@@ -202,7 +212,8 @@ def _iters(kinds) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.Attribute.parse(f"#linalg.iterator_type<{k}>") for k in kinds])
 
 
-def _split(op, d: int, splits: int, whole: bool, comb, widen: bool) -> None:
+def _split(op, d: int, splits: int, whole: bool, comb, widen: bool):
+    """`op` split at `d` (see the module docstring); the partial reduction (a generic)."""
     maps = indexing_maps(op)
     n = maps[0].n_dims
     its = iterator_types(op)
@@ -294,3 +305,37 @@ def _split(op, d: int, splits: int, whole: bool, comb, widen: bool) -> None:
             result = narrow.results[0]
     op.results[0].replace_all_uses_with(result)
     op.erase()
+    return part, total
+
+
+def _merge_totals(inner, outer, comb):
+    """`inner` reduces partials [S2, S1, ...] over S2 into an identity fill, which `outer` then
+    reduces over S1: one generic reducing both, into `outer`'s init. Returns it."""
+    part = inner.inputs[0]
+    p_ty = ir.RankedTensorType(part.type)
+    o_ty = ir.RankedTensorType(outer.results[0].type)
+    rank = o_ty.rank
+    ident = _affine(rank + 2, [ir.AffineDimExpr.get(i) for i in range(rank + 2)])
+    drop = _affine(rank + 2, [ir.AffineDimExpr.get(i + 2) for i in range(rank)])
+    kind = op_name(comb) if op_name(comb) in COMBINERS else "arith.addf"
+    with ir.InsertionPoint(outer):
+        merged = linalg.GenericOp([o_ty], [part], [outer.outputs[0]],
+                                  ir.ArrayAttr.get([ident, drop]),
+                                  _iters(["reduction", "reduction"] + ["parallel"] * rank))
+        acc_ty = o_ty.element_type
+        assert p_ty.element_type == acc_ty
+        mb = merged.regions[0].blocks.append(acc_ty, acc_ty)
+        with ir.InsertionPoint(mb):
+            combined = ir.Operation.create(kind, results=[acc_ty],
+                                           operands=[mb.arguments[0], mb.arguments[1]]).result
+            linalg.YieldOp([combined])
+    outer.results[0].replace_all_uses_with(merged.results[0])
+    fill = defining_op(inner.outputs[0])
+    outer.erase()
+    inner.erase()
+    if fill is not None and not list(fill.results[0].uses):
+        empty = defining_op(fill.operands[1]) if len(fill.operands) > 1 else None
+        fill.erase()
+        if empty is not None and not list(empty.results[0].uses):
+            empty.erase()
+    return merged

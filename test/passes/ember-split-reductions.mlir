@@ -93,12 +93,15 @@ module {
 
 // -----
 
-// A bias gradient over [batch, tokens, features] reduces dims 0 and 1: S = the batch (8) and
-// each partial sums one batch's tokens; dim 0 itself becomes parallel, no view is needed.
+// A bias gradient over [batch, tokens, features] reduces dims 0 and 1: the batch (8) becomes
+// parallel whole (no view), which leaves 8 * 768 / 64 = 96 programs, so the tokens are split
+// too (S = 8 chunks of 64): 768 programs, and one final reduction over both partial dims.
 // CHECK-LABEL: func.func @two_reduced_dims
-// CHECK-NOT:     tensor.expand_shape
-// CHECK:         %[[P:.*]] = linalg.generic {{{.*}}iterator_types = ["parallel", "reduction", "parallel"]} ins(%arg0 : tensor<8x512x768xf32>) outs(%{{.*}} : tensor<8x768xf32>)
-// CHECK:         linalg.generic {{{.*}}iterator_types = ["reduction", "parallel"]} ins(%[[P]] : tensor<8x768xf32>) outs(%arg1 : tensor<768xf32>)
+// CHECK:         %[[E:.*]] = tensor.expand_shape %arg0 {{\[\[}}0], [1, 2], [3]] output_shape [8, 8, 64, 768]
+// CHECK:         %[[P:.*]] = linalg.generic {{{.*}}iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins(%[[E]] : tensor<8x8x64x768xf32>) outs(%{{.*}} : tensor<8x8x768xf32>)
+// CHECK:         %[[T:.*]] = linalg.generic {{{.*}}iterator_types = ["reduction", "reduction", "parallel"]} ins(%[[P]] : tensor<8x8x768xf32>) outs(%arg1 : tensor<768xf32>)
+// CHECK-NOT:     linalg.generic
+// CHECK:         return %[[T]]
 #id5 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
 #feat = affine_map<(d0, d1, d2) -> (d2)>
 module {
@@ -109,6 +112,30 @@ module {
       linalg.yield %s : f32
     } -> tensor<768xf32>
     return %0 : tensor<768xf32>
+  }
+}
+
+// -----
+
+// A channels-last batch-norm gradient [N, H, W, C] = [32, 56, 56, 64] summed over N, H, W: the
+// batch split whole leaves 32 * 64 / 64 = 32 programs (each over 56 x 56 x 64), so H is split
+// too (8 chunks of 7 rows): 256 programs, and one final reduction over both partial dims.
+// CHECK-LABEL: func.func @channels_last_bn_grad
+// CHECK:         %[[E:.*]] = tensor.expand_shape %arg0 {{\[\[}}0], [1, 2], [3], [4]] output_shape [32, 8, 7, 56, 64]
+// CHECK:         %[[P:.*]] = linalg.generic {{{.*}}iterator_types = ["parallel", "parallel", "reduction", "reduction", "parallel"]} ins(%[[E]] : tensor<32x8x7x56x64xf32>) outs(%{{.*}} : tensor<8x32x64xf32>)
+// CHECK:         %[[T:.*]] = linalg.generic {{{.*}}iterator_types = ["reduction", "reduction", "parallel"]} ins(%[[P]] : tensor<8x32x64xf32>) outs(%arg1 : tensor<64xf32>)
+// CHECK-NOT:     linalg.generic
+// CHECK:         return %[[T]]
+#nhwc = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+#chan = affine_map<(d0, d1, d2, d3) -> (d3)>
+module {
+  func.func @channels_last_bn_grad(%arg0: tensor<32x56x56x64xf32>, %arg1: tensor<64xf32>) -> tensor<64xf32> {
+    %0 = linalg.generic {indexing_maps = [#nhwc, #chan], iterator_types = ["reduction", "reduction", "reduction", "parallel"]} ins(%arg0 : tensor<32x56x56x64xf32>) outs(%arg1 : tensor<64xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %s = arith.addf %in, %out : f32
+      linalg.yield %s : f32
+    } -> tensor<64xf32>
+    return %0 : tensor<64xf32>
   }
 }
 

@@ -31,6 +31,10 @@ CASES = {
     "whole_tensor": (lambda x: x.sum(), (_randn(1024, 1024),), 2),
     "bf16_column_sum": (lambda x: x.sum(0), (_randn(4096, 64, dtype=torch.bfloat16),), 2),
     "mean_over_two_dims": (lambda x: x.mean((0, 1)), (_randn(16, 512, 64),), 2),
+    # a channels-last batch-norm statistic: the batch split whole, then H; one final reduction
+    "channels_last_channel_sum": (lambda x: x.sum((0, 1, 2)), (_randn(16, 32, 32, 64),), 2),
+    "channels_last_bf16_channel_sum": (lambda x: x.sum((0, 1, 2)),
+                                       (_randn(16, 32, 32, 64, dtype=torch.bfloat16),), 2),
 }
 
 
