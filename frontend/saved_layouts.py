@@ -19,7 +19,8 @@ Inductor's layout optimisation returns them channels-last instead; so does ember
   copy). A saved tensor that comes in another layout (the forward ran eagerly) is copied by the
   runtime, never misread.
 
-Only for a graph that ember-channels-last lays out with its statistics (`channels_last=True`:
+Only for a graph that ember-channels-last lays out with its statistics (`channels_last=True`,
+or "auto" on a GPU:
 frontend/options.channels_last_training; at least two 2-d convolutions whose layout pays off:
 the pass's own test, on the FX graph).
 """
@@ -65,8 +66,9 @@ def applies(gm: fx.GraphModule, options: CompileOptions, inputs) -> bool:
     if options.pipeline:
         return False
     devices = [t.device for t in inputs if isinstance(t, torch.Tensor)]
-    return channels_last_training(options) and \
-        channels_last_on(options, resolve_target(options.target, devices)) and conv_network(gm)
+    target = resolve_target(options.target, devices)
+    return channels_last_training(options, target) and \
+        channels_last_on(options, target) and conv_network(gm)
 
 
 def _is_view(node: fx.Node) -> bool:

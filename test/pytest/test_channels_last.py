@@ -81,9 +81,16 @@ def test_auto_is_on_for_gpu_targets_only():
     assert _pipeline_has_pass("cpu", channels_last=True)
     assert not _pipeline_has_pass("cuda", channels_last=False)
     from ember.frontend.options import CompileOptions, default_pipeline
-    # training graphs (a forward's batch statistics over NHWC buffers) with True only: "auto"
-    # leaves graphs with batch statistics NCHW until training is checked on a GPU
-    assert "ember-channels-last," in default_pipeline(CompileOptions(), "cuda")
+    # training graphs (a forward's batch statistics over NHWC buffers): with True, and with
+    # "auto" on the GPUs (measured on an H100: options.CHANNELS_LAST_TRAINING_TARGETS), not on
+    # the GPU's program run on the CPU ("triton", the interpreter)
+    assert "ember-channels-last{with-statistics=true}" in \
+        default_pipeline(CompileOptions(), "cuda")
+    assert "ember-channels-last{with-statistics=true}" in \
+        default_pipeline(CompileOptions(), "rocm")
+    assert "ember-channels-last," in default_pipeline(CompileOptions(), "triton")
+    assert "ember-channels-last," in \
+        default_pipeline(CompileOptions(channels_last="auto"), "triton")
     assert "ember-channels-last{with-statistics=true}" in \
         default_pipeline(CompileOptions(channels_last=True), "cuda")
     assert "ember-channels-last{with-statistics=true}" in \
@@ -291,7 +298,7 @@ def backward_spy(monkeypatch):
 def test_training_step_runs_channels_last(target, device, dtype, spy, backward_spy, interpreted,
                                           monkeypatch):
     """A training step of a conv-bn-relu-maxpool-residual net runs channels-last in both graphs
-    (`channels_last=True`; "auto" leaves training graphs NCHW): every convolution and
+    (`channels_last=True`; "auto" does so on the GPUs only): every convolution and
     convolution_backward
     gets channels-last activations, the saved activations cross to the backward channels-last
     (no layout copy kernel for them in either graph), the weight gradients come back in the
