@@ -1,7 +1,8 @@
 """Launches per graph of a training step, compiled only (nothing runs through ember's kernels).
 
     python benchmarks/kernel_count.py [--models gpt2,bert,resnet18,mlp] [--target triton]
-                                      [--mode train-bf16|train-fp32|infer-fp32] [--layers 1,2]
+                                      [--mode train-bf16|train-fp32|infer-fp32|infer-bf16]
+                                      [--layers 1,2]
                                       [--optimizer] [--kernels] [--json FILE]
 
 Every graph Dynamo hands ember (forward, backward, the optimizer step with `--optimizer`) is
@@ -177,6 +178,9 @@ def _model(name: str, layers: int | None):
 
 
 def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
+    if mode == "infer-bf16":
+        model = model.to(torch.bfloat16)
+        inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
     fwd = compile_fn(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4) if optimizer else None
     opt_step = compile_fn(opt.step) if optimizer else None
@@ -298,7 +302,7 @@ def main(argv=None):
     ap.add_argument("--models", default="gpt2,bert,resnet18,mlp")
     ap.add_argument("--target", default="triton")
     ap.add_argument("--mode", default="train-bf16",
-                    choices=("train-bf16", "train-fp32", "infer-fp32"))
+                    choices=("train-bf16", "train-fp32", "infer-fp32", "infer-bf16"))
     ap.add_argument("--layers", default="", help="e.g. 1,2: per-layer difference")
     ap.add_argument("--optimizer", action="store_true", help="count the AdamW step's graph")
     ap.add_argument("--inductor", action="store_true", help="also count Inductor's CPU code")

@@ -107,6 +107,66 @@ def _narrow_epilogue(result, narrow_a, batched: bool):
     return bias, op
 
 
+# ops through which a value is only viewed on the host or by a library call's strided
+# operand (ember-library-views), never computed on
+_VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
+             "linalg.transpose")
+# readers that take a buffer as it is: a library call, an extern, the return, and matmuls
+# (the walk is in program order: later ones become externs)
+_BUFFER_READERS = ("func.call", "ember.extern", "func.return")
+
+
+def _only_viewed(value) -> bool:
+    """Whether every reader of `value`, through view ops, takes it as a buffer (no kernel
+    computes on it): then a pointwise op that makes it is a kernel of its own."""
+    for use in value.uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        name = op_name(user)
+        if name in _VIEW_OPS:
+            if name == "linalg.transpose" and use.operand_number != 0:
+                return False
+            if not _only_viewed(user.results[0]):
+                return False
+        elif name in ("linalg.matmul", "linalg.batch_matmul"):
+            if use.operand_number > 1 or not _default_matmul_maps(user):
+                return False
+        elif name not in _BUFFER_READERS:
+            return False
+    return True
+
+
+def _bias_epilogue(result):
+    """For a matmul result whose one reader adds a bias vector over its columns (torch-mlir's
+    import of `addmm(bias, a, b)`: `mm` then an add) and whose sum is only viewed (the q/k/v
+    split of an attention projection, handed to the attention call as strided views; a
+    returned value): (bias, the add). None for anything else: an add that a kernel fuses
+    with a consumer costs no launch of its own, and stays generated code."""
+    op = _single_user(result)
+    body = _generic_body(op, 2)
+    if body is None or len(body) != 2 or op_name(body[0]) != "arith.addf":
+        return None
+    args = list(op.regions[0].blocks[0].arguments)
+    ins = list(op.opview.inputs)
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if result not in ins or set(body[0].operands) != {args[0], args[1]} \
+            or body[1].operands[0] != body[0].results[0]:
+        return None
+    i = ins.index(result)
+    bias = ins[1 - i]
+    row = ir.AffineMap.get(2, 0, [ir.AffineDimExpr.get(1)])
+    element = ir.RankedTensorType(result.type).element_type
+    # f32/f64 only: the product is the accumulator itself, so adding the bias in the library's
+    # epilogue is the same sum; a bf16/f16 product would round once instead of twice
+    if maps[i] != ir.AffineMap.get_identity(2) or maps[1 - i] != row \
+            or ir.RankedTensorType(bias.type).rank != 1 or op.results[0].type != result.type \
+            or ir.RankedTensorType(bias.type).element_type != element \
+            or not isinstance(element, (ir.F32Type, ir.F64Type)):
+        return None
+    if not _only_viewed(op.results[0]):
+        return None
+    return bias, op
+
+
 def _strip_transpose(value):
     src = _transposed_source(value)
     return (value, False) if src is None else (src, True)
@@ -175,6 +235,14 @@ class MatmulToExtern(Pattern):
             new = make_extern(callee, operands, final.results[0].type, params, final)
             final.results[0].replace_all_uses_with(new.results[0])
             return True   # the f32 matmul, bias add and rounding are dead now
+        bias = None if batched or not fill_is_zero(init) else _bias_epilogue(op.results[0])
+        if bias is not None:
+            # eager's addmm: the bias in the library call's epilogue, the sum a buffer that
+            # library calls read as strided views (no kernel for the add)
+            bias, add = bias
+            new = make_extern("aten.addmm", [bias, a, b], add.results[0].type, params, add)
+            add.results[0].replace_all_uses_with(new.results[0])
+            return True   # the matmul and the add are dead now
         if fill_is_zero(init):
             callee, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]
         else:
