@@ -23,7 +23,8 @@ also prints the MB of constants the program keeps and of the tensors it fills pe
 (`held`). `--kernels` lists every launch in order (name, kind).
 `kernel MB` is the memory traffic of the generated kernels: per launch, the bytes of the tensors
 it reads and writes (each once), summed. `--fuse-options "recompute-max-ops=0"` adds options to
-the default pipeline's ember-fuse (a before/after comparison of one fusion decision).
+the default pipeline's ember-fuse (a before/after comparison of one fusion decision);
+`--options '{"exact_low_precision": false}'` adds ember compile options.
 """
 from __future__ import annotations
 
@@ -196,7 +197,7 @@ def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
 
 
 def ember_counts(name, mode, target, layers, optimizer, debug_dir=None,
-                 extra_fuse: str = "") -> list[dict]:
+                 extra_fuse: str = "", options: dict | None = None) -> list[dict]:
     import ember        # registers the backend
     torch._dynamo.reset()
     model, inputs, loss = _model(name, layers)
@@ -204,8 +205,8 @@ def ember_counts(name, mode, target, layers, optimizer, debug_dir=None,
     ember.clear_reports()
     with compile_only(records), fuse_options(extra_fuse):
         _step(model.train() if mode.startswith("train") else model.eval(), inputs, loss, mode,
-              lambda f: torch.compile(f, backend="ember", options={"target": target,
-                                                                 "debug_dir": debug_dir}),
+              lambda f: torch.compile(f, backend="ember", options={
+                  "target": target, "debug_dir": debug_dir, **(options or {})}),
               optimizer)
     for r in ember.last_reports():
         if r.get("status") != "compiled" or r.get("eager_fallback_ops"):
@@ -311,6 +312,8 @@ def main(argv=None):
     ap.add_argument("--debug-dir", default=None, help="ember's debug dump (IR per stage)")
     ap.add_argument("--fuse-options", default="", help="extra ember-fuse options, e.g. "
                     "'recompute-max-ops=0'")
+    ap.add_argument("--options", default="", help="ember compile options as JSON, e.g. "
+                    "'{\"exact_low_precision\": false}'")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
@@ -320,7 +323,8 @@ def main(argv=None):
         for layers in layer_counts:
             try:
                 records = ember_counts(name, args.mode, args.target, layers, args.optimizer,
-                                       args.debug_dir, args.fuse_options)
+                                       args.debug_dir, args.fuse_options,
+                                       json.loads(args.options) if args.options else None)
             except ImportError as err:
                 print(f"{name}: skipped ({err})")
                 break
