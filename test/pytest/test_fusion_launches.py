@@ -215,7 +215,7 @@ def _gpt2_inference_launches(layers: int) -> list[tuple[str, str]]:
     from ember.benchmarks import kernel_count as kc
     cfg = tf.GPT2Config(vocab_size=128, n_positions=32, n_embd=64, n_head=4, n_layer=layers,
                         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
-                        attn_implementation="sdpa")
+                        bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
     torch.manual_seed(0)
     model = tf.GPT2Model(cfg).eval()
     ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
