@@ -7,7 +7,9 @@ with the default indexing maps, each convolution torch-mlir emits for a forward
 `aten.convolution`, and each 2-D max / sum pooling whose init and padding are the reduction's
 identity is gone, replaced by an `ember.extern` (`callee` aten.mm / addmm / bmm / baddbmm /
 convolution / max_pool2d / sum_pool2d) plus the views, widenings and adds that keep the
-results' types; ops left dead are erased. Nothing else changes.
+results' types; an f32/f64 product's bias add whose sum only library calls, externs or the
+return read (through views) is the addmm's bias, no add left; ops left dead are erased.
+Nothing else changes.
 
 One pattern class per library op (`MatmulToExtern`, `ConvolutionToExtern`, `PoolingToExtern`),
 each with the op names it roots at and `rewrite(op) -> bool`. They are applied by one walk over
