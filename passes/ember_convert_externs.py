@@ -22,6 +22,7 @@ import dataclasses
 
 from torch_mlir import ir, rewrite
 
+from ..dialects.contract import EXTERN_OP
 from . import externs
 from .base import Pass
 from .externs import fill_is_zero, make_extern, narrow_source
@@ -115,7 +116,7 @@ _VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_sli
              "linalg.transpose")
 # readers that take a buffer as it is: a library call, an extern, the return, and matmuls
 # (the walk is in program order: later ones become externs)
-_BUFFER_READERS = ("func.call", "ember.extern", "func.return")
+_BUFFER_READERS = ("func.call", EXTERN_OP, "func.return")
 
 
 def _only_viewed(value) -> bool:
