@@ -238,7 +238,10 @@ class MatmulToExtern(Pattern):
             new = make_extern(callee, operands, final.results[0].type, params, final)
             final.results[0].replace_all_uses_with(new.results[0])
             return True   # the f32 matmul, bias add and rounding are dead now
-        bias = None if batched or not fill_is_zero(init) else _bias_epilogue(op.results[0])
+        # (not for narrow operands whose f32 product is read otherwise: that is mm's
+        # widening overload, which addmm has not)
+        bias = None if batched or narrow or not fill_is_zero(init) \
+            else _bias_epilogue(op.results[0])
         if bias is not None:
             # eager's addmm: the bias in the library call's epilogue, the sum a buffer that
             # library calls read as strided views (no kernel for the add)

@@ -126,6 +126,45 @@ func.func @qkv_projection(%x: tensor<8x16xf32>, %w: tensor<16x48xf32>, %b: tenso
 
 // -----
 
+// The product of bf16 operands widened to f32, read otherwise than by a rounding back (an f32
+// bias added, returned): mm's widening overload reads them narrow; addmm has none, so the bias
+// add stays.
+// CHECK-LABEL: func.func @narrow_product_with_f32_bias
+// CHECK:         "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {}} : (tensor<8x16xbf16>, tensor<16x32xbf16>) -> tensor<8x32xf32>
+// CHECK:         arith.addf
+// CHECK-NOT:     aten.addmm
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @narrow_product_with_f32_bias(%x: tensor<8x16xbf16>, %w: tensor<16x32xbf16>, %b: tensor<32xf32>) -> tensor<8x32xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %ex = tensor.empty() : tensor<8x16xf32>
+  %xf = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : tensor<8x16xbf16>) outs(%ex : tensor<8x16xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %c = arith.extf %in : bf16 to f32
+    linalg.yield %c : f32
+  } -> tensor<8x16xf32>
+  %ew = tensor.empty() : tensor<16x32xf32>
+  %wf = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%w : tensor<16x32xbf16>) outs(%ew : tensor<16x32xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %c = arith.extf %in : bf16 to f32
+    linalg.yield %c : f32
+  } -> tensor<16x32xf32>
+  %e = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %mm = linalg.matmul ins(%xf, %wf : tensor<8x16xf32>, tensor<16x32xf32>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %0 = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %b : tensor<8x32xf32>, tensor<32xf32>) outs(%e : tensor<8x32xf32>) {
+  ^bb0(%in: f32, %in1: f32, %out: f32):
+    %s = arith.addf %in, %in1 : f32
+    linalg.yield %s : f32
+  } -> tensor<8x32xf32>
+  return %0 : tensor<8x32xf32>
+}
+
+// -----
+
 // A batched matmul accumulating into its argument: aten.baddbmm (init, a, b).
 // CHECK-LABEL: func.func @baddbmm
 // CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg2, %arg0, %arg1) {callee = "aten.baddbmm", params = {}} : (tensor<2x4x8xf32>, tensor<2x4x3xf32>, tensor<2x3x8xf32>) -> tensor<2x4x8xf32>

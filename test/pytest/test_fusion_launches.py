@@ -242,3 +242,21 @@ def test_gpt2_layer_launches_as_inductor():
     assert [k for k, _ in layer].count("copies") == 0, layer
     assert sum(name == "aten.addmm" for _, name in layer) == 1, layer
     assert not any("slice" in name or "transpose" in name for _, name in layer), layer
+
+
+def test_bias_add_of_a_widened_bf16_product_stays_an_add(target, device):
+    """`a.float() @ b.float() + bias` of bf16 a, b, returned: the product is mm's widening
+    overload of the narrow operands, so its bias add, though only returned, is not folded into
+    an addmm (which has no such overload: it would be handed bf16 operands and an f32 bias)."""
+    a = _randn((8, 16)).to(torch.bfloat16).to(device)
+    b = _randn((16, 32), 1).to(torch.bfloat16).to(device)
+    bias = _randn(32, 2).to(device)
+
+    def f(a, b, bias):
+        return a.float() @ b.float() + bias
+
+    clear_reports()
+    assert_close(ember_compile(f, target)(a, b, bias), f(a, b, bias), tol=1e-4)
+    check_fallbacks()
+    (report,) = ember.last_reports()
+    assert report["num_kernels"] == 1, report["fused_groups"]
