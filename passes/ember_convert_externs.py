@@ -114,8 +114,8 @@ def _narrow_epilogue(result, narrow_a, batched: bool):
 # operand (ember-library-views), never computed on
 _VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
              "linalg.transpose")
-# readers that take a buffer as it is: a library call, an extern, the return, and matmuls
-# (the walk is in program order: later ones become externs)
+# readers that take a buffer as it is: a library call, an extern, the return; and matmuls
+# (`_only_viewed`: the walk is in program order, so later ones become externs)
 _BUFFER_READERS = ("func.call", EXTERN_OP, "func.return")
 
 
@@ -158,8 +158,9 @@ def _bias_epilogue(result):
     bias = ins[1 - i]
     row = ir.AffineMap.get(2, 0, [ir.AffineDimExpr.get(1)])
     element = ir.RankedTensorType(result.type).element_type
-    # f32/f64 only: the product is the accumulator itself, so adding the bias in the library's
-    # epilogue is the same sum; a bf16/f16 product would round once instead of twice
+    # f32/f64 only: product and sum stay in the accumulator's type either way (and addmm is
+    # the call eager made, which torch-mlir split); a bf16/f16 product would round once
+    # instead of twice
     if maps[i] != ir.AffineMap.get_identity(2) or maps[1 - i] != row \
             or ir.RankedTensorType(bias.type).rank != 1 or op.results[0].type != result.type \
             or ir.RankedTensorType(bias.type).element_type != element \
