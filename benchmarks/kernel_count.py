@@ -1,7 +1,8 @@
 """Launches per graph of a training step, compiled only (nothing runs through ember's kernels).
 
     python benchmarks/kernel_count.py [--models gpt2,bert,resnet18,mlp] [--target triton]
-                                      [--mode train-bf16|train-fp32|infer-fp32] [--layers 1,2]
+                                      [--mode train-bf16|train-fp32|infer-fp32|infer-bf16]
+                                      [--layers 1,2]
                                       [--optimizer] [--kernels] [--json FILE]
 
 Every graph Dynamo hands ember (forward, backward, the optimizer step with `--optimizer`) is
@@ -22,7 +23,8 @@ also prints the MB of constants the program keeps and of the tensors it fills pe
 (`held`). `--kernels` lists every launch in order (name, kind).
 `kernel MB` is the memory traffic of the generated kernels: per launch, the bytes of the tensors
 it reads and writes (each once), summed. `--fuse-options "recompute-max-ops=0"` adds options to
-the default pipeline's ember-fuse (a before/after comparison of one fusion decision).
+the default pipeline's ember-fuse (a before/after comparison of one fusion decision);
+`--options '{"exact_low_precision": false}'` adds ember compile options.
 """
 from __future__ import annotations
 
@@ -177,6 +179,9 @@ def _model(name: str, layers: int | None):
 
 
 def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
+    if mode == "infer-bf16":
+        model = model.to(torch.bfloat16)
+        inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
     fwd = compile_fn(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4) if optimizer else None
     opt_step = compile_fn(opt.step) if optimizer else None
@@ -192,7 +197,7 @@ def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
 
 
 def ember_counts(name, mode, target, layers, optimizer, debug_dir=None,
-                 extra_fuse: str = "") -> list[dict]:
+                 extra_fuse: str = "", options: dict | None = None) -> list[dict]:
     import ember        # registers the backend
     torch._dynamo.reset()
     model, inputs, loss = _model(name, layers)
@@ -200,8 +205,8 @@ def ember_counts(name, mode, target, layers, optimizer, debug_dir=None,
     ember.clear_reports()
     with compile_only(records), fuse_options(extra_fuse):
         _step(model.train() if mode.startswith("train") else model.eval(), inputs, loss, mode,
-              lambda f: torch.compile(f, backend="ember", options={"target": target,
-                                                                 "debug_dir": debug_dir}),
+              lambda f: torch.compile(f, backend="ember", options={
+                  "target": target, "debug_dir": debug_dir, **(options or {})}),
               optimizer)
     for r in ember.last_reports():
         if r.get("status") != "compiled" or r.get("eager_fallback_ops"):
@@ -298,7 +303,7 @@ def main(argv=None):
     ap.add_argument("--models", default="gpt2,bert,resnet18,mlp")
     ap.add_argument("--target", default="triton")
     ap.add_argument("--mode", default="train-bf16",
-                    choices=("train-bf16", "train-fp32", "infer-fp32"))
+                    choices=("train-bf16", "train-fp32", "infer-fp32", "infer-bf16"))
     ap.add_argument("--layers", default="", help="e.g. 1,2: per-layer difference")
     ap.add_argument("--optimizer", action="store_true", help="count the AdamW step's graph")
     ap.add_argument("--inductor", action="store_true", help="also count Inductor's CPU code")
@@ -307,6 +312,8 @@ def main(argv=None):
     ap.add_argument("--debug-dir", default=None, help="ember's debug dump (IR per stage)")
     ap.add_argument("--fuse-options", default="", help="extra ember-fuse options, e.g. "
                     "'recompute-max-ops=0'")
+    ap.add_argument("--options", default="", help="ember compile options as JSON, e.g. "
+                    "'{\"exact_low_precision\": false}'")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
@@ -316,7 +323,8 @@ def main(argv=None):
         for layers in layer_counts:
             try:
                 records = ember_counts(name, args.mode, args.target, layers, args.optimizer,
-                                       args.debug_dir, args.fuse_options)
+                                       args.debug_dir, args.fuse_options,
+                                       json.loads(args.options) if args.options else None)
             except ImportError as err:
                 print(f"{name}: skipped ({err})")
                 break

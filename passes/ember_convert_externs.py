@@ -7,7 +7,9 @@ with the default indexing maps, each convolution torch-mlir emits for a forward
 `aten.convolution`, and each 2-D max / sum pooling whose init and padding are the reduction's
 identity is gone, replaced by an `ember.extern` (`callee` aten.mm / addmm / bmm / baddbmm /
 convolution / max_pool2d / sum_pool2d) plus the views, widenings and adds that keep the
-results' types; ops left dead are erased. Nothing else changes.
+results' types; an f32/f64 product's bias add whose sum only library calls, externs or the
+return read (through views) is the addmm's bias, no add left; ops left dead are erased.
+Nothing else changes.
 
 One pattern class per library op (`MatmulToExtern`, `ConvolutionToExtern`, `PoolingToExtern`),
 each with the op names it roots at and `rewrite(op) -> bool`. They are applied by one walk over
@@ -20,6 +22,7 @@ import dataclasses
 
 from torch_mlir import ir, rewrite
 
+from ..dialects.contract import EXTERN_OP
 from . import externs
 from .base import Pass
 from .externs import fill_is_zero, make_extern, narrow_source
@@ -107,6 +110,67 @@ def _narrow_epilogue(result, narrow_a, batched: bool):
     return bias, op
 
 
+# ops through which a value is only viewed on the host or by a library call's strided
+# operand (ember-library-views), never computed on
+_VIEW_OPS = ("tensor.expand_shape", "tensor.collapse_shape", "tensor.extract_slice",
+             "linalg.transpose")
+# readers that take a buffer as it is: a library call, an extern, the return; and matmuls
+# (`_only_viewed`: the walk is in program order, so later ones become externs)
+_BUFFER_READERS = ("func.call", EXTERN_OP, "func.return")
+
+
+def _only_viewed(value) -> bool:
+    """Whether every reader of `value`, through view ops, takes it as a buffer (no kernel
+    computes on it): then a pointwise op that makes it is a kernel of its own."""
+    for use in value.uses:
+        user = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+        name = op_name(user)
+        if name in _VIEW_OPS:
+            if name == "linalg.transpose" and use.operand_number != 0:
+                return False
+            if not _only_viewed(user.results[0]):
+                return False
+        elif name in ("linalg.matmul", "linalg.batch_matmul"):
+            if use.operand_number > 1 or not _default_matmul_maps(user):
+                return False
+        elif name not in _BUFFER_READERS:
+            return False
+    return True
+
+
+def _bias_epilogue(result):
+    """For a matmul result whose one reader adds a bias vector over its columns (torch-mlir's
+    import of `addmm(bias, a, b)`: `mm` then an add) and whose sum is only viewed (the q/k/v
+    split of an attention projection, handed to the attention call as strided views; a
+    returned value): (bias, the add). None for anything else: an add that a kernel fuses
+    with a consumer costs no launch of its own, and stays generated code."""
+    op = _single_user(result)
+    body = _generic_body(op, 2)
+    if body is None or len(body) != 2 or op_name(body[0]) != "arith.addf":
+        return None
+    args = list(op.regions[0].blocks[0].arguments)
+    ins = list(op.opview.inputs)
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if result not in ins or set(body[0].operands) != {args[0], args[1]} \
+            or body[1].operands[0] != body[0].results[0]:
+        return None
+    i = ins.index(result)
+    bias = ins[1 - i]
+    row = ir.AffineMap.get(2, 0, [ir.AffineDimExpr.get(1)])
+    element = ir.RankedTensorType(result.type).element_type
+    # f32/f64 only: product and sum stay in the accumulator's type either way (and addmm is
+    # the call eager made, which torch-mlir split); a bf16/f16 product would round once
+    # instead of twice
+    if maps[i] != ir.AffineMap.get_identity(2) or maps[1 - i] != row \
+            or ir.RankedTensorType(bias.type).rank != 1 or op.results[0].type != result.type \
+            or ir.RankedTensorType(bias.type).element_type != element \
+            or not isinstance(element, (ir.F32Type, ir.F64Type)):
+        return None
+    if not _only_viewed(op.results[0]):
+        return None
+    return bias, op
+
+
 def _strip_transpose(value):
     src = _transposed_source(value)
     return (value, False) if src is None else (src, True)
@@ -175,6 +239,17 @@ class MatmulToExtern(Pattern):
             new = make_extern(callee, operands, final.results[0].type, params, final)
             final.results[0].replace_all_uses_with(new.results[0])
             return True   # the f32 matmul, bias add and rounding are dead now
+        # (not for narrow operands whose f32 product is read otherwise: that is mm's
+        # widening overload, which addmm has not)
+        bias = None if batched or narrow or not fill_is_zero(init) \
+            else _bias_epilogue(op.results[0])
+        if bias is not None:
+            # eager's addmm: the bias in the library call's epilogue, the sum a buffer that
+            # library calls read as strided views (no kernel for the add)
+            bias, add = bias
+            new = make_extern("aten.addmm", [bias, a, b], add.results[0].type, params, add)
+            add.results[0].replace_all_uses_with(new.results[0])
+            return True   # the matmul and the add are dead now
         if fill_is_zero(init):
             callee, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]
         else:

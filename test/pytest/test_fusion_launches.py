@@ -206,3 +206,57 @@ def test_horizontal_merge_below_the_peak_is_made():
         casts = [g for g in report["fused_groups"] if "convert" in g]
         assert len(casts) == cast_kernels, report["fused_groups"]
         assert report["num_kernels"] == 2, report["fused_groups"]
+
+
+def _gpt2_inference_launches(layers: int) -> list[tuple[str, str]]:
+    """(kind, name) of every launch of a tiny GPT-2's inference graph with `layers` layers,
+    compiled for the Triton target and not run (benchmarks/kernel_count.py's compile_only)."""
+    tf = pytest.importorskip("transformers")
+    from ember.benchmarks import kernel_count as kc
+    cfg = tf.GPT2Config(vocab_size=128, n_positions=32, n_embd=64, n_head=4, n_layer=layers,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False,
+                        bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = tf.GPT2Model(cfg).eval()
+    ids = torch.randint(0, 128, (2, 16), generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    clear_reports()
+    records = []
+    with kc.compile_only(records), torch.no_grad():
+        torch.compile(model, backend="ember", options={"target": "triton"})(ids)
+    check_fallbacks()
+    (record,) = records
+    return [(kc.step_kind(s), s.name) for s in record["program"].steps if kc.step_kind(s)]
+
+
+def test_gpt2_layer_launches_as_inductor():
+    """A GPT-2 layer's fp32 inference is 8 launches, Inductor's GPU schedule: addmm for c_attn,
+    attention, mm + (bias, residual, layer norm), mm + (bias, GELU), mm + (bias, residual,
+    layer norm). c_attn's bias add was a kernel of its own that also copied q, k and v out
+    transposed (9 a layer): it is now the library's addmm (ember-convert-externs), whose
+    buffer the attention call reads as strided views (ember-library-views)."""
+    one, two = _gpt2_inference_launches(1), _gpt2_inference_launches(2)
+    layer = two[len(one) - 1:-1]    # the second layer's launches: after the first's, before
+    assert len(two) - len(one) == 8, (one, two)     # the final layer norm
+    assert [k for k, _ in layer].count("library") == 5, layer
+    assert [k for k, _ in layer].count("copies") == 0, layer
+    assert sum(name == "aten.addmm" for _, name in layer) == 1, layer
+    assert not any("slice" in name or "transpose" in name for _, name in layer), layer
+
+
+def test_bias_add_of_a_widened_bf16_product_stays_an_add(target, device):
+    """`a.float() @ b.float() + bias` of bf16 a, b, returned: the product is mm's widening
+    overload of the narrow operands, so its bias add, though only returned, is not folded into
+    an addmm (which has no such overload: it would be handed bf16 operands and an f32 bias)."""
+    a = _randn((8, 16)).to(torch.bfloat16).to(device)
+    b = _randn((16, 32), 1).to(torch.bfloat16).to(device)
+    bias = _randn(32, 2).to(device)
+
+    def f(a, b, bias):
+        return a.float() @ b.float() + bias
+
+    clear_reports()
+    assert_close(ember_compile(f, target)(a, b, bias), f(a, b, bias), tol=1e-4)
+    check_fallbacks()
+    (report,) = ember.last_reports()
+    assert report["num_kernels"] == 1, report["fused_groups"]
