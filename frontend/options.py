@@ -222,6 +222,22 @@ def channels_last_training(options: CompileOptions) -> bool:
     return options.channels_last is True
 
 
+def _conv_bias(target: str) -> str:
+    """ember-convert-externs' `conv-bias` option for `target` (passes/externs.py CONV_BIAS).
+    On CUDA cuDNN computes no bias: ATen adds it in a kernel of its own after the call (and a
+    bf16 result is rounded before and after it), so the add goes into ember's next kernel
+    instead. Other Triton targets do so for f32 convolutions only (a CPU tensor's oneDNN call,
+    the Triton interpreter's, adds a bf16 conv's bias before its one rounding); the C++ target
+    leaves it to oneDNN."""
+    if backend_for(target).name != "triton":
+        return ""
+    if target == str(Target.CUDA):
+        import torch
+        if torch.backends.cudnn.enabled:
+            return "{conv-bias=after}"
+    return "{conv-bias=after-wide}"
+
+
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
@@ -252,7 +268,8 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # GPU reductions with few results are split for parallelism (the C++ path splits rows
     # across threads in its code generator instead)
     split = SPLIT_PASS + "," if backend.name == "triton" else ""
-    return (f"builtin.module(ember-convert-externs,ember-library-views,{layout}{split}"
+    return (f"builtin.module(ember-convert-externs{_conv_bias(target)},ember-library-views,"
+            f"{layout}{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")

@@ -7,7 +7,10 @@ with the default indexing maps, each convolution torch-mlir emits for a forward
 `aten.convolution`, and each 2-D max / sum pooling whose init and padding are the reduction's
 identity is gone, replaced by an `ember.extern` (`callee` aten.mm / addmm / bmm / baddbmm /
 convolution / max_pool2d / sum_pool2d) plus the views, widenings and adds that keep the
-results' types; ops left dead are erased. Nothing else changes.
+results' types; ops left dead are erased. Nothing else changes. With `conv-bias=after` or
+`after-wide`, a convolution's bias (of the kinds that option names) is not an operand of the
+call but a `linalg.generic` add right after it, which ember-fuse fuses into the consumer's
+kernel: on CUDA, ATen's cuDNN path adds it in a kernel of its own (Inductor peels it likewise).
 
 One pattern class per library op (`MatmulToExtern`, `ConvolutionToExtern`, `PoolingToExtern`),
 each with the op names it roots at and `rewrite(op) -> bool`. They are applied by one walk over
@@ -21,7 +24,7 @@ import dataclasses
 from torch_mlir import ir, rewrite
 
 from . import externs
-from .base import Pass
+from .base import Pass, option
 from .externs import fill_is_zero, make_extern, narrow_source
 from .graph_utils import defining_op, op_name, users
 from .ir_queries import is_reduction
@@ -185,14 +188,17 @@ class MatmulToExtern(Pattern):
         return True
 
 
+@dataclasses.dataclass(frozen=True)
 class ConvolutionToExtern(Pattern):
     """Every linalg convolution of a forward `aten.convolution` -> one aten.convolution extern
-    (passes/externs.py `conv_extern`; the replacement may be a view of its result)."""
+    (passes/externs.py `conv_extern`; the replacement may be a view of its result). `bias`:
+    where its bias is added (externs.CONV_BIAS)."""
 
+    bias: str = "library"
     roots = tuple(externs.CONV_KINDS)
 
     def rewrite(self, op) -> bool:
-        return _replace(op, externs.conv_extern(op))
+        return _replace(op, externs.conv_extern(op, self.bias))
 
 
 class PoolingToExtern(Pattern):
@@ -243,9 +249,10 @@ def apply_patterns(fn, patterns=PATTERNS) -> None:
     erase_dead(fn)
 
 
-def convert_externs(fn) -> None:
+def convert_externs(fn, conv_bias: str = "library") -> None:
     """Applies the library-call patterns to one function (ember-fuse's first step)."""
-    apply_patterns(fn)
+    apply_patterns(fn, PATTERNS if conv_bias == "library" else
+                   (MatmulToExtern(), ConvolutionToExtern(conv_bias), PoolingToExtern()))
 
 
 def public_functions(module):
@@ -264,8 +271,13 @@ class EmberConvertExterns(Pass):
                "library calls")
 
     dynamic_shapes = True
+    # where a convolution's bias is added: in the library call, or in a generic after it that
+    # fuses into the consumer kernel (f32/f64 only with "after-wide"; see externs.CONV_BIAS).
+    # The default pipeline passes "after" on CUDA, where cuDNN takes no bias and ATen adds it
+    # in a kernel of its own, "after-wide" on the other Triton targets
+    conv_bias: str = option("library", choices=externs.CONV_BIAS)
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
             for fn in public_functions(module):
-                convert_externs(fn)
+                convert_externs(fn, self.conv_bias)
