@@ -222,20 +222,22 @@ def channels_last_training(options: CompileOptions) -> bool:
     return options.channels_last is True
 
 
-def _conv_bias(target: str) -> str:
-    """ember-convert-externs' `conv-bias` option for `target` (passes/externs.py CONV_BIAS).
-    On CUDA cuDNN computes no bias: ATen adds it in a kernel of its own after the call (and a
+def _convert_externs_options(target: str) -> str:
+    """ember-convert-externs' options for `target`: `conv-bias` (passes/externs.py CONV_BIAS)
+    and `addmm-returned` (an f32 `linear` only returned, a classifier, is one addmm as
+    Inductor's: its bias add was a launch of its own). On CUDA cuDNN computes no bias: ATen adds it in a kernel of its own after the call (and a
     bf16 result is rounded before and after it), so the add goes into ember's next kernel
     instead. Other Triton targets do so for f32 convolutions only (a CPU tensor's oneDNN call,
     the Triton interpreter's, adds a bf16 conv's bias before its one rounding); the C++ target
     leaves it to oneDNN."""
     if backend_for(target).name != "triton":
         return ""
+    mode = "after-wide"
     if target == str(Target.CUDA):
         import torch
         if torch.backends.cudnn.enabled:
-            return "{conv-bias=after}"
-    return "{conv-bias=after-wide}"
+            mode = "after"
+    return f"{{conv-bias={mode} addmm-returned=true}}"
 
 
 def default_pipeline(options: CompileOptions, target: str) -> str:
@@ -268,8 +270,8 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # GPU reductions with few results are split for parallelism (the C++ path splits rows
     # across threads in its code generator instead)
     split = SPLIT_PASS + "," if backend.name == "triton" else ""
-    return (f"builtin.module(ember-convert-externs{_conv_bias(target)},ember-library-views,"
-            f"{layout}{split}"
+    externs = "ember-convert-externs" + _convert_externs_options(target)
+    return (f"builtin.module({externs},ember-library-views,{layout}{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")

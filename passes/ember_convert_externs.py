@@ -110,6 +110,31 @@ def _narrow_epilogue(result, narrow_a, batched: bool):
     return bias, op
 
 
+def _returned_bias_add(result):
+    """For a 2-D matmul result whose one reader adds a bias row in the same type (torch-mlir's
+    import of an f32 `addmm(bias, ...)`: `linear`) and whose sum is only returned: (the bias,
+    the add). None otherwise: a sum that something computes with keeps the add, which
+    ember-fuse puts into that consumer's kernel."""
+    op = _single_user(result)
+    body = _generic_body(op, 2)
+    if body is None:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    args = list(op.regions[0].blocks[0].arguments)
+    ins = list(op.opview.inputs)
+    row = ir.AffineMap.get(2, 0, [ir.AffineDimExpr.get(1)])
+    if (len(body) != 2 or op_name(body[0]) != "arith.addf"
+            or list(body[0].operands) != [args[0], args[1]] or ins[0] != result
+            or maps[0] != ir.AffineMap.get_identity(2) or maps[1] != row
+            or ins[1].type != ir.RankedTensorType.get(
+                [ir.RankedTensorType(result.type).shape[1]],
+                ir.RankedTensorType(result.type).element_type)):
+        return None
+    if not all(op_name(u) == "func.return" for u in users(op.results[0])):
+        return None
+    return ins[1], op
+
+
 def _strip_transpose(value):
     src = _transposed_source(value)
     return (value, False) if src is None else (src, True)
@@ -142,12 +167,17 @@ class Pattern:
         raise NotImplementedError
 
 
+@dataclasses.dataclass(frozen=True)
 class MatmulToExtern(Pattern):
     """`linalg.matmul` -> aten.mm (zero-filled init) / aten.addmm (any other init: operands
     init, a, b); `linalg.batch_matmul` -> aten.bmm / aten.baddbmm. Operands read transposed
     (last two dims) become `transpose_a/b` params; a bf16/f16 product widened to f32 and only
-    rounded back (maybe after a bias add) is eager's own narrow call."""
+    rounded back (maybe after a bias add) is eager's own narrow call. `returned_bias`: a
+    product of another type plus a bias row, only returned (a classifier's `linear`), is one
+    aten.addmm too (the GEMM's epilogue adds the bias, as eager's call does; else the add was
+    a kernel of its own after the call)."""
 
+    returned_bias: bool = False
     roots = ("linalg.matmul", "linalg.batch_matmul")
 
     def rewrite(self, op) -> bool:
@@ -178,6 +208,13 @@ class MatmulToExtern(Pattern):
             new = make_extern(callee, operands, final.results[0].type, params, final)
             final.results[0].replace_all_uses_with(new.results[0])
             return True   # the f32 matmul, bias add and rounding are dead now
+        added = _returned_bias_add(op.results[0]) \
+            if self.returned_bias and not narrow and not batched and fill_is_zero(init) else None
+        if added is not None:
+            bias, add = added
+            new = make_extern("aten.addmm", [bias, a, b], add.results[0].type, params, add)
+            add.results[0].replace_all_uses_with(new.results[0])
+            return True   # the matmul and the add are dead now
         if fill_is_zero(init):
             callee, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]
         else:
@@ -249,10 +286,10 @@ def apply_patterns(fn, patterns=PATTERNS) -> None:
     erase_dead(fn)
 
 
-def convert_externs(fn, conv_bias: str = "library") -> None:
+def convert_externs(fn, conv_bias: str = "library", returned_bias: bool = False) -> None:
     """Applies the library-call patterns to one function (ember-fuse's first step)."""
-    apply_patterns(fn, PATTERNS if conv_bias == "library" else
-                   (MatmulToExtern(), ConvolutionToExtern(conv_bias), PoolingToExtern()))
+    apply_patterns(fn, (MatmulToExtern(returned_bias), ConvolutionToExtern(conv_bias),
+                        PoolingToExtern()))
 
 
 def public_functions(module):
@@ -276,8 +313,11 @@ class EmberConvertExterns(Pass):
     # The default pipeline passes "after" on CUDA, where cuDNN takes no bias and ATen adds it
     # in a kernel of its own, "after-wide" on the other Triton targets
     conv_bias: str = option("library", choices=externs.CONV_BIAS)
+    # an f32 `linear` whose result is only returned is one aten.addmm (MatmulToExtern); the
+    # default pipeline passes it on the Triton targets, where the add was a launch of its own
+    addmm_returned: bool = False
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
             for fn in public_functions(module):
-                convert_externs(fn, self.conv_bias)
+                convert_externs(fn, self.conv_bias, self.addmm_returned)
