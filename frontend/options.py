@@ -225,11 +225,11 @@ def channels_last_training(options: CompileOptions) -> bool:
 def _convert_externs_options(target: str) -> str:
     """ember-convert-externs' options for `target`: `conv-bias` (passes/externs.py CONV_BIAS)
     and `addmm-returned` (an f32 `linear` only returned, a classifier, is one addmm as
-    Inductor's: its bias add was a launch of its own). On CUDA cuDNN computes no bias: ATen adds it in a kernel of its own after the call (and a
-    bf16 result is rounded before and after it), so the add goes into ember's next kernel
-    instead. Other Triton targets do so for f32 convolutions only (a CPU tensor's oneDNN call,
-    the Triton interpreter's, adds a bf16 conv's bias before its one rounding); the C++ target
-    leaves it to oneDNN."""
+    Inductor's: its bias add was a launch of its own). On CUDA cuDNN computes no bias: ATen
+    adds it in a kernel of its own after the call (and a bf16 result is rounded before and
+    after it), so the add goes into ember's next kernel instead. Other Triton targets do so
+    for f32 convolutions only (a CPU tensor's oneDNN call, the Triton interpreter's, adds a
+    bf16 conv's bias before its one rounding); the C++ target leaves it to oneDNN."""
     if backend_for(target).name != "triton":
         return ""
     mode = "after-wide"

@@ -1,5 +1,6 @@
-"""A convolution's bias added in ember's next kernel, not by the library (issue 11: efficientnet_b0's
-launches; passes/externs.py CONV_BIAS, ember-convert-externs' `conv-bias` option).
+"""A convolution's bias added in ember's next kernel, not by the library (issue 11:
+efficientnet_b0's launches; passes/externs.py CONV_BIAS, ember-convert-externs' `conv-bias`
+option), and a returned f32 `linear` as one addmm (`addmm-returned`).
 
 cuDNN computes no bias: on CUDA, ATen's `aten.convolution` runs the convolution, then
 `output.add_(bias)` as a second kernel (Inductor peels the bias off for that reason). Each of
