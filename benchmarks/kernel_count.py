@@ -2,9 +2,13 @@
 
     python benchmarks/kernel_count.py [--models gpt2,bert,resnet18,mlp] [--target triton]
                                       [--mode train-bf16|train-fp32|infer-fp32|infer-bf16]
-                                      [--layers 1,2]
+                                      [--size small|full] [--layers 1,2]
                                       [--optimizer] [--kernels] [--json FILE]
 
+Models come from models.py (`--size small`: the CPU machine's sizes; `full`: the GPU table's,
+e.g. efficientnet_b0 batch 32 at 224, whose reductions split as on the GPU); the torchvision
+ones (resnet50, efficientnet_b0, ...) where torchvision is importable, else skipped.
+`infer-bf16` is the GPU table's bf16 inference: the model and its inputs cast to bf16.
 Every graph Dynamo hands ember (forward, backward, the optimizer step with `--optimizer`) is
 compiled for `--target` (`triton` on the CPU machine: the GPU's code generator, no GPU
 needed); `runtime.executor.load` is replaced by a stub, so no kernel is built or run, and the
@@ -14,6 +18,10 @@ Per graph it prints the host schedule's launches by kind:
   copies     generated kernels that only copy (`ember_fused_copy_*`)
   fills      generated kernels that only fill a constant, and "fill" steps (a memset)
   library    `ember.extern` (matmul, conv, pooling) and ATen library calls
+  bias       a second kernel inside a library call on a GPU: an `aten.convolution` extern
+             given a bias (cuDNN computes none; ATen adds it after the call, `output.add_`).
+             Counted for the GPU's code generator only; Inductor peels the bias off on a GPU
+             (its CPU-scheduled code below still passes it), so none is counted for Inductor
 With `--layers 1,2` (transformers models) it compiles the model with each layer count and
 prints the difference: the launches one layer adds. With `--inductor`, the same step under
 Inductor is counted too, scheduled as for a GPU (`cpu_backend="triton"`: Inductor's GPU
@@ -43,7 +51,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import TRANSFORMERS, build  # noqa: E402
 
-KINDS = ("generated", "copies", "fills", "library")
+KINDS = ("generated", "copies", "fills", "library", "bias")
 
 
 def step_kind(step) -> str | None:
@@ -104,12 +112,20 @@ def compile_only(records: list, timing: dict | None = None):
         del cm
 
 
+def library_bias(program, step) -> bool:
+    """Whether a GPU runs `step` as two kernels: a convolution extern with a bias operand."""
+    return program.target == "triton" and step.kind == "extern" \
+        and step.name == "aten.convolution" and len(step.inputs) > 2
+
+
 def count(program) -> dict:
     out = dict.fromkeys(KINDS, 0)
     for s in program.steps:
         k = step_kind(s)
         if k:
             out[k] += 1
+        if library_bias(program, s):
+            out["bias"] += 1
     out["total"] = sum(out[k] for k in KINDS)
     out["kernel_bytes"] = kernel_bytes(program)
     return out
@@ -166,8 +182,11 @@ def fuse_options(extra: str):
         cm.default_pipeline = pt.default_pipeline = real
 
 
-def _model(name: str, layers: int | None):
-    model, inputs, loss = build(name, "cpu", small=True)
+def _model(name: str, layers: int | None, size: str = "small", mode: str = ""):
+    model, inputs, loss = build(name, "cpu", small=size == "small")
+    if mode == "infer-bf16":
+        model = model.to(torch.bfloat16)
+        inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
     if layers is not None and hasattr(model, "config"):
         cfg = copy.deepcopy(model.config)
         for attr in ("n_layer", "num_hidden_layers", "n_layers"):
@@ -175,13 +194,12 @@ def _model(name: str, layers: int | None):
                 setattr(cfg, attr, layers)
         torch.manual_seed(0)
         model = type(model)(cfg)
+        if mode == "infer-bf16":
+            model = model.to(torch.bfloat16)
     return model, inputs, loss
 
 
 def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
-    if mode == "infer-bf16":
-        model = model.to(torch.bfloat16)
-        inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
     fwd = compile_fn(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4) if optimizer else None
     opt_step = compile_fn(opt.step) if optimizer else None
@@ -197,10 +215,11 @@ def _step(model, inputs, loss_fn, mode: str, compile_fn, optimizer: bool):
 
 
 def ember_counts(name, mode, target, layers, optimizer, debug_dir=None,
-                 extra_fuse: str = "", options: dict | None = None) -> list[dict]:
+                 extra_fuse: str = "", options: dict | None = None,
+                 size: str = "small") -> list[dict]:
     import ember        # registers the backend
     torch._dynamo.reset()
-    model, inputs, loss = _model(name, layers)
+    model, inputs, loss = _model(name, layers, size, mode)
     records: list = []
     ember.clear_reports()
     with compile_only(records), fuse_options(extra_fuse):
@@ -272,9 +291,10 @@ def inductor_launches(code: str) -> list[tuple[str, str]]:
     return out
 
 
-def inductor_counts(name, mode, layers, optimizer) -> list[list[tuple[str, str]]]:
+def inductor_counts(name, mode, layers, optimizer,
+                    size: str = "small") -> list[list[tuple[str, str]]]:
     torch._dynamo.reset()
-    model, inputs, loss = _model(name, layers)
+    model, inputs, loss = _model(name, layers, size, mode)
     model = model.train() if mode.startswith("train") else model.eval()
     codes: list = []
     with inductor_triton_code(codes):
@@ -304,6 +324,8 @@ def main(argv=None):
     ap.add_argument("--target", default="triton")
     ap.add_argument("--mode", default="train-bf16",
                     choices=("train-bf16", "train-fp32", "infer-fp32", "infer-bf16"))
+    ap.add_argument("--size", default="small", choices=("small", "full"),
+                    help="models.py's CPU sizes or the GPU table's")
     ap.add_argument("--layers", default="", help="e.g. 1,2: per-layer difference")
     ap.add_argument("--optimizer", action="store_true", help="count the AdamW step's graph")
     ap.add_argument("--inductor", action="store_true", help="also count Inductor's CPU code")
@@ -324,7 +346,8 @@ def main(argv=None):
             try:
                 records = ember_counts(name, args.mode, args.target, layers, args.optimizer,
                                        args.debug_dir, args.fuse_options,
-                                       json.loads(args.options) if args.options else None)
+                                       json.loads(args.options) if args.options else None,
+                                       args.size)
             except ImportError as err:
                 print(f"{name}: skipped ({err})")
                 break
@@ -342,7 +365,8 @@ def main(argv=None):
                 if args.kernels:
                     for s in r["program"].steps:
                         if step_kind(s):
-                            print(f"    {step_kind(s):<10} {s.name}")
+                            extra = " (+ bias kernel)" if library_bias(r["program"], s) else ""
+                            print(f"    {step_kind(s):<10} {s.name}{extra}")
             print(f"{label:<24} {'all':<9} " +
                   "  ".join(f"{k} {totals[k]:4d}" for k in KINDS + ("total",)) +
                   f"  kernel MB {totals['kernel_bytes'] / 1e6:8.3f}")
@@ -351,7 +375,7 @@ def main(argv=None):
                    "graphs": [{"kind": r["kind"], **count(r["program"]), **held(r)}
                               for r in records]}
             if args.inductor:
-                ind = inductor_counts(name, args.mode, layers, args.optimizer)
+                ind = inductor_counts(name, args.mode, layers, args.optimizer, args.size)
                 tot = _tally([x for g in ind for x in g])
                 for g in ind:
                     print(f"{label:<24} {'inductor':<9} " +

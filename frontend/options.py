@@ -232,6 +232,23 @@ def channels_last_training(options: CompileOptions, target: str | None = None) -
                                              and target in CHANNELS_LAST_TRAINING_TARGETS)
 
 
+def _convert_externs_options(target: str) -> str:
+    """ember-convert-externs' options for `target`: `conv-bias` (passes/externs.py CONV_BIAS).
+    On CUDA cuDNN computes no bias: ATen
+    adds it in a kernel of its own after the call (and a bf16 result is rounded before and
+    after it), so the add goes into ember's next kernel instead. Other Triton targets do so
+    for f32 convolutions only (a CPU tensor's oneDNN call, the Triton interpreter's, adds a
+    bf16 conv's bias before its one rounding); the C++ target leaves it to oneDNN."""
+    if backend_for(target).name != "triton":
+        return ""
+    mode = "after-wide"
+    if target == str(Target.CUDA):
+        import torch
+        if torch.backends.cudnn.enabled:
+            mode = "after"
+    return f"{{conv-bias={mode}}}"
+
+
 def default_pipeline(options: CompileOptions, target: str) -> str:
     if options.pipeline:
         return options.pipeline
@@ -262,7 +279,8 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # GPU reductions with few results are split for parallelism (the C++ path splits rows
     # across threads in its code generator instead)
     split = SPLIT_PASS + "," if backend.name == "triton" else ""
-    return (f"builtin.module(ember-convert-externs,ember-library-views,{layout}{split}"
+    externs = "ember-convert-externs" + _convert_externs_options(target)
+    return (f"builtin.module({externs},ember-library-views,{layout}{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
             f"ember-buffer-reuse{{print-plan=true}},{lower})")

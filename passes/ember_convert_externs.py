@@ -9,7 +9,10 @@ identity is gone, replaced by an `ember.extern` (`callee` aten.mm / addmm / bmm 
 convolution / max_pool2d / sum_pool2d) plus the views, widenings and adds that keep the
 results' types; an f32/f64 product's bias add whose sum only library calls, externs or the
 return read (through views) is the addmm's bias, no add left; ops left dead are erased.
-Nothing else changes.
+Nothing else changes. With `conv-bias=after` or `after-wide`, a convolution's bias (of the kinds
+that option names) is not an operand of the call but a `linalg.generic` add right after it,
+which ember-fuse fuses into the consumer's kernel: on CUDA, ATen's cuDNN path adds it in a
+kernel of its own (Inductor peels it likewise).
 
 One pattern class per library op (`MatmulToExtern`, `ConvolutionToExtern`, `PoolingToExtern`),
 each with the op names it roots at and `rewrite(op) -> bool`. They are applied by one walk over
@@ -24,7 +27,7 @@ from torch_mlir import ir, rewrite
 
 from ..dialects.contract import EXTERN_OP
 from . import externs
-from .base import Pass
+from .base import Pass, option
 from .externs import fill_is_zero, make_extern, narrow_source
 from .graph_utils import defining_op, op_name, users
 from .ir_queries import is_reduction
@@ -203,11 +206,14 @@ class Pattern:
         raise NotImplementedError
 
 
+@dataclasses.dataclass(frozen=True)
 class MatmulToExtern(Pattern):
     """`linalg.matmul` -> aten.mm (zero-filled init) / aten.addmm (any other init: operands
     init, a, b); `linalg.batch_matmul` -> aten.bmm / aten.baddbmm. Operands read transposed
     (last two dims) become `transpose_a/b` params; a bf16/f16 product widened to f32 and only
-    rounded back (maybe after a bias add) is eager's own narrow call."""
+    rounded back (maybe after a bias add) is eager's own narrow call. An f32/f64 product
+    plus a bias row whose sum is only viewed or returned (an attention projection's q/k/v, a
+    classifier's `linear`) is one aten.addmm too (`_bias_epilogue`)."""
 
     roots = ("linalg.matmul", "linalg.batch_matmul")
 
@@ -260,14 +266,17 @@ class MatmulToExtern(Pattern):
         return True
 
 
+@dataclasses.dataclass(frozen=True)
 class ConvolutionToExtern(Pattern):
     """Every linalg convolution of a forward `aten.convolution` -> one aten.convolution extern
-    (passes/externs.py `conv_extern`; the replacement may be a view of its result)."""
+    (passes/externs.py `conv_extern`; the replacement may be a view of its result). `bias`:
+    where its bias is added (externs.CONV_BIAS)."""
 
+    bias: str = "library"
     roots = tuple(externs.CONV_KINDS)
 
     def rewrite(self, op) -> bool:
-        return _replace(op, externs.conv_extern(op))
+        return _replace(op, externs.conv_extern(op, self.bias))
 
 
 class PoolingToExtern(Pattern):
@@ -318,9 +327,10 @@ def apply_patterns(fn, patterns=PATTERNS) -> None:
     erase_dead(fn)
 
 
-def convert_externs(fn) -> None:
+def convert_externs(fn, conv_bias: str = "library") -> None:
     """Applies the library-call patterns to one function (ember-fuse's first step)."""
-    apply_patterns(fn)
+    apply_patterns(fn, (MatmulToExtern(), ConvolutionToExtern(conv_bias),
+                        PoolingToExtern()))
 
 
 def public_functions(module):
@@ -339,8 +349,13 @@ class EmberConvertExterns(Pass):
                "library calls")
 
     dynamic_shapes = True
+    # where a convolution's bias is added: in the library call, or in a generic after it that
+    # fuses into the consumer kernel (f32/f64 only with "after-wide"; see externs.CONV_BIAS).
+    # The default pipeline passes "after" on CUDA, where cuDNN takes no bias and ATen adds it
+    # in a kernel of its own, "after-wide" on the other Triton targets
+    conv_bias: str = option("library", choices=externs.CONV_BIAS)
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
             for fn in public_functions(module):
-                convert_externs(fn)
+                convert_externs(fn, self.conv_bias)

@@ -95,6 +95,26 @@ def _add(acc, value, anchor):
     return gen.results[0]
 
 
+def _add_bias(value, bias, anchor):
+    """An elementwise `linalg.generic` computing `value + bias` with the [C] vector `bias` read
+    along dim 1 (channels) of `value` ([N, C, *S], same element type): a convolution's bias
+    added after the library call, as ATen's cuDNN path adds it (`output.add_(bias)`)."""
+    from torch_mlir.dialects import arith, linalg, tensor
+    t = ir.RankedTensorType(value.type)
+    ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(t.rank))
+    chan = ir.AffineMapAttr.get(ir.AffineMap.get(t.rank, 0, [ir.AffineDimExpr.get(1)]))
+    par = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    with ir.InsertionPoint(anchor), anchor.location:
+        empty = tensor.EmptyOp(_sizes_of(value), t.element_type)
+        gen = linalg.GenericOp([t], [value, bias], [empty.result],
+                               ir.ArrayAttr.get([ident, chan, ident]),
+                               ir.ArrayAttr.get([par] * t.rank))
+        block = gen.regions[0].blocks.append(t.element_type, t.element_type, t.element_type)
+        with ir.InsertionPoint(block):
+            linalg.YieldOp([arith.AddFOp(block.arguments[0], block.arguments[1]).result])
+    return gen.results[0]
+
+
 def _ints(vals) -> ir.ArrayAttr:
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, int(v)) for v in vals])
@@ -203,9 +223,27 @@ def _bias_of_broadcast(value, rank: int):
     return None
 
 
-def conv_extern(op):
+# Where a convolution's bias is added (ember-convert-externs' `conv-bias` option):
+#   library     the library call takes it (oneDNN adds it inside, before its one rounding)
+#   after-wide  f32/f64 convolutions add it in a generic after the call, which fuses into the
+#               consumer kernel; bf16/f16 ones keep it in the call
+#   after       every 2-d+ convolution with groups = 1 adds it after the call: what ATen does
+#               on CUDA, where cuDNN computes no bias and `output.add_(bias)` is a second
+#               kernel (rounded apart for bf16/f16, which the generic repeats: the narrow
+#               result widened, plus the bias, rounded by the IR's own truncation). Grouped
+#               and depthwise narrow ones keep it (ATen's depthwise kernel adds it inside).
+CONV_BIAS = ("library", "after-wide", "after")
+
+
+def _bias_after(mode: str, narrow: bool, groups: int) -> bool:
+    if mode == "library":
+        return False
+    return not narrow or (mode == "after" and groups == 1)
+
+
+def conv_extern(op, bias_mode: str = "library"):
     """The `aten.convolution` extern replacing the linalg conv `op` (a value to replace op's
-    result with), or None when `op` stays generic code."""
+    result with), or None when `op` stays generic code. `bias_mode`: one of CONV_BIAS."""
     kind = CONV_KINDS[op_name(op)]
     x, w, init = op.operands[0], op.operands[1], op.operands[2]
     rtype = ir.RankedTensorType(op.results[0].type)
@@ -245,19 +283,27 @@ def conv_extern(op):
         "dilation": _ints(ir.DenseIntElementsAttr(op.attributes["dilations"])),
         "groups": _ints([groups])[0],
     }
+    widened = str(narrow) in _NARROW and str(rtype.element_type) == "f32"
+    after = None
+    if bias is not None and (widened or str(rtype.element_type) not in _NARROW) and \
+            _bias_after(bias_mode, widened, groups):
+        bias, after = None, bias
     operands = [x, w] if bias is None else [x, w, bias]
     out_type = ir.RankedTensorType.get(out_shape, rtype.element_type)
-    if str(narrow) in _NARROW and str(rtype.element_type) == "f32":
+    if widened:
         if bias is not None and narrow_source(bias) is not None:
             operands[2] = narrow_source(bias)   # cuDNN takes the bias narrow
-        # cuDNN rounds a low-precision conv's result once (after the bias), as eager does:
-        # the library writes that narrow tensor, and the widening to the IR's f32 accumulator
-        # type is a generic that fuses into the consumer.
+        # the library rounds a low-precision conv's result as eager's call does (oneDNN once,
+        # after the bias; on CUDA ATen adds the bias in a second rounding): the library writes
+        # that narrow tensor, and the widening to the IR's f32 accumulator type is a generic
+        # that fuses into the consumer.
         conv = make_extern("aten.convolution", operands,
                            ir.RankedTensorType.get(out_shape, narrow), params, op)
         result = widen(conv.results[0], out_type, op).results[0]
     else:
         result = make_extern("aten.convolution", operands, out_type, params, op).results[0]
+    if after is not None:
+        result = _add_bias(result, after, op)
     if acc is not None:
         result = _add(acc, result, op)
     if kind == "grouped":
