@@ -442,12 +442,18 @@ class EmberGraph:
         host = prep.host_gm
         # a training forward's saved activations: only ember's backward reads them
         private = self.lent_outputs if self.kind == "forward" and pos is None else ()
-        assemble = host_calls.assembler(prep, private)
+        assemble = host_calls.assembler(prep, private, gradients=self.kind == "backward")
         if run is None and host is None:
             return lambda *call_args: assemble((), ())
         take = host_calls.input_taker(prep)
         if pos is None and host is None:
             return lambda *call_args: assemble(run(*take(call_args)), ())
+
+        if host is not None:    # the generated code itself: no nn.Module call machinery
+            realize = getattr(host, "real_recompile", None)     # (a lazy graph module)
+            if realize is not None:
+                realize()
+            host = host.forward
 
         def call(*call_args):
             ts = call_args if pos is None else [call_args[i] for i in pos]

@@ -13,7 +13,8 @@ storage offset, dtype and storage; they differ only in how the tensors are made:
   * `private` outputs (a training forward's saved activations: only ember's backward reads
     them) that are views of a program output no other output shows are made with
     runtime.fast_views.reinterpret (no `_base`, own version counter). Nothing but the backward
-    sees them, and no one writes through them or their base. Any other view is `as_strided` as
+    sees them, and no one writes through them or their base. So is a backward's gradient that
+    is the one view of its program output (`gradients`). Any other view is `as_strided` as
     before: a user may see its `_base`, or write through an alias of it.
   * permuted inputs are read as memory by the program: reinterpret when the input has the
     strides it was compiled for, else `permute` (the runtime then copies it if needed).
@@ -68,9 +69,13 @@ def input_taker(prep) -> Callable[[Sequence], list]:
     return take
 
 
-def assembler(prep, private=()) -> Callable[[Sequence, Sequence], object]:
+def assembler(prep, private=(), gradients: bool = False) -> Callable[[Sequence, Sequence], object]:
     """`(compiled_outs, host_outs) -> fx_prep.assemble(prep, compiled_outs, host_outs)`.
-    `private`: output positions only ember's own graphs read (see the module docstring)."""
+    `private`: output positions only ember's own graphs read (see the module docstring).
+    `gradients`: the graph is a backward, whose outputs autograd takes as gradients (never
+    tracked themselves: AOTAutograd compiles no double backward); a view that is the only
+    output made from its program output skips the dispatcher too: its base is unreachable
+    once the call returns, so a `_base` and a shared version counter are all that differ."""
     private = frozenset(private or ())
     users: dict[int, set[int]] = {}
     for i, entry in enumerate(prep.plan):
@@ -86,7 +91,7 @@ def assembler(prep, private=()) -> Callable[[Sequence, Sequence], object]:
         elif kind == "view" and entry[3] is not None:
             size, stride, offset = entry[3]
             steps = entry[2]
-            if users[x] <= private:
+            if users[x] <= private or gradients and users[x] == {i}:
                 def view(c, h, x=x, size=size, stride=stride, offset=offset, steps=steps):
                     t = c[x]
                     return (reinterpret(t, size, stride, offset) if t.is_contiguous()
