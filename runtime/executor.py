@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import operator
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -113,6 +114,16 @@ class CompiledProgram:
                 self._runs.append(functools.partial(self._release_arena, self._carve[0][0]))
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
+        # (shapes, dtypes, on-device test) of the inputs, for _take_inputs' fast path
+        on_device = {"cpu": _IS_CPU, "cuda": _IS_CUDA}.get(dev.type)
+        self._fast_inputs = (
+            [torch.Size(shape) for shape, _ in self._in_checks],
+            [dt for _, dt in self._in_checks], on_device,
+            [self._as_is.get(i) or _contiguous_strides(shape)
+             for i, (shape, _) in enumerate(self._in_checks)])
+        if on_device is None or self._dynamic or \
+                any(v.dtype == "index" for v in p.values[:p.num_inputs]):
+            self._fast_inputs = None
         # 0-dim CPU inputs of a GPU graph (efficient attention's philox seed and offset, Python
         # scalars lifted to tensors): passed as they are to library calls, which expect them
         # there; moved to the device when a kernel or extern reads them.
@@ -704,6 +715,16 @@ class CompiledProgram:
             vals[i] = t if t.is_contiguous() else t.contiguous()
 
     def _take_inputs(self, inputs: tuple, vals: list) -> None:
+        fast = self._fast_inputs
+        # the common case checked with C-level loops: every input a tensor of its compiled
+        # shape and dtype on the program's device, contiguous or with the strides it is taken
+        # with as it is (_as_is) (a training graph has hundreds)
+        if fast is not None and len(inputs) == len(fast[0]) and \
+                list(map(_SHAPE, inputs)) == fast[0] and list(map(_DTYPE, inputs)) == fast[1] \
+                and all(map(fast[2], inputs)) and (list(map(_STRIDE, inputs)) == fast[3]
+                                                   or all(map(torch.Tensor.is_contiguous, inputs))):
+            vals[:len(inputs)] = inputs
+            return
         dev_type = self._dev_type
         for i, t in enumerate(inputs):
             shape, dt = self._in_checks[i]
@@ -721,6 +742,13 @@ class CompiledProgram:
                 vals[i] = t
             else:
                 vals[i] = t.contiguous()
+
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_STRIDE = torch.Tensor.stride
+_IS_CPU = operator.attrgetter("is_cpu")
+_IS_CUDA = operator.attrgetter("is_cuda")
 
 
 def _strided_inputs(p: Program, library_only: frozenset) -> dict[int, tuple[int, ...]]:
