@@ -187,3 +187,27 @@ def test_graphed_replay_sees_a_moved_input(monkeypatch):
     moved = list(inputs2)
     moved[2] = inputs2[2].clone()       # a pooled input elsewhere: this call without the graph
     assert g2(*moved) == ["eager"] and g2.ungraphed_calls == 1
+
+
+def test_executor_takes_inputs_as_its_per_input_loop(tmp_path):
+    """The executor's C-level input check (runtime/executor.py _take_inputs) takes exactly what
+    the per-input loop takes: the inputs themselves when they are as compiled; a
+    non-contiguous one or a wrong shape or dtype goes through the loop (copied, or refused)."""
+    from test_runtime import add_rowsum_program
+    from ember.runtime import load
+    cp = load(add_rowsum_program(), cache=tmp_path)
+    assert cp._fast_inputs is not None
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    fast = [None] * 5
+    cp._take_inputs((x, y), fast)
+    assert fast[0] is x and fast[1] is y
+    xt = torch.randn(8, 4).t()
+    taken = [None] * 5
+    cp._take_inputs((xt, y), taken)
+    assert taken[0] is not xt and taken[0].is_contiguous() and torch.equal(taken[0], xt)
+    with pytest.raises(ValueError, match="input 1"):
+        cp._take_inputs((x, torch.randn(4, 9)), [None] * 5)
+    with pytest.raises(ValueError, match="input 0"):
+        cp._take_inputs((x.double(), y), [None] * 5)
+    (out,) = cp(xt, y)
+    torch.testing.assert_close(out, (2 * (xt + y)).sum(1))
