@@ -9,7 +9,8 @@ microseconds:
 * `frontend`: the forward and the backward graph of a training step (`EmberGraph.__call__`,
   as AOTAutograd calls it) with the compiled program stubbed to return its last real outputs:
   what remains is ember's host work around the program (inputs permuted, the host half, the
-  outputs assembled: views, saved activations), the same code path as on a GPU.
+  outputs assembled: views, saved activations), the same code path as on a GPU. And the
+  executor's input checks per program (`executor inputs k (number of inputs)`).
 * `graphed`: the CUDA-graph runtime's per-replay bookkeeping (runtime/cuda_graphs.py
   GraphedProgram._replay: liveness check, in-place input check, saved-tensor aliases, views
   into another graph's pool, outputs copied out) on CPU tensors, the graph's replay itself a
@@ -62,8 +63,11 @@ def frontend(name: str, size: str, calls: int) -> dict[str, float]:
         graphs[self.kind] = (self, args)
         return call(self, *args)
 
+    progs = {}
+
     def spy_run(self, *args):
         last[id(self)] = out = run(self, *args)
+        progs[id(self)] = (self, args)
         return out
     ec.EmberGraph.__call__ = spy
     executor.CompiledProgram.__call__ = spy_run
@@ -92,6 +96,11 @@ def frontend(name: str, size: str, calls: int) -> dict[str, float]:
                 out[kind] = _median_us(lambda: graph(*args), calls)
     finally:
         executor.CompiledProgram.__call__ = run
+    # the executor's input checks (its own per-call work before the first step)
+    for k, (prog, args) in enumerate(progs.values()):
+        vals = [None] * len(prog.program.values)
+        out[f"executor inputs {k} ({len(args)})"] = _median_us(
+            lambda: prog._take_inputs(args, vals), calls)
     return out
 
 

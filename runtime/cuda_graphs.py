@@ -340,8 +340,9 @@ class GraphedProgram:
             outs[j] = (reinterpret(t, shape, stride, off // t.element_size() - t.storage_offset())
                        if t.dtype == dt and off % t.element_size() == 0
                        else _view_in(t, off, shape, stride, dt))
-        for j in self._detached:    # guarded aliases: a new tensor each (the liveness check)
-            outs[j] = outs[j].detach()
+        detached = self._detached   # guarded aliases: a new tensor each (the liveness check)
+        for j, o in zip(detached, map(torch.Tensor.detach, map(outs.__getitem__, detached))):
+            outs[j] = o
         if self._tail is not None:      # the last kernel, into new memory: nothing to copy
             tail = self._run.run_tail(self._static_vals, self._tail[0])
             for j in self._tail_outs:
