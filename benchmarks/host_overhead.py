@@ -15,7 +15,8 @@ microseconds:
   GraphedProgram._replay: liveness check, in-place input check, saved-tensor aliases, views
   into another graph's pool, outputs copied out) on CPU tensors, the graph's replay itself a
   no-op; the state is a GPT-2-like forward (`--outputs` outputs, most of them lent) and a
-  backward reading a third of its inputs in the forward's pool.
+  backward reading a third of its inputs in the forward's pool; a third of the inputs are read
+  in place (pointer-checked) and a third copied into static buffers.
 
 Run it on two trees (PYTHONPATH) to compare before / after; the figures are host time only,
 the program's own kernels are not in them.
@@ -121,6 +122,9 @@ def graphed(outputs: int, calls: int) -> dict[str, float]:
         outs = [pool[k * 4096:(k + 1) * 4096].view(64, 64) for k in range(n_out)]
         g._graph = _NoGraph()
         g._inplace = [(i, t.data_ptr()) for i, t in enumerate(inputs) if i % 3 == 0]
+        g._copied = [i for i in range(n_in) if i % 3 == 1]     # copied into static buffers
+        g._static_in = [torch.empty_like(t) if i % 3 == 1 else None
+                        for i, t in enumerate(inputs)]
         g._static_out = outs
         g.lend(range(lent), guarded=range(lent), bare=range(0, lent, 4))
         if pooled_every:        # outputs lying in another graph's pool: rebuilt per replay

@@ -145,6 +145,8 @@ class GraphedProgram:
         a training graph has a hundred or more of each (issue 12: host overhead)."""
         self._guard_cdata = [s._cdata for s, _ in self._guard]
         self._guard_rest = [rest for _, rest in self._guard]
+        self._copied_dst = [self._static_in[i] for i in self._copied]
+        self._copied_shapes = [t.shape for t in self._copied_dst]
         self._pooled_idx = [i for i, _ in self._pooled]
         self._pooled_ptrs = [ptr for _, ptr in self._pooled]
         self._inplace_idx = [i for i, _ in self._inplace]
@@ -326,12 +328,11 @@ class GraphedProgram:
                 self._stable[i] = False
             if not self._recapture(inputs):
                 return self._run(*inputs)
-        for i in self._copied:
-            if inputs[i].shape != self._static_in[i].shape:
-                return self._run(*inputs)   # raises the executor's clear shape error
         if self._copied:    # one multi-tensor copy: a training graph has hundreds of inputs
-            torch._foreach_copy_([self._static_in[i] for i in self._copied],
-                                 [inputs[i] for i in self._copied])
+            srcs = list(map(inputs.__getitem__, self._copied))
+            if list(map(_SHAPE, srcs)) != self._copied_shapes:
+                return self._run(*inputs)   # raises the executor's clear shape error
+            torch._foreach_copy_(self._copied_dst, srcs)
         self._graph.replay()
         static_out = self._static_out
         outs = list(static_out)     # lent outputs as they are, bare ones included
@@ -355,6 +356,9 @@ class GraphedProgram:
             for j, o in zip(fresh, news):
                 outs[j] = o
         return outs
+
+
+_SHAPE = operator.attrgetter("shape")
 
 
 def _pool_views(outputs, pooled, indices) -> dict[int, tuple]:

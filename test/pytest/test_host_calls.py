@@ -135,10 +135,11 @@ class _NoGraph:
 
 
 def _graphed_state():
-    """A GraphedProgram as after a capture (the replay a no-op), on CPU tensors: 8 outputs,
+    """A GraphedProgram as after a capture (the replay a no-op), on CPU tensors, input 3 copied
+    in per call: 8 outputs,
     0-1 fresh, 2-3 guarded aliases, 4-5 bare, 6-7 views into a pooled input's storage (6 of the
     input's dtype, 7 reinterpreted as int32)."""
-    inputs = [torch.randn(64) for _ in range(3)]
+    inputs = [torch.randn(64) for _ in range(4)]
     runs = []
     g = cg.GraphedProgram(lambda *a: runs.append(a) or ["eager"])
     pool = torch.randn(6 * 16)
@@ -146,7 +147,9 @@ def _graphed_state():
     g._static_out = [pool[k * 16:(k + 1) * 16].view(4, 4) for k in range(6)] + [None, None]
     g._pooled = [(2, inputs[2].data_ptr())]
     g._inplace = [(0, inputs[0].data_ptr()), (1, inputs[1].data_ptr())]
-    g._stable = [True] * 3
+    g._stable = [True] * 4
+    g._static_in = [None, None, None, torch.empty(64)]
+    g._copied = [3]         # copied into its static buffer per call
     g._in_pool = {6: (2, 8 * 4, (4, 2), (1, 4), torch.float32),
                   7: (2, 16 * 4, (2, 8), (8, 1), torch.int32)}
     use = torch._C._storage_Use_Count
@@ -170,6 +173,7 @@ def test_graphed_replay_plan_hands_out_what_the_loop_did():
         assert outs[j] is static[j]
     for j in (6, 7):
         _same_view(outs[j], cg._view_in(inputs[2], *g._in_pool[j][1:]))
+    assert torch.equal(g._static_in[3], inputs[3])
     # an alias still alive: the next call runs without the graph
     assert g(*inputs) == ["eager"] and len(runs) == 1
     del outs
@@ -183,6 +187,10 @@ def test_graphed_replay_sees_a_moved_input(monkeypatch):
     moved = list(inputs)
     moved[1] = inputs[1].clone()        # read in place, now elsewhere
     assert g(*moved) == ["eager"] and recaptured == [1]
+    g3, inputs3, runs3 = _graphed_state()
+    wrong = list(inputs3)
+    wrong[3] = torch.randn(65)          # a copied input of another shape: the executor's error
+    assert g3(*wrong) == ["eager"] and len(runs3) == 1
     g2, inputs2, runs2 = _graphed_state()
     moved = list(inputs2)
     moved[2] = inputs2[2].clone()       # a pooled input elsewhere: this call without the graph
