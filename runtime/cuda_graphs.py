@@ -161,7 +161,9 @@ class GraphedProgram:
         self._tail_outs = sorted(tail)
         # views into a pooled input's storage (_in_pool): made from the input itself when the
         # dtypes agree (runtime/fast_views.reinterpret), else through set_ (_view_in)
-        self._pool_views = [(j, i, off, shape, stride, dt)
+        # (the element offset when the byte offset is a whole number of elements, else None)
+        self._pool_views = [(j, i, off, shape, stride, dt,
+                             off // dt.itemsize if off % dt.itemsize == 0 else None)
                             for j, (i, off, shape, stride, dt) in self._in_pool.items()]
 
     def lend(self, outputs, guarded=(), bare=()) -> None:
@@ -336,10 +338,10 @@ class GraphedProgram:
         self._graph.replay()
         static_out = self._static_out
         outs = list(static_out)     # lent outputs as they are, bare ones included
-        for j, i, off, shape, stride, dt in self._pool_views:
+        for j, i, off, shape, stride, dt, eoff in self._pool_views:
             t = inputs[i]
-            outs[j] = (reinterpret(t, shape, stride, off // t.element_size() - t.storage_offset())
-                       if t.dtype == dt and off % t.element_size() == 0
+            outs[j] = (reinterpret(t, shape, stride, eoff - t.storage_offset())
+                       if t.dtype == dt and eoff is not None
                        else _view_in(t, off, shape, stride, dt))
         detached = self._detached   # guarded aliases: a new tensor each (the liveness check)
         for j, o in zip(detached, map(torch.Tensor.detach, map(outs.__getitem__, detached))):
