@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from . import fx_prep, symbolic
+from . import fx_prep, host_calls, symbolic
 from .compile_module import (COPY_BYTES_PER_S, LAUNCH_OVERHEAD_S, PipelineFailure,  # noqa: F401
                              _devices, _unread_host_inputs, compile_static, format_error as _format,
                              graph_pays_off, import_graph, run_pipeline)
@@ -440,14 +440,26 @@ class EmberGraph:
             report["status"] = "host-only"
 
         host = prep.host_gm
+        # a training forward's saved activations: only ember's backward reads them
+        private = self.lent_outputs if self.kind == "forward" and pos is None else ()
+        assemble = host_calls.assembler(prep, private, gradients=self.kind == "backward")
         if run is None and host is None:
-            return lambda *call_args: fx_prep.assemble(prep, (), ())
+            return lambda *call_args: assemble((), ())
+        take = host_calls.input_taker(prep)
+        if pos is None and host is None:
+            return lambda *call_args: assemble(run(*take(call_args)), ())
+
+        if host is not None:    # the generated code itself: no nn.Module call machinery
+            realize = getattr(host, "real_recompile", None)     # (a lazy graph module)
+            if realize is not None:
+                realize()
+            host = host.forward
 
         def call(*call_args):
             ts = call_args if pos is None else [call_args[i] for i in pos]
-            c = run(*fx_prep.compiled_inputs(prep, ts)) if run is not None else ()
+            c = run(*take(ts)) if run is not None else ()
             h = host(*ts) if host is not None else ()
-            return fx_prep.assemble(prep, c, h)
+            return assemble(c, h)
         return call
 
     def _fallback(self, gm: fx.GraphModule, tensors, target: str, err: Exception | None,

@@ -38,10 +38,13 @@ failed capture is not retried).
 """
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Callable, Sequence
 
 import torch
+
+from .fast_views import reinterpret
 
 # Storage addresses of guarded (lent, liveness-checked) outputs of live graphs: a graph capturing
 # with an input in one of them reads it in place (see the module docstring).
@@ -134,6 +137,34 @@ class GraphedProgram:
         self.stats: dict | None = None   # a report to update: graph_pool_bytes, ungraphed_calls
         self._pool_ptrs: set[int] = set()
         weakref.finalize(self, _POOLED.difference_update, self._pool_ptrs)
+        self._plan_replay()
+
+    def _plan_replay(self) -> None:
+        """What a replay does per output and per checked input, derived once from the state
+        above (after a capture and after `lend`), so that `_replay` loops over prebuilt lists:
+        a training graph has a hundred or more of each (issue 12: host overhead)."""
+        self._guard_cdata = [s._cdata for s, _ in self._guard]
+        self._guard_rest = [rest for _, rest in self._guard]
+        self._copied_dst = [self._static_in[i] for i in self._copied]
+        self._copied_shapes = [t.shape for t in self._copied_dst]
+        self._pooled_idx = [i for i, _ in self._pooled]
+        self._pooled_ptrs = [ptr for _, ptr in self._pooled]
+        self._inplace_idx = [i for i, _ in self._inplace]
+        self._inplace_ptrs = [ptr for _, ptr in self._inplace]
+        n = len(self._static_out)
+        tail = self._tail[1] if self._tail is not None else frozenset()
+        lent = self._lent | tail
+        self._fresh = [j for j in range(n) if j not in lent]
+        # (a view into a pooled input is a new tensor already)
+        self._detached = [j for j in range(n) if j in self._guarded and j not in self._bare
+                          and j not in tail and j not in self._in_pool]
+        self._tail_outs = sorted(tail)
+        # views into a pooled input's storage (_in_pool): made from the input itself when the
+        # dtypes agree (runtime/fast_views.reinterpret), else through set_ (_view_in)
+        # (the element offset when the byte offset is a whole number of elements, else None)
+        self._pool_views = [(j, i, off, shape, stride, dt,
+                             off // dt.itemsize if off % dt.itemsize == 0 else None)
+                            for j, (i, off, shape, stride, dt) in self._in_pool.items()]
 
     def lend(self, outputs, guarded=(), bare=()) -> None:
         """Outputs returned as the graph's own buffers, not cloned. `outputs`: the caller
@@ -146,6 +177,7 @@ class GraphedProgram:
         self._guarded = frozenset(guarded)
         self._bare = frozenset(bare) & self._guarded
         self._lent = frozenset(outputs) | self._guarded
+        self._plan_replay()
 
     @property
     def captured(self) -> bool:
@@ -158,8 +190,8 @@ class GraphedProgram:
 
     def _in_use(self) -> bool:
         """Whether an alias handed out by the previous replay is still alive."""
-        use = torch._C._storage_Use_Count
-        return any(use(s._cdata) > rest for s, rest in self._guard)
+        return any(map(operator.gt, map(torch._C._storage_Use_Count, self._guard_cdata),
+                       self._guard_rest))
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if self._graph is not None:
@@ -173,6 +205,7 @@ class GraphedProgram:
                 # from now on, from a new capture; the old pool stays with the live aliases.
                 self._lent -= self._guarded
                 self._guarded = self._bare = frozenset()
+                self._plan_replay()
                 if not self._recapture(inputs):
                     return self._run(*inputs)
             self._live = 0
@@ -256,6 +289,7 @@ class GraphedProgram:
         self._pool_ptrs.update(storages)
         use = torch._C._storage_Use_Count
         self._guard = [(s, use(s._cdata)) for s in storages.values()]
+        self._plan_replay()
 
     def _recapture(self, inputs: Sequence[torch.Tensor]) -> bool:
         """A new capture (a few at most); False: run without the graph."""
@@ -276,7 +310,8 @@ class GraphedProgram:
         return True
 
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if any(inputs[i].data_ptr() != ptr for i, ptr in self._pooled):
+        if self._pooled_idx and list(map(torch.Tensor.data_ptr, map(
+                inputs.__getitem__, self._pooled_idx))) != self._pooled_ptrs:
             self._ungraphed()       # its producer ran without its graph (or stopped lending)
             self._moved_pool += 1
             if self._moved_pool < self.STREAK:
@@ -285,8 +320,9 @@ class GraphedProgram:
             if not self._recapture(inputs):
                 return self._run(*inputs)
         self._moved_pool = 0
-        moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
-        if moved:
+        if self._inplace_idx and list(map(torch.Tensor.data_ptr, map(
+                inputs.__getitem__, self._inplace_idx))) != self._inplace_ptrs:
+            moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
             # An input that kept its storage over the warm-up calls (by the caching allocator's
             # chance: a backward's saved activations) arrives elsewhere: from now on it is
             # copied into a static buffer, which needs a new capture (a few at most).
@@ -294,30 +330,37 @@ class GraphedProgram:
                 self._stable[i] = False
             if not self._recapture(inputs):
                 return self._run(*inputs)
-        for i in self._copied:
-            if inputs[i].shape != self._static_in[i].shape:
-                return self._run(*inputs)   # raises the executor's clear shape error
         if self._copied:    # one multi-tensor copy: a training graph has hundreds of inputs
-            torch._foreach_copy_([self._static_in[i] for i in self._copied],
-                                 [inputs[i] for i in self._copied])
+            srcs = list(map(inputs.__getitem__, self._copied))
+            if list(map(_SHAPE, srcs)) != self._copied_shapes:
+                return self._run(*inputs)   # raises the executor's clear shape error
+            torch._foreach_copy_(self._copied_dst, srcs)
         self._graph.replay()
-        lent, guarded, bare = self._lent, self._guarded, self._bare
         static_out = self._static_out
-        if self._in_pool:
-            static_out = list(static_out)
-            for j, (i, off, shape, stride, dt) in self._in_pool.items():
-                static_out[j] = _view_in(inputs[i], off, shape, stride, dt)
+        outs = list(static_out)     # lent outputs as they are, bare ones included
+        for j, i, off, shape, stride, dt, eoff in self._pool_views:
+            t = inputs[i]
+            outs[j] = (reinterpret(t, shape, stride, eoff - t.storage_offset())
+                       if t.dtype == dt and eoff is not None
+                       else _view_in(t, off, shape, stride, dt))
+        detached = self._detached   # guarded aliases: a new tensor each (the liveness check)
+        for j, o in zip(detached, map(torch.Tensor.detach, map(outs.__getitem__, detached))):
+            outs[j] = o
         if self._tail is not None:      # the last kernel, into new memory: nothing to copy
             tail = self._run.run_tail(self._static_vals, self._tail[0])
-            lent = lent | self._tail[1]
-        outs = [(tail[j] if self._tail is not None and j in self._tail[1]
-                 else (o if j in bare else o.detach()) if j in guarded else o) if j in lent
-                else torch.empty_like(o, memory_format=torch.preserve_format)
-                for j, o in enumerate(static_out)]
-        fresh = [j for j in range(len(outs)) if j not in lent]
+            for j in self._tail_outs:
+                outs[j] = tail[j]
+        fresh = self._fresh
         if fresh:
-            torch._foreach_copy_([outs[j] for j in fresh], [static_out[j] for j in fresh])
+            srcs = [outs[j] for j in fresh]
+            news = [torch.empty_like(o, memory_format=torch.preserve_format) for o in srcs]
+            torch._foreach_copy_(news, srcs)
+            for j, o in zip(fresh, news):
+                outs[j] = o
         return outs
+
+
+_SHAPE = operator.attrgetter("shape")
 
 
 def _pool_views(outputs, pooled, indices) -> dict[int, tuple]:

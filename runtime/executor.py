@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import operator
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -19,6 +20,7 @@ from .cache import ArtifactCache, as_cache
 from .cpp_build import load_library
 from .env import triton_interpreted
 from .externs import extern_result_shape, resolve, resolve_library
+from .fast_views import reinterpret
 from .kernel_errors import error_for
 from .program import Program, Step, ValueInfo
 from .py_module import load_python_module
@@ -113,6 +115,16 @@ class CompiledProgram:
                 self._runs.append(functools.partial(self._release_arena, self._carve[0][0]))
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
+        # (shapes, dtypes, on-device test) of the inputs, for _take_inputs' fast path
+        on_device = {"cpu": _IS_CPU, "cuda": _IS_CUDA}.get(dev.type)
+        self._fast_inputs = None
+        if on_device is not None and not self._dynamic and \
+                not any(v.dtype == "index" for v in p.values[:p.num_inputs]):
+            self._fast_inputs = (
+                [torch.Size(shape) for shape, _ in self._in_checks],
+                [dt for _, dt in self._in_checks], on_device,
+                [self._as_is.get(i) or _contiguous_strides(shape)
+                 for i, (shape, _) in enumerate(self._in_checks)])
         # 0-dim CPU inputs of a GPU graph (efficient attention's philox seed and offset, Python
         # scalars lifted to tensors): passed as they are to library calls, which expect them
         # there; moved to the device when a kernel or extern reads them.
@@ -425,7 +437,8 @@ class CompiledProgram:
                     raise ValueError(f"ember runtime: value %{vid} in input {v.in_input} at "
                                      f"offset {v.offset}")
                 end, carve = self._in_inputs.get(v.in_input, (0, []))
-                carve.append((vid, dt, tuple(v.shape), v.offset, nbytes, vid in returned))
+                carve.append((vid, dt, tuple(v.shape), v.offset, nbytes, vid in returned,
+                              _contiguous_strides(v.shape)))
                 self._in_inputs[v.in_input] = (max(end, v.offset + nbytes), carve)
                 continue
             if v.offset % dt.itemsize or v.offset < 0 or v.offset + nbytes > p.arena_bytes:
@@ -490,8 +503,9 @@ class CompiledProgram:
         if self._arena_bytes:
             arena = torch.empty(self._arena_bytes, dtype=torch.uint8, device=self.device)
             typed = {dt: arena.view(dt) for dt in self._arena_dtypes}
+            # (internal values: no output roots in the arena, so no autograd view is needed)
             for vid, dt, shape, stride, eoff in self._carve:
-                vals[vid] = typed[dt].as_strided(shape, stride, eoff)
+                vals[vid] = reinterpret(typed[dt], shape, stride, eoff)
         return vals
 
     def tail_split(self, min_bytes: int) -> tuple[int, frozenset[int]] | None:
@@ -694,12 +708,19 @@ class CompiledProgram:
             # it lives (its liveness guard)
             keep_out = fresh or not (self.outputs_in_pools if pooled_storage(t)
                                      else self.outputs_in_inputs)
-            for vid, dt, shape, off, nbytes, returned in carve:
+            typed: dict = {}
+            for vid, dt, shape, off, nbytes, returned, stride in carve:
                 if returned and keep_out:
                     # handed to the caller: not a view of memory it does not expect to keep
                     vals[vid] = torch.empty(shape, dtype=dt, device=self.device)
-                else:
+                elif returned:
                     vals[vid] = u8[off:off + nbytes].view(dt).view(shape)
+                else:   # an internal value: the input's bytes reinterpreted (fast_views)
+                    base = typed.get(dt)
+                    if base is None:
+                        whole = u8.numel() // dt.itemsize * dt.itemsize
+                        base = typed[dt] = u8[:whole].view(dt)
+                    vals[vid] = reinterpret(base, shape, stride, off // dt.itemsize)
 
     def _bind_inputs(self, inputs: tuple, vals: list) -> None:
         """A dynamic program's inputs: symbolic ints as they are, tensors checked for their rank,
@@ -719,6 +740,16 @@ class CompiledProgram:
             vals[i] = t if t.is_contiguous() else t.contiguous()
 
     def _take_inputs(self, inputs: tuple, vals: list) -> None:
+        fast = self._fast_inputs
+        # the common case checked with C-level loops: every input a tensor of its compiled
+        # shape and dtype on the program's device, contiguous or with the strides it is taken
+        # with as it is (_as_is) (a training graph has hundreds)
+        if fast is not None and len(inputs) == len(fast[0]) and \
+                list(map(_SHAPE, inputs)) == fast[0] and list(map(_DTYPE, inputs)) == fast[1] \
+                and all(map(fast[2], inputs)) and (list(map(_STRIDE, inputs)) == fast[3]
+                                                   or all(map(torch.Tensor.is_contiguous, inputs))):
+            vals[:len(inputs)] = inputs
+            return
         dev_type = self._dev_type
         for i, t in enumerate(inputs):
             shape, dt = self._in_checks[i]
@@ -736,6 +767,13 @@ class CompiledProgram:
                 vals[i] = t
             else:
                 vals[i] = t.contiguous()
+
+
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+_STRIDE = torch.Tensor.stride
+_IS_CPU = operator.attrgetter("is_cpu")
+_IS_CUDA = operator.attrgetter("is_cuda")
 
 
 def _strided_inputs(p: Program, library_only: frozenset) -> dict[int, tuple[int, ...]]:

@@ -1,0 +1,221 @@
+"""The per-call host fast paths (issue 12, training host overhead): frontend/host_calls.py's
+closures give what fx_prep.assemble / compiled_inputs give (size, stride, storage offset,
+storage), runtime/fast_views.reinterpret what as_strided gives, and the CUDA-graph runtime's
+prebuilt replay plan hands out what its per-call loop did (on CPU tensors, the replay a no-op)."""
+import pytest
+import torch
+
+import ember
+from ember.frontend import fx_prep, host_calls
+from ember.runtime import cuda_graphs as cg
+from ember.runtime.fast_views import reinterpret
+
+
+def _same_view(a, b):
+    assert a.shape == b.shape and a.stride() == b.stride(), (a.shape, a.stride(), b.stride())
+    assert a.storage_offset() == b.storage_offset() and a.dtype == b.dtype
+    assert a.data_ptr() == b.data_ptr()
+    assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("size,stride,offset", [((4, 6), (6, 1), 0), ((6, 4), (1, 6), 0),
+                                                ((3, 2), (12, 2), 5), ((2, 3, 4), (1, 8, 2), 1)])
+def test_reinterpret_is_as_strided(size, stride, offset):
+    base = torch.randn(64, requires_grad=True)
+    t = base.detach()[3:]           # a storage offset of its own
+    fast = reinterpret(t, size, stride, offset)
+    _same_view(fast, t.as_strided(size, stride, t.storage_offset() + offset))
+    assert not fast.requires_grad
+    t.add_(1)                       # the same memory
+    assert torch.equal(fast, t.as_strided(size, stride, t.storage_offset() + offset))
+
+
+class _Block(torch.nn.Module):
+    """Attention-like: q, k, v split from one projection (saved as views of it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.out = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 4, 3, 16).unbind(2)
+        y = self.out(torch.softmax(q @ k.transpose(-1, -2), -1) @ v).relu()
+        return y.transpose(0, 1), y.sum(-1).t()
+
+
+def test_assembler_matches_assemble_on_a_training_step(monkeypatch):
+    """A training forward whose saved activations are views (q, k, v of one projection) and
+    whose user outputs are views too: every output has assemble's geometry and storage; saved
+    views only ember reads skip the dispatcher (no `_base`), the user-visible ones do not; so
+    may the backward's gradients."""
+    made = []
+    real = host_calls.assembler
+
+    def spy(prep, private=(), gradients=False):
+        fast = real(prep, private, gradients)
+        fast_ok = frozenset(private or ()) if not gradients else frozenset(range(len(prep.plan)))
+
+        def both(c, h):
+            made.append((prep, fast_ok, fx_prep.assemble(prep, c, h)))
+            out = fast(c, h)
+            made[-1] += (out,)
+            return out
+        return both
+    monkeypatch.setattr(host_calls, "assembler", spy)
+    torch.manual_seed(0)
+    model, ref = _Block(), _Block()
+    ref.load_state_dict(model.state_dict())
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="ember", options={"target": "cpu"})
+    x = torch.randn(2, 4, 16)
+    for _ in range(2):
+        a, b = compiled(x)
+        (a.square().sum() + b.sum()).backward()
+    ra, rb = ref(x)
+    (ra.square().sum() + rb.sum()).backward()
+    torch.testing.assert_close(a, ra)
+    torch.testing.assert_close(b, rb)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, 2 * q.grad, rtol=1e-5, atol=1e-5)
+    assert made
+    fast_views = slow_views = 0
+    for prep, private, slow, fast in made:
+        slow, fast = (s if isinstance(s, list) else [s] for s in (slow, fast))
+        assert len(slow) == len(fast)
+        for i, (s, f) in enumerate(zip(slow, fast)):
+            if not isinstance(s, torch.Tensor):
+                assert s == f
+                continue
+            _same_view(s, f)
+            if prep.plan[i][0] == "view":
+                if i in private and f._base is None:
+                    fast_views += 1
+                else:
+                    assert (f._base is None) == (s._base is None), i
+                    slow_views += 1
+    assert fast_views > 0, "no saved view took the fast path"
+    assert slow_views > 0, "no user-visible view"
+
+
+def test_input_taker_matches_compiled_inputs():
+    """A transposed input is taken in its physical order: the same view as `permute` gives,
+    and inputs with other strides still go through `permute`."""
+    def f(x, y):
+        return (x * 2 + 1).sum(0), y + 1
+    torch._dynamo.reset()
+    made = []
+    real = host_calls.input_taker
+
+    def spy(prep):
+        made.append(prep)
+        return real(prep)
+    host_calls.input_taker = spy
+    try:
+        cf = torch.compile(f, backend="ember", options={"target": "cpu"})
+        x, y = torch.randn(12, 8).t(), torch.randn(5)
+        torch.testing.assert_close(cf(x, y)[0], f(x, y)[0])
+    finally:
+        host_calls.input_taker = real
+    perms = [p for p in made if p.in_perms]
+    assert perms, "no permuted input"
+    prep = perms[0]
+    take = real(prep)
+    for t in (x, torch.randn(12, 8).t(), torch.randn(8, 12)):
+        args = [t if i in prep.in_perms else y for i in range(len(prep.in_perms) + 1)]
+        if len(args) != sum(1 for n in prep.gm.graph.nodes if n.op == "placeholder") \
+                - len(prep.folded):
+            pytest.skip("graph inputs differ from the test's assumption")
+        for a, b in zip(take(args), fx_prep.compiled_inputs(prep, args)):
+            _same_view(a, b)
+
+
+class _NoGraph:
+    def replay(self):
+        pass
+
+
+def _graphed_state():
+    """A GraphedProgram as after a capture (the replay a no-op), on CPU tensors, input 3 copied
+    in per call: 8 outputs,
+    0-1 fresh, 2-3 guarded aliases, 4-5 bare, 6-7 views into a pooled input's storage (6 of the
+    input's dtype, 7 reinterpreted as int32)."""
+    inputs = [torch.randn(64) for _ in range(4)]
+    runs = []
+    g = cg.GraphedProgram(lambda *a: runs.append(a) or ["eager"])
+    pool = torch.randn(6 * 16)
+    g._graph = _NoGraph()
+    g._static_out = [pool[k * 16:(k + 1) * 16].view(4, 4) for k in range(6)] + [None, None]
+    g._pooled = [(2, inputs[2].data_ptr())]
+    g._inplace = [(0, inputs[0].data_ptr()), (1, inputs[1].data_ptr())]
+    g._stable = [True] * 4
+    g._static_in = [None, None, None, torch.empty(64)]
+    g._copied = [3]         # copied into its static buffer per call
+    g._in_pool = {6: (2, 8 * 4, (4, 2), (1, 4), torch.float32),
+                  7: (2, 16 * 4, (2, 8), (8, 1), torch.int32)}
+    use = torch._C._storage_Use_Count
+    g._guard = [(pool.untyped_storage(), use(pool.untyped_storage()._cdata))]
+    g.lend([], guarded=[2, 3, 4, 5, 6, 7], bare=[4, 5])
+    return g, inputs, runs
+
+
+def test_graphed_replay_plan_hands_out_what_the_loop_did():
+    g, inputs, runs = _graphed_state()
+    static = list(g._static_out)
+    outs = g(*inputs)
+    assert not runs and len(outs) == 8
+    for j in (0, 1):        # fresh memory, the values copied
+        assert outs[j].untyped_storage().data_ptr() != static[j].untyped_storage().data_ptr()
+        assert torch.equal(outs[j], static[j]) and outs[j].stride() == static[j].stride()
+    for j in (2, 3):        # a new alias each call
+        assert outs[j] is not static[j]
+        _same_view(outs[j], static[j])
+    for j in (4, 5):
+        assert outs[j] is static[j]
+    for j in (6, 7):
+        _same_view(outs[j], cg._view_in(inputs[2], *g._in_pool[j][1:]))
+    assert torch.equal(g._static_in[3], inputs[3])
+    # an alias still alive: the next call runs without the graph
+    assert g(*inputs) == ["eager"] and len(runs) == 1
+    del outs
+    assert len(g(*inputs)) == 8 and len(runs) == 1
+
+
+def test_graphed_replay_sees_a_moved_input(monkeypatch):
+    g, inputs, runs = _graphed_state()
+    recaptured = []
+    monkeypatch.setattr(g, "_recapture", lambda ins: recaptured.append(1) or False)
+    moved = list(inputs)
+    moved[1] = inputs[1].clone()        # read in place, now elsewhere
+    assert g(*moved) == ["eager"] and recaptured == [1]
+    g3, inputs3, runs3 = _graphed_state()
+    wrong = list(inputs3)
+    wrong[3] = torch.randn(65)          # a copied input of another shape: the executor's error
+    assert g3(*wrong) == ["eager"] and len(runs3) == 1
+    g2, inputs2, runs2 = _graphed_state()
+    moved = list(inputs2)
+    moved[2] = inputs2[2].clone()       # a pooled input elsewhere: this call without the graph
+    assert g2(*moved) == ["eager"] and g2.ungraphed_calls == 1
+
+
+def test_executor_takes_inputs_as_its_per_input_loop(tmp_path):
+    """The executor's C-level input check (runtime/executor.py _take_inputs) takes exactly what
+    the per-input loop takes: the inputs themselves when they are as compiled; a
+    non-contiguous one or a wrong shape or dtype goes through the loop (copied, or refused)."""
+    from test_runtime import add_rowsum_program
+    from ember.runtime import load
+    cp = load(add_rowsum_program(), cache=tmp_path)
+    assert cp._fast_inputs is not None
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    fast = [None] * 5
+    cp._take_inputs((x, y), fast)
+    assert fast[0] is x and fast[1] is y
+    xt = torch.randn(8, 4).t()
+    taken = [None] * 5
+    cp._take_inputs((xt, y), taken)
+    assert taken[0] is not xt and taken[0].is_contiguous() and torch.equal(taken[0], xt)
+    with pytest.raises(ValueError, match="input 1"):
+        cp._take_inputs((x, torch.randn(4, 9)), [None] * 5)
+    with pytest.raises(ValueError, match="input 0"):
+        cp._take_inputs((x.double(), y), [None] * 5)
+    (out,) = cp(xt, y)
+    torch.testing.assert_close(out, (2 * (xt + y)).sum(1))
