@@ -209,6 +209,23 @@ def test_fallback_off_still_raises(monkeypatch):
         compile_(lambda x: x.exp() + 1, fallback=False)(torch.randn(4))
 
 
+# ---------------------------------------------------------------- diagnostics in reports
+
+def test_compact_diagnostic():
+    from ember.frontend.report import compact_diagnostic
+    f = '"/x/torchvision/models/swin_transformer.py"'
+    loc = (f'loc(fused[callsite({f}:85:0 at {f}:608:0), callsite({f}:453:0 at {f}:608:0), '
+           f'callsite({f}:171:0 at callsite({f}:299:0 at callsite({f}:453:0 at {f}:608:0)))])')
+    text = f"ember-lower-to-triton failed: {loc}: ember-lower-to-triton: no loop for it"
+    assert compact_diagnostic(text) == ("ember-lower-to-triton failed: ember-lower-to-triton: "
+                                        "no loop for it (at swin_transformer.py:85,453,171)")
+    assert compact_diagnostic('loc("a/b.py":3:4): boom') == "boom (at b.py:3)"
+    assert compact_diagnostic("loc(unknown): boom") == "boom"
+    assert compact_diagnostic("no location here") == "no location here"
+    many = ", ".join(f'"m.py":{i}:0' for i in range(1, 10))
+    assert compact_diagnostic(f"loc(fused[{many}]): m") == "m (at m.py:1,2,3,4,5,6,...)"
+
+
 # ---------------------------------------------------------------- errors at run time
 
 def _program_fails_from_call(monkeypatch, n):
