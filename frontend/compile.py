@@ -8,6 +8,9 @@ Invariant: the user's program never breaks because of ember (with `fallback`, th
   * A node ember cannot compile runs in eager torch inside the compiled program (a library
     call, frontend/library_calls.py); only a node that cannot be a call (a tuple or symbolic
     value escaping) splits the graph (frontend/partition.py).
+  * A pass failure that no node alone explains (a fused kernel a lowering cannot code) is
+    traced back to the nodes of the failing kernel, which become calls the same way
+    (frontend/kernel_blame.py); the rest stays one compiled program.
   * Any other compile failure (specialization, import, a pass, export, build, load) runs the
     whole graph eagerly: the ORIGINAL graph, with its placement kwargs, as AOTAutograd gave it.
   * An error from a compiled graph at run time (any call) reruns the call eagerly: if eager
@@ -465,14 +468,20 @@ class EmberGraph:
     def _fallback(self, gm: fx.GraphModule, tensors, target: str, err: Exception | None,
                   report: dict[str, Any], dump: DebugDump, inline: set) -> Callable:
         """The prepared graph `gm` did not compile as it is (`err`), or holds library nodes that
-        cannot be calls (`err` None). Finds the nodes ember cannot compile (partition.probe)
-        and, in order of preference: compiles one program in which they are library calls;
-        splits the graph around the nodes that cannot be calls; runs the whole graph eagerly
-        (raises _WholeGraphEager)."""
+        cannot be calls (`err` None). Finds the nodes ember cannot compile (partition.probe;
+        for a pipeline failure no node alone explains, the nodes of the failing kernel:
+        kernel_blame) and, in order of preference: compiles one program in which they are
+        library calls; splits the graph around the nodes that cannot be calls; runs the whole
+        graph eagerly (raises _WholeGraphEager)."""
         from .partition import (blame, can_call, compute_nodes, library_nodes, op_name,
                                 partition_graph)
         library = library_nodes(gm, target)
         reasons = blame(gm, self.options, target, exclude=library)
+        in_kernel = False
+        if err is not None and not reasons and isinstance(err, PipelineFailure):
+            from .kernel_blame import blame_kernels
+            reasons = blame_kernels(gm, self.options, target, library)
+            in_kernel = bool(reasons)
         if err is not None and not reasons:
             raise _WholeGraphEager(err)     # no op to blame: a build, load or pass failure
         names: dict[str, str] = {}
@@ -482,8 +491,15 @@ class EmberGraph:
         report["fallback_reasons"] = dict(sorted(names.items()))
         if err is not None:
             report["error"] = describe_error(err)   # why the graph did not compile as one
-        for op, why in sorted(names.items()):
-            warn_once(f"op:{op}", f"ember: {op} runs in eager torch ({why})")
+        if in_kernel:
+            # One warning for the group: its ops compile alone, only their kernel failed.
+            report["fallback_nodes"] = sorted(n.name for n in reasons)
+            why = next(iter(reasons.values()))
+            warn_once(f"kernel:{why}", f"ember: {', '.join(sorted(names))} run in eager torch "
+                      f"in graph {report['graph_id']} ({why})")
+        else:
+            for op, why in sorted(names.items()):
+                warn_once(f"op:{op}", f"ember: {op} runs in eager torch ({why})")
         if reasons and not [n for n in compute_nodes(gm) if n not in reasons and n not in library]:
             raise _WholeGraphEager("no op of the graph compiles", ops_blamed=True)
 

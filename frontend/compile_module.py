@@ -20,7 +20,7 @@ from ..dialects.contract import ARG_STRIDES, DONATE, DONATED_ARGS
 from ..passes.backends import backend_named
 from . import fx_prep
 from .options import SPLIT_PASS, CompileOptions, default_pipeline
-from .report import DebugDump, NativeOutput, describe_error
+from .report import DebugDump, NativeOutput, compact_diagnostic, describe_error
 
 
 def _devices(tensors) -> list[torch.device]:
@@ -28,11 +28,18 @@ def _devices(tensors) -> list[torch.device]:
 
 
 class PipelineFailure(RuntimeError):
-    """A pass failed; carries the diagnostics it emitted."""
+    """A pass failed; carries the diagnostics it emitted (`diagnostics`, in full). Its text
+    gives each diagnostic's message first and its location shortened (report.
+    compact_diagnostic: `msg (at swin_transformer.py:85,453)`), so that reports and warnings,
+    which keep one line of it, keep the message; format_error (error.txt) adds the full ones."""
 
     def __init__(self, stage: str, diagnostics: list[str]):
-        first = diagnostics[0] if diagnostics else "(no diagnostic)"
-        super().__init__(f"{stage} failed: {first}" + "".join(f"\n  {d}" for d in diagnostics[1:]))
+        def short(d: str) -> str:
+            text = compact_diagnostic(d)
+            return text[len(stage) + 2:] if text.startswith(f"{stage}: ") else text
+        first = short(diagnostics[0]) if diagnostics else "(no diagnostic)"
+        super().__init__(f"{stage} failed: {first}"
+                         + "".join(f"\n  {short(d)}" for d in diagnostics[1:]))
         self.stage = stage
         self.diagnostics = list(diagnostics)
 
@@ -411,6 +418,13 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
 def format_error(err: BaseException) -> str:
     """The error with its traceback, as a debug dump writes it."""
     import traceback
-    return "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    seen, e = set(), err
+    while e is not None and id(e) not in seen:     # the diagnostics, with their full locations
+        seen.add(id(e))
+        if isinstance(e, PipelineFailure) and e.diagnostics:
+            text += f"\n{e.stage} diagnostics:\n" + "\n".join(e.diagnostics) + "\n"
+        e = e.__cause__ or e.__context__
+    return text
 
 

@@ -127,15 +127,102 @@ class DebugDump:
 
 def describe_error(err: BaseException) -> str:
     """One line for reports and warnings; MLIR pass failures name their first diagnostic
-    (the exception's own text only says that the pipeline failed)."""
+    (the exception's own text only says that the pipeline failed). A diagnostic's location
+    is shortened and put after its message (`compact_diagnostic`), so that the cut at 500
+    characters never leaves only the location."""
     diags = getattr(err, "error_diagnostics", None)
     if diags:
         d = diags[0]
-        text = f"{d.location}: {d.message}"
+        text = compact_diagnostic(f"{d.location}: {d.message}")
     else:
         lines = str(err).strip().splitlines()
-        text = lines[0] if lines else ""
+        text = compact_diagnostic(lines[0]) if lines else ""
     return f"{type(err).__name__}: {text}"[:500]
+
+
+_FRAME = re.compile(r'"([^"]*)":(\d+):\d+')
+MAX_FRAMES = 6
+
+
+def compact_diagnostic(text: str) -> str:
+    """`loc(fused[callsite("/a/swin.py":85:0 at ...), ...]): msg` -> `msg (at swin.py:85,
+    453)`: the message first, then the innermost frame of each fused location as file
+    basename and line (callers dropped, at most MAX_FRAMES lines). A `loc(` anywhere in the
+    text (`stage failed: loc(...): msg`) is shortened likewise; text without one is returned
+    as it is. The full location stays in the debug dump (error.txt)."""
+    start = text.find("loc(")
+    if start < 0:
+        return text
+    end = _close_paren(text, start + 3)
+    if end is None:
+        return text
+    loc, rest = text[start + 4:end], text[end + 1:]
+    msg = rest[1:].strip() if rest.startswith(":") else rest.strip()
+    frames = _innermost_frames(loc)
+    by_file: dict[str, list[str]] = {}
+    for f, line in frames[:MAX_FRAMES]:
+        by_file.setdefault(os.path.basename(f) or f, []).append(line)
+    where = "; ".join(f"{f}:{','.join(lines)}" for f, lines in by_file.items())
+    if len(frames) > MAX_FRAMES:
+        where += ",..."
+    where = f" (at {where})" if where else ""
+    return f"{text[:start]}{msg}{where}".strip()
+
+
+def _close_paren(text: str, i: int) -> int | None:
+    """Index of the `)` closing the `(` at `text[i]` (string literals skipped), or None."""
+    depth, j = 0, i
+    while j < len(text):
+        c = text[j]
+        if c == '"':
+            while True:
+                j = text.find('"', j + 1)
+                if j < 0:
+                    return None
+                if text[j - 1] != "\\":
+                    break
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return j
+        j += 1
+    return None
+
+
+def _innermost_frames(loc: str) -> list[tuple[str, str]]:
+    """(file, line) of the innermost frame of each location fused into `loc` (the text inside
+    `loc(...)`), first seen first, without repeats: a `callsite(callee at caller)` keeps its
+    callee only (the text from ` at ` to the bracket closing the callsite is skipped)."""
+    kept: list[str] = []
+    out: list[tuple[str, str]] = []
+    depth, i, skip_to = 0, 0, None
+    while i < len(loc):
+        if skip_to is None and depth > 0 and loc.startswith(" at ", i):
+            skip_to, i = depth, i + 4
+            continue
+        c = loc[i]
+        if c == '"':
+            j = loc.find('"', i + 1)
+            j = len(loc) - 1 if j < 0 else j
+            if skip_to is None:
+                kept.append(loc[i:j + 1])
+            i = j + 1
+            continue
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            if skip_to == depth:
+                skip_to = None
+            depth -= 1
+        if skip_to is None:
+            kept.append(c)
+        i += 1
+    for f, line in _FRAME.findall("".join(kept)):
+        if (f, line) not in out:
+            out.append((f, line))
+    return out
 
 
 _FD2_LOCK = threading.RLock()

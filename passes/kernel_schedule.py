@@ -138,6 +138,7 @@ class KernelSchedule:
             for r in op.results:
                 vals(r)
             self._link(op, uf, note, its)
+        self._unify_splits(uf, static)
         if not any("reduction" in its for its in self._its):
             self._share_loops(uf)
         else:
@@ -272,6 +273,26 @@ class KernelSchedule:
                         uf.union((v, i), (res, i))
                     else:
                         self._reads.append(((v, i), [(res, i)]))
+
+    def _unify_splits(self, uf, static) -> None:
+        """Two reshapes that split one dim into the same non-unit sizes, in order, give the
+        same parts: a row-major index has one decomposition for given sizes. (A [49, C] value
+        read as [1, 7, 7, C] by one `expand_shape` and as [1, 1, 7, 1, 7, C] by another, once
+        canonicalize folded expand-of-expand: the window partition of Swin's last stage, where
+        one window covers the image; without this the second's 7s were dims of no loop.)"""
+        changed = True
+        while changed and len(self._merges) > 1:
+            changed = False
+            seen: dict = {}
+            for whole, parts in self._merges:
+                key = (uf.find(whole), tuple(static.get(p) for p in parts))
+                if None in key[1]:
+                    continue
+                first = seen.setdefault(key, parts)
+                for a, b in zip(first, parts):
+                    if uf.find(a) != uf.find(b):
+                        uf.union(a, b)
+                        changed = True
 
     # --- outer space P and inner dims --------------------------------------------------------
     def _share_loops(self, uf) -> None:

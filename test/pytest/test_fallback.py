@@ -209,6 +209,77 @@ def test_fallback_off_still_raises(monkeypatch):
         compile_(lambda x: x.exp() + 1, fallback=False)(torch.randn(4))
 
 
+# ---------------------------------------------------------------- a fused kernel that fails
+
+def _refuse_kernels_with(monkeypatch, *ops):
+    """Makes both lowerings refuse every kernel whose ops include all of `ops` (a fused group:
+    each op alone still compiles, so no single node is to blame)."""
+    from ember.dialects.contract import OPS
+    from ember.passes import cpp_emitter, ember_lower_to_triton
+    from ember.passes.kernel_schedule import Unschedulable
+    refused = []
+
+    def wrap(real):
+        def schedule(fn):
+            if set(ops) <= set(OPS.get(fn) or ()):
+                refused.append(list(OPS.get(fn)))
+                raise Unschedulable("injected: this group cannot be coded")
+            return real(fn)
+        return schedule
+    for mod in (cpp_emitter, ember_lower_to_triton):
+        monkeypatch.setattr(mod, "schedule_kernel", wrap(mod.schedule_kernel))
+    return refused
+
+
+def test_failing_fused_kernel_runs_its_ops_eagerly(target, device, monkeypatch, tmp_path):
+    """A lowering failure on fused groups (exp * 2, twice) that no op alone explains: their
+    ops become ATen calls inside the program (the second group is found in a second round:
+    the lowering stops at the first), the rest (three matmuls, tanh + add) stays one
+    compiled program; one warning; the report names the ops, the nodes and the reason, and
+    its `error` keeps the diagnostic's message (location shortened to file:line)."""
+    torch.manual_seed(0)
+
+    def f(x, w1, w2):
+        h = (x @ w1).exp() * 2.0
+        h = (h @ w2).exp() * 2.0
+        return torch.tanh(h @ w1) + 1.0
+    x, w1, w2 = (torch.randn(8, 8, device=device) * 0.3 for _ in range(3))
+    refused = _refuse_kernels_with(monkeypatch, "exp", "mul")
+    out, warned = run_recording(compile_(f, target, debug_dir=str(tmp_path)), x, w1, w2)
+    assert_close(out, f(x, w1, w2), matmul=True)
+    assert refused, "the injected failure never fired"
+    r = ember.last_reports()[-1]
+    assert r["status"] == "partitioned", r
+    assert r["eager_fallback_ops"] == ["aten.exp.default", "aten.mul.Tensor"], r
+    assert len(r["fallback_nodes"]) == 4, r
+    assert all("injected: this group cannot be coded" in why
+               for why in r["fallback_reasons"].values()), r
+    assert r["num_kernels"] >= 1 and r["num_externs"] >= 3, r    # tanh + add, three matmuls
+    assert len(warned) == 1 and "aten.exp.default, aten.mul.Tensor" in warned[0], warned
+    # the first diagnostic's message, not 500 characters of `loc(fused[callsite(...`
+    assert "injected: this group cannot be coded" in r["error"], r["error"]
+    assert "loc(" not in r["error"] and "test_fallback.py:" in r["error"], r["error"]
+    dumped = "".join(p.read_text() for p in tmp_path.rglob("error.txt"))
+    assert "loc(" in dumped      # the full location stays in the dump
+
+
+# ---------------------------------------------------------------- diagnostics in reports
+
+def test_compact_diagnostic():
+    from ember.frontend.report import compact_diagnostic
+    f = '"/x/torchvision/models/swin_transformer.py"'
+    loc = (f'loc(fused[callsite({f}:85:0 at {f}:608:0), callsite({f}:453:0 at {f}:608:0), '
+           f'callsite({f}:171:0 at callsite({f}:299:0 at callsite({f}:453:0 at {f}:608:0)))])')
+    text = f"ember-lower-to-triton failed: {loc}: ember-lower-to-triton: no loop for it"
+    assert compact_diagnostic(text) == ("ember-lower-to-triton failed: ember-lower-to-triton: "
+                                        "no loop for it (at swin_transformer.py:85,453,171)")
+    assert compact_diagnostic('loc("a/b.py":3:4): boom') == "boom (at b.py:3)"
+    assert compact_diagnostic("loc(unknown): boom") == "boom"
+    assert compact_diagnostic("no location here") == "no location here"
+    many = ", ".join(f'"m.py":{i}:0' for i in range(1, 10))
+    assert compact_diagnostic(f"loc(fused[{many}]): m") == "m (at m.py:1,2,3,4,5,6,...)"
+
+
 # ---------------------------------------------------------------- errors at run time
 
 def _program_fails_from_call(monkeypatch, n):

@@ -230,3 +230,45 @@ def test_outline_keeps_topological_order():
     assert names == ["a", "b", "ember_lib0_out0"] and len(calls) == 1
     x, y, s = torch.randn(4), torch.randn(4), torch.randn(4)
     assert torch.equal(gm(x, y, s)[0], s * 2 + y)
+
+
+class LastStage(nn.Module):
+    """Patch merging, then the norm1 and window partition of a block whose one window covers
+    the whole image (swin_t's last stage: 7x7 tokens, 7x7 windows, no shift)."""
+
+    def __init__(self, c=8, ws=2):
+        super().__init__()
+        self.ws = ws
+        self.norm = nn.LayerNorm(4 * c)
+        self.reduce = nn.Linear(4 * c, 2 * c, bias=False)
+        self.norm1 = nn.LayerNorm(2 * c)
+        self.qkv = nn.Linear(2 * c, 2 * c)
+
+    def forward(self, x):
+        x = torch.cat([x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :],
+                       x[..., 0::2, 1::2, :], x[..., 1::2, 1::2, :]], -1)
+        x = self.reduce(self.norm(x))
+        b, h, w, c = x.shape
+        ws = self.ws
+        y = self.norm1(x).view(b, h // ws, ws, w // ws, ws, c).permute(0, 1, 3, 2, 4, 5)
+        y = self.qkv(y.reshape(-1, ws * ws, c))
+        y = y.view(b, h // ws, w // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b, h, w, c)
+        return x + y
+
+
+def test_one_window_stage_bf16_fast(target, device):
+    """exact_low_precision=False keeps the reduction's f32 product and fuses LayerNorm: one
+    kernel returns the rounded product as [1, 2, 2, C] (the residual) and, through a folded
+    expand-of-expand, as [1, 1, 2, 1, 2, C] (the window partition). Both split the 4 rows
+    into (2, 2): the scheduler must see one pair of loops (it raised 'a kernel result is not
+    indexed by the whole outer space' and swin_t ran wholly eagerly)."""
+    torch.manual_seed(0)
+    m = LastStage().eval().to(device, torch.bfloat16)
+    x = torch.randn(1, 4, 4, 8, device=device, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    clear_reports()
+    f = torch.compile(m, backend="ember",
+                      options={"target": target, "exact_low_precision": False})
+    with torch.no_grad():
+        assert_close(f(x), m(x), tol=1e-2)
+    _assert_no_fallback()
