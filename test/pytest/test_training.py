@@ -372,6 +372,37 @@ def test_autocast_weight_casts_are_recomputed_not_saved():
     assert new_saved < weights_bf16 / 8, (new_saved, weights_bf16)
 
 
+def test_cpu_autocast_batch_norm_training_compiles():
+    """A conv-BN-ReLU net trained under CPU bf16 autocast: the trace types BatchNorm's saved
+    statistics bf16 (torch's meta), where eager's forward kernel returns them f32, and eager's
+    CPU native_batch_norm_backward refuses bf16 statistics beside an f32 weight. That refusal is
+    not one eager ever meets (frontend/eager_rejects `_SAVED_STATISTICS`): the backward compiles
+    (it ran eagerly, with the traced bf16 statistics, and raised "mixed dtype (CPU)"), gradients
+    and running statistics are eager's to bf16 rounding."""
+    import ember
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, bias=False), torch.nn.BatchNorm2d(8),
+                            torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, bias=False),
+                            torch.nn.BatchNorm2d(4))
+    ref = copy.deepcopy(m)
+    x = torch.randn(4, 3, 10, 10)
+    # (not a plain square: the mean of a BatchNorm output's square does not depend on its input)
+    w = torch.linspace(-1, 1, 4 * 4 * 6 * 6).reshape(4, 4, 6, 6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (ref(x).float() * w).sum().backward()
+    torch._dynamo.reset()
+    ember.clear_reports()
+    f = torch.compile(m, backend="ember", options={"target": "cpu"})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (f(x).float() * w).sum().backward()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, tol=3e-2, what=name)
+    for (name, b), c in zip(m.named_buffers(), ref.buffers()):
+        assert_close(b.float(), c.float(), tol=1e-2, what=name)
+    check_fallbacks()
+    assert all(r["status"] == "compiled" for r in ember.last_reports())
+
+
 @pytest.mark.parametrize("padding_idx", [None, 1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_embedding_backward_is_a_scatter_add(padding_idx, dtype, target, device, tmp_path):
