@@ -473,7 +473,8 @@ def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min
     for the whole call, so a large buffer that dies early (a backward's bf16 weight and weight
     gradient of an LM head, before its float gradient is made) keeps its bytes in the arena
     while the gradients made later pile up beside it. Largest first, each kept when the peak
-    goes down; only single buffers (not in-place chains) of at least `min_bytes`. Returns the
+    goes down (or stays, while the arena shrinks by its bytes); only single buffers (not in-place
+    chains) of at least `min_bytes`. Returns the
     arena's size and the buffers taken out (offset -1)."""
     def arena_of(gs):
         return [b for g in gs for b in g if b.arg is None and not b.escapes]
@@ -495,7 +496,9 @@ def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min
         trial = [x for x in current if x is not g]
         size = _align(_place(trial, alignment, regions, escaping), alignment)
         peak = peak_of(trial, size, own + g)
-        if peak < best:
+        # a tie that shrinks the arena by the buffer's bytes holds less memory for less time
+        # (on the CPU the arena is kept between calls), at the same peak
+        if peak < best or (peak == best and arena - size >= g[0].size):
             best, current, arena = peak, trial, size
             own += g
     if own:     # the placement of the kept groups (the trials moved offsets)
@@ -641,7 +644,7 @@ class EmberBufferReuse(Pass):
             elif row["escapes"]:
                 where = ", own allocation (escapes)"
             elif row["own"]:
-                where = ", own allocation (freed after its last use: a lower peak)"
+                where = ", own allocation (freed after its last use)"
             elif row["offset"] < 0:
                 where = ", own allocation"
             else:
