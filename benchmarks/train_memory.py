@@ -29,7 +29,9 @@ backward, parameters excluded), ember's arenas (the runtime's `_take_template`),
 the frame or op that allocated them. Then per ember graph: saved outputs, arena, inputs
 reused/freed, graph pool. `--fresh-arena` makes ember's CPU programs allocate their arena per
 call as on a GPU (the CPU runtime otherwise pools a finished call's arena for the next call, so
-it is resident). `--json FILE` writes the figures.
+it is resident). `--shape BxS` gives a transformers model that batch and sequence at any
+size (`--size small --shape 8x128`: the small model's layers on the full model's tokens).
+`--json FILE` writes the figures.
 """
 from __future__ import annotations
 
