@@ -467,7 +467,7 @@ def _modeled_peak(n: int, arena: int, arena_bufs, own, regions, kept) -> int:
 
 
 def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min_bytes,
-                     arena, max_tries: int = 16):
+                     arena, max_tries: int = 8):
     """Buffers taken out of the arena into allocations of their own, freed after their last
     use, where that lowers the call's modeled peak (`_modeled_peak`): the arena is allocated
     for the whole call, so a large buffer that dies early (a backward's bf16 weight and weight
@@ -487,8 +487,11 @@ def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min
     best = peak_of(groups, arena, [])
     own: list[Buffer] = []
     current = list(groups)
+    # one that lives until the arena's last use frees nothing earlier; each try places the
+    # arena again (a large backward: ~0.1 s), so only the largest few are tried
+    arena_end = max((b.end for b in arena_of(groups)), default=-1)
     candidates = sorted((g for g in groups if len(g) == 1 and g[0].arg is None
-                         and g[0].size >= min_bytes),
+                         and g[0].size >= min_bytes and g[0].end < arena_end),
                         key=lambda g: (-g[0].size, g[0].start))[:max_tries]
     for g in candidates:
         if g[0].arg is not None:        # moved into a donated argument by a re-placement
