@@ -499,9 +499,9 @@ def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min
         trial = [x for x in current if x is not g]
         size = _align(_place(trial, alignment, regions, escaping), alignment)
         peak = peak_of(trial, size, own + g)
-        # a tie that shrinks the arena by the buffer's bytes holds less memory for less time
-        # (on the CPU the arena is kept between calls), at the same peak
-        if peak < best or (peak == best and arena - size >= g[0].size):
+        # a tie that shrinks the arena by half the buffer's bytes or more holds less memory for
+        # less time (on the CPU the arena is kept between calls), at the same peak
+        if peak < best or (peak == best and 2 * (arena - size) >= g[0].size):
             best, current, arena = peak, trial, size
             own += g
     if own:     # the placement of the kept groups (the trials moved offsets)
