@@ -29,7 +29,9 @@ backward, parameters excluded), ember's arenas (the runtime's `_take_template`),
 the frame or op that allocated them. Then per ember graph: saved outputs, arena, inputs
 reused/freed, graph pool. `--fresh-arena` makes ember's CPU programs allocate their arena per
 call as on a GPU (the CPU runtime otherwise pools a finished call's arena for the next call, so
-it is resident). `--json FILE` writes the figures.
+it is resident). `--shape BxS` gives a transformers model that batch and sequence at any
+size (`--size small --shape 8x128`: the small model's layers on the full model's tokens).
+`--json FILE` writes the figures.
 """
 from __future__ import annotations
 
@@ -360,11 +362,11 @@ def _programs(cls) -> list:
     return out
 
 
-def measure(name, size, backend, device, dtype, warmup, fresh_arena) -> dict:
+def measure(name, size, backend, device, dtype, warmup, fresh_arena, shape=None) -> dict:
     small, tiny = size == "small", size == "tiny"
-    model, inputs, loss_fn = build(name, device, small, tiny,
-                                   text_shape={"bert": (16, 128), "gpt2": (8, 256)}.get(name)
-                                   if size == "full" else None)
+    if shape is None and size == "full":
+        shape = {"bert": (16, 128), "gpt2": (8, 256)}.get(name)
+    model, inputs, loss_fn = build(name, device, small, tiny, text_shape=shape)
     model.train()
     if backend == "eager":
         fwd = model
@@ -459,16 +461,20 @@ def main(argv=None):
     ap.add_argument("--backends", default="ember,inductor,eager")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--shape", default=None, metavar="BxS",
+                    help="a transformers model's (batch, sequence) at any --size: the small "
+                         "model's layers on the full model's tokens (llama 8x128)")
     ap.add_argument("--fresh-arena", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     size = args.size or ("full" if args.device == "cuda" else "tiny")
+    shape = tuple(int(n) for n in args.shape.lower().split("x")) if args.shape else None
     rows = []
     for be in args.backends.split(","):
         torch._dynamo.reset()
         try:
             row = measure(args.model, size, be, args.device, args.dtype, args.warmup,
-                          args.fresh_arena)
+                          args.fresh_arena, shape)
         except Exception as err:  # noqa: BLE001 - one backend failing is a row, not the end
             import traceback
             traceback.print_exc()

@@ -287,7 +287,7 @@ def _place(groups: list[list[Buffer]], alignment: int,
 
 
 def plan(module, alignment: int = 64, in_place: bool = True, donate_args: bool = True,
-         donated_outputs: bool = True) -> dict:
+         donated_outputs: bool = True, own_min_bytes: int | None = None) -> dict:
     """The arena plan of `module`'s @main, without changing the IR (plain data, for reports):
     `arena_bytes`, `unplanned_bytes`, `alignment`, `buffers` (one dict per result of
     kernel call / ember.extern in op order: `op` (index in @main), `result`, `name`, `bytes`,
@@ -295,11 +295,11 @@ def plan(module, alignment: int = 64, in_place: bool = True, donate_args: bool =
     `in_arg` (the donated argument whose memory holds it, at `offset`; None: the arena)), and
     for donated arguments (`ember.donated_args`): `donated_args`, `reused_args` (those holding
     buffers), `reused_arg_bytes` (their bytes), `in_args_bytes` (the buffers' bytes there)."""
-    return _plan(module, alignment, in_place, donate_args, donated_outputs)[0]
+    return _plan(module, alignment, in_place, donate_args, donated_outputs, own_min_bytes)[0]
 
 
 def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
-          donated_outputs: bool = True):
+          donated_outputs: bool = True, own_min_bytes: int | None = None):
     module = getattr(module, "operation", module)
     main = _find_func(module, "main")
     if main is None or not main.regions[0].blocks:
@@ -330,8 +330,14 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
             if nbytes and a not in donated:
                 donated[a] = root[args[a]] = Buffer(-1, 0, nbytes, _align(nbytes, alignment),
                                                     -1, -1, name=f"%arg{a}", arg=a)
+    made_at: dict = {}           # a result of any op -> its index (what the return keeps)
+    view_of: dict = {}
     for i, op in enumerate(ops):
         name = op.operation.name
+        for r in op.results:
+            made_at[r] = i
+        if name in VIEWS and op.operands:
+            view_of[op.results[0]] = op.operands[0]
         operands = []
 
         def collect(inner):
@@ -390,12 +396,19 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
             head = head.in_place_of
         groups.setdefault(id(head), []).append(b)
     escaping = [b for b in buffers if b.escapes] if donated_outputs and regions else []
-    arena = _align(_place(list(groups.values()), alignment, regions, escaping), alignment)
+    group_list = list(groups.values())
+    arena = _align(_place(group_list, alignment, regions, escaping), alignment)
+    own: list[Buffer] = []
+    if own_min_bytes is not None and group_list:
+        kept = _returned_bytes(ops, made_at, view_of, root)
+        arena, own = _own_allocations(group_list, alignment, regions, escaping, buffers, kept,
+                                      len(ops), own_min_bytes, arena)
     unplanned = sum(b.size for b in planned)
+    own_ids = set(map(id, own))
     rows = [{"op": b.op_index, "result": b.result, "name": b.name, "bytes": b.nbytes,
              "offset": b.offset, "live": (b.start, b.end), "escapes": b.escapes,
              "in_place_of": None if b.in_place_of is None else b.in_place_of.name,
-             "in_arg": b.arg}
+             "in_arg": b.arg, "own": id(b) in own_ids}
             for b in buffers]
     in_args = {b.arg for b in buffers if b.arg is not None}
     report = {"arena_bytes": arena, "unplanned_bytes": unplanned, "alignment": alignment,
@@ -408,6 +421,94 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
               "escaping_in_args_bytes": sum(b.size for b in buffers
                                             if b.arg is not None and b.escapes)}
     return report, ops, per_op
+
+
+def _returned_bytes(ops, made_at, view_of, root) -> list[tuple[int, int]]:
+    """(first op, bytes) of each value the function returns that is no kernel or extern result
+    (those are Buffers that escape): a library call's result, through views, kept from where
+    it is made to the end of the call. Arguments are the caller's."""
+    ret = ops[-1] if ops and ops[-1].operation.name == "func.return" else None
+    if ret is None:
+        return []
+    seen, out = set(), []
+    for v in ret.operands:
+        while v in view_of:
+            v = view_of[v]
+        if v in root or v not in made_at or v in seen:
+            continue
+        seen.add(v)
+        out.append((made_at[v], byte_size(v.type) or 0))
+    return out
+
+
+def _modeled_peak(n: int, arena: int, arena_bufs, own, regions, kept) -> int:
+    """The call's peak as the runtime makes it: the arena from the call's start to the last
+    op that uses it, each own allocation over its live range, the returned values from where
+    they are made to the end, donated arguments until their last use."""
+    delta = [0] * (n + 2)
+
+    def add(first, last, nbytes):
+        first = max(first, 0)
+        delta[first] += nbytes
+        delta[min(max(last, first), n) + 1] -= nbytes
+    if arena and arena_bufs:
+        add(0, max(b.end for b in arena_bufs), arena)
+    for b in own:
+        add(b.start, b.end, b.size)
+    for r in regions.values():
+        add(0, r.end, r.size)
+    for first, nbytes in kept:
+        add(first, n, nbytes)
+    peak = cur = 0
+    for d in delta:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min_bytes,
+                     arena, max_tries: int = 8):
+    """Buffers taken out of the arena into allocations of their own, freed after their last
+    use, where that lowers the call's modeled peak (`_modeled_peak`): the arena is allocated
+    for the whole call, so a large buffer that dies early (a backward's bf16 weight and weight
+    gradient of an LM head, before its float gradient is made) keeps its bytes in the arena
+    while the gradients made later pile up beside it. Largest first, each kept when the peak
+    goes down (or stays, while the arena shrinks by its bytes); only single buffers (not in-place
+    chains) of at least `min_bytes`. Returns the
+    arena's size and the buffers taken out (offset -1)."""
+    def arena_of(gs):
+        return [b for g in gs for b in g if b.arg is None and not b.escapes]
+    returned = [b for b in buffers if b.escapes and b.op_index >= 0]
+
+    def peak_of(gs, size, own):
+        # a returned buffer costs its own bytes unless placed in a donated argument
+        return _modeled_peak(n, size, arena_of(gs), own, regions,
+                             kept + [(b.start, b.size) for b in returned if b.arg is None])
+    best = peak_of(groups, arena, [])
+    own: list[Buffer] = []
+    current = list(groups)
+    # one that lives until the arena's last use frees nothing earlier; each try places the
+    # arena again (a large backward: ~0.1 s), so only the largest few are tried
+    arena_end = max((b.end for b in arena_of(groups)), default=-1)
+    candidates = sorted((g for g in groups if len(g) == 1 and g[0].arg is None
+                         and g[0].size >= min_bytes and g[0].end < arena_end),
+                        key=lambda g: (-g[0].size, g[0].start))[:max_tries]
+    for g in candidates:
+        if g[0].arg is not None:        # moved into a donated argument by a re-placement
+            continue
+        trial = [x for x in current if x is not g]
+        size = _align(_place(trial, alignment, regions, escaping), alignment)
+        peak = peak_of(trial, size, own + g)
+        # a tie that shrinks the arena by half the buffer's bytes or more holds less memory for
+        # less time (on the CPU the arena is kept between calls), at the same peak
+        if peak < best or (peak == best and 2 * (arena - size) >= g[0].size):
+            best, current, arena = peak, trial, size
+            own += g
+    if own:     # the placement of the kept groups (the trials moved offsets)
+        arena = _align(_place(current, alignment, regions, escaping), alignment)
+        for b in own:
+            b.offset, b.arg = -1, None
+    return arena, own
 
 
 def _match_in_place(kernels, ops, root, per_op, regions, maybe=frozenset()) -> None:
@@ -505,6 +606,9 @@ class EmberBufferReuse(Pass):
     donated_outputs: bool = True
     # a remark (passes/remarks.py) per planned buffer and one for the arena
     print_plan: bool = False
+    # buffers of at least this many bytes may get an allocation of their own, freed after
+    # their last use, where that lowers the call's peak (0: any size; -1: never)
+    own_min_bytes: int = option(1 << 20, min=-1)
 
     def __post_init__(self):
         if self.alignment <= 0 or self.alignment & (self.alignment - 1):
@@ -513,7 +617,8 @@ class EmberBufferReuse(Pass):
 
     def run(self, module: ir.Operation) -> None:
         result, ops, per_op = _plan(module, self.alignment, self.in_place, self.donated_args,
-                                    self.donated_outputs)
+                                    self.donated_outputs,
+                                    None if self.own_min_bytes < 0 else self.own_min_bytes)
         if not ops:
             return
         main = ops[0].operation.parent
@@ -541,6 +646,8 @@ class EmberBufferReuse(Pass):
                 where = f" in %arg{row['in_arg']} at offset {row['offset']} (escapes)"
             elif row["escapes"]:
                 where = ", own allocation (escapes)"
+            elif row["own"]:
+                where = ", own allocation (freed after its last use)"
             elif row["offset"] < 0:
                 where = ", own allocation"
             else:

@@ -106,11 +106,14 @@ class CompiledProgram:
         self._step_start: list[int] = []    # step k's first entry in self._runs
         self._release_step = {i: k for k, ins in self._release_after.items() for i in ins}
         arena_last = self._arena_last_step()
+        self._drop_after = self._drops()
         for k, runs in enumerate(steps_runs):
             self._step_start.append(len(self._runs))
             self._runs.extend(runs)
             if k in self._release_after:
                 self._runs.append(functools.partial(self._release, self._release_after[k]))
+            if k in self._drop_after:
+                self._runs.append(functools.partial(self._drop, self._drop_after[k]))
             if k == arena_last:
                 self._runs.append(functools.partial(self._release_arena, self._carve[0][0]))
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
@@ -645,6 +648,36 @@ class CompiledProgram:
                 if s.kind not in ("kernel", "extern"):
                     inside.update(s.outputs)
         return last if last is not None and last < len(self.program.steps) - 1 else None
+
+    def _drops(self) -> dict[int, tuple[int, ...]]:
+        """Step index -> the values without an arena offset (their own tensors: results the
+        planner left out of the arena, library results, fills) that no later step reads or
+        writes and no output is: this call's table lets go of them after that step, so their
+        memory is free for what comes after (Inductor's `del buf`). Dropping a reference is
+        safe whatever aliases it: a view or a library result still in use keeps its storage."""
+        p = self.program
+        outputs = set(p.outputs)
+        last: dict[int, int] = {}
+        for k, s in enumerate(p.steps):
+            for v in tuple(s.inputs) + tuple(s.outputs):
+                last[v] = k
+        own = set()
+        for s in p.steps:
+            if s.kind in ("kernel", "extern", "library", "fill", "empty"):
+                own.update(s.outputs)
+        out: dict[int, list[int]] = {}
+        for v, k in last.items():
+            info = p.values[v] if v < len(p.values) else None
+            if (v < p.num_inputs or v in outputs or v not in own or info is None
+                    or info.offset is not None or info.into_input is not None):
+                continue
+            out.setdefault(k, []).append(v)
+        return {k: tuple(vs) for k, vs in out.items()}
+
+    def _drop(self, vids: tuple[int, ...], vals: list) -> None:
+        if self.release_arena:
+            for v in vids:
+                vals[v] = None
 
     def _release_arena(self, vid: int, vals: list) -> None:
         if self.release_arena and self._pool is None:

@@ -376,3 +376,78 @@ def test_backward_does_not_hold_earlier_layers_gradients_for_horizontal_fusion()
     check_fallbacks()
     bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
     assert bwd["planned_peak_bytes"] <= 2.5 * 2 ** 20, bwd["planned_peak_bytes"]
+
+
+class _LMHead(torch.nn.Module):
+    """An embedding and an LM head over a 4096-token vocabulary (a decoder's two largest
+    weights, 4 MiB each in f32)."""
+
+    def __init__(self, vocab=4096, dim=256):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids):
+        return self.head(torch.nn.functional.gelu(self.norm(self.embed(ids))))
+
+
+def _fresh_arenas():
+    """ember's CPU programs stop pooling their arenas: one per call, as on a GPU (what
+    benchmarks/train_memory.py --fresh-arena does)."""
+    import gc
+    from ember.runtime.executor import CompiledProgram
+    for obj in gc.get_objects():
+        if type(obj) is CompiledProgram:
+            obj._pool = None
+
+
+def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
+    """The arena is allocated for the whole call. Under bf16 autocast a backward begins with
+    the LM head's bf16 weight (recomputed from the f32 weight) and its bf16 weight gradient,
+    2 MiB each, which die before the f32 gradients are made; in the arena they stayed
+    allocated beside every gradient made after them (Llama small's backward: a 62.6 MB arena
+    beside the gradients at the step's peak). ember-buffer-reuse gives them allocations of
+    their own, freed after their last use (`own-min-bytes`), so the backward's arena is small
+    and the step's allocated peak drops by their bytes, to eager's (`own-min-bytes=-1`: as
+    before). Gradients are eager's either way."""
+    from ember.frontend.options import CompileOptions, default_pipeline
+    torch.manual_seed(0)
+    ref = _LMHead()
+    ids = torch.randint(0, 4096, (4, 32))
+    default = default_pipeline(CompileOptions(target="cpu"), "cpu")
+    assert "ember-buffer-reuse{print-plan=true}" in default
+
+    def step(fwd, m):
+        for p in m.parameters():
+            p.grad = None
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = fwd(ids).float().square().mean()
+        loss.backward()
+    step(ref, ref)
+    eager = _allocated_peak(lambda: step(ref, ref))
+    peaks, plans = {}, {}
+    for own in (True, False):
+        pipeline = default if own else default.replace(
+            "ember-buffer-reuse{print-plan=true}",
+            "ember-buffer-reuse{print-plan=true own-min-bytes=-1}")
+        model = copy.deepcopy(ref)
+        torch._dynamo.reset()
+        clear_reports()
+        f = torch.compile(model, backend="ember", options={"target": "cpu",
+                                                           "pipeline": pipeline})
+        step(f, model)
+        for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+            assert_close(p.grad, q.grad, tol=2e-2, what=f"grad {n}")
+        check_fallbacks()
+        plans[own] = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+        _fresh_arenas()
+        step(f, model)      # the first call without the pool allocates what a call allocates
+        peaks[own] = _allocated_peak(lambda: step(f, model))
+    own_bytes = sum(b["bytes"] for b in plans[True]["memory_plan"]["buffers"] if b.get("own"))
+    assert own_bytes >= 4 * 2 ** 20, plans[True]["memory_plan"]["buffers"]
+    assert not any(b.get("own") for b in plans[False]["memory_plan"]["buffers"])
+    assert plans[True]["planned_peak_bytes"] < 2 ** 20, plans[True]["planned_peak_bytes"]
+    assert plans[False]["planned_peak_bytes"] >= 4 * 2 ** 20, plans[False]["planned_peak_bytes"]
+    assert peaks[False] - peaks[True] >= 2 ** 20, (peaks, eager)
+    assert peaks[True] <= eager + 256 * 1024, (peaks, eager)
