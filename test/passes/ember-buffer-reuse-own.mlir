@@ -8,7 +8,7 @@
 // bytes while the returned values made later (%1, %3, %4: gradients) pile up beside it. Taken
 // out of the arena into an allocation of its own, freed after its last use, the call's peak is
 // 2560 bytes instead of 3328 (at op 4: the arena's 1024 beside the returned 2304). Only buffers of at
-// least `own-min-bytes` (default 1 MiB, so not these: ARENA) are tried, largest first, each
+// least `own-min-bytes` (1 MiB would not take these; the default, -1, takes none: ARENA) are tried, largest first, each
 // kept when the peak goes down, or stays while the arena shrinks by the buffer's bytes; a
 // buffer live until the arena's last use is not tried (%2: it would free nothing earlier).
 

@@ -417,6 +417,9 @@ def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
     ids = torch.randint(0, 4096, (4, 32))
     default = default_pipeline(CompileOptions(target="cpu"), "cpu")
     assert "ember-buffer-reuse{print-plan=true}" in default
+    # (off by default: passes/ember_buffer_reuse.py `own_min_bytes`)
+    on = default.replace("ember-buffer-reuse{print-plan=true}",
+                         "ember-buffer-reuse{print-plan=true own-min-bytes=1048576}")
 
     def step(fwd, m):
         for p in m.parameters():
@@ -428,7 +431,7 @@ def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
     eager = _allocated_peak(lambda: step(ref, ref))
     peaks, plans = {}, {}
     for own in (True, False):
-        pipeline = default if own else default.replace(
+        pipeline = on if own else default.replace(
             "ember-buffer-reuse{print-plan=true}",
             "ember-buffer-reuse{print-plan=true own-min-bytes=-1}")
         model = copy.deepcopy(ref)
