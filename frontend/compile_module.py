@@ -316,6 +316,24 @@ def _mark_donated(module, gm: fx.GraphModule, donate, reuse=(), calls=(), stride
         ARG_STRIDES.set(main, [list(s) for s in strided])
 
 
+def outline_library(gm: fx.GraphModule, library) -> tuple[fx.GraphModule, list, list]:
+    """`gm` with its `library` nodes outlined as calls (frontend/library_calls.py): (graph, the
+    calls, the strided library arguments), for compile_module. Library calls lose placement
+    kwargs too: the runtime calls them where their inputs are, and a layout or device would not
+    survive the trip through an attribute."""
+    from .library_calls import outline, strided_library_args
+    stripped = fx_prep.strip_placement(gm)
+    if stripped is not gm:
+        by_name = {n.name: n for n in stripped.graph.nodes}
+        library = {by_name[n.name] for n in library}
+        gm = stripped
+    strided = strided_library_args(gm, library) if library else []
+    calls = []
+    if library:
+        gm, calls = outline(gm, library)
+    return gm, calls, strided
+
+
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
                    dump: DebugDump, kind: str = "graph",
                    library=(), symbolic: bool = False,
@@ -326,24 +344,13 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     callable and the report fields it knows."""
     from ..runtime.cache import as_cache
     from ..runtime.executor import load
-    from .library_calls import outline, strided_library_args
     from .export_program import restore_signedness
 
     t_prep = time.perf_counter()
     outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
     out_dtypes = [getattr(n.meta.get("val"), "dtype", None) if isinstance(n, fx.Node) else None
                   for n in (outs if isinstance(outs, (tuple, list)) else (outs,))]
-    calls = []
-    # Library calls lose placement kwargs too: the runtime calls them where their inputs are,
-    # and a layout or device would not survive the trip through an attribute.
-    stripped = fx_prep.strip_placement(gm)
-    if stripped is not gm:
-        by_name = {n.name: n for n in stripped.graph.nodes}
-        library = {by_name[n.name] for n in library}
-        gm = stripped
-    strided = strided_library_args(gm, library) if library else []
-    if library:
-        gm, calls = outline(gm, library)
+    gm, calls, strided = outline_library(gm, library)
     # Wall seconds per stage (FX preparation, import, each pipeline element, export, build),
     # for the report.
     seconds: dict[str, float] = {"fx_prep": time.perf_counter() - t_prep}

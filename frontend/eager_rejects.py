@@ -74,6 +74,11 @@ class _TensorSpec:
     def key(self) -> tuple:
         return (self.dtype, self.device.type, len(self.shape))
 
+    def retyped(self, dtype: torch.dtype) -> "_TensorSpec":
+        spec = _TensorSpec.__new__(_TensorSpec)
+        spec.shape, spec.dtype, spec.device = self.shape, dtype, self.device
+        return spec
+
     def make(self, device=None, fill=0, dtype=None):
         shape = [_dim(d) for d in self.shape]
         return torch.full(shape, fill, dtype=dtype or self.dtype, device=device or self.device)
@@ -194,9 +199,7 @@ def _statistics_as_eager(op, args):
     for i in where[0]:
         stat = args[i]
         if isinstance(stat, _TensorSpec) and stat.dtype != weight.dtype:
-            spec = _TensorSpec.__new__(_TensorSpec)
-            spec.shape, spec.dtype, spec.device = stat.shape, weight.dtype, stat.device
-            out[i], changed = spec, True
+            out[i], changed = stat.retyped(weight.dtype), True
     return tuple(out) if changed else None
 
 

@@ -29,7 +29,7 @@ import re
 
 import torch.fx as fx
 
-from .compile_module import PipelineFailure, compile_module
+from .compile_module import PipelineFailure, compile_module, outline_library
 from .options import SPLIT_PASS, CompileOptions, default_pipeline
 from .report import compact_diagnostic
 
@@ -77,17 +77,7 @@ def blame_kernels(gm: fx.GraphModule, options: CompileOptions, target: str,
 def _compile_with_calls(gm: fx.GraphModule, pipeline: str, calls: set[fx.Node]) -> None:
     """compile_static's import + pipeline + export, with `calls` as library calls (no build,
     no cache)."""
-    from . import fx_prep
-    from .library_calls import outline, strided_library_args
-    stripped = fx_prep.strip_placement(gm)
-    if stripped is not gm:
-        by_name = {n.name: n for n in stripped.graph.nodes}
-        calls = {by_name[n.name] for n in calls}
-        gm = stripped
-    strided = strided_library_args(gm, calls) if calls else []
-    outlined = []
-    if calls:
-        gm, outlined = outline(gm, calls)
+    gm, outlined, strided = outline_library(gm, calls)
     compile_module(gm, pipeline, calls=outlined, strided=strided)
 
 

@@ -312,18 +312,16 @@ def _merge_totals(inner, outer, comb):
     """`inner` reduces partials [S2, S1, ...] over S2 into an identity fill, which `outer` then
     reduces over S1: one generic reducing both, into `outer`'s init. Returns it."""
     part = inner.inputs[0]
-    p_ty = ir.RankedTensorType(part.type)
     o_ty = ir.RankedTensorType(outer.results[0].type)
     rank = o_ty.rank
     ident = _affine(rank + 2, [ir.AffineDimExpr.get(i) for i in range(rank + 2)])
     drop = _affine(rank + 2, [ir.AffineDimExpr.get(i + 2) for i in range(rank)])
-    kind = op_name(comb) if op_name(comb) in COMBINERS else "arith.addf"
+    kind = op_name(comb)
     with ir.InsertionPoint(outer):
         merged = linalg.GenericOp([o_ty], [part], [outer.outputs[0]],
                                   ir.ArrayAttr.get([ident, drop]),
                                   _iters(["reduction", "reduction"] + ["parallel"] * rank))
-        acc_ty = o_ty.element_type
-        assert p_ty.element_type == acc_ty
+        acc_ty = o_ty.element_type     # the partials' type: both splits accumulate in it
         mb = merged.regions[0].blocks.append(acc_ty, acc_ty)
         with ir.InsertionPoint(mb):
             combined = ir.Operation.create(kind, results=[acc_ty],
