@@ -157,17 +157,26 @@ def _adaptive_avg_pool(decomp):
     return run
 
 
+def _core_decompositions() -> dict:
+    """torch's core ATen decompositions that are registered functions (not the
+    CompositeImplicitAutograd ops' own `decompose`, which `core_aten_decompositions()` adds by
+    walking every op namespace: 0.6 s at each process's first compile, for entries the
+    `_EXTRA` ops never take)."""
+    import torch._decomp as decomp
+    post_autograd = getattr(decomp, "_core_aten_decompositions_post_autograd", None)
+    return post_autograd() if post_autograd is not None else decomp.core_aten_decompositions()
+
+
 @functools.lru_cache(maxsize=2)
 def decomposition_table(exact_low_precision: bool = True) -> dict:
     """The ATen decompositions applied while AOTAutograd traces. With `exact_low_precision`,
     layer norm and erf-GELU of bf16/f16 tensors are not decomposed: they run as eager's kernels
     (library calls), since no fused reduction reproduces eager's summation order bit for bit and
     erf's last place depends on the CUDA math library eager was built with."""
-    from torch._decomp import core_aten_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     table = dict(get_decomposition_table())
-    core = core_aten_decompositions()
+    core = _core_decompositions()
     aten = torch.ops.aten
     for name in _EXTRA:
         packet = getattr(aten, name, None)
@@ -192,7 +201,9 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
     table.update(transformer_decompositions())  # nn.TransformerEncoderLayer's fast path
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
-    table[torch.ops.prims.fma.default] = lambda a, b, c: a * b + c
+    fma = getattr(torch.ops.prims, "fma", None)   # registered where Inductor's prims are loaded
+    if fma is not None:
+        table[fma.default] = lambda a, b, c: a * b + c
     table[aten.var_mean.correction] = _var_mean
     table[aten.gelu.default] = _gelu
     table[aten.pow.Tensor_Scalar] = _pow_scalar

@@ -193,3 +193,29 @@ def test_fuse_schedules_do_not_grow_with_layers(layers_ir):
         finally:
             kernel_schedule.KernelSchedule.__init__ = real_init
     assert built[4] <= built[2] + 2, built
+
+
+def test_decomposition_table_takes_core_entries_without_walking_every_op():
+    """The `_EXTRA` ops' decompositions are the core table's own (the same functions), taken
+    from its registered part: `core_aten_decompositions()` walks every op namespace for the
+    composite-implicit ops (0.6 s of each process's first compile). Built in a fresh process,
+    with no Inductor module loaded (prims.fma is then not registered), the table still builds."""
+    import subprocess
+    from torch._decomp import core_aten_decompositions
+    from ember.frontend import backend
+    core = core_aten_decompositions()
+    table = backend._core_decompositions()
+    aten = torch.ops.aten
+    ops = [getattr(getattr(aten, n), o) for n in backend._EXTRA if hasattr(aten, n)
+           for o in getattr(aten, n).overloads()]
+    taken = [op for op in ops if op in core]
+    assert taken, "no _EXTRA op is in the core table"
+    assert [op for op in ops if op in table] == taken
+    assert all(table[op] is core[op] for op in taken)
+    code = ("import sys, torch; from ember.frontend.backend import decomposition_table; "
+            "t = decomposition_table(True); "
+            "assert torch.ops.aten.native_batch_norm_backward.default in t; "
+            "assert not any(m.startswith('torch._inductor.') for m in sys.modules), "
+            "sorted(m for m in sys.modules if m.startswith('torch._inductor.'))[:5]")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
