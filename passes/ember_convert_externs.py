@@ -174,6 +174,14 @@ def _bias_epilogue(result):
     return bias, op
 
 
+def _mixed_narrow(op) -> bool:
+    """Whether a matmul reads two bf16/f16 operands of one type into an f32 accumulator
+    with no widening generic (torch-mlir's import of a low-precision `mm` / `bmm`)."""
+    a, b = (ir.RankedTensorType(v.type).element_type for v in op.operands[:2])
+    out = ir.RankedTensorType(op.results[0].type).element_type
+    return str(a) in externs._NARROW and a == b and isinstance(out, ir.F32Type)
+
+
 def _strip_transpose(value):
     src = _transposed_source(value)
     return (value, False) if src is None else (src, True)
@@ -228,7 +236,9 @@ class MatmulToExtern(Pattern):
                                   or not fill_is_zero(init)):
             # Only a plain product of two operands of one low precision reads them narrow.
             (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
-        narrow = na.type != a.type
+        # narrow: bf16/f16 operands into an f32 accumulator, widened by generics (torch-mlir's
+        # addmm) or read as they are (its mm / bmm: a mixed-type linalg op)
+        narrow = na.type != a.type or _mixed_narrow(op)
         a, b = na, nb
         if ta:
             params["transpose_a"] = ir.BoolAttr.get(True)

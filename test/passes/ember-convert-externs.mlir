@@ -221,3 +221,66 @@ func.func @conv_bias(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tenso
       ins(%x, %w : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) outs(%init : tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
   return %r : tensor<1x4x6x6xf32>
 }
+
+// -----
+
+// torch-mlir's bf16 `bmm` / `mm`: bf16 operands read into an f32 accumulator with no widening
+// generic, rounded back by a truncf generic. eager's own narrow call, bf16 result (cuBLAS
+// rounds once, as eager's call does), no f32 buffer and no rounding kernel.
+// CHECK-LABEL: func.func @bmm_bf16_mixed
+// CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.bmm", params = {}} : (tensor<2x4x3xbf16>, tensor<2x3x5xbf16>) -> tensor<2x4x5xbf16>
+// CHECK-NEXT:    return %[[R]]
+func.func @bmm_bf16_mixed(%a: tensor<2x4x3xbf16>, %b: tensor<2x3x5xbf16>) -> tensor<2x4x5xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x4x5xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<2x4x5xf32>) -> tensor<2x4x5xf32>
+  %m = linalg.batch_matmul ins(%a, %b : tensor<2x4x3xbf16>, tensor<2x3x5xbf16>) outs(%f : tensor<2x4x5xf32>) -> tensor<2x4x5xf32>
+  %n = tensor.empty() : tensor<2x4x5xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%m : tensor<2x4x5xf32>) outs(%n : tensor<2x4x5xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<2x4x5xbf16>
+  return %r : tensor<2x4x5xbf16>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @mm_bf16_mixed_transposed
+// CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<4x3xbf16>, tensor<5x3xbf16>) -> tensor<4x5xbf16>
+// CHECK-NEXT:    return %[[R]]
+func.func @mm_bf16_mixed_transposed(%a: tensor<4x3xbf16>, %w: tensor<5x3xbf16>) -> tensor<4x5xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<3x5xbf16>
+  %b = linalg.transpose ins(%w : tensor<5x3xbf16>) outs(%et : tensor<3x5xbf16>) permutation = [1, 0]
+  %e = tensor.empty() : tensor<4x5xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<4x3xbf16>, tensor<3x5xbf16>) outs(%f : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %n = tensor.empty() : tensor<4x5xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%m : tensor<4x5xf32>) outs(%n : tensor<4x5xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4x5xbf16>
+  return %r : tensor<4x5xbf16>
+}
+
+// -----
+
+// The same bf16 product read in f32 by something else than a rounding: the f32 accumulator
+// itself (mm's widening overload), no bias folded in.
+// CHECK-LABEL: func.func @mm_bf16_mixed_wide
+// CHECK:         "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {}} : (tensor<4x3xbf16>, tensor<3x5xbf16>) -> tensor<4x5xf32>
+// CHECK:         linalg.generic
+func.func @mm_bf16_mixed_wide(%a: tensor<4x3xbf16>, %b: tensor<3x5xbf16>, %c: tensor<5xf32>) -> tensor<4x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x5xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<4x3xbf16>, tensor<3x5xbf16>) outs(%f : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%m, %c : tensor<4x5xf32>, tensor<5xf32>) outs(%e : tensor<4x5xf32>) {
+  ^bb0(%in: f32, %in2: f32, %out: f32):
+    %s = arith.addf %in, %in2 : f32
+    linalg.yield %s : f32
+  } -> tensor<4x5xf32>
+  return %r : tensor<4x5xf32>
+}

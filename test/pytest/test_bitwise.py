@@ -185,3 +185,24 @@ def test_drop_visible_attention_masks_rewrite():
     assert masks[0] is None and masks[1] is not None and masks[2] is not None, masks
     out = gm(q, k, v, user)
     assert torch.allclose(out[0] if isinstance(out, (tuple, list)) else out, fn(q, k, v, user))
+
+
+def test_bf16_bmm_narrow_result(target, device, interpreted):
+    """torch-mlir imports a bf16 `mm` / `bmm` as a mixed-type matmul (bf16 operands, f32
+    accumulator) and a rounding generic: ember calls eager's bf16 GEMM with the bf16 result
+    (no f32 product written and read back, no rounding kernel), bit for bit eager's."""
+    b, s, d = (2, 8, 16) if interpreted else (6, 49, 32)
+    q, k, v = (_randn((b, s, d), device, i) for i in range(3))
+    w = _randn((d, d), device, 3)
+
+    def fn(q, k, v, w):
+        return ((q @ k.transpose(-2, -1)) @ v) @ w
+
+    with torch.no_grad():
+        ref = fn(q, k, v, w)
+        out = ember_compile(fn, target)(q, k, v, w)
+    check_fallbacks()
+    import ember
+    assert sum(r["num_kernels"] for r in ember.last_reports()) == 0, ember.last_reports()
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, ref), (out.double() - ref.double()).abs().max()
