@@ -34,8 +34,30 @@ from .ir_queries import is_reduction
 
 
 def _transposed_source(value):
-    """If `value` is a 2-D transpose of X (last two dims swapped), returns X."""
+    """If `value` is a 2-D transpose of X (last two dims swapped), returns X. Also through a
+    collapse of the leading dims after the transpose (torch's 4-D `k.transpose(-2, -1)`
+    viewed as 3-D for bmm): collapse(transpose(X)) is transpose(collapse(X)), and the new
+    collapse of X is returned; the transposed copy a kernel would write (its stores strided by
+    the last dim) is then no copy, or one in X's order."""
     op = defining_op(value)
+    if op is not None and op_name(op) == "tensor.collapse_shape":
+        groups = [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)]
+                  for g in ir.ArrayAttr(op.attributes["reassociation"])]
+        rank = ir.RankedTensorType(op.operands[0].type).rank
+        if rank < 3 or groups[-2:] != [[rank - 2], [rank - 1]]:
+            return None
+        src = _transposed_source(op.operands[0])
+        if src is None or defining_op(op.operands[0]) is None \
+                or op_name(defining_op(op.operands[0])) != "linalg.transpose":
+            return None
+        from torch_mlir.dialects import tensor
+        t = ir.RankedTensorType(value.type)
+        shape = list(t.shape[:-2]) + [t.shape[-1], t.shape[-2]]
+        if any(n == ir.ShapedType.get_dynamic_size() for n in shape):
+            return None     # (a dynamic collapse needs its sizes: left as it was)
+        with ir.InsertionPoint(op), op.location:
+            return tensor.CollapseShapeOp(ir.RankedTensorType.get(shape, t.element_type), src,
+                                          op.attributes["reassociation"]).result
     if op is None or op_name(op) != "linalg.transpose":
         return None
     perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
