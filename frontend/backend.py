@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .attention_masks import drop_visible_attention_masks
-from . import eager_rejects, saved_layouts
+from . import eager_rejects, saved_clones, saved_layouts
 from .compile import donated_backward_inputs, gc_paused, saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
@@ -340,13 +340,20 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             out = next(n for n in fx_gm.graph.nodes if n.op == "output").args[0]
             if kind == "forward":
                 graph.lent_outputs = saved_output_slice(len(out))
+                strides = None
                 if wrap is None and graph.lent_outputs is not None and \
                         saved_layouts.applies(fx_gm, opts, inputs):
                     strides = saved_layouts.lay_out_saved(fx_gm, graph.lent_outputs)
-                    if strides is not None:
-                        saved_layouts.report_output_strides(strides)
+                if wrap is None and graph.lent_outputs is not None:
+                    kept = saved_clones.keep_clone_layouts(fx_gm, graph.lent_outputs)
+                    if kept is not None:
+                        strides = kept if strides is None else \
+                            [s if k is None else k for s, k in zip(strides, kept)]
+                if strides is not None:
+                    saved_layouts.report_output_strides(strides)
             if kind == "backward":
                 saved_layouts.take_input_strides(fx_gm, inputs)
+                saved_clones.take_dense_input_strides(fx_gm, inputs)
             if kind == "backward" and isinstance(out, (list, tuple)):
                 graph.lent_outputs = range(len(out))     # gradients
                 if opts.donate_saved and wrap is None:

@@ -272,3 +272,50 @@ def test_one_window_stage_bf16_fast(target, device):
     with torch.no_grad():
         assert_close(f(x), m(x), tol=1e-2)
     _assert_no_fallback()
+
+
+class _Attention(nn.Module):
+    """Attention with 4-d matmuls, as swin_t writes it: `q @ k.transpose(-2, -1)`."""
+
+    def __init__(self, c=64, heads=2):
+        super().__init__()
+        self.qkv, self.heads = nn.Linear(c, 3 * c), heads
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        a = ((q * 0.25) @ k.transpose(-2, -1)).softmax(-1)
+        return (a @ v).transpose(1, 2).reshape(b, n, c)
+
+
+def _compiled_backward_node(out):
+    fn = out.grad_fn
+    while fn is not None and "Compiled" not in type(fn).__name__:
+        fn = fn.next_functions[0][0]
+    return fn
+
+
+@pytest.mark.targets("cpu", "cuda")
+def test_saved_transposed_clone_in_own_order(target, device):
+    """The contiguous copy of k^T that bmm's view needs, saved for the backward as k, is
+    written in k's own order (frontend/saved_clones.py): the backward gets k contiguous (eager
+    and main gave it a transposed view of a k^T copy, written by stores strided by k's last
+    dim), and the gradients are eager's."""
+    torch.manual_seed(0)
+    m = _Attention().to(device)
+    x = torch.randn(4, 49, 64, device=device, requires_grad=True)
+    ref = m(x)
+    ref.square().sum().backward()
+    gx, gw = x.grad.clone(), m.qkv.weight.grad.clone()
+    x.grad, m.qkv.weight.grad = None, None
+    out = _compile(m, target)(x)
+    saved = _compiled_backward_node(out).saved_tensors
+    ks = [t for t in saved if tuple(t.shape) == (8, 49, 32)]
+    assert ks and all(t.is_contiguous() for t in ks), [(t.shape, t.stride()) for t in saved]
+    out.square().sum().backward()
+    assert_close(out, ref)
+    assert_close(x.grad, gx, what="x")
+    assert_close(m.qkv.weight.grad, gw, what="qkv.weight")
+    _assert_no_fallback()
+
