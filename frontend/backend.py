@@ -17,11 +17,11 @@ from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
-from .scatter_decomp import scatter_decompositions
+from .scatter_decomp import dense_index_put_decompositions, scatter_decompositions
 from .special_decomp import special_decompositions
 from .transformer_decomp import transformer_decompositions
 from .reduction_decomp import table as reduction_table
-from .options import CompileOptions
+from .options import CompileOptions, resolve_target
 from .report import describe_error, new_graph_id, record, warn_once
 
 # Backward (and a few forward) ops torch-mlir's table leaves alone; torch's core-ATen
@@ -158,11 +158,12 @@ def _adaptive_avg_pool(decomp):
 
 
 @functools.lru_cache(maxsize=2)
-def decomposition_table(exact_low_precision: bool = True) -> dict:
+def decomposition_table(exact_low_precision: bool = True, gpu: bool = False) -> dict:
     """The ATen decompositions applied while AOTAutograd traces. With `exact_low_precision`,
     layer norm and erf-GELU of bf16/f16 tensors are not decomposed: they run as eager's kernels
     (library calls), since no fused reduction reproduces eager's summation order bit for bit and
-    erf's last place depends on the CUDA math library eager was built with."""
+    erf's last place depends on the CUDA math library eager was built with. `gpu`: for a GPU
+    code generator (scatter_decomp.dense_index_put_decompositions)."""
     from torch._decomp import core_aten_decompositions
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
@@ -210,6 +211,8 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
         packet = getattr(aten, name, None)
         for overload in (packet.overloads() if packet is not None else ()):
             table.pop(getattr(packet, overload), None)
+    if gpu:     # an accumulating index_put as a reduction (its GPU kernel sorts first)
+        table.update(dense_index_put_decompositions())
     # An op eager's kernel rejects for its dtypes is not decomposed (eager_rejects.guard): it
     # stays in the graph, which then runs eagerly and raises eager's error. A decomposed op's
     # results keep the op's own layout (decomp_layouts).
@@ -366,7 +369,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
     try:
         drop_visible_attention_masks(gm)
-        decomps = decomposition_table(opts.exact_low_precision)
+        devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]
+        decomps = decomposition_table(
+            opts.exact_low_precision,
+            gpu=resolve_target(opts.target, devices) in ("cuda", "rocm", "triton"))
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = _partition_recomputing_casts
