@@ -129,7 +129,14 @@ def keep_clone_layouts(gm: fx.GraphModule, saved: range) -> list | None:
         with mode if mode is not None else nullcontext():
             physical = aten.clone.default(src.permute(perm), memory_format=torch.contiguous_format)
             node.meta["val"] = physical.permute(inv)
-        if not _repropagate(views):
+        # every saved value it reaches comes out no less contiguous (one saved as the clone
+        # itself, or a view of it in the clone's order, would come to the backward strided,
+        # and be copied there), and one of them more
+        reached = [(v, old.get(v, val)) for v in [node, *views] if v in saved_nodes]
+        if not _repropagate(views) or any(
+                ov.is_contiguous() and not v.meta["val"].is_contiguous() for v, ov in reached) \
+                or not any(v.meta["val"].is_contiguous() and not ov.is_contiguous()
+                           for v, ov in reached):
             node.meta["val"] = val
             for v, ov in old.items():
                 v.meta["val"] = ov
