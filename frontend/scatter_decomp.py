@@ -130,6 +130,7 @@ def _index_put_dense(self, indices, values, accumulate=False):
             or tuple(values.shape) != (idx.shape[0], *self.shape[1:]):
         return NotImplemented
     rows, n = self.shape[0], idx.shape[0]
+    idx = idx.to(torch.int64)   # (an int32 gather index does not import)
     rest = 1
     for d in self.shape[1:]:
         rest *= d

@@ -348,3 +348,21 @@ def test_relative_bias_backward_dense(target, device, interpreted):
         assert "aten.index_put.default" in calls, calls
     else:
         assert "aten.index_put.default" not in calls, calls
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_index_put_accumulate_dense(target, device, dtype):
+    """index_put(accumulate=True) of a 1-d int64 / int32 index (negative ones wrapping) into a
+    tensor that is not zeros, 1-d to 3-d: compiled with no eager part, eager's values."""
+    torch.manual_seed(0)
+
+    def fn(s, i, v):
+        return torch.index_put(s * 2, (i,), v * 3, accumulate=True)
+
+    for shape, n in (((7,), 20), ((4, 2, 3), 9)):
+        s = torch.randn(*shape, device=device)
+        i = torch.randint(-shape[0], shape[0], (n,), dtype=dtype, device=device)
+        v = torch.randn(n, *shape[1:], device=device)
+        out = _compile(fn, target)(s, i, v)
+        assert_close(out, fn(s, i, v))
+        _assert_no_fallback()
