@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from .attention_masks import drop_visible_attention_masks
-from . import eager_rejects, saved_layouts
+from . import eager_rejects, saved_clones, saved_layouts
 from .compile import donated_backward_inputs, gc_paused, saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
@@ -17,11 +17,11 @@ from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
-from .scatter_decomp import scatter_decompositions
+from .scatter_decomp import dense_index_put_decompositions, scatter_decompositions
 from .special_decomp import special_decompositions
 from .transformer_decomp import transformer_decompositions
 from .reduction_decomp import table as reduction_table
-from .options import CompileOptions
+from .options import CompileOptions, resolve_target
 from .report import describe_error, new_graph_id, record, warn_once
 
 # Backward (and a few forward) ops torch-mlir's table leaves alone; torch's core-ATen
@@ -168,11 +168,12 @@ def _core_decompositions() -> dict:
 
 
 @functools.lru_cache(maxsize=2)
-def decomposition_table(exact_low_precision: bool = True) -> dict:
+def decomposition_table(exact_low_precision: bool = True, gpu: bool = False) -> dict:
     """The ATen decompositions applied while AOTAutograd traces. With `exact_low_precision`,
     layer norm and erf-GELU of bf16/f16 tensors are not decomposed: they run as eager's kernels
     (library calls), since no fused reduction reproduces eager's summation order bit for bit and
-    erf's last place depends on the CUDA math library eager was built with."""
+    erf's last place depends on the CUDA math library eager was built with. `gpu`: for a GPU
+    code generator (scatter_decomp.dense_index_put_decompositions)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
     table = dict(get_decomposition_table())
@@ -221,6 +222,8 @@ def decomposition_table(exact_low_precision: bool = True) -> dict:
         packet = getattr(aten, name, None)
         for overload in (packet.overloads() if packet is not None else ()):
             table.pop(getattr(packet, overload), None)
+    if gpu:     # an accumulating index_put as a reduction (its GPU kernel sorts first)
+        table.update(dense_index_put_decompositions())
     # An op eager's kernel rejects for its dtypes is not decomposed (eager_rejects.guard): it
     # stays in the graph, which then runs eagerly and raises eager's error. A decomposed op's
     # results keep the op's own layout (decomp_layouts).
@@ -351,13 +354,20 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             out = next(n for n in fx_gm.graph.nodes if n.op == "output").args[0]
             if kind == "forward":
                 graph.lent_outputs = saved_output_slice(len(out))
+                strides = None
                 if wrap is None and graph.lent_outputs is not None and \
                         saved_layouts.applies(fx_gm, opts, inputs):
                     strides = saved_layouts.lay_out_saved(fx_gm, graph.lent_outputs)
-                    if strides is not None:
-                        saved_layouts.report_output_strides(strides)
+                if wrap is None and graph.lent_outputs is not None:
+                    kept = saved_clones.keep_clone_layouts(fx_gm, graph.lent_outputs)
+                    if kept is not None:
+                        strides = kept if strides is None else \
+                            [s if k is None else k for s, k in zip(strides, kept)]
+                if strides is not None:
+                    saved_layouts.report_output_strides(strides)
             if kind == "backward":
                 saved_layouts.take_input_strides(fx_gm, inputs)
+                saved_clones.take_dense_input_strides(fx_gm, inputs)
             if kind == "backward" and isinstance(out, (list, tuple)):
                 graph.lent_outputs = range(len(out))     # gradients
                 if opts.donate_saved and wrap is None:
@@ -370,7 +380,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
     try:
         drop_visible_attention_masks(gm)
-        decomps = decomposition_table(opts.exact_low_precision)
+        devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]
+        decomps = decomposition_table(
+            opts.exact_low_precision,
+            gpu=resolve_target(opts.target, devices) in ("cuda", "rocm", "triton"))
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = _partition_recomputing_casts

@@ -105,6 +105,49 @@ def _embedding_backward(grad, indices, num_weights, padding_idx, scale_grad_by_f
     return out.to(grad.dtype)
 
 
+# rows x indices x the rest at most: the one-hot reduction's work, next to a GPU's sort-based
+# index_put (radix sort passes, then a kernel per run of duplicates) a few microseconds
+DENSE_INDEX_PUT_MAX = 1 << 24
+
+
+def _index_put_dense(self, indices, values, accumulate=False):
+    """`index_put(self, [idx], values, accumulate=True)` of one 1-d index into dim 0 (the
+    backward of `table[idx]`: swin_t's relative-position bias, 2401 positions into 169 rows) as
+    one reduction: `self + sum_i where(idx[i] == r, values[i], 0)` over r, which fuses into one
+    generated kernel. On a GPU, eager's kernel sorts the indices first (several library kernels
+    a call). f32/f64 only: a 16-bit accumulation rounds after each add in eager's order, which a
+    reduction does not follow; the sum's order differs from eager's sequential one by f32
+    rounding. Negative indices wrap, as index_put's do; an index out of range still raises
+    (the wrapped indices are read through a gather of `arange(rows)`, which checks them)."""
+    if not accumulate or len(indices) != 1 or indices[0] is None:
+        return NotImplemented
+    idx = indices[0]
+    if idx.dtype not in (torch.int64, torch.int32) or idx.dim() != 1 \
+            or self.dtype not in (torch.float32, torch.float64) or values.dtype != self.dtype:
+        return NotImplemented
+    shape = [*self.shape, *values.shape, idx.shape[0]]
+    if not all(isinstance(n, int) for n in shape) or self.dim() < 1 \
+            or tuple(values.shape) != (idx.shape[0], *self.shape[1:]):
+        return NotImplemented
+    rows, n = self.shape[0], idx.shape[0]
+    idx = idx.to(torch.int64)   # (an int32 gather index does not import)
+    rest = 1
+    for d in self.shape[1:]:
+        rest *= d
+    if rows * n * rest > DENSE_INDEX_PUT_MAX or n == 0:
+        return NotImplemented
+    row = torch.arange(rows, device=idx.device, dtype=idx.dtype)
+    wrapped = row[torch.where(idx < 0, idx + rows, idx)]
+    hit = (wrapped.unsqueeze(0) == row.unsqueeze(1)).reshape(rows, n, *([1] * (self.dim() - 1)))
+    return self + torch.where(hit, values.unsqueeze(0), 0).sum(1)
+
+
+def dense_index_put_decompositions() -> dict:
+    """For GPU code generators only: on the CPU eager's index_put is a loop of adds, cheaper
+    than a one-hot reduction."""
+    return {aten.index_put.default: _index_put_dense}
+
+
 def scatter_decompositions() -> dict:
     return {aten.embedding_dense_backward.default: _embedding_backward,
             aten.slice_scatter.default: _slice_scatter,

@@ -34,8 +34,30 @@ from .ir_queries import is_reduction
 
 
 def _transposed_source(value):
-    """If `value` is a 2-D transpose of X (last two dims swapped), returns X."""
+    """If `value` is a 2-D transpose of X (last two dims swapped), returns X. Also through a
+    collapse of the leading dims after the transpose (torch's 4-D `k.transpose(-2, -1)`
+    viewed as 3-D for bmm): collapse(transpose(X)) is transpose(collapse(X)), and the new
+    collapse of X is returned; the transposed copy a kernel would write (its stores strided by
+    the last dim) is then no copy, or one in X's order."""
     op = defining_op(value)
+    if op is not None and op_name(op) == "tensor.collapse_shape":
+        groups = [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)]
+                  for g in ir.ArrayAttr(op.attributes["reassociation"])]
+        rank = ir.RankedTensorType(op.operands[0].type).rank
+        if rank < 3 or groups[-2:] != [[rank - 2], [rank - 1]]:
+            return None
+        src = _transposed_source(op.operands[0])
+        if src is None or defining_op(op.operands[0]) is None \
+                or op_name(defining_op(op.operands[0])) != "linalg.transpose":
+            return None
+        from torch_mlir.dialects import tensor
+        t = ir.RankedTensorType(value.type)
+        shape = list(t.shape[:-2]) + [t.shape[-1], t.shape[-2]]
+        if any(n == ir.ShapedType.get_dynamic_size() for n in shape):
+            return None     # (a dynamic collapse needs its sizes: left as it was)
+        with ir.InsertionPoint(op), op.location:
+            return tensor.CollapseShapeOp(ir.RankedTensorType.get(shape, t.element_type), src,
+                                          op.attributes["reassociation"]).result
     if op is None or op_name(op) != "linalg.transpose":
         return None
     perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
@@ -174,6 +196,14 @@ def _bias_epilogue(result):
     return bias, op
 
 
+def _mixed_narrow(op) -> bool:
+    """Whether a matmul reads two bf16/f16 operands of one type into an f32 accumulator
+    with no widening generic (torch-mlir's import of a low-precision `mm` / `bmm`)."""
+    a, b = (ir.RankedTensorType(v.type).element_type for v in op.operands[:2])
+    out = ir.RankedTensorType(op.results[0].type).element_type
+    return str(a) in externs._NARROW and a == b and isinstance(out, ir.F32Type)
+
+
 def _strip_transpose(value):
     src = _transposed_source(value)
     return (value, False) if src is None else (src, True)
@@ -228,7 +258,9 @@ class MatmulToExtern(Pattern):
                                   or not fill_is_zero(init)):
             # Only a plain product of two operands of one low precision reads them narrow.
             (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
-        narrow = na.type != a.type
+        # narrow: bf16/f16 operands into an f32 accumulator, widened by generics (torch-mlir's
+        # addmm) or read as they are (its mm / bmm: a mixed-type linalg op)
+        narrow = na.type != a.type or _mixed_narrow(op)
         a, b = na, nb
         if ta:
             params["transpose_a"] = ir.BoolAttr.get(True)

@@ -221,3 +221,109 @@ func.func @conv_bias(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tenso
       ins(%x, %w : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) outs(%init : tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
   return %r : tensor<1x4x6x6xf32>
 }
+
+// -----
+
+// torch-mlir's bf16 `bmm` / `mm`: bf16 operands read into an f32 accumulator with no widening
+// generic, rounded back by a truncf generic. eager's own narrow call, bf16 result (cuBLAS
+// rounds once, as eager's call does), no f32 buffer and no rounding kernel.
+// CHECK-LABEL: func.func @bmm_bf16_mixed
+// CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.bmm", params = {}} : (tensor<2x4x3xbf16>, tensor<2x3x5xbf16>) -> tensor<2x4x5xbf16>
+// CHECK-NEXT:    return %[[R]]
+func.func @bmm_bf16_mixed(%a: tensor<2x4x3xbf16>, %b: tensor<2x3x5xbf16>) -> tensor<2x4x5xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<2x4x5xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<2x4x5xf32>) -> tensor<2x4x5xf32>
+  %m = linalg.batch_matmul ins(%a, %b : tensor<2x4x3xbf16>, tensor<2x3x5xbf16>) outs(%f : tensor<2x4x5xf32>) -> tensor<2x4x5xf32>
+  %n = tensor.empty() : tensor<2x4x5xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%m : tensor<2x4x5xf32>) outs(%n : tensor<2x4x5xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<2x4x5xbf16>
+  return %r : tensor<2x4x5xbf16>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @mm_bf16_mixed_transposed
+// CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<4x3xbf16>, tensor<5x3xbf16>) -> tensor<4x5xbf16>
+// CHECK-NEXT:    return %[[R]]
+func.func @mm_bf16_mixed_transposed(%a: tensor<4x3xbf16>, %w: tensor<5x3xbf16>) -> tensor<4x5xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<3x5xbf16>
+  %b = linalg.transpose ins(%w : tensor<5x3xbf16>) outs(%et : tensor<3x5xbf16>) permutation = [1, 0]
+  %e = tensor.empty() : tensor<4x5xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<4x3xbf16>, tensor<3x5xbf16>) outs(%f : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %n = tensor.empty() : tensor<4x5xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%m : tensor<4x5xf32>) outs(%n : tensor<4x5xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<4x5xbf16>
+  return %r : tensor<4x5xbf16>
+}
+
+// -----
+
+// The same bf16 product read in f32 by something else than a rounding: the f32 accumulator
+// itself (mm's widening overload), no bias folded in.
+// CHECK-LABEL: func.func @mm_bf16_mixed_wide
+// CHECK:         "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {}} : (tensor<4x3xbf16>, tensor<3x5xbf16>) -> tensor<4x5xf32>
+// CHECK:         linalg.generic
+func.func @mm_bf16_mixed_wide(%a: tensor<4x3xbf16>, %b: tensor<3x5xbf16>, %c: tensor<5xf32>) -> tensor<4x5xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x5xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %m = linalg.matmul ins(%a, %b : tensor<4x3xbf16>, tensor<3x5xbf16>) outs(%f : tensor<4x5xf32>) -> tensor<4x5xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%m, %c : tensor<4x5xf32>, tensor<5xf32>) outs(%e : tensor<4x5xf32>) {
+  ^bb0(%in: f32, %in2: f32, %out: f32):
+    %s = arith.addf %in, %in2 : f32
+    linalg.yield %s : f32
+  } -> tensor<4x5xf32>
+  return %r : tensor<4x5xf32>
+}
+
+// -----
+
+// torch's 4-D `q @ k.transpose(-2, -1)` viewed as 3-D for bmm: the collapse of the leading
+// dims after the transpose is a collapse of k itself, read transposed by the call (no
+// transposed copy of k, whose stores would be strided by its last dim).
+// CHECK-LABEL: func.func @bmm_collapsed_transpose
+// CHECK-NEXT:    %[[K:.*]] = tensor.collapse_shape %arg1 {{\[\[}}0, 1], [2], [3]] : tensor<2x3x4x8xbf16> into tensor<6x4x8xbf16>
+// CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg0, %[[K]]) {callee = "aten.bmm", params = {transpose_b = true}} : (tensor<6x4x8xbf16>, tensor<6x4x8xbf16>) -> tensor<6x4x4xbf16>
+// CHECK-NEXT:    return %[[R]]
+func.func @bmm_collapsed_transpose(%q: tensor<6x4x8xbf16>, %k: tensor<2x3x4x8xbf16>) -> tensor<6x4x4xbf16> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<2x3x8x4xbf16>
+  %kt = linalg.transpose ins(%k : tensor<2x3x4x8xbf16>) outs(%et : tensor<2x3x8x4xbf16>) permutation = [0, 1, 3, 2]
+  %b = tensor.collapse_shape %kt [[0, 1], [2], [3]] : tensor<2x3x8x4xbf16> into tensor<6x8x4xbf16>
+  %e = tensor.empty() : tensor<6x4x4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<6x4x4xf32>) -> tensor<6x4x4xf32>
+  %m = linalg.batch_matmul ins(%q, %b : tensor<6x4x8xbf16>, tensor<6x8x4xbf16>) outs(%f : tensor<6x4x4xf32>) -> tensor<6x4x4xf32>
+  %n = tensor.empty() : tensor<6x4x4xbf16>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]} ins(%m : tensor<6x4x4xf32>) outs(%n : tensor<6x4x4xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<6x4x4xbf16>
+  return %r : tensor<6x4x4xbf16>
+}
+
+// -----
+
+// A collapse that merges one of the transposed dims is not a transpose of a collapse: kept.
+// CHECK-LABEL: func.func @bmm_collapse_merges_transposed
+// CHECK:         linalg.transpose
+// CHECK:         "ember.extern"(%arg0, %{{.*}}) {callee = "aten.bmm", params = {}}
+func.func @bmm_collapse_merges_transposed(%q: tensor<2x4x24xf32>, %k: tensor<2x4x3x8xf32>) -> tensor<2x4x4xf32> {
+  %zero = arith.constant 0.0 : f32
+  %et = tensor.empty() : tensor<2x3x8x4xf32>
+  %kt = linalg.transpose ins(%k : tensor<2x4x3x8xf32>) outs(%et : tensor<2x3x8x4xf32>) permutation = [0, 2, 3, 1]
+  %b = tensor.collapse_shape %kt [[0], [1, 2], [3]] : tensor<2x3x8x4xf32> into tensor<2x24x4xf32>
+  %e = tensor.empty() : tensor<2x4x4xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  %m = linalg.batch_matmul ins(%q, %b : tensor<2x4x24xf32>, tensor<2x24x4xf32>) outs(%f : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  return %m : tensor<2x4x4xf32>
+}

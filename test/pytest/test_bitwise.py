@@ -185,3 +185,42 @@ def test_drop_visible_attention_masks_rewrite():
     assert masks[0] is None and masks[1] is not None and masks[2] is not None, masks
     out = gm(q, k, v, user)
     assert torch.allclose(out[0] if isinstance(out, (tuple, list)) else out, fn(q, k, v, user))
+
+
+def test_bf16_bmm_narrow_result(target, device, interpreted):
+    """torch-mlir imports a bf16 `mm` / `bmm` as a mixed-type matmul (bf16 operands, f32
+    accumulator) and a rounding generic: ember calls eager's bf16 GEMM with the bf16 result
+    (no f32 product written and read back, no rounding kernel), bit for bit eager's."""
+    b, s, d = (2, 8, 16) if interpreted else (6, 49, 32)
+    q, k, v = (_randn((b, s, d), device, i) for i in range(3))
+    w = _randn((d, d), device, 3)
+
+    def fn(q, k, v, w):
+        return ((q @ k.transpose(-2, -1)) @ v) @ w
+
+    with torch.no_grad():
+        ref = fn(q, k, v, w)
+        out = ember_compile(fn, target)(q, k, v, w)
+    check_fallbacks()
+    import ember
+    assert sum(r["num_kernels"] for r in ember.last_reports()) == 0, ember.last_reports()
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, ref), (out.double() - ref.double()).abs().max()
+
+
+def test_bf16_4d_attention_scores_bitwise(target, device, interpreted):
+    """`q @ k.transpose(-2, -1)` of 4-d bf16 heads (swin_t's attention): ember's bmm reads k
+    transposed (no transposed copy of k) and the result is still eager's, bit for bit (on a
+    GPU: cuBLAS given k as a transposed operand, where eager hands it a contiguous k^T)."""
+    b, n, h, d = (2, 8, 2, 16) if interpreted else (8, 49, 3, 32)
+    qkv = _randn((b, n, 3, h, d), device, 0).permute(2, 0, 3, 1, 4)
+
+    def fn(qkv):
+        q, k = qkv[0], qkv[1]
+        return (q * 0.25) @ k.transpose(-2, -1)
+
+    with torch.no_grad():
+        ref = fn(qkv)
+        out = ember_compile(fn, target)(qkv)
+    check_fallbacks()
+    assert torch.equal(out, ref), (out.double() - ref.double()).abs().max()

@@ -272,3 +272,97 @@ def test_one_window_stage_bf16_fast(target, device):
     with torch.no_grad():
         assert_close(f(x), m(x), tol=1e-2)
     _assert_no_fallback()
+
+
+class _Attention(nn.Module):
+    """Attention with 4-d matmuls, as swin_t writes it: `q @ k.transpose(-2, -1)`."""
+
+    def __init__(self, c=64, heads=2):
+        super().__init__()
+        self.qkv, self.heads = nn.Linear(c, 3 * c), heads
+
+    def forward(self, x):
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        a = ((q * 0.25) @ k.transpose(-2, -1)).softmax(-1)
+        return (a @ v).transpose(1, 2).reshape(b, n, c)
+
+
+def _compiled_backward_node(out):
+    fn = out.grad_fn
+    while fn is not None and "Compiled" not in type(fn).__name__:
+        fn = fn.next_functions[0][0]
+    return fn
+
+
+@pytest.mark.targets("cpu", "cuda")
+def test_saved_transposed_clone_in_own_order(target, device):
+    """The contiguous copy of k^T that bmm's view needs, saved for the backward as k, is
+    written in k's own order (frontend/saved_clones.py): the backward gets k contiguous (eager
+    and main gave it a transposed view of a k^T copy, written by stores strided by k's last
+    dim), and the gradients are eager's."""
+    torch.manual_seed(0)
+    m = _Attention().to(device)
+    x = torch.randn(4, 49, 64, device=device, requires_grad=True)
+    ref = m(x)
+    ref.square().sum().backward()
+    gx, gw = x.grad.clone(), m.qkv.weight.grad.clone()
+    x.grad, m.qkv.weight.grad = None, None
+    out = _compile(m, target)(x)
+    saved = _compiled_backward_node(out).saved_tensors
+    ks = [t for t in saved if tuple(t.shape) == (8, 49, 32)]
+    assert ks and all(t.is_contiguous() for t in ks), [(t.shape, t.stride()) for t in saved]
+    out.square().sum().backward()
+    assert_close(out, ref)
+    assert_close(x.grad, gx, what="x")
+    assert_close(m.qkv.weight.grad, gw, what="qkv.weight")
+    _assert_no_fallback()
+
+
+def test_relative_bias_backward_dense(target, device, interpreted):
+    """The backward of the relative-position-bias gather (`index_put(accumulate=True)` of 2401
+    positions into 169 rows, negative indices wrapping) is one reduction on a GPU code
+    generator, no library call (eager's GPU kernel sorts the indices first); on the CPU,
+    eager's loop of adds stays. Gradients within f32 rounding of eager's."""
+    torch.manual_seed(0)
+    ws, heads = (3, 2) if interpreted else (7, 6)
+    rows, n = (2 * ws - 1) ** 2, ws ** 4
+    table = torch.randn(rows, heads, device=device, requires_grad=True)
+    idx = torch.randint(0, rows, (n,), device=device)
+    idx[::5] -= rows    # negative: index_put wraps them
+    w = torch.randn(heads, ws * ws, ws * ws, device=device)
+
+    def fn(t, i):
+        bias = t[i].view(ws * ws, ws * ws, heads).permute(2, 0, 1)
+        return (bias * w).sum()
+
+    fn(table, idx).backward()
+    ref = table.grad.clone()
+    table.grad = None
+    _compile(fn, target)(table, idx).backward()
+    assert_close(table.grad, ref, what="table grad")
+    _assert_no_fallback()
+    calls = [c for r in ember.last_reports() for c in r.get("library_calls") or []]
+    if target == "cpu":
+        assert "aten.index_put.default" in calls, calls
+    else:
+        assert "aten.index_put.default" not in calls, calls
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_index_put_accumulate_dense(target, device, dtype):
+    """index_put(accumulate=True) of a 1-d int64 / int32 index (negative ones wrapping) into a
+    tensor that is not zeros, 1-d to 3-d: compiled with no eager part, eager's values."""
+    torch.manual_seed(0)
+
+    def fn(s, i, v):
+        return torch.index_put(s * 2, (i,), v * 3, accumulate=True)
+
+    for shape, n in (((7,), 20), ((4, 2, 3), 9)):
+        s = torch.randn(*shape, device=device)
+        i = torch.randint(-shape[0], shape[0], (n,), dtype=dtype, device=device)
+        v = torch.randn(n, *shape[1:], device=device)
+        out = _compile(fn, target)(s, i, v)
+        assert_close(out, fn(s, i, v))
+        _assert_no_fallback()
