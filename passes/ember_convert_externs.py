@@ -174,6 +174,18 @@ def _bias_epilogue(result):
     return bias, op
 
 
+def _narrow_product(a, b, result) -> bool:
+    """Operands already bf16/f16 (of one type) and an f32 result: torch-mlir's import of
+    eager's narrow `mm` when neither operand needed a widening (a backward's input gradient,
+    `grad @ w`, whose operands are bf16 values as they come). Like a widened product, it is
+    eager's narrow call when the f32 result is only rounded back (`_narrow_epilogue`): cuBLAS
+    writes the bf16 result itself, which a strided library call can read as a view."""
+    def elem(v):
+        return ir.RankedTensorType(v.type).element_type
+    return str(elem(a)) in externs._NARROW and elem(a) == elem(b) \
+        and isinstance(elem(result), ir.F32Type)
+
+
 def _strip_transpose(value):
     src = _transposed_source(value)
     return (value, False) if src is None else (src, True)
@@ -228,7 +240,7 @@ class MatmulToExtern(Pattern):
                                   or not fill_is_zero(init)):
             # Only a plain product of two operands of one low precision reads them narrow.
             (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
-        narrow = na.type != a.type
+        narrow = na.type != a.type or _narrow_product(na, nb, op.results[0])
         a, b = na, nb
         if ta:
             params["transpose_a"] = ir.BoolAttr.get(True)
