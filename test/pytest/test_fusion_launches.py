@@ -260,3 +260,30 @@ def test_bias_add_of_a_widened_bf16_product_stays_an_add(target, device):
     check_fallbacks()
     (report,) = ember.last_reports()
     assert report["num_kernels"] == 1, report["fused_groups"]
+
+
+def _attention_block(x, w_qkv, w_o):
+    """bf16 self-attention as GPT-2 computes it: one projection split into q, k, v, a causal
+    attention, the heads merged and projected."""
+    b, s, d = x.shape
+    q, k, v = (x @ w_qkv).split(d, dim=-1)
+    q, k, v = (t.reshape(b, s, 2, d // 2).transpose(1, 2) for t in (q, k, v))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return o.transpose(1, 2).reshape(b, s, d) @ w_o
+
+
+def test_input_gradient_of_a_bf16_product_is_read_as_a_view(target, device):
+    """The backward's `grad @ w_o.T` of bf16 operands, rounded back to bf16, is eager's bf16
+    aten.mm (ember-convert-externs `_narrow_product`), and the attention backward reads the
+    incoming gradient as a transposed view of its buffer. Before, the product was an f32 mm
+    whose rounding and transpose were a copy kernel of their own (one launch a layer in GPT-2's
+    bf16 training). Gradients are eager's bit for bit (the same library calls; the f32 product
+    rounded after differed from eager's bf16 mm by 1e-5 on the CPU)."""
+    args = [_randn((2, 8, 16)).to(torch.bfloat16), (_randn((16, 48), 1) / 4).to(torch.bfloat16),
+            (_randn((16, 16), 2) / 4).to(torch.bfloat16)]
+    reports = _fwd_bwd(_attention_block, args, target, device, tol=1e-12)   # exact
+    bwd = reports["backward"]
+    # the product's rounding (a convert) is cuBLAS's; left: the copy of q/k/v's gradients into
+    # one buffer, and on the CPU the transpose of the saved logsumexp
+    assert not any("convert" in g for g in bwd["fused_groups"]), bwd["fused_groups"]
+    assert len(bwd["fused_groups"]) <= 2, bwd["fused_groups"]
