@@ -37,7 +37,7 @@ import bisect
 import dataclasses
 
 from torch_mlir import ir, passmanager
-from torch_mlir.dialects import func
+from torch_mlir.dialects import func, tensor
 
 from ..dialects.contract import DONATED_ARGS, EXTERN_OP, KERNEL, OPS, RESULT_DIMS, is_kernel
 from . import fusion_legality, remarks
@@ -221,32 +221,44 @@ class EmberFuse(Pass):
         # legality verdicts by group structure (repeated layers repeat their candidates)
         memo = fusion_legality.RefusalMemo(self.fuse_reductions, self.target)
         refused = {}        # (producer, consumer) node indices -> (category, detail)
-        for _, a, b in edges:
+
+        def try_merge(a, b):
             ga, gb = find(a), find(b)
             if ga == gb:
-                continue
+                return
             merged = sorted(members[ga] + members[gb], key=lambda o: index[o])
             compute = [o for o in merged if op_name(o) not in VIEW_OPS]
             if len(compute) > self.max_group_size:
                 refused[a, b] = (fusion_legality.TOO_LARGE, f"{len(compute)} ops > "
                                  f"max-group-size={self.max_group_size}")
-                continue
+                return
             via = reaches(ga, gb)
             if via is None:
                 via = reaches(gb, ga)
             if via is not None:
                 refused[a, b] = (fusion_legality.CYCLE, f"a path between them goes through "
                                  f"'{_tag(block_ops[via])}' outside both kernels")
-                continue
+                return
             why = memo.refusal(merged)
             if why is not None:
                 refused[a, b] = why
-                continue
+                return
+            refused.pop((a, b), None)
             parent[gb] = ga
             members[ga] = merged
             del members[gb]
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
             respan(ga, [gb])
+
+        for _, a, b in edges:
+            try_merge(a, b)
+        # A producer refused by a reshape view it feeds (the view alone would make the
+        # producer's kernel return two shapes) is tried again once the view has joined its
+        # reader: a split column sum's partials read their producer through an expand_shape
+        # (fusion_legality.expanded_results; GELU's backward with its bias gradient).
+        for a, b in [e for e in refused if op_name(nodes[e[1]]) in VIEW_OPS]:
+            if find(b) != b or len(members[find(b)]) > 1:
+                try_merge(a, b)
 
         # A producer whose consumers read its result in other shapes (q, k and v sliced from
         # one bias add) fuses with none of them alone: it would stay a kernel result of
@@ -559,6 +571,11 @@ def _outline(module, fn, groups, target: str) -> None:
             for res in op.results:
                 if any(u not in in_group for u in users(res)) or _returned(res):
                     outputs.append(res)
+        # results stored through an expand_shape view, collapsed back on the host (a split
+        # column sum's producer: fusion_legality.expanded_results)
+        viewed = fusion_legality.viewed_outputs(group, outputs, target)
+        reassoc = {v: e.owner.attributes["reassociation"] for v, e in viewed.items()}
+        outputs = list(dict.fromkeys(viewed.get(v, v) for v in outputs))
         result_dims = None
         if any(not ir.ShapedType(v.type).has_static_shape for v in outputs
                if isinstance(v.type, ir.ShapedType)):
@@ -597,6 +614,16 @@ def _outline(module, fn, groups, target: str) -> None:
             RESULT_DIMS.set(call, result_dims)
         for old, new in zip(outputs, call.results):
             old.replace_all_uses_with(new)
+        group_ops = {o.operation for o in group}
+        for old, view in viewed.items():
+            with ir.InsertionPoint(last), last.location:
+                collapsed = tensor.CollapseShapeOp(old.type, call.results[outputs.index(view)],
+                                                   reassoc[old]).result
+            for use in list(old.uses):
+                owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+                if owner not in group_ops:
+                    owner.operands[use.operand_number] = collapsed
+                    unsorted = True     # a reader before the call (sorted below)
         for op in reversed(group):
             op.operation.erase()
         # Only the call's users can now precede it (they followed some op of the group, not

@@ -711,3 +711,53 @@ func.func @norm_backward_sums(%g: tensor<8x32xf32>, %x: tensor<8x32xf32>, %w: te
   } -> tensor<8xf32>
   return %dw, %s1, %s2 : tensor<32xf32>, tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// A split column sum (ember-split-reductions' partials over [4, 16, 16], read through an
+// expand_shape of the rows) whose pointwise producer a matmul also reads (GELU's backward and
+// its bias gradient): one kernel computes the product, stores it indexed by the split rows and
+// sums the partials; the host reads it back through the inverse collapse_shape, a view. Before,
+// the producer was a kernel of its own (a result not indexed by the partials' outer space).
+// CHECK-LABEL: func.func @split_sum_producer_read_by_a_matmul
+// CHECK:         %[[K:.*]]:2 = call @ember_fused_mul_sum_{{[0-9]+}}(%arg0, %arg1) : ({{.*}}) -> (tensor<4x16x16xf32>, tensor<4x16xf32>)
+// CHECK-NEXT:    %[[V:.*]] = tensor.collapse_shape %[[K]]#0 {{\[\[}}0, 1], [2]] : tensor<4x16x16xf32> into tensor<64x16xf32>
+// CHECK-NEXT:    %[[MM:.*]] = "ember.extern"(%[[V]], %arg2) {callee = "aten.mm"
+// CHECK-NEXT:    %[[T:.*]] = call @ember_fused_sum_{{[0-9]+}}(%[[K]]#1)
+// CHECK-NEXT:    return %[[MM]], %[[T]]
+// TRITON-LABEL: func.func @split_sum_producer_read_by_a_matmul
+// TRITON:         call @ember_fused_mul_sum_{{[0-9]+}}(%arg0, %arg1) : ({{.*}}) -> (tensor<4x16x16xf32>, tensor<4x16xf32>)
+// TRITON-NEXT:    tensor.collapse_shape
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#part = affine_map<(d0, d1, d2) -> (d0, d2)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @split_sum_producer_read_by_a_matmul(%a: tensor<64x16xf32>, %b: tensor<64x16xf32>, %w: tensor<16x8xf32>) -> (tensor<64x8xf32>, tensor<16xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x16xf32>
+  %y = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<64x16xf32>, tensor<64x16xf32>) outs(%e : tensor<64x16xf32>) {
+  ^bb0(%x: f32, %v: f32, %o: f32):
+    %m = arith.mulf %x, %v : f32
+    linalg.yield %m : f32
+  } -> tensor<64x16xf32>
+  %mm = "ember.extern"(%y, %w) {callee = "aten.mm", params = {}} : (tensor<64x16xf32>, tensor<16x8xf32>) -> tensor<64x8xf32>
+  %ex = tensor.expand_shape %y [[0, 1], [2]] output_shape [4, 16, 16] : tensor<64x16xf32> into tensor<4x16x16xf32>
+  %ep = tensor.empty() : tensor<4x16xf32>
+  %fp = linalg.fill ins(%z : f32) outs(%ep : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %p = linalg.generic {indexing_maps = [#id3, #part], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%ex : tensor<4x16x16xf32>) outs(%fp : tensor<4x16xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %x, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<4x16xf32>
+  %et = tensor.empty() : tensor<16xf32>
+  %ft = linalg.fill ins(%z : f32) outs(%et : tensor<16xf32>) -> tensor<16xf32>
+  %t = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%p : tensor<4x16xf32>) outs(%ft : tensor<16xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %x, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<16xf32>
+  return %mm, %t : tensor<64x8xf32>, tensor<16xf32>
+}
