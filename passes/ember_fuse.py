@@ -353,6 +353,26 @@ class EmberFuse(Pass):
                    for p in [defining_op(v)] if p is not None and p in index]
             if len(fed) > 1:
                 siblings.setdefault(("into", bid[o]), []).extend(fed)
+        # Kernels that make an operand of library calls sharing their other operand (the
+        # bf16 weight copies of k and v, or of a gated MLP's gate and up projections, each
+        # multiplied with one normalized activation): needed at the same point, so they run
+        # as one kernel where their loop nests are one (same shape).
+        partners: dict = {}
+        for o in block_ops:
+            if op_name(o) != EXTERN_OP or len(o.operands) != 2:
+                continue
+            for k, v in enumerate(o.operands):
+                p = defining_op(v)
+                other = o.operands[1 - k]
+                q = defining_op(other)
+                if p is None or p not in index:
+                    continue
+                who = ("arg", other.arg_number) if q is None else (bid[q.operation],
+                                                                   other.result_number)
+                partners.setdefault((k, who), []).append(index[p])
+        for (k, who), fed in partners.items():
+            if len(fed) > 1:
+                siblings.setdefault(("beside", k, who), []).extend(fed)
         for key in sorted(siblings, key=str):
             readers = list(dict.fromkeys(find(c) for c in siblings[key]
                                          if isinstance(key, tuple) or find(c) != find(key)))

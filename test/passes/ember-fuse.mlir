@@ -761,3 +761,34 @@ func.func @split_sum_producer_read_by_a_matmul(%a: tensor<64x16xf32>, %b: tensor
   } -> tensor<16xf32>
   return %mm, %t : tensor<64x8xf32>, tensor<16xf32>
 }
+
+// -----
+
+// The bf16 copies of two weights that two matmuls multiply with one activation (k and v, or a
+// gated MLP's gate and up projections under autocast): one kernel makes both (horizontal
+// fusion of the kernels beside one library-call operand). Before, a launch each.
+// CHECK-LABEL: func.func @weight_copies_beside_one_activation
+// CHECK:         %[[W:.*]]:2 = call @ember_fused_convert_{{[0-9]+}}(%arg1, %arg2) : (tensor<16x8xf32>, tensor<16x8xf32>) -> (tensor<16x8xbf16>, tensor<16x8xbf16>)
+// CHECK-NEXT:    "ember.extern"(%arg0, %[[W]]#0)
+// CHECK-NEXT:    "ember.extern"(%arg0, %[[W]]#1)
+// SINGLE-LABEL: func.func @weight_copies_beside_one_activation
+// SINGLE-COUNT-2: call @ember_fused_convert
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @weight_copies_beside_one_activation(%x: tensor<4x16xbf16>, %wk: tensor<16x8xf32>, %wv: tensor<16x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>) {
+  %e = tensor.empty() : tensor<16x8xbf16>
+  %k = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wk : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mk = "ember.extern"(%x, %k) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  %v = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wv : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mv = "ember.extern"(%x, %v) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  return %mk, %mv : tensor<4x8xbf16>, tensor<4x8xbf16>
+}

@@ -287,3 +287,37 @@ def test_input_gradient_of_a_bf16_product_is_read_as_a_view(target, device):
     # one buffer, and on the CPU the transpose of the saved logsumexp
     assert not any("convert" in g for g in bwd["fused_groups"]), bwd["fused_groups"]
     assert len(bwd["fused_groups"]) <= 2, bwd["fused_groups"]
+
+
+def test_gate_and_up_weight_copies_are_one_kernel(target, device):
+    """A gated MLP (Llama's) under autocast: the bf16 copies of the gate and up weights, both
+    multiplied with one activation, are made by one kernel (ember-fuse's horizontal fusion
+    beside a library call's shared operand); before, a launch each (Llama bf16 training: 2
+    launches a layer less in the forward, with k's and v's copies). Gradients as eager's."""
+    torch.manual_seed(0)
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.ModuleDict({"gate": torch.nn.Linear(16, 32, bias=False),
+                                    "up": torch.nn.Linear(16, 32, bias=False),
+                                    "down": torch.nn.Linear(32, 16, bias=False)}).to(device)
+
+    def mlp(m, x):
+        return m["down"](F.silu(m["gate"](x)) * m["up"](x))
+
+    model, ref = make(), make()
+    x = _randn((8, 16)).to(device)
+    torch._dynamo.reset()
+    clear_reports()
+    fn = torch.compile(lambda t: mlp(model, t), backend="ember", options={"target": target})
+    for f in (fn, lambda t: mlp(ref, t)):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out = f(x)
+        out.float().square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, tol=1e-2, what=f"{name}.grad")
+    check_fallbacks()
+    fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
+    casts = [g for g in fwd["fused_groups"] if g == ["convert"]]
+    # x's copy, gate's and up's in one kernel, down's (read by another product)
+    assert len(casts) == 3, fwd["fused_groups"]
