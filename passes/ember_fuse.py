@@ -353,10 +353,11 @@ class EmberFuse(Pass):
                    for p in [defining_op(v)] if p is not None and p in index]
             if len(fed) > 1:
                 siblings.setdefault(("into", bid[o]), []).extend(fed)
-        # Kernels that make an operand of library calls sharing their other operand (the
-        # bf16 weight copies of k and v, or of a gated MLP's gate and up projections, each
-        # multiplied with one normalized activation): needed at the same point, so they run
-        # as one kernel where their loop nests are one (same shape).
+        # Kernels that make an operand of library calls sharing their other operand, or whose
+        # other operands one kernel makes (the bf16 weight copies of k and v, or of a gated
+        # MLP's gate and up projections, each multiplied with one normalized activation, and
+        # in the backward with the two gradients of one kernel): needed at the same point, so
+        # they run as one kernel where their loop nests are one (same shape).
         partners: dict = {}
         for o in block_ops:
             if op_name(o) != EXTERN_OP or len(o.operands) != 2:
@@ -367,7 +368,13 @@ class EmberFuse(Pass):
                 q = defining_op(other)
                 if p is None or p not in index:
                     continue
-                who = ("arg", other.arg_number) if q is None else (bid[q.operation],
+                while q is not None and q not in index and op_name(q) in _RESHAPES:
+                    other = q.operands[0]       # a host view of a kernel's result
+                    q = defining_op(other)
+                # the other operand, or the kernel that makes it (a gated MLP's backward
+                # makes the gradients of gate and up in one kernel)
+                who = ("arg", other.arg_number) if q is None else \
+                    ("kernel", find(index[q])) if q in index else (bid[q.operation],
                                                                    other.result_number)
                 partners.setdefault((k, who), []).append(index[p])
         for (k, who), fed in partners.items():

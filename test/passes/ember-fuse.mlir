@@ -792,3 +792,40 @@ func.func @weight_copies_beside_one_activation(%x: tensor<4x16xbf16>, %wk: tenso
   %mv = "ember.extern"(%x, %v) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
   return %mk, %mv : tensor<4x8xbf16>, tensor<4x8xbf16>
 }
+
+// -----
+
+// The same beside two operands that one kernel makes (a gated MLP's backward: the gradients
+// of gate and up, one kernel, each multiplied with its weight's recomputed bf16 copy).
+// CHECK-LABEL: func.func @weight_copies_beside_one_kernels_results
+// CHECK:         %[[G:.*]]:2 = call @ember_fused_mul_{{[0-9]+}}(%arg0, %arg1)
+// CHECK:         %[[W:.*]]:2 = call @ember_fused_convert_{{[0-9]+}}(%arg2, %arg3) : (tensor<16x8xf32>, tensor<16x8xf32>) -> (tensor<16x8xbf16>, tensor<16x8xbf16>)
+// CHECK-NEXT:    "ember.extern"(%[[G]]#0, %[[W]]#0)
+// CHECK-NEXT:    "ember.extern"(%[[G]]#1, %[[W]]#1)
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @weight_copies_beside_one_kernels_results(%x: tensor<4x16xbf16>, %y: tensor<4x16xbf16>, %wk: tensor<16x8xf32>, %wv: tensor<16x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>) {
+  %eg = tensor.empty() : tensor<4x16xbf16>
+  %g:2 = linalg.generic {indexing_maps = [#id, #id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %y : tensor<4x16xbf16>, tensor<4x16xbf16>) outs(%eg, %eg : tensor<4x16xbf16>, tensor<4x16xbf16>) {
+  ^bb0(%a: bf16, %b: bf16, %o: bf16, %o2: bf16):
+    %m = arith.mulf %a, %b : bf16
+    %n = arith.mulf %m, %b : bf16
+    linalg.yield %m, %n : bf16, bf16
+  } -> (tensor<4x16xbf16>, tensor<4x16xbf16>)
+  %e = tensor.empty() : tensor<16x8xbf16>
+  %k = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wk : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mk = "ember.extern"(%g#0, %k) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  %v = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wv : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mv = "ember.extern"(%g#1, %v) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  return %mk, %mv : tensor<4x8xbf16>, tensor<4x8xbf16>
+}
