@@ -179,7 +179,8 @@ def _narrow_product(a, b, result) -> bool:
     eager's narrow `mm` when neither operand needed a widening (a backward's input gradient,
     `grad @ w`, whose operands are bf16 values as they come). Like a widened product, it is
     eager's narrow call when the f32 result is only rounded back (`_narrow_epilogue`): cuBLAS
-    writes the bf16 result itself, which a strided library call can read as a view."""
+    writes the bf16 result itself, which a strided library call can read as a view. (Only for
+    a zero-filled init: the narrow call has no accumulator operand.)"""
     def elem(v):
         return ir.RankedTensorType(v.type).element_type
     return str(elem(a)) in externs._NARROW and elem(a) == elem(b) \
@@ -240,7 +241,8 @@ class MatmulToExtern(Pattern):
                                   or not fill_is_zero(init)):
             # Only a plain product of two operands of one low precision reads them narrow.
             (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
-        narrow = na.type != a.type or _narrow_product(na, nb, op.results[0])
+        narrow = na.type != a.type or (fill_is_zero(init)
+                                       and _narrow_product(na, nb, op.results[0]))
         a, b = na, nb
         if ta:
             params["transpose_a"] = ir.BoolAttr.get(True)

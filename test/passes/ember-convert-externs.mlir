@@ -249,3 +249,23 @@ func.func @conv_bias(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>, %b: tenso
       ins(%x, %w : tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) outs(%init : tensor<1x4x6x6xf32>) -> tensor<1x4x6x6xf32>
   return %r : tensor<1x4x6x6xf32>
 }
+
+// -----
+
+// The same product accumulated into a bias (a non-zero init): not the narrow call, which has
+// no accumulator; an f32 aten.addmm of the init, rounded after.
+// CHECK-LABEL: func.func @narrow_operands_into_an_init
+// CHECK:         "ember.extern"(%arg2, %arg0, %arg1) {callee = "aten.addmm", params = {}} : (tensor<8x32xf32>, tensor<8x16xbf16>, tensor<16x32xbf16>) -> tensor<8x32xf32>
+// CHECK:         arith.truncf
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @narrow_operands_into_an_init(%g: tensor<8x16xbf16>, %w: tensor<16x32xbf16>, %c: tensor<8x32xf32>) -> tensor<8x32xbf16> {
+  %mm = linalg.matmul ins(%g, %w : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%c : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %en = tensor.empty() : tensor<8x32xbf16>
+  %0 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm : tensor<8x32xf32>) outs(%en : tensor<8x32xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<8x32xbf16>
+  return %0 : tensor<8x32xbf16>
+}
