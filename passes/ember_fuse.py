@@ -13,9 +13,14 @@ How groups are chosen (a scheduler in the style of Inductor's): every compute op
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
 groups merge when the merged group (a) stays acyclic with the rest of the graph, (b) has at most
 `max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
-Then a producer whose consumers each refused it (it would stay a result of another shape) is
-tried with all of them at once, and kernels that read one producer, or whose results one op
-reads, are tried together (horizontal fusion), unless that raises the function's peak of live
+A producer refused by a reshape view it feeds is tried again once the view has joined its
+reader (a split column sum's partials: the producer, also read by a matmul, is then returned
+through the view and read back on the host through the inverse `collapse_shape`,
+fusion_legality.expanded_results). Then a producer whose consumers each refused it (it would
+stay a result of another shape) is tried with all of them at once, and kernels that read one
+producer, whose results one op reads, or that make operands of library calls whose other
+operands are one value or one kernel's (the bf16 weight copies of k and v, of gate and up), are
+tried together (horizontal fusion), unless that raises the function's peak of live
 bytes (passes/fusion_liveness.py: the merged kernel runs where the later one ran, and what the
 earlier one reads stays alive until then). Views, slices, pads and concats are index
 arithmetic inside a kernel.
