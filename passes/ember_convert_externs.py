@@ -196,12 +196,17 @@ def _bias_epilogue(result):
     return bias, op
 
 
-def _mixed_narrow(op) -> bool:
-    """Whether a matmul reads two bf16/f16 operands of one type into an f32 accumulator
-    with no widening generic (torch-mlir's import of a low-precision `mm` / `bmm`)."""
-    a, b = (ir.RankedTensorType(v.type).element_type for v in op.operands[:2])
-    out = ir.RankedTensorType(op.results[0].type).element_type
-    return str(a) in externs._NARROW and a == b and isinstance(out, ir.F32Type)
+def _narrow_product(a, b, result) -> bool:
+    """Operands already bf16/f16 (of one type) and an f32 result: torch-mlir's import of
+    eager's narrow `mm` when neither operand needed a widening (a backward's input gradient,
+    `grad @ w`, whose operands are bf16 values as they come). Like a widened product, it is
+    eager's narrow call when the f32 result is only rounded back (`_narrow_epilogue`): cuBLAS
+    writes the bf16 result itself, which a strided library call can read as a view. (Only for
+    a zero-filled init: the narrow call has no accumulator operand.)"""
+    def elem(v):
+        return ir.RankedTensorType(v.type).element_type
+    return str(elem(a)) in externs._NARROW and elem(a) == elem(b) \
+        and isinstance(elem(result), ir.F32Type)
 
 
 def _strip_transpose(value):
@@ -258,9 +263,8 @@ class MatmulToExtern(Pattern):
                                   or not fill_is_zero(init)):
             # Only a plain product of two operands of one low precision reads them narrow.
             (na, ta), (nb, tb) = _strip_transpose(a), _strip_transpose(b)
-        # narrow: bf16/f16 operands into an f32 accumulator, widened by generics (torch-mlir's
-        # addmm) or read as they are (its mm / bmm: a mixed-type linalg op)
-        narrow = na.type != a.type or _mixed_narrow(op)
+        narrow = na.type != a.type or (fill_is_zero(init)
+                                       and _narrow_product(na, nb, op.results[0]))
         a, b = na, nb
         if ta:
             params["transpose_a"] = ir.BoolAttr.get(True)

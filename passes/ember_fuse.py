@@ -13,9 +13,14 @@ How groups are chosen (a scheduler in the style of Inductor's): every compute op
 group; producer->consumer edges are visited from the most bytes saved to the least, and the two
 groups merge when the merged group (a) stays acyclic with the rest of the graph, (b) has at most
 `max-group-size` ops and (c) is a kernel shape code generation accepts (`kernel_schedule`).
-Then a producer whose consumers each refused it (it would stay a result of another shape) is
-tried with all of them at once, and kernels that read one producer, or whose results one op
-reads, are tried together (horizontal fusion), unless that raises the function's peak of live
+A producer refused by a reshape view it feeds is tried again once the view has joined its
+reader (a split column sum's partials: the producer, also read by a matmul, is then returned
+through the view and read back on the host through the inverse `collapse_shape`,
+fusion_legality.expanded_results). Then a producer whose consumers each refused it (it would
+stay a result of another shape) is tried with all of them at once, and kernels that read one
+producer, whose results one op reads, or that make operands of library calls whose other
+operands are one value or one kernel's (the bf16 weight copies of k and v, of gate and up), are
+tried together (horizontal fusion), unless that raises the function's peak of live
 bytes (passes/fusion_liveness.py: the merged kernel runs where the later one ran, and what the
 earlier one reads stays alive until then). Views, slices, pads and concats are index
 arithmetic inside a kernel.
@@ -37,7 +42,7 @@ import bisect
 import dataclasses
 
 from torch_mlir import ir, passmanager
-from torch_mlir.dialects import func
+from torch_mlir.dialects import func, tensor
 
 from ..dialects.contract import DONATED_ARGS, EXTERN_OP, KERNEL, OPS, RESULT_DIMS, is_kernel
 from . import fusion_legality, remarks
@@ -221,32 +226,44 @@ class EmberFuse(Pass):
         # legality verdicts by group structure (repeated layers repeat their candidates)
         memo = fusion_legality.RefusalMemo(self.fuse_reductions, self.target)
         refused = {}        # (producer, consumer) node indices -> (category, detail)
-        for _, a, b in edges:
+
+        def try_merge(a, b):
             ga, gb = find(a), find(b)
             if ga == gb:
-                continue
+                return
             merged = sorted(members[ga] + members[gb], key=lambda o: index[o])
             compute = [o for o in merged if op_name(o) not in VIEW_OPS]
             if len(compute) > self.max_group_size:
                 refused[a, b] = (fusion_legality.TOO_LARGE, f"{len(compute)} ops > "
                                  f"max-group-size={self.max_group_size}")
-                continue
+                return
             via = reaches(ga, gb)
             if via is None:
                 via = reaches(gb, ga)
             if via is not None:
                 refused[a, b] = (fusion_legality.CYCLE, f"a path between them goes through "
                                  f"'{_tag(block_ops[via])}' outside both kernels")
-                continue
+                return
             why = memo.refusal(merged)
             if why is not None:
                 refused[a, b] = why
-                continue
+                return
+            refused.pop((a, b), None)
             parent[gb] = ga
             members[ga] = merged
             del members[gb]
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
             respan(ga, [gb])
+
+        for _, a, b in edges:
+            try_merge(a, b)
+        # A producer refused by a reshape view it feeds (the view alone would make the
+        # producer's kernel return two shapes) is tried again once the view has joined its
+        # reader: a split column sum's partials read their producer through an expand_shape
+        # (fusion_legality.expanded_results; GELU's backward with its bias gradient).
+        for a, b in [e for e in refused if op_name(nodes[e[1]]) in VIEW_OPS]:
+            if find(b) != b or len(members[find(b)]) > 1:
+                try_merge(a, b)
 
         # A producer whose consumers read its result in other shapes (q, k and v sliced from
         # one bias add) fuses with none of them alone: it would stay a kernel result of
@@ -341,6 +358,33 @@ class EmberFuse(Pass):
                    for p in [defining_op(v)] if p is not None and p in index]
             if len(fed) > 1:
                 siblings.setdefault(("into", bid[o]), []).extend(fed)
+        # Kernels that make an operand of library calls sharing their other operand, or whose
+        # other operands one kernel makes (the bf16 weight copies of k and v, or of a gated
+        # MLP's gate and up projections, each multiplied with one normalized activation, and
+        # in the backward with the two gradients of one kernel): needed at the same point, so
+        # they run as one kernel where their loop nests are one (same shape).
+        partners: dict = {}
+        for o in block_ops:
+            if op_name(o) != EXTERN_OP or len(o.operands) != 2:
+                continue
+            for k, v in enumerate(o.operands):
+                p = defining_op(v)
+                other = o.operands[1 - k]
+                q = defining_op(other)
+                if p is None or p not in index:
+                    continue
+                while q is not None and q not in index and op_name(q) in _RESHAPES:
+                    other = q.operands[0]       # a host view of a kernel's result
+                    q = defining_op(other)
+                # the other operand, or the kernel that makes it (a gated MLP's backward
+                # makes the gradients of gate and up in one kernel)
+                who = ("arg", other.arg_number) if q is None else \
+                    ("kernel", find(index[q])) if q in index else (bid[q.operation],
+                                                                   other.result_number)
+                partners.setdefault((k, who), []).append(index[p])
+        for (k, who), fed in partners.items():
+            if len(fed) > 1:
+                siblings.setdefault(("beside", k, who), []).extend(fed)
         for key in sorted(siblings, key=str):
             readers = list(dict.fromkeys(find(c) for c in siblings[key]
                                          if isinstance(key, tuple) or find(c) != find(key)))
@@ -559,6 +603,11 @@ def _outline(module, fn, groups, target: str) -> None:
             for res in op.results:
                 if any(u not in in_group for u in users(res)) or _returned(res):
                     outputs.append(res)
+        # results stored through an expand_shape view, collapsed back on the host (a split
+        # column sum's producer: fusion_legality.expanded_results)
+        viewed = fusion_legality.viewed_outputs(group, outputs, target)
+        reassoc = {v: e.owner.attributes["reassociation"] for v, e in viewed.items()}
+        outputs = list(dict.fromkeys(viewed.get(v, v) for v in outputs))
         result_dims = None
         if any(not ir.ShapedType(v.type).has_static_shape for v in outputs
                if isinstance(v.type, ir.ShapedType)):
@@ -597,6 +646,16 @@ def _outline(module, fn, groups, target: str) -> None:
             RESULT_DIMS.set(call, result_dims)
         for old, new in zip(outputs, call.results):
             old.replace_all_uses_with(new)
+        group_ops = {o.operation for o in group}
+        for old, view in viewed.items():
+            with ir.InsertionPoint(last), last.location:
+                collapsed = tensor.CollapseShapeOp(old.type, call.results[outputs.index(view)],
+                                                   reassoc[old]).result
+            for use in list(old.uses):
+                owner = use.owner.operation if hasattr(use.owner, "operation") else use.owner
+                if owner not in group_ops:
+                    owner.operands[use.operand_number] = collapsed
+                    unsorted = True     # a reader before the call (sorted below)
         for op in reversed(group):
             op.operation.erase()
         # Only the call's users can now precede it (they followed some op of the group, not

@@ -205,13 +205,70 @@ def refusal(ops, fuse_reductions: bool = True, target: str = "cpu",
     screened = screen_refusal(ops, fuse_reductions)
     if screened is not None:
         return screened
+    results = group_results(ops) if results is None else results
     try:
-        sched = schedule_ops([o.opview for o in with_cloned_producers(ops)],
-                             group_results(ops) if results is None else results)
-        _target_check(target)(sched)
+        _schedule(ops, results, target)
     except Unschedulable as err:
-        return err.category, err.reason
+        if err.reason != NOT_OUTER or not expanded_results(ops, results, target):
+            return err.category, err.reason
     return None
+
+
+NOT_OUTER = "a kernel result is not indexed by the whole outer space"
+
+
+def _schedule(ops, results, target):
+    sched = schedule_ops([o.opview for o in with_cloned_producers(ops)], results)
+    _target_check(target)(sched)
+    return sched
+
+
+def _expand_reader(value, inside):
+    """The first static `tensor.expand_shape` of `value` among the ops `inside`, or None."""
+    for u in users(value):
+        if u in inside and op_name(u) == "tensor.expand_shape" and \
+                ir.RankedTensorType(u.results[0].type).has_static_shape:
+            return u
+    return None
+
+
+def viewed_outputs(ops, results, target: str = "cpu") -> dict:
+    """`expanded_results` for a group that may be a kernel (ember-fuse's outlining): {} when
+    it may return `results` themselves."""
+    if not any(is_reduction(o) for o in ops) or \
+            not any(_expand_reader(r, set(ops)) is not None for r in results):
+        return {}
+    try:
+        _schedule(ops, results, target)
+        return {}
+    except Unschedulable as err:
+        if err.reason != NOT_OUTER:
+            return {}
+    return expanded_results(ops, results, target)
+
+
+def expanded_results(ops, results, target: str = "cpu") -> dict:
+    """For a group whose schedule refuses `results` because one is not indexed by the whole
+    outer space: {result: the `expand_shape` of it inside `ops`}, when returning those views
+    instead makes the group a kernel ({} otherwise). A split column sum's partials read their
+    producer through such a view ([1024, 3072] as [16, 64, 3072]: ember-split-reductions), and
+    a producer that a matmul also reads (a bias gradient's input, GELU's backward) is then
+    stored by the partials' kernel, indexed by the split dims; the host reads it back through
+    the inverse `collapse_shape`, a view (ember-fuse outlines it so)."""
+    inside = set(ops)
+    subst = {}
+    for r in results:
+        e = _expand_reader(r, inside)
+        if e is not None:
+            subst[r] = e.results[0]
+    if not subst:
+        return {}
+    alt = list(dict.fromkeys(subst.get(r, r) for r in results))
+    try:
+        _schedule(ops, alt, target)
+    except Unschedulable:
+        return {}
+    return subst
 
 
 class RefusalMemo:

@@ -165,6 +165,34 @@ func.func @narrow_product_with_f32_bias(%x: tensor<8x16xbf16>, %w: tensor<16x32x
 
 // -----
 
+// A product of operands that are bf16 as they come (no widening: torch-mlir's import of eager's
+// bf16 `mm` in a backward, `grad @ w`, an input gradient) rounded back to bf16: eager's narrow
+// call with the bf16 result, no f32 product and no rounding kernel (before: an f32 aten.mm
+// and a truncf, fused with the attention gradient's transpose into a copy kernel).
+// CHECK-LABEL: func.func @narrow_operands_rounded_back
+// CHECK:         %[[MM:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<8x16xbf16>, tensor<32x16xbf16>) -> tensor<8x32xbf16>
+// CHECK-NEXT:    return %[[MM]]
+// CHECK-NOT:     arith.truncf
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @narrow_operands_rounded_back(%g: tensor<8x16xbf16>, %w: tensor<32x16xbf16>) -> tensor<8x32xbf16> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %et = tensor.empty() : tensor<16x32xbf16>
+  %wt = linalg.transpose ins(%w : tensor<32x16xbf16>) outs(%et : tensor<16x32xbf16>) permutation = [1, 0]
+  %e = tensor.empty() : tensor<8x32xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %mm = linalg.matmul ins(%g, %wt : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%f : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %en = tensor.empty() : tensor<8x32xbf16>
+  %0 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm : tensor<8x32xf32>) outs(%en : tensor<8x32xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<8x32xbf16>
+  return %0 : tensor<8x32xbf16>
+}
+
+// -----
+
 // A batched matmul accumulating into its argument: aten.baddbmm (init, a, b).
 // CHECK-LABEL: func.func @baddbmm
 // CHECK-NEXT:    %[[R:.*]] = "ember.extern"(%arg2, %arg0, %arg1) {callee = "aten.baddbmm", params = {}} : (tensor<2x4x8xf32>, tensor<2x4x3xf32>, tensor<2x3x8xf32>) -> tensor<2x4x8xf32>
@@ -326,4 +354,24 @@ func.func @bmm_collapse_merges_transposed(%q: tensor<2x4x24xf32>, %k: tensor<2x4
   %f = linalg.fill ins(%zero : f32) outs(%e : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
   %m = linalg.batch_matmul ins(%q, %b : tensor<2x4x24xf32>, tensor<2x24x4xf32>) outs(%f : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
   return %m : tensor<2x4x4xf32>
+}
+
+// -----
+
+// The same product accumulated into a bias (a non-zero init): not the narrow call, which has
+// no accumulator; an f32 aten.addmm of the init, rounded after.
+// CHECK-LABEL: func.func @narrow_operands_into_an_init
+// CHECK:         "ember.extern"(%arg2, %arg0, %arg1) {callee = "aten.addmm", params = {}} : (tensor<8x32xf32>, tensor<8x16xbf16>, tensor<16x32xbf16>) -> tensor<8x32xf32>
+// CHECK:         arith.truncf
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @narrow_operands_into_an_init(%g: tensor<8x16xbf16>, %w: tensor<16x32xbf16>, %c: tensor<8x32xf32>) -> tensor<8x32xbf16> {
+  %mm = linalg.matmul ins(%g, %w : tensor<8x16xbf16>, tensor<16x32xbf16>) outs(%c : tensor<8x32xf32>) -> tensor<8x32xf32>
+  %en = tensor.empty() : tensor<8x32xbf16>
+  %0 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm : tensor<8x32xf32>) outs(%en : tensor<8x32xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %t = arith.truncf %in : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<8x32xbf16>
+  return %0 : tensor<8x32xbf16>
 }

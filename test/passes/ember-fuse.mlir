@@ -711,3 +711,121 @@ func.func @norm_backward_sums(%g: tensor<8x32xf32>, %x: tensor<8x32xf32>, %w: te
   } -> tensor<8xf32>
   return %dw, %s1, %s2 : tensor<32xf32>, tensor<8xf32>, tensor<8xf32>
 }
+
+// -----
+
+// A split column sum (ember-split-reductions' partials over [4, 16, 16], read through an
+// expand_shape of the rows) whose pointwise producer a matmul also reads (GELU's backward and
+// its bias gradient): one kernel computes the product, stores it indexed by the split rows and
+// sums the partials; the host reads it back through the inverse collapse_shape, a view. Before,
+// the producer was a kernel of its own (a result not indexed by the partials' outer space).
+// CHECK-LABEL: func.func @split_sum_producer_read_by_a_matmul
+// CHECK:         %[[K:.*]]:2 = call @ember_fused_mul_sum_{{[0-9]+}}(%arg0, %arg1) : ({{.*}}) -> (tensor<4x16x16xf32>, tensor<4x16xf32>)
+// CHECK-NEXT:    %[[V:.*]] = tensor.collapse_shape %[[K]]#0 {{\[\[}}0, 1], [2]] : tensor<4x16x16xf32> into tensor<64x16xf32>
+// CHECK-NEXT:    %[[MM:.*]] = "ember.extern"(%[[V]], %arg2) {callee = "aten.mm"
+// CHECK-NEXT:    %[[T:.*]] = call @ember_fused_sum_{{[0-9]+}}(%[[K]]#1)
+// CHECK-NEXT:    return %[[MM]], %[[T]]
+// TRITON-LABEL: func.func @split_sum_producer_read_by_a_matmul
+// TRITON:         call @ember_fused_mul_sum_{{[0-9]+}}(%arg0, %arg1) : ({{.*}}) -> (tensor<4x16x16xf32>, tensor<4x16xf32>)
+// TRITON-NEXT:    tensor.collapse_shape
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#part = affine_map<(d0, d1, d2) -> (d0, d2)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @split_sum_producer_read_by_a_matmul(%a: tensor<64x16xf32>, %b: tensor<64x16xf32>, %w: tensor<16x8xf32>) -> (tensor<64x8xf32>, tensor<16xf32>) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<64x16xf32>
+  %y = linalg.generic {indexing_maps = [#id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%a, %b : tensor<64x16xf32>, tensor<64x16xf32>) outs(%e : tensor<64x16xf32>) {
+  ^bb0(%x: f32, %v: f32, %o: f32):
+    %m = arith.mulf %x, %v : f32
+    linalg.yield %m : f32
+  } -> tensor<64x16xf32>
+  %mm = "ember.extern"(%y, %w) {callee = "aten.mm", params = {}} : (tensor<64x16xf32>, tensor<16x8xf32>) -> tensor<64x8xf32>
+  %ex = tensor.expand_shape %y [[0, 1], [2]] output_shape [4, 16, 16] : tensor<64x16xf32> into tensor<4x16x16xf32>
+  %ep = tensor.empty() : tensor<4x16xf32>
+  %fp = linalg.fill ins(%z : f32) outs(%ep : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %p = linalg.generic {indexing_maps = [#id3, #part], iterator_types = ["parallel", "reduction", "parallel"]}
+      ins(%ex : tensor<4x16x16xf32>) outs(%fp : tensor<4x16xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %x, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<4x16xf32>
+  %et = tensor.empty() : tensor<16xf32>
+  %ft = linalg.fill ins(%z : f32) outs(%et : tensor<16xf32>) -> tensor<16xf32>
+  %t = linalg.generic {indexing_maps = [#id, #col], iterator_types = ["reduction", "parallel"]}
+      ins(%p : tensor<4x16xf32>) outs(%ft : tensor<16xf32>) {
+  ^bb0(%x: f32, %acc: f32):
+    %s = arith.addf %x, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<16xf32>
+  return %mm, %t : tensor<64x8xf32>, tensor<16xf32>
+}
+
+// -----
+
+// The bf16 copies of two weights that two matmuls multiply with one activation (k and v, or a
+// gated MLP's gate and up projections under autocast): one kernel makes both (horizontal
+// fusion of the kernels beside one library-call operand). Before, a launch each.
+// CHECK-LABEL: func.func @weight_copies_beside_one_activation
+// CHECK:         %[[W:.*]]:2 = call @ember_fused_convert_{{[0-9]+}}(%arg1, %arg2) : (tensor<16x8xf32>, tensor<16x8xf32>) -> (tensor<16x8xbf16>, tensor<16x8xbf16>)
+// CHECK-NEXT:    "ember.extern"(%arg0, %[[W]]#0)
+// CHECK-NEXT:    "ember.extern"(%arg0, %[[W]]#1)
+// SINGLE-LABEL: func.func @weight_copies_beside_one_activation
+// SINGLE-COUNT-2: call @ember_fused_convert
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @weight_copies_beside_one_activation(%x: tensor<4x16xbf16>, %wk: tensor<16x8xf32>, %wv: tensor<16x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>) {
+  %e = tensor.empty() : tensor<16x8xbf16>
+  %k = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wk : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mk = "ember.extern"(%x, %k) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  %v = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wv : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mv = "ember.extern"(%x, %v) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  return %mk, %mv : tensor<4x8xbf16>, tensor<4x8xbf16>
+}
+
+// -----
+
+// The same beside two operands that one kernel makes (a gated MLP's backward: the gradients
+// of gate and up, one kernel, each multiplied with its weight's recomputed bf16 copy).
+// CHECK-LABEL: func.func @weight_copies_beside_one_kernels_results
+// CHECK:         %[[G:.*]]:2 = call @ember_fused_mul_{{[0-9]+}}(%arg0, %arg1)
+// CHECK:         %[[W:.*]]:2 = call @ember_fused_convert_{{[0-9]+}}(%arg2, %arg3) : (tensor<16x8xf32>, tensor<16x8xf32>) -> (tensor<16x8xbf16>, tensor<16x8xbf16>)
+// CHECK-NEXT:    "ember.extern"(%[[G]]#0, %[[W]]#0)
+// CHECK-NEXT:    "ember.extern"(%[[G]]#1, %[[W]]#1)
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @weight_copies_beside_one_kernels_results(%x: tensor<4x16xbf16>, %y: tensor<4x16xbf16>, %wk: tensor<16x8xf32>, %wv: tensor<16x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>) {
+  %eg = tensor.empty() : tensor<4x16xbf16>
+  %g:2 = linalg.generic {indexing_maps = [#id, #id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %y : tensor<4x16xbf16>, tensor<4x16xbf16>) outs(%eg, %eg : tensor<4x16xbf16>, tensor<4x16xbf16>) {
+  ^bb0(%a: bf16, %b: bf16, %o: bf16, %o2: bf16):
+    %m = arith.mulf %a, %b : bf16
+    %n = arith.mulf %m, %b : bf16
+    linalg.yield %m, %n : bf16, bf16
+  } -> (tensor<4x16xbf16>, tensor<4x16xbf16>)
+  %e = tensor.empty() : tensor<16x8xbf16>
+  %k = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wk : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mk = "ember.extern"(%g#0, %k) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  %v = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wv : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mv = "ember.extern"(%g#1, %v) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  return %mk, %mv : tensor<4x8xbf16>, tensor<4x8xbf16>
+}

@@ -260,3 +260,64 @@ def test_bias_add_of_a_widened_bf16_product_stays_an_add(target, device):
     check_fallbacks()
     (report,) = ember.last_reports()
     assert report["num_kernels"] == 1, report["fused_groups"]
+
+
+def _attention_block(x, w_qkv, w_o):
+    """bf16 self-attention as GPT-2 computes it: one projection split into q, k, v, a causal
+    attention, the heads merged and projected."""
+    b, s, d = x.shape
+    q, k, v = (x @ w_qkv).split(d, dim=-1)
+    q, k, v = (t.reshape(b, s, 2, d // 2).transpose(1, 2) for t in (q, k, v))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return o.transpose(1, 2).reshape(b, s, d) @ w_o
+
+
+def test_input_gradient_of_a_bf16_product_is_read_as_a_view(target, device):
+    """The backward's `grad @ w_o.T` of bf16 operands, rounded back to bf16, is eager's bf16
+    aten.mm (ember-convert-externs `_narrow_product`), and the attention backward reads the
+    incoming gradient as a transposed view of its buffer. Before, the product was an f32 mm
+    whose rounding and transpose were a copy kernel of their own (one launch a layer in GPT-2's
+    bf16 training). Gradients are eager's bit for bit (the same library calls; the f32 product
+    rounded after differed from eager's bf16 mm by 1e-5 on the CPU)."""
+    args = [_randn((2, 8, 16)).to(torch.bfloat16), (_randn((16, 48), 1) / 4).to(torch.bfloat16),
+            (_randn((16, 16), 2) / 4).to(torch.bfloat16)]
+    reports = _fwd_bwd(_attention_block, args, target, device, tol=1e-12)   # exact
+    bwd = reports["backward"]
+    # the product's rounding (a convert) is cuBLAS's; left: the copy of q/k/v's gradients into
+    # one buffer, and on the CPU the transpose of the saved logsumexp
+    assert not any("convert" in g for g in bwd["fused_groups"]), bwd["fused_groups"]
+    assert len(bwd["fused_groups"]) <= 2, bwd["fused_groups"]
+
+
+def test_gate_and_up_weight_copies_are_one_kernel(target, device):
+    """A gated MLP (Llama's) under autocast: the bf16 copies of the gate and up weights, both
+    multiplied with one activation, are made by one kernel (ember-fuse's horizontal fusion
+    beside a library call's shared operand); before, a launch each (Llama bf16 training: 2
+    launches a layer less in the forward, with k's and v's copies). Gradients as eager's."""
+    torch.manual_seed(0)
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.ModuleDict({"gate": torch.nn.Linear(16, 32, bias=False),
+                                    "up": torch.nn.Linear(16, 32, bias=False),
+                                    "down": torch.nn.Linear(32, 16, bias=False)}).to(device)
+
+    def mlp(m, x):
+        return m["down"](F.silu(m["gate"](x)) * m["up"](x))
+
+    model, ref = make(), make()
+    x = _randn((8, 16)).to(device)
+    torch._dynamo.reset()
+    clear_reports()
+    fn = torch.compile(lambda t: mlp(model, t), backend="ember", options={"target": target})
+    for f in (fn, lambda t: mlp(ref, t)):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out = f(x)
+        out.float().square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, tol=1e-2, what=f"{name}.grad")
+    check_fallbacks()
+    fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
+    casts = [g for g in fwd["fused_groups"] if g == ["convert"]]
+    # x's copy, gate's and up's in one kernel, down's (read by another product)
+    assert len(casts) == 3, fwd["fused_groups"]

@@ -67,6 +67,30 @@ def test_bias_gradient_split_forward_and_backward(target, device):
     assert backward and _sums(backward[-1]) >= 2, [r["fused_groups"] for r in backward]
 
 
+def _gelu_backward_and_bias_gradient(g, h, w):
+    """A GELU's backward (a pointwise product over every token) that the next matmul reads
+    and whose column sum is the previous layer's bias gradient (GPT-2's MLP backward)."""
+    d = g * torch.sigmoid(1.702 * h)
+    return d @ w, d.sum(0)
+
+
+@pytest.mark.targets("triton", "cuda")
+def test_split_column_sum_computes_its_producer_that_a_matmul_reads(target, device):
+    """The product is computed by the kernel of the split sum's partials, which stores it (in
+    the partials' [S, R/S, C] indexing; the matmul reads it through a collapse_shape view):
+    2 kernels, the partials and the total. Before, 3: the product was a kernel of its own,
+    since a result of another shape than the partials' outer space (fusion_legality.
+    expanded_results, ember_fuse's retry of a producer refused by a view)."""
+    args = [_randn(1024, 256).to(device), _randn(1024, 256, seed=1).to(device),
+            _randn(256, 32, seed=2).to(device)]
+    out = ember_compile(_gelu_backward_and_bias_gradient, target)(*args)
+    assert_close(out, _gelu_backward_and_bias_gradient(*args), matmul=True)
+    check_fallbacks()
+    (report,) = ember.last_reports()
+    assert report["num_kernels"] == 2, report["fused_groups"]
+    assert _sums(report) == 2, report["fused_groups"]
+
+
 @pytest.mark.targets("cpu")
 def test_cpu_target_does_not_split(target):
     """The C++ path splits rows across threads in its code generator: one reduction kernel."""
