@@ -2,6 +2,7 @@
 (parameters are graph inputs, never constants), each becomes an `EmberGraph`."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any
@@ -315,6 +316,27 @@ def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
         pass
 
 
+@contextlib.contextmanager
+def _no_cudnn_attention_for_training(example_inputs):
+    """cuDNN's attention off while a graph that needs gradients is traced, so that SDPA traces
+    to flash or memory-efficient attention (eager's next choices). ember's backward call of
+    `_scaled_dot_product_cudnn_attention_backward` gave wrong q/k gradients on the H100
+    (relative error 0.99 on the whisper encoder, whose unmasked, non-causal attention is the
+    one eager runs through cuDNN; its v gradients and the loss were right), while the same
+    graph traced to flash or efficient attention matched eager. Inference graphs keep it."""
+    grads = torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+    enabled = getattr(torch.backends.cuda, "cudnn_sdp_enabled", lambda: False)()
+    if not (grads and enabled):
+        yield
+        return
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+
+
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """`torch.compile(model, backend="ember", options={...})`.
 
@@ -393,8 +415,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                                # an optimizer step's parameter updates stay in the graph as
                                # copy_ (frontend/input_mutations.py): one multi-tensor copy
                                keep_inference_input_mutations=True)
-        with gc_paused():   # AOTAutograd's tracing: as for ember's own compile (compile.py)
-            compiled = backend(gm, example_inputs)
+        with gc_paused(), _no_cudnn_attention_for_training(example_inputs):
+            compiled = backend(gm, example_inputs)   # AOTAutograd's tracing (gc: compile.py)
     except RestartAnalysis:
         raise                                  # Dynamo's control flow, not a failure
     except Exception as err:

@@ -445,3 +445,55 @@ def test_embedding_backward_is_a_scatter_add(padding_idx, dtype, target, device,
     # of an i64 [tokens, hidden] index: ember-library-views' BROADCAST_OPERANDS)
     bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
     assert not any(g == ["copy"] for g in bwd["fused_groups"]), bwd["fused_groups"]
+
+
+def test_training_graphs_trace_without_cudnn_attention():
+    """A graph that needs gradients is traced with cuDNN's attention off (its backward call from
+    ember's program gave wrong q/k gradients on the H100); an inference graph keeps it, and the
+    setting is restored either way."""
+    from ember.frontend.backend import _no_cudnn_attention_for_training
+    flag = torch.backends.cuda.cudnn_sdp_enabled
+    assert flag()
+    w = torch.randn(3, requires_grad=True)
+    with _no_cudnn_attention_for_training([torch.randn(3), w]):
+        assert not flag()
+    assert flag()
+    with torch.no_grad(), _no_cudnn_attention_for_training([w]):
+        assert flag()
+    with _no_cudnn_attention_for_training([torch.randn(3)]):
+        assert flag()
+    assert flag()
+
+
+class _Attention(torch.nn.Module):
+    """The whisper encoder's self-attention: no mask, not causal (eager runs it through
+    cuDNN's attention on an H100)."""
+
+    def __init__(self, dim=384, heads=6):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(dim, dim, bias=b)
+                                          for b in (True, False, True, True))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = (p(x).view(b, s, self.heads, d // self.heads).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.o(y.transpose(1, 2).reshape(b, s, d))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_unmasked_attention_gradients_match_eager_on_cuda():
+    torch.manual_seed(0)
+    model = _Attention().cuda()
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 1500, 384, device="cuda")
+    compiled = torch.compile(model, backend="ember")
+    for m, f in ((model, compiled), (ref, ref)):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            f(x).float().pow(2).mean().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        err = ((p.grad - q.grad).norm() / q.grad.norm()).item()
+        assert err < 2e-2, (name, err)
+    assert not any(r.get("eager_fallback_ops") for r in ember.last_reports())
