@@ -24,8 +24,9 @@ small next to the mean squared (the shifted-data algorithm; f32 accumulation as 
 Invariant established: no `linalg.generic` sum `s2` of static shape is left that reduces
 `d * d`, `d = x - s1 / n` (pointwise, the mean read broadcast through the output map of `s1`),
 where `s1` is a sum of `x` over the same loops with the same maps and `n` the reduced extent;
-it is replaced as above (s1's readers read `t1 + n * k`). Nothing else changes; `x - mean`
-keeps its other readers (the normalisation). Triton pipeline only (ember-split-reductions
+it is replaced as above (s1's readers read `t1 + n * k`), where ember-split-reductions (the
+same options) splits `s2`. Nothing else changes; `x - mean` keeps its other readers (the
+normalisation). Triton pipeline only (ember-split-reductions
 then makes one partial kernel of t1 and t2): the C++ code generator splits rows across threads
 and has no kernel-count to save.
 """
@@ -37,7 +38,8 @@ import math
 from torch_mlir import ir
 from torch_mlir.dialects import arith, linalg, tensor
 
-from .base import Pass
+from .base import Pass, option
+from .ember_split_reductions import EmberSplitReductions
 from .externs import narrow_source
 from .graph_utils import defining_op, is_zero_constant, op_name, users
 from .ir_queries import indexing_maps, iterator_types
@@ -51,7 +53,18 @@ class EmberShiftedVariance(Pass):
     summary = ("A two-pass variance (sum of (x - mean)^2 after sum of x) becomes two sums of "
                "x shifted by a sample of it, one pass over x")
 
+    # Only variances that ember-split-reductions (with these options, its defaults) splits:
+    # an unsplit reduction is one kernel either way (a layer norm's row: both sums in the
+    # row's kernel), and keeps the two-pass numerics.
+    min_work: int = option(1 << 18, min=1)
+    min_programs: int = option(256, min=1)
+    target_programs: int = option(1024, min=1)
+    min_chunk: int = option(64, min=2)
+
     def run(self, module: ir.Operation) -> None:
+        split = EmberSplitReductions(min_work=self.min_work, min_programs=self.min_programs,
+                                     target_programs=self.target_programs,
+                                     min_chunk=self.min_chunk)
         todo = []
 
         def visit(op):
@@ -64,7 +77,7 @@ class EmberShiftedVariance(Pass):
         with module.context:
             for op in todo:
                 match = _match(op)
-                if match is not None:
+                if match is not None and split._plan(op) is not None:
                     with op.location:
                         _rewrite(op, *match)
 

@@ -1,6 +1,7 @@
-// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-shifted-variance)' | FileCheck %s
-// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-shifted-variance,ember-split-reductions{min-work=64 min-programs=1024 min-chunk=4},ember-fuse{target=triton})' | FileCheck %s --check-prefix=FUSED
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-shifted-variance{min-work=64 min-programs=1024 min-chunk=4})' | FileCheck %s
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-shifted-variance{min-work=64 min-programs=1024 min-chunk=4},ember-split-reductions{min-work=64 min-programs=1024 min-chunk=4},ember-fuse{target=triton})' | FileCheck %s --check-prefix=FUSED
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-split-reductions{min-work=64 min-programs=1024 min-chunk=4},ember-fuse{target=triton})' | FileCheck %s --check-prefix=TWOPASS
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-shifted-variance)' | FileCheck %s --check-prefix=UNSPLIT
 
 // A training BatchNorm's statistics over a channels-last [N, H, W, C] value (x widened from
 // bf16): s1 = sum(x), mean = s1 / n, s2 = sum((x - mean)^2). Rewritten: k = x[0, 0, 0, c] (a
@@ -32,6 +33,11 @@
 // FUSED-NEXT:    %[[P:.+]]:2 = call @ember_fused_{{[a-z_0-9]+}}(%arg0) : (tensor<4x2x2x8xbf16>) -> (tensor<4x1x8x1x1xf32>, tensor<4x1x8x1x1xf32>)
 // FUSED-NEXT:    %[[F:.+]]:2 = call @ember_fused_{{[a-z_0-9]+}}(%[[P]]#0, %[[P]]#1, %arg0) : {{.*}} -> (tensor<1x8x1x1xf32>, tensor<1x8x1x1xf32>)
 // FUSED-NEXT:    return
+// Too short to be split with the default options: one kernel either way, left alone.
+// UNSPLIT-LABEL: func.func @bn_stats
+// UNSPLIT-NOT:     tensor.extract_slice
+// UNSPLIT:         arith.mulf
+// UNSPLIT:         return
 // TWOPASS-LABEL: func.func @bn_stats
 // TWOPASS-COUNT-4: call @ember_fused_
 // TWOPASS-NEXT:  return

@@ -309,18 +309,18 @@ def test_conv_block_training_launches():
 
 def test_shifted_variance_far_from_zero(target, device):
     """BatchNorm's training statistics of data whose mean is 100 times its deviation, the
-    shift sample (the first element of each channel) an outlier (30 deviations out): outputs, running statistics
-    and gradients as eager's. (The shifted sums lose digits with ((mean - k) / std)^2, as the
-    two-pass form does not; the textbook sum(x^2) - sum(x)^2 / n would lose them all.)"""
-    torch.manual_seed(0)
-
+    shift sample (the first element of each channel) an outlier (30 deviations out), over
+    4 x 64 x 64 rows: long enough to be split on the Triton target, where the variance is the
+    shifted one-pass sum (ember-shifted-variance). Outputs, running statistics and gradients
+    as eager's. (The shifted sums lose digits with ((mean - k) / std)^2, as the two-pass form
+    does not; the textbook sum(x^2) - sum(x)^2 / n would lose most of them here.)"""
     def make():
         torch.manual_seed(0)
-        return torch.nn.BatchNorm2d(3).to(device).train()
+        return torch.nn.BatchNorm2d(16).to(device).train()
 
     model, ref_model = make(), make()
-    x = 10.0 + 0.1 * _randn((4, 3, 5, 5))
-    x[0, :, 0, 0] += torch.tensor([0.0, 0.5, -3.0])
+    x = 10.0 + 0.1 * _randn((4, 16, 64, 64))
+    x[0, :, 0, 0] += 3.0 * _randn(16, seed=3)
     x = x.to(device)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     out = ember_compile(model, target)(xa)
@@ -333,3 +333,6 @@ def test_shifted_variance_far_from_zero(target, device):
     for (name, a), b in zip(model.state_dict().items(), ref_model.state_dict().values()):
         assert_close(a, b, tol=1e-4, what=name)
     check_fallbacks()
+    if target != "cpu":     # the shifted sums ran: their kernels read the sample k (a slice)
+        fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
+        assert any("extract_slice" in g for g in fwd["fused_groups"]), fwd["fused_groups"]
