@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 from torch_mlir import ir
 
@@ -214,6 +213,7 @@ class KernelWriter:
             raise PassError(f"ember-lower-to-triton: {err.reason}", err.location) from None
         rdims = [g for g in s.reductions[0].reduced if not s.unit(g)]
         self.rdims = rdims
+        self._loop = None       # (scope, loop vars) of the last reduction loop built
         rnumel = persistent_rnumel(s, rdims, self.max_rblock)
         column = is_column(s)
         if column and rnumel is not None and rnumel > COLUMN_PERSISTENT_MAX:
@@ -252,28 +252,52 @@ class KernelWriter:
                 self.store(k, self.xvars, ROW_TILE)
             elif self.persistent:
                 self.store(k, {**self.xvars, **self.rvars}, XR_TILE)
+            elif self._loop is not None and inner == rdims and \
+                    not self._reads_reduction(o.value):
+                # over the reduced dims and reading no reduction (a BatchNorm backward's
+                # residual sum beside its sums): stored in the reductions' loop
+                scope, rvars = self._loop
+                self.builder.stack.append(scope)
+                scope.open = True
+                self.store(k, {**self.xvars, **rvars}, XR_TILE)
+                self.builder.pop()
             else:
-                # over the reduced dims: the reductions' own loop header, so that a value
-                # stored there which reads no reduction is stored in their loop
-                same = inner == rdims
-                stop = Var("rnumel") if same else self.extent_node(inner)
-                loop = Scope({"r"}, Loop("roff", Const(0, INT), stop, Var("RBLOCK")))
+                loop = Scope({"r"}, Loop("roff", Const(0, INT), self.extent_node(inner),
+                                         Var("RBLOCK")))
                 vars_ = {}
                 loop.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
-                               f"rmask = rindex < {'rnumel' if same else self.extent(inner)}"]
+                               f"rmask = rindex < {self.extent(inner)}"]
                 decompose(loop.stmts, "rindex", inner, self.sizes(inner),
                            "r", "r", vars_)
-                header = len(loop.stmts)
                 self.builder.push(loop)     # attaches the loop to root (once)
                 self.store(k, {**self.xvars, **vars_}, XR_TILE)
                 self.builder.pop()
-                if same:
-                    root.stmts.remove(loop)
-                    if not merge_loop(root, loop, header, [], self.builder.show):
-                        root.stmts.append(loop)
         return self._kernel(["xnumel", "rnumel"], {"xnumel": self.runtime_extent(outer),
                                                     "rnumel": self.runtime_extent(rdims)},
                             ["XBLOCK", "RBLOCK"], configs, '(triton.cdiv(xnumel, meta["XBLOCK"]),)')
+
+    def _reads_reduction(self, what) -> bool:
+        """Whether a reduction of the kernel that is built already computes part of `what` (an
+        op or a value): then `what` is computed after that reduction's loop, not in it."""
+        built = [r.op for r in self.sched.reductions]
+        stack = list(what.operands) if not isinstance(what, ir.Value) else [what]
+        seen = []
+        while stack:
+            v = stack.pop()
+            if not isinstance(v, ir.OpResult):
+                continue
+            op = v.owner
+            if any(op == r for r in built):
+                return True
+            if any(op == o for o in seen):
+                continue
+            seen.append(op)
+            stack.extend(op.operands)
+            for region in op.regions:       # values a body reads from outside it
+                for block in region.blocks:
+                    for inner in block.operations:
+                        stack.extend(inner.operands)
+        return False
 
     def _loops_at_p(self, op):
         loops = []
@@ -287,8 +311,16 @@ class KernelWriter:
         s = self.sched
         root = b.stack[0]
         saved = b.stack
+        shared = None
         if self.persistent:
             rvars, scope = self.rvars, None
+        elif self._loop is not None and not self._reads_reduction(op):
+            # the loop of the reductions before it, which it reads nothing of: one pass over
+            # the rows (its accumulators' fills and its per-column values go before the loop,
+            # open while its body is built; the values the loop computes already are reused)
+            shared = scope, rvars = self._loop
+            scope.open = True
+            b.stack = [root, scope]
         else:
             scope = Scope({"r"}, Loop("roff", Const(0, INT), Var("rnumel"), Var("RBLOCK")))
             scope.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
@@ -296,8 +328,6 @@ class KernelWriter:
             rvars = {}
             decompose(scope.stmts, "rindex", self.rdims, self.sizes(self.rdims),
                        "r", "r", rvars)
-            header = len(scope.stmts)
-            inits = []
             b.stack = [root, scope]
         full = [l if l is not None else rvars.get(s.loop_gid(op, j), const(0))
                 for j, l in enumerate(loops)]
@@ -358,8 +388,7 @@ class KernelWriter:
                 total = f"{red}({masked}, 1)[:, None]"
             else:
                 acc = b.fresh("acc")
-                inits.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {acc_ty})")
-                b.emit_into(root, inits[-1])
+                b.emit_into(root, f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {acc_ty})")
                 scope.stmts.append(f"{acc} = " + comb.format(a=acc, b=masked))
                 total = f"{red}({acc}, 1)[:, None]"
             if kind in ("maxui", "minui"):
@@ -376,10 +405,11 @@ class KernelWriter:
                 comb = None
             finals.append((k, ty, comb, total))
             kind_of[k] = kind
-        # before an output loop being built (a reduction it reads); in the loop of the
-        # reduction before it where it reads nothing that loop computes
-        if scope is not None and not merge_loop(root, scope, header, inits, b.show):
+        if shared is not None:
+            scope.open = False
+        elif scope is not None:   # before an output loop being built (a reduction it reads)
             b.emit_into(root, scope)
+            self._loop = (scope, rvars)
         accs = []
         for item in finals:
             if item is None:
@@ -431,101 +461,6 @@ class KernelWriter:
                 self._flatten(st, out, depth + 1)
             else:
                 out.append("    " * depth + render_stmt(st, self.builder.show))
-
-
-_NAME = re.compile(r"[A-Za-z_]\w*")
-
-
-def _text(stmt, show) -> str:
-    return render_stmt(stmt, show)
-
-
-def _assigned(text: str):
-    """The name a `name = ...` line assigns (None for a store or any other line)."""
-    lhs, eq, _ = text.partition(" = ")
-    lhs = lhs.strip()
-    return lhs if eq and _NAME.fullmatch(lhs) else None
-
-
-def merge_loop(root, scope, header: int, inits: list, show) -> bool:
-    """Puts the body of `scope` (a loop over the reduced dims whose first `header` statements
-    index the tile, not yet in `root`) into the last such loop of `root` when it reads nothing
-    that loop or what follows it computes: one pass over the rows for several reductions of
-    one kernel and the full-size results that read none of them (a BatchNorm backward's
-    two sums of the ReLU-masked gradient, and the residual sum it stores), where each was a
-    pass of its own that loaded its operands again. Statements after that loop that read
-    nothing it computes (a per-column operand's load) move before it, with `inits` (the
-    accumulators' fills, in `root` already). Whether it merged."""
-    at = next((i for i in range(len(root.stmts) - 1, -1, -1)
-               if isinstance(root.stmts[i], Scope)), None)
-    if at is None:
-        return False
-    prev = root.stmts[at]
-    if prev.loop is None or scope.loop is None or prev.loop.var != scope.loop.var or \
-            show(prev.loop.stop) != show(scope.loop.stop) or \
-            show(prev.loop.step) != show(scope.loop.step) or \
-            any(isinstance(st, Scope) for st in prev.stmts + scope.stmts):
-        return False
-    if [_text(st, show) for st in prev.stmts[:header]] != \
-            [_text(st, show) for st in scope.stmts[:header]]:
-        return False
-    # names the loop assigns (its accumulators), then what follows it and reads them
-    fixed = {n for st in prev.stmts[header:] if (n := _assigned(_text(st, show)))}
-    init_ids = {id(st) for st in inits}
-    movable = []
-    for st in root.stmts[at + 1:]:
-        if id(st) in init_ids:
-            continue
-        text = _text(st, show)
-        name = _assigned(text)
-        if name is None or set(_NAME.findall(text.partition(" = ")[2])) & fixed:
-            if name is None:
-                return False    # a store after the loop: keep the order as it is
-            fixed.add(name)
-        else:
-            movable.append(st)
-    body = scope.stmts[header:]
-    if any(set(_NAME.findall(_text(st, show))) & (fixed - {n for st in body
-                                                         if (n := _assigned(_text(st, show)))})
-           for st in body):
-        return False
-    hoisted = [st for st in root.stmts[at + 1:] if id(st) in init_ids] + movable
-    keep = [st for st in root.stmts[at + 1:] if all(st is not h for h in hoisted)]
-    root.stmts[at:] = hoisted + [prev] + keep
-    prev.stmts.extend(body)
-    _dedupe(prev, header, show)
-    return True
-
-
-def _dedupe(scope, header: int, show) -> None:
-    """A merged loop body computes again what the first body computed (the same loads and
-    ReLU mask): each `name = expr` whose expression an earlier line of the body already
-    assigned is dropped and its name read as that line's (names are assigned once, but for
-    the accumulators, whose lines are kept). Loads after a store are kept (a reduction kernel
-    writes no input, but the order is not relied on). The lines become text."""
-    lines = [_text(st, show) for st in scope.stmts[header:]]
-    assigned = [_assigned(t) for t in lines]
-    accs = {n for n in assigned if n is not None and assigned.count(n) > 1}
-    rename, seen, out, stored = {}, {}, [], False
-    for text in lines:
-        if rename:
-            text = _NAME.sub(lambda m: rename.get(m.group(0), m.group(0)), text)
-        name = _assigned(text)
-        if name is None:
-            stored = stored or "tl.store" in text
-            out.append(text)
-            continue
-        rhs = text.partition(" = ")[2]
-        names = set(_NAME.findall(rhs))
-        if name in accs or names & accs or (stored and "tl.load" in rhs):
-            out.append(text)
-            continue
-        if rhs in seen:
-            rename[name] = seen[rhs]
-            continue
-        seen[rhs] = name
-        out.append(text)
-    scope.stmts[header:] = out
 
 
 class AccBuilder(TileBuilder):
