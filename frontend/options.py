@@ -209,6 +209,7 @@ def resolve_target(target: str, devices) -> str:
 
 # the pipeline element of ember-split-reductions (frontend/compile_module retries without it)
 SPLIT_PASS = "ember-split-reductions"
+VARIANCE_PASS = "ember-shifted-variance"
 
 
 def channels_last_on(options: CompileOptions, target: str) -> bool:
@@ -279,6 +280,10 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # GPU reductions with few results are split for parallelism (the C++ path splits rows
     # across threads in its code generator instead)
     split = SPLIT_PASS + "," if backend.name == "triton" else ""
+    # a BatchNorm's batch variance in one pass over its input beside the mean (shifted sums:
+    # one split reduction instead of two, passes/ember_shifted_variance.py)
+    if backend.name == "triton":
+        split = VARIANCE_PASS + "," + split
     externs = "ember-convert-externs" + _convert_externs_options(target)
     return (f"builtin.module({externs},ember-library-views,{layout}{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "

@@ -312,7 +312,37 @@ class ConvolutionToExtern(Pattern):
     roots = tuple(externs.CONV_KINDS)
 
     def rewrite(self, op) -> bool:
-        return _replace(op, externs.conv_extern(op, self.bias))
+        result = externs.conv_extern(op, self.bias)
+        if not _replace(op, result):
+            return False
+        _fold_roundings(result)
+        return True
+
+
+def _fold_roundings(wide):
+    """A bf16/f16 convolution's result is the library's narrow tensor widened to the IR's f32
+    accumulator (`externs.widen`); torch-mlir rounds that f32 value straight back to the
+    narrow type (its import of the bf16 `aten.convolution`). Widening then rounding to the
+    same type is the identity, so those roundings read the library's tensor itself: without
+    this, the rounded copy (the tensor eager's convolution returns, saved for the backward)
+    was a kernel of its own per convolution, a full copy of its output (resnet50's training
+    forward: 53 of them)."""
+    narrow = narrow_source(wide)
+    if narrow is None:
+        return
+    for user in users(wide):
+        body = _generic_body(user, 1)
+        if body is None or len(body) != 2 or op_name(body[0]) != "arith.truncf" or \
+                body[0].operands[0] != user.regions[0].blocks[0].arguments[0] or \
+                user.opview.inputs[0] != wide or user.results[0].type != narrow.type or \
+                not _identity_maps(user):
+            continue
+        user.results[0].replace_all_uses_with(narrow)
+
+
+def _identity_maps(op) -> bool:
+    return all(ir.AffineMapAttr(m).value == ir.AffineMap.get_identity(
+        ir.AffineMapAttr(m).value.n_dims) for m in ir.ArrayAttr(op.attributes["indexing_maps"]))
 
 
 class PoolingToExtern(Pattern):

@@ -216,11 +216,13 @@ def _cone(state, gi, v, max_ops, read, stored):
                 leaves.append(val)
             continue
         if not _cheap(p) or (val is not v and val in stored and
-                             _elements(val.type) < _elements(v.type)):
+                             (_elements(val.type) < _elements(v.type) or
+                              fusion_bytes(val.type) < fusion_bytes(v.type))):
             if val is v:
                 return None
             # read from A (which returns it): a value that is not cheap, or a smaller one A
-            # stores anyway (a norm's per-row statistics) that each element would compute again
+            # stores anyway (a norm's per-row statistics, that each element would compute
+            # again; a bf16 residual sum whose f32 ReLU-masked copy is recomputed)
             leaves.append(val)
             continue
         cone.add(p)
@@ -274,6 +276,10 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
         plans.append(_Plan(bi, readers, cone, leaves, sum(fusion_bytes(lv.type) for lv in new),
                            _partner(state, gi, bi, set(consumer_groups), new)))
 
+    # A kernel whose one result is v is gone once v moves: its loads go with it
+    a_loads = sum(fusion_bytes(x.type) for x in state.inputs(gi)) \
+        if list(a_outputs) == [v] else 0
+
     def saving(chosen, with_partners=True) -> int:
         """Bytes of traffic saved by recomputing v in the `chosen` plans' groups."""
         all_moved = len(chosen) == len(consumer_groups) and not stays
@@ -284,6 +290,8 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
             saved += size - (plan.new - shared)
             stored.update(lv for lv in plan.leaves
                           if defining_op(lv) in members_a and lv not in a_outputs)
+        if all_moved and not stored:
+            saved += a_loads
         return saved - sum(fusion_bytes(lv.type) for lv in stored)
 
     if not plans or saving(plans) <= 0:      # not even if every consumer may recompute it

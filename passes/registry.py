@@ -18,10 +18,12 @@ def _load_builtin() -> dict[str, type[Pass]]:
     from .ember_lower_to_cpp import EmberLowerToCpp
     from .ember_lower_to_triton import EmberLowerToTriton
     from .ember_matmul_template import EmberMatmulTemplate
+    from .ember_shifted_variance import EmberShiftedVariance
     from .ember_split_reductions import EmberSplitReductions
     passes = {}
     for cls in (EmberLibraryViews, EmberConvertExterns, EmberChannelsLast, EmberFuse, EmberBufferReuse,
-                EmberLowerToCpp, EmberLowerToTriton, EmberMatmulTemplate, EmberSplitReductions):
+                EmberLowerToCpp, EmberLowerToTriton, EmberMatmulTemplate, EmberSplitReductions,
+                EmberShiftedVariance):
         if not cls.name or cls.name in passes:
             raise ValueError(f"pass flag '{cls.name}' is empty or registered twice")
         passes[cls.name] = cls

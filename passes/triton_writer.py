@@ -213,6 +213,7 @@ class KernelWriter:
             raise PassError(f"ember-lower-to-triton: {err.reason}", err.location) from None
         rdims = [g for g in s.reductions[0].reduced if not s.unit(g)]
         self.rdims = rdims
+        self._loop = None       # (scope, loop vars) of the last reduction loop built
         rnumel = persistent_rnumel(s, rdims, self.max_rblock)
         column = is_column(s)
         if column and rnumel is not None and rnumel > COLUMN_PERSISTENT_MAX:
@@ -251,6 +252,15 @@ class KernelWriter:
                 self.store(k, self.xvars, ROW_TILE)
             elif self.persistent:
                 self.store(k, {**self.xvars, **self.rvars}, XR_TILE)
+            elif self._loop is not None and inner == rdims and \
+                    not self._reads_reduction(o.value):
+                # over the reduced dims and reading no reduction (a BatchNorm backward's
+                # residual sum beside its sums): stored in the reductions' loop
+                scope, rvars = self._loop
+                self.builder.stack.append(scope)
+                scope.open = True
+                self.store(k, {**self.xvars, **rvars}, XR_TILE)
+                self.builder.pop()
             else:
                 loop = Scope({"r"}, Loop("roff", Const(0, INT), self.extent_node(inner),
                                          Var("RBLOCK")))
@@ -266,6 +276,29 @@ class KernelWriter:
                                                     "rnumel": self.runtime_extent(rdims)},
                             ["XBLOCK", "RBLOCK"], configs, '(triton.cdiv(xnumel, meta["XBLOCK"]),)')
 
+    def _reads_reduction(self, what) -> bool:
+        """Whether a reduction of the kernel that is built already computes part of `what` (an
+        op or a value): then `what` is computed after that reduction's loop, not in it."""
+        built = [r.op for r in self.sched.reductions]
+        stack = list(what.operands) if not isinstance(what, ir.Value) else [what]
+        seen = []
+        while stack:
+            v = stack.pop()
+            if not isinstance(v, ir.OpResult):
+                continue
+            op = v.owner
+            if any(op == r for r in built):
+                return True
+            if any(op == o for o in seen):
+                continue
+            seen.append(op)
+            stack.extend(op.operands)
+            for region in op.regions:       # values a body reads from outside it
+                for block in region.blocks:
+                    for inner in block.operations:
+                        stack.extend(inner.operands)
+        return False
+
     def _loops_at_p(self, op):
         loops = []
         for j in range(len(ir.ArrayAttr(op.attributes["iterator_types"]))):
@@ -278,8 +311,16 @@ class KernelWriter:
         s = self.sched
         root = b.stack[0]
         saved = b.stack
+        shared = None
         if self.persistent:
             rvars, scope = self.rvars, None
+        elif self._loop is not None and not self._reads_reduction(op):
+            # the loop of the reductions before it, which it reads nothing of: one pass over
+            # the rows (its accumulators' fills and its per-column values go before the loop,
+            # open while its body is built; the values the loop computes already are reused)
+            shared = scope, rvars = self._loop
+            scope.open = True
+            b.stack = [root, scope]
         else:
             scope = Scope({"r"}, Loop("roff", Const(0, INT), Var("rnumel"), Var("RBLOCK")))
             scope.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
@@ -364,8 +405,11 @@ class KernelWriter:
                 comb = None
             finals.append((k, ty, comb, total))
             kind_of[k] = kind
-        if scope is not None:   # before an output loop being built (a reduction it reads)
+        if shared is not None:
+            scope.open = False
+        elif scope is not None:   # before an output loop being built (a reduction it reads)
             b.emit_into(root, scope)
+            self._loop = (scope, rvars)
         accs = []
         for item in finals:
             if item is None:

@@ -375,3 +375,40 @@ func.func @narrow_operands_into_an_init(%g: tensor<8x16xbf16>, %w: tensor<16x32x
   } -> tensor<8x32xbf16>
   return %0 : tensor<8x32xbf16>
 }
+
+// -----
+
+// torch-mlir's bf16 convolution: an f32 accumulator rounded back to bf16 (the tensor eager's
+// convolution returns), which BatchNorm widens again. The library writes bf16; its widening
+// then rounding is the identity, so the rounding's readers (the return: a training forward
+// saves the convolution's output) read the library's tensor itself, and only the BatchNorm's
+// widening is left (it fuses into its kernel). Before, the widen-then-round copy was a kernel
+// of its own per convolution.
+// CHECK-LABEL: func.func @conv_bf16_rounded_back
+// CHECK:         %[[C:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution"{{.*}} -> tensor<2x4x6x6xbf16>
+// CHECK:         %[[W:.*]] = linalg.generic {{.*}} ins(%[[C]] : tensor<2x4x6x6xbf16>) outs(%{{.*}} : tensor<2x4x6x6xf32>)
+// CHECK-NEXT:    ^bb0
+// CHECK-NEXT:      arith.extf
+// CHECK-NOT:     arith.truncf
+// CHECK:         return %[[C]], %[[W]]
+#map = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @conv_bf16_rounded_back(%x: tensor<2x3x8x8xbf16>, %w: tensor<4x3x3x3xbf16>) -> (tensor<2x4x6x6xbf16>, tensor<2x4x6x6xf32>) {
+  %zero = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<2x4x6x6xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<2x4x6x6xf32>) -> tensor<2x4x6x6xf32>
+  %r = linalg.conv_2d_nchw_fchw {dilations = dense<1> : vector<2xi64>, strides = dense<1> : vector<2xi64>}
+      ins(%x, %w : tensor<2x3x8x8xbf16>, tensor<4x3x3x3xbf16>) outs(%f : tensor<2x4x6x6xf32>) -> tensor<2x4x6x6xf32>
+  %eb = tensor.empty() : tensor<2x4x6x6xbf16>
+  %t = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%r : tensor<2x4x6x6xf32>) outs(%eb : tensor<2x4x6x6xbf16>) {
+  ^bb0(%in: f32, %out: bf16):
+    %0 = arith.truncf %in : f32 to bf16
+    linalg.yield %0 : bf16
+  } -> tensor<2x4x6x6xbf16>
+  %ew = tensor.empty() : tensor<2x4x6x6xf32>
+  %u = linalg.generic {indexing_maps = [#map, #map], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%t : tensor<2x4x6x6xbf16>) outs(%ew : tensor<2x4x6x6xf32>) {
+  ^bb0(%in: bf16, %out: f32):
+    %0 = arith.extf %in : bf16 to f32
+    linalg.yield %0 : f32
+  } -> tensor<2x4x6x6xf32>
+  return %t, %u : tensor<2x4x6x6xbf16>, tensor<2x4x6x6xf32>
+}

@@ -135,7 +135,8 @@ def test_target_vocabulary_agrees_with_the_runtime():
 @pytest.mark.parametrize("flag", ["ember-fuse", "ember-convert-externs", "ember-buffer-reuse",
                                   "ember-lower-to-cpp", "ember-lower-to-triton",
                                   "ember-matmul-template", "ember-library-views",
-                                  "ember-split-reductions", "ember-channels-last"])
+                                  "ember-split-reductions", "ember-channels-last",
+                                  "ember-shifted-variance"])
 def test_pass_files_are_named_after_their_flag(flag):
     from ember.passes.registry import all_passes
     cls = all_passes()[flag]
@@ -152,7 +153,8 @@ def test_every_registered_pass_is_checked_here():
     names = set(all_passes())
     listed = {"ember-fuse", "ember-convert-externs", "ember-buffer-reuse",
               "ember-lower-to-cpp", "ember-lower-to-triton", "ember-matmul-template",
-              "ember-library-views", "ember-split-reductions", "ember-channels-last"}
+              "ember-library-views", "ember-split-reductions", "ember-channels-last",
+              "ember-shifted-variance"}
     assert names == listed
 
 

@@ -321,3 +321,79 @@ def test_gate_and_up_weight_copies_are_one_kernel(target, device):
     casts = [g for g in fwd["fused_groups"] if g == ["convert"]]
     # x's copy, gate's and up's in one kernel, down's (read by another product)
     assert len(casts) == 3, fwd["fused_groups"]
+
+
+class _ConvBlock(torch.nn.Module):
+    """A resnet basic block without downsampling: conv-bn-relu-conv-bn + residual, relu."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = torch.nn.BatchNorm2d(c)
+        self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+def test_conv_block_training_launches():
+    """A bf16 conv block's training step for the GPU (channels-last, compiled for the Triton
+    target, not run), at a size whose batch statistics are split reductions (4 x 64 x 64 rows
+    of 16 channels). A BatchNorm's forward is 3 launches, as Inductor's (a partial kernel
+    for both sums, their final kernel, the normalisation): the variance is a shifted one-pass
+    sum beside the mean's (ember-shifted-variance), where the two-pass form needed the mean's
+    final kernel before the square's partial one (5 launches). The backward: per BatchNorm
+    a partial kernel (ReLU mask and residual sum inside), a final one and the input
+    gradient's."""
+    from ember.benchmarks import kernel_count as kc
+    torch.manual_seed(0)
+    model = _ConvBlock().to(torch.bfloat16).train()
+    x = _randn((4, 16, 64, 64)).to(torch.bfloat16).to(memory_format=torch.channels_last)
+    torch._dynamo.reset()
+    clear_reports()
+    records = []
+    with kc.compile_only(records):
+        out = torch.compile(model, backend="ember",
+                            options={"target": "triton", "channels_last": True})(x)
+        out.float().square().mean().backward()
+    check_fallbacks()
+    launches = {r["kind"]: [(kc.step_kind(s), s.name) for s in r["program"].steps
+                            if kc.step_kind(s)] for r in records}
+    fwd, bwd = launches["forward"], launches["backward"]
+    # the two weights' OHWI copies and the batch counters' add, and 3 per BatchNorm (5 before)
+    assert [k for k, _ in fwd].count("generated") == 9, fwd     # was 13
+    assert [k for k, _ in fwd].count("library") == 2, fwd
+    assert [k for k, _ in bwd].count("generated") == 7, bwd
+
+
+def test_shifted_variance_far_from_zero(target, device):
+    """BatchNorm's training statistics of bf16 data whose mean is 100 times its deviation, the
+    shift sample (the first element of each channel) an outlier (30 deviations out), over
+    4 x 64 x 64 rows: long enough to be split on the Triton target, where the variance is the
+    shifted one-pass sum (ember-shifted-variance). Outputs, running statistics and gradients
+    as eager's. (The shifted sums lose digits with ((mean - k) / std)^2, as the two-pass form
+    does not; the textbook sum(x^2) - sum(x)^2 / n would lose most of them here.)"""
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.BatchNorm2d(16).to(device).train()
+
+    model, ref_model = make(), make()
+    x = 10.0 + 0.1 * _randn((4, 16, 64, 64))
+    x[0, :, 0, 0] += 3.0 * _randn(16, seed=3)
+    x = x.to(device, torch.bfloat16)     # as under autocast: f32 data keeps the two-pass form
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    out = ember_compile(model, target)(xa)
+    ref = ref_model(xb)
+    assert_close(out.float(), ref.float(), tol=1e-2)
+    cot = _randn(ref.shape, seed=7).to(device, torch.bfloat16)
+    (out * cot).sum().backward()
+    (ref * cot).sum().backward()
+    assert_close(xa.grad.float(), xb.grad.float(), tol=1e-2, what="grad")
+    for (name, a), b in zip(model.state_dict().items(), ref_model.state_dict().values()):
+        assert_close(a, b, tol=1e-4, what=name)
+    check_fallbacks()
+    if target != "cpu":     # the shifted sums ran: their kernels read the sample k (a slice)
+        fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
+        assert any("extract_slice" in g for g in fwd["fused_groups"]), fwd["fused_groups"]
