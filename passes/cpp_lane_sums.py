@@ -9,10 +9,11 @@ its lanes as a tree (`vec_reduce_all`). Here such a loop walks its row in chunks
 add chains) accumulating its own elements; after the loop the lanes are added pairwise, width
 halving (log2 steps), and the sum added to the accumulator.
 
-Why (benchmarks/RESULTS.md, "cpu13"; the 2-core AMD EPYC, 2 threads, wall time of the
-kernel alone, rms_norm 4096x1024 with its rows in L3, 2000 interleaved calls, min / p10 /
-p25 ms): ember's kernel 0.493 / 0.505 / 0.534, with two lane vectors and the tree 0.439 /
-0.452 / 0.490, Inductor's 0.449 / 0.467 / 0.512.
+Why (issue 13; the 2-core AMD EPYC, 2 threads, wall time of the kernel alone called through
+ctypes, rms_norm 4096x1024 with its rows in L3, 2000 interleaved calls on a loaded machine,
+min / p10 / p25 ms): ember's kernel 0.493 / 0.505 / 0.534, with two lane vectors and the tree
+0.439 / 0.452 / 0.490, Inductor's 0.449 / 0.467 / 0.512. With one thread (CPU time) the three
+run alike: the difference is the add latency that two threads, each on a core, expose.
 
 Invariant: only a loop from 0 by 1 to a static bound that 2 * 16 divides (every
 EMBER_VEC_F32 cuts it into whole chunks), with no nested loop or branch, under a plain
