@@ -2,13 +2,14 @@
 with OpenMP pragmas, reductions with their accumulators, blocked float sums) with the ABI of
 docs/internals.md (Stage 4) and prints it with cpp_lang. The tree is rewritten before printing
 by cpp_column_blocks (reductions down columns) or cpp_row_values (values kept between a row's
-loops), cpp_row_split (few long rows split across threads) and cpp_row_scalars (row scalars
-recomputed per vector of the output loop); a pointwise kernel's inner loop
+loops), cpp_row_split (few long rows split across threads), cpp_row_scalars (row scalars
+recomputed per vector of the output loop) and cpp_lane_sums (row sums in two vectors of lanes); a pointwise kernel's inner loop
 read through `/ K` and `% K` is split by cpp_split_loops. The prelude those functions use
 is cpp_prelude.PRELUDE (re-exported here)."""
 from __future__ import annotations
 
 from .cpp_column_blocks import block_columns
+from .cpp_lane_sums import lane_sums
 from .cpp_lang import STORAGE, CppLang, is_checked, render
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
 from .cpp_row_scalars import recompute_row_scalars
@@ -385,4 +386,5 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
         reuse_row_values(em.b.stack[0])
         split_rows(em.b.stack[0])
         recompute_row_scalars(em.b.stack[0])
+        lane_sums(em.b.stack[0])
     return em.source()

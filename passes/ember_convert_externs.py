@@ -7,8 +7,9 @@ with the default indexing maps, each convolution torch-mlir emits for a forward
 `aten.convolution`, and each 2-D max / sum pooling whose init and padding are the reduction's
 identity is gone, replaced by an `ember.extern` (`callee` aten.mm / addmm / bmm / baddbmm /
 convolution / max_pool2d / sum_pool2d) plus the views, widenings and adds that keep the
-results' types; an f32/f64 product's bias add whose sum only library calls, externs or the
-return read (through views) is the addmm's bias, no add left; ops left dead are erased.
+results' types; an f32/f64 product's bias add (maybe of its rows viewed as [S, B, N], torch's
+`linear` on a 3-D input) whose sum only library calls, externs or the return read (through
+views) is the addmm's bias, no add left (the row view a view of the addmm's result); ops left dead are erased.
 Nothing else changes. With `conv-bias=after` or `after-wide`, a convolution's bias (of the kinds
 that option names) is not an operand of the call but a `linalg.generic` add right after it,
 which ember-fuse fuses into the consumer's kernel: on CUDA, ATen's cuDNN path adds it in a
@@ -24,6 +25,7 @@ same patterns first unless `externs=false`.
 import dataclasses
 
 from torch_mlir import ir, rewrite
+from torch_mlir.dialects import tensor
 
 from ..dialects.contract import EXTERN_OP
 from . import externs
@@ -163,37 +165,57 @@ def _only_viewed(value) -> bool:
     return True
 
 
+def _row_split(result):
+    """(the `tensor.expand_shape` that is `result`'s one user, its reassociation) where it
+    only splits the rows of a 2-D `result` and keeps the columns as the last dim (torch's
+    `linear` on a 3-D input: `mm` of the flattened rows, viewed back as [S, B, N]); None
+    otherwise."""
+    op = _single_user(result)
+    if op is None or op_name(op) != "tensor.expand_shape" \
+            or ir.RankedTensorType(result.type).rank != 2:
+        return None
+    groups = [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)]
+              for g in ir.ArrayAttr(op.attributes["reassociation"])]
+    if len(groups) != 2 or len(groups[1]) != 1:
+        return None
+    return op, groups
+
+
 def _bias_epilogue(result):
     """For a matmul result whose one reader adds a bias vector over its columns (torch-mlir's
-    import of `addmm(bias, a, b)`: `mm` then an add) and whose sum is only viewed (the q/k/v
-    split of an attention projection, handed to the attention call as strided views; a
-    returned value): (bias, the add). None for anything else: an add that a kernel fuses
-    with a consumer costs no launch of its own, and stays generated code."""
-    op = _single_user(result)
+    import of `addmm(bias, a, b)`: `mm` then an add, maybe of the rows viewed as [S, B, N]:
+    `_row_split`) and whose sum is only viewed (the q/k/v split of an attention projection,
+    handed to the attention call as strided views; a returned value): (bias, the add, the
+    row split or None). None for anything else: an add that a kernel fuses with a consumer
+    costs no launch of its own, and stays generated code."""
+    split = _row_split(result)
+    added = split[0].results[0] if split is not None else result
+    op = _single_user(added)
     body = _generic_body(op, 2)
     if body is None or len(body) != 2 or op_name(body[0]) != "arith.addf":
         return None
     args = list(op.regions[0].blocks[0].arguments)
     ins = list(op.opview.inputs)
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    if result not in ins or set(body[0].operands) != {args[0], args[1]} \
+    if added not in ins or set(body[0].operands) != {args[0], args[1]} \
             or body[1].operands[0] != body[0].results[0]:
         return None
-    i = ins.index(result)
+    i = ins.index(added)
     bias = ins[1 - i]
-    row = ir.AffineMap.get(2, 0, [ir.AffineDimExpr.get(1)])
+    rank = ir.RankedTensorType(added.type).rank
+    row = ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(rank - 1)])
     element = ir.RankedTensorType(result.type).element_type
     # f32/f64 only: product and sum stay in the accumulator's type either way (and addmm is
     # the call eager made, which torch-mlir split); a bf16/f16 product would round once
     # instead of twice
-    if maps[i] != ir.AffineMap.get_identity(2) or maps[1 - i] != row \
-            or ir.RankedTensorType(bias.type).rank != 1 or op.results[0].type != result.type \
+    if maps[i] != ir.AffineMap.get_identity(rank) or maps[1 - i] != row \
+            or ir.RankedTensorType(bias.type).rank != 1 or op.results[0].type != added.type \
             or ir.RankedTensorType(bias.type).element_type != element \
             or not isinstance(element, (ir.F32Type, ir.F64Type)):
         return None
     if not _only_viewed(op.results[0]):
         return None
-    return bias, op
+    return bias, op, split
 
 
 def _narrow_product(a, b, result) -> bool:
@@ -288,10 +310,16 @@ class MatmulToExtern(Pattern):
         if bias is not None:
             # eager's addmm: the bias in the library call's epilogue, the sum a buffer that
             # library calls read as strided views (no kernel for the add)
-            bias, add = bias
-            new = make_extern("aten.addmm", [bias, a, b], add.results[0].type, params, add)
-            add.results[0].replace_all_uses_with(new.results[0])
-            return True   # the matmul and the add are dead now
+            bias, add, split = bias
+            new = make_extern("aten.addmm", [bias, a, b], op.results[0].type, params, add)
+            value = new.results[0]
+            if split is not None:   # the sum viewed as the add saw it: [S, B, N]
+                with ir.InsertionPoint(add), add.location:
+                    value = tensor.ExpandShapeOp(
+                        add.results[0].type, value, split[0].attributes["reassociation"],
+                        [], split[0].attributes["static_output_shape"]).result
+            add.results[0].replace_all_uses_with(value)
+            return True   # the matmul, its row split and the add are dead now
         if fill_is_zero(init):
             callee, operands = ("aten.bmm" if batched else "aten.mm"), [a, b]
         else:

@@ -10,8 +10,10 @@ projection buffer, and so does ember after this pass.
 Invariant established: every `func.call` in a public function of a library declaration of a
 fused-attention forward or backward op (`ATTENTION`, `ATTENTION_BACKWARD`), whose declaration has that one call and no
 `ember.view`, takes for each operand that was a chain of `tensor.extract_slice` (static, unit
-or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` (of dims that are contiguous
-in the layout so far) and `linalg.transpose` ops of a statically shaped value R that is a buffer
+or larger steps), `tensor.expand_shape`, `tensor.collapse_shape` and `linalg.transpose` ops
+whose composed view is strided (a collapse of dims that are not one stride apart, as
+nn.MultiheadAttention's [S, B, E] -> [S, B * H, D], counts where a later expand splits the
+merged dim back along its parts: `Layout`) of a statically shaped value R that is a buffer
 in any case (a graph input, an `ember.extern` or library call result: the pass runs after
 ember-convert-externs) — with at least one slice or transpose in the chain, and its innermost
 stride 1 — the value R itself; the same for a `BROADCAST_OPERANDS` op (scatter_add) whose
@@ -125,29 +127,73 @@ def _groups(op) -> list[list[int]]:
             for g in ir.ArrayAttr(op.attributes["reassociation"])]
 
 
+def _simplify(parts: list) -> list:
+    """A dim's (size, stride) parts, outer to inner, without unit parts (the last one kept
+    where all are) and with neighbours that are one stride merged."""
+    keep = [p for p in parts if p[0] != 1] or parts[-1:]
+    out = [keep[0]]
+    for n, st in keep[1:]:
+        m, so = out[-1]
+        if m != 1 and so == st * n:
+            out[-1] = (m * n, st)
+        else:
+            out.append((n, st))
+    return out
+
+
 @dataclasses.dataclass
 class Layout:
-    sizes: list[int]
-    strides: list[int]
+    """A view of a row-major buffer: per dim, its (size, stride) parts, outer to inner. A dim
+    of several parts (a collapse of dims that are not one stride apart: GPT-2's or
+    nn.MultiheadAttention's [S, B, 3E] projection read as [S, B * H, D]) is no strided view
+    itself, but a later expand may split it back into dims of one stride each (`strides`)."""
+    parts: list
     offset: int = 0
+
+    @classmethod
+    def row_major(cls, shape: list[int]) -> "Layout":
+        return cls([[(n, st)] for n, st in zip(shape, _row_major(shape))])
+
+    @property
+    def sizes(self) -> list[int]:
+        out = []
+        for dim in self.parts:
+            n = 1
+            for m, _ in dim:
+                n *= m
+            out.append(n)
+        return out
+
+    @property
+    def strides(self) -> list[int] | None:
+        """One stride per dim; None where a dim is still of several parts."""
+        dims = [_simplify(d) for d in self.parts]
+        return None if any(len(d) != 1 for d in dims) else [d[0][1] for d in dims]
 
     def apply(self, op, result_shape: list[int]) -> "Layout | None":
         """The layout of `op`'s result given this one for its source; None: not a view."""
         name = op_name(op)
+        parts = [_simplify(d) for d in self.parts]
+        sizes = self.sizes
         if name == "linalg.transpose":
-            perm = _i64s(op, "permutation")
-            return Layout([self.sizes[p] for p in perm], [self.strides[p] for p in perm],
-                          self.offset)
+            return Layout([parts[p] for p in _i64s(op, "permutation")], self.offset)
         if name == "tensor.extract_slice":
             if len(op.operands) != 1:       # dynamic offsets, sizes or strides
                 return None
-            offs, sizes, steps = (_i64s(op, k) for k in
-                                  ("static_offsets", "static_sizes", "static_strides"))
-            offset = self.offset + sum(o * s for o, s in zip(offs, self.strides))
-            strides = [s * k for s, k in zip(self.strides, steps)]
-            if sizes != result_shape:       # rank-reducing: drop the unit dims it drops
+            offs, new_sizes, steps = (_i64s(op, k) for k in
+                                      ("static_offsets", "static_sizes", "static_strides"))
+            offset, dims = self.offset, []
+            for d, (o, n, k) in enumerate(zip(offs, new_sizes, steps)):
+                if (o, n, k) == (0, sizes[d], 1):
+                    dims.append(parts[d])           # untouched, whatever its parts
+                elif len(parts[d]) == 1:
+                    offset += o * parts[d][0][1]
+                    dims.append([(n, parts[d][0][1] * k)])
+                else:
+                    return None
+            if new_sizes != result_shape:   # rank-reducing: drop the unit dims it drops
                 keep, j = [], 0
-                for d, n in enumerate(sizes):
+                for d, n in enumerate(new_sizes):
                     if j < len(result_shape) and result_shape[j] == n:
                         keep.append(d)
                         j += 1
@@ -155,48 +201,64 @@ class Layout:
                         return None
                 if j != len(result_shape):
                     return None
-                sizes, strides = [sizes[d] for d in keep], [strides[d] for d in keep]
-            return Layout(sizes, strides, offset)
+                dims = [dims[d] for d in keep]
+            return Layout(dims, offset)
         if name == "tensor.expand_shape":
-            sizes, strides = [], []
-            for d, group in enumerate(_groups(op)):
-                inner = self.strides[d]
-                split = [result_shape[r] for r in group]
-                part = []
-                for n in reversed(split):
-                    part.append(inner)
-                    inner *= n
-                sizes += split
-                strides += part[::-1]
-            if len(sizes) != len(result_shape):
+            groups = _groups(op)
+            if len(groups) != len(parts):
                 return None     # a 0-dim source expanded to [1] (no reassociation groups)
-            return Layout(sizes, strides, self.offset)
-        if name == "linalg.generic":
-            dims = _broadcast_map(op)
-            if dims is None or len(dims) != len(result_shape) \
-                    or any(p is not None and not 0 <= p < len(self.sizes) for p in dims):
-                return None     # (a 0-dim index broadcast: embedding of one id, op_db)
-            sizes, strides = [], []
-            for j, p in enumerate(dims):
-                if p is not None and self.sizes[p] != result_shape[j]:
+            dims = []
+            for d, group in enumerate(groups):
+                split = _split(list(parts[d]), [result_shape[r] for r in group])
+                if split is None:
                     return None
-                sizes.append(result_shape[j])
-                strides.append(0 if p is None else self.strides[p])
-            return Layout(sizes, strides, self.offset)
+                dims += split
+            return Layout(dims, self.offset) if len(dims) == len(result_shape) else None
+        if name == "linalg.generic":
+            dmap = _broadcast_map(op)
+            if dmap is None or len(dmap) != len(result_shape) \
+                    or any(p is not None and not 0 <= p < len(parts) for p in dmap):
+                return None     # (a 0-dim index broadcast: embedding of one id, op_db)
+            dims = []
+            for j, p in enumerate(dmap):
+                if p is not None and sizes[p] != result_shape[j]:
+                    return None
+                dims.append([(result_shape[j], 0)] if p is None else parts[p])
+            return Layout(dims, self.offset)
         if name == "tensor.collapse_shape":
-            sizes, strides = [], []
-            for group in _groups(op):
-                dims = [d for d in group if self.sizes[d] != 1] or group[-1:]
-                for a, b in zip(dims, dims[1:]):
-                    if self.strides[a] != self.strides[b] * self.sizes[b]:
-                        return None     # not one stride in this layout: a copy is needed
-                n = 1
-                for d in group:
-                    n *= self.sizes[d]
-                sizes.append(n)
-                strides.append(self.strides[dims[-1]])
-            return Layout(sizes, strides, self.offset)
+            return Layout([_simplify([x for d in group for x in parts[d]])
+                           for group in _groups(op)], self.offset)
         return None
+
+
+def _split(parts: list, sizes: list[int]) -> list | None:
+    """`parts` of one dim (outer to inner) cut into dims of `sizes` (outer to inner): each
+    new dim takes whole parts or an outer share of one; None where a size straddles a part
+    boundary unevenly. A unit dim's stride is the span of what follows it (row-major)."""
+    out = []
+    for t in sizes:
+        parts = [p for p in parts if p[0] != 1] or parts[-1:]
+        if t == 1:
+            n, st = parts[0] if parts else (1, out[-1][-1][1])
+            out.append([(1, n * st if parts and n != 1 else st)])
+            continue
+        acc, need = [], t
+        while need > 1:
+            if not parts or parts[0][0] == 1:
+                return None
+            n, st = parts[0]
+            if need % n == 0:
+                acc.append((n, st))
+                need //= n
+                parts = parts[1:]
+            elif n % need == 0:
+                acc.append((need, st * (n // need)))
+                parts = [(n // need, st)] + parts[1:]
+                need = 1
+            else:
+                return None
+        out.append(acc)
+    return out if all(p[0] == 1 for p in parts) else None
 
 
 def _chain(value, broadcasts: bool = False) -> tuple[object, list]:
@@ -236,14 +298,15 @@ def _view_of(operand, broadcasts: bool = False) -> tuple[object, Layout, list] |
     if ir.RankedTensorType(root.type).element_type != \
             ir.RankedTensorType(operand.type).element_type:
         return None
-    layout = Layout(shape, _row_major(shape))
+    layout = Layout.row_major(shape)
     for op in ops:
         layout = layout.apply(op, _static_shape(op.results[0]))
         if layout is None:
             return None
     inner = (1, 0) if broadcasts else (1,)
-    if layout.sizes != _static_shape(operand) or (layout.strides and layout.strides[-1]
-                                                  not in inner and layout.sizes[-1] != 1):
+    strides = layout.strides
+    if strides is None or layout.sizes != _static_shape(operand) or \
+            (strides and strides[-1] not in inner and layout.sizes[-1] != 1):
         return None
     return root, layout, ops
 

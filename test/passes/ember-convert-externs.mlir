@@ -126,6 +126,49 @@ func.func @qkv_projection(%x: tensor<8x16xf32>, %w: tensor<16x48xf32>, %b: tenso
 
 // -----
 
+// nn.MultiheadAttention's packed in-projection on a 3-D input: `linear` is mm of the flattened
+// rows viewed back as [S, B, 3E] before the bias add, then split into q, k, v and transposed
+// for the attention call. The sum is only viewed: eager's addmm on the flat rows, the row split
+// a view of its buffer; no add, no copy kernel.
+// CHECK-LABEL: func.func @qkv_projection_rows_split
+// CHECK:         %[[QKV:.*]] = "ember.extern"(%arg2, %arg0, %arg1) {callee = "aten.addmm", params = {}} : (tensor<48xf32>, tensor<8x16xf32>, tensor<16x48xf32>) -> tensor<8x48xf32>
+// CHECK-NEXT:    %[[ROWS:.*]] = tensor.expand_shape %[[QKV]] {{\[}}[0, 1], [2]] output_shape [4, 2, 48] : tensor<8x48xf32> into tensor<4x2x48xf32>
+// CHECK-NOT:     linalg.generic
+// CHECK-NOT:     linalg.matmul
+// CHECK:         tensor.extract_slice %[[ROWS]][0, 0, 0]
+// CHECK:         call @attention2(
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#col3 = affine_map<(d0, d1, d2) -> (d2)>
+func.func private @attention2(tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x4x2x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu.default", ember.results = array<i64: 0>, ember.tensor_args = ["query", "key", "value"]}
+func.func @qkv_projection_rows_split(%x: tensor<8x16xf32>, %w: tensor<16x48xf32>, %b: tensor<48xf32>) -> tensor<2x4x2x8xf32> {
+  %zero = arith.constant 0.000000e+00 : f32
+  %e = tensor.empty() : tensor<8x48xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<8x48xf32>) -> tensor<8x48xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<8x16xf32>, tensor<16x48xf32>) outs(%f : tensor<8x48xf32>) -> tensor<8x48xf32>
+  %rows = tensor.expand_shape %mm [[0, 1], [2]] output_shape [4, 2, 48] : tensor<8x48xf32> into tensor<4x2x48xf32>
+  %e3 = tensor.empty() : tensor<4x2x48xf32>
+  %0 = linalg.generic {indexing_maps = [#id3, #col3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%rows, %b : tensor<4x2x48xf32>, tensor<48xf32>) outs(%e3 : tensor<4x2x48xf32>) {
+  ^bb0(%in: f32, %in1: f32, %out: f32):
+    %s = arith.addf %in, %in1 : f32
+    linalg.yield %s : f32
+  } -> tensor<4x2x48xf32>
+  %q = tensor.extract_slice %0[0, 0, 0] [4, 2, 16] [1, 1, 1] : tensor<4x2x48xf32> to tensor<4x2x16xf32>
+  %k = tensor.extract_slice %0[0, 0, 16] [4, 2, 16] [1, 1, 1] : tensor<4x2x48xf32> to tensor<4x2x16xf32>
+  %v = tensor.extract_slice %0[0, 0, 32] [4, 2, 16] [1, 1, 1] : tensor<4x2x48xf32> to tensor<4x2x16xf32>
+  %q4 = tensor.expand_shape %q [[0], [1], [2, 3]] output_shape [4, 2, 2, 8] : tensor<4x2x16xf32> into tensor<4x2x2x8xf32>
+  %k4 = tensor.expand_shape %k [[0], [1], [2, 3]] output_shape [4, 2, 2, 8] : tensor<4x2x16xf32> into tensor<4x2x2x8xf32>
+  %v4 = tensor.expand_shape %v [[0], [1], [2, 3]] output_shape [4, 2, 2, 8] : tensor<4x2x16xf32> into tensor<4x2x2x8xf32>
+  %et = tensor.empty() : tensor<2x2x4x8xf32>
+  %qt = linalg.transpose ins(%q4 : tensor<4x2x2x8xf32>) outs(%et : tensor<2x2x4x8xf32>) permutation = [1, 2, 0, 3]
+  %kt = linalg.transpose ins(%k4 : tensor<4x2x2x8xf32>) outs(%et : tensor<2x2x4x8xf32>) permutation = [1, 2, 0, 3]
+  %vt = linalg.transpose ins(%v4 : tensor<4x2x2x8xf32>) outs(%et : tensor<2x2x4x8xf32>) permutation = [1, 2, 0, 3]
+  %r = call @attention2(%qt, %kt, %vt) : (tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>, tensor<2x2x4x8xf32>) -> tensor<2x4x2x8xf32>
+  return %r : tensor<2x4x2x8xf32>
+}
+
+// -----
+
 // The product of bf16 operands widened to f32, read otherwise than by a rounding back (an f32
 // bias added, returned): mm's widening overload reads them narrow; addmm has none, so the bias
 // add stays.

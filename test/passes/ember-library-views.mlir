@@ -293,3 +293,66 @@ module {
     return %2 : tensor<100x16xf32>
   }
 }
+
+// -----
+
+// nn.MultiheadAttention's packed projection (batch_first input, transposed to [S, B, E]):
+// the [S * B, 3E] product viewed [S, B, 3, E], made [3, S, B, E], sliced, and each
+// [S, B, E] slice read as [S, B * H, D] (B and H merged: no single stride in the product),
+// transposed to [B * H, S, D] and split back into [B, H, S, D]. The merged dim is split back
+// along its parts, so each operand is one strided view of the product: strides B: 96, H: 8,
+// S: 2 * 96, D: 1, offsets 0 / 32 / 64.
+// CHECK-LABEL: func.func private @ember_lib_2(tensor<16x96xf32>, tensor<16x96xf32>, tensor<16x96xf32>) -> tensor<2x4x8x8xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 0, 0, 2, 4, 8, 8, 96, 8, 192, 1>, array<i64: 1, 32, 2, 4, 8, 8, 96, 8, 192, 1>, array<i64: 2, 64, 2, 4, 8, 8, 96, 8, 192, 1>]
+// CHECK-LABEL: func.func @mha_packed_qkv
+// CHECK:         %[[P:.*]] = "ember.extern"
+// CHECK-NOT:     tensor.extract_slice
+// CHECK-NOT:     linalg.transpose
+// CHECK:         call @ember_lib_2(%[[P]], %[[P]], %[[P]])
+// A merged dim split across its parts ([2, 8] of strides 32, 64 merged to 16, split into
+// [4, 4]: the outer 4 takes the 2 and half of the 8) is no strided view: the operand stays.
+// CHECK-LABEL: func.func private @ember_lib_3(tensor<4x4x32xf32>) -> tensor<4x4x32xf32>
+// CHECK-NOT:     ember.operand_views
+// CHECK-LABEL: func.func @merged_dim_split_unevenly
+// CHECK:         linalg.transpose
+// CHECK:         call @ember_lib_3(
+module {
+  func.func private @ember_lib_2(tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32> attributes {ember.library = "aten._scaled_dot_product_flash_attention_for_cpu.default", ember.params = {}, ember.results = array<i64: 0>, ember.tensor_args = ["query", "key", "value"]}
+  func.func @mha_packed_qkv(%arg0: tensor<16x32xf32>, %arg1: tensor<96x32xf32>, %b: tensor<96xf32>) -> tensor<2x4x8x8xf32> {
+    %p = "ember.extern"(%b, %arg0, %arg1) {callee = "aten.addmm", params = {transpose_b = true}} : (tensor<96xf32>, tensor<16x32xf32>, tensor<96x32xf32>) -> tensor<16x96xf32>
+    %rows = tensor.expand_shape %p [[0, 1], [2]] output_shape [8, 2, 96] : tensor<16x96xf32> into tensor<8x2x96xf32>
+    %x5 = tensor.expand_shape %rows [[0, 1], [2], [3, 4]] output_shape [1, 8, 2, 3, 32] : tensor<8x2x96xf32> into tensor<1x8x2x3x32xf32>
+    %e5 = tensor.empty() : tensor<3x8x2x1x32xf32>
+    %t5 = linalg.transpose ins(%x5 : tensor<1x8x2x3x32xf32>) outs(%e5 : tensor<3x8x2x1x32xf32>) permutation = [3, 1, 2, 0, 4]
+    %qkv = tensor.collapse_shape %t5 [[0], [1], [2, 3], [4]] : tensor<3x8x2x1x32xf32> into tensor<3x8x2x32xf32>
+    %e3 = tensor.empty() : tensor<8x8x8xf32>
+    %s0 = tensor.extract_slice %qkv[0, 0, 0, 0] [1, 8, 2, 32] [1, 1, 1, 1] : tensor<3x8x2x32xf32> to tensor<1x8x2x32xf32>
+    %c0 = tensor.collapse_shape %s0 [[0, 1], [2, 3]] : tensor<1x8x2x32xf32> into tensor<8x64xf32>
+    %h0 = tensor.expand_shape %c0 [[0], [1, 2]] output_shape [8, 8, 8] : tensor<8x64xf32> into tensor<8x8x8xf32>
+    %t0 = linalg.transpose ins(%h0 : tensor<8x8x8xf32>) outs(%e3 : tensor<8x8x8xf32>) permutation = [1, 0, 2]
+    %q = tensor.expand_shape %t0 [[0, 1], [2], [3]] output_shape [2, 4, 8, 8] : tensor<8x8x8xf32> into tensor<2x4x8x8xf32>
+    %s1 = tensor.extract_slice %qkv[1, 0, 0, 0] [1, 8, 2, 32] [1, 1, 1, 1] : tensor<3x8x2x32xf32> to tensor<1x8x2x32xf32>
+    %c1 = tensor.collapse_shape %s1 [[0, 1], [2, 3]] : tensor<1x8x2x32xf32> into tensor<8x64xf32>
+    %h1 = tensor.expand_shape %c1 [[0], [1, 2]] output_shape [8, 8, 8] : tensor<8x64xf32> into tensor<8x8x8xf32>
+    %t1 = linalg.transpose ins(%h1 : tensor<8x8x8xf32>) outs(%e3 : tensor<8x8x8xf32>) permutation = [1, 0, 2]
+    %k = tensor.expand_shape %t1 [[0, 1], [2], [3]] output_shape [2, 4, 8, 8] : tensor<8x8x8xf32> into tensor<2x4x8x8xf32>
+    %s2 = tensor.extract_slice %qkv[2, 0, 0, 0] [1, 8, 2, 32] [1, 1, 1, 1] : tensor<3x8x2x32xf32> to tensor<1x8x2x32xf32>
+    %c2 = tensor.collapse_shape %s2 [[0, 1], [2, 3]] : tensor<1x8x2x32xf32> into tensor<8x64xf32>
+    %h2 = tensor.expand_shape %c2 [[0], [1, 2]] output_shape [8, 8, 8] : tensor<8x64xf32> into tensor<8x8x8xf32>
+    %t2 = linalg.transpose ins(%h2 : tensor<8x8x8xf32>) outs(%e3 : tensor<8x8x8xf32>) permutation = [1, 0, 2]
+    %v = tensor.expand_shape %t2 [[0, 1], [2], [3]] output_shape [2, 4, 8, 8] : tensor<8x8x8xf32> into tensor<2x4x8x8xf32>
+    %r = call @ember_lib_2(%q, %k, %v) : (tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>, tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+    return %r : tensor<2x4x8x8xf32>
+  }
+  func.func private @ember_lib_3(tensor<4x4x32xf32>) -> tensor<4x4x32xf32> attributes {ember.library = "aten.scatter_add.default", ember.params = {}, ember.results = array<i64: 0>, ember.tensor_args = ["self"]}
+  func.func @merged_dim_split_unevenly(%arg0: tensor<8x32xf32>, %arg1: tensor<64x32xf32>) -> tensor<4x4x32xf32> {
+    %p = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", params = {transpose_b = true}} : (tensor<8x32xf32>, tensor<64x32xf32>) -> tensor<8x64xf32>
+    %x = tensor.expand_shape %p [[0], [1, 2]] output_shape [8, 2, 32] : tensor<8x64xf32> into tensor<8x2x32xf32>
+    %e = tensor.empty() : tensor<2x8x32xf32>
+    %t = linalg.transpose ins(%x : tensor<8x2x32xf32>) outs(%e : tensor<2x8x32xf32>) permutation = [1, 0, 2]
+    %c = tensor.collapse_shape %t [[0, 1], [2]] : tensor<2x8x32xf32> into tensor<16x32xf32>
+    %h = tensor.expand_shape %c [[0, 1], [2]] output_shape [4, 4, 32] : tensor<16x32xf32> into tensor<4x4x32xf32>
+    %r = call @ember_lib_3(%h) : (tensor<4x4x32xf32>) -> tensor<4x4x32xf32>
+    return %r : tensor<4x4x32xf32>
+  }
+}

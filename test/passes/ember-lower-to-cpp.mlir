@@ -73,10 +73,19 @@
 // CHECK-SAME: ember.symbol = "softmax"
 
 // Layer norm: mean and variance reductions; rsqrt hoisted out of the inner loop (per row).
+// Each row sum (96 elements: whole chunks of two vectors at every width) accumulates in two
+// vectors of lanes, added up as a tree after the loop (cpp_lane_sums), not in a
+// `simd reduction(+:acc)` loop.
 // CHECK-LABEL: func.func private @layer_norm
-// CHECK-SAME: reduction(+:[[A:acc[0-9]+]])
+// CHECK-NOT:  reduction(+:
+// CHECK-SAME: float [[A:acc[0-9]+]]_l[2 * EMBER_VEC_F32] = {};
+// CHECK-SAME: #pragma omp simd\0A      for (int64_t [[O:i1_[0-9]+_o]] = 0; [[O]] < (2 * EMBER_VEC_F32); ++[[O]])
+// CHECK-SAME: [[A]]_l[[[O]]] = t{{[0-9]+}};
+// CHECK-SAME: [[A]]_l[[[O]]] = [[A]]_l[[[O]]] + [[A]]_l[[[O]] + [[W:i1_[0-9]+_w]]];
+// CHECK-SAME: [[A]] = [[A]] + [[A]]_l[0];
 // CHECK-SAME: = ([[A]] / 96.0f);
-// CHECK-SAME: reduction(+:[[B:acc[0-9]+]])
+// CHECK-SAME: float [[B:acc[0-9]+]]_l[2 * EMBER_VEC_F32] = {};
+// CHECK-SAME: [[B]] = [[B]] + [[B]]_l[0];
 // CHECK-SAME: = ([[B]] / 96.0f);
 // CHECK-SAME: (1 / std::sqrt(
 // CHECK-SAME: #pragma omp simd\0A    for (int64_t [[J:i1_[0-9]+]] = 0; [[J]] < 96;
@@ -692,8 +701,10 @@ module {
 // NOVEC-NOT: ember_opaque(
 // NOVEC: ember.symbol = "rms_norm"
 // SRC-LABEL: // ----- kernel @rms_norm
+// The row's sum accumulates in two vectors of lanes added up as a tree (cpp_lane_sums).
 // SRC:         float [[ACC:acc[0-9]+]] = 0.0f;
-// SRC:         #pragma omp simd reduction(+:[[ACC]])
+// SRC-NEXT:    float [[ACC]]_l[2 * EMBER_VEC_F32] = {};
+// SRC:         [[ACC]] = [[ACC]] + [[ACC]]_l[0];
 // SRC:         for (int64_t [[C:i1_[0-9]+_c]] = 0; [[C]] < 64; [[C]] += EMBER_VEC_F32) {
 // SRC-NEXT:      const float [[V:acc[0-9]+_v]] = ember_opaque([[ACC]]);
 // SRC-NEXT:      const float [[M:t[0-9]+]] = ([[V]] / 64.0f);

@@ -235,3 +235,43 @@ def test_embedding_backward_scatters_into_a_fill_in_place(target, device, monkey
     assert not any(s.kind == "const" and backward.program.values[s.outputs[0]].shape == (100, 16)
                    for s in steps)
     assert all(t is None or t.shape != (100, 16) for t in backward._init)
+
+
+class MultiheadAttention(torch.nn.Module):
+    """nn.MultiheadAttention (batch_first, as nn.TransformerEncoderLayer has it): the packed
+    projection is `linear` on [S, B, E] (mm of the flattened rows viewed back, then the bias
+    add), split to q, k, v with batch and heads merged ([S, B * H, D])."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(H * D, H, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x, need_weights=False)[0]
+
+
+def test_multihead_attention_reads_views_of_the_projection():
+    """The projection is eager's addmm (the bias add on the rows viewed [S, B, 3E]) and the
+    attention reads q, k, v as strided views of it (B and H merged and split back): no bias-add
+    kernel and no q/k/v copy kernel in the forward (before: [add, transpose] and
+    [extract_slice, transpose]); loss and gradients are eager's."""
+    torch.manual_seed(0)
+    model = MultiheadAttention()
+    ref_model = MultiheadAttention()
+    ref_model.load_state_dict(model.state_dict())
+    x = torch.randn(B, S, H * D)
+    torch._dynamo.reset()
+    clear_reports()
+    loss = torch.compile(model, backend="ember").forward(x).square().mean()
+    loss.backward()
+    ref = ref_model(x).square().mean()
+    ref.backward()
+    check_fallbacks()
+    torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=name)
+    (fwd,) = [r for r in ember.last_reports() if r["graph_id"].endswith("forward")]
+    groups = fwd["fused_groups"]
+    assert not any("extract_slice" in g or "add" in g for g in groups), groups
+    # left: the input's [B, S, E] -> [S, B, E] copy and q, k, v saved for the backward
+    assert groups == [["transpose"], ["transpose"]], groups
