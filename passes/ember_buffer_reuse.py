@@ -619,10 +619,9 @@ class EmberBufferReuse(Pass):
     # a remark (passes/remarks.py) per planned buffer and one for the arena
     print_plan: bool = False
     # buffers of at least this many bytes may get an allocation of their own, freed after
-    # their last use, where that lowers the call's peak (0: any size; -1: never). Off by
-    # default: on the Triton target a training step's gradients came out wrong with it
-    # (Llama tiny bf16 under the interpreter: relative error 1.0; GPT-2 / BERT on an H100), not
-    # yet understood
+    # their last use, where that lowers the call's peak (0: any size; -1: never). (Its wrong
+    # gradients, Llama tiny bf16 relative error 1.0, were the tries' placements leaking into
+    # the plan kept: _place now depends on its groups alone.)
     own_min_bytes: int = option(-1, min=-1)
 
     def __post_init__(self):
