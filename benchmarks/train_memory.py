@@ -362,7 +362,23 @@ def _programs(cls) -> list:
     return out
 
 
-def measure(name, size, backend, device, dtype, warmup, fresh_arena, shape=None) -> dict:
+def _ember_options(target: str, device: str, own_min_bytes: int | None) -> dict:
+    """torch.compile options for ember; `own_min_bytes` (not None) sets ember-buffer-reuse's
+    `own-min-bytes` in the default pipeline (before/after figures of own allocations)."""
+    options = {"target": target}
+    if own_min_bytes is not None:
+        from ember.frontend.options import CompileOptions, default_pipeline
+        resolved = target if target != "auto" else ("cuda" if device == "cuda" else "cpu")
+        pipeline = default_pipeline(CompileOptions(target=resolved), resolved)
+        flag = "ember-buffer-reuse{print-plan=true"
+        if flag not in pipeline:
+            raise ValueError(f"no {flag}}} in ember's default pipeline: {pipeline}")
+        options["pipeline"] = pipeline.replace(flag, f"{flag} own-min-bytes={own_min_bytes}")
+    return options
+
+
+def measure(name, size, backend, device, dtype, warmup, fresh_arena, shape=None,
+            own_min_bytes=None) -> dict:
     small, tiny = size == "small", size == "tiny"
     if shape is None and size == "full":
         shape = {"bert": (16, 128), "gpt2": (8, 256)}.get(name)
@@ -376,7 +392,8 @@ def measure(name, size, backend, device, dtype, warmup, fresh_arena, shape=None)
         import ember
         ember.clear_reports()
         target = backend.split(":", 1)[1] if ":" in backend else "auto"
-        fwd = torch.compile(model, backend="ember", options={"target": target})
+        fwd = torch.compile(model, backend="ember", options=_ember_options(target, device,
+                                                                        own_min_bytes))
     step = Step(model, fwd, inputs, loss_fn, device, dtype)
     gc.collect()
     if device == "cuda":
@@ -465,6 +482,8 @@ def main(argv=None):
                     help="a transformers model's (batch, sequence) at any --size: the small "
                          "model's layers on the full model's tokens (llama 8x128)")
     ap.add_argument("--fresh-arena", action="store_true")
+    ap.add_argument("--own-min-bytes", type=int, default=None,
+                    help="ember-buffer-reuse's own-min-bytes for ember (-1: no own allocations)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     size = args.size or ("full" if args.device == "cuda" else "tiny")
@@ -474,7 +493,7 @@ def main(argv=None):
         torch._dynamo.reset()
         try:
             row = measure(args.model, size, be, args.device, args.dtype, args.warmup,
-                          args.fresh_arena, shape)
+                          args.fresh_arena, shape, args.own_min_bytes)
         except Exception as err:  # noqa: BLE001 - one backend failing is a row, not the end
             import traceback
             traceback.print_exc()

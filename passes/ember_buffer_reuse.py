@@ -223,14 +223,22 @@ def _place(groups: list[list[Buffer]], alignment: int,
     the others keep their own allocation (offset -1)."""
     regions = regions or {}
     spans = []
+    # A placement depends on the groups alone, never on an earlier one (own-allocation trials
+    # place the arena again and again): every buffer's offset and argument are set afresh.
     for b in escaping:
+        b.offset, b.arg = -1, None
         spans.append((b.start, b.end, b.size, b.nbytes, "escapes", [b]))
     for g in groups:
         head = g[0]
         while head.in_place_of is not None:
             head = head.in_place_of
+        for b in g:
+            b.offset, b.arg = -1, None
+        # written in place of a donated argument: the chain's head is the argument's Buffer
+        # (op_index -1), not a result an earlier placement put in an argument
+        fixed = head.arg if head.op_index < 0 and head.arg is not None else None
         spans.append((min(b.start for b in g), max(b.end for b in g), max(b.size for b in g),
-                      max(b.nbytes for b in g), head.arg if head.arg is not None else None, g))
+                      max(b.nbytes for b in g), fixed, g))
     # placed per region (None: the arena): start, end, offset, size
     placed: dict[int | None, list[tuple[int, int, int, int]]] = {None: []}
     for a in regions:
@@ -493,8 +501,11 @@ def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min
     candidates = sorted((g for g in groups if len(g) == 1 and g[0].arg is None
                          and g[0].size >= min_bytes and g[0].end < arena_end),
                         key=lambda g: (-g[0].size, g[0].start))[:max_tries]
+    # the buffers the kept placement puts in donated arguments (a trial's, kept or not, moves
+    # every offset: _place sets them all)
+    in_args = {id(g[0]) for g in groups if g[0].arg is not None}
     for g in candidates:
-        if g[0].arg is not None:        # moved into a donated argument by a re-placement
+        if id(g[0]) in in_args:         # moved into a donated argument by a re-placement
             continue
         trial = [x for x in current if x is not g]
         size = _align(_place(trial, alignment, regions, escaping), alignment)
@@ -504,7 +515,8 @@ def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min
         if peak < best or (peak == best and 2 * (arena - size) >= g[0].size):
             best, current, arena = peak, trial, size
             own += g
-    if own:     # the placement of the kept groups (the trials moved offsets)
+            in_args = {id(x[0]) for x in trial if x[0].arg is not None}
+    if candidates:  # the placement of the kept groups (the last trial, kept or not, moved them)
         arena = _align(_place(current, alignment, regions, escaping), alignment)
         for b in own:
             b.offset, b.arg = -1, None
@@ -607,10 +619,9 @@ class EmberBufferReuse(Pass):
     # a remark (passes/remarks.py) per planned buffer and one for the arena
     print_plan: bool = False
     # buffers of at least this many bytes may get an allocation of their own, freed after
-    # their last use, where that lowers the call's peak (0: any size; -1: never). Off by
-    # default: on the Triton target a training step's gradients came out wrong with it
-    # (Llama tiny bf16 under the interpreter: relative error 1.0; GPT-2 / BERT on an H100), not
-    # yet understood
+    # their last use, where that lowers the call's peak (0: any size; -1: never). (Its wrong
+    # gradients, Llama tiny bf16 relative error 1.0, were the tries' placements leaking into
+    # the plan kept: _place now depends on its groups alone.)
     own_min_bytes: int = option(-1, min=-1)
 
     def __post_init__(self):
