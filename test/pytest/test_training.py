@@ -447,22 +447,30 @@ def test_embedding_backward_is_a_scatter_add(padding_idx, dtype, target, device,
     assert not any(g == ["copy"] for g in bwd["fused_groups"]), bwd["fused_groups"]
 
 
-def test_training_graphs_trace_without_cudnn_attention():
-    """A graph that needs gradients is traced with cuDNN's attention off (its backward call from
-    ember's program gave wrong q/k gradients on the H100); an inference graph keeps it, and the
-    setting is restored either way."""
-    from ember.frontend.backend import _no_cudnn_attention_for_training
-    flag = torch.backends.cuda.cudnn_sdp_enabled
-    assert flag()
+def test_training_graphs_trace_efficient_attention():
+    """A graph that needs gradients is traced with cuDNN's and flash attention off (ember's
+    call of cuDNN's backward gave wrong q/k gradients on the H100; flash's backward graph
+    holds uint64 RNG state torch-mlir cannot import); an inference graph keeps eager's
+    choice, and the settings are restored either way."""
+    from ember.frontend.backend import _efficient_attention_for_training
+    cuda = torch.backends.cuda
+    assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
     w = torch.randn(3, requires_grad=True)
-    with _no_cudnn_attention_for_training([torch.randn(3), w]):
-        assert not flag()
-    assert flag()
-    with torch.no_grad(), _no_cudnn_attention_for_training([w]):
-        assert flag()
-    with _no_cudnn_attention_for_training([torch.randn(3)]):
-        assert flag()
-    assert flag()
+    with _efficient_attention_for_training([torch.randn(3), w]):
+        assert not cuda.cudnn_sdp_enabled() and not cuda.flash_sdp_enabled()
+        assert cuda.mem_efficient_sdp_enabled()
+    assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
+    with torch.no_grad(), _efficient_attention_for_training([w]):
+        assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
+    with _efficient_attention_for_training([torch.randn(3)]):
+        assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
+    cuda.enable_flash_sdp(False)
+    try:
+        with _efficient_attention_for_training([w]):
+            assert not cuda.flash_sdp_enabled()
+        assert not cuda.flash_sdp_enabled() and cuda.cudnn_sdp_enabled()   # the user's setting
+    finally:
+        cuda.enable_flash_sdp(True)
 
 
 class _Attention(torch.nn.Module):
