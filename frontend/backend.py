@@ -327,9 +327,11 @@ def _efficient_attention_for_training(example_inputs):
     - flash attention's backward graph carries its RNG state as uint64 tensors, which
       torch-mlir cannot import: the whole backward ran eagerly (x0.30 of eager);
     - traced to memory-efficient attention, the step compiled and matched eager (2.8e-3).
-    Inference graphs keep eager's choice. The settings are restored either way."""
-    grads = torch.is_grad_enabled() and any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+    Inference graphs and CPU graphs (the flash flag also chooses the CPU's fused kernel) keep
+    eager's choice. The settings are restored either way."""
+    tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
+    grads = torch.is_grad_enabled() and any(t.requires_grad for t in tensors) \
+        and any(t.device.type == "cuda" for t in tensors)    # the flag also picks CPU's kernel
     cuda = torch.backends.cuda
     cudnn = getattr(cuda, "cudnn_sdp_enabled", lambda: False)()
     flash = cuda.flash_sdp_enabled()

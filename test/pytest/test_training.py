@@ -455,18 +455,21 @@ def test_training_graphs_trace_efficient_attention():
     from ember.frontend.backend import _efficient_attention_for_training
     cuda = torch.backends.cuda
     assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
-    w = torch.randn(3, requires_grad=True)
-    with _efficient_attention_for_training([torch.randn(3), w]):
+    # a CUDA tensor's metadata (a meta tensor cannot stand in: the device decides)
+    w = torch.empty(3, device="meta").requires_grad_()
+    on_cuda = torch.nn.Parameter(torch.empty(0)).requires_grad_()
+    on_cuda.__class__ = type("CudaLike", (torch.nn.Parameter,), {"device": torch.device("cuda")})
+    with _efficient_attention_for_training([torch.randn(3), on_cuda]):
         assert not cuda.cudnn_sdp_enabled() and not cuda.flash_sdp_enabled()
         assert cuda.mem_efficient_sdp_enabled()
     assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
-    with torch.no_grad(), _efficient_attention_for_training([w]):
+    with torch.no_grad(), _efficient_attention_for_training([on_cuda]):
         assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
-    with _efficient_attention_for_training([torch.randn(3)]):
-        assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
+    with _efficient_attention_for_training([w, torch.randn(3, requires_grad=True)]):
+        assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()   # CPU: its own kernel
     cuda.enable_flash_sdp(False)
     try:
-        with _efficient_attention_for_training([w]):
+        with _efficient_attention_for_training([on_cuda]):
             assert not cuda.flash_sdp_enabled()
         assert not cuda.flash_sdp_enabled() and cuda.cudnn_sdp_enabled()   # the user's setting
     finally:

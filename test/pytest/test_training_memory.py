@@ -408,9 +408,8 @@ def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
     2 MiB each, which die before the f32 gradients are made; in the arena they stayed
     allocated beside every gradient made after them (Llama small's backward: a 62.6 MB arena
     beside the gradients at the step's peak). ember-buffer-reuse gives them allocations of
-    their own, freed after their last use (`own-min-bytes`), so the backward's arena is small
-    and the step's allocated peak drops by their bytes, to eager's (`own-min-bytes=-1`: as
-    before). Gradients are eager's either way."""
+    their own, freed after their last use (`own-min-bytes`), so the backward's planned arena is
+    small (`own-min-bytes=-1`: as before). Gradients are eager's either way."""
     from ember.frontend.options import CompileOptions, default_pipeline
     torch.manual_seed(0)
     ref = _LMHead()
@@ -428,8 +427,7 @@ def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
             loss = fwd(ids).float().square().mean()
         loss.backward()
     step(ref, ref)
-    eager = _allocated_peak(lambda: step(ref, ref))
-    peaks, plans = {}, {}
+    plans = {}
     for own in (True, False):
         pipeline = on if own else default.replace(
             "ember-buffer-reuse{print-plan=true}",
@@ -444,20 +442,16 @@ def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
             assert_close(p.grad, q.grad, tol=2e-2, what=f"grad {n}")
         check_fallbacks()
         plans[own] = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
-        _fresh_arenas()
-        step(f, model)      # the first call without the pool allocates what a call allocates
-        peaks[own] = _allocated_peak(lambda: step(f, model))
     own_bytes = sum(b["bytes"] for b in plans[True]["memory_plan"]["buffers"] if b.get("own"))
     assert own_bytes >= 4 * 2 ** 20, plans[True]["memory_plan"]["buffers"]
     assert not any(b.get("own") for b in plans[False]["memory_plan"]["buffers"])
     assert plans[True]["planned_peak_bytes"] < 2 ** 20, plans[True]["planned_peak_bytes"]
     assert plans[False]["planned_peak_bytes"] >= 4 * 2 ** 20, plans[False]["planned_peak_bytes"]
-    # The measured peak: lower by the buffers' bytes with torch 2.13 (this machine's); the GPU
-    # host's torch 2.11 measured it higher (12.06 MB with own allocations against 9.57 MB
-    # without, 2026-11-26), one reason the option is off by default. Asserted where it holds.
-    if torch.torch_version.TorchVersion(torch.__version__) >= "2.13":
-        assert peaks[False] - peaks[True] >= 2 ** 20, (peaks, eager)
-        assert peaks[True] <= eager + 256 * 1024, (peaks, eager)
+    # The measured peak is not asserted: it depends on what the allocator holds from earlier
+    # work. Run alone here (torch 2.13) it was lower by the buffers' bytes; after other tests
+    # in one process it measured higher (10.68 MB with own allocations against 9.44 MB
+    # without, 2026-11-26), as did the GPU host's torch 2.11 (12.06 against 9.57 MB): the
+    # reason the option is off by default. The plans above are what the option decides.
 
 
 class _GatedStack(torch.nn.Module):
