@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 from torch_mlir import ir
 from torch_mlir.dialects import arith, linalg, tensor
@@ -57,6 +58,7 @@ class EmberShiftedVariance(Pass):
     """Rewrites two-pass variances into shifted one-pass sums (see the module docstring)."""
 
     name = "ember-shifted-variance"
+    dynamic_shapes: ClassVar[bool] = True   # only static variances match; others are left alone
     summary = ("A two-pass variance (sum of (x - mean)^2 after sum of x) becomes two sums of "
                "x shifted by a sample of it, one pass over x")
 
