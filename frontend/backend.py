@@ -168,7 +168,7 @@ def _core_decompositions() -> dict:
     return post_autograd() if post_autograd is not None else decomp.core_aten_decompositions()
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=None)     # four variants at most
 def decomposition_table(exact_low_precision: bool = True, gpu: bool = False) -> dict:
     """The ATen decompositions applied while AOTAutograd traces. With `exact_low_precision`,
     layer norm and erf-GELU of bf16/f16 tensors are not decomposed: they run as eager's kernels

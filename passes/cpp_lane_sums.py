@@ -25,7 +25,7 @@ reassociation licence `omp simd reduction` gives the compiler). Nothing else cha
 from __future__ import annotations
 
 from .kernel_ir import (INT, Assign, Const, Decl, If, Let, Line, Load, Loop, OmpPragma, Op, Raw,
-                        Scope, Store, Var, fold_index, int_value)
+                        Scope, Store, Var, fold_index, int_value, nested_scopes)
 
 LANES = Var("(2 * EMBER_VEC_F32)")   # two SIMD vectors of floats (cpp_prelude)
 _ALL_WIDTHS = 32                     # 2 * the widest vector: cut exactly by every width
@@ -100,12 +100,7 @@ def _laned(loop: Scope, accs: list) -> list:
 
 
 def _rewrite(scope: Scope) -> int:
-    done = 0
-    for s in scope.stmts:
-        if isinstance(s, Scope):
-            done += _rewrite(s)
-        elif isinstance(s, If):
-            done += _rewrite(s.then) + _rewrite(s.other)
+    done = sum(_rewrite(inner) for inner in nested_scopes(scope))
     decls, out = {}, []
     for s in scope.stmts:
         if isinstance(s, Decl) and s.length is None and not s.const:

@@ -29,7 +29,7 @@ the row's end unless 16 divides the row)."""
 from __future__ import annotations
 
 from .kernel_ir import (CONVERT, INT, Const, Decl, If, Let, Load, Loop, Op, Raw, Scope, Store, Var,
-                        all_nodes, fold_index, int_value, walk)
+                        all_nodes, fold_index, int_value, nested_scopes, walk)
 
 _ROOT_TYPES = ("f32", "f64")       # accumulator types ember_opaque takes
 _CHEAP = (CONVERT, "math.sqrt", "math.rsqrt")
@@ -99,12 +99,7 @@ def _chunked(loop: Scope, trip: int, roots: dict, chain: list) -> Scope:
 
 
 def _rewrite(scope: Scope) -> int:
-    done = 0
-    for s in scope.stmts:
-        if isinstance(s, Scope):
-            done += _rewrite(s)
-        elif isinstance(s, If):
-            done += _rewrite(s.then) + _rewrite(s.other)
+    done = sum(_rewrite(inner) for inner in nested_scopes(scope))
     roots, lets = {}, {}
     for k, s in enumerate(scope.stmts):
         if isinstance(s, Decl) and s.length is None:

@@ -49,7 +49,7 @@ from torch_mlir.dialects import arith, linalg, tensor
 from .base import Pass, option
 from .ember_split_reductions import EmberSplitReductions
 from .externs import narrow_source
-from .graph_utils import defining_op, is_zero_constant, op_name, users
+from .graph_utils import defining_op, is_zero_constant, op_name, outer_generics, users
 from .ir_queries import indexing_maps, iterator_types
 
 
@@ -74,15 +74,7 @@ class EmberShiftedVariance(Pass):
         split = EmberSplitReductions(min_work=self.min_work, min_programs=self.min_programs,
                                      target_programs=self.target_programs,
                                      min_chunk=self.min_chunk)
-        todo = []
-
-        def visit(op):
-            if op_name(op) == "linalg.generic":
-                todo.append(op.opview)
-                return ir.WalkResult.SKIP
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit, ir.WalkOrder.PRE_ORDER)
+        todo = outer_generics(module)
         with module.context:
             for op in todo:
                 match = _match(op)

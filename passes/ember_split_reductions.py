@@ -45,7 +45,7 @@ from torch_mlir import ir
 from torch_mlir.dialects import arith, linalg, tensor
 
 from .base import Pass, PassError, option  # noqa: F401  (PassError: the pass API)
-from .graph_utils import defining_op, is_zero_constant
+from .graph_utils import defining_op, is_zero_constant, outer_generics
 from .ir_queries import indexing_maps, iterator_types, op_name
 
 # combiner op -> identity (None: the element type's; see _identity)
@@ -68,15 +68,7 @@ class EmberSplitReductions(Pass):
     min_chunk: int = option(64, min=2)
 
     def run(self, module: ir.Operation) -> None:
-        todo = []
-
-        def visit(op):
-            if op_name(op) == "linalg.generic":
-                todo.append(op.opview)
-                return ir.WalkResult.SKIP
-            return ir.WalkResult.ADVANCE
-
-        module.walk(visit, ir.WalkOrder.PRE_ORDER)
+        todo = outer_generics(module)
         with module.context:
             for op in todo:
                 plan, outer = self._plan(op), None

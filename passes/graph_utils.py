@@ -167,3 +167,18 @@ def remap_operands(op, mapping) -> None:
         return ir.WalkResult.ADVANCE
 
     op.operation.walk(visit, ir.WalkOrder.PRE_ORDER)
+
+
+def outer_generics(module) -> list:
+    """The `linalg.generic` ops of `module` not nested in another one (as OpViews), in order:
+    what a pass that rewrites whole generics visits."""
+    found = []
+
+    def visit(op):
+        if op_name(op) == "linalg.generic":
+            found.append(op.opview)
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found

@@ -352,6 +352,18 @@ def statement_nodes(stmt):
     return ()
 
 
+def nested_scopes(scope: "Scope") -> list:
+    """The scopes directly inside `scope`'s statements (loop scopes, both branches of an If):
+    what a rewrite of every scope of a kernel tree recurses into."""
+    out = []
+    for s in scope.stmts:
+        if isinstance(s, Scope):
+            out.append(s)
+        elif isinstance(s, If):
+            out += [s.then, s.other]
+    return out
+
+
 def all_nodes(stmts):
     """Every expression node of `stmts` (nested scopes included)."""
     for s in stmts:

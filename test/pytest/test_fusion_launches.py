@@ -32,6 +32,18 @@ def _fwd_bwd(fn, args, target, device, tol):
     return {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}
 
 
+def _bf16_steps_match_eager(compiled, eager, model, ref, x, device):
+    """One autocast-bf16 step of mean(out^2) through `compiled` (model's parameters) and
+    `eager` (ref's): every gradient as eager's, and no eager fallback."""
+    for f in (compiled, eager):
+        with torch.autocast(device, dtype=torch.bfloat16):
+            out = f(x)
+        out.float().square().mean().backward()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, tol=1e-2, what=f"{name}.grad")
+    check_fallbacks()
+
+
 def test_norm_and_its_bf16_copy_through_a_reshape_are_one_kernel(target, device):
     """A layer norm over (batch, seq) rows, reshaped to batch*seq rows and copied to bf16 for
     a matmul (GPT-2's Conv1D under autocast): the copy is computed in the norm's kernel and the
@@ -159,13 +171,7 @@ def test_last_weight_cast_is_saved_the_others_recomputed(target, device, tmp_pat
     clear_reports()
     fn = torch.compile(model, backend="ember", options={"target": target,
                                                         "debug_dir": str(tmp_path)})
-    for m, f in ((model, fn), (ref, ref)):
-        with torch.autocast(device, dtype=torch.bfloat16):
-            out = f(x)
-        out.float().square().mean().backward()
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        assert_close(p.grad, q.grad, tol=1e-2, what=f"{name}.grad")
-    check_fallbacks()
+    _bf16_steps_match_eager(fn, ref, model, ref, x, device)
     backward = next(p for p in tmp_path.iterdir() if p.name.endswith("backward"))
     code = (backward / "fx_graph.txt").read_text()
     recast = re.findall(r"convert_element_type\.default\((primals_\d+), torch\.bfloat16\)", code)
@@ -310,13 +316,7 @@ def test_gate_and_up_weight_copies_are_one_kernel(target, device):
     torch._dynamo.reset()
     clear_reports()
     fn = torch.compile(lambda t: mlp(model, t), backend="ember", options={"target": target})
-    for f in (fn, lambda t: mlp(ref, t)):
-        with torch.autocast(device, dtype=torch.bfloat16):
-            out = f(x)
-        out.float().square().mean().backward()
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        assert_close(p.grad, q.grad, tol=1e-2, what=f"{name}.grad")
-    check_fallbacks()
+    _bf16_steps_match_eager(fn, lambda t: mlp(ref, t), model, ref, x, device)
     fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
     casts = [g for g in fwd["fused_groups"] if g == ["convert"]]
     # x's copy, gate's and up's in one kernel, down's (read by another product)
