@@ -496,15 +496,22 @@ class _Attention(torch.nn.Module):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_unmasked_attention_gradients_match_eager_on_cuda():
+    """Each gradient is held against an fp32 reference (no autocast): ember's bf16 error may
+    be at most twice eager's own bf16 error plus a little. Comparing ember with eager directly,
+    parameter by parameter, fails on the q bias, whose gradient is small enough for two
+    correct bf16 attention kernels (memory-efficient, cuDNN) to disagree; the bug this pins
+    (cuDNN attention's backward called by ember) gave q/k gradients with error 0.99."""
     torch.manual_seed(0)
     model = _Attention().cuda()
-    ref = copy.deepcopy(model)
+    ref, fp32 = copy.deepcopy(model), copy.deepcopy(model)
     x = torch.randn(2, 1500, 384, device="cuda")
     compiled = torch.compile(model, backend="ember")
     for m, f in ((model, compiled), (ref, ref)):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             f(x).float().pow(2).mean().backward()
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        err = ((p.grad - q.grad).norm() / q.grad.norm()).item()
-        assert err < 2e-2, (name, err)
+    fp32(x).pow(2).mean().backward()
+    for (name, p), q, r in zip(model.named_parameters(), ref.parameters(), fp32.parameters()):
+        err = ((p.grad - r.grad).norm() / r.grad.norm()).item()
+        eager_err = ((q.grad - r.grad).norm() / r.grad.norm()).item()
+        assert err <= 2 * eager_err + 1e-2, (name, err, eager_err)
     assert not any(r.get("eager_fallback_ops") for r in ember.last_reports())
