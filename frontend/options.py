@@ -233,6 +233,17 @@ def channels_last_training(options: CompileOptions, target: str | None = None) -
                                              and target in CHANNELS_LAST_TRAINING_TARGETS)
 
 
+def channels_last_f32(options: CompileOptions, target: str) -> bool:
+    """Whether f32 convolutions are laid out channels-last too: not with "auto" on CUDA while
+    `torch.backends.cudnn.allow_tf32` is off (read at compile time, as the program cache's key
+    has it through the pipeline): cuDNN's NHWC f32 kernels without TF32 are slower than its
+    NCHW ones (passes/ember_channels_last.py, option `f32`, has the figures)."""
+    if options.channels_last != "auto" or target != "cuda":
+        return True
+    import torch
+    return bool(torch.backends.cudnn.allow_tf32)
+
+
 def _convert_externs_options(target: str) -> str:
     """ember-convert-externs' options for `target`: `conv-bias` (passes/externs.py CONV_BIAS).
     On CUDA cuDNN computes no bias: ATen
@@ -273,10 +284,11 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # buffer, the backward's convolution_backward on channels-last views): with True, and with
     # "auto" on a GPU (CHANNELS_LAST_TRAINING_TARGETS)
     layout = ""
+    f32 = "" if channels_last_f32(options, target) else "f32=false"
     if channels_last_training(options, target):
-        layout = "ember-channels-last{with-statistics=true},"
+        layout = "ember-channels-last{" + " ".join(("with-statistics=true", f32)).strip() + "},"
     elif channels_last_on(options, target):
-        layout = "ember-channels-last,"
+        layout = "ember-channels-last" + (f"{{{f32}}}" if f32 else "") + ","
     # GPU reductions with few results are split for parallelism (the C++ path splits rows
     # across threads in its code generator instead)
     split = SPLIT_PASS + "," if backend.name == "triton" else ""

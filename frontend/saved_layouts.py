@@ -31,20 +31,23 @@ import operator
 import torch
 import torch.fx as fx
 
-from .options import CompileOptions, channels_last_on, channels_last_training, resolve_target
+from .options import (CompileOptions, channels_last_f32, channels_last_on, channels_last_training,
+                      resolve_target)
 
 aten = torch.ops.aten
 _CONV = aten.convolution.default
 
 
-def _conv_geometry(node: fx.Node):
+def _conv_geometry(node: fx.Node, f32: bool = True):
     """(weight shape, result shape, groups) of a 2-d convolution node with static shapes that
-    is not transposed, else None."""
+    is not transposed (nor f32, unless `f32`), else None."""
     if node.op != "call_function" or node.target is not _CONV:
         return None
     w, out = node.args[1].meta.get("val"), node.meta.get("val")
     transposed = node.args[6] if len(node.args) > 6 else False
     if not isinstance(w, torch.Tensor) or not isinstance(out, torch.Tensor) or transposed:
+        return None
+    if not f32 and out.dtype == torch.float32:
         return None
     if w.dim() != 4 or out.dim() != 4:
         return None
@@ -54,11 +57,12 @@ def _conv_geometry(node: fx.Node):
     return (*shapes, int(node.args[8]) if len(node.args) > 8 else 1)
 
 
-def conv_network(gm: fx.GraphModule) -> bool:
+def conv_network(gm: fx.GraphModule, f32: bool = True) -> bool:
     """Whether ember-channels-last lays this graph out: at least two eligible convolutions
-    whose weighted flops do not grow channels-last (passes/ember_channels_last.pays_off)."""
+    whose weighted flops do not grow channels-last (passes/ember_channels_last.pays_off);
+    f32 ones only with `f32` (the pass's option of that name)."""
     from ..passes.ember_channels_last import pays_off
-    geometries = [g for n in gm.graph.nodes if (g := _conv_geometry(n)) is not None]
+    geometries = [g for n in gm.graph.nodes if (g := _conv_geometry(n, f32)) is not None]
     return len(geometries) >= 2 and pays_off(geometries)
 
 
@@ -68,7 +72,8 @@ def applies(gm: fx.GraphModule, options: CompileOptions, inputs) -> bool:
     devices = [t.device for t in inputs if isinstance(t, torch.Tensor)]
     target = resolve_target(options.target, devices)
     return channels_last_training(options, target) and \
-        channels_last_on(options, target) and conv_network(gm)
+        channels_last_on(options, target) and \
+        conv_network(gm, channels_last_f32(options, target))
 
 
 def _is_view(node: fx.Node) -> bool:

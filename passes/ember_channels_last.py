@@ -12,7 +12,7 @@ its NCHW meaning is a `linalg.transpose` (permutation [0, 3, 1, 2]) of it, which
 as an indexing map and which this pass reads through.
 
 Which functions: those with at least `min-convs` (2) eligible convolutions (2-d, not
-transposed, static shapes) whose flops, weighted by Inductor's measured channels-last factors
+transposed, static shapes; f32 ones only with `f32`, the default) whose flops, weighted by Inductor's measured channels-last factors
 per kind of convolution (`pays_off`: grouped convolutions with several input channels per group
 run slower channels-last), do not grow. Others are left as they are.
 
@@ -499,17 +499,22 @@ def batch_statistics(fn) -> bool:
     return False
 
 
+def _f32(value) -> bool:
+    return isinstance(ir.RankedTensorType(value.type).element_type, ir.F32Type)
+
+
 def channels_last(fn, weights: bool = True, pool_kernels: bool = True,
-                  min_convs: int = 2, with_statistics: bool = False) -> int:
+                  min_convs: int = 2, with_statistics: bool = False, f32: bool = True) -> int:
     """Rewrites one function body (see the module docstring); returns the convolutions made
     channels-last (none: nothing else is touched)."""
     decls = _library_decls(fn)
     ops = [op for block in fn.regions[0].blocks for op in block.operations]
     convs = [op for op in ops if op_name(op) == EXTERN_OP and extern_callee(op) == _CONV
-             and _eligible(op)]
+             and _eligible(op) and (f32 or not _f32(op.operands[0]))]
     # a backward's convolutions: convolution_backward library calls
     convs += [op for op in ops if (lay := _library_layout(op, decls)) is not None
-              and LIBRARY.get(lay[0]) == _CONV_BACKWARD]
+              and LIBRARY.get(lay[0]) == _CONV_BACKWARD
+              and (f32 or not _f32(op.operands[0]))]
     if len(convs) < max(1, min_convs) or \
             not pays_off([_conv_geometry(op, decls) for op in convs]):
         return 0
@@ -597,10 +602,16 @@ class EmberChannelsLast(Pass):
     # lay out functions that compute batch statistics too (a training forward's BatchNorm: its
     # reductions become column reductions over the NHWC buffers); the default pipeline passes it
     with_statistics: bool = False
+    # f32 convolutions count as eligible; false where the library computes them without TF32
+    # (the default pipeline on CUDA when `torch.backends.cudnn.allow_tf32` is off): cuDNN's
+    # NHWC f32 kernels are slower than its NCHW ones then. Measured on an H100 (2026-11-26,
+    # batch 32, fp32 inference, TF32 off): densenet121 15.34 ms channels-last vs 11.31 NCHW
+    # (eager 14.10); resnet50 13.10 vs 10.96 (eager 12.53)
+    f32: bool = True
 
     def run(self, module: ir.Operation) -> None:
         from .ember_convert_externs import public_functions
         with module.context, ir.Location.unknown():
             for fn in public_functions(module):
                 channels_last(fn, self.transpose_weights, self.pool_kernels, self.min_convs,
-                              self.with_statistics)
+                              self.with_statistics, self.f32)

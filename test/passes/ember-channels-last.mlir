@@ -2,6 +2,14 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{transpose-weights=false pool-kernels=false})' | FileCheck %s --check-prefix=OIHW
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{min-convs=1})' | FileCheck %s --check-prefix=ONE
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{with-statistics=true})' | FileCheck %s --check-prefix=STATS
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-channels-last{f32=false})' | FileCheck %s --check-prefix=F32OFF
+
+// f32=false (CUDA without TF32): f32 convolutions are not eligible, so @stem stays NCHW; the
+// bf16 network at the end of the file is laid out channels-last all the same.
+// F32OFF-LABEL: func.func @stem
+// F32OFF-NOT:   linalg.transpose
+// F32OFF-NOT:   channels_last
+// F32OFF:       return
 
 // conv -> BatchNorm-like affine (a per-channel operand) -> ReLU -> max pool -> conv + residual.
 // Every convolution takes an NHWC input and an OHWI weight and writes NHWC; the pointwise
@@ -253,5 +261,19 @@ module {
       linalg.yield %9 : f32
     } -> tensor<2x4x8x8xf32>
     return %n : tensor<2x4x8x8xf32>
+  }
+}
+
+// -----
+
+// F32OFF-LABEL: func.func @bf16_convs
+// F32OFF:         %[[X:.*]] = linalg.transpose ins(%arg0 : tensor<2x3x8x8xbf16>) {{.*}} permutation = [0, 2, 3, 1]
+// F32OFF:         "ember.extern"(%[[X]], %{{.*}}) {callee = "aten.convolution", params = {channels_last = true
+// F32OFF:         "ember.extern"(%{{.*}}, %{{.*}}) {callee = "aten.convolution", params = {channels_last = true
+module {
+  func.func @bf16_convs(%arg0: tensor<2x3x8x8xbf16>, %arg1: tensor<4x3x3x3xbf16>, %arg2: tensor<4x4x3x3xbf16>) -> tensor<2x4x8x8xbf16> {
+    %c = "ember.extern"(%arg0, %arg1) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x3x8x8xbf16>, tensor<4x3x3x3xbf16>) -> tensor<2x4x8x8xbf16>
+    %d = "ember.extern"(%c, %arg2) {callee = "aten.convolution", params = {dilation = [1, 1], groups = 1 : i64, padding = [1, 1], stride = [1, 1]}} : (tensor<2x4x8x8xbf16>, tensor<4x4x3x3xbf16>) -> tensor<2x4x8x8xbf16>
+    return %d : tensor<2x4x8x8xbf16>
   }
 }

@@ -99,6 +99,29 @@ def test_auto_is_on_for_gpu_targets_only():
         ember.CompileOptions(channels_last="yes")
 
 
+def test_f32_convolutions_stay_nchw_on_cuda_without_tf32():
+    """cuDNN's NHWC f32 convolutions without TF32 are slower than its NCHW ones (H100, fp32
+    inference, TF32 off: densenet121 15.34 ms channels-last vs 11.31 NCHW): "auto" on CUDA
+    then lays out only low-precision convolutions (the pass's `f32` option); an explicit
+    True, other targets and TF32 on are unchanged."""
+    from ember.frontend.options import CompileOptions, default_pipeline
+    flag = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        assert "ember-channels-last{with-statistics=true f32=false}," in \
+            default_pipeline(CompileOptions(), "cuda")
+        assert "ember-channels-last{with-statistics=true}," in \
+            default_pipeline(CompileOptions(channels_last=True), "cuda")
+        assert "ember-channels-last{with-statistics=true}," in \
+            default_pipeline(CompileOptions(), "rocm")
+        assert "ember-channels-last," in default_pipeline(CompileOptions(), "triton")
+        torch.backends.cudnn.allow_tf32 = True
+        assert "ember-channels-last{with-statistics=true}," in \
+            default_pipeline(CompileOptions(), "cuda")
+    finally:
+        torch.backends.cudnn.allow_tf32 = flag
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_inference_runs_channels_last(target, device, dtype, spy):
     model = _model(dtype, device)
