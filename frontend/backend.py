@@ -21,6 +21,7 @@ from .pointwise_decomp import pointwise_decompositions
 from .scatter_decomp import dense_index_put_decompositions, scatter_decompositions
 from .special_decomp import special_decompositions
 from .transformer_decomp import transformer_decompositions
+from .reduction_decomp import gpu_table as gpu_reduction_table
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions, resolve_target
 from .report import describe_error, new_graph_id, record, warn_once
@@ -225,6 +226,7 @@ def decomposition_table(exact_low_precision: bool = True, gpu: bool = False) -> 
             table.pop(getattr(packet, overload), None)
     if gpu:     # an accumulating index_put as a reduction (its GPU kernel sorts first)
         table.update(dense_index_put_decompositions())
+        table.update(gpu_reduction_table())     # a convolution's bias gradient as a sum
     # An op eager's kernel rejects for its dtypes is not decomposed (eager_rejects.guard): it
     # stays in the graph, which then runs eagerly and raises eager's error. A decomposed op's
     # results keep the op's own layout (decomp_layouts).

@@ -171,3 +171,43 @@ def test_returned_linear_is_one_addmm(target, device, biased):
     lone_adds = [g for g in report["fused_groups"] if g == ["add"]]
     assert not lone_adds, report["fused_groups"]
     assert _cuda_launches(report, biased) == 12, report["fused_groups"]
+
+
+def test_gpu_decomposition_sums_the_conv_bias_gradient():
+    """On GPU targets a convolution's bias gradient is a sum ember generates (fused with
+    grad_output's producer); the library call computes the input and weight gradients only.
+    CPU graphs keep the library's bias gradient (oneDNN computes it in the same call)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from ember.frontend.backend import decomposition_table
+    aten = torch.ops.aten
+    torch.manual_seed(0)
+    g, x, w = torch.randn(2, 4, 6, 6), torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3)
+
+    def f(g, x, w):
+        return aten.convolution_backward.default(g, x, w, [4], [1, 1], [1, 1], [1, 1], False,
+                                                 [0, 0], 1, [True, True, True])
+    for gpu in (True, False):
+        gm = make_fx(f, decomposition_table=decomposition_table(gpu=gpu))(g, x, w)
+        calls = [n for n in gm.graph.nodes if n.target is aten.convolution_backward.default]
+        assert len(calls) == 1
+        assert list(calls[0].args[-1]) == [True, True, not gpu], gm.graph
+        assert any(n.target is aten.sum.dim_IntList for n in gm.graph.nodes) == gpu, gm.graph
+        for got, want in zip(gm(g, x, w), f(g, x, w)):
+            assert_close(got, want)
+
+
+@pytest.mark.targets("triton", "cuda")
+def test_conv_bias_gradient_trains_as_eager(target, device):
+    """The squeeze-excite block's training step with the bias gradients as generated sums."""
+    model = _model(torch.float32, device).train()
+    ref = _model(torch.float32, device).train()
+    x = torch.randn(2, 8, 8, 8, device=device)
+    torch._dynamo.reset()
+    clear_reports()
+    compiled = torch.compile(model, backend="ember", options={"target": target, "fallback": False})
+    compiled(x).square().mean().backward()
+    ref(x).square().mean().backward()
+    check_fallbacks()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, matmul=True, what=name)
