@@ -25,8 +25,9 @@ result, is replaced by
             an f32 zero, then a pointwise generic rounding it to the result type);
 
 where S is the smallest power of two dividing E with `programs(P) * S >= target-programs`,
-and no larger than leaves each partial `min-chunk` elements to reduce (no split when that
-leaves S < 2). `programs(P)` is P when the
+and no larger than leaves each partial `min-chunk` elements to reduce; when no power of two
+divides E (2401 = 7^4), the smallest divisor of E reaching target-programs, else the largest
+one that keeps `min-chunk` (no split when there is none). `programs(P)` is P when the
 innermost dim is reduced (one program a row) and P / 64 otherwise (64 results a program).
 When the partials are still fewer than `min-programs` programs (the outermost reduced dim split
 whole: a channels-last batch-norm gradient over [N, H, W, C] leaves N * C / 64 programs), the
@@ -122,12 +123,25 @@ class EmberSplitReductions(Pass):
         while splits >= 2 and not fits(splits):
             splits //= 2
         if splits < 2:
-            return None
+            # No power of two divides E (swin_t's relative-position-bias gradient reduces the
+            # 49 x 49 = 7^4 positions): the smallest divisor reaching target-programs, else
+            # the largest one that leaves min-chunk elements a partial.
+            divisors = [s for s in _divisors(extent) if s >= 2 and fits(s)]
+            if not divisors:
+                return None
+            enough = [s for s in divisors if programs * s >= self.target_programs]
+            splits = enough[0] if enough else divisors[-1]
         out_ty = ir.RankedTensorType(op.results[0].type).element_type
         widen = op_name(comb) == "arith.addf" and str(out_ty) in _NARROW
         if widen and not _zero_fill(op.outputs[0]):
             return None
         return d, splits, splits == extent, comb, widen
+
+
+def _divisors(n: int) -> list:
+    """The divisors of n, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def _static_loops(op):

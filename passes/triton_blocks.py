@@ -38,17 +38,41 @@ def persistent_rnumel(sched, rdims, max_rblock: int) -> Optional[int]:
     return rnumel if persistent else None
 
 
+# A persistent reduction's registers grow with the elements each thread holds (every live value
+# of the body, once per element). At 16 a thread (4096 elements in 8 warps, what every row up to
+# 4096 used to get) swin_t's window-attention softmax, with its gathered position bias and
+# shift mask, needed 156 registers a thread on sm_90: one 8-warp program per SM, so one
+# program's loads never overlapped another's reductions (0.23 ms where Inductor's took 0.085).
+# Rows up to SHORT_ROW take SHORT_ROW elements a program in 8 warps: 4 a thread (48 registers,
+# 40 warps an SM for that kernel; a layer norm's row of 768 gets one row in 8 warps, as
+# Inductor's persistent reduction gives it). Longer rows keep one or two rows a program.
+SHORT_ROW = 1024
+SHORT_ROW_WARPS = 8
+
+
 def persistent_configs(rnumel: int, has_outer: bool, max_autotune: bool) -> list:
     """[(constexprs, num_warps)] of a persistent reduction: RBLOCK covers the row."""
     rb = max(16, pow2(rnumel))
-    # A full reduction (no outer space) is one row: more rows would only repeat it.
-    xb = max(1, min(pow2(max(1, 4096 // rb)), 64)) if has_outer else 1
-    warps = max(1, min(16, pow2(xb * rb // 512)))
+    if has_outer and rb <= SHORT_ROW:
+        xb, warps = SHORT_ROW // rb, SHORT_ROW_WARPS
+    else:
+        # A full reduction (no outer space) is one row: more rows would only repeat it.
+        xb = max(1, min(pow2(max(1, 4096 // rb)), 64)) if has_outer else 1
+        warps = max(1, min(16, pow2(xb * rb // 512)))
     configs = [({"XBLOCK": xb, "RBLOCK": rb}, warps)]
-    if max_autotune:   # fewer rows per program, other warp counts: no more registers
-        more = [(xb, warps * 2), (xb, warps // 2), (xb // 2, warps), (xb // 4, warps // 2)]
+    if max_autotune and has_outer:
+        # other warp counts, fewer rows, and more rows (up to 4096 elements a program)
+        more = [(xb, warps * 2), (xb, warps // 2), (xb // 2, warps), (xb * 4, warps),
+                (xb // 4, warps // 2)]
         for x, w in more:
+            if x * rb > 4096 or x > 64:
+                continue
             c = ({"XBLOCK": max(1, x), "RBLOCK": rb}, max(1, min(16, w)))
+            if c not in configs:
+                configs.append(c)
+    elif max_autotune:
+        for w in (warps * 2, warps // 2):
+            c = ({"XBLOCK": 1, "RBLOCK": rb}, max(1, min(16, w)))
             if c not in configs:
                 configs.append(c)
     return configs

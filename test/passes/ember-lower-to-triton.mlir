@@ -48,9 +48,12 @@ func.func private @ember_fused_add_gelu_0(%arg0: tensor<8x32xf32>, %arg1: tensor
 // Softmax: both reductions and the broadcast consumer in one program, the row in registers.
 // The max propagates NaN (arith.maximumf, as eager's amax): a reduce with the prelude's
 // branch-free combiner, not tl.max (which drops NaN).
-// A persistent reduction has one configuration; max-autotune times other warps and fewer rows.
+// A persistent reduction has one configuration; max-autotune times other warps, fewer rows and
+// more (up to 4096 elements a program). A short row (up to 1024) takes 1024 elements a
+// program in 8 warps, 4 a thread: 16 rows of 64 here, not 64 rows (16 elements a thread,
+// whose registers left one program an SM in swin_t's attention softmax).
 // MAX-LABEL: func.func private @ember_fused_softmax_0
-// MAX-SAME: @_ember_autotune(configs=[triton.Config({'XBLOCK': 64, 'RBLOCK': 64}, num_warps=8), triton.Config({'XBLOCK': 64, 'RBLOCK': 64}, num_warps=16), {{.*}}triton.Config({'XBLOCK': 16, 'RBLOCK': 64}, num_warps=4)]
+// MAX-SAME: @_ember_autotune(configs=[triton.Config({'XBLOCK': 16, 'RBLOCK': 64}, num_warps=8), triton.Config({'XBLOCK': 16, 'RBLOCK': 64}, num_warps=16), {{.*}}triton.Config({'XBLOCK': 64, 'RBLOCK': 64}, num_warps=8), triton.Config({'XBLOCK': 4, 'RBLOCK': 64}, num_warps=4)]
 // CHECK-LABEL: func.func private @ember_fused_softmax_0
 // CHECK-SAME: RBLOCK: tl.constexpr
 // CHECK-SAME: _ember_nanmax_reduce(tl.where(xmask & rmask, x{{[0-9]+}}, float(\22-inf\22)), 1)
@@ -58,6 +61,7 @@ func.func private @ember_fused_add_gelu_0(%arg0: tensor<8x32xf32>, %arg1: tensor
 // CHECK-SAME: tl.sum(
 // CHECK-SAME: / red
 // CHECK-SAME: tl.store(out0
+// CHECK-SAME: XBLOCK=16, RBLOCK=64, num_warps=8
 // LOOP-LABEL: func.func private @ember_fused_softmax_0
 // LOOP-SAME: for roff in range(0, rnumel, RBLOCK):
 // LOOP-SAME: [[ACC:acc[0-9]+]] = _ember_nanmax([[ACC]], tl.where(

@@ -177,3 +177,44 @@ module {
     return %0, %1, %2, %3 : tensor<4096xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>
   }
 }
+
+// -----
+
+// swin_t's relative-position-bias gradient: a one-hot select summed over the 49 x 49 = 2401
+// = 7^4 positions into a 169 x 12 table (32 programs of 64 columns unsplit, each looping over
+// all 2401 positions: 0.4 ms on an H100). No power of two divides 2401: S = 7 splits of 343
+// (49 would leave partials of 49 < min-chunk), 7 times the programs.
+// CHECK-LABEL: func.func @position_bias_grad
+// CHECK:         tensor.expand_shape %{{.*}} {{\[}}[0], [1, 2], [3]] output_shape [169, 7, 343, 12] : tensor<169x2401x12xf32> into tensor<169x7x343x12xf32>
+// CHECK:         %[[P:.*]] = linalg.generic {{{.*}}iterator_types = ["parallel", "parallel", "reduction", "parallel"]} ins({{.*}}) outs(%{{.*}} : tensor<7x169x12xf32>)
+// CHECK:         %[[T:.*]] = linalg.generic {{{.*}}ins(%[[P]] : tensor<7x169x12xf32>) outs(%{{.*}} : tensor<169x12xf32>)
+// CHECK:         return %[[T]]
+// FUSE-LABEL: func.func @position_bias_grad
+// FUSE-COUNT-2: call @ember_fused
+// FUSE-NOT:     call @ember_fused
+// FUSE:         return
+#rowidx = affine_map<(d0, d1, d2) -> (0, d1)>
+#tab = affine_map<(d0, d1, d2) -> (d0, 0)>
+#grad = affine_map<(d0, d1, d2) -> (0, d1, d2)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#out3 = affine_map<(d0, d1, d2) -> (d0, d2)>
+module {
+  func.func @position_bias_grad(%idx: tensor<1x2401xi64>, %rows: tensor<169x1xi64>, %g: tensor<1x2401x12xf32>) -> tensor<169x12xf32> {
+    %zero = arith.constant 0.000000e+00 : f32
+    %e = tensor.empty() : tensor<169x2401x12xf32>
+    %sel = linalg.generic {indexing_maps = [#rowidx, #tab, #grad, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%idx, %rows, %g : tensor<1x2401xi64>, tensor<169x1xi64>, tensor<1x2401x12xf32>) outs(%e : tensor<169x2401x12xf32>) {
+    ^bb0(%i: i64, %r: i64, %v: f32, %o: f32):
+      %eq = arith.cmpi eq, %i, %r : i64
+      %s = arith.select %eq, %v, %zero : f32
+      linalg.yield %s : f32
+    } -> tensor<169x2401x12xf32>
+    %0 = tensor.empty() : tensor<169x12xf32>
+    %1 = linalg.fill ins(%zero : f32) outs(%0 : tensor<169x12xf32>) -> tensor<169x12xf32>
+    %2 = linalg.generic {indexing_maps = [#id3, #out3], iterator_types = ["parallel", "reduction", "parallel"]} ins(%sel : tensor<169x2401x12xf32>) outs(%1 : tensor<169x12xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %s = arith.addf %in, %out : f32
+      linalg.yield %s : f32
+    } -> tensor<169x12xf32>
+    return %2 : tensor<169x12xf32>
+  }
+}

@@ -30,6 +30,8 @@ CASES = {
     "few_long_rows": (lambda x: x.sum(-1), (_randn(8, 65536),), 2),
     "whole_tensor": (lambda x: x.sum(), (_randn(1024, 1024),), 2),
     "bf16_column_sum": (lambda x: x.sum(0), (_randn(4096, 64, dtype=torch.bfloat16),), 2),
+    # 2401 = 7^4 rows (swin_t's relative positions): no power of two divides it, 7 does
+    "odd_extent_column_sum": (lambda x: (x * 2).sum(0), (_randn(2401, 128),), 2),
     "mean_over_two_dims": (lambda x: x.mean((0, 1)), (_randn(16, 512, 64),), 2),
     # a channels-last batch-norm statistic: the batch split whole, then H; one final reduction
     "channels_last_channel_sum": (lambda x: x.sum((0, 1, 2)), (_randn(16, 32, 32, 64),), 2),
