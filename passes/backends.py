@@ -22,7 +22,6 @@ import enum
 from typing import Callable
 
 
-
 class Target(enum.StrEnum):
     """What the user asks to compile for."""
 
