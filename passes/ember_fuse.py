@@ -355,10 +355,14 @@ class EmberFuse(Pass):
                         siblings.setdefault(key if isinstance(key, tuple) else find(key),
                                             []).append(c)
         for o in block_ops:
-            # through host reshapes: attention reads k and v as collapse_shape views of the
-            # kernels that repeat them over the query heads (grouped-query attention)
+            # a call's operands through host reshapes: attention reads k and v as
+            # collapse_shape views of the kernels that repeat them over the query heads
+            # (grouped-query attention); the return's as they are (through them, GPT-2's
+            # backward: a launch more, an early column sum taken from the late kernel it
+            # shared)
+            ret = op_name(o) == "func.return"
             fed = [index[p] for v in o.operands
-                   for p in [_through_reshapes(defining_op(v), index)]
+                   for p in [defining_op(v) if ret else _through_reshapes(defining_op(v), index)]
                    if p is not None and p in index]
             if len(fed) > 1:
                 siblings.setdefault(("into", bid[o]), []).extend(fed)
