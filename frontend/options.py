@@ -64,7 +64,10 @@ class CompileOptions:
       a saved tensor's size) in the memory of the saved activations that only it reads
       (AOTAutograd's donated buffers, `torch._functorch.config.donated_buffer`) once it has
       read them, instead of in new memory, and frees those it is done with, as Inductor does
-      (ember-buffer-reuse, `ember.donated_args`). False keeps them.
+      (ember-buffer-reuse, `ember.donated_args`); likewise its gradient inputs where nothing
+      but AOTAutograd's argument list holds them (a gradient the autograd engine made, as
+      the bf16 logits' gradient of `logits.float()`; a caller's is left as it is:
+      frontend/backend._donating_tangents). False keeps them.
     mode: torch.compile's `mode=` (also accepted here): "default" and "reduce-overhead" (CUDA
       graphs, which ember replays for inference anyway) compile alike; "max-autotune" widens
       each Triton kernel's configuration search (ember-lower-to-triton{max-autotune=true});
