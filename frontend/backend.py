@@ -441,8 +441,11 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             if kind == "backward" and isinstance(out, (list, tuple)):
                 graph.lent_outputs = range(len(out))     # gradients
                 if opts.donate_saved and wrap is None:
-                    tangents = _tangent_inputs(fx_gm)
-                    graph.donated_inputs = donated_backward_inputs() | tangents
+                    saved = donated_backward_inputs()
+                    # none where torch donates none (a backward that keeps its graph)
+                    tangents = _tangent_inputs(fx_gm) if saved and opts.donate_gradients \
+                        else frozenset()
+                    graph.donated_inputs = saved | tangents
                     if tangents:
                         boxed = _donating_tangents(graph, sorted(tangents))
                         boxed.ember_graph = graph
