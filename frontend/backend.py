@@ -297,6 +297,44 @@ def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
     return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
 
 
+def _tangent_inputs(fx_gm) -> frozenset[int]:
+    """The placeholders of a backward graph that are gradients of the forward's outputs
+    (AOTAutograd's `tangents_*`)."""
+    names = [n.name for n in fx_gm.graph.nodes if n.op == "placeholder"]
+    return frozenset(i for i, name in enumerate(names) if name.startswith("tangents"))
+
+
+def _donating_tangents(graph, tangents: list[int]):
+    """A boxed backward (one list of inputs, as AOTAutograd calls it) that donates its
+    gradient inputs where nothing but that list holds them (the autograd engine hands a
+    gradient it made, as the bf16 logits' gradient of `logits.float()`, to the backward and
+    keeps no reference): the program may then place its values in their memory and frees
+    them after their last use, as Inductor's backward drops its arguments, instead of holding
+    them to the call's end (Llama bf16 training: the logits' gradient, [B*S, vocab] bf16, was
+    alive at the backward's peak). A gradient anything else still references (the caller's
+    `backward(gradient=g)`, a retained `.grad`, a view of another tensor) is lent for the
+    call only (runtime.executor.BORROWED): its memory is neither reused nor freed."""
+    import sys
+    from ..runtime.executor import BORROWED
+    use = torch._C._storage_Use_Count
+
+    def owned(args, i) -> bool:
+        # the list's reference and getrefcount's own; the tensor's storage, and the
+        # temporary storage object's
+        return (sys.getrefcount(args[i]) == 2 and isinstance(args[i], torch.Tensor)
+                and args[i]._base is None and use(args[i].untyped_storage()._cdata) == 2)
+
+    def call(args):
+        lent = frozenset(id(args[i]) for i in tangents if i < len(args) and not owned(args, i))
+        token = BORROWED.set(lent)
+        try:
+            return graph(*args)
+        finally:
+            BORROWED.reset(token)
+    call._boxed_call = True
+    return call
+
+
 def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
     """A graph bound for a GPU on a cold start (Triton's cache empty): the Triton compile
     workers start now (once per process), so that they import while AOTAutograd and the passes
@@ -405,7 +443,15 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             if kind == "backward" and isinstance(out, (list, tuple)):
                 graph.lent_outputs = range(len(out))     # gradients
                 if opts.donate_saved and wrap is None:
-                    graph.donated_inputs = donated_backward_inputs()
+                    saved = donated_backward_inputs()
+                    # none where torch donates none (a backward that keeps its graph)
+                    tangents = _tangent_inputs(fx_gm) if saved and opts.donate_gradients \
+                        else frozenset()
+                    graph.donated_inputs = saved | tangents
+                    if tangents:
+                        boxed = _donating_tangents(graph, sorted(tangents))
+                        boxed.ember_graph = graph
+                        return boxed
             boxed = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed
