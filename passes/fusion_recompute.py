@@ -29,6 +29,7 @@ every element would compute again): those are read from A, which then returns th
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from torch_mlir import ir
 
@@ -253,9 +254,7 @@ def _equal_values(ops_a, ops_b, readers):
     too (a backward's recomputed `dy`, the same as the summand's factor) is then read from B's
     own op instead of computed a second time: such a value costs B no op and no load."""
     scope = set(ops_a) | set(ops_b)
-    block = ops_b[0].block
-    pos = {o.operation: i for i, o in enumerate(block.operations)}
-    first = min(pos[r] for r in readers)
+    first = min(readers, key=_BLOCK_ORDER)
     keys: dict = {}
 
     def key(val):
@@ -275,7 +274,7 @@ def _equal_values(ops_a, ops_b, readers):
 
     table: dict = {}
     for o in ops_b:
-        if pos[o] < first:
+        if o != first and o.is_before_in_block(first):
             for r in o.results:
                 table.setdefault(key(r), r)
 
@@ -493,12 +492,20 @@ def _cycle(state, ops_a, ops_b) -> bool:
 
 
 def _position(ops):
-    """A sort key: block order of `ops` (ops of one block)."""
-    block = ops[0].block
-    pos = {}
-    for i, o in enumerate(block.operations):
-        pos[o.operation] = i
-    return lambda o: pos[o]
+    """A sort key: block order (of ops of one block). MLIR keeps the order of a block's ops
+    (`is_before_in_block`, renumbered only when an insertion needs it): a dict of every op's
+    position, built per call, was most of this pass's time on a large backward (efficientnet_b0:
+    2000 calls over 6000 ops)."""
+    return _BLOCK_ORDER
+
+
+def _before(a, b) -> int:
+    if a == b:
+        return 0
+    return -1 if a.is_before_in_block(b) else 1
+
+
+_BLOCK_ORDER = functools.cmp_to_key(_before)
 
 
 def _clone_before(cone, anchor, reuse=None):
