@@ -18,8 +18,9 @@ op, for ember-fuse's remark).
 """
 import numpy as np
 
-# Positions past which the rows (n * n bits) are not built: the walk answers alone.
-MAX_OPS = 32768
+# Blocks of more ops than this build no rows (n * n bits: 32 MB here, and about as much again
+# while they are built): the walk answers alone, as it did before.
+MAX_OPS = 16384
 
 
 class Descendants:
