@@ -2,15 +2,18 @@
 
     python -m ember.benchmarks [--models mlp,resnet18,...] [--dtypes fp32,bf16]
                                [--mode inference|train] [--out DIR] [--profile] [--max-autotune]
-                               [--repeats N] [--timeout S] [--no-warm] [--backends ...]
+                               [--repeats N] [--timeout S] [--no-warm] [--warm-shared]
+                               [--backends ...]
 
 Backends: eager, inductor (default mode), inductor-ro (mode="reduce-overhead", CUDA graphs: GPU
 only), ember, and with --max-autotune inductor-ma and ember-ma (mode="max-autotune"); ember's
 option variants by name (measure.EMBER_OPTIONS: ember-nchw, ember-cl, ember-fast). Each model
 runs in its own child process (a crash or hang in one does not hide the others), which compiles
 every backend on the same model and inputs and times them in alternation (measure.py); then,
-unless --no-warm, a second child compiles them again with the caches the first one filled (warm
-start). The caches (ember's, Inductor's, Triton's) are fresh per model, so `cold s` is a cold
+unless --no-warm, new children compile them again with the caches the first one filled (warm
+start): one child per (dtype, backend), so that every row's warm seconds pay the process's
+one-time costs (Dynamo's first trace, imports) as a warm start does; `--warm-shared`: one child
+for them all (cheaper; then the first row pays those costs and the later ones do not). The caches (ember's, Inductor's, Triton's) are fresh per model, so `cold s` is a cold
 compile.
 
 Outputs: a progress bar (tqdm when installed, plain lines otherwise) on stderr; markdown tables
@@ -67,7 +70,9 @@ def parse_args(argv=None):
     ap.add_argument("--repeats", type=int, default=20, help="timed rounds (median)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls per backend")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per model process")
-    ap.add_argument("--no-warm", action="store_true", help="skip the warm-start process")
+    ap.add_argument("--no-warm", action="store_true", help="skip the warm-start processes")
+    ap.add_argument("--warm-shared", action="store_true",
+                    help="one warm-start process for every (dtype, backend) of a model")
     ap.add_argument("--no-tf32", dest="tf32", action="store_false",
                     help="fp32 matmuls and convolutions without TF32 (default: TF32 on, as the "
                          "reference figures)")
@@ -237,10 +242,13 @@ def run(args) -> list[dict]:
             if rc != 0:
                 got += _crashed(name, args, rc, got, log)
             elif not args.no_warm and compiled:
-                rc = _run_child(me + ["--one", name, "--warm-only"] + common, env, args.timeout,
-                                on_event, log)
-                if rc != 0:
-                    print(f"{name}: warm-start process ended with {rc}", file=sys.stderr)
+                for dtypes, backends in warm_children(args.dtypes, compiled, args.warm_shared):
+                    rc = _run_child(me + ["--one", name, "--warm-only"]
+                                    + _with(common, dtypes=dtypes, backends=backends),
+                                    env, args.timeout, on_event, log)
+                    if rc != 0:
+                        print(f"{name}: warm-start process ({','.join(dtypes)} "
+                              f"{','.join(backends)}) ended with {rc}", file=sys.stderr)
             log.close()
             merge_warm(got, warm.values())
             bar.finish_model(done[0], per_model)
@@ -251,6 +259,23 @@ def run(args) -> list[dict]:
         if args.cache_dir is None:
             shutil.rmtree(cache_root, ignore_errors=True)
     return report.derive(rows)
+
+
+def warm_children(dtypes, backends, shared: bool = False) -> list[tuple[list, list]]:
+    """(dtypes, backends) of each warm-start process: one per (dtype, backend), or with
+    `shared` one for all."""
+    if shared:
+        return [(list(dtypes), list(backends))]
+    return [([d], [b]) for d in dtypes for b in backends]
+
+
+def _with(argv: list[str], **values) -> list[str]:
+    """`argv` with the value after `--NAME` replaced for each NAME=list given."""
+    out = list(argv)
+    for name, value in values.items():
+        k = out.index(f"--{name}")
+        out[k + 1] = ",".join(value)
+    return out
 
 
 def merge_warm(rows, warm_events) -> None:

@@ -274,6 +274,17 @@ def _first_backward_casts(graph, casts) -> set:
     return keep
 
 
+def _convolution_weight_casts(casts) -> set:
+    """The casts a convolution reads as its weight (a conv weight's bf16 copy): saved for the backward, not
+    recomputed there. A convolution's weight is small beside the activation it saves (resnet18
+    at batch 32: 22 MB of bf16 weights against ~0.9 GB of activations), and recomputing it was
+    a launch per convolution in the backward (efficientnet_b0: 81 of its 471, each reading the
+    f32 weight again) where the forward had written the same copy already."""
+    conv = torch.ops.aten.convolution.default
+    return {c for c in casts
+            if any(u.target is conv and len(u.args) > 1 and u.args[1] is c for u in c.users)}
+
+
 def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
     """AOTAutograd's min-cut partitioner (Inductor's), with each dtype cast of a forward
     input (autocast's bf16 copy of a weight) recomputed in the backward instead of saved: the
@@ -281,7 +292,8 @@ def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
     saves (BERT-base: ~210 of 338 MB at 4x128). The partitioner bans their recomputation
     because a matmul consumes them (materialized in the backward); a cast costs one read.
     Except the casts the backward's first matmul reads (`_first_backward_casts`): saved, as
-    the partitioner chooses, at no cost in peak memory (the MLP block: one launch fewer)."""
+    the partitioner chooses, at no cost in peak memory (the MLP block: one launch fewer); and
+    the casts a convolution reads (`_convolution_weight_casts`), saved too."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
     casts = [node for node in joint_module.graph.nodes
@@ -290,11 +302,49 @@ def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
              and isinstance(node.args[0], torch.fx.Node) and node.args[0].op == "placeholder"
              and str(node.args[0].target).startswith("primals")
              and "recompute" not in node.meta]
-    saved = _first_backward_casts(joint_module.graph, casts)
+    saved = _first_backward_casts(joint_module.graph, casts) | _convolution_weight_casts(casts)
     for node in casts:
         if node not in saved:
             node.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
     return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+
+
+def _tangent_inputs(fx_gm) -> frozenset[int]:
+    """The placeholders of a backward graph that are gradients of the forward's outputs
+    (AOTAutograd's `tangents_*`)."""
+    names = [n.name for n in fx_gm.graph.nodes if n.op == "placeholder"]
+    return frozenset(i for i, name in enumerate(names) if name.startswith("tangents"))
+
+
+def _donating_tangents(graph, tangents: list[int]):
+    """A boxed backward (one list of inputs, as AOTAutograd calls it) that donates its
+    gradient inputs where nothing but that list holds them (the autograd engine hands a
+    gradient it made, as the bf16 logits' gradient of `logits.float()`, to the backward and
+    keeps no reference): the program may then place its values in their memory and frees
+    them after their last use, as Inductor's backward drops its arguments, instead of holding
+    them to the call's end (Llama bf16 training: the logits' gradient, [B*S, vocab] bf16, was
+    alive at the backward's peak). A gradient anything else still references (the caller's
+    `backward(gradient=g)`, a retained `.grad`, a view of another tensor) is lent for the
+    call only (runtime.executor.BORROWED): its memory is neither reused nor freed."""
+    import sys
+    from ..runtime.executor import BORROWED
+    use = torch._C._storage_Use_Count
+
+    def owned(args, i) -> bool:
+        # the list's reference and getrefcount's own; the tensor's storage, and the
+        # temporary storage object's
+        return (sys.getrefcount(args[i]) == 2 and isinstance(args[i], torch.Tensor)
+                and args[i]._base is None and use(args[i].untyped_storage()._cdata) == 2)
+
+    def call(args):
+        lent = frozenset(id(args[i]) for i in tangents if i < len(args) and not owned(args, i))
+        token = BORROWED.set(lent)
+        try:
+            return graph(*args)
+        finally:
+            BORROWED.reset(token)
+    call._boxed_call = True
+    return call
 
 
 def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
@@ -405,7 +455,15 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             if kind == "backward" and isinstance(out, (list, tuple)):
                 graph.lent_outputs = range(len(out))     # gradients
                 if opts.donate_saved and wrap is None:
-                    graph.donated_inputs = donated_backward_inputs()
+                    saved = donated_backward_inputs()
+                    # none where torch donates none (a backward that keeps its graph)
+                    tangents = _tangent_inputs(fx_gm) if saved and opts.donate_gradients \
+                        else frozenset()
+                    graph.donated_inputs = saved | tangents
+                    if tangents:
+                        boxed = _donating_tangents(graph, sorted(tangents))
+                        boxed.ember_graph = graph
+                        return boxed
             boxed = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed

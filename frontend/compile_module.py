@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
-from torch_mlir import ir
 
-from ..dialects.contract import ARG_STRIDES, DONATE, DONATED_ARGS
+# No MLIR at module level: a warm start (frontend/program_cache.py) takes its programs from the
+# cache and never loads torch-mlir's native libraries (test_program_cache.py).
 from ..passes.backends import backend_named
 from . import fx_prep
 from .options import SPLIT_PASS, CompileOptions, default_pipeline
@@ -296,6 +296,8 @@ def _mark_donated(module, gm: fx.GraphModule, donate, reuse=(), calls=(), stride
     and results are `gm`'s placeholders and outputs one to one, less those that outlining the
     library `calls` added after them (else nothing is donated: a wrong pairing would write the
     wrong input)."""
+    from torch_mlir import ir
+    from ..dialects.contract import ARG_STRIDES, DONATE, DONATED_ARGS
     from .export_program import find_funcs
     main = find_funcs(module).get("main")
     if main is None:
@@ -344,7 +346,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     callable and the report fields it knows."""
     from ..runtime.cache import as_cache
     from ..runtime.executor import load
-    from .export_program import restore_signedness
+    from .signedness import restore_signedness
 
     t_prep = time.perf_counter()
     outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]

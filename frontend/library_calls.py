@@ -27,9 +27,8 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch_mlir import ir
 
-from ..dialects.contract import COMPLEX_KEY, LIBRARY, PARAMS, RESULTS, TENSOR_ARGS, VIEW
+# MLIR only in `stitch` (the FX outlining runs on a warm start too, which loads no MLIR).
 
 
 
@@ -224,6 +223,8 @@ def _copy_graph(graph: fx.Graph) -> fx.Graph:
 
 
 def _attr(v: Any) -> ir.Attribute:
+    from torch_mlir import ir
+    from ..dialects.contract import COMPLEX_KEY
     if isinstance(v, bool):
         return ir.BoolAttr.get(v)
     if isinstance(v, int):
@@ -240,6 +241,8 @@ def _attr(v: Any) -> ir.Attribute:
 def stitch(module: ir.Module, calls: list[LibraryCall], func_name: str = "main") -> None:
     """Puts the outlined calls back into `@main`: each becomes a `func.call` of a private
     `ember.library` declaration; the extra arguments and results `outline` added are removed."""
+    from torch_mlir import ir
+    from ..dialects.contract import LIBRARY, PARAMS, RESULTS, TENSOR_ARGS, VIEW
     if not calls:
         return
     from ..passes.graph_utils import stable_topological_sort

@@ -64,7 +64,11 @@ class CompileOptions:
       a saved tensor's size) in the memory of the saved activations that only it reads
       (AOTAutograd's donated buffers, `torch._functorch.config.donated_buffer`) once it has
       read them, instead of in new memory, and frees those it is done with, as Inductor does
-      (ember-buffer-reuse, `ember.donated_args`). False keeps them.
+      (ember-buffer-reuse, `ember.donated_args`); likewise its gradient inputs where nothing
+      but AOTAutograd's argument list holds them (a gradient the autograd engine made, as
+      the bf16 logits' gradient of `logits.float()`; a caller's is left as it is:
+      frontend/backend._donating_tangents; `donate_gradients=False` keeps those alone).
+      False keeps them.
     mode: torch.compile's `mode=` (also accepted here): "default" and "reduce-overhead" (CUDA
       graphs, which ember replays for inference anyway) compile alike; "max-autotune" widens
       each Triton kernel's configuration search (ember-lower-to-triton{max-autotune=true});
@@ -102,6 +106,7 @@ class CompileOptions:
     program_cache: bool = True
     recompute: bool = True
     donate_saved: bool = True
+    donate_gradients: bool = True
     mode: str = "default"
     matmul_template: str = "off"
     channels_last: "bool | str" = "auto"
@@ -128,7 +133,8 @@ class CompileOptions:
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
         for name in ("fallback", "cudagraphs", "exact_low_precision", "parallel_compile",
-                     "program_cache", "recompute", "donate_saved", "fold_constants"):
+                     "program_cache", "recompute", "donate_saved", "donate_gradients",
+                     "fold_constants"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")

@@ -21,8 +21,6 @@ import dataclasses
 import enum
 from typing import Callable
 
-from .kernel_schedule import TARGET_LIMIT, Unschedulable
-
 
 class Target(enum.StrEnum):
     """What the user asks to compile for."""
@@ -43,6 +41,7 @@ def _one_reduced_space(s) -> None:
     one [XBLOCK, RBLOCK] space."""
     if s.kind != "reduction":
         return
+    from .kernel_schedule import TARGET_LIMIT, Unschedulable   # (MLIR: not on a warm start)
     rdims = {g for g in s.reductions[0].reduced if not s.unit(g)}
     for r in s.reductions[1:]:
         if {g for g in r.reduced if not s.unit(g)} != rdims:

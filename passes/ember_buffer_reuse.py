@@ -9,8 +9,9 @@ or through `tensor.expand_shape`/`collapse_shape` views) or its size is unknown 
 statically shaped tensor/memref; the frontend specializes shapes, so this is rare and stays
 correct, just unplanned). Two results whose live ranges overlap never share bytes, except
 in-place: a single-result pointwise kernel may write over an operand buffer that dies at that
-kernel and has the same shape and element size, when the kernel reads it only elementwise
-(identity indexing maps), so no element is overwritten before it is read. `@main` gets
+kernel and has the same element type and count (the same shape, or a reshape of it), when the
+kernel reads it only elementwise (identity indexing maps, through reshapes: row-major element i
+feeds result element i alone), so no element is overwritten before it is read. `@main` gets
 `ember.arena_bytes` (the arena's size) and `ember.unplanned_bytes` (the sum of the aligned
 sizes of the planned results: the memory without reuse).
 
@@ -164,11 +165,16 @@ def results_from(kernel, arg_index: int) -> set[int]:
     return found
 
 
+_RESHAPES = ("tensor.expand_shape", "tensor.collapse_shape")
+
+
 def reads_elementwise(kernel, arg_index: int, one_space: bool = False) -> bool:
     """True if every value the kernel derives from argument `arg_index` is computed
     elementwise: the argument and everything computed from it are read only as identity-map
-    inputs of linalg.generics with identity output maps (so result element i depends on input
-    element i alone, and writing it after reading that element is safe), and the kernel has one
+    inputs of linalg.generics with identity output maps, or reshaped (`tensor.expand_shape` /
+    `collapse_shape`: the same elements in the same row-major order), so result element i (in
+    row-major order) depends on input element i alone, and writing it after reading that
+    element is safe, and the kernel has one
     result (no later loop could read the overwritten input). A transpose, pad, slice or view
     on that path (a pointwise kernel ending in `linalg.transpose`) breaks it. `one_space`:
     several results are allowed when all have the argument's type (one loop nest over one
@@ -191,6 +197,11 @@ def reads_elementwise(kernel, arg_index: int, one_space: bool = False) -> bool:
         if not hits:
             return ir.WalkResult.ADVANCE
         uses += len(hits)
+        if op.name in _RESHAPES:
+            # A kernel's tensors are dense row-major: a reshape keeps every element's linear
+            # index, so element i of what is computed from it still reads element i alone.
+            derived.extend(op.results)
+            return ir.WalkResult.ADVANCE
         if op.name != "linalg.generic":
             ok = False
             return ir.WalkResult.INTERRUPT
@@ -551,11 +562,29 @@ def _match_in_place(kernels, ops, root, per_op, regions, maybe=frozenset()) -> N
             readers = [j for j, w in enumerate(op.operands) if root.get(w) is src]
             if any(op.operands[j] in maybe for j in readers):
                 continue
-            if all(op.operands[j].type == result_type and reads_elementwise(kernel, j)
-                   for j in readers):
+            if all(_same_elements(op.operands[j].type, result_type)
+                   and reads_elementwise(kernel, j) for j in readers):
                 out.in_place_of = src
                 taken.add(id(src))
                 break
+
+
+def _same_elements(a, b) -> bool:
+    """Two static shaped types of one element type and element count (a reshape of each other:
+    the matmul's 1024x2048 result and the 8x128x2048 GELU of it written over it)."""
+    if a == b:
+        return True
+    if not (isinstance(a, ir.RankedTensorType) and isinstance(b, ir.RankedTensorType)):
+        return False
+    a, b = ir.RankedTensorType(a), ir.RankedTensorType(b)
+    if a.element_type != b.element_type or not (a.has_static_shape and b.has_static_shape):
+        return False
+    na = nb = 1
+    for d in a.shape:
+        na *= d
+    for d in b.shape:
+        nb *= d
+    return na == nb
 
 
 def _derived_with(kernel, arg_index: int, pos: int) -> bool:

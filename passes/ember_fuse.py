@@ -18,9 +18,10 @@ reader (a split column sum's partials: the producer, also read by a matmul, is t
 through the view and read back on the host through the inverse `collapse_shape`,
 fusion_legality.expanded_results). Then a producer whose consumers each refused it (it would
 stay a result of another shape) is tried with all of them at once, and kernels that read one
-producer, whose results one op reads, or that make operands of library calls whose other
-operands are one value or one kernel's (the bf16 weight copies of k and v, of gate and up), are
-tried together (horizontal fusion), unless that raises the function's peak of live
+producer, whose results one op reads (also through host reshapes: grouped-query attention's
+repeated k and v), or that make operands of library calls whose other operands are one value
+or one kernel's (the bf16 weight copies of k and v, of gate and up; in the backward, once the
+kernels making the other operands are one), are tried together (horizontal fusion), unless that raises the function's peak of live
 bytes (passes/fusion_liveness.py: the merged kernel runs where the later one ran, and what the
 earlier one reads stays alive until then). Views, slices, pads and concats are index
 arithmetic inside a kernel.
@@ -94,8 +95,11 @@ class EmberFuse(Pass):
     horizontal_peak_bytes: int = option(1 << 16, min=0)
     # Cheap pointwise values that a kernel would store only for other kernels to read back
     # are computed again in those kernels where that moves fewer bytes (passes/
-    # fusion_recompute.py); at most this many ops per value (0: never).
-    recompute_max_ops: int = option(16, min=0, max=64)
+    # fusion_recompute.py); at most this many ops per value (0: never). 24: a squeeze-excite
+    # block's backward (the gate's product, the pooled gradient, the SiLU backward over the
+    # BatchNorm output recomputed: 17 to 20 ops) is computed in the BatchNorm backward's
+    # kernels, not stored in f32 for them (efficientnet_b0: 16 launches, 0.37 GB a step).
+    recompute_max_ops: int = option(24, min=0, max=64)
     # A consumer given a recomputation is merged with a kernel that reads what the
     # recomputation reads, unless the merge keeps more than this many bytes of the earlier
     # kernel's inputs alive longer.
@@ -388,8 +392,15 @@ class EmberFuse(Pass):
                         siblings.setdefault(key if isinstance(key, tuple) else find(key),
                                             []).append(c)
         for o in block_ops:
+            # a call's operands through host reshapes: attention reads k and v as
+            # collapse_shape views of the kernels that repeat them over the query heads
+            # (grouped-query attention); the return's as they are (through them, GPT-2's
+            # backward: a launch more, an early column sum taken from the late kernel it
+            # shared)
+            ret = op_name(o) == "func.return"
             fed = [index[p] for v in o.operands
-                   for p in [defining_op(v)] if p is not None and p in index]
+                   for p in [defining_op(v) if ret else _through_reshapes(defining_op(v), index)]
+                   if p is not None and p in index]
             if len(fed) > 1:
                 siblings.setdefault(("into", bid[o]), []).extend(fed)
         # Kernels that make an operand of library calls sharing their other operand, or whose
@@ -413,17 +424,22 @@ class EmberFuse(Pass):
                 # the other operand, or the kernel that makes it (a gated MLP's backward
                 # makes the gradients of gate and up in one kernel)
                 who = ("arg", other.arg_number) if q is None else \
-                    ("kernel", find(index[q])) if q in index else (bid[q.operation],
-                                                                   other.result_number)
+                    ("kernel", index[q]) if q in index else (bid[q.operation],
+                                                             other.result_number)
                 partners.setdefault((k, who), []).append(index[p])
-        for (k, who), fed in partners.items():
-            if len(fed) > 1:
-                siblings.setdefault(("beside", k, who), []).extend(fed)
-        for key in sorted(siblings, key=str):
-            readers = list(dict.fromkeys(find(c) for c in siblings[key]
+
+        def beside(key):
+            """A partners key with the other operand's kernel as it is grouped now."""
+            k, who = key
+            return ("beside", k, ("kernel", find(who[1])) if who[0] == "kernel" else who)
+        for key, fed in partners.items():
+            siblings.setdefault(beside(key), []).extend(fed)
+
+        def merge_readers(key, fed) -> None:
+            readers = list(dict.fromkeys(find(c) for c in fed
                                          if isinstance(key, tuple) or find(c) != find(key)))
             if len(readers) < 2:
-                continue
+                return
             # Each reader joins the first earlier cluster it may join, else starts one: two
             # row sums of a layer norm's backward join each other though neither joins the
             # kernel of the column sums beside them (only the first reader was tried before).
@@ -438,6 +454,18 @@ class EmberFuse(Pass):
                         break
                 else:
                     heads.append(r)
+        for key in sorted(siblings, key=str):
+            merge_readers(key, siblings[key])
+        # Library calls whose other operands became one kernel's in the loop above (the k and
+        # v gradients of a grouped-query attention backward, made by two kernels that read
+        # the attention's results): their kernel-made operands tried together again (the
+        # backward's k and v weight copies).
+        again: dict = {}
+        for key, fed in partners.items():
+            again.setdefault(beside(key), []).extend(fed)
+        for key in sorted(again, key=str):
+            if again[key] != siblings.get(key):
+                merge_readers(key, again[key])
 
         groups = [members[g] for g in sorted(members, key=lambda g: index[members[g][0]])]
         if explain:
@@ -570,6 +598,14 @@ def _is_compute(op, dynamic: bool = False) -> bool:
 _cloneable = fusion_legality.cloneable
 
 _RESHAPES = ("tensor.collapse_shape", "tensor.expand_shape")
+
+
+def _through_reshapes(op, index):
+    """`op`, or where it is a host reshape (not in a group: not in `index`), the op that makes
+    the value it reshapes, through any chain of them."""
+    while op is not None and op not in index and op_name(op) in _RESHAPES:
+        op = defining_op(op.operands[0])
+    return op
 
 
 def _tail_view(op) -> bool:

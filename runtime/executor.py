@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+import contextvars
+
 from .cache import ArtifactCache, as_cache
 from .cpp_build import load_library
 from .env import triton_interpreted
@@ -24,6 +26,12 @@ from .fast_views import reinterpret
 from .kernel_errors import error_for
 from .program import Program, Step, ValueInfo
 from .py_module import load_python_module
+
+# ids of the tensors passed to the running call that its caller may still read after it (a
+# backward's gradient inputs, donated where nothing but the call holds them: the frontend's
+# backward wrapper sets this): their memory is neither reused nor freed by the call.
+BORROWED: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "ember_borrowed_inputs", default=frozenset())
 
 _ARENA_ALIGN = 64
 
@@ -694,6 +702,7 @@ class CompiledProgram:
         input's (a view of another input would see the writes); otherwise of a fresh buffer,
         and returned values then get their own (see `outputs_in_inputs`)."""
         storages = None
+        borrowed = BORROWED.get()
 
         def own(i):
             """The program's value for input i is a tensor whose storage nothing else passed
@@ -702,6 +711,8 @@ class CompiledProgram:
             t = vals[i]
             if t is not inputs[i]:
                 return True
+            if borrowed and id(t) in borrowed:
+                return False
             if storages is None:
                 storages = {}
                 for x in inputs:
@@ -721,7 +732,7 @@ class CompiledProgram:
             # the last of them has been read.
             shared: dict[int, list[int]] = {}
             for i in cand - rel:
-                if vals[i] is inputs[i]:
+                if vals[i] is inputs[i] and id(vals[i]) not in borrowed:
                     shared.setdefault(vals[i].untyped_storage().data_ptr(), []).append(i)
             for key, members in shared.items():
                 if len(members) == storages[key]:

@@ -202,3 +202,53 @@ func.func @main(%x: tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<4xcomplex<f32>>
   %4 = func.call @ember_lib_1(%1) : (tensor<4xcomplex<f32>>) -> tensor<4xcomplex<f32>>
   return %3, %4 : tensor<4x2xf32>, tensor<4xcomplex<f32>>
 }
+
+// -----
+
+// A matmul's 2-D result and a pointwise kernel that reads it through an expand_shape and
+// returns it 3-D (the encoder's bias + GELU after fc1): the same elements in the same order,
+// so the kernel writes over the matmul's result in place. A kernel whose reshape feeds a
+// transpose does not (it reads element i for result element j).
+// CHECK-LABEL: func.func private @gelu_3d
+// CHECK-LABEL: func.func private @expand_transpose
+// CHECK-LABEL: func.func @main
+// CHECK-SAME:  attributes {ember.arena_bytes = 1024 : i64, ember.unplanned_bytes = 1536 : i64}
+// CHECK:       %[[M:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", ember.offsets = array<i64: 0>, params = {}}
+// NOINPLACE:   %[[G:.*]] = call @gelu_3d(%[[M]]) {ember.offsets = array<i64: 512>}
+// INPLACE:     %[[G:.*]] = call @gelu_3d(%[[M]]) {ember.offsets = array<i64: 0>}
+// NOINPLACE:   %[[T:.*]] = call @expand_transpose(%[[G]]) {ember.offsets = array<i64: 0>}
+// INPLACE:     %[[T:.*]] = call @expand_transpose(%[[G]]) {ember.offsets = array<i64: 512>}
+// CHECK:       call @gelu_3d(%{{.*}}) {ember.offsets = array<i64: -1>}
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func private @gelu_3d(%a: tensor<8x16xf32>) -> tensor<2x4x16xf32> attributes {ember.kernel = "pointwise", ember.ops = ["gelu"]} {
+  %e = tensor.empty() : tensor<8x16xf32>
+  %r = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]} ins(%a : tensor<8x16xf32>) outs(%e : tensor<8x16xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = math.erf %x : f32
+    linalg.yield %y : f32
+  } -> tensor<8x16xf32>
+  %v = tensor.expand_shape %r [[0, 1], [2]] output_shape [2, 4, 16] : tensor<8x16xf32> into tensor<2x4x16xf32>
+  %e3 = tensor.empty() : tensor<2x4x16xf32>
+  %s = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%v : tensor<2x4x16xf32>) outs(%e3 : tensor<2x4x16xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %y = arith.mulf %x, %x : f32
+    linalg.yield %y : f32
+  } -> tensor<2x4x16xf32>
+  return %s : tensor<2x4x16xf32>
+}
+func.func private @expand_transpose(%a: tensor<2x4x16xf32>) -> tensor<8x16xf32> attributes {ember.kernel = "pointwise", ember.ops = ["transpose"]} {
+  %c = tensor.collapse_shape %a [[0, 1], [2]] : tensor<2x4x16xf32> into tensor<8x16xf32>
+  %v = tensor.expand_shape %c [[0], [1, 2]] output_shape [8, 4, 4] : tensor<8x16xf32> into tensor<8x4x4xf32>
+  %e = tensor.empty() : tensor<8x4x4xf32>
+  %t = linalg.transpose ins(%v : tensor<8x4x4xf32>) outs(%e : tensor<8x4x4xf32>) permutation = [0, 2, 1]
+  %r = tensor.collapse_shape %t [[0], [1, 2]] : tensor<8x4x4xf32> into tensor<8x16xf32>
+  return %r : tensor<8x16xf32>
+}
+func.func @main(%x: tensor<8x4xf32>, %w: tensor<4x16xf32>) -> tensor<2x4x16xf32> {
+  %0 = "ember.extern"(%x, %w) {callee = "aten.mm", params = {}} : (tensor<8x4xf32>, tensor<4x16xf32>) -> tensor<8x16xf32>
+  %1 = func.call @gelu_3d(%0) : (tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  %2 = func.call @expand_transpose(%1) : (tensor<2x4x16xf32>) -> tensor<8x16xf32>
+  %3 = func.call @gelu_3d(%2) : (tensor<8x16xf32>) -> tensor<2x4x16xf32>
+  return %3 : tensor<2x4x16xf32>
+}

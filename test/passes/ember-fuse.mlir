@@ -829,3 +829,77 @@ func.func @weight_copies_beside_one_kernels_results(%x: tensor<4x16xbf16>, %y: t
   %mv = "ember.extern"(%g#1, %v) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
   return %mk, %mv : tensor<4x8xbf16>, tensor<4x8xbf16>
 }
+// -----
+
+// Kernels whose results one library call reads through host reshapes (grouped-query
+// attention reads k and v as collapse_shape views of the kernels that repeat them over the
+// query heads): tried together, one kernel makes both. Before, a launch each.
+// CHECK-LABEL: func.func @operands_of_one_call_through_views
+// CHECK:         %[[KV:.*]]:2 = call @ember_fused_{{[a-z_]+}}_{{[0-9]+}}(%arg0, %arg1) : (tensor<2x4x8xf32>, tensor<2x4x8xf32>) -> (tensor<2x4x8xf32>, tensor<2x4x8xf32>)
+// CHECK-NOT:     call @ember_fused
+// CHECK:         "ember.extern"
+// SINGLE-LABEL: func.func @operands_of_one_call_through_views
+// SINGLE-COUNT-2: call @ember_fused
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+func.func @operands_of_one_call_through_views(%x: tensor<2x4x8xf32>, %y: tensor<2x4x8xf32>) -> tensor<8x8xf32> {
+  %e = tensor.empty() : tensor<2x4x8xf32>
+  %k = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%x : tensor<2x4x8xf32>) outs(%e : tensor<2x4x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %t = math.exp %a : f32
+    linalg.yield %t : f32
+  } -> tensor<2x4x8xf32>
+  %kc = tensor.collapse_shape %k [[0, 1], [2]] : tensor<2x4x8xf32> into tensor<8x8xf32>
+  %v = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%y : tensor<2x4x8xf32>) outs(%e : tensor<2x4x8xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %t = arith.negf %a : f32
+    linalg.yield %t : f32
+  } -> tensor<2x4x8xf32>
+  %vc = tensor.collapse_shape %v [[0, 1], [2]] : tensor<2x4x8xf32> into tensor<8x8xf32>
+  %m = "ember.extern"(%kc, %vc) {callee = "aten.mm", params = {}} : (tensor<8x8xf32>, tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %m : tensor<8x8xf32>
+}
+
+// -----
+
+// Weight copies beside operands that two kernels make, once those two are one kernel (a
+// grouped-query attention backward: the k and v gradients, two kernels reading one value,
+// horizontally fused; then the k and v weights' recomputed bf16 copies are tried together).
+// CHECK-LABEL: func.func @weight_copies_beside_kernels_fused_later
+// CHECK:         %[[G:.*]]:2 = call @ember_fused_{{[a-z_]+}}_{{[0-9]+}}(%arg0)
+// CHECK:         %[[W:.*]]:2 = call @ember_fused_convert_{{[0-9]+}}(%arg1, %arg2) : (tensor<16x8xf32>, tensor<16x8xf32>) -> (tensor<16x8xbf16>, tensor<16x8xbf16>)
+// CHECK-NEXT:    "ember.extern"(%[[G]]#{{[01]}}, %[[W]]#0)
+// CHECK-NEXT:    "ember.extern"(%[[G]]#{{[01]}}, %[[W]]#1)
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @weight_copies_beside_kernels_fused_later(%s: tensor<4x16xbf16>, %wk: tensor<16x8xf32>, %wv: tensor<16x8xf32>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>) {
+  %eg = tensor.empty() : tensor<4x16xbf16>
+  %g0 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%s : tensor<4x16xbf16>) outs(%eg : tensor<4x16xbf16>) {
+  ^bb0(%a: bf16, %o: bf16):
+    %m = arith.mulf %a, %a : bf16
+    linalg.yield %m : bf16
+  } -> tensor<4x16xbf16>
+  %g1 = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%s : tensor<4x16xbf16>) outs(%eg : tensor<4x16xbf16>) {
+  ^bb0(%a: bf16, %o: bf16):
+    %m = arith.negf %a : bf16
+    linalg.yield %m : bf16
+  } -> tensor<4x16xbf16>
+  %e = tensor.empty() : tensor<16x8xbf16>
+  %k = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wk : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mk = "ember.extern"(%g0, %k) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  %v = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%wv : tensor<16x8xf32>) outs(%e : tensor<16x8xbf16>) {
+  ^bb0(%a: f32, %o: bf16):
+    %t = arith.truncf %a : f32 to bf16
+    linalg.yield %t : bf16
+  } -> tensor<16x8xbf16>
+  %mv = "ember.extern"(%g1, %v) {callee = "aten.mm", params = {}} : (tensor<4x16xbf16>, tensor<16x8xbf16>) -> tensor<4x8xbf16>
+  return %mk, %mv : tensor<4x8xbf16>, tensor<4x8xbf16>
+}

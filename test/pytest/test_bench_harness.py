@@ -93,6 +93,19 @@ def test_warm_start(capsys):
     assert "warm_s" not in rows[0] and rows[1]["warm_s"] == warm[0]["warm_s"]
 
 
+def test_warm_start_processes():
+    """A warm start per (dtype, backend) in its own process (each row pays the process's
+    one-time costs, as a warm start does), or one for all with --warm-shared."""
+    assert harness.warm_children(["fp32", "bf16"], ["inductor", "ember"]) == [
+        (["fp32"], ["inductor"]), (["fp32"], ["ember"]), (["bf16"], ["inductor"]),
+        (["bf16"], ["ember"])]
+    assert harness.warm_children(["fp32", "bf16"], ["ember"], shared=True) == [
+        (["fp32", "bf16"], ["ember"])]
+    argv = ["--dtypes", "fp32,bf16", "--mode", "inference", "--backends", "eager,ember"]
+    assert harness._with(argv, dtypes=["bf16"], backends=["ember"]) == [
+        "--dtypes", "bf16", "--mode", "inference", "--backends", "ember"]
+
+
 def _row(model, dtype, backend, ms, **kw):
     return {"model": model, "label": f"{model} (8)", "dtype": dtype, "mode": "inference",
             "backend": backend, "status": "ok", "ms": ms, **kw}

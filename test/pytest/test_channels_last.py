@@ -231,6 +231,27 @@ def test_training_step_matches_eager(target, device, dtype, interpreted):
     _assert_grads(model, ref_model, x, cot, dtype, tol)
 
 
+def test_mbconv_training_step_matches_eager(target, device):
+    """efficientnet's block trained channels-last: its BatchNorm backwards recompute the SiLU
+    and squeeze-excite gradients in their partial sums and input gradients, reusing the values
+    those kernels compute themselves (fusion_recompute's value numbering); gradients are
+    eager's."""
+    torch.manual_seed(0)
+    model = MBConv(8, 16).to(device).train()
+    ref_model = copy.deepcopy(model)
+    x = torch.randn(4, 8, 8, 8, device=device)
+    compiled = _compile(model, target, channels_last=True)
+    out, ref = compiled(x), ref_model(x)
+    cot = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7)).to(device)
+    (out * cot).sum().backward()
+    (ref * cot).sum().backward()
+    check_fallbacks()
+    tol = TOL_MATMUL_FP32 if device == "cuda" else None
+    assert_close(out, ref, tol=tol)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        assert_close(p.grad, q.grad, what=name, tol=tol)
+
+
 class Features(nn.Module):
     """A feature extractor: its result is a convolution's activation."""
 

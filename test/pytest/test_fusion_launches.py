@@ -323,6 +323,70 @@ def test_gate_and_up_weight_copies_are_one_kernel(target, device):
     assert len(casts) == 3, fwd["fused_groups"]
 
 
+class _GQAttention(torch.nn.Module):
+    """Llama's attention: q/k/v projections, rotary embeddings (rotate_half: slices, neg,
+    concat, products with cos and sin), k and v repeated over the query heads (grouped-query
+    attention: expand and reshape), causal SDPA, the output projection."""
+
+    def __init__(self, d=32, heads=4, kv_heads=2):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.q = torch.nn.Linear(d, d, bias=False)
+        self.k = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.v = torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.o = torch.nn.Linear(d, d, bias=False)
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, self.hd, 2) / self.hd))
+
+    @staticmethod
+    def _rotate_half(x):
+        h = x.shape[-1] // 2
+        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        pos = torch.arange(s, device=x.device, dtype=torch.float32)
+        freqs = pos[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+        q = self.q(x).view(b, s, self.heads, self.hd).transpose(1, 2)
+        k = self.k(x).view(b, s, self.kv_heads, self.hd).transpose(1, 2)
+        v = self.v(x).view(b, s, self.kv_heads, self.hd).transpose(1, 2)
+        q = q * cos + self._rotate_half(q) * sin
+        k = k * cos + self._rotate_half(k) * sin
+        rep = self.heads // self.kv_heads
+        k = k[:, :, None].expand(b, self.kv_heads, rep, s, self.hd).reshape(b, self.heads, s,
+                                                                              self.hd)
+        v = v[:, :, None].expand(b, self.kv_heads, rep, s, self.hd).reshape(b, self.heads, s,
+                                                                              self.hd)
+        y = F.scaled_dot_product_attention(q.to(v.dtype), k.to(v.dtype), v, is_causal=True)
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))
+
+
+def test_grouped_query_attention_k_and_v_kernels_are_one(target, device):
+    """Llama's attention under autocast: the kernel repeating v over the query heads and the
+    one rotating and repeating k are one kernel (attention reads both through host reshapes:
+    ember-fuse's horizontal fusion of one op's operands looks through them). Before, a launch
+    each. (The backward's k and v weight copies beside the k and v gradients, which that
+    round fuses: lit, ember-fuse.mlir.) Gradients as eager's."""
+    def make():
+        torch.manual_seed(0)
+        return _GQAttention().to(device)
+
+    model, ref = make(), make()
+    x = _randn((2, 8, 32)).to(device)
+    torch._dynamo.reset()
+    clear_reports()
+    fn = torch.compile(model, backend="ember", options={"target": target})
+    _bf16_steps_match_eager(fn, ref, model, ref, x, device)
+    graphs = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}
+    fwd = graphs["forward"]["fused_groups"]
+    # the repeats of k and v: one kernel, with k's rotation (none of v's alone)
+    assert not any(set(g) <= {"transpose", "copy", "broadcast", "expand"} for g in fwd), fwd
+    rotations = [g for g in fwd if "concat" in g and "cos" in g]
+    assert len(rotations) == 2, fwd          # q's, and k's with v's repeat
+    assert graphs["forward"]["num_kernels"] == 7, fwd      # was 8
+
+
 class _ConvBlock(torch.nn.Module):
     """A resnet basic block without downsampling: conv-bn-relu-conv-bn + residual, relu."""
 

@@ -372,6 +372,34 @@ def test_autocast_weight_casts_are_recomputed_not_saved():
     assert new_saved < weights_bf16 / 8, (new_saved, weights_bf16)
 
 
+def test_autocast_convolution_weight_casts_are_saved():
+    """Under bf16 autocast a convolution's bf16 weight is saved for the backward, not cast again
+    there (unlike a Linear's, above): the backward of a two-convolution net holds no weight
+    cast, only the input's cast (for conv1's weight gradient) and the two weight gradients'
+    casts to f32; gradients are eager's under autocast."""
+    import ember
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, bias=False), torch.nn.BatchNorm2d(8),
+                            torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, bias=False),
+                            torch.nn.BatchNorm2d(4))
+    ref = copy.deepcopy(m)
+    x = torch.randn(4, 3, 10, 10)
+    w = torch.linspace(-1, 1, 4 * 4 * 6 * 6).reshape(4, 4, 6, 6)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (ref(x).float() * w).sum().backward()
+    torch._dynamo.reset()
+    ember.clear_reports()
+    f = torch.compile(m, backend="ember", options={"target": "cpu"})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        (f(x).float() * w).sum().backward()
+    check_fallbacks()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, tol=3e-2, what=name)
+    bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+    casts = [g for g in bwd["fused_groups"] if g == ["convert"]]
+    assert len(casts) == 3, bwd["fused_groups"]
+
+
 def test_cpu_autocast_batch_norm_training_compiles():
     """A conv-BN-ReLU net trained under CPU bf16 autocast: the trace types BatchNorm's saved
     statistics bf16 (torch's meta), where eager's forward kernel returns them f32, and eager's

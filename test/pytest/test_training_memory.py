@@ -435,8 +435,10 @@ def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
         model = copy.deepcopy(ref)
         torch._dynamo.reset()
         clear_reports()
+        # (the logits' gradient kept: its memory would take the buffers own allocations get)
         f = torch.compile(model, backend="ember", options={"target": "cpu",
-                                                           "pipeline": pipeline})
+                                                           "pipeline": pipeline,
+                                                           "donate_gradients": False})
         step(f, model)
         for (n, p), q in zip(model.named_parameters(), ref.parameters()):
             assert_close(p.grad, q.grad, tol=2e-2, what=f"grad {n}")
@@ -519,7 +521,8 @@ def test_own_allocations_beside_donated_saved_activations_keep_eager_gradients()
     model = copy.deepcopy(ref)
     torch._dynamo.reset()
     clear_reports()
-    f = torch.compile(model, backend="ember", options={"target": "cpu", "pipeline": pipeline})
+    f = torch.compile(model, backend="ember", options={"target": "cpu", "pipeline": pipeline,
+                                                       "donate_gradients": False})
 
     def loss_fn(out):
         return torch.nn.functional.cross_entropy(out.float().flatten(0, 1), ids.flatten())
@@ -534,3 +537,51 @@ def test_own_allocations_beside_donated_saved_activations_keep_eager_gradients()
     assert any(b.get("own") for b in plan["buffers"]), plan["buffers"]
     assert sum(1 for b in plan["buffers"] if b["in_arg"] is not None) >= 2, plan["buffers"]
     assert not _live_overlaps(plan), _live_overlaps(plan)
+
+
+def _tanh_head(lin, x):
+    return torch.tanh(lin(x)) * 2.0
+
+
+def test_backward_frees_an_engine_made_gradient_input_and_keeps_a_users():
+    """A backward's gradient inputs (AOTAutograd's tangents) are donated where only the
+    call's argument list holds them (frontend/backend._donating_tangents): one the autograd
+    engine made (`y.float()`'s backward: the bf16 logits' gradient of a Llama step, alive at
+    the backward's peak before) is freed after its last read (the report's `inputs_freed`
+    counts it); one the caller passed (`y.backward(g)`) or that views another tensor is lent
+    for the call only (runtime.executor.BORROWED), left as it was. Gradients eager's."""
+    from ember.frontend.backend import _donating_tangents
+    from ember.runtime.executor import BORROWED
+    seen = []
+    probe = _donating_tangents(lambda *a: seen.append(BORROWED.get()), [0, 1])
+    theirs = torch.randn(8)
+    args = [torch.randn(8), theirs]     # only the list's; also the caller's
+    probe(args)
+    assert id(args[1]) in seen[-1] and id(args[0]) not in seen[-1], seen
+    base = torch.randn(16)
+    args = [base[:8], torch.randn(8)]   # a view of another tensor; only the list's
+    probe(args)
+    assert id(args[0]) in seen[-1] and id(args[1]) not in seen[-1], seen
+
+    torch.manual_seed(0)
+    lin, ref = torch.nn.Linear(16, 64), torch.nn.Linear(16, 64)
+    ref.load_state_dict(lin.state_dict())
+    x = torch.randn(8, 16)
+    torch._dynamo.reset()
+    clear_reports()
+    f = torch.compile(lambda t: _tanh_head(lin, t), backend="ember", options={"target": "cpu"})
+    for step in range(3):
+        g = torch.randn(8, 64)
+        g0 = g.clone()
+        f(x).backward(g)
+        _tanh_head(ref, x).backward(g0)
+        assert torch.equal(g, g0), "the caller's gradient was written or freed"
+        (f(x).float() ** 2).mean().backward()
+        (_tanh_head(ref, x).float() ** 2).mean().backward()
+        assert_close(lin.weight.grad, ref.weight.grad, what=f"step {step}")
+        assert_close(lin.bias.grad, ref.bias.grad, what=f"step {step}")
+        lin.zero_grad()
+        ref.zero_grad()
+    check_fallbacks()
+    bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+    assert bwd.get("inputs_freed") == 2, bwd     # the saved tanh and the gradient input
