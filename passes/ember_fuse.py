@@ -55,6 +55,7 @@ from .fusion_recompute import recompute_producers
 from .graph_utils import (defining_op, op_name, remap_operands, stable_topological_sort,
                           users)
 from .fusion_liveness import LiveBytes
+from .fusion_reachability import Descendants
 from .ir_queries import HOST_VIEW_OPS, VIEW_OPS
 from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
 from .sink_reshapes import sink_collapses
@@ -63,6 +64,8 @@ HOST_OPS = {"func.call", EXTERN_OP, "func.return", "arith.constant", "tensor.emp
 # Horizontal fusion: how many earlier clusters of one value's readers a reader is tried with
 # (each try is a legality check; a value read by hundreds of kernels must stay cheap).
 HORIZONTAL_TRIES = 8
+# Tests: every cycle check that `Descendants` answers alone is also walked, and must agree.
+CHECK_REACH = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +153,8 @@ class EmberFuse(Pass):
         succ = [[bid[u] for r in o.results for u in users(r)] for o in block_ops]
         compute_of = {bid[op.operation]: i for i, op in enumerate(nodes)}
         member_ids = {i: [bid[op.operation]] for i, op in enumerate(nodes)}
+        # what each group reaches: most cycle checks end without a walk
+        reach = Descendants(succ)
 
         edges = []
         for op in nodes:
@@ -203,14 +208,37 @@ class EmberFuse(Pass):
             walk never goes past `horizon` of dst's ops."""
             return path_between(set(member_ids[src]), set(member_ids[dst]))
 
-        def path_between(a_ops, b_ops):
+        def path_between(a_ops, b_ops, via=True):
             """reaches() for sets of block indices (with a_ops == b_ops: whether a path leaves
-            the set and comes back, a cycle if they became one kernel)."""
+            the set and comes back, a cycle if they became one kernel). `via`=False: True
+            where reaches() gives an op."""
             hi = horizon(b_ops)
             if hi < min(a_ops):
                 return None
+            if not reach.may_reach(a_ops, b_ops):
+                if CHECK_REACH:
+                    assert walk(a_ops, b_ops, hi, range(hi + 1)) is None, "no path, it said"
+                return None
+            if not via and reach.ok:
+                if CHECK_REACH:
+                    assert walk(a_ops, b_ops, hi, range(hi + 1)) is not None, "a path, it said"
+                return True
+            # The walk leaves out ops that lead nowhere near b_ops: what it marks seen there
+            # only ever leads nowhere too, so it finds the same path through the same op.
+            near = reach.reaching(b_ops, hi + 1)
+            if near is not None:
+                near.update(b_ops)
+            else:
+                near = range(hi + 1)
+            found = walk(a_ops, b_ops, hi, near)
+            if CHECK_REACH:
+                assert found == walk(a_ops, b_ops, hi, range(hi + 1)), "another path"
+            return found
+
+        def walk(a_ops, b_ops, hi, near):
+            """path_between's walk, through the positions `near` only."""
             stack = [(u, u) for o in a_ops for u in succ[o]
-                     if u <= hi and u not in a_ops and u not in b_ops]
+                     if u in near and u not in a_ops and u not in b_ops]
             seen = set()
             while stack:
                 u, via = stack.pop()
@@ -224,7 +252,7 @@ class EmberFuse(Pass):
                 seen.update(ops)
                 for o in ops:
                     if o < hi:
-                        stack.extend((v, via) for v in succ[o] if v <= hi)
+                        stack.extend((v, via) for v in succ[o] if v in near)
             return None
 
         # legality verdicts by group structure (repeated layers repeat their candidates)
@@ -253,11 +281,13 @@ class EmberFuse(Pass):
                 refused[a, b] = why
                 return
             refused.pop((a, b), None)
+            joined = [member_ids[ga], member_ids[gb]]
             parent[gb] = ga
             members[ga] = merged
             del members[gb]
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
             respan(ga, [gb])
+            reach.merge(joined, horizon(member_ids[ga]) + 1)
 
         for _, a, b in edges:
             try_merge(a, b)
@@ -294,16 +324,18 @@ class EmberFuse(Pass):
             if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
                 continue
             ids = {i for r in together for i in member_ids[r]}
-            if path_between(ids, ids) is not None:
+            if path_between(ids, ids, via=False) is not None:
                 continue
             if memo.refusal(merged) is not None:
                 continue
+            joined = [member_ids[r] for r in together]
             for r in together[1:]:
                 parent[r] = g
                 del members[r]
                 member_ids[g] = member_ids[g] + member_ids.pop(r)
             members[g] = merged
             respan(g, together[1:])
+            reach.merge(joined, horizon(member_ids[g]) + 1)
 
         def place(i):
             """(group, position of its kernel) of the op at block position i."""
@@ -327,7 +359,7 @@ class EmberFuse(Pass):
             if all(op_name(o) in VIEW_OPS for o in merged):
                 return False
             ids = set(member_ids[acc]) | set(member_ids[r])
-            if path_between(ids, ids) is not None:
+            if path_between(ids, ids, via=False) is not None:
                 return False
             if memo.refusal(merged) is not None:
                 return False
@@ -335,11 +367,13 @@ class EmberFuse(Pass):
             if peak > now and peak > live.base + self.horizontal_peak_bytes:
                 too_high.append((acc, r, peak - now, now))
                 return False
+            joined = [member_ids[acc], member_ids[r]]
             parent[r] = acc
             del members[r]
             members[acc] = merged
             member_ids[acc] = member_ids[acc] + member_ids.pop(r)
             respan(acc, [r])
+            reach.merge(joined, horizon(member_ids[acc]) + 1)
             live.update(ids)
             return True
 
