@@ -372,41 +372,9 @@ def test_autocast_weight_casts_are_recomputed_not_saved():
     assert new_saved < weights_bf16 / 8, (new_saved, weights_bf16)
 
 
-def test_autocast_convolution_weight_casts_are_saved():
-    """Under bf16 autocast a convolution's bf16 weight is saved for the backward, not cast again
-    there (unlike a Linear's, above): the backward of a two-convolution net holds no weight
-    cast, only the input's cast (for conv1's weight gradient) and the two weight gradients'
-    casts to f32; gradients are eager's under autocast."""
-    import ember
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, bias=False), torch.nn.BatchNorm2d(8),
-                            torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, bias=False),
-                            torch.nn.BatchNorm2d(4))
-    ref = copy.deepcopy(m)
-    x = torch.randn(4, 3, 10, 10)
-    w = torch.linspace(-1, 1, 4 * 4 * 6 * 6).reshape(4, 4, 6, 6)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        (ref(x).float() * w).sum().backward()
-    torch._dynamo.reset()
-    ember.clear_reports()
-    f = torch.compile(m, backend="ember", options={"target": "cpu"})
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        (f(x).float() * w).sum().backward()
-    check_fallbacks()
-    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
-        assert_close(p.grad, q.grad, tol=3e-2, what=name)
-    bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
-    casts = [g for g in bwd["fused_groups"] if g == ["convert"]]
-    assert len(casts) == 3, bwd["fused_groups"]
-
-
-def test_cpu_autocast_batch_norm_training_compiles():
-    """A conv-BN-ReLU net trained under CPU bf16 autocast: the trace types BatchNorm's saved
-    statistics bf16 (torch's meta), where eager's forward kernel returns them f32, and eager's
-    CPU native_batch_norm_backward refuses bf16 statistics beside an f32 weight. That refusal is
-    not one eager ever meets (frontend/eager_rejects `_SAVED_STATISTICS`): the backward compiles
-    (it ran eagerly, with the traced bf16 statistics, and raised "mixed dtype (CPU)"), gradients
-    and running statistics are eager's to bf16 rounding."""
+def _cpu_autocast_conv_bn_step():
+    """(compiled module, eager copy) after one CPU bf16-autocast training step of a
+    conv-BN-ReLU-conv-BN net, each through its own backend."""
     import ember
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, bias=False), torch.nn.BatchNorm2d(8),
@@ -423,6 +391,33 @@ def test_cpu_autocast_batch_norm_training_compiles():
     f = torch.compile(m, backend="ember", options={"target": "cpu"})
     with torch.autocast("cpu", dtype=torch.bfloat16):
         (f(x).float() * w).sum().backward()
+    return m, ref
+
+
+def test_autocast_convolution_weight_casts_are_saved():
+    """Under bf16 autocast a convolution's bf16 weight is saved for the backward, not cast again
+    there (unlike a Linear's, above): the backward of a two-convolution net holds no weight
+    cast, only the input's cast (for conv1's weight gradient) and the two weight gradients'
+    casts to f32; gradients are eager's under autocast."""
+    import ember
+    m, ref = _cpu_autocast_conv_bn_step()
+    check_fallbacks()
+    for (name, p), q in zip(m.named_parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, tol=3e-2, what=name)
+    bwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-backward")][-1]
+    casts = [g for g in bwd["fused_groups"] if g == ["convert"]]
+    assert len(casts) == 3, bwd["fused_groups"]
+
+
+def test_cpu_autocast_batch_norm_training_compiles():
+    """A conv-BN-ReLU net trained under CPU bf16 autocast: the trace types BatchNorm's saved
+    statistics bf16 (torch's meta), where eager's forward kernel returns them f32, and eager's
+    CPU native_batch_norm_backward refuses bf16 statistics beside an f32 weight. That refusal is
+    not one eager ever meets (frontend/eager_rejects `_SAVED_STATISTICS`): the backward compiles
+    (it ran eagerly, with the traced bf16 statistics, and raised "mixed dtype (CPU)"), gradients
+    and running statistics are eager's to bf16 rounding."""
+    import ember
+    m, ref = _cpu_autocast_conv_bn_step()
     for (name, p), q in zip(m.named_parameters(), ref.parameters()):
         assert_close(p.grad, q.grad, tol=3e-2, what=name)
     for (name, b), c in zip(m.named_buffers(), ref.buffers()):
