@@ -1,7 +1,9 @@
 """2-d max pooling with indices and its backward as pointwise code and gathers that fuse
 (applied while AOTAutograd traces, below autograd; NotImplemented leaves the op alone, for
 the library call of frontend/partition.py LIBRARY_OPS: 3-d and adaptive pooling, windows over
-`MAX_WINDOW` elements, symbolic sizes).
+`MAX_WINDOW` elements, symbolic sizes). Under `torch.no_grad()` the forward is left alone:
+inference drops the unread indices (fx_prep) and keeps its `max_pool2d` path (a window
+reduction over the NHWC buffer, ember-channels-last `_pool_kernel`).
 
 Forward (`max_pool2d_with_indices`), ATen's semantics on both targets (its CPU and CUDA kernels
 agree): the window is scanned in (kh, kw) order from maxval = -inf and index = the window's
@@ -83,7 +85,7 @@ def _window_offsets(n_out: int, size: int, k: int, p: int, s: int, d: int, devic
 
 def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     params = _params(kernel_size, stride, padding, dilation)
-    if params is None or not _supported(x):
+    if params is None or not _supported(x) or not torch.is_grad_enabled():
         return NotImplemented
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = params
     if 2 * ph > kh or 2 * pw > kw:
