@@ -45,6 +45,12 @@ Invariant established, in every such public function, for statically shaped valu
   is such a transpose already) takes the NHWC values of its 4-d activation operands and gives
   NHWC results, its declaration's type says so and `ember.channels_last = [operands,
   results]` records which (the weight and its gradient stay OIHW);
+* a static `tensor.pad` / rank-keeping `tensor.extract_slice` of such a transpose is the
+  transpose of the same op on the NHWC buffer (sizes, offsets and strides permuted), and a
+  `tensor.extract` of such a transpose inside a 4-d parallel generic (a gather) reads the
+  buffer at the permuted position, the generic then iterating (n, h, w, c): max pooling with
+  indices and its backward (frontend/pool_decomp.py: window slices of a padded activation; a
+  gather of the gradient and the window offsets) read and write NHWC buffers;
 * a transpose of a transpose whose permutations compose to the identity is its source (a result
   eager lays out channels-last is returned as a permute of the NCHW value: no copy is left);
 * a transpose that moves only unit dims (the OIHW -> OHWI weight of a 1x1 or a depthwise
