@@ -75,9 +75,9 @@ def _supported(x) -> bool:
 
 
 def _window_offsets(n_out: int, size: int, k: int, p: int, s: int, d: int, device):
-    """(start, first): per output position along one dim, the window's first element
-    `o * s - p` (may be negative) and the window offset of its first in-bounds element
-    (ATen's `while (start < 0) start += d`), as int64 tensors."""
+    """(start, skip): per output position along one dim, the window's first element
+    `o * s - p` (may be negative) and how many of its elements lie before the image (ATen's
+    `while (start < 0) start += d`), as int64 tensors."""
     start = torch.arange(n_out, device=device, dtype=torch.int64) * s - p
     skip = torch.clamp(-start + (d - 1), min=0) // d       # elements before the image
     return start, skip
@@ -113,6 +113,8 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
             upd = (v > m) | torch.isnan(v)
             m = torch.where(upd, v, m)
             off = torch.where(upd, here, off)
+    if kh * kw == 1:
+        m = m.clone()       # a slice of the input: the op's result owns its storage
     indices = offsets_to_indices(off, (H, W), params)
     _remember(indices, off, params)
     return m, indices

@@ -73,7 +73,8 @@ def _no_pool_library_calls():
     assert not [c for c in calls if "max_pool2d" in c], calls
 
 
-@pytest.mark.parametrize("case", CASES[:4], ids=["stem", "k2", "ceil", "dilated"])
+@pytest.mark.parametrize("case", CASES[:4] + CASES[-1:], ids=["stem", "k2", "ceil", "dilated",
+                                                              "k1"])
 def test_values_indices_and_gradient(target, device, interpreted, case):
     """A graph returning the values and the indices (a user sees ATen's indices) and the
     input's gradient, through ember: equal to eager's, ties and -inf windows included."""
