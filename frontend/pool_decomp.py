@@ -108,7 +108,9 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
             if m is None:
                 m = v
                 first = _first_offset(OH, OW, H, W, params, x.device)
-                off = torch.where(v != float("-inf"), here, first)
+                # (against a tensor of x's type: a float scalar compares in f64)
+                ninf = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
+                off = torch.where(v != ninf, here, first)
                 continue
             upd = (v > m) | torch.isnan(v)
             m = torch.where(upd, v, m)
