@@ -155,8 +155,8 @@ class ConvBnReluPool(nn.Module):
         return self.fc(self.body(x).mean((2, 3)))
 
 
-@pytest.mark.parametrize("net", [Stem, ConvBnReluPool])
-@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("net, channels_last", [(Stem, True), (ConvBnReluPool, False)],
+                         ids=["stem-nhwc", "conv_bn_relu_pool-nchw"])
 def test_training_step(target, device, interpreted, net, channels_last):
     """A training step of a conv-BN-ReLU-maxpool net and of resnet's stem: loss and every
     gradient as eager's, nothing eager, no max-pooling library call in either graph."""
