@@ -386,6 +386,9 @@ def _rewrite_window_view(op) -> bool:
         ("static_offsets", "static_sizes", "static_strides")
     if not all(a in op.attributes for a in attrs):
         return False
+    if name == "tensor.pad" and any(len(list(a.uses))
+                                    for a in op.regions[0].blocks[0].arguments):
+        return False        # a padding value computed from its (NCHW) position
     op.operands[0] = src
     for a in attrs:
         _permute_attr(op, a)
