@@ -18,6 +18,7 @@ from .effects import lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
+from .pool_decomp import pool_decompositions
 from .scatter_decomp import dense_index_put_decompositions, scatter_decompositions
 from .special_decomp import special_decompositions
 from .transformer_decomp import transformer_decompositions
@@ -202,6 +203,7 @@ def decomposition_table(exact_low_precision: bool = True, gpu: bool = False) -> 
     table.update(pointwise_decompositions())   # fmax/fmin, roll
     table.update(special_decompositions())     # trigamma, i0e, hypot, ...: they fuse
     table.update(transformer_decompositions())  # nn.TransformerEncoderLayer's fast path
+    table.update(pool_decompositions(gpu))     # max pooling with indices and its backward
     # lerp's reference decomposes into prims.fma, which torch-mlir cannot lower; a product and
     # a sum differ from the fused form by one rounding (and code generators may contract it).
     fma = getattr(torch.ops.prims, "fma", None)   # registered where Inductor's prims are loaded

@@ -298,8 +298,8 @@ class EagerLayouts:
         self._memo: dict = {}
 
     def __call__(self, node) -> torch.Tensor | None:
-        if not _pointwise_node(node):
-            return None
+        if not _pointwise_node(node) or node.meta.get("ember_saved_channels_last"):
+            return None     # a saved activation handed over channels-last (saved_layouts.py)
         val = node.meta.get("val")
         eager = self.value(node)
         if eager is val or not isinstance(val, torch.Tensor):

@@ -132,6 +132,7 @@ class _Compiled(torch.nn.Module):
 # library calls, not fallbacks.
 LIBRARY_OPS = frozenset({
     "aten.convolution_backward.default",
+    # where frontend/pool_decomp.py leaves them (windows over 64 elements, symbolic sizes)
     "aten.max_pool2d_with_indices.default",
     "aten.max_pool2d_with_indices_backward.default",
     # pooling that torch-mlir does not lower (3-d average pooling, the backward of average

@@ -36,6 +36,7 @@ from .options import (CompileOptions, channels_last_f32, channels_last_on, chann
 
 aten = torch.ops.aten
 _CONV = aten.convolution.default
+CHOSEN = "ember_saved_channels_last"     # meta key: the node's layout is chosen here
 
 
 def _conv_geometry(node: fx.Node, f32: bool = True):
@@ -126,6 +127,7 @@ def lay_out_saved(gm: fx.GraphModule, saved: range) -> list | None:
         if not val.is_contiguous() or val.is_contiguous(memory_format=torch.channels_last):
             continue    # another layout already (or none to choose: C or H*W of one)
         node.meta["val"] = _channels_last(val)
+        node.meta[CHOSEN] = True        # not eager's layout, on purpose (decomp_layouts)
         node.meta.pop("tensor_meta", None)
         strides[i] = done[node] = tuple(node.meta["val"].stride())
     return strides if done else None

@@ -45,6 +45,12 @@ Invariant established, in every such public function, for statically shaped valu
   is such a transpose already) takes the NHWC values of its 4-d activation operands and gives
   NHWC results, its declaration's type says so and `ember.channels_last = [operands,
   results]` records which (the weight and its gradient stay OIHW);
+* a static `tensor.pad` / rank-keeping `tensor.extract_slice` of such a transpose is the
+  transpose of the same op on the NHWC buffer (sizes, offsets and strides permuted), and a
+  `tensor.extract` of such a transpose inside a 4-d parallel generic (a gather) reads the
+  buffer at the permuted position, the generic then iterating (n, h, w, c): max pooling with
+  indices and its backward (frontend/pool_decomp.py: window slices of a padded activation; a
+  gather of the gradient and the window offsets) read and write NHWC buffers;
 * a transpose of a transpose whose permutations compose to the identity is its source (a result
   eager lays out channels-last is returned as a permute of the NCHW value: no copy is left);
 * a transpose that moves only unit dims (the OIHW -> OHWI weight of a 1x1 or a depthwise
@@ -305,7 +311,7 @@ def _permuted_results(m, perm: list[int]) -> "ir.AffineMap":
     return ir.AffineMap.get(m.n_dims, m.n_symbols, [results[p] for p in perm])
 
 
-def _rewritable_generic(op) -> bool:
+def _rewritable_generic(op, gathers: bool = False) -> bool:
     # a body that reads its loop indices is re-iterated too: `_renumber_index_ops`
     if iterator_types(op) != ["parallel"] * 4:
         return False
@@ -317,7 +323,7 @@ def _rewritable_generic(op) -> bool:
         return False
     if not all(_static4(r) for r in op.results):
         return False
-    if not any(nhwc_source(v) is not None for v in gen.inputs):
+    if not gathers and not any(nhwc_source(v) is not None for v in gen.inputs):
         return False
     block = op.regions[0].blocks[0]
     if any(len(list(block.arguments[n_in + k].uses)) for k in range(len(outs))):
@@ -328,8 +334,11 @@ def _rewritable_generic(op) -> bool:
 def _rewrite_generic(op) -> bool:
     """Iterates `op` over (n, h, w, c) instead of (n, c, h, w), writing NHWC results."""
     from torch_mlir.dialects import tensor
-    if not _rewritable_generic(op):
+    gathers = _rewritable_generic(op, gathers=True) and bool(_nhwc_extracts(op))
+    if not gathers and not _rewritable_generic(op):
         return False
+    if gathers:
+        _rewrite_extracts(op)
     gen = op.opview
     n_in = len(gen.inputs)
     # new loop e = (n, h, w, c); old loop d = (n, c, h, w) = (e0, e3, e1, e2)
@@ -355,6 +364,68 @@ def _rewrite_generic(op) -> bool:
     for k in range(len(op.results)):
         _to_nhwc_result(op, k)
     return True
+
+
+def _permute_attr(op, name: str) -> None:
+    vals = [int(x) for x in ir.DenseI64ArrayAttr(op.attributes[name])]
+    op.attributes[name] = ir.DenseI64ArrayAttr.get([vals[p] for p in TO_NHWC])
+
+
+def _rewrite_window_view(op) -> bool:
+    """`tensor.pad` / `tensor.extract_slice` (static, rank kept) of an NHWC buffer's transpose
+    is the transpose of the same op on the buffer, its sizes permuted: the views a max pooling
+    window is made of (frontend/pool_decomp.py) stay on the NHWC buffer, so that the kernel
+    reading them iterates NHWC too."""
+    name = op_name(op)
+    if len(op.operands) != 1 or not _static4(op.results[0]):
+        return False
+    src = nhwc_source(op.operands[0])
+    if src is None:
+        return False
+    attrs = ("static_low", "static_high") if name == "tensor.pad" else \
+        ("static_offsets", "static_sizes", "static_strides")
+    if not all(a in op.attributes for a in attrs):
+        return False
+    if name == "tensor.pad" and any(len(list(a.uses))
+                                    for a in op.regions[0].blocks[0].arguments):
+        return False        # a padding value computed from its (NCHW) position
+    op.operands[0] = src
+    for a in attrs:
+        _permute_attr(op, a)
+    _to_nhwc_result(op, 0)
+    return True
+
+
+def _nhwc_extracts(op) -> list:
+    """The `tensor.extract`s in `op`'s body (a gather) that read an NHWC buffer's transpose."""
+    found = []
+
+    def walk(block):
+        for inner in block.operations:
+            if op_name(inner) == "tensor.extract" and len(inner.operands) == 5 and \
+                    nhwc_source(inner.operands[0]) is not None:
+                found.append(inner)
+            for region in inner.regions:
+                for b in region.blocks:
+                    walk(b)
+    walk(op.regions[0].blocks[0])
+    return found
+
+
+def _rewrite_extracts(op) -> bool:
+    """A gather's element reads of T(X) (X an NHWC buffer, T its NCHW transpose) read X at the
+    permuted position: no transpose kernel is left for the gather to read (the backward of max
+    pooling, frontend/pool_decomp.py)."""
+    from torch_mlir.dialects import tensor
+    extracts = _nhwc_extracts(op)
+    for ex in extracts:
+        src = nhwc_source(ex.operands[0])
+        idx = list(ex.operands)[1:]
+        with ir.InsertionPoint(ex), ex.location:
+            new = tensor.ExtractOp(src, [idx[p] for p in TO_NHWC])
+        ex.results[0].replace_all_uses_with(new.result)
+        ex.erase()
+    return bool(extracts)
 
 
 def _uses_index(op) -> bool:
@@ -526,7 +597,9 @@ def channels_last(fn, weights: bool = True, pool_kernels: bool = True,
         for op in list(block.operations):
             name = op_name(op)
             if name == "linalg.generic":
-                _rewrite_generic(op) or _rewrite_reduction(op)
+                _rewrite_generic(op) or _rewrite_reduction(op) or _rewrite_extracts(op)
+            elif name in ("tensor.pad", "tensor.extract_slice"):
+                _rewrite_window_view(op)
             elif name == EXTERN_OP and extern_callee(op) in _POOLS:
                 if _rewrite_pool(op) and pool_kernels:
                     _pool_kernel(op)
