@@ -116,3 +116,59 @@ def column_configs(autotune: bool, max_autotune: bool) -> list:
     if not autotune:
         configs = configs[:1]
     return configs
+
+
+# A small static reduction whose elements are strided in memory (a pooling window over a
+# channels-last tensor: the contiguous axis is a kept one) is written like a pointwise kernel:
+# 1-D over the outputs, the contiguous axis fastest, the window an unrolled `tl.static_range`
+# of loads combined in window order (kernel_schedule's reduced loops, row-major: kh then kw,
+# ATen's order). A [XBLOCK, RBLOCK] tile puts adjacent lanes along r instead: neighbouring
+# lanes a window position apart (no coalescing), and RBLOCK's padding lanes masked (7 of 16
+# for a 3x3 window). Inductor unrolls pooling windows up to 25 elements (beyond it calls
+# ATen); the unrolled body grows with the window, so past WINDOW_MAX the tile form is kept.
+WINDOW_MAX = 64
+
+
+def window_rnumel(sched, rdims) -> Optional[int]:
+    """The reduced extent when the reduction is written as an unrolled window: every reduced
+    dim static, at most WINDOW_MAX elements, an outer space, no output over inner dims, and no
+    kernel argument contiguous along the reduced dims alone (the innermost non-unit dim of each
+    is an outer one or a window's moving with one); None otherwise."""
+    if not rdims or any(sched.size(g) is None for g in rdims):
+        return None
+    rnumel = math.prod(sched.size(g) for g in rdims)
+    outer = set(g for g in sched.outer if not sched.unit(g))
+    if rnumel > WINDOW_MAX or not outer:
+        return None
+    if any(not sched.unit(g) for o in sched.outputs for g in o.inner):
+        return None
+    # an innermost dim that is an outer one (channels-last: C), or a window's moving along
+    # an outer loop (NCHW: W at ow * s + kw; adjacent outputs read near addresses)
+    ok = outer | sched.sliding_dims(outer)
+    for v in sched.args:
+        gs = [g for g in sched.dims(v) if not sched.unit(g)]
+        if gs and gs[-1] not in ok:
+            return None
+    return rnumel
+
+
+def window_configs(xnumel: Optional[int], autotune: bool, max_autotune: bool) -> list:
+    """[(constexprs, num_warps)] of an unrolled window reduction (1-D tiles of XBLOCK outputs,
+    each reading the whole window), fewer outputs a program when the outputs are too few to
+    give every SM of a large GPU a few programs (a global average pool's N x C)."""
+    # 8 outputs a thread first, as pointwise kernels: 16-byte loads of bf16 along channels
+    configs = [({"XBLOCK": 1024}, 4), ({"XBLOCK": 512}, 4), ({"XBLOCK": 256}, 4),
+               ({"XBLOCK": 128}, 4)]
+    if max_autotune:
+        configs += [({"XBLOCK": 1024}, 8), ({"XBLOCK": 2048}, 8), ({"XBLOCK": 256}, 2),
+                    ({"XBLOCK": 64}, 2)]
+    if xnumel is not None:
+        # at least ~512 programs where the space allows it (132 SMs of an H100/H200, 304 CUs
+        # of an MI300X), never under 64 outputs a program
+        xb = max(64, min(1024, pow2(max(1, xnumel // 512))))
+        if xb < 1024:
+            first = ({"XBLOCK": xb}, 4 if xb >= 128 else 2)
+            configs = [first] + [c for c in configs if c != first and c[0]["XBLOCK"] <= 2 * xb]
+    if not autotune:
+        configs = configs[:1]
+    return configs
