@@ -9,6 +9,7 @@ import math
 from typing import Optional
 
 from .ir_queries import iterator_types
+from .kernel_schedule import window_extent
 
 
 def pow2(n: int) -> int:
@@ -129,27 +130,10 @@ def column_configs(autotune: bool, max_autotune: bool) -> list:
 WINDOW_MAX = 64
 
 
-def window_rnumel(sched, rdims) -> Optional[int]:
-    """The reduced extent when the reduction is written as an unrolled window: every reduced
-    dim static, at most WINDOW_MAX elements, an outer space, no output over inner dims, and no
-    kernel argument contiguous along the reduced dims alone (the innermost non-unit dim of each
-    is an outer one or a window's moving with one); None otherwise."""
-    if not rdims or any(sched.size(g) is None for g in rdims):
-        return None
-    rnumel = math.prod(sched.size(g) for g in rdims)
-    outer = set(g for g in sched.outer if not sched.unit(g))
-    if rnumel > WINDOW_MAX or not outer:
-        return None
-    if any(not sched.unit(g) for o in sched.outputs for g in o.inner):
-        return None
-    # an innermost dim that is an outer one (channels-last: C), or a window's moving along
-    # an outer loop (NCHW: W at ow * s + kw; adjacent outputs read near addresses)
-    ok = outer | sched.sliding_dims(outer)
-    for v in sched.args:
-        gs = [g for g in sched.dims(v) if not sched.unit(g)]
-        if gs and gs[-1] not in ok:
-            return None
-    return rnumel
+def window_rnumel(sched) -> Optional[int]:
+    """The reduced extent when the reduction is written as an unrolled window
+    (kernel_schedule.window_extent, at most WINDOW_MAX elements); None otherwise."""
+    return window_extent(sched, WINDOW_MAX, sliding=True)
 
 
 def window_configs(xnumel: Optional[int], autotune: bool, max_autotune: bool) -> list:

@@ -223,7 +223,7 @@ class KernelWriter:
         rdims = [g for g in s.reductions[0].reduced if not s.unit(g)]
         self.rdims = rdims
         self._loop = None       # (scope, loop vars) of the last reduction loop built
-        self.window = window_rnumel(s, rdims)
+        self.window = window_rnumel(s)
         if self.window is not None:
             return self._window_reduction()
         rnumel = persistent_rnumel(s, rdims, self.max_rblock)
