@@ -20,7 +20,7 @@ from .kernel_expr import Expr, ExprBuilder, Scope, const, var
 from .kernel_ir import (INT, Const, Load, Loop, Op, Raw, Store, Var, int_value, render_loop,
                         render_stmt)
 from .kernel_schedule import Unschedulable, tensor_args
-from .reduction_body import combiner, masked_combiner
+from .reduction_body import combiner, masked_combiner, needed_results
 from .triton_blocks import (COLUMN_PERSISTENT_MAX, column_configs, is_column, looped_configs,
                             persistent_configs, persistent_rnumel, pointwise_configs,
                             window_configs, window_rnumel)
@@ -378,6 +378,14 @@ class KernelWriter:
                 for j, l in enumerate(loops)]
         parts = []
         used = {k for k, r in enumerate(op.results) if list(r.uses)}
+        if self.window is not None and shared is None and any(
+                combiner(op, k, used)[0] is None and masked_combiner(op, k, used)[0] is None
+                for k in used):
+            accs = self._window_fold(b, op, loops, full, used, scope)
+            b.stack = saved
+            b.emit_into(root, scope)
+            self._loop = (scope, rvars)
+            return accs
         for k in range(len(op.results)):
             if k not in used:   # e.g. the argmax half of torch-mlir's amax
                 parts.append(None)
@@ -474,6 +482,35 @@ class KernelWriter:
                 total = comb.format(a=init.text, b=total)
             accs.append(b.bind(total, frozenset({"x"}), ty, "red"))
         return accs
+
+    def _window_fold(self, b, op, loops, full, used, scope):
+        """A window reduction's general body (max_pool2d_with_indices' value and index: `take
+        = v > max | isnan(v)`, both selected by it) folded in window order, as ATen's kernels
+        loop: each step computes every kept result's update from the accumulators before any
+        is assigned. Returns the accumulators, final after the unrolled loop."""
+        root = b.stack[0]
+        need = needed_results(op, sorted(used))
+        maps = indexing_maps(op)
+        accs = [None] * len(op.results)
+        for k in need:
+            ty = type_name(op.results[k].type)
+            init = b.value_at(op.outputs[k], b.apply_map(maps[len(op.inputs) + k], loops))
+            name = b.fresh("acc")
+            if init.deps:
+                b.emit_into(root, f"{name} = {init.text}")
+            else:   # a constant: a block of it (where() copies its bits, -0.0 and NaN too)
+                b.emit_into(root, f"{name} = tl.where(xmask, {init.text}, {init.text})"
+                            f".to({TYPES[ty][1]})")
+            accs[k] = Expr(name, frozenset({"x", "r"}))
+        outs = [a if a is not None else Expr("None") for a in accs]
+        new = {}
+        for k in need:
+            val = b.generic_yield(op, k, full, outs=outs)
+            new[k] = b.bind(val, val.deps | {"r"}, type_name(op.results[k].type), "upd")
+        for k in need:
+            scope.stmts.append(f"{accs[k].text} = {new[k].text}")
+        return [Expr(a.text, frozenset({"x"})) if a is not None and k in used else
+                Expr("None") for k, a in enumerate(accs)]
 
     def _body_ctx(self, b, op, loops):
         block = op.regions[0].blocks[0]

@@ -148,3 +148,70 @@ func.func private @row_sum(%arg0: tensor<64x16xf32>) -> tensor<64xf32>
   } -> tensor<64xf32>
   return %2 : tensor<64xf32>
 }
+
+// -----
+
+// A general body (max_pool2d_with_indices: value and index, `take = v > max | isnan(v)`) is
+// folded in window order: every update computed from the accumulators, then assigned.
+// CHECK-LABEL: // ----- kernel @pool_indices
+// CHECK:         [[VAL:acc[0-9]+]] = tl.where(xmask, float("-inf"), float("-inf")).to(tl.float32)
+// CHECK-NEXT:    [[IDX:acc[0-9]+]] = tl.where(xmask, 0, 0).to(tl.int64)
+// CHECK:         for rindex in tl.static_range(9):
+// CHECK:             [[TAKE:t[0-9]+]] = (({{t[0-9]+}} != 0) | ({{t[0-9]+}} != 0))
+// CHECK-NEXT:        {{t[0-9]+}} = tl.where(([[TAKE]]) != 0, {{t[0-9]+}}, [[VAL]])
+// CHECK:             {{t[0-9]+}} = tl.where(([[TAKE]]) != 0, {{t[0-9]+}}, [[IDX]])
+// CHECK:             [[VAL]] = {{upd[0-9]+}}
+// CHECK-NEXT:        [[IDX]] = {{upd[0-9]+}}
+// CHECK-NEXT:    tl.store(out0 + {{.*}}, ([[VAL]]).to(tl.float32), mask=xmask)
+// CHECK-NEXT:    tl.store(out1 + {{.*}}, ([[IDX]]).to(tl.int64), mask=xmask)
+// The C++ kernel folds it the same way, both accumulators arrays over a block of C, simd along C.
+// CPP-LABEL: // ----- kernel @pool_indices
+// CPP:         float [[VAL:acc[0-9]+]]_v[16];
+// CPP:         int64_t [[IDX:acc[0-9]+]]_v[16];
+// CPP:         #pragma omp simd
+// CPP:           [[VAL]]_v[{{i[0-9_]+}}_l] = {{t[0-9]+}};
+// CPP-NEXT:      [[IDX]]_v[{{i[0-9_]+}}_l] = {{t[0-9]+}};
+#win4 = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>
+#kern4 = affine_map<(d0, d1, d2, d3, d4, d5) -> (d4, d5)>
+#out4 = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>
+func.func private @pool_indices(%arg0: tensor<2x8x8x16xf32>) -> (tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>)
+    attributes {ember.kernel = "reduction", ember.ops = ["pad", "max_pool2d_with_indices"]} {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0 : i64
+  %padded = tensor.pad %arg0 low[0, 1, 1, 0] high[0, 0, 0, 0] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %ninf : f32
+  } : tensor<2x8x8x16xf32> to tensor<2x9x9x16xf32>
+  %0 = tensor.empty() : tensor<3x3xf32>
+  %1 = tensor.empty() : tensor<2x4x4x16xf32>
+  %2 = linalg.fill ins(%ninf : f32) outs(%1 : tensor<2x4x4x16xf32>) -> tensor<2x4x4x16xf32>
+  %3 = tensor.empty() : tensor<2x4x4x16xi64>
+  %4 = linalg.fill ins(%zero : i64) outs(%3 : tensor<2x4x4x16xi64>) -> tensor<2x4x4x16xi64>
+  %5:2 = linalg.generic {indexing_maps = [#win4, #kern4, #out4, #out4], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]}
+      ins(%padded, %0 : tensor<2x9x9x16xf32>, tensor<3x3xf32>) outs(%2, %4 : tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>) {
+  ^bb0(%in: f32, %k: f32, %v: f32, %i: i64):
+    %oh = linalg.index 1 : index
+    %ow = linalg.index 2 : index
+    %kh = linalg.index 4 : index
+    %kw = linalg.index 5 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c8 = arith.constant 8 : index
+    %h0 = arith.muli %oh, %c2 : index
+    %h1 = arith.addi %h0, %kh : index
+    %h = arith.subi %h1, %c1 : index
+    %w0 = arith.muli %ow, %c2 : index
+    %w1 = arith.addi %w0, %kw : index
+    %w = arith.subi %w1, %c1 : index
+    %hw0 = arith.muli %h, %c8 : index
+    %hw = arith.addi %hw0, %w : index
+    %idx = arith.index_cast %hw : index to i64
+    %gt = arith.cmpf ogt, %in, %v : f32
+    %nan = arith.cmpf uno, %in, %in : f32
+    %take = arith.ori %gt, %nan : i1
+    %nv = arith.select %take, %in, %v : f32
+    %ni = arith.select %take, %idx, %i : i64
+    linalg.yield %nv, %ni : f32, i64
+  } -> (tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>)
+  return %5#0, %5#1 : tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>
+}

@@ -101,32 +101,109 @@ def test_stem_pool_loads_are_vectors_on_sm90():
     the kernel builds for gfx942."""
     if os.environ.get("EMBER_TEST_AOT", "1") == "0":
         pytest.skip("EMBER_TEST_AOT=0")
-    import triton
-    from triton.compiler import ASTSource
+    import triton_aot
+    prelude, source = _lower(STEM)
+    assert "tl.static_range(9)" in source and "RBLOCK" not in source, source
+    assert "{'XBLOCK': 1024}, 4)]" in source, source     # the AOT (first) configuration
+    results = triton_aot.compile_isolated(prelude + "\n" + source, ["stem_pool"], asm="ptx",
+                                          divisible=True)
+    (per_target,) = results.values()
+    assert set(per_target) == {"cuda:90", "hip:gfx942"}, per_target
+    # (asm="ptx": a kernel that built is reported by that stage's text, HIP's has none)
+    assert per_target["hip:gfx942"] == "no ptx produced", per_target["hip:gfx942"][:2000]
+    loads = re.findall(r"ld\.global(?:\.\w+)*", per_target["cuda:90"])
+    assert loads == ["ld.global.v4.b32"] * 9, (loads, per_target["cuda:90"][:2000])
+
+
+POOL_INDICES = """
+#win = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>
+#kern = affine_map<(d0, d1, d2, d3, d4, d5) -> (d4, d5)>
+#out = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>
+func.func private @pool_indices(%arg0: tensor<2x8x8x16xf32>) -> (tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>)
+    attributes {ember.kernel = "reduction", ember.ops = ["pad", "max_pool2d_with_indices"]} {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0 : i64
+  %padded = tensor.pad %arg0 low[0, 1, 1, 0] high[0, 0, 0, 0] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %ninf : f32
+  } : tensor<2x8x8x16xf32> to tensor<2x9x9x16xf32>
+  %0 = tensor.empty() : tensor<3x3xf32>
+  %1 = tensor.empty() : tensor<2x4x4x16xf32>
+  %2 = linalg.fill ins(%ninf : f32) outs(%1 : tensor<2x4x4x16xf32>) -> tensor<2x4x4x16xf32>
+  %3 = tensor.empty() : tensor<2x4x4x16xi64>
+  %4 = linalg.fill ins(%zero : i64) outs(%3 : tensor<2x4x4x16xi64>) -> tensor<2x4x4x16xi64>
+  %5:2 = linalg.generic {indexing_maps = [#win, #kern, #out, #out], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]}
+      ins(%padded, %0 : tensor<2x9x9x16xf32>, tensor<3x3xf32>) outs(%2, %4 : tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>) {
+  ^bb0(%in: f32, %k: f32, %v: f32, %i: i64):
+    %oh = linalg.index 1 : index
+    %ow = linalg.index 2 : index
+    %kh = linalg.index 4 : index
+    %kw = linalg.index 5 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c8 = arith.constant 8 : index
+    %h0 = arith.muli %oh, %c2 : index
+    %h1 = arith.addi %h0, %kh : index
+    %h = arith.subi %h1, %c1 : index
+    %w0 = arith.muli %ow, %c2 : index
+    %w1 = arith.addi %w0, %kw : index
+    %w = arith.subi %w1, %c1 : index
+    %hw0 = arith.muli %h, %c8 : index
+    %hw = arith.addi %hw0, %w : index
+    %idx = arith.index_cast %hw : index to i64
+    %gt = arith.cmpf ogt, %in, %v : f32
+    %nan = arith.cmpf uno, %in, %in : f32
+    %take = arith.ori %gt, %nan : i1
+    %nv = arith.select %take, %in, %v : f32
+    %ni = arith.select %take, %idx, %i : i64
+    linalg.yield %nv, %ni : f32, i64
+  } -> (tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>)
+  return %5#0, %5#1 : tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>
+}
+"""
+
+
+def _lower(text: str) -> tuple[str, str]:
+    """(prelude, kernel source) of the one kernel func in `text` lowered to Triton."""
     from ember.frontend.importer import new_context
     from ember.passes.pipeline import build_pass_manager
     from torch_mlir import ir
-    import triton_aot
-    ctx = new_context()
-    with ctx:
-        module = ir.Module.parse(STEM)
+    with new_context():
+        module = ir.Module.parse(text)
         build_pass_manager("builtin.module(ember-lower-to-triton)").run(module.operation)
-    prelude = module.operation.attributes["ember.prelude"].value
-    (fn,) = list(module.body.operations)
-    text = prelude + "\n" + fn.attributes["ember.source"].value
-    source = fn.attributes["ember.source"].value
-    assert "tl.static_range(9)" in source and "RBLOCK" not in source
-    with triton_aot._compiled_mode():
-        mod = triton_aot.load_module(text)
-        ((jit, sig, consts, warps),) = mod.stem_pool.ember_aot
-        assert consts == {"XBLOCK": 1024} and warps == 4, (consts, warps)
-        attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values())
-                 if t != "constexpr"}
-        for target in triton_aot.DEFAULT_TARGETS:
-            src = ASTSource(fn=triton_aot._jit_function(getattr(mod, jit)), signature=dict(sig),
-                            constexprs=dict(consts), attrs=attrs)
-            k = triton.compile(src, target=triton_aot._target(target),
-                               options={"num_warps": warps})
-            if target[0] == "cuda":
-                loads = re.findall(r"ld\.global(?:\.\w+)*", k.asm["ptx"])
-                assert loads == ["ld.global.v4.b32"] * 9, loads
+        (fn,) = list(module.body.operations)
+        return (module.operation.attributes["ember.prelude"].value,
+                fn.attributes["ember.source"].value)
+
+
+def test_window_fold_of_values_and_indices_is_atens():
+    """A window reduction with a general body (max_pool2d_with_indices' value and index, the
+    index computed from linalg.index, `take = v > max | isnan(v)`) is folded in window order
+    as ATen's kernel loops: the first index of a tied max, the last NaN's index. (The 2-D tile
+    form has no general bodies: they raised 'unsupported reduction combiner'.)"""
+    import triton_aot
+    prelude, source = _lower(POOL_INDICES)
+    assert "tl.static_range(9)" in source and "RBLOCK" not in source, source
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        mod = triton_aot.load_module(prelude + "\n" + source, "ember_window_fold")
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET")
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, (2, 16, 8, 8), generator=g).float()     # ties in most windows
+    x[0, 2, 3, 3] = x[0, 2, 3, 4] = float("nan")    # two NaNs in a window: the last one's index
+    x[1, 5, 0, 0] = float("nan")
+    nhwc = x.permute(0, 2, 3, 1).contiguous()
+    val = torch.empty(2, 4, 4, 16)
+    idx = torch.empty(2, 4, 4, 16, dtype=torch.int64)
+    mod.pool_indices(nhwc, val, idx)
+    ref_val, ref_idx = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    assert _same_bits(val, ref_val.permute(0, 2, 3, 1))
+    assert torch.equal(idx, ref_idx.permute(0, 2, 3, 1))
+    if os.environ.get("EMBER_TEST_AOT", "1") != "0":
+        results = triton_aot.compile_isolated(prelude + "\n" + source, ["pool_indices"])
+        assert results and not triton_aot.failures(results), results
