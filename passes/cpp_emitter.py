@@ -20,7 +20,8 @@ from .ir_queries import indexing_maps, iterator_types, type_name
 from .kernel_expr import Expr, ExprBuilder, Scope, const, var
 from .kernel_ir import (CONVERT, INT, Assign, Const, Decl, Line, Loop, Op, OmpPragma, Store, Var,
                         all_nodes, deps_of, render_stmt)
-from .kernel_schedule import schedule_kernel, tensor_args, window_extent
+from .kernel_schedule import schedule_kernel, tensor_args
+from .kernel_windows import window_extent
 from .reduction_body import combiner, masked_combiner, needed_results
 
 

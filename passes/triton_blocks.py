@@ -9,7 +9,7 @@ import math
 from typing import Optional
 
 from .ir_queries import iterator_types
-from .kernel_schedule import window_extent
+from .kernel_windows import window_extent
 
 
 def pow2(n: int) -> int:
@@ -132,7 +132,7 @@ WINDOW_MAX = 64
 
 def window_rnumel(sched) -> Optional[int]:
     """The reduced extent when the reduction is written as an unrolled window
-    (kernel_schedule.window_extent, at most WINDOW_MAX elements); None otherwise."""
+    (kernel_windows.window_extent, at most WINDOW_MAX elements); None otherwise."""
     return window_extent(sched, WINDOW_MAX, sliding=True)
 
 
