@@ -214,8 +214,7 @@ def compile_sources(sources, targets=DEFAULT_TARGETS, shard=(0, 1)) -> dict:
                     target = _target(spec)
                     tkey = f"{target.backend}:{target.arch}"
                     try:
-                        compiled = compile_kernel(fn, signature, constexprs, target, num_warps,
-                                              divisible)
+                        compiled = compile_kernel(fn, signature, constexprs, target, num_warps)
                         binary = "cubin" if target.backend == "cuda" else "hsaco"
                         per_target[tkey] = "ok" if compiled.asm.get(binary) else \
                             f"no {binary} produced"
