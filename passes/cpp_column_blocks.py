@@ -109,6 +109,22 @@ def block_columns(root: Scope, show, simd: bool = True) -> int:
     return done
 
 
+def block_inner_columns(parent: Scope, loop: Scope, show, simd: bool = True) -> bool:
+    """Rewrites `loop`, a plain loop among `parent`'s statements that is not a parallel
+    loop's top (a window reduction's innermost outer loop: channels-last C inside the
+    parallel N, OH, OW), into column blocks as block_columns does top-level loops; whether
+    it did."""
+    lp = loop.loop
+    if lp is None or int_value(lp.start) != 0 or int_value(lp.step) != 1 or \
+            lp.span is not None or loop.pragmas:
+        return False
+    new = _rewrite(loop, lp.var, lp.stop, simd, show)
+    if new is None:
+        return False
+    parent.stmts[next(k for k, x in enumerate(parent.stmts) if x is loop)] = new
+    return True
+
+
 def _rewrite(top: Scope, j: str, bound, simd: bool, show):
     row_vars: set = set()
 

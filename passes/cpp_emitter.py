@@ -8,7 +8,7 @@ read through `/ K` and `% K` is split by cpp_split_loops. The prelude those func
 is cpp_prelude.PRELUDE (re-exported here)."""
 from __future__ import annotations
 
-from .cpp_column_blocks import block_columns
+from .cpp_column_blocks import block_columns, block_inner_columns
 from .cpp_lane_sums import lane_sums
 from .cpp_lang import STORAGE, CppLang, is_checked, render
 from .cpp_prelude import PRELUDE  # noqa: F401  (re-exported)
@@ -21,6 +21,7 @@ from .kernel_expr import Expr, ExprBuilder, Scope, const, var
 from .kernel_ir import (CONVERT, INT, Assign, Const, Decl, Line, Loop, Op, OmpPragma, Store, Var,
                         all_nodes, deps_of, render_stmt)
 from .kernel_schedule import schedule_kernel, tensor_args
+from .kernel_windows import window_extent
 from .reduction_body import combiner, masked_combiner, needed_results
 
 
@@ -34,12 +35,22 @@ OMP_RED = {"addf": "+", "addi": "+", "mulf": "*", "muli": "*", "maximumf": "nanm
 # cascade sum stays within a few ulps; this keeps the error that of a 2048-element float sum.
 SUM_BLOCK = 2048
 _FLOAT_SUM = ("f32", "f16", "bf16")
+# A window reduction over strided elements (channels-last pooling) of at most this many
+# elements runs its window inside column blocks of the contiguous outer dim (simd along it):
+# resnet's stem max pool 3x3/2 over [4, 112, 112, 64] f32, one thread, 9.9 ms -> 0.6 ms
+# (eager's 2.0 to 2.5 ms); before, a simd reduction over the 9 gathered window elements per
+# output.
+WINDOW_MAX = 64
 
 
 class _Emitter:
-    def __init__(self, func, name, omp_min_elements, vectorize):
+    def __init__(self, func, name, omp_min_elements, vectorize, window=False):
         self.func, self.name = func, name
         self.min_el, self.vec = omp_min_elements, vectorize
+        # a small window reduction whose innermost outer loop runs along memory (channels-last
+        # pooling): its window loops stay plain (no simd, no NaN flag), then the innermost
+        # outer loop becomes column blocks around them (cpp_column_blocks.block_inner_columns)
+        self.window = window
         self.sched = s = schedule_kernel(func)
         args = tensor_args(func.regions[0].blocks[0])
         self.bufs = {a: f"in{i}" for i, a in enumerate(args)}
@@ -118,7 +129,7 @@ class _Emitter:
                 decl = Decl(f"{acc}_wide", "f64", init.node) if blocked else \
                     Decl(acc, ty, init.node)
                 b.emit_into(target, decl)
-                if kind in NAN_MINMAX and self.vec:
+                if kind in NAN_MINMAX and self.vec and not self.window:
                     nans[k] = (b.fresh("nan"), operand)
                     b.emit_into(target, Line(f"int {nans[k][0]} = 0;"))
             accs.append(Expr(acc, rvars))
@@ -155,7 +166,7 @@ class _Emitter:
         b.stack = saved
         for k, (nan, _) in nans.items():
             b.emit_into(target, Line(f"if ({nan}) {accs[k].text} = NAN;"))
-        if scopes and all(kinds[k] in OMP_RED for k in used):
+        if scopes and all(kinds[k] in OMP_RED for k in used) and not self.window:
             red_op = {k: NAN_MINMAX[kinds[k]] if k in nans else OMP_RED[kinds[k]] for k in used}
             clause = [(red_op[k], accs[k].text) for k in used]
             clause += [("|", nan) for nan, _ in nans.values()]
@@ -248,6 +259,7 @@ class _Emitter:
             dims0 = [g for g in s.outputs[0].dims if not s.unit(g)]
             outer = dims0[:len(dims0) - flat]
         self.flat_vars = []
+        self.outer_scopes = []
         pvars = {}
         parent = top
         for g in outer:
@@ -257,8 +269,11 @@ class _Emitter:
             if parent is top and outer:
                 par = self.par_clause(self.work())
                 if par is not None:
-                    sc.pragmas.append(self.parallel(par, collapse=len(outer)))
+                    # a window reduction's innermost outer loop is its column loop
+                    n = len(outer) - 1 if self.window else len(outer)
+                    sc.pragmas.append(self.parallel(par, collapse=n))
             b.push(sc, parent)
+            self.outer_scopes.append(sc)
             parent = sc
         for group in self._loop_groups(flat):
             o = s.outputs[group[0]]
@@ -371,6 +386,11 @@ def emit_kernel(func, name: str, omp_min_elements: int = 32768, vectorize: bool 
     printed."""
     em = _Emitter(func, name, omp_min_elements, vectorize)
     s = em.sched
+    if vectorize and len([g for g in s.outer if not s.unit(g)]) > 1 and \
+            window_extent(s, WINDOW_MAX, sliding=False) is not None:
+        wem = _Emitter(func, name, omp_min_elements, vectorize, window=True).build()
+        if block_inner_columns(wem.outer_scopes[-2], wem.outer_scopes[-1], wem.b.show):
+            return wem.source()
     if s.kind == "pointwise":
         dims = [[g for g in o.dims if not s.unit(g)] for o in s.outputs]
         if all(d == dims[0] for d in dims):

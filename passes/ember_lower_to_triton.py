@@ -12,6 +12,10 @@ the jit body from triton_writer, block shapes from triton_blocks, text from trit
   "Persistent" when the reduced extent is static and <= max-rblock: the whole row sits in
   registers, so softmax/layer_norm read their input once and the broadcast consumers reuse it;
   otherwise one loop over r per reduction and one per output with inner dims.
+* window: a reduction over a small static strided window (channels-last pooling: the
+  contiguous axis is a kept one; triton_blocks.window_rnumel) is 1-D over the outputs like a
+  pointwise kernel, the window an unrolled `tl.static_range` folded in window order (general
+  bodies too: max_pool2d_with_indices' value and index).
 Launchers compute the grid from the tensors at run time; dynamic dims are kernel arguments.
 """
 from __future__ import annotations

@@ -385,6 +385,22 @@ class KernelSchedule:
                     changed = True
         return known
 
+    def sliding_dims(self, loops: set) -> set:
+        """The global dims read through a window that moves with one of `loops` (a pooling's
+        input W, read at ow * 2 + kw for an output loop ow), and the dims of the tensors
+        padded or sliced into those (their index is the same, shifted)."""
+        key = self._key_gid.__getitem__
+        out = {key(dim) for dim, frm in self._window_reads if any(key(f) in loops for f in frm)}
+        changed = True
+        while changed:
+            changed = False
+            for dim, frm in self._reads:
+                g = key(dim)
+                if g not in out and any(key(f) in out for f in frm):
+                    out.add(g)
+                    changed = True
+        return out
+
     def _plan(self, kind):
         self.reductions = []
         for op, its in zip(self.ops, self._its):

@@ -9,6 +9,7 @@ import math
 from typing import Optional
 
 from .ir_queries import iterator_types
+from .kernel_windows import window_extent
 
 
 def pow2(n: int) -> int:
@@ -113,6 +114,45 @@ def column_configs(autotune: bool, max_autotune: bool) -> list:
     if max_autotune:
         configs += [({"XBLOCK": 128, "RBLOCK": 16}, 8), ({"XBLOCK": 64, "RBLOCK": 32}, 8),
                     ({"XBLOCK": 512, "RBLOCK": 4}, 8)]
+    if not autotune:
+        configs = configs[:1]
+    return configs
+
+
+# A small static reduction whose elements are strided in memory (a pooling window over a
+# channels-last tensor: the contiguous axis is a kept one) is written like a pointwise kernel:
+# 1-D over the outputs, the contiguous axis fastest, the window an unrolled `tl.static_range`
+# of loads combined in window order (kernel_schedule's reduced loops, row-major: kh then kw,
+# ATen's order). A [XBLOCK, RBLOCK] tile puts adjacent lanes along r instead: neighbouring
+# lanes a window position apart (no coalescing), and RBLOCK's padding lanes masked (7 of 16
+# for a 3x3 window). Inductor unrolls pooling windows up to 25 elements (beyond it calls
+# ATen); the unrolled body grows with the window, so past WINDOW_MAX the tile form is kept.
+WINDOW_MAX = 64
+
+
+def window_rnumel(sched) -> Optional[int]:
+    """The reduced extent when the reduction is written as an unrolled window
+    (kernel_windows.window_extent, at most WINDOW_MAX elements); None otherwise."""
+    return window_extent(sched, WINDOW_MAX, sliding=True)
+
+
+def window_configs(xnumel: Optional[int], autotune: bool, max_autotune: bool) -> list:
+    """[(constexprs, num_warps)] of an unrolled window reduction (1-D tiles of XBLOCK outputs,
+    each reading the whole window), fewer outputs a program when the outputs are too few to
+    give every SM of a large GPU a few programs (a global average pool's N x C)."""
+    # 8 outputs a thread first, as pointwise kernels: 16-byte loads of bf16 along channels
+    configs = [({"XBLOCK": 1024}, 4), ({"XBLOCK": 512}, 4), ({"XBLOCK": 256}, 4),
+               ({"XBLOCK": 128}, 4)]
+    if max_autotune:
+        configs += [({"XBLOCK": 1024}, 8), ({"XBLOCK": 2048}, 8), ({"XBLOCK": 256}, 2),
+                    ({"XBLOCK": 64}, 2)]
+    if xnumel is not None:
+        # at least ~512 programs where the space allows it (132 SMs of an H100/H200, 304 CUs
+        # of an MI300X), never under 64 outputs a program
+        xb = max(64, min(1024, pow2(max(1, xnumel // 512))))
+        if xb < 1024:
+            first = ({"XBLOCK": xb}, 4 if xb >= 128 else 2)
+            configs = [first] + [c for c in configs if c != first and c[0]["XBLOCK"] <= 2 * xb]
     if not autotune:
         configs = configs[:1]
     return configs

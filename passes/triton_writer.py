@@ -20,9 +20,10 @@ from .kernel_expr import Expr, ExprBuilder, Scope, const, var
 from .kernel_ir import (INT, Const, Load, Loop, Op, Raw, Store, Var, int_value, render_loop,
                         render_stmt)
 from .kernel_schedule import Unschedulable, tensor_args
-from .reduction_body import combiner, masked_combiner
+from .reduction_body import combiner, masked_combiner, needed_results
 from .triton_blocks import (COLUMN_PERSISTENT_MAX, column_configs, is_column, looped_configs,
-                            persistent_configs, persistent_rnumel, pointwise_configs)
+                            persistent_configs, persistent_rnumel, pointwise_configs,
+                            window_configs, window_rnumel)
 from .triton_combiners import COMBINE, UNSIGNED_WIDE, identity, identity_value, is_identity
 from .triton_lang import TYPES, TritonLang
 from . import triton_matmul
@@ -93,6 +94,12 @@ XR_TILE = Tile(("XBLOCK", "RBLOCK"), frozenset({"x", "r"}), ("xmask", "rmask")) 
 MATMUL_TILE = Tile(("BLOCK_M", "BLOCK_N"), frozenset({"x"}), ("xmask",))       # a matmul output
 
 
+@dataclasses.dataclass
+class UnrolledLoop(Loop):
+    """`for var in tl.static_range(stop)` (start 0, step 1): a small static window, unrolled,
+    `var` a constexpr (triton_blocks.window_rnumel)."""
+
+
 def decompose(lines, index: str, dims, sizes, prefix: str, dep: str, vars_: dict):
     """Binds one variable per dim of the row-major flattened `index`; `sizes`: Exprs."""
     sizes = [int_value(s.node) if int_value(s.node) is not None else s.text for s in sizes]
@@ -115,6 +122,8 @@ check_schedule = TRITON.limits     # what ember-fuse asks before fusing for Trit
 
 
 class KernelWriter:
+    window = None       # the reduced extent of an unrolled window reduction (see reduction)
+
     def __init__(self, fn, sched, max_rblock: int, autotune: bool, max_autotune: bool = False):
         self.fn, self.sched, self.max_rblock, self.autotune = fn, sched, max_rblock, autotune
         self.max_autotune = autotune and max_autotune
@@ -214,6 +223,9 @@ class KernelWriter:
         rdims = [g for g in s.reductions[0].reduced if not s.unit(g)]
         self.rdims = rdims
         self._loop = None       # (scope, loop vars) of the last reduction loop built
+        self.window = window_rnumel(s)
+        if self.window is not None:
+            return self._window_reduction()
         rnumel = persistent_rnumel(s, rdims, self.max_rblock)
         column = is_column(s)
         if column and rnumel is not None and rnumel > COLUMN_PERSISTENT_MAX:
@@ -276,6 +288,33 @@ class KernelWriter:
                                                     "rnumel": self.runtime_extent(rdims)},
                             ["XBLOCK", "RBLOCK"], configs, '(triton.cdiv(xnumel, meta["XBLOCK"]),)')
 
+    def _window_reduction(self) -> JitKernel:
+        """A small strided reduction written like a pointwise kernel (triton_blocks'
+        WINDOW_MAX): 1-D tiles over the outer space, each reduction an unrolled loop over its
+        window whose loads are masked by x alone, accumulated in window order."""
+        s = self.sched
+        self.persistent = False
+        outer = [g for g in s.outer if not s.unit(g)]
+        if math.prod(s.size(g) or 1 for g in outer + self.rdims) > INT32_MAX:
+            self.wide = True
+        self.builder.masks = {"x": "xmask"}     # the window's loop is exact: no r mask
+        root = self.builder.stack[0]
+        pid = "tl.program_id(0).to(tl.int64)" if self.wide else "tl.program_id(0)"
+        head = [f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
+        self.xvars = {}
+        decompose(head, "xindex", outer, self.sizes(outer), "p", "x", self.xvars)
+        root.binds = {"x"}
+        root.stmts.extend(head)
+        for r in s.reductions:
+            self.builder.reduction(r.op, self._loops_at_p(r.op))
+        for k in range(len(s.outputs)):
+            self.store(k, self.xvars, X_TILE)
+        xstatic = None if any(s.size(g) is None for g in outer) else \
+            math.prod(s.size(g) for g in outer)
+        configs = window_configs(xstatic, self.autotune, self.max_autotune)
+        return self._kernel(["xnumel"], {"xnumel": self.runtime_extent(outer)}, ["XBLOCK"],
+                            configs, '(triton.cdiv(xnumel, meta["XBLOCK"]),)')
+
     def _reads_reduction(self, what) -> bool:
         """Whether a reduction of the kernel that is built already computes part of `what` (an
         op or a value): then `what` is computed after that reduction's loop, not in it."""
@@ -321,6 +360,12 @@ class KernelWriter:
             shared = scope, rvars = self._loop
             scope.open = True
             b.stack = [root, scope]
+        elif self.window is not None:
+            scope = Scope({"r"}, UnrolledLoop("rindex", Const(0, INT), Const(self.window, INT)))
+            rvars = {}
+            decompose(scope.stmts, "rindex", self.rdims, self.sizes(self.rdims),
+                      "r", "r", rvars)
+            b.stack = [root, scope]
         else:
             scope = Scope({"r"}, Loop("roff", Const(0, INT), Var("rnumel"), Var("RBLOCK")))
             scope.stmts += ["rindex = roff + tl.arange(0, RBLOCK)[None, :]",
@@ -333,6 +378,14 @@ class KernelWriter:
                 for j, l in enumerate(loops)]
         parts = []
         used = {k for k, r in enumerate(op.results) if list(r.uses)}
+        if self.window is not None and shared is None and any(
+                combiner(op, k, used)[0] is None and masked_combiner(op, k, used)[0] is None
+                for k in used):
+            accs = self._window_fold(b, op, loops, full, used, scope)
+            b.stack = saved
+            b.emit_into(root, scope)
+            self._loop = (scope, rvars)
+            return accs
         for k in range(len(op.results)):
             if k not in used:   # e.g. the argmax half of torch-mlir's amax
                 parts.append(None)
@@ -384,7 +437,14 @@ class KernelWriter:
                 # loop indices are int32: the identity (2**62) needs the result's width
                 v = f"({v}).to({TYPES[ty][1]})"
             masked = f"tl.where(xmask & rmask, {v}, {ident})"
-            if self.persistent:
+            if self.window is not None:
+                # combined in window order, from the identity (ATen's order for a sum: 0, then
+                # kh, kw); x lanes past the end are never stored, so need no identity
+                acc = b.fresh("acc")
+                b.emit_into(root, f"{acc} = tl.full([XBLOCK], {ident}, {acc_ty})")
+                scope.stmts.append(f"{acc} = " + comb.format(a=acc, b=v))
+                total = acc
+            elif self.persistent:
                 total = f"{red}({masked}, 1)[:, None]"
             else:
                 acc = b.fresh("acc")
@@ -423,6 +483,35 @@ class KernelWriter:
             accs.append(b.bind(total, frozenset({"x"}), ty, "red"))
         return accs
 
+    def _window_fold(self, b, op, loops, full, used, scope):
+        """A window reduction's general body (max_pool2d_with_indices' value and index: `take
+        = v > max | isnan(v)`, both selected by it) folded in window order, as ATen's kernels
+        loop: each step computes every kept result's update from the accumulators before any
+        is assigned. Returns the accumulators, final after the unrolled loop."""
+        root = b.stack[0]
+        need = needed_results(op, sorted(used))
+        maps = indexing_maps(op)
+        accs = [None] * len(op.results)
+        for k in need:
+            ty = type_name(op.results[k].type)
+            init = b.value_at(op.outputs[k], b.apply_map(maps[len(op.inputs) + k], loops))
+            name = b.fresh("acc")
+            if init.deps:
+                b.emit_into(root, f"{name} = {init.text}")
+            else:   # a constant: a block of it (where() copies its bits, -0.0 and NaN too)
+                b.emit_into(root, f"{name} = tl.where(xmask, {init.text}, {init.text})"
+                            f".to({TYPES[ty][1]})")
+            accs[k] = Expr(name, frozenset({"x", "r"}))
+        outs = [a if a is not None else Expr("None") for a in accs]
+        new = {}
+        for k in need:
+            val = b.generic_yield(op, k, full, outs=outs)
+            new[k] = b.bind(val, val.deps | {"r"}, type_name(op.results[k].type), "upd")
+        for k in need:
+            scope.stmts.append(f"{accs[k].text} = {new[k].text}")
+        return [Expr(a.text, frozenset({"x"})) if a is not None and k in used else
+                Expr("None") for k, a in enumerate(accs)]
+
     def _body_ctx(self, b, op, loops):
         block = op.regions[0].blocks[0]
         maps = indexing_maps(op)
@@ -456,7 +545,11 @@ class KernelWriter:
 
     def _flatten(self, scope, out, depth):
         for st in scope.stmts:
-            if isinstance(st, Scope):
+            if isinstance(st, Scope) and isinstance(st.loop, UnrolledLoop):
+                stop = self.builder.show(st.loop.stop)
+                out.append("    " * depth + f"for {st.loop.var} in tl.static_range({stop}):")
+                self._flatten(st, out, depth + 1)
+            elif isinstance(st, Scope):
                 out.append("    " * depth + render_loop(st.loop, self.builder.show))
                 self._flatten(st, out, depth + 1)
             else:

@@ -172,7 +172,8 @@ def test_each_target_maps_to_one_backend():
 
 # Every module of code generation (passes/): the schedule, the tree, the expression builder,
 # both languages and their writers, the pass entries.
-GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "reduction_body.py",
+GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "kernel_windows.py",
+              "reduction_body.py",
               "ir_queries.py", "cpp_lang.py", "cpp_emitter.py", "cpp_column_blocks.py",
               "cpp_row_values.py", "cpp_row_split.py", "cpp_row_scalars.py", "cpp_prelude.py", "triton_prelude.py",
               "triton_lang.py", "triton_combiners.py", "triton_blocks.py", "triton_writer.py",

@@ -79,22 +79,30 @@ def _target(spec):
     return spec if isinstance(spec, GPUTarget) else GPUTarget(*spec)
 
 
-def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int = 4):
-    """Compiles one jit function for `target`; returns the CompiledKernel (raises on error)."""
+def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int = 4,
+                   divisible: bool = False):
+    """Compiles one jit function for `target`; returns the CompiledKernel (raises on error).
+    `divisible`: every pointer and integer argument 16-divisible, as Triton's JIT specializes
+    them at run time for aligned tensors and sizes (what decides vector loads)."""
     import triton
     from triton.compiler import ASTSource
     _use_triton_cache()
-    src = ASTSource(fn=_jit_function(fn), signature=dict(signature), constexprs=dict(constexprs))
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values())
+             if t != "constexpr"} if divisible else None
+    src = ASTSource(fn=_jit_function(fn), signature=dict(signature), constexprs=dict(constexprs),
+                    attrs=attrs)
     return triton.compile(src, target=_target(target), options={"num_warps": num_warps})
 
 
 def compile_isolated(source_text: str, names=None, targets=DEFAULT_TARGETS,
-                     timeout: float = 600, asm: str | None = None) -> dict:
+                     timeout: float = 600, asm: str | None = None,
+                     divisible: bool = False) -> dict:
     """compile_for_targets in a fresh interpreter: the Triton interpreter patches
     `triton.language` in place, so a process that interpreted kernels cannot compile them."""
     import json
     import subprocess
     payload = json.dumps({"source": source_text, "names": names, "asm": asm,
+                          "divisible": divisible,
                           "targets": [list(_target_tuple(t)) for t in targets]})
     _use_triton_cache()
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -110,7 +118,7 @@ def _target_tuple(t):
 
 
 def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS,
-                        asm: str | None = None) -> dict:
+                        asm: str | None = None, divisible: bool = False) -> dict:
     """AOT-compiles every jit function of the launchers `names` (all launchers carrying
     `ember_aot` when None) for each target.
 
@@ -139,7 +147,8 @@ def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS,
                     per_target[key] = f"no jit function '{fn_name}' in the module"
                     continue
                 try:
-                    compiled = compile_kernel(fn, signature, constexprs, target, num_warps)
+                    compiled = compile_kernel(fn, signature, constexprs, target, num_warps,
+                                              divisible)
                     binary = "cubin" if target.backend == "cuda" else "hsaco"
                     per_target[key] = "ok" if compiled.asm.get(binary) else f"no {binary} produced"
                     if asm and per_target[key] == "ok":
@@ -253,5 +262,6 @@ if __name__ == "__main__":
                               tuple(request.get("shard", (0, 1))))
     else:
         out = compile_for_targets(request["source"], request["names"],
-                                  [tuple(t) for t in request["targets"]], request.get("asm"))
+                                  [tuple(t) for t in request["targets"]], request.get("asm"),
+                                  request.get("divisible", False))
     print(json.dumps(out))

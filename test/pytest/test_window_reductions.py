@@ -1,0 +1,209 @@
+"""Small window reductions over strided elements (channels-last pooling windows, issue 12): the
+Triton lowering writes them 1-D over the outputs with the window an unrolled
+`tl.static_range` (C fastest: coalesced, vector loads along C), the C++ lowering runs the window
+inside column blocks of C; both combine in window order (kh, then kw: ATen's), so max pooling
+(NaN included) and f32 average pooling give eager's bits. The lit test
+test/passes/ember-lower-to-triton-windows.mlir pins the code shapes."""
+import os
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ember  # noqa: F401
+from conftest import check_fallbacks, clear_reports
+
+C = 8
+
+
+class Pools(nn.Module):
+    """conv -> ReLU (+ a NaN where `poison` has one) -> pools -> conv: each pool is a window
+    reduction over the NHWC buffer between two channels-last convolutions."""
+
+    def __init__(self, avg: bool):
+        super().__init__()
+        self.avg = avg
+        self.conv1 = nn.Conv2d(3, C, 3)
+        self.conv2 = nn.Conv2d(C, C, 1)
+
+    def forward(self, x, poison):
+        y = torch.relu(self.conv1(x)) + poison
+        outs = [F.max_pool2d(y, 3, 2, 1),                      # padding
+                F.max_pool2d(y, 3, 2, 1, ceil_mode=True),      # a partial last window
+                F.max_pool2d(y, 2, 1, 0, dilation=2)]          # dilation
+        if self.avg:
+            outs += [F.avg_pool2d(y, 3, 2, 1),                 # padding counted
+                     F.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=False)]
+        return [self.conv2(o) for o in outs] + outs
+
+
+def _same_bits(out, ref) -> bool:
+    return torch.equal(out.isnan(), ref.isnan()) and torch.equal(out.nan_to_num(), ref.nan_to_num())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pools_match_eager_bitwise(target, device, dtype, exported_sources):
+    torch.manual_seed(0)
+    avg = dtype == torch.float32    # bf16 average pooling stays eager's library call
+    model = Pools(avg).to(device, dtype)
+    x = torch.randn(2, 3, 12, 12, device=device, dtype=dtype)
+    poison = torch.zeros(1, C, 10, 10, device=device, dtype=dtype)
+    poison[0, 3, 4, 5] = float("nan")       # a NaN inside several windows of channel 3
+    torch._dynamo.reset()
+    clear_reports()
+    f = torch.compile(model, backend="ember", options={"target": target, "channels_last": True})
+    with torch.no_grad():
+        outs, refs = f(x, poison), model(x, poison)
+    check_fallbacks()
+    n = len(refs) // 2
+    for i, (o, r) in enumerate(zip(outs[n:], refs[n:])):
+        assert o.isnan().any(), f"pool {i}: the NaN did not propagate"
+        assert _same_bits(o, r), f"pool {i}: differs from eager's ({dtype})"
+    if target == "triton":
+        # every reduction of the graph is a pooling window: unrolled, none a 2-D tile (a max
+        # and an average pooling of one window share a kernel and its loop: 3 windows)
+        jit = [k for src in exported_sources for k in src.split("@triton.jit")[1:]]
+        assert sum(k.count("tl.static_range(") for k in jit) == 3, jit
+        assert not any("RBLOCK: tl.constexpr" in k for k in jit), jit
+
+
+STEM = """
+#win = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>
+#kern = affine_map<(d0, d1, d2, d3, d4, d5) -> (d4, d5)>
+#out = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>
+func.func private @stem_pool(%arg0: tensor<32x112x112x64xbf16>) -> tensor<32x56x56x64xbf16>
+    attributes {ember.kernel = "reduction", ember.ops = ["pad", "amax"]} {
+  %cst = arith.constant 0xFF80 : bf16
+  %padded = tensor.pad %arg0 low[0, 1, 1, 0] high[0, 0, 0, 0] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %cst : bf16
+  } : tensor<32x112x112x64xbf16> to tensor<32x113x113x64xbf16>
+  %0 = tensor.empty() : tensor<3x3xbf16>
+  %1 = tensor.empty() : tensor<32x56x56x64xbf16>
+  %2 = linalg.fill ins(%cst : bf16) outs(%1 : tensor<32x56x56x64xbf16>) -> tensor<32x56x56x64xbf16>
+  %3 = linalg.generic {indexing_maps = [#win, #kern, #out], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]}
+      ins(%padded, %0 : tensor<32x113x113x64xbf16>, tensor<3x3xbf16>) outs(%2 : tensor<32x56x56x64xbf16>) {
+  ^bb0(%in: bf16, %k: bf16, %o: bf16):
+    %4 = arith.maximumf %in, %o : bf16
+    linalg.yield %4 : bf16
+  } -> tensor<32x56x56x64xbf16>
+  return %3 : tensor<32x56x56x64xbf16>
+}
+"""
+
+
+def test_stem_pool_loads_are_vectors_on_sm90():
+    """resnet's stem max pool (3x3/2 over [32, 112, 112, 64] bf16): in its first configuration
+    (XBLOCK=1024, 4 warps: 8 channels a thread) each window element is one 16-byte load a
+    thread on sm_90 (with the pointer and size divisibility Triton's JIT specializes on), and
+    the kernel builds for gfx942."""
+    if os.environ.get("EMBER_TEST_AOT", "1") == "0":
+        pytest.skip("EMBER_TEST_AOT=0")
+    import triton_aot
+    prelude, source = _lower(STEM)
+    assert "tl.static_range(9)" in source and "RBLOCK" not in source, source
+    assert "{'XBLOCK': 1024}, 4)]" in source, source     # the AOT (first) configuration
+    results = triton_aot.compile_isolated(prelude + "\n" + source, ["stem_pool"], asm="ptx",
+                                          divisible=True)
+    (per_target,) = results.values()
+    assert set(per_target) == {"cuda:90", "hip:gfx942"}, per_target
+    # (asm="ptx": a kernel that built is reported by that stage's text, HIP's has none)
+    assert per_target["hip:gfx942"] == "no ptx produced", per_target["hip:gfx942"][:2000]
+    loads = re.findall(r"ld\.global(?:\.\w+)*", per_target["cuda:90"])
+    assert loads == ["ld.global.v4.b32"] * 9, (loads, per_target["cuda:90"][:2000])
+
+
+POOL_INDICES = """
+#win = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 * 2 + d4, d2 * 2 + d5, d3)>
+#kern = affine_map<(d0, d1, d2, d3, d4, d5) -> (d4, d5)>
+#out = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d3)>
+func.func private @pool_indices(%arg0: tensor<2x8x8x16xf32>) -> (tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>)
+    attributes {ember.kernel = "reduction", ember.ops = ["pad", "max_pool2d_with_indices"]} {
+  %ninf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0 : i64
+  %padded = tensor.pad %arg0 low[0, 1, 1, 0] high[0, 0, 0, 0] {
+  ^bb0(%a: index, %b: index, %c: index, %d: index):
+    tensor.yield %ninf : f32
+  } : tensor<2x8x8x16xf32> to tensor<2x9x9x16xf32>
+  %0 = tensor.empty() : tensor<3x3xf32>
+  %1 = tensor.empty() : tensor<2x4x4x16xf32>
+  %2 = linalg.fill ins(%ninf : f32) outs(%1 : tensor<2x4x4x16xf32>) -> tensor<2x4x4x16xf32>
+  %3 = tensor.empty() : tensor<2x4x4x16xi64>
+  %4 = linalg.fill ins(%zero : i64) outs(%3 : tensor<2x4x4x16xi64>) -> tensor<2x4x4x16xi64>
+  %5:2 = linalg.generic {indexing_maps = [#win, #kern, #out, #out], iterator_types = ["parallel", "parallel", "parallel", "parallel", "reduction", "reduction"]}
+      ins(%padded, %0 : tensor<2x9x9x16xf32>, tensor<3x3xf32>) outs(%2, %4 : tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>) {
+  ^bb0(%in: f32, %k: f32, %v: f32, %i: i64):
+    %oh = linalg.index 1 : index
+    %ow = linalg.index 2 : index
+    %kh = linalg.index 4 : index
+    %kw = linalg.index 5 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c8 = arith.constant 8 : index
+    %h0 = arith.muli %oh, %c2 : index
+    %h1 = arith.addi %h0, %kh : index
+    %h = arith.subi %h1, %c1 : index
+    %w0 = arith.muli %ow, %c2 : index
+    %w1 = arith.addi %w0, %kw : index
+    %w = arith.subi %w1, %c1 : index
+    %hw0 = arith.muli %h, %c8 : index
+    %hw = arith.addi %hw0, %w : index
+    %idx = arith.index_cast %hw : index to i64
+    %gt = arith.cmpf ogt, %in, %v : f32
+    %nan = arith.cmpf uno, %in, %in : f32
+    %take = arith.ori %gt, %nan : i1
+    %nv = arith.select %take, %in, %v : f32
+    %ni = arith.select %take, %idx, %i : i64
+    linalg.yield %nv, %ni : f32, i64
+  } -> (tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>)
+  return %5#0, %5#1 : tensor<2x4x4x16xf32>, tensor<2x4x4x16xi64>
+}
+"""
+
+
+def _lower(text: str) -> tuple[str, str]:
+    """(prelude, kernel source) of the one kernel func in `text` lowered to Triton."""
+    from ember.frontend.importer import new_context
+    from ember.passes.pipeline import build_pass_manager
+    from torch_mlir import ir
+    with new_context():
+        module = ir.Module.parse(text)
+        build_pass_manager("builtin.module(ember-lower-to-triton)").run(module.operation)
+        (fn,) = list(module.body.operations)
+        return (module.operation.attributes["ember.prelude"].value,
+                fn.attributes["ember.source"].value)
+
+
+def test_window_fold_of_values_and_indices_is_atens():
+    """A window reduction with a general body (max_pool2d_with_indices' value and index, the
+    index computed from linalg.index, `take = v > max | isnan(v)`) is folded in window order
+    as ATen's kernel loops: the first index of a tied max, the last NaN's index. (The 2-D tile
+    form has no general bodies: they raised 'unsupported reduction combiner'.)"""
+    import triton_aot
+    prelude, source = _lower(POOL_INDICES)
+    assert "tl.static_range(9)" in source and "RBLOCK" not in source, source
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        mod = triton_aot.load_module(prelude + "\n" + source, "ember_window_fold")
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET")
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, (2, 16, 8, 8), generator=g).float()     # ties in most windows
+    x[0, 2, 3, 3] = x[0, 2, 3, 4] = float("nan")    # two NaNs in a window: the last one's index
+    x[1, 5, 0, 0] = float("nan")
+    nhwc = x.permute(0, 2, 3, 1).contiguous()
+    val = torch.empty(2, 4, 4, 16)
+    idx = torch.empty(2, 4, 4, 16, dtype=torch.int64)
+    mod.pool_indices(nhwc, val, idx)
+    ref_val, ref_idx = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    assert _same_bits(val, ref_val.permute(0, 2, 3, 1))
+    assert torch.equal(idx, ref_idx.permute(0, 2, 3, 1))
+    if os.environ.get("EMBER_TEST_AOT", "1") != "0":
+        results = triton_aot.compile_isolated(prelude + "\n" + source, ["pool_indices"])
+        assert results and not triton_aot.failures(results), results
