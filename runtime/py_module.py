@@ -10,6 +10,7 @@ bytecode is written or read.
 from __future__ import annotations
 
 import linecache
+import re
 import sys
 import types
 
@@ -54,5 +55,66 @@ def load_python_module(source: str, cache: ArtifactCache) -> types.ModuleType:
     except BaseException:
         del sys.modules[name]
         raise
+    if mode == "jit":
+        mod.__ember_shared__ = share_identical_kernels(mod)
     _modules[key] = mod
     return mod
+
+
+def _jit_function(obj):
+    """The @triton.jit function under `obj` (an autotuner's, a heuristics'), or None."""
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return None
+    for _ in range(8):
+        if isinstance(obj, JITFunction):
+            return obj
+        obj = getattr(obj, "fn", None)
+    return None
+
+
+def share_identical_kernels(mod: types.ModuleType) -> dict[str, str]:
+    """Binds every @triton.jit kernel of `mod` whose definition (decorators, parameters and
+    body) is an earlier one's but for its name to that earlier kernel object: the launchers,
+    which find their kernel among the module's globals when they run, then launch the earlier
+    one. {later name: earlier name}.
+
+    The same code under two names compiled twice (Triton's cache key holds the function's name
+    and line), was autotuned twice and loaded twice: ember-lower-to-triton writes one launcher
+    and kernel per fused group, and groups that differ only in their sizes (Llama's casts of
+    weights of different shapes, GPT-2's per-layer pointwise kernels where a size is folded
+    into the launcher) have identical kernels, since sizes are kernel arguments. Triton still
+    compiles the kept kernel once per specialization (argument dtypes, alignments, sizes of 1)
+    and tunes it per autotuning key, so each launch runs the code it ran before with the same
+    choice of configurations. The module's text is unchanged (its own definitions are still
+    there): the compile workers (runtime/triton_warm.py), which load the text anew, are sent
+    the kept kernel's name, whose definition is the same in both."""
+    kept: dict[tuple, str] = {}
+    shared: dict[str, str] = {}
+    for name, obj in list(vars(mod).items()):
+        jit = _jit_function(obj)
+        if jit is None or getattr(jit.fn, "__module__", None) != mod.__name__ \
+                or jit.fn.__name__ != name:
+            continue        # not defined here, or another binding of a kernel defined here
+        raw = getattr(jit, "raw_src", None)     # the definition with its decorators
+        if not raw:
+            continue
+        text = "".join(raw)
+        key = (tuple(type(x).__qualname__ for x in _wrappers(obj)),
+               re.sub(r"\b%s\b" % re.escape(name), "\0", text))
+        earlier = kept.setdefault(key, name)
+        if earlier != name:
+            setattr(mod, name, getattr(mod, earlier))
+            shared[name] = earlier
+    return shared
+
+
+def _wrappers(obj) -> list:
+    out = []
+    for _ in range(8):
+        if obj is None:
+            break
+        out.append(obj)
+        obj = getattr(obj, "fn", None)
+    return out

@@ -55,6 +55,8 @@ SCRIPT = textwrap.dedent('''
     with open(path, "w") as f:
         f.write(prog.source)
     mod = triton_warm.load_as(prog.source, path, "ember_generated_warmtest")
+    from ember.runtime.py_module import share_identical_kernels
+    shared = share_identical_kernels(mod)      # as the runtime loads it
     launches = []
     for s in prog.steps:
         if s.kind == "kernel":
@@ -89,6 +91,7 @@ SCRIPT = textwrap.dedent('''
     replay = time.perf_counter() - t0
     after = sorted(glob.glob(cache + "/*/*.cubin"))
     print(json.dumps({"requests": [r[0] for r in reqs], "res": res, "before": len(before),
+                      "shared": shared,
                       "cached_before": cached_before, "cached_after": cached_after,
                       "warm": warm, "warm_workers": len(started),
                       "stamped": stamped, "stamped_lookups": len(looked),
@@ -123,13 +126,21 @@ def mm(x, w, b):
     return torch.relu(x @ w + b)
 
 
+def twins(a, b):
+    # two kernels (different inputs, nothing to fuse) whose code is the same: the sizes that
+    # differ are the launchers' (xnumel), the row length (512) is the same
+    return torch.relu(a) * 2, torch.relu(b) * 2
+
+
 @pytest.mark.parametrize("fn,shapes,spec", [
     (f, [(64, 300), (64, 300), (5000,)], "3.9-spec"),
     # a matmul kernel: the template and the library variant's epilogue (ember-matmul-template)
     (mm, [(30, 20), (20, 24), (24,)], "3.9-spec"),
     # Triton 3.6 (the GPU machine's) records no target in the specialization: every worker
     # failed with KeyError 'target' and each kernel compiled in the launching process
-    (f, [(64, 300), (64, 300), (5000,)], "3.6-spec")], ids=["f", "mm", "f-triton36-spec"])
+    (f, [(64, 300), (64, 300), (5000,)], "3.6-spec"),
+    # identical kernels under two names: one kernel compiled, both launches cache hits
+    (twins, [(64, 512), (96, 512)], "3.9-spec")], ids=["f", "mm", "f-triton36-spec", "twins"])
 def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, fn, shapes, spec):
     args = [torch.randn(*s) for s in shapes]
     # the template is an option (matmul_template, off by default)
@@ -151,7 +162,19 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     print(r)
     assert r["res"]["errors"] == []
     # every launch variant (kernel x kept configuration) is one request, all compiled
-    assert r["variants"] > len([s for s in program.steps if s.kind == "kernel"])
+    kernels = [s.name for s in program.steps if s.kind == "kernel"]
+    if fn is twins:
+        # share_identical_kernels bound the second launcher's kernel to the first's: its
+        # launches ask for the first kernel's compiles (the same specializations), no more
+        assert len(set(kernels)) == 2 and r["shared"] == {
+            f"{kernels[1]}_kernel": f"{kernels[0]}_kernel"}, (kernels, r["shared"])
+        assert set(r["requests"]) == {f"{kernels[0]}_kernel"}
+        assert len(r["requests"]) == r["variants"] // 2
+        assert r["res"]["ok"] == len(r["requests"]) and r["res"]["errors"] == []
+        assert r["after"] == r["before"] == r["res"]["ok"], "a launch missed the cache"
+        return
+    assert r["shared"] == {}
+    assert r["variants"] > len(kernels)
     if fn is mm:
         assert any(n.endswith("_mm_kernel") for n in r["requests"]), r["requests"]
         assert any(n.endswith("_epilogue_kernel") for n in r["requests"]), r["requests"]
