@@ -9,6 +9,7 @@ bytecode is written or read.
 """
 from __future__ import annotations
 
+import inspect
 import linecache
 import re
 import sys
@@ -97,10 +98,11 @@ def share_identical_kernels(mod: types.ModuleType) -> dict[str, str]:
         if jit is None or getattr(jit.fn, "__module__", None) != mod.__name__ \
                 or jit.fn.__name__ != name:
             continue        # not defined here, or another binding of a kernel defined here
-        raw = getattr(jit, "raw_src", None)     # the definition with its decorators
-        if not raw:
+        try:    # the definition with its decorators (Triton 3.9 keeps it; 3.6 does not)
+            raw = getattr(jit, "raw_src", None)
+            text = "".join(raw) if raw else inspect.getsource(jit.fn)
+        except (OSError, TypeError):
             continue
-        text = "".join(raw)
         key = (tuple(type(x).__qualname__ for x in _wrappers(obj)),
                re.sub(r"\b%s\b" % re.escape(name), "\0", text))
         earlier = kept.setdefault(key, name)
