@@ -27,7 +27,7 @@ request that the first call of each graph's Program would send to the compile wo
 (runtime/triton_warm.compile_requests: every autotuning configuration) for an H100/H200
 (`GPUTarget("cuda", 90, 32)`, a stand-in driver: no GPU needed), into an empty Triton cache:
 `triton` is their CPU seconds (this process's and ptxas's), `triton_requests` their number,
-`triton_first` the first request's seconds (Triton's own first-use cost in a process, beside
+`triton_shared` the kernels bound to an earlier one, `triton_first` the first request's seconds (Triton's own first-use cost in a process, beside
 its compile), `triton_distinct` the number left when kernels that differ only in their name and
 module are counted once (what a compile shared across graphs would leave). The kernels are bound
 as the runtime binds them (runtime/py_module.share_identical_kernels; `--no-share`: as before it).
@@ -125,7 +125,7 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
         c = resource.getrusage(resource.RUSAGE_CHILDREN)
         return time.process_time() + c.ru_utime + c.ru_stime
     out = {"triton": 0.0, "triton_requests": 0, "triton_first": None, "triton_find": 0.0,
-           "triton_errors": 0}
+           "triton_errors": 0, "triton_shared": 0}
     distinct = set()
     tmp = tempfile.mkdtemp(prefix="cold_compile_src_")
     for k, program in enumerate(programs):
@@ -137,9 +137,12 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
             f.write(program.source)
         mod = triton_warm.load_as(program.source, path, modname)
         if share:   # as runtime/py_module.load_python_module binds them
-            py_module.share_identical_kernels(mod)
+            out["triton_shared"] += len(py_module.share_identical_kernels(mod))
         t0 = cpu()
         requests = triton_warm.compile_requests(mod, _launches(program), "cuda")
+        # as triton_warm.precompile: what Triton's cache holds already (an earlier graph's
+        # kernel, bound here by share_identical_kernels) is not compiled again
+        requests = [r for r in requests if not triton_warm.in_triton_cache(mod, *r)]
         out["triton_find"] += cpu() - t0
         for fn_name, spec in requests:
             jit = triton_warm._jit(getattr(mod, fn_name))
@@ -321,7 +324,8 @@ def main(argv=None):
                       f"ember {r['ember']:6.2f}  (gc {r['gc']:5.2f}, in ember {r['gc_ember']:5.2f})"
                       + (f"  triton {r['triton']:6.2f} ({r['triton_requests']} requests, "
                          f"{r['triton_distinct']} distinct, first {r['triton_first'] or 0:.2f}, "
-                         f"find {r['triton_find']:.2f}, errors {r['triton_errors']})"
+                         f"find {r['triton_find']:.2f}, errors {r['triton_errors']}, "
+                         f"shared {r['triton_shared']})"
                          if "triton" in r else ""), flush=True)
             med = _median_rows(runs)
             med.update(model=name, mode=mode, runs=runs)

@@ -75,11 +75,22 @@ def _jit_function(obj):
     return None
 
 
-def share_identical_kernels(mod: types.ModuleType) -> dict[str, str]:
+# (wrapper types, definition less its name, Triton's hash of what it calls) -> the kernel object
+# that first had it, across the modules loaded in this process (share_identical_kernels)
+_kernels: dict[tuple, object] = {}
+
+
+def share_identical_kernels(mod: types.ModuleType, across_modules: bool = True) -> dict[str, str]:
     """Binds every @triton.jit kernel of `mod` whose definition (decorators, parameters and
     body) is an earlier one's but for its name to that earlier kernel object: the launchers,
     which find their kernel among the module's globals when they run, then launch the earlier
-    one. {later name: earlier name}.
+    one. {later name: earlier name, or "module:name" for an earlier module's}.
+
+    Earlier modules' kernels too (`across_modules`): a training step's backward repeats some of
+    its forward's kernels (casts, the same pointwise ops). Those only where what the kernel
+    calls (the prelude's helpers, by their source and line) hashes the same in both modules,
+    as Triton's own cache key hashes it (`_callees_key`); where that cannot be computed (another
+    Triton), within the module only.
 
     The same code under two names compiled twice (Triton's cache key holds the function's name
     and line), was autotuned twice and loaded twice: ember-lower-to-triton writes one launcher
@@ -96,8 +107,8 @@ def share_identical_kernels(mod: types.ModuleType) -> dict[str, str]:
     for name, obj in list(vars(mod).items()):
         jit = _jit_function(obj)
         if jit is None or getattr(jit.fn, "__module__", None) != mod.__name__ \
-                or jit.fn.__name__ != name:
-            continue        # not defined here, or another binding of a kernel defined here
+                or jit.fn.__name__ != name or name.startswith("_"):
+            continue        # not defined here, another binding of one, or a prelude helper
         try:    # the definition with its decorators (Triton 3.9 keeps it; 3.6 does not)
             raw = getattr(jit, "raw_src", None)
             text = "".join(raw) if raw else inspect.getsource(jit.fn)
@@ -109,7 +120,33 @@ def share_identical_kernels(mod: types.ModuleType) -> dict[str, str]:
         if earlier != name:
             setattr(mod, name, getattr(mod, earlier))
             shared[name] = earlier
+            continue
+        callees = _callees_key(jit, key[1]) if across_modules else None
+        if callees is None:
+            continue
+        other = _kernels.setdefault(key + (callees,), obj)
+        if other is not obj:
+            setattr(mod, name, other)
+            first = _jit_function(other)
+            shared[name] = f"{first.fn.__module__}:{first.fn.__name__}"
     return shared
+
+
+def _callees_key(jit, text: str) -> str | None:
+    """Triton's hash of `jit`'s dependencies (the jit functions it calls, by their cache keys:
+    source and line; the globals it reads) over `text` instead of its own source: equal for
+    two kernels of different modules exactly when their cache keys differ only by the
+    kernels' own names and lines. None where Triton's finder is not the one this knows."""
+    try:
+        from triton.runtime.jit import DependenciesFinder
+        nonlocals = inspect.getclosurevars(jit.fn).nonlocals
+        finder = DependenciesFinder(name=jit.fn.__name__, globals=jit.fn.__globals__,
+                                    nonlocals=nonlocals, src=text)
+        finder.visit(jit.parse())
+        values = sorted((k[0], repr(v[0])) for k, v in finder.used_global_vals.items())
+        return finder.ret + repr(values)
+    except Exception:   # noqa: BLE001 -- another Triton: share within the module only
+        return None
 
 
 def _wrappers(obj) -> list:

@@ -75,7 +75,7 @@ def _hook(prev):
                 if prev else None
         spec = compile.get("specialization_data")
         if spec is not None:
-            log.append((fn.jit_function.__name__, spec_with_target(spec, _current_target)))
+            log.append((fn.jit_function, spec_with_target(spec, _current_target)))
         return True     # skip compiling here
     return hook
 
@@ -146,9 +146,27 @@ def launch_variants(mod, launches, device) -> list:
     return out
 
 
+def _name_in(mod, jit) -> str:
+    """The name under which `mod` holds `jit`: its own where `mod` defines it, else the name a
+    launcher finds it by (a kernel runtime/py_module.share_identical_kernels bound to an
+    earlier module's)."""
+    own = jit.fn.__name__
+    if _jit(getattr(mod, own, None)) is jit:
+        return own
+    return next((n for n, v in vars(mod).items() if _jit(v) is jit), own)
+
+
+def foreign(mod, fn_name: str) -> bool:
+    """Whether `mod`'s `fn_name` is a kernel another module defines (share_identical_kernels):
+    a worker, which loads `mod`'s text alone, cannot compile it."""
+    jit = _jit(getattr(mod, fn_name, None))
+    return jit is not None and getattr(jit.fn, "__module__", None) != mod.__name__
+
+
 def compile_requests(mod, launches, device) -> list[tuple[str, str]]:
     """[(jit function name, serialized specialization)] that the launches of
-    `launch_variants` would compile, deduplicated, in launch order. Compiles nothing."""
+    `launch_variants` would compile, deduplicated, in launch order; the name is the one `mod`
+    holds the function by (`_name_in`). Compiles nothing."""
     from triton import knobs
     variants = launch_variants(mod, launches, device)
     prev = knobs.runtime.jit_cache_hook
@@ -160,7 +178,9 @@ def compile_requests(mod, launches, device) -> list[tuple[str, str]]:
     finally:
         _capture.log = None
         knobs.runtime.jit_cache_hook = prev
-    return list(dict.fromkeys(log))
+    names: dict[int, str] = {}
+    return list(dict.fromkeys(
+        (names.setdefault(id(jit), _name_in(mod, jit)), spec) for jit, spec in log))
 
 
 def run_workers(argv, payloads, timeout: float) -> list[tuple]:
@@ -406,10 +426,15 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
                     "seconds": round(time.perf_counter() - t0, 3)}
         requests = compile_requests(mod, launches, device)
         missing = [r for r in requests if not in_triton_cache(mod, *r)]
-        if missing and _pool is None and jobs is None:
+        # an earlier module's kernel (compiled with that module's first call, normally in the
+        # cache by now): where it is not, its launch compiles it
+        send = [r for r in missing if not foreign(mod, r[0])]
+        if send and _pool is None and jobs is None:
             start_pool()    # kept for the next graphs of this process
-        result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, missing, jobs)
+        result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, send, jobs)
         result["cached"] = len(requests) - len(missing)
+        if len(send) < len(missing):
+            result["left_to_launch"] = len(missing) - len(send)
         result["seconds"] = round(time.perf_counter() - t0, 3)
         if stamp is not None and not result.get("errors") \
                 and result.get("ok", 0) == len(missing):
