@@ -75,9 +75,10 @@ def _jit_function(obj):
     return None
 
 
-# (wrapper types, definition less its name, Triton's hash of what it calls) -> the kernel object
-# that first had it, across the modules loaded in this process (share_identical_kernels)
-_kernels: dict[tuple, object] = {}
+# (wrapper types, definition less its name) -> [[kernel object, its jit function, Triton's hash
+# of what it calls or None until asked]] of the modules loaded in this process, first loaded
+# first (share_identical_kernels)
+_kernels: dict[tuple, list] = {}
 
 
 def share_identical_kernels(mod: types.ModuleType, across_modules: bool = True) -> dict[str, str]:
@@ -121,14 +122,21 @@ def share_identical_kernels(mod: types.ModuleType, across_modules: bool = True) 
             setattr(mod, name, getattr(mod, earlier))
             shared[name] = earlier
             continue
-        callees = _callees_key(jit, key[1]) if across_modules else None
-        if callees is None:
+        if not across_modules:
             continue
-        other = _kernels.setdefault(key + (callees,), obj)
-        if other is not obj:
-            setattr(mod, name, other)
-            first = _jit_function(other)
-            shared[name] = f"{first.fn.__module__}:{first.fn.__name__}"
+        # earlier modules' kernels with this text: [object, its jit, its callees' key], the
+        # key computed only when a later kernel's text matches (most have no twin)
+        earlier_ones = _kernels.setdefault(key, [])
+        callees = _callees_key(jit, key[1]) if earlier_ones else None
+        for entry in earlier_ones:
+            if entry[2] is None:
+                entry[2] = _callees_key(entry[1], key[1]) or ""
+            if callees is not None and entry[2] == callees:
+                setattr(mod, name, entry[0])
+                shared[name] = f"{entry[1].fn.__module__}:{entry[1].fn.__name__}"
+                break
+        else:
+            earlier_ones.append([obj, jit, callees])
     return shared
 
 

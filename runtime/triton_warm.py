@@ -222,7 +222,8 @@ def default_jobs() -> int:
 
 class WorkerPool:
     """Worker processes kept for the whole process (`start_pool`): each starts a fresh
-    interpreter running this file with `--serve`, imports torch and Triton once, and then
+    interpreter running this file with `--serve`, imports Triton once (torch only if a
+    module needs more than its version: `_torch_stand_in`), and then
     compiles one payload per line of its stdin, answering one JSON line on its stdout. Started
     when a GPU graph reaches the backend, the workers import while Dynamo, AOTAutograd and the
     passes run, and every later graph of the process reuses them: a graph's precompile costs
@@ -560,8 +561,45 @@ def _compile_payload(req) -> dict:
     return {"ok": ok, "errors": errors}
 
 
+def _torch_stand_in():
+    """What `sys.modules["torch"]` holds in a worker until something needs torch itself: a
+    generated module's top level reads only `torch.version` (HIP or CUDA), and its launchers,
+    which use torch, never run in a worker; Triton compiles without it. Any other attribute
+    imports the real torch (which then replaces this in sys.modules) and is read from it. A
+    worker so starts with Triton's import alone (0.1 s CPU here) instead of torch's too (1 s
+    here, more with CUDA's libraries), sixteen or more of them at once while the parent
+    traces."""
+    import importlib
+    import importlib.util
+    import types
+    stand_in = types.ModuleType("torch")
+    origin = importlib.util.find_spec("torch").origin
+    spec = importlib.util.spec_from_file_location(
+        "_ember_torch_version", os.path.join(os.path.dirname(origin), "version.py"))
+    version = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(version)      # torch/version.py: plain assignments
+
+    def real(name):     # a module's __getattr__ (PEP 562): the names it lacks
+        if sys.modules.get("torch") is stand_in:
+            del sys.modules["torch"]
+        return getattr(importlib.import_module("torch"), name)
+    stand_in.version = version
+    stand_in.__getattr__ = real
+    return stand_in
+
+
+def _lazy_torch() -> None:
+    """`torch` for a worker's generated modules (`_torch_stand_in`), unless torch is imported."""
+    if "torch" not in sys.modules:
+        try:
+            sys.modules["torch"] = _torch_stand_in()
+        except Exception:   # noqa: BLE001 -- no version file: the real torch, imported later
+            sys.modules.pop("torch", None)
+
+
 def _worker() -> None:
     os.environ.pop("TRITON_INTERPRET", None)
+    _lazy_torch()
     print(json.dumps(_compile_payload(json.loads(sys.stdin.read()))))
 
 
@@ -569,7 +607,7 @@ def _serve() -> None:
     """WorkerPool's worker: imports first (while the parent traces and compiles), then one
     payload per stdin line, one answer per stdout line, until EOF."""
     os.environ.pop("TRITON_INTERPRET", None)
-    import torch  # noqa: F401 -- generated modules import it
+    _lazy_torch()       # generated modules import torch; the compiles need none of it
     import triton  # noqa: F401
     # Answers go to a private copy of fd 1; fd 1 itself (and sys.stdout) become stderr, so
     # that nothing a compile prints, from Python or native code, corrupts them.

@@ -350,3 +350,32 @@ def test_identical_kernels_compile_once_within_and_across_graphs(monkeypatch, tm
     assert second["res"]["ok"] == 0 and second["res"]["cached"] == len(second["requests"]) > 0
     assert second["workers"] == 0 and "left_to_launch" not in second["res"]
     assert second["after"] == second["before"] == first["after"], "a launch missed the cache"
+
+
+def test_worker_loads_generated_modules_without_importing_torch(monkeypatch, tmp_path):
+    """A worker (this file run as a script, as the pool runs it) holds a stand-in for torch:
+    executing a generated module reads only torch.version, so torch itself is not imported
+    (seconds of each worker's start); anything else asked of it imports the real torch."""
+    (program, _), = _program(monkeypatch, f, torch.randn(8, 16), torch.randn(8, 16),
+                             torch.randn(30))
+    src = tmp_path / "generated.py"
+    src.write_text(program.source)
+    from ember.runtime import triton_warm
+    script = textwrap.dedent(f'''
+        import sys
+        sys.path.insert(0, {os.path.dirname(triton_warm.__file__)!r})
+        import triton_warm
+        triton_warm._lazy_torch()
+        source = open({str(src)!r}).read()
+        mod = triton_warm.load_as(source, {str(src)!r}, "ember_generated_standin")
+        assert "torch._C" not in sys.modules, "a generated module imported torch"
+        assert callable(mod.{program.kernel_names[0]})
+        import torch
+        assert torch.float32 is not None and "torch._C" in sys.modules
+        assert sys.modules["torch"].Tensor is torch.Tensor
+        print("ok")
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
