@@ -22,6 +22,16 @@ time.process_time in the child, ember's stage timers included): on a machine sha
 jobs, wall seconds measure the neighbours as much as the compile. `step_wall` is wall time
 either way.
 
+With `--triton` the child then compiles, one at a time in this process, every Triton compile
+request that the first call of each graph's Program would send to the compile workers
+(runtime/triton_warm.compile_requests: every autotuning configuration) for an H100/H200
+(`GPUTarget("cuda", 90, 32)`, a stand-in driver: no GPU needed), into an empty Triton cache:
+`triton` is their CPU seconds (this process's and ptxas's), `triton_requests` their number,
+`triton_shared` the kernels bound to an earlier one, `triton_first` the first request's seconds (Triton's own first-use cost in a process, beside
+its compile), `triton_distinct` the number left when kernels that differ only in their name and
+module are counted once (what a compile shared across graphs would leave). The kernels are bound
+as the runtime binds them (runtime/py_module.share_identical_kernels; `--no-share`: as before it).
+
 With `--sources DIR` each graph's Program (kernel sources, schedule) is written to DIR, to
 prove that an optimisation changed no output (diff two such directories).
 """
@@ -65,8 +75,98 @@ def program_text(program) -> str:
     return "\n".join(out) + "\n"
 
 
+def _launches(program) -> list:
+    """[(launcher name, [(shape, torch dtype, pointer offset)])] of a Program's first call, as
+    runtime/executor.CompiledProgram._precompile builds them (a view's offset is its root's)."""
+    view_src = {s.outputs[0]: s.inputs[0] for s in program.steps if s.kind == "view"}
+
+    def root(v):
+        while v in view_src:
+            v = view_src[v]
+        return v
+    launches, seen = [], set()
+    for s in program.steps:
+        if s.kind != "kernel":
+            continue
+        args = [(tuple(program.values[i].shape), getattr(torch, program.values[i].dtype),
+                 program.values[root(i)].offset or 0) for i in tuple(s.inputs) + tuple(s.outputs)]
+        key = (s.name, tuple((a[0], str(a[1]), a[2] % 16) for a in args))
+        if key not in seen:
+            seen.add(key)
+            launches.append((s.name, args))
+    return launches
+
+
+def triton_compile_cost(programs: list, share: bool = True) -> dict:
+    """Compiles each Program's compile requests for sm_90 here, one at a time (see __doc__)."""
+    import hashlib
+    import re
+    import resource
+    import tempfile
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="cold_compile_triton_")
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class FakeDriver:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+    driver.set_active(FakeDriver())
+    from ember.runtime import py_module, triton_warm
+    share = share and hasattr(py_module, "share_identical_kernels")
+
+    def cpu():
+        c = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time() + c.ru_utime + c.ru_stime
+    out = {"triton": 0.0, "triton_requests": 0, "triton_first": None, "triton_find": 0.0,
+           "triton_errors": 0, "triton_shared": 0}
+    distinct = set()
+    tmp = tempfile.mkdtemp(prefix="cold_compile_src_")
+    for k, program in enumerate(programs):
+        if program.lang != "python" or not program.kernel_names:
+            continue
+        modname = f"ember_cold_{k}_" + hashlib.sha256(program.source.encode()).hexdigest()[:12]
+        path = os.path.join(tmp, modname + ".py")
+        with open(path, "w") as f:
+            f.write(program.source)
+        mod = triton_warm.load_as(program.source, path, modname)
+        if share:   # as runtime/py_module.load_python_module binds them
+            out["triton_shared"] += len(py_module.share_identical_kernels(mod))
+        t0 = cpu()
+        requests = triton_warm.compile_requests(mod, _launches(program), "cuda")
+        # as triton_warm.precompile: what Triton's cache holds already (an earlier graph's
+        # kernel, bound here by share_identical_kernels) is not compiled again
+        requests = [r for r in requests if not triton_warm.in_triton_cache(mod, *r)]
+        out["triton_find"] += cpu() - t0
+        for fn_name, spec in requests:
+            jit = triton_warm._jit(getattr(mod, fn_name))
+            body = re.sub(r"\b%s\b" % re.escape(fn_name), "K", jit.src) if jit else fn_name
+            obj = json.loads(spec)
+            obj.pop("name", None)
+            obj.pop("key", None)
+            distinct.add((body, json.dumps(obj, sort_keys=True)))
+            t0 = cpu()
+            try:
+                triton_warm.compile_request(mod, fn_name, spec)
+            except Exception:   # noqa: BLE001 -- counted; the launch would compile it again
+                out["triton_errors"] += 1
+            dt = cpu() - t0
+            if out["triton_first"] is None:
+                out["triton_first"] = dt
+            out["triton"] += dt
+            out["triton_requests"] += 1
+    out["triton_distinct"] = len(distinct)
+    return out
+
+
 def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str = "wall",
-            debug_dir: str | None = None) -> dict:
+            debug_dir: str | None = None, triton: bool = False, share: bool = True) -> dict:
     if clock == "cpu":
         time.perf_counter = time.process_time
     import ember
@@ -152,7 +252,8 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
             path = os.path.join(sources, f"{name}-{mode}-{i}-{rec['kind']}.txt")
             with open(path, "w") as f:
                 f.write(program_text(rec["program"]))
-    return {"model": name, "mode": mode, "clock": clock, "step_wall": step_wall, "step": step, "aot": times["aot"],
+    extra = triton_compile_cost([rec["program"] for rec in records], share) if triton else {}
+    return {**extra, "model": name, "mode": mode, "clock": clock, "step_wall": step_wall, "step": step, "aot": times["aot"],
             "eager": times["eager"], "ember": ember_s, "gc": times["gc"],
             "gc_ember": times["gc_ember"],
             "dynamo": step - times["aot"] - times["eager"] - ember_s,
@@ -164,8 +265,9 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
 
 
 def _median_rows(runs: list[dict]) -> dict:
-    keys = ("step_wall", "step", "dynamo", "aot", "eager", "ember", "gc", "gc_ember")
-    out = {k: statistics.median(r[k] for r in runs) for k in keys}
+    keys = ("step_wall", "step", "dynamo", "aot", "eager", "ember", "gc", "gc_ember", "triton",
+            "triton_requests", "triton_distinct", "triton_first", "triton_find")
+    out = {k: statistics.median(r[k] for r in runs) for k in keys if k in runs[0]}
     names = sorted({k for r in runs for k in r["stages"]})
     out["stages"] = {k: statistics.median(r["stages"].get(k, 0.0) for r in runs) for k in names}
     out["graphs"] = runs[0]["graphs"]
@@ -182,11 +284,16 @@ def main(argv=None):
     ap.add_argument("--json", default="")
     ap.add_argument("--sources", default=None, help="write each graph's Program here")
     ap.add_argument("--debug-dir", default=None, help="ember's debug dump (with --one)")
+    ap.add_argument("--triton", action="store_true",
+                    help="also compile each graph's Triton kernels for sm_90, one at a time")
+    ap.add_argument("--no-share", action="store_true",
+                    help="--triton without runtime/py_module.share_identical_kernels (before it)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)   # model:mode, in a child
     args = ap.parse_args(argv)
     if args.one:
         name, mode = args.one.split(":")
-        row = one_run(name, mode, args.small, args.sources, args.clock, args.debug_dir)
+        row = one_run(name, mode, args.small, args.sources, args.clock, args.debug_dir,
+                      args.triton, not args.no_share)
         sys.stdout.write("ROW " + json.dumps(row) + "\n")
         return
     rows = []
@@ -198,6 +305,10 @@ def main(argv=None):
                        "--clock", args.clock]
                 if args.small:
                     cmd.append("--small")
+                if args.triton:
+                    cmd.append("--triton")
+                if args.no_share:
+                    cmd.append("--no-share")
                 if args.sources and i == 0:
                     cmd += ["--sources", args.sources]
                 out = subprocess.run(cmd, capture_output=True, text=True)
@@ -210,7 +321,12 @@ def main(argv=None):
                 print(f"{name:<6} {mode:<6} run {i}: wall {r['step_wall']:7.2f}  step "
                       f"{r['step']:7.2f}  dynamo "
                       f"{r['dynamo']:6.2f}  aot {r['aot']:6.2f}  eager {r['eager']:6.2f}  "
-                      f"ember {r['ember']:6.2f}  (gc {r['gc']:5.2f}, in ember {r['gc_ember']:5.2f})", flush=True)
+                      f"ember {r['ember']:6.2f}  (gc {r['gc']:5.2f}, in ember {r['gc_ember']:5.2f})"
+                      + (f"  triton {r['triton']:6.2f} ({r['triton_requests']} requests, "
+                         f"{r['triton_distinct']} distinct, first {r['triton_first'] or 0:.2f}, "
+                         f"find {r['triton_find']:.2f}, errors {r['triton_errors']}, "
+                         f"shared {r['triton_shared']})"
+                         if "triton" in r else ""), flush=True)
             med = _median_rows(runs)
             med.update(model=name, mode=mode, runs=runs)
             rows.append(med)

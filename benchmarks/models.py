@@ -120,6 +120,20 @@ def _torch_only(name, small, tiny, g):
     return SmallCNN(width), (torch.randn(batch, 3, res, res, generator=g),)
 
 
+def _torchvision_model(name: str):
+    """torchvision's model builder; for the ResNets without torchvision, resnet.py's copy."""
+    try:
+        return getattr(import_torchvision().models, name)
+    except ImportError:
+        if name not in ("resnet18", "resnet50"):
+            raise
+    try:
+        from . import resnet
+    except ImportError:
+        import resnet
+    return getattr(resnet, name)
+
+
 def build(name: str, device: str, small: bool = False, tiny: bool = False,
           text_shape: tuple[int, int] | None = None):
     """(model, inputs tuple, output -> tensor used as the training loss). `tiny`: batch 1 and
@@ -132,9 +146,8 @@ def build(name: str, device: str, small: bool = False, tiny: bool = False,
         loss = _half_mean_square if name == "mlp" else _mean_square
         return model.to(device), tuple(t.to(device) for t in inputs), loss
     if name in TORCHVISION:
-        torchvision = import_torchvision()
         batch, res = (2, 32) if tiny else (2, 64) if small else (32, 224)   # BatchNorm: 2
-        model = getattr(torchvision.models, name)(num_classes=10 if tiny else 1000)
+        model = _torchvision_model(name)(num_classes=10 if tiny else 1000)
         x = torch.randn(batch, 3, res, res, generator=g)
         return model.to(device), (x.to(device),), _mean_square
     if name not in TRANSFORMERS:
@@ -214,7 +227,8 @@ def available(name: str) -> str | None:
     if name in TORCH_ONLY:
         return None
     if name in TORCHVISION:
-        return None if importlib.util.find_spec("torchvision") else "torchvision is not installed"
+        return None if importlib.util.find_spec("torchvision") or name in ("resnet18", "resnet50") \
+            else "torchvision is not installed"
     if name in TRANSFORMERS:
         return None if importlib.util.find_spec("transformers") else \
             "transformers is not installed"

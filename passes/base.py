@@ -17,6 +17,7 @@ from torch_mlir import ir
 from ..dialects.contract import ContractError, verify as verify_contract_of
 from .errors import OptionError, PassError, Reported  # noqa: F401  (the passes' API)
 from .input_checks import unsupported_input
+from .ir_queries import attribute_memo
 
 
 # ember-opt --show-traceback sets this: pass bugs then propagate with their traceback.
@@ -120,7 +121,8 @@ class Pass:
                 problem = unsupported_input(op, self)
                 if problem is not None:
                     raise problem
-                self.run(op)
+                with attribute_memo():      # one context throughout the pass
+                    self.run(op)
                 if verify_contract:
                     try:
                         verify_contract_of(op, after=self.name)

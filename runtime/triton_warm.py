@@ -75,7 +75,7 @@ def _hook(prev):
                 if prev else None
         spec = compile.get("specialization_data")
         if spec is not None:
-            log.append((fn.jit_function.__name__, spec_with_target(spec, _current_target)))
+            log.append((fn.jit_function, spec_with_target(spec, _current_target)))
         return True     # skip compiling here
     return hook
 
@@ -146,9 +146,27 @@ def launch_variants(mod, launches, device) -> list:
     return out
 
 
+def _name_in(mod, jit) -> str:
+    """The name under which `mod` holds `jit`: its own where `mod` defines it, else the name a
+    launcher finds it by (a kernel runtime/py_module.share_identical_kernels bound to an
+    earlier module's)."""
+    own = jit.fn.__name__
+    if _jit(getattr(mod, own, None)) is jit:
+        return own
+    return next((n for n, v in vars(mod).items() if _jit(v) is jit), own)
+
+
+def foreign(mod, fn_name: str) -> bool:
+    """Whether `mod`'s `fn_name` is a kernel another module defines (share_identical_kernels):
+    a worker, which loads `mod`'s text alone, cannot compile it."""
+    jit = _jit(getattr(mod, fn_name, None))
+    return jit is not None and getattr(jit.fn, "__module__", None) != mod.__name__
+
+
 def compile_requests(mod, launches, device) -> list[tuple[str, str]]:
     """[(jit function name, serialized specialization)] that the launches of
-    `launch_variants` would compile, deduplicated, in launch order. Compiles nothing."""
+    `launch_variants` would compile, deduplicated, in launch order; the name is the one `mod`
+    holds the function by (`_name_in`). Compiles nothing."""
     from triton import knobs
     variants = launch_variants(mod, launches, device)
     prev = knobs.runtime.jit_cache_hook
@@ -160,7 +178,9 @@ def compile_requests(mod, launches, device) -> list[tuple[str, str]]:
     finally:
         _capture.log = None
         knobs.runtime.jit_cache_hook = prev
-    return list(dict.fromkeys(log))
+    names: dict[int, str] = {}
+    return list(dict.fromkeys(
+        (names.setdefault(id(jit), _name_in(mod, jit)), spec) for jit, spec in log))
 
 
 def run_workers(argv, payloads, timeout: float) -> list[tuple]:
@@ -202,7 +222,8 @@ def default_jobs() -> int:
 
 class WorkerPool:
     """Worker processes kept for the whole process (`start_pool`): each starts a fresh
-    interpreter running this file with `--serve`, imports torch and Triton once, and then
+    interpreter running this file with `--serve`, imports Triton once (torch only if a
+    module needs more than its version: `_torch_stand_in`), and then
     compiles one payload per line of its stdin, answering one JSON line on its stdout. Started
     when a GPU graph reaches the backend, the workers import while Dynamo, AOTAutograd and the
     passes run, and every later graph of the process reuses them: a graph's precompile costs
@@ -406,10 +427,15 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
                     "seconds": round(time.perf_counter() - t0, 3)}
         requests = compile_requests(mod, launches, device)
         missing = [r for r in requests if not in_triton_cache(mod, *r)]
-        if missing and _pool is None and jobs is None:
+        # an earlier module's kernel (compiled with that module's first call, normally in the
+        # cache by now): where it is not, its launch compiles it
+        send = [r for r in missing if not foreign(mod, r[0])]
+        if send and _pool is None and jobs is None:
             start_pool()    # kept for the next graphs of this process
-        result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, missing, jobs)
+        result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, send, jobs)
         result["cached"] = len(requests) - len(missing)
+        if len(send) < len(missing):
+            result["left_to_launch"] = len(missing) - len(send)
         result["seconds"] = round(time.perf_counter() - t0, 3)
         if stamp is not None and not result.get("errors") \
                 and result.get("ok", 0) == len(missing):
@@ -535,8 +561,45 @@ def _compile_payload(req) -> dict:
     return {"ok": ok, "errors": errors}
 
 
+def _torch_stand_in():
+    """What `sys.modules["torch"]` holds in a worker until something needs torch itself: a
+    generated module's top level reads only `torch.version` (HIP or CUDA), and its launchers,
+    which use torch, never run in a worker; Triton compiles without it. Any other attribute
+    imports the real torch (which then replaces this in sys.modules) and is read from it. A
+    worker so starts with Triton's import alone (0.1 s CPU here) instead of torch's too (1 s
+    here, more with CUDA's libraries), sixteen or more of them at once while the parent
+    traces."""
+    import importlib
+    import importlib.util
+    import types
+    stand_in = types.ModuleType("torch")
+    origin = importlib.util.find_spec("torch").origin
+    spec = importlib.util.spec_from_file_location(
+        "_ember_torch_version", os.path.join(os.path.dirname(origin), "version.py"))
+    version = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(version)      # torch/version.py: plain assignments
+
+    def real(name):     # a module's __getattr__ (PEP 562): the names it lacks
+        if sys.modules.get("torch") is stand_in:
+            del sys.modules["torch"]
+        return getattr(importlib.import_module("torch"), name)
+    stand_in.version = version
+    stand_in.__getattr__ = real
+    return stand_in
+
+
+def _lazy_torch() -> None:
+    """`torch` for a worker's generated modules (`_torch_stand_in`), unless torch is imported."""
+    if "torch" not in sys.modules:
+        try:
+            sys.modules["torch"] = _torch_stand_in()
+        except Exception:   # noqa: BLE001 -- no version file: the real torch, imported later
+            sys.modules.pop("torch", None)
+
+
 def _worker() -> None:
     os.environ.pop("TRITON_INTERPRET", None)
+    _lazy_torch()
     print(json.dumps(_compile_payload(json.loads(sys.stdin.read()))))
 
 
@@ -544,7 +607,7 @@ def _serve() -> None:
     """WorkerPool's worker: imports first (while the parent traces and compiles), then one
     payload per stdin line, one answer per stdout line, until EOF."""
     os.environ.pop("TRITON_INTERPRET", None)
-    import torch  # noqa: F401 -- generated modules import it
+    _lazy_torch()       # generated modules import torch; the compiles need none of it
     import triton  # noqa: F401
     # Answers go to a private copy of fd 1; fd 1 itself (and sys.stdout) become stderr, so
     # that nothing a compile prints, from Python or native code, corrupts them.

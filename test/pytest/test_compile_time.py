@@ -318,3 +318,39 @@ def test_recompute_value_numbering_stays_shallow():
     y = x.detach().clone().requires_grad_()
     torch.special.i1e(y).sum().backward()
     assert torch.allclose(x.grad, y.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_iterator_types_memo_is_per_pass_and_agrees():
+    """ir_queries.attribute_memo (entered around every pass): iterator_types answered from the
+    attribute object gives what the printed attribute gives, and the memo is gone after the
+    pass (a later context may reuse a freed attribute's address)."""
+    from torch_mlir import ir
+    from ember.passes import ir_queries as q
+    text = """
+    #a = affine_map<(d0, d1) -> (d0, d1)>
+    #r = affine_map<(d0, d1) -> (d0)>
+    func.func @f(%x: tensor<4x8xf32>, %o: tensor<4xf32>) -> (tensor<4x8xf32>, tensor<4xf32>) {
+      %0 = linalg.generic {indexing_maps = [#a, #a], iterator_types = ["parallel", "parallel"]}
+          ins(%x : tensor<4x8xf32>) outs(%x : tensor<4x8xf32>) {
+      ^bb0(%v: f32, %w: f32):
+        linalg.yield %v : f32
+      } -> tensor<4x8xf32>
+      %1 = linalg.generic {indexing_maps = [#a, #r], iterator_types = ["parallel", "reduction"]}
+          ins(%x : tensor<4x8xf32>) outs(%o : tensor<4xf32>) {
+      ^bb0(%v: f32, %w: f32):
+        %s = arith.addf %v, %w : f32
+        linalg.yield %s : f32
+      } -> tensor<4xf32>
+      return %0, %1 : tensor<4x8xf32>, tensor<4xf32>
+    }"""
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        ops = [op for op in module.body.operations[0].regions[0].blocks[0].operations
+               if op.operation.name == "linalg.generic"]
+        plain = [q.iterator_types(op) for op in ops]
+        with q.attribute_memo():
+            with q.attribute_memo():        # nested: one memo, kept until the outer exits
+                memo = [q.iterator_types(op) for op in ops + ops]
+            assert q._ITERATORS_BY_ATTR is not None and len(q._ITERATORS_BY_ATTR) == 2
+    assert plain == [["parallel", "parallel"], ["parallel", "reduction"]]
+    assert memo == plain + plain and q._ITERATORS_BY_ATTR is None

@@ -55,6 +55,8 @@ SCRIPT = textwrap.dedent('''
     with open(path, "w") as f:
         f.write(prog.source)
     mod = triton_warm.load_as(prog.source, path, "ember_generated_warmtest")
+    from ember.runtime.py_module import share_identical_kernels
+    shared = share_identical_kernels(mod)      # as the runtime loads it
     launches = []
     for s in prog.steps:
         if s.kind == "kernel":
@@ -89,6 +91,7 @@ SCRIPT = textwrap.dedent('''
     replay = time.perf_counter() - t0
     after = sorted(glob.glob(cache + "/*/*.cubin"))
     print(json.dumps({"requests": [r[0] for r in reqs], "res": res, "before": len(before),
+                      "shared": shared,
                       "cached_before": cached_before, "cached_after": cached_after,
                       "warm": warm, "warm_workers": len(started),
                       "stamped": stamped, "stamped_lookups": len(looked),
@@ -123,6 +126,12 @@ def mm(x, w, b):
     return torch.relu(x @ w + b)
 
 
+def twins(a, b):
+    # two kernels (different inputs, nothing to fuse) whose code is the same: the sizes that
+    # differ are the launchers' (xnumel), the row length (512) is the same
+    return torch.relu(a) * 2, torch.relu(b) * 2
+
+
 @pytest.mark.parametrize("fn,shapes,spec", [
     (f, [(64, 300), (64, 300), (5000,)], "3.9-spec"),
     # a matmul kernel: the template and the library variant's epilogue (ember-matmul-template)
@@ -151,7 +160,9 @@ def test_pool_compiles_every_kernel_and_config_for_sm90(monkeypatch, tmp_path, f
     print(r)
     assert r["res"]["errors"] == []
     # every launch variant (kernel x kept configuration) is one request, all compiled
-    assert r["variants"] > len([s for s in program.steps if s.kind == "kernel"])
+    kernels = [s.name for s in program.steps if s.kind == "kernel"]
+    assert r["shared"] == {}
+    assert r["variants"] > len(kernels)
     if fn is mm:
         assert any(n.endswith("_mm_kernel") for n in r["requests"]), r["requests"]
         assert any(n.endswith("_epilogue_kernel") for n in r["requests"]), r["requests"]
@@ -253,3 +264,118 @@ def test_cold_start_is_an_empty_triton_cache(monkeypatch, tmp_path):
     assert triton_warm.triton_cache_is_empty()          # empty
     (tmp_path / "triton" / "ab").mkdir()
     assert not triton_warm.triton_cache_is_empty()
+
+
+SHARED_SCRIPT = textwrap.dedent('''
+    import glob, json, os, pickle, sys
+    os.environ.pop("TRITON_INTERPRET", None)
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class FakeDriver:
+        def get_current_device(self): return 0
+        def get_current_stream(self, device=None): return 0
+        def get_current_target(self): return GPUTarget("cuda", 90, 32)
+    driver.set_active(FakeDriver())
+    import torch
+    from ember.runtime import triton_warm
+    from ember.runtime.py_module import share_identical_kernels
+    out = []
+    cache = os.environ["TRITON_CACHE_DIR"]
+    for k, path in enumerate(sys.argv[1:3]):
+        prog = pickle.load(open(path, "rb"))
+        src_path = path + ".py"
+        with open(src_path, "w") as f:
+            f.write(prog.source)
+        mod = triton_warm.load_as(prog.source, src_path, f"ember_generated_shared{k}")
+        mod.__ember_source__ = prog.source
+        shared = share_identical_kernels(mod)
+        launches = []
+        for s in prog.steps:
+            if s.kind == "kernel":
+                launches.append((s.name, [(tuple(prog.values[i].shape),
+                                           getattr(torch, prog.values[i].dtype),
+                                           prog.values[i].offset or 0)
+                                          for i in list(s.inputs) + list(s.outputs)]))
+        reqs = triton_warm.compile_requests(mod, launches, "cuda")
+        started = []
+        real_run = triton_warm.run_workers
+        triton_warm.run_workers = lambda *a, **k: started.append(1) or real_run(*a, **k)
+        res = triton_warm.precompile(mod, launches, "cuda", jobs=2)
+        triton_warm.run_workers = real_run
+        out.append({"shared": shared, "requests": [r[0] for r in reqs],
+                    "foreign": [triton_warm.foreign(mod, r[0]) for r in reqs],
+                    "res": res, "workers": len(started), "mod": (mod, launches)})
+    # both graphs loaded and precompiled (as a training step's forward and backward are,
+    # before the backward's first launch), then their launches
+    for r in out:
+        mod, launches = r.pop("mod")
+        r["before"] = len(glob.glob(cache + "/*/*.cubin"))
+        for jit, args, kw in triton_warm.launch_variants(mod, launches, "cuda"):
+            jit.run(*args, grid=None, warmup=True, **kw)
+        r["after"] = len(glob.glob(cache + "/*/*.cubin"))
+    print(json.dumps(out))
+''')
+
+
+def test_identical_kernels_compile_once_within_and_across_graphs(monkeypatch, tmp_path):
+    """share_identical_kernels: the second of two kernels of one graph whose code is the same
+    but for the name (`twins`) is bound to the first; so is a later graph's identical kernel
+    (a backward repeating its forward's casts), across modules. The first graph's precompile
+    compiles the shared kernel once (for both launches' specializations); the second graph's
+    finds its requests (the first's kernel, by the name the second module holds it under) in
+    Triton's cache and starts no worker; every launch is a cache hit."""
+    paths, names = [], []
+    for k, (fn, shapes) in enumerate([(twins, [(64, 512), (96, 512)]),
+                                      (lambda c: torch.relu(c) * 2, [(32, 512)])]):
+        (program, _), = _program(monkeypatch, fn, *[torch.randn(*s) for s in shapes])
+        names.append([s.name + "_kernel" for s in program.steps if s.kind == "kernel"])
+        paths.append(tmp_path / f"p{k}.pkl")
+        paths[-1].write_bytes(pickle.dumps(program))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-c", SHARED_SCRIPT, *map(str, paths)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    first, second = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(first, second)
+    (a, b), (c,) = names
+    assert first["shared"] == {b: a}, (names, first["shared"])
+    assert set(first["requests"]) == {a} and not any(first["foreign"])
+    assert first["res"]["ok"] == len(first["requests"]) and first["res"]["errors"] == []
+    assert first["after"] == first["before"] == first["res"]["ok"], "a launch missed the cache"
+    assert second["shared"] == {c: f"ember_generated_shared0:{a}"}, second["shared"]
+    assert set(second["requests"]) == {c} and all(second["foreign"])
+    assert second["res"]["ok"] == 0 and second["res"]["cached"] == len(second["requests"]) > 0
+    assert second["workers"] == 0 and "left_to_launch" not in second["res"]
+    assert second["after"] == second["before"] == first["after"], "a launch missed the cache"
+
+
+def test_worker_loads_generated_modules_without_importing_torch(monkeypatch, tmp_path):
+    """A worker (this file run as a script, as the pool runs it) holds a stand-in for torch:
+    executing a generated module reads only torch.version, so torch itself is not imported
+    (seconds of each worker's start); anything else asked of it imports the real torch."""
+    (program, _), = _program(monkeypatch, f, torch.randn(8, 16), torch.randn(8, 16),
+                             torch.randn(30))
+    src = tmp_path / "generated.py"
+    src.write_text(program.source)
+    from ember.runtime import triton_warm
+    script = textwrap.dedent(f'''
+        import sys
+        sys.path.insert(0, {os.path.dirname(triton_warm.__file__)!r})
+        import triton_warm
+        triton_warm._lazy_torch()
+        source = open({str(src)!r}).read()
+        mod = triton_warm.load_as(source, {str(src)!r}, "ember_generated_standin")
+        assert "torch._C" not in sys.modules, "a generated module imported torch"
+        assert callable(mod.{program.kernel_names[0]})
+        import torch
+        assert torch.float32 is not None and "torch._C" in sys.modules
+        assert sys.modules["torch"].Tensor is torch.Tensor
+        print("ok")
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
