@@ -30,13 +30,17 @@ class Pools(nn.Module):
 
     def forward(self, x, poison):
         y = torch.relu(self.conv1(x)) + poison
+        outs = self.pools(y)
+        return [self.conv2(o) for o in outs] + outs + [y]
+
+    def pools(self, y):
         outs = [F.max_pool2d(y, 3, 2, 1),                      # padding
                 F.max_pool2d(y, 3, 2, 1, ceil_mode=True),      # a partial last window
                 F.max_pool2d(y, 2, 1, 0, dilation=2)]          # dilation
         if self.avg:
             outs += [F.avg_pool2d(y, 3, 2, 1),                 # padding counted
                      F.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=False)]
-        return [self.conv2(o) for o in outs] + outs
+        return outs
 
 
 def _same_bits(out, ref) -> bool:
@@ -55,10 +59,14 @@ def test_pools_match_eager_bitwise(target, device, dtype, exported_sources):
     clear_reports()
     f = torch.compile(model, backend="ember", options={"target": target, "channels_last": True})
     with torch.no_grad():
-        outs, refs = f(x, poison), model(x, poison)
+        outs = f(x, poison)
+        # eager's pools of ember's own pooled input: the convolution before them runs
+        # channels-last in ember and NCHW in eager, and on a GPU cuDNN's algorithms (TF32 for
+        # f32) differ per layout, so the pools' inputs would differ in their last bits
+        refs = model.pools(outs[-1])
     check_fallbacks()
-    n = len(refs) // 2
-    for i, (o, r) in enumerate(zip(outs[n:], refs[n:])):
+    n = len(refs)
+    for i, (o, r) in enumerate(zip(outs[n:2 * n], refs)):
         assert o.isnan().any(), f"pool {i}: the NaN did not propagate"
         assert _same_bits(o, r), f"pool {i}: differs from eager's ({dtype})"
     if target == "triton":
