@@ -57,7 +57,8 @@
 
 // Softmax: rows in parallel; max and sum as simd reductions; exp inlined. The max propagates
 // NaN through a flag reduced with | (a compare-select under `max` vectorizes; the user-defined
-// nanmax reduction does not). The sum loop keeps each exp in a row the output loop reads.
+// nanmax reduction does not). The sum loop keeps each exp in a row the output loop reads,
+// which multiplies it by the sum's reciprocal, taken once a row (eager's CPU softmax).
 // CHECK-LABEL: func.func private @softmax
 // CHECK-SAME: #pragma omp parallel for\0A  for (int64_t [[R:i0_[0-9]+]] = 0; [[R]] < 4096; ++[[R]])
 // CHECK-SAME: float [[MAX:acc[0-9]+]] = (-INFINITY);\0A    int [[NAN:nan[0-9]+]] = 0;\0A    #pragma omp simd reduction(max:[[MAX]]) reduction(|:[[NAN]])
@@ -67,9 +68,9 @@
 // CHECK-SAME: - [[MAX]]);
 // CHECK-SAME: [[E:t[0-9]+]] = (float)ember_exp(
 // CHECK-SAME: [[ROW]][{{i1_[0-9]+}}] = [[E]];
-// CHECK-SAME: #pragma omp simd\0A    for
-// CHECK-SAME: = [[ROW]][{{i1_[0-9]+}}];
-// CHECK-SAME: / [[SUM]]);
+// CHECK-SAME: const float [[INV:t[0-9]+]] = (1.0f / [[SUM]]);\0A    #pragma omp simd\0A    for
+// CHECK-SAME: [[V:t[0-9]+]] = [[ROW]][{{i1_[0-9]+}}];
+// CHECK-SAME: = ([[V]] * [[INV]]);
 // CHECK-SAME: ember.symbol = "softmax"
 
 // Layer norm: mean and variance reductions; rsqrt hoisted out of the inner loop (per row).

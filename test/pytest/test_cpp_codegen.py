@@ -462,6 +462,40 @@ def test_softmax_keeps_row_of_exp(tmp_path):
         assert rel_err(out[ok], ref[ok]) < (1e-6 if on_stack else 1e-5), cols
 
 
+def test_softmax_multiplies_by_reciprocal(tmp_path):
+    """f32 softmax's `e / sum(e)` (e = exp(x - max(x)), so every sum is at least 1) is
+    `e * (1 / sum)`: one divide a row, as eager's CPU softmax computes it (SoftMaxKernel.cpp),
+    over the last dim or another, bf16 included. Divisions the rule does not prove safe keep
+    their per-element divide: by another value's sum, by a sum of exps without the max
+    shift (its sum may underflow and 1 / sum overflow), in f64."""
+    x = t(16, 300) * 4
+    x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), -float("inf")
+    for fn, args, tol in ((lambda a: torch.softmax(a, -1), [x], 1e-6),
+                          (lambda a: torch.softmax(a, 0), [x[:, :40].contiguous()], 1e-6),
+                          (lambda a: torch.softmax(a, -1), [x.bfloat16()], 1e-2)):
+        prelude, ((sym, src, res, _),) = lower(import_kernel(fn, args, "reduction"))
+        assert re.search(r"const float t\d+ = \(1\.0f / acc\d+\);", src), src
+        assert not re.search(r"\(t\d+ / acc\d+\)", src), src
+        lib, _ = build(tmp_path, prelude + src)
+        out, = run_kernel(lib, sym, args, res)
+        ref = fn(*args)
+        assert torch.equal(torch.isnan(out), torch.isnan(ref))
+        ok = ~torch.isnan(ref)
+        assert rel_err(out[ok].float(), ref[ok].float()) < tol
+    y = t(16, 77).abs() + 1
+    for fn, args in ((lambda a, b: a / b.sum(-1, keepdim=True), [x, y]),
+                     (lambda a: a.exp() / a.exp().sum(-1, keepdim=True), [y]),
+                     (lambda a: torch.softmax(a, -1), [x.double()])):
+        prelude, ((sym, src, res, ins),) = lower(import_kernel(fn, args, "reduction"))
+        assert re.search(r"\(\w+ / acc\d+\)", src), src
+        lib, _ = build(tmp_path, prelude + src)
+        out, = run_kernel(lib, sym, match_args(args, ins), res)
+        ref = fn(*args)
+        ok = torch.isfinite(ref)
+        assert torch.equal(out[~ok].nan_to_num(), ref[~ok].nan_to_num())
+        assert rel_err(out[ok], ref[ok]) < 1e-6
+
+
 @pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm"])
 def test_few_rows_split_across_threads(tmp_path, case):
     """cpp_row_split: 3 long rows get a second version of the row loop, each row split across
