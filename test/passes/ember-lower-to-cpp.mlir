@@ -58,16 +58,19 @@
 // Softmax: rows in parallel; max and sum as simd reductions; exp inlined. The max propagates
 // NaN through a flag reduced with | (a compare-select under `max` vectorizes; the user-defined
 // nanmax reduction does not). The sum loop keeps each exp in a row the output loop reads,
-// which multiplies it by the sum's reciprocal, taken once a row (eager's CPU softmax).
+// which multiplies it by the sum's reciprocal, taken once a row (eager's CPU softmax); the
+// sum accumulates in two vectors of lanes, added as a tree (cpp_lane_sums).
 // CHECK-LABEL: func.func private @softmax
 // CHECK-SAME: #pragma omp parallel for\0A  for (int64_t [[R:i0_[0-9]+]] = 0; [[R]] < 4096; ++[[R]])
 // CHECK-SAME: float [[MAX:acc[0-9]+]] = (-INFINITY);\0A    int [[NAN:nan[0-9]+]] = 0;\0A    #pragma omp simd reduction(max:[[MAX]]) reduction(|:[[NAN]])
 // CHECK-SAME: [[MAX]] = [[X:x[0-9]+]] > [[MAX]] ? [[X]] : [[MAX]];\0A      [[NAN]] |= ([[X]] != [[X]]);
 // CHECK-SAME: if ([[NAN]]) [[MAX]] = NAN;
-// CHECK-SAME: float [[SUM:acc[0-9]+]] = 0.0f;\0A    alignas(64) float [[ROW:row_t[0-9]+]][{{[0-9]+}}];\0A    #pragma omp simd reduction(+:[[SUM]])
+// CHECK-SAME: float [[SUM:acc[0-9]+]] = 0.0f;\0A    alignas(64) float [[ROW:row_t[0-9]+]][{{[0-9]+}}];\0A    float [[SUM]]_l[2 * EMBER_VEC_F32] = {};
 // CHECK-SAME: - [[MAX]]);
 // CHECK-SAME: [[E:t[0-9]+]] = (float)ember_exp(
 // CHECK-SAME: [[ROW]][{{i1_[0-9]+}}] = [[E]];
+// CHECK-SAME: [[SUM]]_l[{{i1_[0-9]+_o}}] = t{{[0-9]+}};
+// CHECK-SAME: [[SUM]] = [[SUM]] + [[SUM]]_l[0];
 // CHECK-SAME: const float [[INV:t[0-9]+]] = (1.0f / [[SUM]]);\0A    #pragma omp simd\0A    for
 // CHECK-SAME: [[V:t[0-9]+]] = [[ROW]][{{i1_[0-9]+}}];
 // CHECK-SAME: = ([[V]] * [[INV]]);

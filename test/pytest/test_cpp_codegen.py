@@ -465,17 +465,22 @@ def test_softmax_keeps_row_of_exp(tmp_path):
 def test_softmax_multiplies_by_reciprocal(tmp_path):
     """f32 softmax's `e / sum(e)` (e = exp(x - max(x)), so every sum is at least 1) is
     `e * (1 / sum)`: one divide a row, as eager's CPU softmax computes it (SoftMaxKernel.cpp),
-    over the last dim or another, bf16 included. Divisions the rule does not prove safe keep
+    over the last dim or another, bf16 included; a 1024-column row's sum loop, which keeps
+    its exps in a row, sums in lanes (cpp_lane_sums). Divisions the rule does not prove safe keep
     their per-element divide: by another value's sum, by a sum of exps without the max
     shift (its sum may underflow and 1 / sum overflow), in f64."""
     x = t(16, 300) * 4
     x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), -float("inf")
+    wide = t(8, 1024) * 4      # 1024 columns: the sum loop keeps its row and sums in lanes
+    wide[1, 5], wide[2, 7], wide[3, :] = float("nan"), float("inf"), -float("inf")
     for fn, args, tol in ((lambda a: torch.softmax(a, -1), [x], 1e-6),
+                          (lambda a: torch.softmax(a, -1), [wide], 1e-6),
                           (lambda a: torch.softmax(a, 0), [x[:, :40].contiguous()], 1e-6),
                           (lambda a: torch.softmax(a, -1), [x.bfloat16()], 1e-2)):
         prelude, ((sym, src, res, _),) = lower(import_kernel(fn, args, "reduction"))
         assert re.search(r"const float t\d+ = \(1\.0f / acc\d+\);", src), src
         assert not re.search(r"\(t\d+ / acc\d+\)", src), src
+        assert ("_l[2 * EMBER_VEC_F32]" in src) == (args[0] is wide), src
         lib, _ = build(tmp_path, prelude + src)
         out, = run_kernel(lib, sym, args, res)
         ref = fn(*args)
