@@ -18,13 +18,23 @@ static inline bool ember_split_rows(int64_t rows) {
 }
 // The SIMD width in floats of the machine the unit is built for (-march=native), and a float
 // the compiler must treat as unknown each time it is read (no asm is emitted): a row's output
-// loop walks chunks of one vector, each recomputing the row's scalars (cpp_row_scalars.py).
+// loop may walk chunks of one vector, each recomputing the row's scalars (EMBER_ROW_CHUNK).
 #if defined(__AVX512F__)
 #define EMBER_VEC_F32 16
 #elif defined(__AVX__)
 #define EMBER_VEC_F32 8
 #else
 #define EMBER_VEC_F32 4
+#endif
+// A row's output loop after its one reduction loop walks chunks of EMBER_ROW_CHUNK(n) of its n
+// elements, each recomputing the row's scalars (cpp_row_scalars.py): one vector on AMD Zen,
+// where stores paced by that work retire faster than stores back to back; the whole row (the
+// scalars once a row) elsewhere: on an Intel Xeon the paced loop is the slower one.
+#if defined(__znver1__) || defined(__znver2__) || defined(__znver3__) || defined(__znver4__) || \
+    defined(__znver5__)
+#define EMBER_ROW_CHUNK(n) EMBER_VEC_F32
+#else
+#define EMBER_ROW_CHUNK(n) (n)
 #endif
 #if defined(__x86_64__) || defined(__i386__)
 static inline float ember_opaque(float v) { __asm__ volatile("" : "+x"(v)); return v; }

@@ -698,9 +698,10 @@ module {
 // -----
 
 // RMS norm (the row read twice: one reduction loop, then the output loop): the output loop
-// walks one SIMD vector a chunk, each chunk recomputing rsqrt(sum / 64 + eps) from an opaque
-// copy of the row's sum (cpp_row_scalars: paces the row's stores). Without simd loops (NOVEC)
-// the rsqrt stays once a row.
+// walks chunks of EMBER_ROW_CHUNK(64) (one SIMD vector on AMD Zen, the row elsewhere), each
+// chunk recomputing rsqrt(sum / 64 + eps) from an opaque copy of the row's sum
+// (cpp_row_scalars: paces the row's stores). Without simd loops (NOVEC) the rsqrt stays once
+// a row.
 // NOVEC-LABEL: func.func private @rms_norm
 // NOVEC-NOT: ember_opaque(
 // NOVEC: ember.symbol = "rms_norm"
@@ -709,13 +710,13 @@ module {
 // SRC:         float [[ACC:acc[0-9]+]] = 0.0f;
 // SRC-NEXT:    float [[ACC]]_l[2 * EMBER_VEC_F32] = {};
 // SRC:         [[ACC]] = [[ACC]] + [[ACC]]_l[0];
-// SRC:         for (int64_t [[C:i1_[0-9]+_c]] = 0; [[C]] < 64; [[C]] += EMBER_VEC_F32) {
+// SRC:         for (int64_t [[C:i1_[0-9]+_c]] = 0; [[C]] < 64; [[C]] += EMBER_ROW_CHUNK(64)) {
 // SRC-NEXT:      const float [[V:acc[0-9]+_v]] = ember_opaque([[ACC]]);
 // SRC-NEXT:      const float [[M:t[0-9]+]] = ([[V]] / 64.0f);
 // SRC-NEXT:      const float [[E:t[0-9]+]] = ([[M]] + {{.*}});
 // SRC-NEXT:      const float [[R:t[0-9]+]] = (float)(1 / std::sqrt([[E]]));
 // SRC-NEXT:      #pragma omp simd
-// SRC-NEXT:      for (int64_t [[O:i1_[0-9]+_o]] = 0; [[O]] < EMBER_VEC_F32; ++[[O]]) {
+// SRC-NEXT:      for (int64_t [[O:i1_[0-9]+_o]] = 0; [[O]] < EMBER_ROW_CHUNK(64); ++[[O]]) {
 // SRC-NEXT:        const int64_t [[J:i1_[0-9]+]] = ([[C]] + [[O]]);
 // SRC:             out0[(({{i0_[0-9]+}} * 64) + [[J]])] =
 #rm0 = affine_map<(d0, d1) -> (d0, d1)>

@@ -546,13 +546,14 @@ def test_row_scalars_recomputed_per_vector(tmp_path, monkeypatch, cols):
     x, w = t(40, cols) * 3, t(cols)
     x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), 0.0
     prelude, ((sym, src, res, ins),) = lower(import_kernel(fn, [x, w], "reduction"))
-    m = re.search(r"for \(int64_t (\w+)_c = 0; \1_c < %d; \1_c \+= EMBER_VEC_F32\) \{\n"
+    m = re.search(r"for \(int64_t (\w+)_c = 0; \1_c < %d; \1_c \+= EMBER_ROW_CHUNK\(%d\)\) \{\n"
                   r"\s*const float (acc\d+)_v = ember_opaque\(\2\);\n"
                   r"(\s*const float t\d+ = .*\n)*?\s*const float t\d+ = \(float\)\(1 / std::sqrt"
-                  % cols, src)
+                  % (cols, cols), src)
     assert m, src
-    lanes = (f"for (int64_t {m.group(1)}_o = 0; {m.group(1)}_o < EMBER_VEC_F32;" if cols % 16 == 0
-             else f"std::min<int64_t>({m.group(1)}_c + EMBER_VEC_F32, {cols})")
+    chunk = f"EMBER_ROW_CHUNK({cols})"
+    lanes = (f"for (int64_t {m.group(1)}_o = 0; {m.group(1)}_o < {chunk};" if cols % 16 == 0
+             else f"std::min<int64_t>({m.group(1)}_c + {chunk}, {cols})")
     assert lanes in src, src
     assert src.count("std::sqrt(") == 2, src          # once a row (unused: dropped) and a chunk
     monkeypatch.setattr(emitter, "recompute_row_scalars", lambda root: 0)
