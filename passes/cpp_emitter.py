@@ -55,7 +55,8 @@ class _Emitter:
         args = tensor_args(func.regions[0].blocks[0])
         self.bufs = {a: f"in{i}" for i, a in enumerate(args)}
         self.lang = CppLang()
-        self.b = ExprBuilder(s, self.lang, self.bufs, reduce_hook=self.reduce)
+        self.b = ExprBuilder(s, self.lang, self.bufs, reduce_hook=self.reduce,
+                              reciprocal_sums=True)
         self.nloop = 0
 
     def var(self, g):

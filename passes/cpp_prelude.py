@@ -18,13 +18,23 @@ static inline bool ember_split_rows(int64_t rows) {
 }
 // The SIMD width in floats of the machine the unit is built for (-march=native), and a float
 // the compiler must treat as unknown each time it is read (no asm is emitted): a row's output
-// loop walks chunks of one vector, each recomputing the row's scalars (cpp_row_scalars.py).
+// loop may walk chunks of one vector, each recomputing the row's scalars (EMBER_ROW_CHUNK).
 #if defined(__AVX512F__)
 #define EMBER_VEC_F32 16
 #elif defined(__AVX__)
 #define EMBER_VEC_F32 8
 #else
 #define EMBER_VEC_F32 4
+#endif
+// A row's output loop after its one reduction loop walks chunks of EMBER_ROW_CHUNK(n) of its n
+// elements, each recomputing the row's scalars (cpp_row_scalars.py): one vector on AMD Zen,
+// where stores paced by that work retire faster than stores back to back; the whole row (the
+// scalars once a row) elsewhere: on an Intel Xeon the paced loop is the slower one.
+#if defined(__znver1__) || defined(__znver2__) || defined(__znver3__) || defined(__znver4__) || \
+    defined(__znver5__)
+#define EMBER_ROW_CHUNK(n) EMBER_VEC_F32
+#else
+#define EMBER_ROW_CHUNK(n) (n)
 #endif
 #if defined(__x86_64__) || defined(__i386__)
 static inline float ember_opaque(float v) { __asm__ volatile("" : "+x"(v)); return v; }
@@ -99,13 +109,17 @@ template <typename T> static inline T ember_min(T a, T b) { return (a < b || a !
 static inline float ember_i2f(int32_t i) { float f; __builtin_memcpy(&f, &i, 4); return f; }
 static inline int32_t ember_f2i(float f) { int32_t i; __builtin_memcpy(&i, &f, 4); return i; }
 static inline float ember_exp(float x) {
-  float xc = x > 89.0f ? 89.0f : x;          // NaN fails both compares and stays NaN
-  xc = xc < -105.0f ? -105.0f : xc;
+  // x is not clamped: a select of a constant (x > 89 ? 89 : x) is a branch g++ threads through
+  // the caller's arithmetic under trapping math (sigmoid's 1 / (1 + exp(-x)) got a second
+  // vector divide). n is clamped as an integer instead (integer min/max: no branch), and the
+  // out-of-range results are chosen last; the bits are those of the clamped form.
   const float magic = 12582912.0f;           // 1.5 * 2^23: adding it rounds to an integer
-  float k = xc * 1.44269504088896341f + magic;
+  float k = x * 1.44269504088896341f + magic;
   float n = k - magic;
   int32_t ni = ember_f2i(k) - 0x4B400000;     // n as an integer (its low mantissa bits)
-  float r = xc - n * 0.693359375f;           // Cody-Waite: ln2 = C1 + C2
+  ni = ni < -160 ? -160 : ni;                 // keeps the exponent fields below in range
+  ni = ni > 160 ? 160 : ni;
+  float r = x - n * 0.693359375f;            // Cody-Waite: ln2 = C1 + C2
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500E-4f;
   p = p * r + 1.3981999507E-3f;
@@ -116,7 +130,9 @@ static inline float ember_exp(float x) {
   float y = p * (r * r) + r + 1.0f;
   // 2^n in two factors: results in the subnormal range round once, x > 88.72 gives inf.
   int32_t a = ni >> 1, b = ni - a;
-  return y * ember_i2f((a + 127) << 23) * ember_i2f((b + 127) << 23);
+  y = y * ember_i2f((a + 127) << 23) * ember_i2f((b + 127) << 23);
+  y = x > 89.0f ? INFINITY : y;              // NaN fails both compares and stays NaN
+  return x < -105.0f ? 0.0f : y;
 }
 static inline float ember_log(float x) {
   int32_t ux = ember_f2i(x);

@@ -19,13 +19,19 @@ pacing costs 5-10%, with a third pass over the row it gains nothing, and in laye
 kernel (two reduction loops) it lost 10-18% (1.13-1.20 -> 1.31-1.34 ms): a kernel with a
 second reduction loop keeps its scalars once a row.
 
+Where (cpp_prelude's EMBER_ROW_CHUNK): the chunk is one vector on AMD Zen cores, where the
+above was measured; elsewhere it is the whole row, so the scalars are computed once a row. On
+the 2-vCPU Intel Xeon (AVX-512, AMX) the paced loop is the slower one: rms_norm 4096x1024
+kernel alone, one thread, CPU min of 60: paced 1.28-1.65 ms, once a row 1.14-1.17, Inductor's
+kernel 1.39-1.66.
+
 Invariant: only constant locals (Lets) of the row's scope that the output loop reads and that
 depend on an accumulator declared in that scope are recomputed, from the same accumulator
 values, by the same expressions (no loads, no target text): the results are bit for bit those
 of the unchunked loop. A loop is left as it is when those expressions hold more than arith
 ops, conversions and square roots (`_cheap`). The chunk loop covers the output loop's range
-exactly (a static trip count; the chunk's loop runs one vector's lanes, the last chunk cut at
-the row's end unless 16 divides the row)."""
+exactly (a static trip count; the chunk's loop runs the chunk's elements, the last chunk cut
+at the row's end unless 16 divides the row)."""
 from __future__ import annotations
 
 from .kernel_ir import (CONVERT, INT, Const, Decl, If, Let, Load, Loop, Op, Raw, Scope, Store, Var,
@@ -33,7 +39,6 @@ from .kernel_ir import (CONVERT, INT, Const, Decl, If, Let, Load, Loop, Op, Raw,
 
 _ROOT_TYPES = ("f32", "f64")       # accumulator types ember_opaque takes
 _CHEAP = (CONVERT, "math.sqrt", "math.rsqrt")
-VEC = Var("EMBER_VEC_F32")         # the prelude's SIMD width in floats
 _ALL_WIDTHS = 16                   # a row that 16 divides is cut exactly by every width (4, 8, 16)
 
 
@@ -77,21 +82,22 @@ def _output_loop(s) -> "int | None":
 
 
 def _chunked(loop: Scope, trip: int, roots: dict, chain: list) -> Scope:
-    """`loop` walked in chunks of EMBER_VEC_F32, each chunk recomputing `chain` (Lets, in
-    order) from opaque copies of the accumulators `roots` (name -> dtype)."""
+    """`loop` walked in chunks of EMBER_ROW_CHUNK(trip), each chunk recomputing `chain` (Lets,
+    in order) from opaque copies of the accumulators `roots` (name -> dtype)."""
     lp = loop.loop
     c = f"{lp.var}_c"
-    chunk = Scope({c}, Loop(c, Const(0, INT), Const(trip, INT), VEC))
+    step = Var(f"EMBER_ROW_CHUNK({trip})")
+    chunk = Scope({c}, Loop(c, Const(0, INT), Const(trip, INT), step))
     copies = {r: Var(f"{r}_v") for r in roots}
     chunk.stmts = [Let(f"{r}_v", ty, Raw(f"ember_opaque({r})")) for r, ty in roots.items()]
     chunk.stmts += [Let(x.name, x.dtype, _subst(x.value, copies)) for x in chain]
     if trip % _ALL_WIDTHS == 0:
-        # a constant trip count (one vector): the element index is the chunk's plus the lane
+        # a constant trip count (a whole chunk): the element index is the chunk's plus the lane
         o = f"{lp.var}_o"
-        inner = Scope({o}, Loop(o, Const(0, INT), VEC))
+        inner = Scope({o}, Loop(o, Const(0, INT), step))
         inner.stmts = [Let(lp.var, "index", fold_index("add", Var(c), Var(o)))] + loop.stmts
     else:
-        inner = Scope(loop.binds, Loop(lp.var, Var(c), Const(trip, INT), span=VEC))
+        inner = Scope(loop.binds, Loop(lp.var, Var(c), Const(trip, INT), span=step))
         inner.stmts = loop.stmts
     inner.pragmas = loop.pragmas
     chunk.stmts.append(inner)

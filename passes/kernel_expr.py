@@ -56,6 +56,7 @@ from .ir_queries import (CMPF, CMPI, indexing_maps, int_array, is_reduction, op_
 from .kernel_ir import (CHECK_INDEX, INT, Const, Let, Load, Op, Printer, Raw, Scope, Var,
                         deps_of, fold_index, int_value)
 from .kernel_schedule import KernelSchedule, Unschedulable
+from .softmax_sums import divides_by_own_sum
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,9 +101,13 @@ class Lang:  # documentation of the protocol; targets subclass or duck-type it
 
 class ExprBuilder:
     def __init__(self, sched: KernelSchedule, lang, buffers: dict,
-                 reduce_hook: Optional[Callable] = None):
+                 reduce_hook: Optional[Callable] = None, reciprocal_sums: bool = False):
         self.sched, self.lang, self.buffers = sched, lang, buffers
         self.reduce_hook = reduce_hook
+        # f32 `x / sum(x)` (softmax's normalization) as `x * (1 / sum(x))`, the reciprocal
+        # once per row: what eager's CPU softmax computes (`tmp_sum = 1 / tmp_sum` then a
+        # multiply, SoftMaxKernel.cpp); a vector divide per element is the row's dearest op.
+        self.reciprocal_sums = reciprocal_sums
         self.stack = [Scope()]
         self.preamble: list = []   # loop-free locals (constants); render before stack[0]
         self.memo: dict = {}
@@ -486,6 +491,12 @@ class ExprBuilder:
             lt = self.bind(self.op("arith.cmpf.olt", [x, zero], "i1", [xt, xt]), x.deps, "i1")
             e = self.op("arith.select", [lt, zero, x], ty, ["i1", xt, xt])
             return self.bind(e, x.deps, ty)
+        if name == "arith.divf" and ty == "f32" and self.reciprocal_sums and \
+                divides_by_own_sum(op):
+            x, total = (self.scalar(a, ctx) for a in op.operands)
+            inv = self.bind(self.op("arith.divf", [self.constant(1.0, ty), total], ty, [ty, ty]),
+                            total.deps, ty)
+            return self.bind(self.op("arith.mulf", [x, inv], ty, [ty, ty]), x.deps | inv.deps, ty)
         args = [self.scalar(a, ctx) for a in op.operands]
         kind = name
         if name in ("arith.cmpf", "arith.cmpi"):

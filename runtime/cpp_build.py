@@ -25,12 +25,24 @@ CXX = "g++"     # the default; the CXX environment variable overrides it (runtim
 # cpu_bench kernels): -march=native is what pays: gelu/sigmoid chain 2^22 10.2 ms vs 197 ms for
 # the x86-64 baseline, softmax 4096x1024 3.7 vs 99 ms, layer_norm 1.57 vs 2.40 ms. -O2 and -O3
 # run alike (10.2/6.2-10.2, 3.68/3.75, 1.57/1.59 ms) and build alike (0.4-0.7 s a graph, noise
-# of the shared machine); -mprefer-vector-width=512 gains nothing on this (double-pumped)
-# AVX-512. So: -O3 -march=native, and the cache key carries the machine (machine_identity).
+# of the shared machine); -mprefer-vector-width=512 changes nothing there (g++ picks 512-bit
+# vectors for Zen 4 already). So: -O3 -march=native, and the cache key carries the machine
+# (machine_identity).
 # -fwrapv: signed integer overflow wraps, as eager's integers do; without it g++ folds
 # `(a + b) < b` to `a < 0` (fuzz seed 27 index 801: int64 6 + (2^63 - 2) < (2^63 - 2) was False,
 # eager True).
+# -mprefer-vector-width=512 (x86 only: other targets' compilers reject it): g++ 12 tunes Intel
+# cores with AVX-512 (here -march=native reads as rocketlake) for 256-bit vectors, so every loop
+# ran at half Inductor's width (its at::vec::Vectorized<float> has 16 lanes). Measured on the
+# 2-vCPU Intel Xeon (AVX-512 + AMX), one thread, the kernels alone: chain 4.87 -> 4.25 ms
+# (Inductor's .so 4.22), softmax 3.33 -> 2.62 ms (2.67). On AMD Zen 4 g++ picks 512 already.
+# Not -fno-trapping-math: with it g++ computes both arms of a select instead of masking each
+# (the chain kernel 4.08 -> 3.60 ms on the Intel Xeon), but it also changes results: torch's
+# floor division tests its zero's sign as `q == 0 && 1 / q < 0`, and with the flag g++ lost
+# that test's -0.0: `0 // -2.5` came out +0.0 (fuzz seed 41 index 4202).
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
 CXX_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fno-math-errno", "-fwrapv", "-fopenmp",
+                              *(("-mprefer-vector-width=512",) if _X86 else ()),
                               "-shared", "-fPIC", "-std=c++17")
 
 # Per-process counters; tests read them to prove a cache hit did not invoke the compiler.

@@ -57,19 +57,23 @@
 
 // Softmax: rows in parallel; max and sum as simd reductions; exp inlined. The max propagates
 // NaN through a flag reduced with | (a compare-select under `max` vectorizes; the user-defined
-// nanmax reduction does not). The sum loop keeps each exp in a row the output loop reads.
+// nanmax reduction does not). The sum loop keeps each exp in a row the output loop reads,
+// which multiplies it by the sum's reciprocal, taken once a row (eager's CPU softmax); the
+// sum accumulates in two vectors of lanes, added as a tree (cpp_lane_sums).
 // CHECK-LABEL: func.func private @softmax
 // CHECK-SAME: #pragma omp parallel for\0A  for (int64_t [[R:i0_[0-9]+]] = 0; [[R]] < 4096; ++[[R]])
 // CHECK-SAME: float [[MAX:acc[0-9]+]] = (-INFINITY);\0A    int [[NAN:nan[0-9]+]] = 0;\0A    #pragma omp simd reduction(max:[[MAX]]) reduction(|:[[NAN]])
 // CHECK-SAME: [[MAX]] = [[X:x[0-9]+]] > [[MAX]] ? [[X]] : [[MAX]];\0A      [[NAN]] |= ([[X]] != [[X]]);
 // CHECK-SAME: if ([[NAN]]) [[MAX]] = NAN;
-// CHECK-SAME: float [[SUM:acc[0-9]+]] = 0.0f;\0A    alignas(64) float [[ROW:row_t[0-9]+]][{{[0-9]+}}];\0A    #pragma omp simd reduction(+:[[SUM]])
+// CHECK-SAME: float [[SUM:acc[0-9]+]] = 0.0f;\0A    alignas(64) float [[ROW:row_t[0-9]+]][{{[0-9]+}}];\0A    float [[SUM]]_l[2 * EMBER_VEC_F32] = {};
 // CHECK-SAME: - [[MAX]]);
 // CHECK-SAME: [[E:t[0-9]+]] = (float)ember_exp(
 // CHECK-SAME: [[ROW]][{{i1_[0-9]+}}] = [[E]];
-// CHECK-SAME: #pragma omp simd\0A    for
-// CHECK-SAME: = [[ROW]][{{i1_[0-9]+}}];
-// CHECK-SAME: / [[SUM]]);
+// CHECK-SAME: [[SUM]]_l[{{i1_[0-9]+_o}}] = t{{[0-9]+}};
+// CHECK-SAME: [[SUM]] = [[SUM]] + [[SUM]]_l[0];
+// CHECK-SAME: const float [[INV:t[0-9]+]] = (1.0f / [[SUM]]);\0A    #pragma omp simd\0A    for
+// CHECK-SAME: [[V:t[0-9]+]] = [[ROW]][{{i1_[0-9]+}}];
+// CHECK-SAME: = ([[V]] * [[INV]]);
 // CHECK-SAME: ember.symbol = "softmax"
 
 // Layer norm: mean and variance reductions; rsqrt hoisted out of the inner loop (per row).
@@ -694,9 +698,10 @@ module {
 // -----
 
 // RMS norm (the row read twice: one reduction loop, then the output loop): the output loop
-// walks one SIMD vector a chunk, each chunk recomputing rsqrt(sum / 64 + eps) from an opaque
-// copy of the row's sum (cpp_row_scalars: paces the row's stores). Without simd loops (NOVEC)
-// the rsqrt stays once a row.
+// walks chunks of EMBER_ROW_CHUNK(64) (one SIMD vector on AMD Zen, the row elsewhere), each
+// chunk recomputing rsqrt(sum / 64 + eps) from an opaque copy of the row's sum
+// (cpp_row_scalars: paces the row's stores). Without simd loops (NOVEC) the rsqrt stays once
+// a row.
 // NOVEC-LABEL: func.func private @rms_norm
 // NOVEC-NOT: ember_opaque(
 // NOVEC: ember.symbol = "rms_norm"
@@ -705,13 +710,13 @@ module {
 // SRC:         float [[ACC:acc[0-9]+]] = 0.0f;
 // SRC-NEXT:    float [[ACC]]_l[2 * EMBER_VEC_F32] = {};
 // SRC:         [[ACC]] = [[ACC]] + [[ACC]]_l[0];
-// SRC:         for (int64_t [[C:i1_[0-9]+_c]] = 0; [[C]] < 64; [[C]] += EMBER_VEC_F32) {
+// SRC:         for (int64_t [[C:i1_[0-9]+_c]] = 0; [[C]] < 64; [[C]] += EMBER_ROW_CHUNK(64)) {
 // SRC-NEXT:      const float [[V:acc[0-9]+_v]] = ember_opaque([[ACC]]);
 // SRC-NEXT:      const float [[M:t[0-9]+]] = ([[V]] / 64.0f);
 // SRC-NEXT:      const float [[E:t[0-9]+]] = ([[M]] + {{.*}});
 // SRC-NEXT:      const float [[R:t[0-9]+]] = (float)(1 / std::sqrt([[E]]));
 // SRC-NEXT:      #pragma omp simd
-// SRC-NEXT:      for (int64_t [[O:i1_[0-9]+_o]] = 0; [[O]] < EMBER_VEC_F32; ++[[O]]) {
+// SRC-NEXT:      for (int64_t [[O:i1_[0-9]+_o]] = 0; [[O]] < EMBER_ROW_CHUNK(64); ++[[O]]) {
 // SRC-NEXT:        const int64_t [[J:i1_[0-9]+]] = ([[C]] + [[O]]);
 // SRC:             out0[(({{i0_[0-9]+}} * 64) + [[J]])] =
 #rm0 = affine_map<(d0, d1) -> (d0, d1)>

@@ -178,7 +178,8 @@ GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "kernel_wi
               "cpp_row_values.py", "cpp_row_split.py", "cpp_row_scalars.py", "cpp_prelude.py", "triton_prelude.py",
               "triton_lang.py", "triton_combiners.py", "triton_blocks.py", "triton_writer.py",
               "triton_source.py", "triton_matmul.py", "ember_lower_to_triton.py",
-              "ember_lower_to_cpp.py", "cpp_split_loops.py", "cpp_sweeps.py", "cpp_lane_sums.py"]
+              "ember_lower_to_cpp.py", "cpp_split_loops.py", "cpp_sweeps.py", "cpp_lane_sums.py",
+              "softmax_sums.py"]
 # functions that return code text (a printed node, a spelled constant or header)
 _TEXT_FUNCS = {"identity", "round_to", "render_stmt", "render_loop", "literal", "show", "extent",
                "runtime_extent", "config_text", "render"}

@@ -462,6 +462,45 @@ def test_softmax_keeps_row_of_exp(tmp_path):
         assert rel_err(out[ok], ref[ok]) < (1e-6 if on_stack else 1e-5), cols
 
 
+def test_softmax_multiplies_by_reciprocal(tmp_path):
+    """f32 softmax's `e / sum(e)` (e = exp(x - max(x)), so every sum is at least 1) is
+    `e * (1 / sum)`: one divide a row, as eager's CPU softmax computes it (SoftMaxKernel.cpp),
+    over the last dim or another, bf16 included; a 1024-column row's sum loop, which keeps
+    its exps in a row, sums in lanes (cpp_lane_sums). Divisions the rule does not prove safe keep
+    their per-element divide: by another value's sum, by a sum of exps without the max
+    shift (its sum may underflow and 1 / sum overflow), in f64."""
+    x = t(16, 300) * 4
+    x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), -float("inf")
+    wide = t(8, 1024) * 4      # 1024 columns: the sum loop keeps its row and sums in lanes
+    wide[1, 5], wide[2, 7], wide[3, :] = float("nan"), float("inf"), -float("inf")
+    for fn, args, tol in ((lambda a: torch.softmax(a, -1), [x], 1e-6),
+                          (lambda a: torch.softmax(a, -1), [wide], 1e-6),
+                          (lambda a: torch.softmax(a, 0), [x[:, :40].contiguous()], 1e-6),
+                          (lambda a: torch.softmax(a, -1), [x.bfloat16()], 1e-2)):
+        prelude, ((sym, src, res, _),) = lower(import_kernel(fn, args, "reduction"))
+        assert re.search(r"const float t\d+ = \(1\.0f / acc\d+\);", src), src
+        assert not re.search(r"\(t\d+ / acc\d+\)", src), src
+        assert ("_l[2 * EMBER_VEC_F32]" in src) == (args[0] is wide), src
+        lib, _ = build(tmp_path, prelude + src)
+        out, = run_kernel(lib, sym, args, res)
+        ref = fn(*args)
+        assert torch.equal(torch.isnan(out), torch.isnan(ref))
+        ok = ~torch.isnan(ref)
+        assert rel_err(out[ok].float(), ref[ok].float()) < tol
+    y = t(16, 77).abs() + 1
+    for fn, args in ((lambda a, b: a / b.sum(-1, keepdim=True), [x, y]),
+                     (lambda a: a.exp() / a.exp().sum(-1, keepdim=True), [y]),
+                     (lambda a: torch.softmax(a, -1), [x.double()])):
+        prelude, ((sym, src, res, ins),) = lower(import_kernel(fn, args, "reduction"))
+        assert re.search(r"\(\w+ / acc\d+\)", src), src
+        lib, _ = build(tmp_path, prelude + src)
+        out, = run_kernel(lib, sym, match_args(args, ins), res)
+        ref = fn(*args)
+        ok = torch.isfinite(ref)
+        assert torch.equal(out[~ok].nan_to_num(), ref[~ok].nan_to_num())
+        assert rel_err(out[ok], ref[ok]) < 1e-6
+
+
 @pytest.mark.parametrize("case", ["softmax", "layer_norm", "rms_norm"])
 def test_few_rows_split_across_threads(tmp_path, case):
     """cpp_row_split: 3 long rows get a second version of the row loop, each row split across
@@ -507,13 +546,14 @@ def test_row_scalars_recomputed_per_vector(tmp_path, monkeypatch, cols):
     x, w = t(40, cols) * 3, t(cols)
     x[1, 5], x[2, 7], x[3, :] = float("nan"), float("inf"), 0.0
     prelude, ((sym, src, res, ins),) = lower(import_kernel(fn, [x, w], "reduction"))
-    m = re.search(r"for \(int64_t (\w+)_c = 0; \1_c < %d; \1_c \+= EMBER_VEC_F32\) \{\n"
+    m = re.search(r"for \(int64_t (\w+)_c = 0; \1_c < %d; \1_c \+= EMBER_ROW_CHUNK\(%d\)\) \{\n"
                   r"\s*const float (acc\d+)_v = ember_opaque\(\2\);\n"
                   r"(\s*const float t\d+ = .*\n)*?\s*const float t\d+ = \(float\)\(1 / std::sqrt"
-                  % cols, src)
+                  % (cols, cols), src)
     assert m, src
-    lanes = (f"for (int64_t {m.group(1)}_o = 0; {m.group(1)}_o < EMBER_VEC_F32;" if cols % 16 == 0
-             else f"std::min<int64_t>({m.group(1)}_c + EMBER_VEC_F32, {cols})")
+    chunk = f"EMBER_ROW_CHUNK({cols})"
+    lanes = (f"for (int64_t {m.group(1)}_o = 0; {m.group(1)}_o < {chunk};" if cols % 16 == 0
+             else f"std::min<int64_t>({m.group(1)}_c + {chunk}, {cols})")
     assert lanes in src, src
     assert src.count("std::sqrt(") == 2, src          # once a row (unused: dropped) and a chunk
     monkeypatch.setattr(emitter, "recompute_row_scalars", lambda root: 0)
