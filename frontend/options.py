@@ -303,7 +303,10 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     if backend.name == "triton":
         split = VARIANCE_PASS + "," + split
     externs = "ember-convert-externs" + _convert_externs_options(target)
+    # C++: no result written over a buffer its kernel reads through a reshape (slower there:
+    # passes/ember_buffer_reuse.py, option reshape-in-place)
+    reuse = "print-plan=true" + (" reshape-in-place=false" if backend.lang == "cpp" else "")
     return (f"builtin.module({externs},ember-library-views,{layout}{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
-            f"ember-buffer-reuse{{print-plan=true}},{lower})")
+            f"ember-buffer-reuse{{{reuse}}},{lower})")

@@ -12,6 +12,7 @@ kept as it was; an accumulator becomes an array over the block's columns. The or
 additions into each accumulator is the order of the rows, as before."""
 from __future__ import annotations
 
+from .cpp_row_chunks import chunk_rows
 from .cpp_sweeps import merge_sweeps
 from .kernel_ir import (INT, Assign, Const, Decl, Let, Line, Load, Loop, Op, OmpPragma, Scope,
                         Store, Var, deps_of, int_value, walk)
@@ -93,8 +94,9 @@ def block_columns(root: Scope, show, simd: bool = True) -> int:
     """Rewrites each top-level column-shaped loop of `root` (see the module docstring), its
     column loops `simd` or not; returns how many it rewrote. `show`: the C++ printer (for the
     one line it writes, the last block's column count)."""
-    done = 0
-    for k, top in enumerate(root.stmts):
+    done, stmts = 0, []
+    for top in root.stmts:
+        stmts.append(top)
         if not isinstance(top, Scope):
             continue
         lp = top.loop      # a plain `for (j = 0; j < bound; ++j)`
@@ -104,8 +106,9 @@ def block_columns(root: Scope, show, simd: bool = True) -> int:
             continue
         new = _rewrite(top, lp.var, lp.stop, simd, show)
         if new is not None:
-            root.stmts[k] = new
+            stmts[-1:] = new if isinstance(new, list) else [new]
             done += 1
+    root.stmts = stmts
     return done
 
 
@@ -118,14 +121,16 @@ def block_inner_columns(parent: Scope, loop: Scope, show, simd: bool = True) -> 
     if lp is None or int_value(lp.start) != 0 or int_value(lp.step) != 1 or \
             lp.span is not None or loop.pragmas:
         return False
-    new = _rewrite(loop, lp.var, lp.stop, simd, show)
+    new = _rewrite(loop, lp.var, lp.stop, simd, show, chunks=False)
     if new is None:
         return False
     parent.stmts[next(k for k, x in enumerate(parent.stmts) if x is loop)] = new
     return True
 
 
-def _rewrite(top: Scope, j: str, bound, simd: bool, show):
+def _rewrite(top: Scope, j: str, bound, simd: bool, show, chunks: bool = True):
+    """The column-block loop for `top`, or (`chunks`) the statements of its row-chunk form
+    (cpp_row_chunks) where that applies; None if `top` is not column-shaped."""
     row_vars: set = set()
 
     def scan(stmts) -> bool:
@@ -146,6 +151,11 @@ def _rewrite(top: Scope, j: str, bound, simd: bool, show):
 
     if not scan(top.stmts) or not row_vars or not _column_shaped(top.stmts, j, row_vars):
         return None
+    if chunks:
+        plan = chunk_rows(top, j, bound, merge_sweeps(top.stmts)[0], simd)
+        if plan is not None:
+            blocked = _rewrite(plan[-1], j, bound, simd, show, chunks=False)
+            return plan[:-1] + [blocked if blocked is not None else plan[-1]]
     jb, jj, jn = f"{j}_b", f"{j}_l", f"{j}_n"
     block = COLUMN_BLOCK
     static = int_value(bound)

@@ -8,8 +8,23 @@ PRELUDE = r"""// ember C++ kernels (generated)
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdlib>
 #include <algorithm>
 #include <omp.h>
+// Scratch memory for a kernel's partial results (cpp_row_chunks: the column sums of each chunk
+// of rows): one buffer per calling thread, grown when a kernel needs more, kept for the next call.
+namespace {
+struct EmberScratch { void* p = nullptr; int64_t cap = 0; ~EmberScratch() { std::free(p); } };
+}
+static inline void* ember_scratch(int64_t bytes) {
+  static thread_local EmberScratch s;
+  if (bytes > s.cap) {
+    std::free(s.p);
+    s.cap = (bytes + 4095) / 4096 * 4096;
+    s.p = std::aligned_alloc(64, s.cap);
+  }
+  return s.p;
+}
 // Whether a row-wise kernel of `rows` rows walks its rows one by one, each row loop split across
 // the threads (passes/cpp_row_split.py): when the rows do not spread evenly over the threads.
 static inline bool ember_split_rows(int64_t rows) {

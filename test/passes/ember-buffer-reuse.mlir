@@ -1,5 +1,6 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-buffer-reuse{in-place=false})' | FileCheck %s --check-prefixes=CHECK,NOINPLACE
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-buffer-reuse)' | FileCheck %s --check-prefixes=CHECK,INPLACE
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-buffer-reuse{reshape-in-place=false})' | FileCheck %s --check-prefix=NORESHAPE
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-buffer-reuse{alignment=256 in-place=false})' | FileCheck %s --check-prefix=ALIGN256
 // RUN: not ember-opt %s --pass-pipeline='builtin.module(ember-buffer-reuse{alignment=48})' 2>&1 | FileCheck %s --check-prefix=BADALIGN
 
@@ -216,6 +217,12 @@ func.func @main(%x: tensor<4x2xf32>) -> (tensor<4x2xf32>, tensor<4xcomplex<f32>>
 // CHECK:       %[[M:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", ember.offsets = array<i64: 0>, params = {}}
 // NOINPLACE:   %[[G:.*]] = call @gelu_3d(%[[M]]) {ember.offsets = array<i64: 512>}
 // INPLACE:     %[[G:.*]] = call @gelu_3d(%[[M]]) {ember.offsets = array<i64: 0>}
+// With reshape-in-place=false (the C++ target's pipeline) the GELU gets a buffer of its own.
+// NORESHAPE-LABEL: func.func private @gelu_3d
+// NORESHAPE:       func.func @main
+// NORESHAPE-SAME:  attributes {ember.arena_bytes = 1024 : i64, ember.unplanned_bytes = 1536 : i64}
+// NORESHAPE:       %[[M:.*]] = "ember.extern"(%arg0, %arg1) {callee = "aten.mm", ember.offsets = array<i64: 0>, params = {}}
+// NORESHAPE:       call @gelu_3d(%[[M]]) {ember.offsets = array<i64: 512>}
 // NOINPLACE:   %[[T:.*]] = call @expand_transpose(%[[G]]) {ember.offsets = array<i64: 0>}
 // INPLACE:     %[[T:.*]] = call @expand_transpose(%[[G]]) {ember.offsets = array<i64: 512>}
 // CHECK:       call @gelu_3d(%{{.*}}) {ember.offsets = array<i64: -1>}

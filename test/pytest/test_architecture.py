@@ -175,7 +175,7 @@ def test_each_target_maps_to_one_backend():
 GENERATORS = ["kernel_ir.py", "kernel_expr.py", "kernel_schedule.py", "kernel_windows.py",
               "reduction_body.py",
               "ir_queries.py", "cpp_lang.py", "cpp_emitter.py", "cpp_column_blocks.py",
-              "cpp_row_values.py", "cpp_row_split.py", "cpp_row_scalars.py", "cpp_prelude.py", "triton_prelude.py",
+              "cpp_row_chunks.py", "cpp_row_values.py", "cpp_row_split.py", "cpp_row_scalars.py", "cpp_prelude.py", "triton_prelude.py",
               "triton_lang.py", "triton_combiners.py", "triton_blocks.py", "triton_writer.py",
               "triton_source.py", "triton_matmul.py", "ember_lower_to_triton.py",
               "ember_lower_to_cpp.py", "cpp_split_loops.py", "cpp_sweeps.py", "cpp_lane_sums.py",

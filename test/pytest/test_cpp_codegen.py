@@ -423,6 +423,32 @@ def test_column_sweeps_walk_rows_once(tmp_path):
     assert len(re.findall(r"for \(int64_t (i\d+_\d+) = 0; \1 < 300; \+\+\1\)", src)) == 2, src
 
 
+def test_column_sums_walk_row_chunks(tmp_path):
+    """cpp_row_chunks: a GELU backward stored beside its bias gradient, and a layer-norm
+    weight/bias gradient over [B, S, C] beside its output, over enough rows walk fixed chunks of
+    rows in memory order (a parallel loop over a constant count of chunks, a simd loop over all
+    the columns inside, the sums into per-chunk partials in ember_scratch), then add the
+    partials in chunk order per column (a column-block loop over the chunks). The same values as
+    torch; the chunk count is a constant of the source (results do not depend on the threads).
+    Below MIN_ELEMENTS the column blocks stay (test_column_reductions_walk_rows_outside)."""
+    src = check(tmp_path, lambda x, b, g: _gelu_bwd_and_sum(g, x + b),
+                [t(512, 384) * 2, t(384), t(512, 384).flip(0)], "reduction")
+    assert "ember_scratch(" in src and "omp_get_num_threads" not in src, src
+    assert re.search(r"#pragma omp parallel for\n\s*for \(int64_t (i\d+_\d+_c) = 0; \1 < 16; "
+                     r"\+\+\1\)", src), src
+    # rows of a chunk in order, all 384 columns inside, contiguous
+    assert re.search(r"for \(int64_t (i\d+_\d+) = \(i\d+_\d+_c \* 32\); \1 < std::min<int64_t>"
+                     r"\(\(i\d+_\d+_c \* 32\) \+ 32, 512\); \+\+\1\) \{\n\s*#pragma omp simd\n"
+                     r"\s*for \(int64_t (i\d+_\d+) = 0; \2 < 384; \+\+\2\)", src), src
+    assert src.count("ember_erf(") == 1, src
+    # the combining loop: column blocks over the 16 chunks' partial sums
+    assert re.search(r"acc\d+_sum = \(acc\d+_v\[i\d+_\d+_l\] \+ acc\d+_p\[", src), src
+    src = check(tmp_path, lambda a, b, w, c: ((a + b) * w, ((a + b) * c).sum((0, 1)),
+                                              (a + b).sum((0, 1))),
+                [t(4, 128, 136), t(4, 128, 136), t(136), t(4, 128, 136)], "reduction")
+    assert src.count("ember_scratch(") == 1 and "_c < 4;" in src, src
+
+
 def test_inner_loop_split_at_head_dim(tmp_path):
     """cpp_split_loops: a pointwise inner loop whose operands are read at `c / 64` and `c % 64`
     (heads * head_dim) becomes a loop over the heads around a simd loop over head_dim, whose

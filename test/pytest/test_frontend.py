@@ -101,7 +101,8 @@ def test_target_resolution_and_pipeline():
     assert default_pipeline(o, "cpu") == (
         "builtin.module(ember-convert-externs,ember-library-views,"
         "ember-fuse{max-group-size=7 target=cpu explain=true},"
-        "canonicalize,ember-buffer-reuse{print-plan=true},ember-lower-to-cpp)")
+        "canonicalize,ember-buffer-reuse{print-plan=true reshape-in-place=false},"
+        "ember-lower-to-cpp)")
     assert "ember-fuse{max-group-size=7 target=triton explain=true}" in default_pipeline(o, "cuda")
     assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton)")
     assert default_pipeline(CompileOptions(pipeline="builtin.module(x)"), "cpu") == \

@@ -415,10 +415,10 @@ def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
     ref = _LMHead()
     ids = torch.randint(0, 4096, (4, 32))
     default = default_pipeline(CompileOptions(target="cpu"), "cpu")
-    assert "ember-buffer-reuse{print-plan=true}" in default
+    assert "ember-buffer-reuse{print-plan=true" in default
     # (off by default: passes/ember_buffer_reuse.py `own_min_bytes`)
-    on = default.replace("ember-buffer-reuse{print-plan=true}",
-                         "ember-buffer-reuse{print-plan=true own-min-bytes=1048576}")
+    on = default.replace("ember-buffer-reuse{print-plan=true",
+                         "ember-buffer-reuse{print-plan=true own-min-bytes=1048576")
 
     def step(fwd, m):
         for p in m.parameters():
@@ -430,8 +430,8 @@ def test_backward_frees_early_large_buffers_before_the_gradients_pile_up():
     plans = {}
     for own in (True, False):
         pipeline = on if own else default.replace(
-            "ember-buffer-reuse{print-plan=true}",
-            "ember-buffer-reuse{print-plan=true own-min-bytes=-1}")
+            "ember-buffer-reuse{print-plan=true",
+            "ember-buffer-reuse{print-plan=true own-min-bytes=-1")
         model = copy.deepcopy(ref)
         torch._dynamo.reset()
         clear_reports()
@@ -515,8 +515,8 @@ def test_own_allocations_beside_donated_saved_activations_keep_eager_gradients()
     ref = _GatedStack()
     ids = torch.randint(0, 512, (2, 16))
     default = default_pipeline(CompileOptions(target="cpu"), "cpu")
-    pipeline = default.replace("ember-buffer-reuse{print-plan=true}",
-                               "ember-buffer-reuse{print-plan=true own-min-bytes=0}")
+    pipeline = default.replace("ember-buffer-reuse{print-plan=true",
+                               "ember-buffer-reuse{print-plan=true own-min-bytes=0")
     assert pipeline != default
     model = copy.deepcopy(ref)
     torch._dynamo.reset()
