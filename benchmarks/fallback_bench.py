@@ -1,16 +1,20 @@
-"""What an eager fallback costs on the CPU: ember vs eager, timed in alternation (medians).
+"""What an eager fallback costs: ember vs eager, timed in alternation (medians), on the CPU
+(target cpu) or a GPU (`--device cuda`: target triton, CUDA-synchronised timings).
 
-Cases:
-  all_eager  every op falls back (bessel_j0 -> sort -> topk): ember must be within 5% of eager.
-  sandwich   matmul+GELU, then bessel_j0 (unsupported), then matmul+bias+tanh: the unsupported op
-             runs eagerly inside one compiled program; ember must be within 5% of eager or faster.
+Cases (`opaque` is a custom op that no compiler can look into, bessel_j0 run by torch, with a
+second such op as its gradient: what a user's unsupported op looks like; the ATen ops these
+cases used before, bessel_j0, sort, topk, digamma, all compile now):
+  all_eager  every op falls back (opaque -> opaque -> opaque): ember must be within 5% of eager.
+  all_eager_small  the same on 16x64: the per-call cost of the fallback path itself.
+  sandwich   matmul+GELU, then `opaque`, then matmul+bias+tanh: the unsupported op runs eagerly
+             inside one compiled program; ember must be within 5% of eager or faster.
   deep       12 such blocks on 32x64: per-call glue, where one program per graph pays off.
-  deep_compiled  the same blocks with sin (which compiles) in place of bessel_j0: the
+  deep_compiled  the same blocks with sin (which compiles) in place of `opaque`: the
              difference to `deep` is what the fallback itself costs.
-  sandwich_train  the same module with digamma (whose gradient, polygamma, falls back too),
-             forward + backward.
+  sandwich_train  the same module, forward + backward (the gradient op falls back too).
 
     python benchmarks/fallback_bench.py [--cases all_eager,sandwich] [--repeats 30] [--json out.json]
+        [--device cuda]
 """
 from __future__ import annotations
 
@@ -26,14 +30,40 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import interleaved_median_ms, rel_err  # noqa: E402
 
 
+@torch.library.custom_op("ember_bench::opaque", mutates_args=())
+def opaque(x: torch.Tensor) -> torch.Tensor:
+    return torch.special.bessel_j0(x)
+
+
+@opaque.register_fake
+def _opaque_fake(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("ember_bench::opaque_grad", mutates_args=())
+def opaque_grad(x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+    return -torch.special.bessel_j1(x) * grad
+
+
+@opaque_grad.register_fake
+def _opaque_grad_fake(x, grad):
+    return torch.empty_like(x)
+
+
+def _opaque_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+opaque.register_autograd(lambda ctx, grad: opaque_grad(ctx.saved_tensors[0], grad),
+                         setup_context=_opaque_setup)
+
+
 def all_eager(x):
-    y = torch.special.bessel_j0(x)
-    s, _ = torch.sort(y, dim=-1)
-    return torch.topk(s, 8, dim=-1).values
+    return opaque(opaque(opaque(x)))
 
 
 class Sandwich(torch.nn.Module):
-    def __init__(self, d=512, op=torch.special.bessel_j0):
+    def __init__(self, d=512, op=opaque):
         super().__init__()
         self.a = torch.nn.Linear(d, d)
         self.b = torch.nn.Linear(d, d)
@@ -45,11 +75,14 @@ class Sandwich(torch.nn.Module):
         return torch.tanh(self.b(h) + h)
 
 
-def digamma_shifted(x):
-    return torch.special.digamma(x.abs() + 1)   # differentiable (polygamma): a real backward
+def cases(names, device="cpu"):
+    out = _cases(names)
+    return {k: (fn.to(device) if isinstance(fn, torch.nn.Module) else fn,
+                tuple(t.to(device) for t in inputs), train)
+            for k, (fn, inputs, train) in out.items()}
 
 
-def cases(names):
+def _cases(names):
     torch.manual_seed(0)
     out = {}
     if "all_eager" in names:
@@ -66,7 +99,7 @@ def cases(names):
                                                       for _ in range(12)]).eval(),
                                 (torch.randn(32, 64),), False)
     if "sandwich_train" in names:
-        m = Sandwich(op=digamma_shifted)
+        m = Sandwich()
         x = torch.randn(1024, 512)
         out["sandwich_train"] = (m, (x,), True)
     return out
@@ -91,13 +124,15 @@ def main():
     p.add_argument("--cases", default="all_eager,all_eager_small,sandwich,deep,deep_compiled,sandwich_train")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--json")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = p.parse_args()
+    target = "triton" if args.device == "cuda" else "cpu"
     import ember
     rows = []
-    for name, (fn, inputs, train) in cases(args.cases.split(",")).items():
+    for name, (fn, inputs, train) in cases(args.cases.split(","), args.device).items():
         torch._dynamo.reset()
         ember.clear_reports()
-        compiled = torch.compile(fn, backend="ember", options={"target": "cpu"})
+        compiled = torch.compile(fn, backend="ember", options={"target": target})
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             ref = step(fn, train)(*inputs)
@@ -109,8 +144,8 @@ def main():
         step(floor, train)(*inputs)
         eager_ms, ember_ms, floor_ms = interleaved_median_ms(
             [step(fn, train), step(compiled, train), step(floor, train)], *inputs,
-            repeats=args.repeats)
-        row = {"case": name, "eager_ms": round(eager_ms, 4), "ember_ms": round(ember_ms, 4),
+            repeats=args.repeats, device=args.device)
+        row = {"case": name, "device": args.device, "eager_ms": round(eager_ms, 4), "ember_ms": round(ember_ms, 4),
                "ratio": round(ember_ms / eager_ms, 3), "dynamo_eager_ms": round(floor_ms, 4),
                "rel_err": rel_err(out, ref),
                "warnings": len(ours),
