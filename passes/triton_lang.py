@@ -6,7 +6,8 @@ type rounds through that type, so decompositions that round on purpose match eag
 
 In kernels that read or write a bf16/f16 tensor, transcendental functions, division and
 square root are prelude helpers (`_ember_exp`, ...) with two bodies chosen when the generated
-module is imported (f32/f64 kernels use Triton's fast versions: an f32 result within an ulp or
+module is imported (division and square root take them in f32 kernels too: see `op`; f32/f64
+kernels' transcendental functions are Triton's fast versions: an f32 result within an ulp or
 two of eager's is what any compiler gives, and the chain over 2^28 runs 0.549 instead of
 0.591 ms on an H200). Compiled for a GPU they are the
 correctly-rounded or vendor-library versions eager's kernels use (`libdevice` on CUDA, `ocml`
@@ -272,8 +273,12 @@ class TritonLang:
                 else f"({args[0]} {sym} {args[1]})"
         if kind in ("arith.divf", "math.sqrt"):
             # f64 `/` and sqrt are IEEE already; f32 (and 16-bit, computed in f32) take the
-            # correctly rounded helpers, as eager's kernels divide.
-            if rtype == "f64" or not self.precise:
+            # correctly rounded helpers, as eager's kernels divide — in f32 kernels too, not
+            # only where a 16-bit result needs them (`precise`): Triton's `/` is `div.full`
+            # (2 ulps) and `tl.sqrt` `sqrt.approx`, while CUDA C++ (eager) divides and takes
+            # square roots correctly rounded; one per element costs nothing next to the
+            # memory traffic, and f32 average pooling (`sum / count`) gives eager's bits.
+            if rtype == "f64":
                 return f"({args[0]} / {args[1]})" if kind == "arith.divf" else f"tl.sqrt({args[0]})"
             return f"_ember_div({args[0]}, {args[1]})" if kind == "arith.divf" \
                 else f"_ember_sqrt({args[0]})"

@@ -60,7 +60,7 @@ func.func private @pool_nhwc(%arg0: tensor<4x32x32x64xbf16>) -> tensor<4x16x16x6
 // CHECK:         [[ACC:acc[0-9]+]] = tl.full([XBLOCK], 0.0, tl.float32)
 // CHECK-NEXT:    for rindex in tl.static_range(4):
 // CHECK:             [[ACC]] = [[ACC]] + {{.*}}
-// CHECK:         {{t[0-9]+}} = ({{red[0-9]+}} / 4.0)
+// CHECK:         {{t[0-9]+}} = _ember_div({{red[0-9]+}}, 4.0)
 // CHECK-NEXT:    tl.store(out0 + {{.*}}, mask=xmask)
 // CHECK-NOT:     RBLOCK
 // CPP-LABEL: // ----- kernel @avg_nhwc

@@ -59,7 +59,7 @@ func.func private @ember_fused_add_gelu_0(%arg0: tensor<8x32xf32>, %arg1: tensor
 // CHECK-SAME: _ember_nanmax_reduce(tl.where(xmask & rmask, x{{[0-9]+}}, float(\22-inf\22)), 1)
 // CHECK-SAME: tl.exp(
 // CHECK-SAME: tl.sum(
-// CHECK-SAME: / red
+// CHECK-SAME: _ember_div(t{{[0-9]+}}, red
 // CHECK-SAME: tl.store(out0
 // CHECK-SAME: XBLOCK=16, RBLOCK=64, num_warps=8
 // LOOP-LABEL: func.func private @ember_fused_softmax_0
