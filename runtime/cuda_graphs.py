@@ -222,6 +222,11 @@ class GraphedProgram:
         if self.stats is not None:
             self.stats["ungraphed_calls"] = self.ungraphed_calls
 
+    def _pooled_placed(self, inputs) -> bool:
+        """Whether the pooled inputs lie where they lay at the capture."""
+        return list(map(torch.Tensor.data_ptr, map(
+            inputs.__getitem__, self._pooled_idx))) == self._pooled_ptrs
+
     def _in_use(self) -> bool:
         """Whether an alias handed out by the previous replay is still alive."""
         return any(map(operator.gt, map(torch._C._storage_Use_Count, self._guard_cdata),
@@ -229,8 +234,7 @@ class GraphedProgram:
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if self._graph is not None:
-            if self._evicted and list(map(torch.Tensor.data_ptr, map(
-                    inputs.__getitem__, self._pooled_idx))) == self._pooled_ptrs:
+            if self._evicted and self._pooled_placed(inputs):
                 # an earlier member of the shared pool found an output of ours alive: leave
                 # it (once the pooled inputs are where they were, not while their producer
                 # runs without its graph)
@@ -239,8 +243,10 @@ class GraphedProgram:
                 if not self._recapture(inputs):
                     return self._run(*inputs)
             family = self._family
+            # (pooled inputs elsewhere: _replay runs without the graph or captures anew)
             clash = (family.clashing(self._seq, self._pooled_spans)
-                     if family is not None and family.alive_after(self._seq) else None)
+                     if family is not None and family.alive_after(self._seq)
+                     and self._pooled_placed(inputs) else None)
             if clash:
                 # A later capture of the shared pool lent an output still alive (a `.grad`
                 # kept past the next forward, gradients of autograd.grad held): it may lie
