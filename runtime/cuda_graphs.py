@@ -171,6 +171,7 @@ class GraphedProgram:
         self._private = not share_pool
         self._pooled_spans: dict[int, int] = {}
         self._evicted = False
+        self._shared_bytes = 0      # what its captures into a shared pool reserved there
         self._plan_replay()
 
     def _plan_replay(self) -> None:
@@ -348,14 +349,19 @@ class GraphedProgram:
         _clear_blas_workspaces()
         # (in a shared pool: what this capture added to it)
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
-        if self.stats is not None:
-            self.stats["graph_pool_bytes"] = self.pool_bytes
         self._graph = graph
         if family is None and not self._private and self._guarded:
             # a training forward: its backward (and an optimizer step after it) may join
             family = PoolFamily(graph.pool(), anchor=graph)
         if family is not None:
             self._family, self._seq = family, family.next_seq()
+            self._shared_bytes += self.pool_bytes
+        if self.stats is not None:
+            # what this program's captures reserved: those into a shared pool stay reserved
+            # with it (a recapture adds to them), a private pool goes with its graph
+            self.stats["graph_pool_bytes"] = self._shared_bytes + (
+                0 if family is not None else self.pool_bytes)
+        if family is not None:
             family.captured(self.pool_bytes, self.stats)
         self._in_pool = _pool_views(self._static_out, [static[i] for i, _ in self._pooled],
                                     [i for i, _ in self._pooled])
