@@ -66,6 +66,12 @@ _POOLED: set[int] = set()
 _FAMILY_OF: dict[int, PoolFamily] = {}
 
 
+def _on_host(t: torch.Tensor) -> bool:
+    """A host tensor (the CPU tests of the shared pool's control flow, on fake graphs, treat
+    CPU tensors as device ones)."""
+    return t.device.type == "cpu"
+
+
 def _unpool(ptrs: set[int]) -> None:
     _POOLED.difference_update(ptrs)
     for p in ptrs:
@@ -287,7 +293,7 @@ class GraphedProgram:
             return self._replay(inputs)
         if self._failed:
             return self._run(*inputs)
-        if any(t.device.type == "cpu" and i not in self._unread for i, t in enumerate(inputs)):
+        if any(_on_host(t) and i not in self._unread for i, t in enumerate(inputs)):
             # A host tensor (efficient attention's philox seed and offset) would be read once,
             # at capture, and its value baked into every replay.
             self._failed = True
@@ -310,7 +316,7 @@ class GraphedProgram:
     def _capture(self, inputs: Sequence[torch.Tensor]) -> None:
         static = []
         for i, t in enumerate(inputs):
-            if t.device.type == "cpu":       # unread (checked above): passed as it is
+            if _on_host(t):       # unread (checked above): passed as it is
                 static.append(t)
             elif not self._no_pool and t.untyped_storage().data_ptr() in _POOLED:
                 static.append(t)
@@ -392,17 +398,23 @@ class GraphedProgram:
 
     def _pick_family(self, static) -> PoolFamily | None:
         """The shared pool this capture goes into: that of the graphs whose guarded outputs
-        it reads in place (a backward: its forward's; an optimizer step: its backward's),
-        when they all lie in one; a graph that left one (or a recapture of a member) stays
-        in the pool it was in; none for a graph that lends nothing and reads no pool (an
-        inference graph: its own pool)."""
+        it reads in place (a backward: its forward's; an optimizer step: its backward's);
+        where they lie in several (graph breaks: a backward's gradient input lent by the next
+        graph's backward), the one most of its pooled bytes lie in: any is safe, as the
+        pooled inputs of the others are their own graphs' to guard. A recapture of a member
+        stays in its pool; none for a graph that left one, or that reads no pool and lends
+        nothing (an inference graph: its own pool)."""
         if self._private:
             return None
         if self._family is not None:
             return self._family
-        found = {id(f): f for f in (_FAMILY_OF.get(static[i].untyped_storage().data_ptr())
-                                    for i, _ in self._pooled) if f is not None}
-        return next(iter(found.values())) if len(found) == 1 else None
+        found: dict[int, list] = {}
+        for i, _ in self._pooled:
+            st = static[i].untyped_storage()
+            f = _FAMILY_OF.get(st.data_ptr())
+            if f is not None:
+                found.setdefault(id(f), [f, 0])[1] += st.nbytes()
+        return max(found.values(), key=lambda e: e[1])[0] if found else None
 
     def _recapture(self, inputs: Sequence[torch.Tensor]) -> bool:
         """A new capture (a few at most); False: run without the graph."""
