@@ -14,7 +14,8 @@ pool was alive at its capture, which holds for everything registered before it (
 output is held from its capture on: by its graph, then, once the graph lets it go, by the
 family itself for as long as a caller holds it) and fails for a guarded output registered
 after it (a later capture may have put it where this one's temporaries go) that a caller
-still holds. `alive_after(seq)` says whether one is; the member then runs without its graph.
+still holds. `alive_after(seq)` says whether one is (`clashing` names the registrations); the
+member then runs without its graph, and the member that lent it is made to leave the pool.
 Outputs that are not guarded are copied out of the pool by the replay that made them, and
 written-back ones are copied into their inputs right after, before any other replay: those
 need no check. The storages a member reads in place (its pooled inputs) are excluded by the
