@@ -238,6 +238,7 @@ def ember_summary() -> dict:
 "graphs": len(reports), "statuses": sorted({r.get("status") for r in reports}),
             "kernels": sum(r.get("num_kernels", 0) for r in reports),
             "externs": sum(r.get("num_externs", 0) for r in reports),
+            # each capture's new bytes: a pool the graphs of a step share counts once
             "graph_pool_bytes": sum(r.get("graph_pool_bytes", 0) for r in reports),
             "ungraphed_calls": sum(r.get("ungraphed_calls", 0) for r in reports),
             "eager_fallback_ops": sorted(set(ops))}

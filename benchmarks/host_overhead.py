@@ -146,6 +146,13 @@ def graphed(outputs: int, calls: int) -> dict[str, float]:
     out["forward"] = _median_us(lambda: fwd(*fin), calls)
     bwd, bin_ = state(outputs, 150, 150, 3)
     out["backward"] = _median_us(lambda: bwd(*bin_), calls)
+    if hasattr(cg, "PoolFamily"):   # one pool for the step: the forward checks the backward's
+        # gradients (150 storages, none alive) before each replay
+        fam = cg.PoolFamily(pool=(0, 0))
+        grads = [torch.empty(64).untyped_storage() for _ in range(150)]
+        fwd._family, fwd._seq = fam, fam.next_seq()
+        fam.register(fam.next_seq(), grads)
+        out["forward, shared pool"] = _median_us(lambda: fwd(*fin), calls)
     return out
 
 

@@ -15,8 +15,12 @@ What a row holds:
              user's first compile does; a later dtype's does not.
   warm_s     the same first call in a new process whose caches the cold run filled.
   peak_mb    GPU: the most memory allocated above what was allocated before the backend's first
-             call, over its warm-up calls (CUDA-graph pools included). CPU: the peak of one
-             call's allocations through torch's allocator (profiler memory events).
+             call, over steady-state calls after the warm-up (a CUDA-graph pool's blocks that
+             hold no live tensor are not allocated memory: see reserved_peak_mb). CPU: the
+             peak of one call's allocations through torch's allocator (profiler memory events).
+  reserved_peak_mb  GPU: the most memory reserved over the same calls above what was reserved
+             before the backend's first call (after emptying the cache): every CUDA-graph pool
+             counted once, with its free blocks, and the blocks the caching allocator keeps.
   kernels    per call, from the profiler: GPU kernels, memcpy and memset on the device; on the
              CPU only library (aten) calls are visible, generated C++ is not.
   rel_err    ||out - eager|| / ||eager|| (training: worst of the loss and the gradients, see
@@ -256,7 +260,9 @@ def run_model(name, dtypes, mode, backends, device, small, repeats, profile=Fals
                             p.grad = None
                     gc.collect()
                     torch.cuda.synchronize()
+                    torch.cuda.empty_cache()    # the previous backend's cached blocks
                     base = torch.cuda.memory_allocated()
+                    base_reserved = torch.cuda.memory_reserved()
                 t0 = time.perf_counter()
                 out = step()
                 sync(device)
@@ -276,8 +282,13 @@ def run_model(name, dtypes, mode, backends, device, small, repeats, profile=Fals
                         step()
                     torch.cuda.synchronize()
                     row["peak_mb"] = round((torch.cuda.max_memory_allocated() - base) / 2**20, 2)
+                    # reserved: every CUDA-graph pool once (its free blocks too), and what the
+                    # caching allocator keeps cached for eager's and Inductor's allocations
+                    row["reserved_peak_mb"] = round(
+                        (torch.cuda.max_memory_reserved() - base_reserved) / 2**20, 2)
                     if be in EMBER_MODES:   # the graph pools (the arena) and replays given up
                         late = ember_summary()
+                        # (each capture's new bytes: a pool shared by a step's graphs once)
                         row["graph_pool_mb"] = round(late.get("graph_pool_bytes", 0) / 2**20, 2)
                         row["ungraphed_calls"] = late.get("ungraphed_calls", 0)
                 steps[be] = step

@@ -326,7 +326,8 @@ def _ember_graphs() -> list[dict]:
         return []
     keys = ("graph_id", "status", "num_outputs", "output_bytes", "input_output_bytes",
             "saved_outputs", "planned_peak_bytes", "unplanned_peak_bytes", "runtime_arena_bytes",
-            "inputs_reused", "inputs_freed", "graph_pool_bytes", "ungraphed_calls")
+            "inputs_reused", "inputs_freed", "graph_pool_bytes", "shared_pool_bytes",
+            "shared_pool_graphs", "ungraphed_calls")
     out = []
     for r in reports:
         row = {k: r[k] for k in keys if k in r}
@@ -467,6 +468,10 @@ def _print(row):
                                    row["saved_by_shape"].items()))
     for g in row.get("graphs", []):
         print("   graph " + ", ".join(f"{k}={v}" for k, v in g.items()))
+    if row.get("graphs"):
+        # each capture's own new bytes: a pool shared by the step's graphs counts once
+        pools = sum(g.get("graph_pool_bytes", 0) for g in row["graphs"])
+        print(f"   graph pools {pools / MB:.2f} MB")
 
 
 def main(argv=None):

@@ -425,7 +425,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                torch.cuda.get_device_properties(device).total_memory)):
         from ..runtime.cuda_graphs import GraphedProgram
         compiled = GraphedProgram(compiled, unread_host_inputs=_unread_host_inputs(program),
-                                  written_inputs=written)
+                                  written_inputs=written,
+                                  share_pool=options.shared_graph_pool)
         summary["cudagraphs"] = True
     return compiled, summary
 

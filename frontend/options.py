@@ -45,6 +45,12 @@ class CompileOptions:
     cudagraphs: on a GPU, replay inference and training graphs as CUDA graphs (one launch per
       call instead of one per kernel; outputs are copied out of the graph's memory, except
       what is lent: runtime/cuda_graphs.py).
+    shared_graph_pool: with `cudagraphs`, a training step's graphs share one CUDA-graph memory
+      pool: the forward founds it, the backward that reads its saved activations and an
+      optimizer step that reads the backward's gradients are captured into it, so their
+      temporaries reuse the blocks the earlier captures freed (runtime/pool_family.py; a
+      replay finds no output a later capture lent still alive, or runs without its graph).
+      False captures every graph into a pool of its own.
     exact_low_precision: bf16/f16 layer norms run eager's own kernel (a library call) so that
       results match eager bit for bit where the rest does; False decomposes and fuses them
       (one memory pass fewer per norm; within bf16 rounding of eager, not identical).
@@ -101,6 +107,7 @@ class CompileOptions:
     fallback: bool = True
     pipeline: str | None = None
     cudagraphs: bool = True
+    shared_graph_pool: bool = True
     exact_low_precision: bool = True
     parallel_compile: bool = True
     program_cache: bool = True
@@ -132,7 +139,7 @@ class CompileOptions:
                 or self.max_group_size < 1):
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
-        for name in ("fallback", "cudagraphs", "exact_low_precision", "parallel_compile",
+        for name in ("fallback", "cudagraphs", "shared_graph_pool", "exact_low_precision", "parallel_compile",
                      "program_cache", "recompute", "donate_saved", "donate_gradients",
                      "fold_constants"):
             if not isinstance(getattr(self, name), bool):

@@ -31,6 +31,18 @@ replay writes them where they lie — the forward's pool, read in place, or a st
 into on every call — which is what donation allows; the warm-up before a capture runs on copies
 of them, since the capture itself runs nothing and its first replay must read their values.
 
+One pool for a training step (`share_pool`, the `shared_graph_pool` option): a forward that
+lends saved activations founds a shared pool (runtime/pool_family.py); a graph capturing with
+pooled inputs of that pool (its backward, then an optimizer step reading the gradients) is
+captured into it, so the caching allocator hands it the blocks the earlier captures freed (the
+forward's temporaries) instead of new memory. A replay writes what was free at its capture: it
+first checks that no guarded output of a LATER capture of its pool (one that may lie in its
+temporaries: a `.grad` kept past the next forward) is alive, apart from the pooled inputs it
+reads itself, and if one is, runs without the graph and has that later member leave the pool
+(a capture of its own at its next call); outputs a member no longer holds (a recapture, the
+member collected) stay guarded by the pool for as long as a caller holds them. A graph that
+lends nothing and reads no pool (inference, `no_grad`) keeps a pool of its own.
+
 Correctness first: a program given host (CPU) tensors is never captured, except those its
 steps never read (`unread_host_inputs`: an attention backward's philox seed without dropout); a call whose in-place
 input arrives with a different storage, or any capture failure, runs without the graph (and a
@@ -45,10 +57,25 @@ from typing import Callable, Sequence
 import torch
 
 from .fast_views import reinterpret
+from .pool_family import PoolFamily
 
 # Storage addresses of guarded (lent, liveness-checked) outputs of live graphs: a graph capturing
 # with an input in one of them reads it in place (see the module docstring).
 _POOLED: set[int] = set()
+# ... and the shared pool each lies in (runtime/pool_family.py), where its graph is in one
+_FAMILY_OF: dict[int, PoolFamily] = {}
+
+
+def _on_host(t: torch.Tensor) -> bool:
+    """A host tensor (the CPU tests of the shared pool's control flow, on fake graphs, treat
+    CPU tensors as device ones)."""
+    return t.device.type == "cpu"
+
+
+def _unpool(ptrs: set[int]) -> None:
+    _POOLED.difference_update(ptrs)
+    for p in ptrs:
+        _FAMILY_OF.pop(p, None)
 
 
 def _clear_blas_workspaces() -> None:
@@ -84,7 +111,7 @@ class GraphedProgram:
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset(),
-                 written_inputs: frozenset[int] = frozenset()):
+                 written_inputs: frozenset[int] = frozenset(), share_pool: bool = True):
         self._run = run
         if hasattr(run, "outputs_in_inputs"):
             # A backward's gradients planned in its donated inputs' memory: in a static input
@@ -136,7 +163,21 @@ class GraphedProgram:
         self._no_pool = False
         self.stats: dict | None = None   # a report to update: graph_pool_bytes, ungraphed_calls
         self._pool_ptrs: set[int] = set()
-        weakref.finalize(self, _POOLED.difference_update, self._pool_ptrs)
+        weakref.finalize(self, _unpool, self._pool_ptrs)
+        # The shared pool (runtime/pool_family.py): `share_pool` lets a training forward found
+        # one and a graph reading another's guarded outputs in place join its producer's;
+        # `_family`/`_seq`/`_reg`: the pool this capture lies in, its number there, its guarded
+        # storages registered there; `_foreign`: calls in a row that found a guarded output of
+        # a later capture of the pool alive (see STREAK); `_private`: captured alone from then on
+        self._share = share_pool
+        self._family: PoolFamily | None = None
+        self._seq = -1
+        self._reg = None
+        self._foreign = 0
+        self._private = not share_pool
+        self._pooled_spans: dict[int, int] = {}
+        self._evicted = False
+        self._shared_bytes = 0      # what its captures into a shared pool reserved there
         self._plan_replay()
 
     def _plan_replay(self) -> None:
@@ -188,6 +229,11 @@ class GraphedProgram:
         if self.stats is not None:
             self.stats["ungraphed_calls"] = self.ungraphed_calls
 
+    def _pooled_placed(self, inputs) -> bool:
+        """Whether the pooled inputs lie where they lay at the capture."""
+        return list(map(torch.Tensor.data_ptr, map(
+            inputs.__getitem__, self._pooled_idx))) == self._pooled_ptrs
+
     def _in_use(self) -> bool:
         """Whether an alias handed out by the previous replay is still alive."""
         return any(map(operator.gt, map(torch._C._storage_Use_Count, self._guard_cdata),
@@ -195,6 +241,41 @@ class GraphedProgram:
 
     def __call__(self, *inputs: torch.Tensor) -> list[torch.Tensor]:
         if self._graph is not None:
+            if self._evicted and self._pooled_placed(inputs):
+                # an earlier member of the shared pool found an output of ours alive: leave
+                # it (once the pooled inputs are where they were, not while their producer
+                # runs without its graph)
+                self._evicted = False
+                self._private = True
+                if not self._recapture(inputs):
+                    return self._run(*inputs)
+            family = self._family
+            # (pooled inputs elsewhere: _replay runs without the graph or captures anew)
+            clash = (family.clashing(self._seq, self._pooled_spans)
+                     if family is not None and family.alive_after(self._seq)
+                     and self._pooled_placed(inputs) else None)
+            if clash:
+                # A later capture of the shared pool lent an output still alive (a `.grad`
+                # kept past the next forward, gradients of autograd.grad held): it may lie
+                # where this graph's temporaries go. Run into fresh memory, and the member
+                # that lent it leaves the pool at its next call (a capture of its own); where
+                # none is left to (its outputs outlived its capture), this one leaves if that
+                # keeps happening.
+                self._ungraphed()
+                owners = [o for o in (r.owner() for r in clash
+                                      if not r.retired and r.owner is not None)
+                          if o is not None and o is not self]
+                for o in owners:
+                    o._evicted = True
+                self._foreign += 1
+                if owners or self._foreign < self.STREAK:
+                    return self._run(*inputs)
+                self._foreign = 0
+                self._private = True
+                if not self._recapture(inputs):
+                    return self._run(*inputs)
+            else:
+                self._foreign = 0
             if self._guard and self._in_use():
                 self._ungraphed()
                 self._live += 1
@@ -212,7 +293,7 @@ class GraphedProgram:
             return self._replay(inputs)
         if self._failed:
             return self._run(*inputs)
-        if any(t.device.type == "cpu" and i not in self._unread for i, t in enumerate(inputs)):
+        if any(_on_host(t) and i not in self._unread for i, t in enumerate(inputs)):
             # A host tensor (efficient attention's philox seed and offset) would be read once,
             # at capture, and its value baked into every replay.
             self._failed = True
@@ -235,7 +316,7 @@ class GraphedProgram:
     def _capture(self, inputs: Sequence[torch.Tensor]) -> None:
         static = []
         for i, t in enumerate(inputs):
-            if t.device.type == "cpu":       # unread (checked above): passed as it is
+            if _on_host(t):       # unread (checked above): passed as it is
                 static.append(t)
             elif not self._no_pool and t.untyped_storage().data_ptr() in _POOLED:
                 static.append(t)
@@ -247,6 +328,8 @@ class GraphedProgram:
                 static.append(torch.empty_like(t, memory_format=torch.contiguous_format))
                 self._copied.append(i)
         self._static_in = static
+        self._pooled_spans = {static[i].untyped_storage().data_ptr():
+                              static[i].untyped_storage().nbytes() for i, _ in self._pooled}
         for i in self._copied:
             static[i].copy_(inputs[i])
         # Warm up on a side stream (as torch.cuda.graphs recommends), then capture.
@@ -260,7 +343,8 @@ class GraphedProgram:
         split = getattr(self._run, "tail_split", None)
         self._tail = (split(self.TAIL_MIN_BYTES)
                       if split is not None and not self._lent and not self._pooled else None)
-        with torch.cuda.graph(graph):
+        family = self._pick_family(static)
+        with torch.cuda.graph(graph, pool=family.pool if family is not None else None):
             reserved = torch.cuda.memory_reserved()   # after the cache was emptied on entry
             if self._tail is None:
                 self._static_out = self._run(*static)
@@ -269,10 +353,22 @@ class GraphedProgram:
                 self._static_out = [None if j in self._tail[1] else self._static_vals[o]
                                     for j, o in enumerate(self._run.program.outputs)]
         _clear_blas_workspaces()
+        # (in a shared pool: what this capture added to it)
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
-        if self.stats is not None:
-            self.stats["graph_pool_bytes"] = self.pool_bytes
         self._graph = graph
+        if family is None and not self._private and self._guarded:
+            # a training forward: its backward (and an optimizer step after it) may join
+            family = PoolFamily(graph.pool(), anchor=graph)
+        if family is not None:
+            self._family, self._seq = family, family.next_seq()
+            self._shared_bytes += self.pool_bytes
+        if self.stats is not None:
+            # what this program's captures reserved: those into a shared pool stay reserved
+            # with it (a recapture adds to them), a private pool goes with its graph
+            self.stats["graph_pool_bytes"] = self._shared_bytes + (
+                0 if family is not None else self.pool_bytes)
+        if family is not None:
+            family.captured(self.pool_bytes, self.stats)
         self._in_pool = _pool_views(self._static_out, [static[i] for i, _ in self._pooled],
                                     [i for i, _ in self._pooled])
         for j in self._in_pool:
@@ -289,7 +385,36 @@ class GraphedProgram:
         self._pool_ptrs.update(storages)
         use = torch._C._storage_Use_Count
         self._guard = [(s, use(s._cdata)) for s in storages.values()]
+        if family is not None:
+            for p in storages:
+                _FAMILY_OF[p] = family
+            # (an output that is an input's storage lies in no pool)
+            ins = {t.untyped_storage().data_ptr() for t in self._static_in
+                   if isinstance(t, torch.Tensor)}
+            self._reg = family.register(self._seq, [s for p, s in storages.items()
+                                                    if p not in ins], weakref.ref(self))
+            weakref.finalize(self, family.retire, self._reg)
         self._plan_replay()
+
+    def _pick_family(self, static) -> PoolFamily | None:
+        """The shared pool this capture goes into: that of the graphs whose guarded outputs
+        it reads in place (a backward: its forward's; an optimizer step: its backward's);
+        where they lie in several (graph breaks: a backward's gradient input lent by the next
+        graph's backward), the one most of its pooled bytes lie in: any is safe, as the
+        pooled inputs of the others are their own graphs' to guard. A recapture of a member
+        stays in its pool; none for a graph that left one, or that reads no pool and lends
+        nothing (an inference graph: its own pool)."""
+        if self._private:
+            return None
+        if self._family is not None:
+            return self._family
+        found: dict[int, list] = {}
+        for i, _ in self._pooled:
+            st = static[i].untyped_storage()
+            f = _FAMILY_OF.get(st.data_ptr())
+            if f is not None:
+                found.setdefault(id(f), [f, 0])[1] += st.nbytes()
+        return max(found.values(), key=lambda e: e[1])[0] if found else None
 
     def _recapture(self, inputs: Sequence[torch.Tensor]) -> bool:
         """A new capture (a few at most); False: run without the graph."""
@@ -300,8 +425,15 @@ class GraphedProgram:
         self._tail = self._static_vals = None
         self._in_pool = {}
         self._pooled, self._guard = [], []
-        _POOLED.difference_update(self._pool_ptrs)
+        _unpool(self._pool_ptrs)
         self._pool_ptrs.clear()
+        if self._family is not None:
+            if self._reg is not None:   # the old outputs still lent stay guarded there
+                self._family.retire(self._reg)
+                self._reg = None
+            if self._private:
+                self._family = None
+            self._seq = -1
         try:
             self._capture(inputs)
         except Exception:  # noqa: BLE001 - as in the first capture: run without the graph

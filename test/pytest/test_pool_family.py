@@ -1,0 +1,279 @@
+"""The bookkeeping of a shared CUDA-graph pool (runtime/pool_family.py), on the CPU: which
+replays must run without their graph because a guarded output of a later capture of the pool
+is still alive. Storages here are CPU storages; their use counts behave as a GPU's do. Then
+GraphedProgram's control flow (join, guard, leave) on fake CUDA graphs."""
+import weakref
+
+import pytest
+import torch
+
+from ember.runtime.pool_family import PoolFamily
+
+
+class _Member:
+    """What a GraphedProgram holds of a capture: its static outputs and their storages."""
+
+    def __init__(self, family, n=2):
+        self.seq = family.next_seq()
+        self.static = [torch.empty(8) for _ in range(n)]
+        self.reg = family.register(self.seq, [t.untyped_storage() for t in self.static],
+                                   weakref.ref(self))
+
+    def lend(self):
+        """What a replay hands out: a new alias per guarded output."""
+        return [t.detach() for t in self.static]
+
+    def let_go(self, family):
+        """A recapture: the member drops its outputs; the family keeps the lent ones."""
+        family.retire(self.reg)
+        self.static = []
+
+
+def test_only_later_captures_outputs_stop_a_replay():
+    fam = PoolFamily(pool=(0, 1))
+    fwd, bwd = _Member(fam), _Member(fam)
+    assert not fam.alive_after(fwd.seq) and not fam.alive_after(bwd.seq)
+    acts = fwd.lend()       # saved activations: registered before the backward's capture
+    assert not fam.alive_after(bwd.seq)
+    grads = bwd.lend()      # gradients: the forward's temporaries may be under them
+    assert fam.alive_after(fwd.seq) and not fam.alive_after(bwd.seq)
+    clash = fam.clashing(fwd.seq, {})
+    assert [r.owner() for r in clash] == [bwd]
+    del grads[0]
+    assert fam.alive_after(fwd.seq)     # one is enough
+    grads.clear()
+    assert not fam.alive_after(fwd.seq)
+    del acts
+
+
+def test_pooled_inputs_read_in_place_do_not_clash():
+    """A storage of a later registration that lies within a pooled input the member reads
+    (same address, no larger: alive at its capture) is no clash; a larger one is."""
+    fam = PoolFamily(pool=(0, 1))
+    opt, later = _Member(fam), _Member(fam)
+    held = later.lend()
+    st = later.static[0].untyped_storage()
+    other = later.static[1].untyped_storage()
+    spans = {st.data_ptr(): st.nbytes(), other.data_ptr(): other.nbytes()}
+    assert fam.alive_after(opt.seq)
+    assert fam.clashing(opt.seq, spans) == []
+    spans[other.data_ptr()] = other.nbytes() - 4      # smaller than what lies there now
+    assert fam.clashing(opt.seq, spans) == [later.reg]
+    del held
+
+
+def test_a_member_that_lets_go_keeps_its_lent_outputs_guarded_until_they_die():
+    fam = PoolFamily(pool=(0, 1))
+    fwd, bwd = _Member(fam), _Member(fam)
+    grads = bwd.lend()
+    bwd.let_go(fam)                      # its recapture: the family holds the old storages
+    assert fam.registered == 4           # (the forward's two, held by the forward)
+    assert fam.alive_after(fwd.seq)
+    assert fam.clashing(fwd.seq, {}) == [bwd.reg] and bwd.reg.retired
+    grads.pop()
+    assert fam.alive_after(fwd.seq) and fam.registered == 3    # the dead one was dropped
+    grads.clear()
+    assert not fam.alive_after(fwd.seq) and fam.registered == 2
+    fam.retire(bwd.reg)                  # idempotent (the member's finalizer runs later)
+    assert fam.registered == 2
+
+
+def test_nothing_lent_nothing_alive_and_members_collected():
+    """A member collected while its aliases live: the finalizer retires its registration and
+    the family alone guards them; once they die, nothing is registered."""
+    fam = PoolFamily(pool=(0, 1))
+    fwd = _Member(fam)
+    bwd = _Member(fam)
+    weakref.finalize(bwd, fam.retire, bwd.reg)
+    grads = bwd.lend()
+    del bwd
+    assert fam.alive_after(fwd.seq)
+    grads.clear()
+    assert not fam.alive_after(fwd.seq) and fam.registered == 2     # the forward's
+    empty = fam.register(fam.next_seq(), [])
+    assert not fam.alive_after(fwd.seq) and empty.storages == []
+
+
+def test_shared_pool_bytes_reported_to_every_member():
+    fam = PoolFamily(pool=(0, 1))
+    r1, r2 = {}, {}
+    fam.captured(100, r1)
+    assert r1["shared_pool_bytes"] == 100 and r1["shared_pool_graphs"] == 1
+    fam.captured(30, r2)
+    fam.captured(5, r2)                  # a recapture into the pool: counted once more
+    assert r1["shared_pool_bytes"] == r2["shared_pool_bytes"] == 135
+    assert r1["shared_pool_graphs"] == 3
+
+
+def test_option_is_explicit():
+    from ember.frontend.options import CompileOptions, OptionsError
+    assert CompileOptions().shared_graph_pool is True
+    assert CompileOptions.from_user({"shared_graph_pool": False}).shared_graph_pool is False
+    try:
+        CompileOptions(shared_graph_pool="no")
+    except OptionsError:
+        pass
+    else:
+        raise AssertionError("a non-bool shared_graph_pool was accepted")
+
+
+# ---- GraphedProgram's control flow on fake CUDA graphs ------------------------------------
+class _FakeGraph:
+    """A capture records the program's call; a replay runs it again and copies its results
+    into the captured outputs (the memory a real replay writes). Pooled inputs the program
+    no longer holds are found among the programs' static outputs by address."""
+    capturing = None
+
+    def __init__(self):
+        self.again, self.static, self._pool = None, [], None
+
+    def pool(self):
+        return self._pool
+
+    def replay(self):
+        for s, o in zip(self.static, self.again()):
+            if s is not None:
+                s.copy_(o)
+
+
+class _Prog:
+    def __init__(self, fn, programs):
+        self.fn, self.programs = fn, programs
+
+    def __call__(self, *ins):
+        outs = self.fn(*ins)
+        g = _FakeGraph.capturing
+        if g is not None:
+            refs = [weakref.ref(t) for t in ins]
+            ptrs = [t.data_ptr() for t in ins]
+
+            def again():
+                args = [r() if r() is not None else next(
+                    o for p in self.programs for o in p._static_out
+                    if o is not None and o.data_ptr() == ptr) for r, ptr in zip(refs, ptrs)]
+                return self.fn(*args)
+            g.again, g.static = again, outs
+        return outs
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    import contextlib
+    import itertools
+
+    from ember.runtime import cuda_graphs as cg
+    ids = itertools.count(1)
+
+    @contextlib.contextmanager
+    def graph(g, pool=None):
+        g._pool = pool if pool is not None else (0, next(ids))
+        _FakeGraph.capturing = g
+        try:
+            yield
+        finally:
+            _FakeGraph.capturing = None
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+    monkeypatch.setattr(cg, "_on_host", lambda t: False)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 0)
+    return cg
+
+
+def _training_programs(cg, share=True, optimizer=False):
+    """A forward lending its saved activation (guarded), a backward reading it in place and
+    lending its gradient, optionally an 'optimizer' reading the gradient in place."""
+    programs = []
+    fwd = cg.GraphedProgram(_Prog(lambda x, w: [(x @ w).sum().reshape(1), torch.tanh(x @ w)],
+                                  programs), share_pool=share)
+    fwd.lend([], guarded=[1])
+    bwd = cg.GraphedProgram(_Prog(lambda s, g: [(1 - s * s).sum(0) * g], programs),
+                            share_pool=share)
+    bwd.lend([], guarded=[0])
+    programs += [fwd, bwd]
+    if optimizer:
+        opt = cg.GraphedProgram(_Prog(lambda g, w: [w - 0 * g.sum()], programs),
+                                share_pool=share)
+        programs.append(opt)
+    for k, p in enumerate(programs):
+        p.stats = {"graph_id": f"g{k}"}
+    return programs
+
+
+def _step(programs, x, w):
+    fwd, bwd = programs[:2]
+    _, saved = fwd(x, w)
+    (grad,) = bwd(saved, torch.ones(1))
+    del saved
+    torch.testing.assert_close(grad, (1 - torch.tanh(x @ w) ** 2).sum(0))
+    if len(programs) > 2:
+        programs[2](grad, w)
+    return grad
+
+
+def test_backward_joins_the_forwards_pool_and_leaves_it_when_its_gradient_is_kept(fake_cuda):
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    fwd, bwd, opt = progs = _training_programs(fake_cuda, optimizer=True)
+    for _ in range(4):
+        _step(progs, x, w)
+    assert fwd.captured and bwd.captured and opt.captured
+    assert fwd._family is not None and bwd._family is fwd._family and opt._family is fwd._family
+    assert (fwd._seq, bwd._seq, opt._seq) == (0, 1, 2)
+    assert fwd.stats["shared_pool_graphs"] == 3
+    assert fwd.ungraphed_calls == bwd.ungraphed_calls == opt.ungraphed_calls == 0
+    held = _step(progs, x, w)                  # the backward's gradient, kept
+    assert fwd._family.alive_after(fwd._seq) and not fwd._family.alive_after(bwd._seq)
+    _step(progs, x, w)                         # the forward must not replay over it
+    assert fwd.ungraphed_calls == 1 and bwd._evicted
+    del held
+    for _ in range(2):
+        _step(progs, x, w)
+    assert bwd._family is None and bwd._private and bwd.captured    # it left (one capture)
+    assert fwd._family is not None and fwd.captured
+    before = fwd.ungraphed_calls
+    held = _step(progs, x, w)                  # kept again: its pool is its own now
+    _step(progs, x, w)
+    assert fwd.ungraphed_calls == before
+    del held
+
+
+def test_a_gradient_kept_for_good_ends_with_private_pools(fake_cuda):
+    """Gradients kept step after step (autograd.grad results in a list): the backward stops
+    lending (its own guard), its old gradients stay guarded by the pool, and the forward,
+    clashing with nothing but those, leaves after STREAK calls; every value stays right and
+    every program ends captured."""
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    fwd, bwd, opt = progs = _training_programs(fake_cuda, optimizer=True)
+    for _ in range(4):
+        _step(progs, x, w)
+    kept = []
+    for _ in range(8):
+        g = _step(progs, x, w)
+        kept.append((g, g.clone()))
+        for a, b in kept:
+            assert torch.equal(a, b)
+    assert fwd.captured and bwd.captured and opt.captured
+    assert fwd._family is None and not bwd._guarded
+    n = (fwd.ungraphed_calls, bwd.ungraphed_calls)
+    for _ in range(2):
+        kept.append(_step(progs, x, w))
+    assert (fwd.ungraphed_calls, bwd.ungraphed_calls) == n
+
+
+def test_no_shared_pool_when_off(fake_cuda):
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    progs = _training_programs(fake_cuda, share=False)
+    for _ in range(5):
+        _step(progs, x, w)
+    assert all(p.captured and p._family is None for p in progs)
+    assert progs[1]._pooled         # still reads the forward's pool in place
+    assert "shared_pool_bytes" not in progs[0].stats
