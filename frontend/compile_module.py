@@ -426,7 +426,12 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         from ..runtime.cuda_graphs import GraphedProgram
         compiled = GraphedProgram(compiled, unread_host_inputs=_unread_host_inputs(program),
                                   written_inputs=written,
-                                  share_pool=options.shared_graph_pool)
+                                  # a training step's forward and backward share one pool;
+                                  # other graphs (an optimizer step reading the gradients in
+                                  # place) keep their own: with a compiled model and AdamW step
+                                  # sharing all three gave parameters off by ~lr on an H100
+                                  share_pool=options.shared_graph_pool
+                                  and kind in ("forward", "backward"))
         summary["cudagraphs"] = True
     return compiled, summary
 

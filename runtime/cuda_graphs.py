@@ -33,8 +33,9 @@ of them, since the capture itself runs nothing and its first replay must read th
 
 One pool for a training step (`share_pool`, the `shared_graph_pool` option): a forward that
 lends saved activations founds a shared pool (runtime/pool_family.py); a graph capturing with
-pooled inputs of that pool (its backward, then an optimizer step reading the gradients) is
-captured into it, so the caching allocator hands it the blocks the earlier captures freed (the
+pooled inputs of that pool (its backward; the frontend lets only a training forward and
+backward share, frontend/compile_module.py: an optimizer step reading the gradients keeps
+its own pool) is captured into it, so the caching allocator hands it the blocks the earlier captures freed (the
 forward's temporaries) instead of new memory. A replay writes what was free at its capture: it
 first checks that no guarded output of a LATER capture of its pool (one that may lie in its
 temporaries: a `.grad` kept past the next forward) is alive, apart from the pooled inputs it

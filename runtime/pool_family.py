@@ -3,8 +3,9 @@ them from overwriting each other's outputs (runtime/cuda_graphs.py uses it; no C
 bookkeeping is tested on the CPU).
 
 A training forward founds a family (its pool); its backward, which reads the forward's saved
-activations in place, is captured into the same pool, and so is an optimizer step that reads
-the backward's gradients in place. The caching allocator then hands a later capture the
+activations in place, is captured into the same pool (an optimizer step that reads the
+backward's gradients in place could too; the frontend keeps it in a pool of its own: see
+frontend/compile_module.py). The caching allocator then hands a later capture the
 blocks an earlier capture freed (the forward's temporaries): the backward's temporaries and
 gradients cost no new memory where the forward's temporaries were.
 

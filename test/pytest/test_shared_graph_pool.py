@@ -199,10 +199,12 @@ def test_autograd_grad_results_held_across_a_second_forward(graphs):
     assert fwd.ungraphed_calls >= 1
 
 
-def test_adamw_step_compiled_joins_the_pool_and_matches_eager(graphs):
-    """Model and AdamW step both compiled: the step reads the backward's gradients in place and
-    is captured into the same pool; the parameters after six steps are eager's (rounding of
-    the fused step grows to ~1e-4; a stale or overwritten value would be off by ~lr)."""
+def test_adamw_step_compiled_keeps_its_own_pool_and_matches_eager(graphs):
+    """Model and AdamW step both compiled: the step reads the backward's gradients in place but
+    is captured into a pool of its own (only a forward and its backward share one: with the
+    step in the shared pool too, the parameters came out off by ~lr on an H100); the
+    parameters after six steps are eager's (rounding of the fused step grows to ~1e-4; a stale
+    or overwritten value would be off by ~lr)."""
     model, ref = _pair(_mlp)
     f = torch.compile(model, backend="ember")
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, ref)]
@@ -217,11 +219,9 @@ def test_adamw_step_compiled_joins_the_pool_and_matches_eager(graphs):
             m.zero_grad(set_to_none=True)
     _close_params(model, ref, rtol=1e-3, atol=5e-4)
     fwd, bwd = _roles(graphs)
-    # the step's graph(s) reading the gradients in place
-    opt = [g for g in graphs if g.captured and _kind(g) not in ("forward", "backward")
-           and g._pooled]
-    assert opt and all(g._family is fwd._family and g._seq > bwd._seq for g in opt), \
-        [(_kind(g), len(g._pooled), g._seq) for g in graphs]
+    assert fwd._family is not None and bwd._family is fwd._family
+    opt = [g for g in graphs if g.captured and _kind(g) not in ("forward", "backward")]
+    assert all(g._family is None for g in opt), [(_kind(g), g._seq) for g in graphs]
     assert fwd.ungraphed_calls == bwd.ungraphed_calls == 0
 
 
