@@ -204,6 +204,8 @@ def _backward(f32_sum: bool):
         off = _offsets_of(indices, params)
         if off is not None and tuple(off.shape) != tuple(grad_output.shape):
             off = None
+        if off is not None:
+            return _backward_by_residue(grad_output, off, x, params, f32_sum)
         pos = None
         if off is None:     # indices from elsewhere: compare them with h * W + w
             pos = torch.arange(H, device=dev, dtype=torch.int64)[:, None] * W + \
@@ -232,6 +234,70 @@ def _backward(f32_sum: bool):
             return torch.zeros_like(x)
         return acc.to(x.dtype)
     return run
+
+
+def _shifted(t, a: int, b: int, q_h: int, q_w: int, value):
+    """`t` ([..., OH, OW]) moved down by `a` rows and right by `b` columns into a [..., q_h,
+    q_w] grid: t[..., q - a, q' - b] at (q, q'), `value` where that lies outside `t`; None
+    where nothing of `t` lands in the grid."""
+    OH, OW = t.shape[-2:]
+    hi_h, hi_w = q_h - a - OH, q_w - b - OW
+    if OH + hi_h <= 0 or OW + hi_w <= 0 or a >= q_h or b >= q_w:
+        return None
+    if hi_h < 0 or hi_w < 0:
+        t = t[..., :OH + min(hi_h, 0), :OW + min(hi_w, 0)]
+    pad = [b, max(hi_w, 0), a, max(hi_h, 0)]
+    return aten.constant_pad_nd.default(t, pad, value) if any(pad) else t
+
+
+def _window_element(r, a, s, k, d):
+    """Along one dim, the element index in window `q - a` of the input position `q * s + r`
+    (padded coordinates; r an arange over [0, s)), or -1000 where that window does not hold it."""
+    rel = r + a * s
+    held = rel < (k - 1) * d + 1
+    if d > 1:
+        held = held & (torch.remainder(rel, d) == 0)
+    return torch.where(held, torch.div(rel, d, rounding_mode="trunc"), -1000)
+
+
+def _backward_by_residue(grad_output, off, x, params, f32_sum: bool):
+    """The gather with no gathered index: padded input position h + p = q * s + r is covered
+    by windows q - a (a < ceil(span / s)) only, and whether window q - a holds it at all, and at
+    which window offset, depends on the residue r alone. So the gradient over a [..., Q, sh,
+    Q', sw] grid is, per candidate (a, b), the grad_output and the offsets shifted by (a, b)
+    (padded: a window outside contributes nothing) compared with an [sh, sw] table of expected
+    offsets; reshaped to [..., Q * sh, Q' * sw] and sliced at the padding. Every index is
+    affine in the loop indices (pads, broadcasts, reshapes): no gather, no bounds check, no
+    index table. The sum runs over windows in ATen's order (oh, then ow ascending)."""
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = params
+    H, W = x.shape[-2:]
+    dev = x.device
+    q_h, q_w = (ph + H - 1) // sh + 1, (pw + W - 1) // sw + 1
+    n_a, n_b = ((kh - 1) * dh) // sh + 1, ((kw - 1) * dw) // sw + 1
+    r_h = torch.arange(sh, device=dev, dtype=torch.int64)
+    r_w = torch.arange(sw, device=dev, dtype=torch.int64)
+    acc_type = torch.float32 if x.dtype in (torch.bfloat16, torch.float16) else x.dtype
+    acc = None
+    for a in reversed(range(n_a)):          # oh = q - a ascending
+        k_h = _window_element(r_h, a, sh, kh, dh)
+        for b in reversed(range(n_b)):
+            k_w = _window_element(r_w, b, sw, kw, dw)
+            g = _shifted(grad_output, a, b, q_h, q_w, 0.0)
+            if g is None:
+                continue
+            o = _shifted(off, a, b, q_h, q_w, -1)
+            want = torch.where((k_h[:, None] >= 0) & (k_w[None, :] >= 0),
+                               k_h[:, None] * kw + k_w[None, :], -2).to(off.dtype)
+            hit = o[..., :, None, :, None] == want[:, None, :]
+            term = torch.where(hit, g[..., :, None, :, None].to(acc_type), 0.0)
+            acc = term if acc is None else acc + term
+            if not f32_sum:     # eager's CPU kernel: += on the gradient's own type
+                acc = acc.to(x.dtype).to(acc_type)
+    if acc is None:
+        return torch.zeros_like(x)
+    lead = acc.shape[:-4]
+    acc = acc.reshape(*lead, q_h * sh, q_w * sw)[..., ph:ph + H, pw:pw + W]
+    return acc.to(x.dtype) if acc.dtype != x.dtype else acc.clone()
 
 
 def pool_decompositions(gpu: bool) -> dict:
