@@ -204,7 +204,10 @@ def _backward(f32_sum: bool):
         off = _offsets_of(indices, params)
         if off is not None and tuple(off.shape) != tuple(grad_output.shape):
             off = None
-        if off is not None:
+        if off is not None and f32_sum:
+            # the GPU's: no gather (see _backward_by_residue). The C++ code generator fuses
+            # the gather, the BatchNorm sums and the input gradient into one row kernel; the
+            # residue form's reshape would keep it a pointwise kernel of its own there.
             return _backward_by_residue(grad_output, off, x, params, f32_sum)
         pos = None
         if off is None:     # indices from elsewhere: compare them with h * W + w
