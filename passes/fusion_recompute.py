@@ -199,12 +199,14 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
     return [g for g in state.groups if g]
 
 
-def _cone(state, gi, v, max_ops, read, stored, same=None):
+def _cone(state, gi, v, max_ops, read, stored, same=None, narrow=False):
     """(ops of group gi that compute v, in block order; leaves: the values they read from
     outside the cone; reuse: A's values the consumer computes itself, mapped to its own)
     or None when v is not cheap to recompute. The walk stops at values the consumer already
     `read`s (free to read again), at values it computes itself (`same(val)`: its equal value
-    or None) and at A's values that are not cheap."""
+    or None) and at A's values that are not cheap. With `narrow`, also at A's values of v's
+    elements in fewer bytes (A stores those instead: a bf16 gradient that A computes with a
+    long gather and returns only widened to f32 is stored as bf16, and widened by its readers)."""
     members = set(state.groups[gi])
     cone, leaves, stack, reuse = set(), [], [v], {}
     seen = set()
@@ -226,7 +228,9 @@ def _cone(state, gi, v, max_ops, read, stored, same=None):
             continue
         if not _cheap(p) or (val is not v and val in stored and
                              (_elements(val.type) < _elements(v.type) or
-                              fusion_bytes(val.type) < fusion_bytes(v.type))):
+                              fusion_bytes(val.type) < fusion_bytes(v.type))) or \
+                (narrow and val is not v and _elements(val.type) == _elements(v.type) and
+                 fusion_bytes(val.type) < fusion_bytes(v.type)):
             if val is v:
                 return None
             # read from A (which returns it): a value that is not cheap, or a smaller one A
@@ -351,8 +355,9 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
     plans = []          # _Plan per consumer group
     for bi, readers in sorted(consumer_groups.items()):
         read = state.inputs(bi)
-        got = _cone(state, gi, v, max_ops, read, a_outputs,
-                    _equal_values(state.groups[gi], state.groups[bi], readers))
+        same = _equal_values(state.groups[gi], state.groups[bi], readers)
+        got = _cone(state, gi, v, max_ops, read, a_outputs, same) or \
+            _cone(state, gi, v, max_ops, read, a_outputs, same, narrow=True)
         if got is None or _compute_ops(state.groups[bi]) + _compute_ops(got[0]) > \
                 max_group_size:
             continue

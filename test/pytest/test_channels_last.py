@@ -386,10 +386,14 @@ def test_training_step_runs_channels_last(target, device, dtype, spy, backward_s
     # the graph input and the three weights: none for the activations saved for backward
     assert len(copies) == 4 and all(set(g) == {"transpose"} for g in copies), \
         forward["fused_groups"]
-    copies = [g for g in backward["fused_groups"] if "transpose" in g]
+    copies = [g for g in backward["fused_groups"] if set(g) == {"transpose"}]
     # only the graph input, for conv1's weight gradient: the saved activations are read as
-    # they come, and the kernels between the backward's library calls write NHWC
-    assert len(copies) == 1 and set(copies[0]) == {"transpose"}, backward["fused_groups"]
+    # they come, and the kernels between the backward's library calls write NHWC (a transpose
+    # inside a computing kernel is its index arithmetic: the GPU's max-pool backward permutes
+    # its [N, C, Q, s, Q', s] residue grid, frontend/pool_decomp.py)
+    assert len(copies) == 1, backward["fused_groups"]
+    assert all(set(g) == {"transpose"} or "pad" in g for g in backward["fused_groups"]
+               if "transpose" in g), backward["fused_groups"]
 
 
 @pytest.mark.targets("cpu")

@@ -68,6 +68,43 @@ def test_decomposition_is_atens(dtype, channels_last):
         assert torch.equal(gpu, exact), case
 
 
+# the residue form's cases: odd sizes, ceil mode with padding, windows wider than their stride
+# by more than one (k4 s3: a position in up to two windows per dim), stride = kernel, k2x3
+RESIDUE_CASES = CASES + [((3, 3), (2, 2), (1, 1), (1, 1), True),
+                         ((4, 4), (3, 3), (2, 2), (1, 1), True),
+                         ((3, 3), (3, 3), (1, 1), (1, 1), False),
+                         ((2, 3), (1, 1), (1, 1), (1, 1), False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 3, 11, 10), (1, 2, 7, 13), (2, 1, 5, 5)])
+def test_residue_backward_is_atens(dtype, shape):
+    """The GPU's backward (`_backward_by_residue`: shifted grad_output and offsets compared
+    with a table per residue, no gather), from the offsets of the forward decomposition, run
+    eagerly: with the CPU's rounding bit for bit ATen's CPU kernel, with the f32 sum equal to
+    the exact sum rounded once; ties, a -inf block, NaN (the last one wins), odd sizes."""
+    for k, s, p, d, ceil in RESIDUE_CASES:
+        x = _ties(shape, dtype, nan=shape == (2, 3, 11, 10))
+        try:
+            want, want_i = F.max_pool2d(x, k, s, p, d, ceil_mode=ceil, return_indices=True)
+        except RuntimeError:        # eager rejects the case at this size
+            continue
+        with torch.enable_grad():
+            _, got_i = pool_decomp._max_pool2d_with_indices(x, k, s, p, d, ceil)
+        params = pool_decomp._params(k, s, p, d)
+        off = pool_decomp._offsets_of(got_i, params)
+        assert off is not None and off.dtype == torch.int8
+        case = (shape, k, s, p, d, ceil)
+        g = _grads(want.shape, dtype)
+        ref = torch.ops.aten.max_pool2d_with_indices_backward(g, x, k, s, p, d, ceil, want_i)
+        cpu = pool_decomp._backward_by_residue(g, off, x, params, f32_sum=False)
+        assert cpu.shape == x.shape and torch.equal(cpu, ref), case
+        exact = torch.ops.aten.max_pool2d_with_indices_backward(
+            g.double(), x.double(), k, s, p, d, ceil, want_i).to(dtype)
+        gpu = pool_decomp._backward_by_residue(g, off, x, params, f32_sum=True)
+        assert torch.equal(gpu, exact), case
+
+
 def _no_pool_library_calls():
     calls = [c for r in ember.last_reports() for c in r.get("library_calls", [])]
     assert not [c for c in calls if "max_pool2d" in c], calls
@@ -186,6 +223,10 @@ def test_training_step(target, device, interpreted, net, channels_last, monkeypa
     _no_pool_library_calls()
     kinds = [r["graph_id"].rsplit("-", 1)[-1] for r in ember.last_reports()]
     assert kinds == ["forward", "backward"], kinds
+    if target != "cpu":     # the GPU's backward: no gather (the residue form), no bounds check
+        groups = ember.last_reports()[-1]["fused_groups"]
+        assert not [g for g in groups if "gather" in g], groups
+        assert [g for g in groups if "cmp" in g], groups     # the offsets compared
 
 
 @pytest.mark.targets("cpu")
