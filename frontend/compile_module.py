@@ -428,8 +428,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                   written_inputs=written,
                                   # a training step's forward and backward share one pool;
                                   # other graphs (an optimizer step reading the gradients in
-                                  # place) keep their own: with a compiled model and AdamW step
-                                  # sharing all three gave parameters off by ~lr on an H100
+                                  # place) keep their own: the narrower claim, the one the GPU
+                                  # tests check (test_shared_graph_pool.py)
                                   share_pool=options.shared_graph_pool
                                   and kind in ("forward", "backward"))
         summary["cudagraphs"] = True

@@ -201,8 +201,7 @@ def test_autograd_grad_results_held_across_a_second_forward(graphs):
 
 def test_adamw_step_compiled_keeps_its_own_pool_and_matches_eager(graphs):
     """Model and AdamW step both compiled: the step reads the backward's gradients in place but
-    is captured into a pool of its own (only a forward and its backward share one: with the
-    step in the shared pool too, the parameters came out off by ~lr on an H100); the
+    is captured into a pool of its own (only a forward and its backward share one); the
     parameters after six steps are eager's (rounding of the fused step grows to ~1e-4; a stale
     or overwritten value would be off by ~lr)."""
     model, ref = _pair(_mlp)
