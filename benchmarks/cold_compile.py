@@ -32,6 +32,8 @@ its compile), `triton_distinct` the number left when kernels that differ only in
 module are counted once (what a compile shared across graphs would leave). The kernels are bound
 as the runtime binds them (runtime/py_module.share_identical_kernels; `--no-share`: as before it).
 
+`--one MODEL:MODE --profile FILE` writes a cProfile of ember's compiles alone (pstats format).
+
 With `--sources DIR` each graph's Program (kernel sources, schedule) is written to DIR, to
 prove that an optimisation changed no output (diff two such directories).
 """
@@ -166,7 +168,8 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
 
 
 def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str = "wall",
-            debug_dir: str | None = None, triton: bool = False, share: bool = True) -> dict:
+            debug_dir: str | None = None, triton: bool = False, share: bool = True,
+            profile: str | None = None) -> dict:
     if clock == "cpu":
         time.perf_counter = time.process_time
     import ember
@@ -193,11 +196,20 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
     from ember.frontend.compile import EmberGraph
     real_build = EmberGraph._build
 
+    prof = None
+    if profile:
+        import cProfile
+        prof = cProfile.Profile(time.process_time if clock == "cpu" else time.perf_counter)
+
     def build_timed(self, args):
         in_ember[0] += 1
+        if prof is not None:
+            prof.enable()
         try:
             return real_build(self, args)
         finally:
+            if prof is not None:
+                prof.disable()
             in_ember[0] -= 1
     EmberGraph._build = build_timed
     real_aot = common.aot_autograd
@@ -246,6 +258,8 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
             stages[k] = stages.get(k, 0.0) + v
     ember_s = sum(r["compile_seconds"] for r in reports)
     stages["other"] = ember_s - sum(stages.values())
+    if prof is not None:
+        prof.dump_stats(profile)
     if sources:
         os.makedirs(sources, exist_ok=True)
         for i, rec in enumerate(records):
@@ -288,12 +302,15 @@ def main(argv=None):
                     help="also compile each graph's Triton kernels for sm_90, one at a time")
     ap.add_argument("--no-share", action="store_true",
                     help="--triton without runtime/py_module.share_identical_kernels (before it)")
+    ap.add_argument("--profile", default=None,
+                    help="cProfile of ember's compiles only (EmberGraph._build) to this file "
+                         "(with --one: `--one efficientnet_b0:train --profile p.out`)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)   # model:mode, in a child
     args = ap.parse_args(argv)
     if args.one:
         name, mode = args.one.split(":")
         row = one_run(name, mode, args.small, args.sources, args.clock, args.debug_dir,
-                      args.triton, not args.no_share)
+                      args.triton, not args.no_share, args.profile)
         sys.stdout.write("ROW " + json.dumps(row) + "\n")
         return
     rows = []
