@@ -57,6 +57,9 @@ _FROZEN: "_FrozenMemo | None" = None
 class _FrozenMemo:
     def __init__(self):
         self.links: dict = {}       # operation -> (uf calls in order, merges, reads, windows)
+        # id(op object) -> (the object, its links): an operation's hash is computed from its
+        # contents (each a walk in the bindings); the planner passes the same objects again
+        self.links_by_id: dict = {}
         self.dims: dict = {}        # value -> [((value, i), static size or None)]
         self.empty: dict = {}       # value -> _is_empty(value)
 
@@ -258,7 +261,8 @@ class KernelSchedule:
     def _link_frozen(self, op, its, frozen) -> None:
         """`_link`, replayed from the memo: the same union-find calls in the same order (the
         global dims are numbered by first appearance), the same entries appended."""
-        got = frozen.links.get(op.operation)
+        seen = frozen.links_by_id.get(id(op))
+        got = seen[1] if seen is not None and seen[0] is op else frozen.links.get(op.operation)
         if got is None:
             rec, lists = _LinkRecorder(), (self._merges, self._reads, self._window_reads)
             self._merges, self._reads, self._window_reads = [], [], []
@@ -268,6 +272,8 @@ class KernelSchedule:
             finally:
                 self._merges, self._reads, self._window_reads = lists
             frozen.links[op.operation] = got
+        if seen is None or seen[0] is not op:
+            frozen.links_by_id[id(op)] = (op, got)     # holds op: its id is not reused
         calls, merges, reads, windows = got
         uf = self._uf
         for a, b in calls:
