@@ -28,9 +28,13 @@ request that the first call of each graph's Program would send to the compile wo
 (`GPUTarget("cuda", 90, 32)`, a stand-in driver: no GPU needed), into an empty Triton cache:
 `triton` is their CPU seconds (this process's and ptxas's), `triton_requests` their number,
 `triton_shared` the kernels bound to an earlier one, `triton_first` the first request's seconds (Triton's own first-use cost in a process, beside
-its compile), `triton_distinct` the number left when kernels that differ only in their name and
+its compile), `triton_rr16` / `triton_queue16` / `triton_lpt16` the seconds those compiles would take on 16
+workers (per graph, summed) as compile_pool assigns them, from a queue, longest first;
+`triton_distinct` the number left when kernels that differ only in their name and
 module are counted once (what a compile shared across graphs would leave). The kernels are bound
 as the runtime binds them (runtime/py_module.share_identical_kernels; `--no-share`: as before it).
+
+`--one MODEL:MODE --profile FILE` writes a cProfile of ember's compiles alone (pstats format).
 
 With `--sources DIR` each graph's Program (kernel sources, schedule) is written to DIR, to
 prove that an optimisation changed no output (diff two such directories).
@@ -125,7 +129,7 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
         c = resource.getrusage(resource.RUSAGE_CHILDREN)
         return time.process_time() + c.ru_utime + c.ru_stime
     out = {"triton": 0.0, "triton_requests": 0, "triton_first": None, "triton_find": 0.0,
-           "triton_errors": 0, "triton_shared": 0}
+           "triton_errors": 0, "triton_shared": 0, "triton_each": []}
     distinct = set()
     tmp = tempfile.mkdtemp(prefix="cold_compile_src_")
     for k, program in enumerate(programs):
@@ -144,6 +148,8 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
         # kernel, bound here by share_identical_kernels) is not compiled again
         requests = [r for r in requests if not triton_warm.in_triton_cache(mod, *r)]
         out["triton_find"] += cpu() - t0
+        each = []
+        out["triton_each"].append(each)
         for fn_name, spec in requests:
             jit = triton_warm._jit(getattr(mod, fn_name))
             body = re.sub(r"\b%s\b" % re.escape(fn_name), "K", jit.src) if jit else fn_name
@@ -161,12 +167,35 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
                 out["triton_first"] = dt
             out["triton"] += dt
             out["triton_requests"] += 1
+            each.append(dt)
     out["triton_distinct"] = len(distinct)
+    for jobs in (16,):
+        out[f"triton_rr{jobs}"] = sum(_makespan(e, jobs, "static") for e in out["triton_each"])
+        out[f"triton_queue{jobs}"] = sum(_makespan(e, jobs, "queue") for e in out["triton_each"])
+        out[f"triton_lpt{jobs}"] = sum(_makespan(e, jobs, "lpt") for e in out["triton_each"])
     return out
 
 
+def _makespan(costs: list, jobs: int, how: str) -> float:
+    """The seconds one graph's precompile would take on `jobs` workers given each request's
+    serial seconds: `static` as runtime/triton_warm.compile_pool assigns them (request k to
+    worker k % jobs), `queue` each request to the first worker free (in order), `lpt` the
+    longest first to the least loaded (a bound a scheduler that knew the costs could reach)."""
+    if not costs:
+        return 0.0
+    if how == "static":
+        return max(sum(costs[k::jobs]) for k in range(jobs))
+    import heapq
+    order = sorted(costs, reverse=True) if how == "lpt" else costs
+    load = [0.0] * jobs
+    for c in order:
+        heapq.heapreplace(load, load[0] + c)
+    return max(load)
+
+
 def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str = "wall",
-            debug_dir: str | None = None, triton: bool = False, share: bool = True) -> dict:
+            debug_dir: str | None = None, triton: bool = False, share: bool = True,
+            profile: str | None = None) -> dict:
     if clock == "cpu":
         time.perf_counter = time.process_time
     import ember
@@ -193,11 +222,20 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
     from ember.frontend.compile import EmberGraph
     real_build = EmberGraph._build
 
+    prof = None
+    if profile:
+        import cProfile
+        prof = cProfile.Profile(time.process_time if clock == "cpu" else time.perf_counter)
+
     def build_timed(self, args):
         in_ember[0] += 1
+        if prof is not None:
+            prof.enable()
         try:
             return real_build(self, args)
         finally:
+            if prof is not None:
+                prof.disable()
             in_ember[0] -= 1
     EmberGraph._build = build_timed
     real_aot = common.aot_autograd
@@ -246,6 +284,8 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
             stages[k] = stages.get(k, 0.0) + v
     ember_s = sum(r["compile_seconds"] for r in reports)
     stages["other"] = ember_s - sum(stages.values())
+    if prof is not None:
+        prof.dump_stats(profile)
     if sources:
         os.makedirs(sources, exist_ok=True)
         for i, rec in enumerate(records):
@@ -266,7 +306,8 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
 
 def _median_rows(runs: list[dict]) -> dict:
     keys = ("step_wall", "step", "dynamo", "aot", "eager", "ember", "gc", "gc_ember", "triton",
-            "triton_requests", "triton_distinct", "triton_first", "triton_find")
+            "triton_requests", "triton_distinct", "triton_first", "triton_find", "triton_rr16",
+            "triton_queue16", "triton_lpt16")
     out = {k: statistics.median(r[k] for r in runs) for k in keys if k in runs[0]}
     names = sorted({k for r in runs for k in r["stages"]})
     out["stages"] = {k: statistics.median(r["stages"].get(k, 0.0) for r in runs) for k in names}
@@ -288,12 +329,15 @@ def main(argv=None):
                     help="also compile each graph's Triton kernels for sm_90, one at a time")
     ap.add_argument("--no-share", action="store_true",
                     help="--triton without runtime/py_module.share_identical_kernels (before it)")
+    ap.add_argument("--profile", default=None,
+                    help="cProfile of ember's compiles only (EmberGraph._build) to this file "
+                         "(with --one: `--one efficientnet_b0:train --profile p.out`)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)   # model:mode, in a child
     args = ap.parse_args(argv)
     if args.one:
         name, mode = args.one.split(":")
         row = one_run(name, mode, args.small, args.sources, args.clock, args.debug_dir,
-                      args.triton, not args.no_share)
+                      args.triton, not args.no_share, args.profile)
         sys.stdout.write("ROW " + json.dumps(row) + "\n")
         return
     rows = []
@@ -325,7 +369,9 @@ def main(argv=None):
                       + (f"  triton {r['triton']:6.2f} ({r['triton_requests']} requests, "
                          f"{r['triton_distinct']} distinct, first {r['triton_first'] or 0:.2f}, "
                          f"find {r['triton_find']:.2f}, errors {r['triton_errors']}, "
-                         f"shared {r['triton_shared']})"
+                         f"shared {r['triton_shared']}; on 16 workers: as assigned "
+                         f"{r.get('triton_rr16', 0):.2f}, queue {r.get('triton_queue16', 0):.2f}, "
+                         f"longest first {r.get('triton_lpt16', 0):.2f})"
                          if "triton" in r else ""), flush=True)
             med = _median_rows(runs)
             med.update(model=name, mode=mode, runs=runs)

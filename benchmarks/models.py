@@ -25,6 +25,8 @@ TORCH_ONLY = ("mlp", "transformer_block", "cnn")
 TORCHVISION = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf",
                "swin_t", "densenet121")
 TRANSFORMERS = ("bert", "gpt2", "distilbert", "llama", "whisper_encoder")
+# built without torchvision from resnet.py / efficientnet.py where torchvision is missing
+PLAIN_TORCH = ("resnet18", "resnet50", "efficientnet_b0")
 ALL = TORCH_ONLY + TORCHVISION + TRANSFORMERS
 
 # Text models' (batch, sequence) at full size where it is not model_zoo's (8, 128): the shapes of
@@ -121,17 +123,19 @@ def _torch_only(name, small, tiny, g):
 
 
 def _torchvision_model(name: str):
-    """torchvision's model builder; for the ResNets without torchvision, resnet.py's copy."""
+    """torchvision's model builder; without torchvision, resnet.py's ResNets and
+    efficientnet.py's EfficientNet-B0."""
     try:
         return getattr(import_torchvision().models, name)
     except ImportError:
-        if name not in ("resnet18", "resnet50"):
+        if name not in PLAIN_TORCH:
             raise
     try:
-        from . import resnet
+        from . import efficientnet, resnet
     except ImportError:
+        import efficientnet
         import resnet
-    return getattr(resnet, name)
+    return getattr(resnet if name.startswith("resnet") else efficientnet, name)
 
 
 def build(name: str, device: str, small: bool = False, tiny: bool = False,
@@ -227,7 +231,7 @@ def available(name: str) -> str | None:
     if name in TORCH_ONLY:
         return None
     if name in TORCHVISION:
-        return None if importlib.util.find_spec("torchvision") or name in ("resnet18", "resnet50") \
+        return None if importlib.util.find_spec("torchvision") or name in PLAIN_TORCH \
             else "torchvision is not installed"
     if name in TRANSFORMERS:
         return None if importlib.util.find_spec("transformers") else \

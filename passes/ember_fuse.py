@@ -57,6 +57,7 @@ from .graph_utils import (defining_op, op_name, remap_operands, stable_topologic
 from .fusion_liveness import LiveBytes
 from .fusion_reachability import Descendants
 from .ir_queries import HOST_VIEW_OPS, VIEW_OPS
+from .kernel_schedule import frozen_ir_memo
 from .dynamic_sizes import expand_affine_apply, sink_scalar_float_ops
 from .sink_reshapes import sink_collapses
 
@@ -132,6 +133,11 @@ class EmberFuse(Pass):
         """The fusion groups of `fn`, each a list of ops in program order. With `explain`, a
         remark for each producer-consumer pair that ends in different kernels, saying why
         (`unfused_pairs`)."""
+        # planning only reads the IR: the candidates' schedules share what they read of it
+        with frozen_ir_memo():
+            return self._plan(fn, explain)
+
+    def _plan(self, fn, explain: bool) -> list[list]:
         block = fn.regions[0].blocks[0]
         dynamic = is_dynamic(fn)
         nodes = [op for op in block.operations if _is_compute(op, dynamic)]

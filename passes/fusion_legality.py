@@ -355,9 +355,14 @@ class _Structure:
         self._num_info: list = []
         self._sig_ids: dict = {}
         self._info_ids: dict = {}
+        self._by_id: dict = {}      # id(op object) -> (the object, its _OpFacts)
+        self._by_op: dict = {}      # operation -> its _OpFacts
+        self._op_nums: dict = {}    # operation -> its number
 
     def group_key(self, ops) -> tuple:
         """The key of `refusal(ops)` (fuse_reductions and target are the memo's own)."""
+        if self._cache:
+            return self._group_key_cached(ops)
         full, n_extra = self._with_cloned_producers(ops)
         ids: dict = {}
         info = self._num_info
@@ -380,6 +385,64 @@ class _Structure:
                     out.append(ids[n][0])
         parts.append(tuple(out))
         return tuple(parts)
+
+    def _group_key_cached(self, ops) -> tuple:
+        """group_key over `_OpFacts` (the same key): each op's facts are found by the Python
+        object's id (ember-fuse passes the same op objects over and over), and the walks
+        compare ints, not MLIR objects (each hash or comparison a call into the bindings)."""
+        facts = [self._facts(op) for op in ops]
+        # with_cloned_producers, over the facts
+        extra, seen = [], {f.num for f in facts}
+
+        def visit(f):
+            for p in f.producers():
+                if p is not None and p.num not in seen and p.cloneable:
+                    seen.add(p.num)
+                    visit(p)
+                    extra.append(p)
+
+        for f in facts:
+            visit(f)
+        extra = [p for p in extra if not p.constant]
+        ids: dict = {}
+        info = self._num_info
+
+        def ref(n):
+            i = ids.get(n)
+            if i is None:
+                i = ids[n] = (len(ids), info[n])
+            return i
+
+        parts = [len(extra)]
+        for f in extra + facts:
+            sig, operands, results = f.numbered
+            parts.append((sig, tuple(ref(n) for n in operands), tuple(ref(n) for n in results)))
+        inside, out = {f.num for f in facts}, []     # group_results(ops)
+        for f in facts:
+            for n, readers in zip(f.numbered[2], f.readers):
+                if any(r not in inside or ret for r, ret in readers):
+                    out.append(ids[n][0])
+        parts.append(tuple(out))
+        return tuple(parts)
+
+    def _facts(self, op) -> "_OpFacts":
+        got = self._by_id.get(id(op))
+        if got is not None and got[0] is op:
+            return got[1]
+        operation = op.operation
+        facts = self._by_op.get(operation)
+        if facts is None:
+            facts = self._by_op[operation] = _OpFacts(self, op, self._op_num(op))
+        self._by_id[id(op)] = (op, facts)     # holds op: its id is not reused meanwhile
+        return facts
+
+    def _op_num(self, op) -> int:
+        """A number per operation (equal op objects of one operation share it)."""
+        operation = op.operation
+        n = self._op_nums.get(operation)
+        if n is None:
+            n = self._op_nums[operation] = len(self._op_nums)
+        return n
 
     def _numbered(self, op):
         """(signature, operand numbers, result numbers) of `op`: each value numbered once."""
@@ -482,6 +545,31 @@ class _Structure:
         if got is None:
             got = self._users[key] = [users(r) for r in op.results]
         return got
+
+
+class _OpFacts:
+    """What `_Structure.group_key` reads of one op (cached mode: the IR does not change): a
+    number of its own, `_numbered`, its producers' facts (`defining_op` per operand, lazily),
+    whether it is `cloneable` / an `arith.constant`, and per result its readers as (number,
+    is a func.return)."""
+    __slots__ = ("num", "numbered", "cloneable", "constant", "readers", "_structure", "_op",
+                 "_producers")
+
+    def __init__(self, structure, op, num):
+        self.num = num
+        self.numbered = structure._numbered(op)
+        self.cloneable = structure._is_cloneable(op)
+        self.constant = op_name(op) == "arith.constant"
+        self._structure, self._op, self._producers = structure, op, None
+        self.readers = [tuple((structure._op_num(u), op_name(u) == "func.return")
+                              for u in readers) for readers in structure._users_of(op)]
+
+    def producers(self) -> list:
+        if self._producers is None:
+            s = self._structure
+            self._producers = [None if p is None else s._facts(p)
+                               for p in s._producers_of(self._op)]
+        return self._producers
 
 
 def _attributes(operation) -> tuple:

@@ -24,6 +24,7 @@ that is not bound by any loop is read at index 0. Nothing here builds or prints 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -45,6 +46,55 @@ ILLEGAL = "illegal"                             # any other shape code generatio
 INDEX_MISMATCH = "index mismatch"               # the ops' indexing does not give one loop nest
 REDUCE_BROADCAST = "reduction then broadcast"   # a full reduction beside a full-size result
 TARGET_LIMIT = "target limit"                   # one code generator's own limits (backends.py)
+
+
+# Within `frozen_ir_memo`: what building a schedule reads of single ops and values, kept
+# between schedules (ember-fuse's planning builds one per candidate group, ~2.5k for
+# efficientnet_b0's training graphs, each over ~13 ops; every op's links were read again).
+_FROZEN: "_FrozenMemo | None" = None
+
+
+class _FrozenMemo:
+    def __init__(self):
+        self.links: dict = {}       # operation -> (uf calls in order, merges, reads, windows)
+        # id(op object) -> (the object, its links): an operation's hash is computed from its
+        # contents (each a walk in the bindings); the planner passes the same objects again
+        self.links_by_id: dict = {}
+        self.dims: dict = {}        # value -> [((value, i), static size or None)]
+        self.empty: dict = {}       # value -> _is_empty(value)
+
+
+@contextlib.contextmanager
+def frozen_ir_memo():
+    """Within, schedules reuse what they read of each op and value (its dims' links, its
+    static sizes, whether it is an unread init) from earlier schedules. Valid only while the
+    IR does not change (no op created, erased or rewired; nothing is keyed by structure, so
+    a changed op would be read stale): ember-fuse enters it around its planning, which only
+    reads the IR. Leaving it drops everything (the objects are keyed by their storage, which
+    a later IR may reuse)."""
+    global _FROZEN
+    outer = _FROZEN
+    if outer is None:
+        _FROZEN = _FrozenMemo()
+    try:
+        yield
+    finally:
+        if outer is None:
+            _FROZEN = None
+
+
+class _LinkRecorder:
+    """Stands in for the union-find while `_link` reads one op: the calls, in order."""
+
+    def __init__(self):
+        self.calls: list = []
+
+    def union(self, a, b):
+        self.calls.append((a, b))
+
+    def find(self, x):
+        self.calls.append((x, None))
+        return x
 
 
 class Unschedulable(Exception):
@@ -122,7 +172,20 @@ class KernelSchedule:
             if size is not None:
                 static[(v, i)] = size
 
+        frozen = _FROZEN
+        find = uf.find
+
         def vals(v):
+            if frozen is not None:
+                got = frozen.dims.get(v)
+                if got is None:
+                    got = frozen.dims[v] = [((v, i), s) for i, s in enumerate(shape(v))] \
+                        if isinstance(v.type, ir.RankedTensorType) else []
+                for key, size in got:       # as note(v, i, size)
+                    find(key)
+                    if size is not None:
+                        static[key] = size
+                return
             if isinstance(v.type, ir.RankedTensorType):
                 for i, s in enumerate(shape(v)):
                     note(v, i, s)
@@ -137,7 +200,10 @@ class KernelSchedule:
                                     f"(see docs/internals.md, Stage 2)", op.location)
             for r in op.results:
                 vals(r)
-            self._link(op, uf, note, its)
+            if frozen is None:
+                self._link(op, uf, note, its)
+            else:
+                self._link_frozen(op, its, frozen)
         self._unify_splits(uf, static)
         if not any("reduction" in its for its in self._its):
             self._share_loops(uf)
@@ -191,6 +257,33 @@ class KernelSchedule:
 
     def unit(self, g) -> bool:
         return self.size(g) == 1
+
+    def _link_frozen(self, op, its, frozen) -> None:
+        """`_link`, replayed from the memo: the same union-find calls in the same order (the
+        global dims are numbered by first appearance), the same entries appended."""
+        seen = frozen.links_by_id.get(id(op))
+        got = seen[1] if seen is not None and seen[0] is op else frozen.links.get(op.operation)
+        if got is None:
+            rec, lists = _LinkRecorder(), (self._merges, self._reads, self._window_reads)
+            self._merges, self._reads, self._window_reads = [], [], []
+            try:
+                self._link(op, rec, None, its)
+                got = (rec.calls, self._merges, self._reads, self._window_reads)
+            finally:
+                self._merges, self._reads, self._window_reads = lists
+            frozen.links[op.operation] = got
+        if seen is None or seen[0] is not op:
+            frozen.links_by_id[id(op)] = (op, got)     # holds op: its id is not reused
+        calls, merges, reads, windows = got
+        uf = self._uf
+        for a, b in calls:
+            if b is None:
+                uf.find(a)
+            else:
+                uf.union(a, b)
+        self._merges += merges
+        self._reads += reads
+        self._window_reads += windows
 
     def _link(self, op, uf, note, its):
         name = op_name(op)
@@ -524,6 +617,16 @@ def _is_empty(v) -> bool:
     """A value whose contents no op reads: a tensor.empty, or a value used only as an init its
     users never read (a linalg.fill in the outs of a gather's generic). Its dims are linked to
     nothing, and it is never evaluated."""
+    frozen = _FROZEN
+    if frozen is None:
+        return _is_empty_now(v)
+    got = frozen.empty.get(v)
+    if got is None:
+        got = frozen.empty[v] = _is_empty_now(v)
+    return got
+
+
+def _is_empty_now(v) -> bool:
     if not isinstance(v, ir.OpResult):
         return False
     if op_name(v.owner) == "tensor.empty":

@@ -1,5 +1,6 @@
 """Compile-time guards: repeated layers build their code once; wrapping ember's own ops in
 Python does not go through importlib (it once did, for every op: seconds per model)."""
+import contextlib
 import sys
 
 import pytest
@@ -354,3 +355,124 @@ def test_iterator_types_memo_is_per_pass_and_agrees():
             assert q._ITERATORS_BY_ATTR is not None and len(q._ITERATORS_BY_ATTR) == 2
     assert plain == [["parallel", "parallel"], ["parallel", "reduction"]]
     assert memo == plain + plain and q._ITERATORS_BY_ATTR is None
+
+
+def _schedule_text(sched) -> str:
+    """What a KernelSchedule decided, as text (global dims are numbered by first appearance,
+    so equal schedules give equal text)."""
+    out = [sched.kind, repr(sched.outer), repr(sched.size_offsets)]
+    out += [f"{[sched.size(g) for g in o.dims]} {o.dims} {o.inner}" for o in sched.outputs]
+    out += [f"{r.parallel} {r.reduced}" for r in sched.reductions]
+    out += [f"{sched.dims(r)}" for op in sched.ops for r in op.results
+            if hasattr(r.type, "shape")]
+    return "\n".join(out)
+
+
+def test_fuse_frozen_ir_memo_changes_no_schedule(layers_ir, monkeypatch):
+    """kernel_schedule.frozen_ir_memo (entered around ember-fuse's planning): every candidate's
+    schedule (or its refusal) is the one built without the memo, the IR and remarks that
+    ember-fuse gives are the same, and RefusalMemo's keys over per-op facts are the keys of
+    the plain walk."""
+    from ember.passes import ember_fuse, fusion_legality, kernel_schedule
+    text = layers_ir[4]
+    seen = {"schedules": 0, "keys": 0}
+    real_schedule = fusion_legality._schedule
+
+    def both(ops, results, target):
+        frozen = kernel_schedule._FROZEN        # None outside planning (outlining's checks)
+
+        def build():
+            try:
+                return _schedule_text(real_schedule(ops, results, target))
+            except kernel_schedule.Unschedulable as err:
+                return f"refused: {err.category}: {err.reason}"
+        memoized = build()
+        kernel_schedule._FROZEN = None
+        try:
+            fresh = build()
+        finally:
+            kernel_schedule._FROZEN = frozen
+        assert memoized == fresh
+        seen["schedules"] += frozen is not None
+        return real_schedule(ops, results, target)
+    monkeypatch.setattr(fusion_legality, "_schedule", both)
+    real_key = fusion_legality._Structure.group_key
+
+    def keys(self, ops):
+        key = real_key(self, ops)
+        if self._cache:
+            self._cache = False     # the plain walk, over the same interned numbers
+            try:
+                assert real_key(self, ops) == key
+            finally:
+                self._cache = True
+            seen["keys"] += 1
+        return key
+    monkeypatch.setattr(fusion_legality._Structure, "group_key", keys)
+    memoized, _ = _fuse(text, "triton")
+    assert seen["schedules"] > 20 and seen["keys"] > 20, seen
+    monkeypatch.setattr(ember_fuse, "frozen_ir_memo", contextlib.nullcontext)
+    monkeypatch.setattr(fusion_legality._Structure, "group_key", real_key)
+    monkeypatch.setattr(fusion_legality, "_schedule", real_schedule)
+    plain, _ = _fuse(text, "triton")
+    assert memoized == plain and "ember.kernel" in plain
+    assert kernel_schedule._FROZEN is None
+
+
+def test_frozen_ir_memo_is_dropped_when_the_ir_changes():
+    """The memo lives only while it is entered (ember-fuse's planning, which changes no IR):
+    a schedule built after the IR changed reads the new IR, not the memo of the old one."""
+    from torch_mlir import ir
+    from ember.passes import kernel_schedule as ks
+    text = """
+    #a = affine_map<(d0, d1) -> (d0, d1)>
+    #t = affine_map<(d0, d1) -> (d1, d0)>
+    func.func @f(%x: tensor<8x8xf32>, %y: tensor<8x8xf32>) -> tensor<8x8xf32> {
+      %e = tensor.empty() : tensor<8x8xf32>
+      %0 = linalg.generic {indexing_maps = [#a, #a], iterator_types = ["parallel", "parallel"]}
+          ins(%x : tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) {
+      ^bb0(%v: f32, %w: f32):
+        %s = arith.addf %v, %v : f32
+        linalg.yield %s : f32
+      } -> tensor<8x8xf32>
+      %1 = linalg.generic {indexing_maps = [#a, #a, #a], iterator_types = ["parallel", "parallel"]}
+          ins(%0, %y : tensor<8x8xf32>, tensor<8x8xf32>) outs(%e : tensor<8x8xf32>) {
+      ^bb0(%v: f32, %u: f32, %w: f32):
+        %s = arith.mulf %v, %u : f32
+        linalg.yield %s : f32
+      } -> tensor<8x8xf32>
+      return %1 : tensor<8x8xf32>
+    }"""
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        block = module.body.operations[0].regions[0].blocks[0]
+        ops = [op for op in block.operations if op.operation.name == "linalg.generic"]
+        with ks.frozen_ir_memo():
+            with ks.frozen_ir_memo():       # nested: one memo, kept until the outer exits
+                s1 = ks.schedule_ops(ops, [ops[1].results[0]])
+            s2 = ks.schedule_ops(ops, [ops[1].results[0]])
+            assert ks._FROZEN is not None and len(ks._FROZEN.links) == 2
+            assert _schedule_text(s1) == _schedule_text(s2)
+        assert ks._FROZEN is None
+        assert s1.dims(ops[0].results[0]) == s1.dims(ops[1].results[0])
+        ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(2))
+        swap = ir.AffineMapAttr.get(ir.AffineMap.get_permutation([1, 0]))
+
+        def read_transposed(yes: bool):
+            # the same operation (the same storage) now reads the producer transposed
+            ops[1].operation.attributes["indexing_maps"] = ir.ArrayAttr.get(
+                [swap if yes else ident, ident, ident])
+        with ks.frozen_ir_memo():
+            assert len(ks._FROZEN.links) == 0       # a new memo starts empty
+            s3 = ks.schedule_ops(ops, [ops[1].results[0]])
+        assert _schedule_text(s3) == _schedule_text(s1)
+        read_transposed(True)
+        s4 = ks.schedule_ops(ops, [ops[1].results[0]])
+        with ks.frozen_ir_memo():
+            s5 = ks.schedule_ops(ops, [ops[1].results[0]])
+        assert _schedule_text(s5) == _schedule_text(s4)
+        assert s5.dims(ops[0].results[0]) == list(reversed(s5.dims(ops[1].results[0])))
+        read_transposed(False)
+        with ks.frozen_ir_memo():
+            assert _schedule_text(ks.schedule_ops(ops, [ops[1].results[0]])) == \
+                _schedule_text(s1)
