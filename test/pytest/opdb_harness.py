@@ -188,12 +188,15 @@ def _describe(*trees) -> str:
 def zero_size_variants(args: tuple, kwargs: dict) -> list:
     """Zero-size, 0-dim and broadcast-to-zero versions of one sample (issue 8: no input shape
     may crash the process). Each tensor is narrowed, never regenerated, so dtypes and index
-    ranges stay valid; a variant the op rejects must then raise in eager and compiled alike."""
+    ranges stay valid; a variant the op rejects must then raise in eager and compiled alike.
+    `first` is the first tensor with a dim (an op whose first operand is a 0-dim tensor, `where`'s
+    condition scalar, `lerp`'s weight, gets its zero-size cases from the next one)."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
-    first = next((t for t in tree_leaves(args) if isinstance(t, torch.Tensor)), None)
-    if first is None:
+    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if not tensors:
         return []
+    first = next((t for t in tensors if t.dim() >= 1), tensors[0])
 
     def narrowed(fn):
         return tree_map(lambda t: fn(t).detach().clone() if isinstance(t, torch.Tensor) else t,
@@ -204,6 +207,10 @@ def zero_size_variants(args: tuple, kwargs: dict) -> list:
         variants.append(("dim0=0", lambda t: t[:0] if t.dim() >= 1 else t))
         if first.dim() >= 2:
             variants.append(("last=0", lambda t: t[..., :0] if t.dim() >= 1 else t))
+        if first.dim() >= 3:
+            # dim 1 of every tensor of 3+ dims -> 0: no channels (a convolution's input and
+            # weight together, pools, norms over channels), an empty middle dim of a view
+            variants.append(("dim1=0", lambda t: t[:, :0] if t.dim() >= 3 else t))
         # only the first tensor empty: matmuls (0 x k @ k x n), gathers from an empty source
         variants.append(("first0", lambda t: t[:0] if t is first else t))
         # the first tensor empty, the others keep one row: they broadcast to zero rows
@@ -218,13 +225,21 @@ def zero_size_variants(args: tuple, kwargs: dict) -> list:
     return out
 
 
+def has_empty(tree) -> bool:
+    import torch
+    from torch.utils._pytree import tree_leaves
+    return any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in tree_leaves(tree))
+
+
 # ---------------------------------------------------------------------------------------------
 # One case (runs in the child process)
 
-def _compile(fn, backend: str):
+def _compile(fn, backend: str, target: str = "cpu"):
+    """ember on `target` ("cpu": the C++ program; "triton": the GPU program, which on CPU tensors
+    runs under TRITON_INTERPRET=1, set by the sweep before its workers start)."""
     import torch
     if backend == "ember":
-        return torch.compile(fn, backend="ember", options={"target": "cpu"})
+        return torch.compile(fn, backend="ember", options={"target": target})
     return torch.compile(fn, backend=backend)
 
 
@@ -291,8 +306,10 @@ def _ember_fallbacks() -> tuple[list, str]:
     return ops, why[:300]
 
 
-def run_sample(case: dict, fn, args, kwargs) -> tuple[str, str, int, list]:
-    """(status, reason, graphs compiled, fallback ops) for one sample."""
+def run_sample(case: dict, fn, args, kwargs, accepted: list | None = None
+               ) -> tuple[str, str, int, list]:
+    """(status, reason, graphs compiled, fallback ops) for one sample; appends to `accepted`
+    whether eager ran the sample without raising."""
     import torch
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
@@ -304,9 +321,11 @@ def run_sample(case: dict, fn, args, kwargs) -> tuple[str, str, int, list]:
     runner = _backward if grad else _call
     torch.manual_seed(2)
     ref, ref_err = runner(fn, *_clone((args, kwargs), grad))
+    if accepted is not None:
+        accepted.append(ref_err is None)
     if grad and ref is None and ref_err is None:
         return "skip", "no differentiable output", 0, []
-    compiled = _compile(fn, case["backend"])
+    compiled = _compile(fn, case["backend"], case.get("target", "cpu"))
     torch.manual_seed(2)
     out, err = runner(compiled, *_clone((args, kwargs), grad))
     graphs = int(torch._dynamo.utils.counters["stats"].get("unique_graphs", 0))
@@ -336,7 +355,9 @@ def run_case(case: dict, progress=None) -> dict:
     the sample that killed the process)."""
     import torch
     start = time.time()
-    result = dict(case, status="skip", reason="", samples=0, graphs=0, fallback_ops=[])
+    # zero_size: samples with an input without elements that eager ran (raised on: not counted)
+    result = dict(case, status="skip", reason="", samples=0, graphs=0, fallback_ops=[],
+                  zero_size=0)
     op = op_table().get((case["op"], case["variant"]))
     if op is None:
         return dict(result, status="error", reason="no such OpInfo")
@@ -358,8 +379,9 @@ def run_case(case: dict, progress=None) -> dict:
             progress(f"sample {i}: {desc}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            accepted = []
             try:
-                status, reason, graphs, fb = run_sample(case, fn, args, kwargs)
+                status, reason, graphs, fb = run_sample(case, fn, args, kwargs, accepted)
             except Exception as e:  # noqa: BLE001 - the harness itself must not stop the sweep
                 status, reason, graphs, fb = ("error", "harness: " + _one_line(e) + " | " +
                                               traceback.format_exc(limit=2)[-200:], 0, [])
@@ -367,6 +389,8 @@ def run_case(case: dict, progress=None) -> dict:
             continue
         result["samples"] += 1
         result["graphs"] += graphs
+        if accepted and accepted[0] and has_empty((args, kwargs)):
+            result["zero_size"] += 1
         result["fallback_ops"] = sorted(set(result["fallback_ops"]) | set(map(str, fb)))
         if _RANK[status] < _RANK[result["status"]]:
             result["status"] = status
