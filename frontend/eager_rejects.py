@@ -33,6 +33,14 @@ the op before it is decomposed and keeps a rejected op whole (NotImplemented), s
 `rejection` finds it in the traced graph. The decomposition runs inside AOTAutograd's tracing
 modes (fake tensors, the proxy mode, functionalization: thread-local), so its probe runs in a
 thread of its own, where none of them is active.
+Tensors without elements (issue 8): eager's kernels check shapes that the meta functions skip
+(`native_batch_norm` of an empty input: "input tensor must have at least one element";
+`_softmax_backward_data` of [0] beside [1]; `diagonal_scatter` of a [10] source into an empty
+slice; a [5] boolean mask of a [0, 5] tensor), and a graph on empty tensors computes nothing, so
+ember (fold_zero_size) and Inductor returned a result where eager raises. An op reading or
+making a tensor without elements is therefore also probed at its exact static shapes, when they
+are small (_MAX_PROBE_NUMEL): failing with both fills there is eager's shape error (cached by
+shapes too).
 A wrong verdict costs speed, never a wrong answer: the graph runs eagerly. Random ops (the probe
 would consume the user's random numbers), views (no kernel), ops without tensor inputs and ops
 whose tiny result would still be large are not probed.
@@ -79,8 +87,8 @@ class _TensorSpec:
         spec.shape, spec.dtype, spec.device = self.shape, dtype, self.device
         return spec
 
-    def make(self, device=None, fill=0, dtype=None):
-        shape = [_dim(d) for d in self.shape]
+    def make(self, device=None, fill=0, dtype=None, exact=False):
+        shape = list(self.shape) if exact else [_dim(d) for d in self.shape]
         return torch.full(shape, fill, dtype=dtype or self.dtype, device=device or self.device)
 
 
@@ -127,22 +135,22 @@ def _key_and_specs(op, args, kwargs):
     return tuple(key), args, kwargs
 
 
-def _run(op, args, kwargs, device=None, fill=0, retype=None):
+def _run(op, args, kwargs, device=None, fill=0, retype=None, exact=False):
     def make(a):
         if isinstance(a, _TensorSpec):
             dtype = retype(a.dtype) if retype not in (None, _SAME) else None
-            return a.make(device, fill, dtype)
+            return a.make(device, fill, dtype, exact)
         if retype is _SAME and type(a) in (bool, float) and math.isfinite(a):
             return int(a)
         return a
     return op(*map_aggregate(args, make), **map_aggregate(kwargs, make))
 
 
-def _runs(op, args, kwargs, retype=None) -> bool:
-    """Whether the tiny probe runs, filled with zeros or else with ones."""
+def _runs(op, args, kwargs, retype=None, exact=False) -> bool:
+    """Whether the tiny (or `exact`) probe runs, filled with zeros or else with ones."""
     for fill in (0, 1):
         try:
-            _run(op, args, kwargs, fill=fill, retype=retype)
+            _run(op, args, kwargs, fill=fill, retype=retype, exact=exact)
             return True
         except Exception:  # noqa: BLE001
             pass
@@ -231,6 +239,38 @@ def _judge(op, args, kwargs) -> str | None:
     return None      # no dtype makes these tiny shapes run: the shapes, not the dtypes
 
 
+def _empty_shapes(args, kwargs) -> tuple | None:
+    """The exact shapes of the tensor arguments when one has no elements and all are static
+    and small (the exact-shape probe), else None."""
+    specs = _specs(args, kwargs)
+    shapes = tuple(tuple(s.shape) for s in specs)
+    if not any(0 in sh for sh in shapes) or \
+            any(type(d) is not int for sh in shapes for d in sh):
+        return None
+    if sum(math.prod(sh) for sh in shapes) > _MAX_PROBE_NUMEL:
+        return None
+    return shapes
+
+
+def _judge_exact(op, args, kwargs) -> str | None:
+    """Eager's error for these exact (small, static, some empty) shapes, or None."""
+    try:
+        meta = _run(op, args, kwargs, device="meta", exact=True)
+    except Exception:  # noqa: BLE001 - the meta function refuses them: Dynamo raised already
+        return None
+    if _numel(meta) > _MAX_PROBE_NUMEL or _runs(op, args, kwargs, exact=True):
+        return None
+    as_eager = _statistics_as_eager(op, args)
+    if as_eager is not None and _runs(op, as_eager, kwargs, exact=True):
+        return None
+    try:
+        _run(op, args, kwargs, exact=True)
+    except Exception as err:  # noqa: BLE001 - eager's kernel refuses these shapes
+        first = (str(err).strip().splitlines() or [""])[0]
+        return f"{type(err).__name__}: {first[:200]}"
+    return None
+
+
 def _has_typed_scalar(tree) -> bool:
     """Whether a Python bool or float is among the arguments (the _SAME control reads them as
     ints)."""
@@ -281,10 +321,19 @@ def judge(op, args, kwargs) -> str | None:
         key, args, kwargs = _key_and_specs(op, args, kwargs)
     except _Skip:
         return None
+    shapes = _empty_shapes(args, kwargs)
+    if shapes is not None:
+        key = key + ("exact", shapes)
     with _LOCK:
         if key in _VERDICTS:
             return _VERDICTS[key]
-    why = outside_tracing(lambda: _judge(op, args, kwargs))
+
+    def judged():
+        why = _judge(op, args, kwargs)
+        if why is None and shapes is not None:
+            why = _judge_exact(op, args, kwargs)
+        return why
+    why = outside_tracing(judged)
     with _LOCK:
         _VERDICTS[key] = why
     return why
