@@ -61,6 +61,19 @@ CASES = {
     "amax_empty_dim": (lambda x: x.amax(1), lambda: [torch.zeros(3, 0)]),
     "argmax_empty_dim": (lambda x: x.argmax(1), lambda: [torch.zeros(3, 0)]),
     "sum_nonempty_of_empty_batch": (lambda x: x.sum(0) * 2, lambda: [torch.zeros(0, 5)]),
+    # shapes that eager's kernels refuse and the meta functions accept (eager_rejects probes ops
+    # on empty tensors at their exact shapes): a folded empty result was returned instead of
+    # eager's error (op_db zero-size sweep, 2026-11-27)
+    "batch_norm_empty_input": (lambda x, w: torch.native_batch_norm(x, w, w, w, w, True, 0.5, 0.6)[1],
+                               lambda: [torch.zeros(0, 5, 5), torch.ones(5)]),
+    "softmax_backward_empty_vs_one": (
+        lambda g, o: torch.ops.aten._softmax_backward_data(g, o, 0, torch.float32) + 1,
+        lambda: [torch.zeros(0), torch.ones(1)]),
+    "diagonal_scatter_into_empty": (lambda x, s: torch.diagonal_scatter(x, s) * 2,
+                                    lambda: [torch.zeros(0, 10), torch.ones(10)]),
+    "mask_of_empty_tensor": (lambda x, m, v: torch.index_put(x, (m,), v) + 1,
+                             lambda: [torch.zeros(0, 5), torch.ones(5, dtype=torch.bool),
+                                      torch.ones(5)]),
     # 0-dim tensors
     "zero_dim_add": (lambda x: x * 2 + 1, lambda: [torch.tensor(3.0)]),
     "zero_dim_bcast": (lambda x, y: x * y, lambda: [torch.tensor(2.0), torch.arange(4.)]),
