@@ -241,11 +241,17 @@ def _judge(op, args, kwargs) -> str | None:
 
 def _empty_shapes(args, kwargs) -> tuple | None:
     """The exact shapes of the tensor arguments when one has no elements and all are static
-    and small (the exact-shape probe), else None."""
+    and small (the exact-shape probe), else None. Not for ops reading integer indices with
+    elements: their errors depend on the values (an index into an empty dim), which the
+    compiled program checks at run time (and a decomposed upsampling's `_unsafe_index` would
+    raise another type than the user's op)."""
     specs = _specs(args, kwargs)
     shapes = tuple(tuple(s.shape) for s in specs)
     if not any(0 in sh for sh in shapes) or \
             any(type(d) is not int for sh in shapes for d in sh):
+        return None
+    if any(not (s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool)
+           and 0 not in tuple(s.shape) for s in specs):
         return None
     if sum(math.prod(sh) for sh in shapes) > _MAX_PROBE_NUMEL:
         return None
@@ -370,4 +376,72 @@ def rejection(gm: fx.GraphModule) -> str | None:
                                for a in node.all_input_nodes
                                if isinstance(a.meta.get("val"), torch.Tensor))
             return f"eager rejects {node.target} for ({dtypes}): {why}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Dynamo's graph: torch-level calls on tensors without elements
+
+def _example(a):
+    if isinstance(a, fx.Node):
+        a = a.meta.get("example_value")
+        if a is None:
+            raise _Skip
+    if isinstance(a, torch.Tensor):
+        return _TensorSpec(a)
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise _Skip
+    return a
+
+
+def _call_of(node: fx.Node):
+    if node.op == "call_function":
+        return node.target
+    name = node.target
+    return lambda self, *args, **kwargs: getattr(self, name)(*args, **kwargs)
+
+
+def _dynamo_verdict(node: fx.Node) -> str | None:
+    if node.op not in ("call_function", "call_method"):
+        return None
+    try:
+        args = map_aggregate(node.args, _example)
+        kwargs = map_aggregate(dict(node.kwargs), _example)
+        out = node.meta.get("example_value")
+    except _Skip:
+        return None
+    if _empty_shapes(args, kwargs) is None or _numel(out) > _MAX_PROBE_NUMEL:
+        return None
+    fn = _call_of(node)
+
+    def probe():
+        error = None
+        for fill in (0, 1):
+            with torch.random.fork_rng(devices=[]):     # a random op keeps the user's stream
+                try:
+                    _run(fn, args, kwargs, fill=fill, exact=True)
+                    return None
+                except Exception as err:  # noqa: BLE001 - eager's kernel refuses the shapes
+                    error = err
+        first = (str(error).strip().splitlines() or [""])[0]
+        return f"{type(error).__name__}: {first[:200]}"
+    try:
+        return outside_tracing(probe)
+    except Exception:  # noqa: BLE001 - the probe itself failed: no verdict
+        return None
+
+
+def dynamo_rejection(gm: fx.GraphModule) -> str | None:
+    """Why eager raises on a call of Dynamo's graph `gm` that reads or makes a tensor without
+    elements, at its exact (static, small) shapes, or None. Some ops decompose before any
+    decomposition table sees them (upsampling, at its Autograd key: `interpolate` of a [2, 0, 4]
+    tensor, which eager refuses with "Non-empty 3D data tensor expected"), so `guard` cannot
+    keep them; their calls are judged here, on Dynamo's graph, and such a graph runs eagerly.
+    Calls run on fresh tensors of zeros (then ones) under a forked random state; only graphs
+    with an empty tensor pay for it."""
+    for node in gm.graph.nodes:
+        why = _dynamo_verdict(node)
+        if why is not None:
+            name = getattr(node.target, "__name__", str(node.target))
+            return f"eager rejects {name} at its shapes without elements: {why}"
     return None
