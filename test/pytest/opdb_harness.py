@@ -11,6 +11,7 @@ Statuses, worst first (a case takes the worst over its samples):
   mismatch  values / dtype / shape / NaN positions differ from eager beyond tolerance
   error     eager raised and the compiled function did not, the other way round, or another type
   fallback  results match, but ember's reports show eager_fallback_ops or status eager/partitioned
+            (not when eager and the backend both raised the same error: that is a pass)
   pass      results match (`graphs` says how many graphs the backend compiled; 0: Dynamo ran the
             op eagerly itself, the same for every backend)
   skip      the op has no sample for this dtype/mode
@@ -345,7 +346,10 @@ def run_sample(case: dict, fn, args, kwargs, accepted: list | None = None
         if backend_ran and not _same_error(err, ref_err):
             return ("error", f"eager {type(ref_err).__name__}, compiled {_one_line(err)}",
                     graphs, fb_ops)
-        status, reason = "pass", ""
+        # Both raised the same error: what the user sees is eager's, whether the backend
+        # compiled the graph or ran it eagerly to raise (ember does when eager's kernel refuses
+        # the inputs: eager_rejects.py), so it is not counted as a fallback.
+        return "pass", "", graphs, []
     else:
         d = diff(out, ref, "grad" if grad else "out", values)
         status, reason = ("mismatch", d) if d else ("pass", "")

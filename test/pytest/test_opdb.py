@@ -47,15 +47,7 @@ ZERO_NO_GRAPH = {"view-float32-zero", "reshape-float32-zero", "addmm-float32-zer
 # Cases that fall back to eager today (results checked, and correct): ember does not compile
 # these ops yet. A new fallback fails its test; so does a fallback that goes away (delete the
 # entry).
-_EMPTY_SOURCE = ("a gather from a source without elements (eager raises IndexError) or of 0-dim "
-                 "tensors: refused before torch-mlir (importer.refuse_native_crashes)")
 EXPECTED_FALLBACK = {
-    "gather-float32-zero": _EMPTY_SOURCE,
-    "index_select-float32-zero": _EMPTY_SOURCE,
-    "take_along_dim-float32-zero": _EMPTY_SOURCE,
-    "nn.functional.embedding-float32-zero": _EMPTY_SOURCE,
-    "__getitem__-float32-zero": "aten.index.Tensor reading a tensor without elements: refused "
-                                "before torch-mlir (importer.refuse_native_crashes)",
     "narrow-float32-fwd": "a 0-dim tensor start: 'tracing failed: DataDependentOutputException'",
     "narrow-float32-bwd": "as narrow fwd",
     "narrow-float32-zero": "as narrow fwd",
@@ -63,10 +55,7 @@ EXPECTED_FALLBACK = {
 
 # Known bugs (strict xfail: the test flips to XPASS, a failure, once fixed). Reason = the
 # status and cause the harness recorded.
-KNOWN_BUGS = {
-    "nn.functional.linear-float32-zero": "error: bias [4] broadcast to [0, 1]: eager raises, "
-                                         "ember returns a result",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _split(name):
