@@ -168,14 +168,33 @@ def samples(op, dtype_name: str, mode: str, limit: int) -> list:
     torch.manual_seed(0)
     grad = mode == "bwd"
     out = []
-    for s in op.sample_inputs("cpu", dtype, requires_grad=grad):
-        out.append(((s.input, *s.args), dict(s.kwargs), _describe(s.input, s.args, s.kwargs)))
-        if len(out) >= limit:
+    more = []   # zero mode: samples with a tensor of 1+ dims, where the first are all 0-dim
+    for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=grad)):
+        sample = ((s.input, *s.args), dict(s.kwargs), _describe(s.input, s.args, s.kwargs))
+        if len(out) < limit:
+            out.append(sample)
+        elif mode != "zero" or any(_has_dims(a) for a, _, _ in out) or i >= _SCAN_SAMPLES:
             break
+        elif _has_dims(sample[0]):
+            more.append(sample)
+            if len(more) >= limit:
+                break
     if mode == "zero":
+        out += more
         out = [z for a, k, _ in out for z in zero_size_variants(a, k)
                if (op.name, z[2].split(":")[0]) not in _EAGER_CRASHES]
     return out
+
+
+# Zero mode: how far to look for samples whose tensors have dims when the first `limit` are
+# all 0-dim (reductions, casts, `sum`, `mean`, `all`: their first samples are scalars).
+_SCAN_SAMPLES = 30
+
+
+def _has_dims(tree) -> bool:
+    import torch
+    from torch.utils._pytree import tree_leaves
+    return any(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in tree_leaves(tree))
 
 
 def _describe(*trees) -> str:
@@ -221,6 +240,9 @@ def zero_size_variants(args: tuple, kwargs: dict) -> list:
         # the first tensor empty, the others keep one row: they broadcast to zero rows
         variants.append(("bcast0", lambda t: t[:0] if t is first else
                          (t[:1] if t.dim() == first.dim() and t.dim() >= 1 else t)))
+    else:
+        # only 0-dim tensors: each becomes a 1-d tensor without elements
+        variants.append(("grow0", lambda t: t.reshape(1)[:0] if t.dim() == 0 else t))
     # 0-dim tensors: one element each (a scalar tensor)
     variants.append(("0-dim", lambda t: t.reshape(-1)[0] if t.numel() >= 1 else t))
     out = []
