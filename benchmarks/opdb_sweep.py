@@ -3,6 +3,8 @@ ember and Inductor against eager, every case in a child process (crash = a resul
 
     python benchmarks/opdb_sweep.py --backend ember,inductor --jobs 2 --limit-samples 2 \
         --ops 'add|mul|nn.functional.*' --json out.json [--zero-size] [--resume out.json]
+    python benchmarks/opdb_sweep.py --backend ember --dtypes float32 --modes '' --zero-size \
+        --target triton --jobs 1 --json zero-triton.json   # the GPU program, interpreted
 
 Prints one row per op / variant / dtype with each backend's status per mode (fwd, bwd, zero),
 the failures with their reasons, the totals per backend (pass / mismatch / error / fell back /
