@@ -258,6 +258,14 @@ def _empty_shapes(args, kwargs) -> tuple | None:
     return shapes
 
 
+def _library_op(op) -> bool:
+    """An FFT: fold_zero_size keeps one that raises on an empty tensor as the library call it
+    is (zero_size._library_raises), which raises eager's error inside the compiled program, so
+    its shapes need no probe (other library ops on empty tensors are folded away)."""
+    from .complex_values import COMPLEX_LIBRARY_OPS
+    return str(op) in COMPLEX_LIBRARY_OPS
+
+
 def _judge_exact(op, args, kwargs) -> str | None:
     """Eager's error for these exact (small, static, some empty) shapes, or None."""
     try:
@@ -327,7 +335,7 @@ def judge(op, args, kwargs) -> str | None:
         key, args, kwargs = _key_and_specs(op, args, kwargs)
     except _Skip:
         return None
-    shapes = _empty_shapes(args, kwargs)
+    shapes = _empty_shapes(args, kwargs) if not _library_op(op) else None
     if shapes is not None:
         key = key + ("exact", shapes)
     with _LOCK:
@@ -394,16 +402,10 @@ def _example(a):
     return a
 
 
-def _call_of(node: fx.Node):
-    if node.op == "call_function":
-        return node.target
-    name = node.target
-    return lambda self, *args, **kwargs: getattr(self, name)(*args, **kwargs)
-
-
 def _dynamo_verdict(node: fx.Node) -> str | None:
-    if node.op not in ("call_function", "call_method"):
-        return None
+    if node.op != "call_function" or \
+            getattr(node.target, "__module__", None) != "torch.nn.functional":
+        return None     # ATen ops are judged by `guard` / `rejection` after AOTAutograd
     try:
         args = map_aggregate(node.args, _example)
         kwargs = map_aggregate(dict(node.kwargs), _example)
@@ -412,7 +414,7 @@ def _dynamo_verdict(node: fx.Node) -> str | None:
         return None
     if _empty_shapes(args, kwargs) is None or _numel(out) > _MAX_PROBE_NUMEL:
         return None
-    fn = _call_of(node)
+    fn = node.target
 
     def probe():
         error = None
@@ -436,7 +438,8 @@ def dynamo_rejection(gm: fx.GraphModule) -> str | None:
     elements, at its exact (static, small) shapes, or None. Some ops decompose before any
     decomposition table sees them (upsampling, at its Autograd key: `interpolate` of a [2, 0, 4]
     tensor, which eager refuses with "Non-empty 3D data tensor expected"), so `guard` cannot
-    keep them; their calls are judged here, on Dynamo's graph, and such a graph runs eagerly.
+    keep them; the calls of torch.nn.functional's Python functions are judged here, on Dynamo's
+    graph, and such a graph runs eagerly.
     Calls run on fresh tensors of zeros (then ones) under a forked random state; only graphs
     with an empty tensor pay for it."""
     for node in gm.graph.nodes:
