@@ -3,6 +3,8 @@ ember and Inductor against eager, every case in a child process (crash = a resul
 
     python benchmarks/opdb_sweep.py --backend ember,inductor --jobs 2 --limit-samples 2 \
         --ops 'add|mul|nn.functional.*' --json out.json [--zero-size] [--resume out.json]
+    python benchmarks/opdb_sweep.py --backend ember --dtypes float32 --modes '' --zero-size \
+        --target triton --jobs 1 --json zero-triton.json   # the GPU program, interpreted
 
 Prints one row per op / variant / dtype with each backend's status per mode (fwd, bwd, zero),
 the failures with their reasons, the totals per backend (pass / mismatch / error / fell back /
@@ -53,7 +55,7 @@ def select_cases(args) -> list[dict]:
                     continue  # shapes, not dtypes, are what the zero-size sweep varies
                 for backend in args.backend.split(","):
                     cases.append(dict(backend=backend, op=name, variant=variant, dtype=dtype,
-                                      mode=mode, limit=args.limit_samples))
+                                      mode=mode, limit=args.limit_samples, target=args.target))
     return cases
 
 
@@ -123,6 +125,8 @@ def main(argv=None) -> int:
     p.add_argument("--modes", default="fwd,bwd", help="fwd, bwd (zero: see --zero-size)")
     p.add_argument("--zero-size", action="store_true",
                    help="also zero-size / 0-dim / broadcast-to-zero inputs (mode 'zero')")
+    p.add_argument("--target", default="cpu", choices=("cpu", "triton"),
+                   help="ember's target; triton runs the GPU program under TRITON_INTERPRET=1")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--limit-samples", type=int, default=3, help="samples per case")
     p.add_argument("--timeout", type=float, default=180.0, help="seconds per case")
@@ -131,6 +135,8 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true", help="no line per finished case")
     args = p.parse_args(argv)
     backends = args.backend.split(",")
+    if args.target == "triton":
+        os.environ["TRITON_INTERPRET"] = "1"  # read by the spawned workers as triton imports
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
                           os.path.join(os.environ.get("EMBER_CACHE_DIR", "/tmp"), "inductor"))
 

@@ -472,6 +472,14 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         return compile_graph
 
     flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
+    rejected = eager_rejects.dynamo_rejection(gm) if opts.fallback else None
+    if rejected is not None:    # eager raises on a tensor without elements: so must the call
+        warn_once(f"aot:{rejected}", f"ember: graph {base} runs in eager torch ({rejected})")
+        ops = sorted({getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
+                      if n.op in ("call_function", "call_method", "call_module")}) or ["<graph>"]
+        record({"graph_id": base, "target": None, "status": "eager", "eager_fallback_ops": ops,
+                "fallback_reasons": {op: rejected for op in ops}, "error": rejected})
+        return gm.forward
     try:
         drop_visible_attention_masks(gm)
         devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]

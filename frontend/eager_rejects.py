@@ -33,6 +33,14 @@ the op before it is decomposed and keeps a rejected op whole (NotImplemented), s
 `rejection` finds it in the traced graph. The decomposition runs inside AOTAutograd's tracing
 modes (fake tensors, the proxy mode, functionalization: thread-local), so its probe runs in a
 thread of its own, where none of them is active.
+Tensors without elements (issue 8): eager's kernels check shapes that the meta functions skip
+(`native_batch_norm` of an empty input: "input tensor must have at least one element";
+`_softmax_backward_data` of [0] beside [1]; `diagonal_scatter` of a [10] source into an empty
+slice; a [5] boolean mask of a [0, 5] tensor), and a graph on empty tensors computes nothing, so
+ember (fold_zero_size) and Inductor returned a result where eager raises. An op reading or
+making a tensor without elements is therefore also probed at its exact static shapes, when they
+are small (_MAX_PROBE_NUMEL): failing with both fills there is eager's shape error (cached by
+shapes too).
 A wrong verdict costs speed, never a wrong answer: the graph runs eagerly. Random ops (the probe
 would consume the user's random numbers), views (no kernel), ops without tensor inputs and ops
 whose tiny result would still be large are not probed.
@@ -79,8 +87,8 @@ class _TensorSpec:
         spec.shape, spec.dtype, spec.device = self.shape, dtype, self.device
         return spec
 
-    def make(self, device=None, fill=0, dtype=None):
-        shape = [_dim(d) for d in self.shape]
+    def make(self, device=None, fill=0, dtype=None, exact=False):
+        shape = list(self.shape) if exact else [_dim(d) for d in self.shape]
         return torch.full(shape, fill, dtype=dtype or self.dtype, device=device or self.device)
 
 
@@ -127,22 +135,22 @@ def _key_and_specs(op, args, kwargs):
     return tuple(key), args, kwargs
 
 
-def _run(op, args, kwargs, device=None, fill=0, retype=None):
+def _run(op, args, kwargs, device=None, fill=0, retype=None, exact=False):
     def make(a):
         if isinstance(a, _TensorSpec):
             dtype = retype(a.dtype) if retype not in (None, _SAME) else None
-            return a.make(device, fill, dtype)
+            return a.make(device, fill, dtype, exact)
         if retype is _SAME and type(a) in (bool, float) and math.isfinite(a):
             return int(a)
         return a
     return op(*map_aggregate(args, make), **map_aggregate(kwargs, make))
 
 
-def _runs(op, args, kwargs, retype=None) -> bool:
-    """Whether the tiny probe runs, filled with zeros or else with ones."""
+def _runs(op, args, kwargs, retype=None, exact=False) -> bool:
+    """Whether the tiny (or `exact`) probe runs, filled with zeros or else with ones."""
     for fill in (0, 1):
         try:
-            _run(op, args, kwargs, fill=fill, retype=retype)
+            _run(op, args, kwargs, fill=fill, retype=retype, exact=exact)
             return True
         except Exception:  # noqa: BLE001
             pass
@@ -231,6 +239,52 @@ def _judge(op, args, kwargs) -> str | None:
     return None      # no dtype makes these tiny shapes run: the shapes, not the dtypes
 
 
+def _empty_shapes(args, kwargs) -> tuple | None:
+    """The exact shapes of the tensor arguments when one has no elements and all are static
+    and small (the exact-shape probe), else None. Not for ops reading integer indices with
+    elements: their errors depend on the values (an index into an empty dim), which the
+    compiled program checks at run time (and a decomposed upsampling's `_unsafe_index` would
+    raise another type than the user's op)."""
+    specs = _specs(args, kwargs)
+    shapes = tuple(tuple(s.shape) for s in specs)
+    if not any(0 in sh for sh in shapes) or \
+            any(type(d) is not int for sh in shapes for d in sh):
+        return None
+    if any(not (s.dtype.is_floating_point or s.dtype.is_complex or s.dtype == torch.bool)
+           and 0 not in tuple(s.shape) for s in specs):
+        return None
+    if sum(math.prod(sh) for sh in shapes) > _MAX_PROBE_NUMEL:
+        return None
+    return shapes
+
+
+def _library_op(op) -> bool:
+    """An FFT: fold_zero_size keeps one that raises on an empty tensor as the library call it
+    is (zero_size._library_raises), which raises eager's error inside the compiled program, so
+    its shapes need no probe (other library ops on empty tensors are folded away)."""
+    from .complex_values import COMPLEX_LIBRARY_OPS
+    return str(op) in COMPLEX_LIBRARY_OPS
+
+
+def _judge_exact(op, args, kwargs) -> str | None:
+    """Eager's error for these exact (small, static, some empty) shapes, or None."""
+    try:
+        meta = _run(op, args, kwargs, device="meta", exact=True)
+    except Exception:  # noqa: BLE001 - the meta function refuses them: Dynamo raised already
+        return None
+    if _numel(meta) > _MAX_PROBE_NUMEL or _runs(op, args, kwargs, exact=True):
+        return None
+    as_eager = _statistics_as_eager(op, args)
+    if as_eager is not None and _runs(op, as_eager, kwargs, exact=True):
+        return None
+    try:
+        _run(op, args, kwargs, exact=True)
+    except Exception as err:  # noqa: BLE001 - eager's kernel refuses these shapes
+        first = (str(err).strip().splitlines() or [""])[0]
+        return f"{type(err).__name__}: {first[:200]}"
+    return None
+
+
 def _has_typed_scalar(tree) -> bool:
     """Whether a Python bool or float is among the arguments (the _SAME control reads them as
     ints)."""
@@ -281,10 +335,19 @@ def judge(op, args, kwargs) -> str | None:
         key, args, kwargs = _key_and_specs(op, args, kwargs)
     except _Skip:
         return None
+    shapes = _empty_shapes(args, kwargs) if not _library_op(op) else None
+    if shapes is not None:
+        key = key + ("exact", shapes)
     with _LOCK:
         if key in _VERDICTS:
             return _VERDICTS[key]
-    why = outside_tracing(lambda: _judge(op, args, kwargs))
+
+    def judged():
+        why = _judge(op, args, kwargs)
+        if why is None and shapes is not None:
+            why = _judge_exact(op, args, kwargs)
+        return why
+    why = outside_tracing(judged)
     with _LOCK:
         _VERDICTS[key] = why
     return why
@@ -321,4 +384,67 @@ def rejection(gm: fx.GraphModule) -> str | None:
                                for a in node.all_input_nodes
                                if isinstance(a.meta.get("val"), torch.Tensor))
             return f"eager rejects {node.target} for ({dtypes}): {why}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Dynamo's graph: torch-level calls on tensors without elements
+
+def _example(a):
+    if isinstance(a, fx.Node):
+        a = a.meta.get("example_value")
+        if a is None:
+            raise _Skip
+    if isinstance(a, torch.Tensor):
+        return _TensorSpec(a)
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise _Skip
+    return a
+
+
+def _dynamo_verdict(node: fx.Node) -> str | None:
+    if node.op != "call_function" or \
+            getattr(node.target, "__module__", None) != "torch.nn.functional":
+        return None     # ATen ops are judged by `guard` / `rejection` after AOTAutograd
+    try:
+        args = map_aggregate(node.args, _example)
+        kwargs = map_aggregate(dict(node.kwargs), _example)
+        out = node.meta.get("example_value")
+    except _Skip:
+        return None
+    if _empty_shapes(args, kwargs) is None or _numel(out) > _MAX_PROBE_NUMEL:
+        return None
+    fn = node.target
+
+    def probe():
+        error = None
+        for fill in (0, 1):
+            with torch.random.fork_rng(devices=[]):     # a random op keeps the user's stream
+                try:
+                    _run(fn, args, kwargs, fill=fill, exact=True)
+                    return None
+                except Exception as err:  # noqa: BLE001 - eager's kernel refuses the shapes
+                    error = err
+        first = (str(error).strip().splitlines() or [""])[0]
+        return f"{type(error).__name__}: {first[:200]}"
+    try:
+        return outside_tracing(probe)
+    except Exception:  # noqa: BLE001 - the probe itself failed: no verdict
+        return None
+
+
+def dynamo_rejection(gm: fx.GraphModule) -> str | None:
+    """Why eager raises on a call of Dynamo's graph `gm` that reads or makes a tensor without
+    elements, at its exact (static, small) shapes, or None. Some ops decompose before any
+    decomposition table sees them (upsampling, at its Autograd key: `interpolate` of a [2, 0, 4]
+    tensor, which eager refuses with "Non-empty 3D data tensor expected"), so `guard` cannot
+    keep them; the calls of torch.nn.functional's Python functions are judged here, on Dynamo's
+    graph, and such a graph runs eagerly.
+    Calls run on fresh tensors of zeros (then ones) under a forked random state; only graphs
+    with an empty tensor pay for it."""
+    for node in gm.graph.nodes:
+        why = _dynamo_verdict(node)
+        if why is not None:
+            name = getattr(node.target, "__name__", str(node.target))
+            return f"eager rejects {name} at its shapes without elements: {why}"
     return None

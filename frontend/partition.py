@@ -27,6 +27,7 @@ from . import fx_prep
 from .complex_values import is_complex_library_node
 from .options import CompileOptions, default_pipeline
 from .report import describe_error
+from .zero_size import touches_empty
 
 _VERDICTS: dict[tuple, str | None] = {}    # key -> None (supported) or the reason it is not
 _LOCK = threading.Lock()
@@ -320,7 +321,12 @@ def is_library_node(node: fx.Node, target: str | None = None) -> bool:
         return True
     if target == "cpu" and name in _CPU_NARROW_LIBRARY and _narrow_input(node):
         return True
-    return name in LIBRARY_OPS
+    if name in LIBRARY_OPS:
+        return True
+    # A compute op fold_zero_size kept on a tensor without elements (it reads integer indices
+    # that eager validates: a gather or an upsampling's index from an empty source): eager's
+    # kernel inside the program, as torch-mlir cannot import it (importer.refuse_native_crashes).
+    return touches_empty(node) and can_call(node)
 
 
 def library_nodes(gm: fx.GraphModule, target: str | None = None) -> set[fx.Node]:

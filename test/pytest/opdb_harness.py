@@ -11,6 +11,7 @@ Statuses, worst first (a case takes the worst over its samples):
   mismatch  values / dtype / shape / NaN positions differ from eager beyond tolerance
   error     eager raised and the compiled function did not, the other way round, or another type
   fallback  results match, but ember's reports show eager_fallback_ops or status eager/partitioned
+            (not when eager and the backend both raised the same error: that is a pass)
   pass      results match (`graphs` says how many graphs the backend compiled; 0: Dynamo ran the
             op eagerly itself, the same for every backend)
   skip      the op has no sample for this dtype/mode
@@ -43,7 +44,11 @@ _RANDOM_OPS = re.compile(
 
 # Zero-size variants that kill eager torch itself (a bug in torch, not in any backend): they are
 # not run, since the reference result is what crashes.
-_EAGER_CRASHES = {("_chunk_cat", "0-dim"): "torch._chunk_cat of 0-dim tensors: SIGSEGV in eager"}
+_EAGER_CRASHES = {
+    ("_chunk_cat", "0-dim"): "torch._chunk_cat of 0-dim tensors: SIGSEGV in eager",
+    ("_segment_reduce", "first0"): "torch._segment_reduce of empty data with offsets [0..4]: "
+                                   "SIGSEGV in eager (reads past the data)",
+}
 
 _OPS = None
 
@@ -163,14 +168,33 @@ def samples(op, dtype_name: str, mode: str, limit: int) -> list:
     torch.manual_seed(0)
     grad = mode == "bwd"
     out = []
-    for s in op.sample_inputs("cpu", dtype, requires_grad=grad):
-        out.append(((s.input, *s.args), dict(s.kwargs), _describe(s.input, s.args, s.kwargs)))
-        if len(out) >= limit:
+    more = []   # zero mode: samples with a tensor of 1+ dims, where the first are all 0-dim
+    for i, s in enumerate(op.sample_inputs("cpu", dtype, requires_grad=grad)):
+        sample = ((s.input, *s.args), dict(s.kwargs), _describe(s.input, s.args, s.kwargs))
+        if len(out) < limit:
+            out.append(sample)
+        elif mode != "zero" or any(_has_dims(a) for a, _, _ in out) or i >= _SCAN_SAMPLES:
             break
+        elif _has_dims(sample[0]):
+            more.append(sample)
+            if len(more) >= limit:
+                break
     if mode == "zero":
+        out += more
         out = [z for a, k, _ in out for z in zero_size_variants(a, k)
                if (op.name, z[2].split(":")[0]) not in _EAGER_CRASHES]
     return out
+
+
+# Zero mode: how far to look for samples whose tensors have dims when the first `limit` are
+# all 0-dim (reductions, casts, `sum`, `mean`, `all`: their first samples are scalars).
+_SCAN_SAMPLES = 30
+
+
+def _has_dims(tree) -> bool:
+    import torch
+    from torch.utils._pytree import tree_leaves
+    return any(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in tree_leaves(tree))
 
 
 def _describe(*trees) -> str:
@@ -188,12 +212,15 @@ def _describe(*trees) -> str:
 def zero_size_variants(args: tuple, kwargs: dict) -> list:
     """Zero-size, 0-dim and broadcast-to-zero versions of one sample (issue 8: no input shape
     may crash the process). Each tensor is narrowed, never regenerated, so dtypes and index
-    ranges stay valid; a variant the op rejects must then raise in eager and compiled alike."""
+    ranges stay valid; a variant the op rejects must then raise in eager and compiled alike.
+    `first` is the first tensor with a dim (an op whose first operand is a 0-dim tensor, `where`'s
+    condition scalar, `lerp`'s weight, gets its zero-size cases from the next one)."""
     import torch
     from torch.utils._pytree import tree_leaves, tree_map
-    first = next((t for t in tree_leaves(args) if isinstance(t, torch.Tensor)), None)
-    if first is None:
+    tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if not tensors:
         return []
+    first = next((t for t in tensors if t.dim() >= 1), tensors[0])
 
     def narrowed(fn):
         return tree_map(lambda t: fn(t).detach().clone() if isinstance(t, torch.Tensor) else t,
@@ -204,11 +231,18 @@ def zero_size_variants(args: tuple, kwargs: dict) -> list:
         variants.append(("dim0=0", lambda t: t[:0] if t.dim() >= 1 else t))
         if first.dim() >= 2:
             variants.append(("last=0", lambda t: t[..., :0] if t.dim() >= 1 else t))
+        if first.dim() >= 3:
+            # dim 1 of every tensor of 3+ dims -> 0: no channels (a convolution's input and
+            # weight together, pools, norms over channels), an empty middle dim of a view
+            variants.append(("dim1=0", lambda t: t[:, :0] if t.dim() >= 3 else t))
         # only the first tensor empty: matmuls (0 x k @ k x n), gathers from an empty source
         variants.append(("first0", lambda t: t[:0] if t is first else t))
         # the first tensor empty, the others keep one row: they broadcast to zero rows
         variants.append(("bcast0", lambda t: t[:0] if t is first else
                          (t[:1] if t.dim() == first.dim() and t.dim() >= 1 else t)))
+    else:
+        # only 0-dim tensors: each becomes a 1-d tensor without elements
+        variants.append(("grow0", lambda t: t.reshape(1)[:0] if t.dim() == 0 else t))
     # 0-dim tensors: one element each (a scalar tensor)
     variants.append(("0-dim", lambda t: t.reshape(-1)[0] if t.numel() >= 1 else t))
     out = []
@@ -218,13 +252,21 @@ def zero_size_variants(args: tuple, kwargs: dict) -> list:
     return out
 
 
+def has_empty(tree) -> bool:
+    import torch
+    from torch.utils._pytree import tree_leaves
+    return any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in tree_leaves(tree))
+
+
 # ---------------------------------------------------------------------------------------------
 # One case (runs in the child process)
 
-def _compile(fn, backend: str):
+def _compile(fn, backend: str, target: str = "cpu"):
+    """ember on `target` ("cpu": the C++ program; "triton": the GPU program, which on CPU tensors
+    runs under TRITON_INTERPRET=1, set by the sweep before its workers start)."""
     import torch
     if backend == "ember":
-        return torch.compile(fn, backend="ember", options={"target": "cpu"})
+        return torch.compile(fn, backend="ember", options={"target": target})
     return torch.compile(fn, backend=backend)
 
 
@@ -291,8 +333,10 @@ def _ember_fallbacks() -> tuple[list, str]:
     return ops, why[:300]
 
 
-def run_sample(case: dict, fn, args, kwargs) -> tuple[str, str, int, list]:
-    """(status, reason, graphs compiled, fallback ops) for one sample."""
+def run_sample(case: dict, fn, args, kwargs, accepted: list | None = None
+               ) -> tuple[str, str, int, list]:
+    """(status, reason, graphs compiled, fallback ops) for one sample; appends to `accepted`
+    whether eager ran the sample without raising."""
     import torch
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
@@ -304,9 +348,11 @@ def run_sample(case: dict, fn, args, kwargs) -> tuple[str, str, int, list]:
     runner = _backward if grad else _call
     torch.manual_seed(2)
     ref, ref_err = runner(fn, *_clone((args, kwargs), grad))
+    if accepted is not None:
+        accepted.append(ref_err is None)
     if grad and ref is None and ref_err is None:
         return "skip", "no differentiable output", 0, []
-    compiled = _compile(fn, case["backend"])
+    compiled = _compile(fn, case["backend"], case.get("target", "cpu"))
     torch.manual_seed(2)
     out, err = runner(compiled, *_clone((args, kwargs), grad))
     graphs = int(torch._dynamo.utils.counters["stats"].get("unique_graphs", 0))
@@ -322,7 +368,10 @@ def run_sample(case: dict, fn, args, kwargs) -> tuple[str, str, int, list]:
         if backend_ran and not _same_error(err, ref_err):
             return ("error", f"eager {type(ref_err).__name__}, compiled {_one_line(err)}",
                     graphs, fb_ops)
-        status, reason = "pass", ""
+        # Both raised the same error: what the user sees is eager's, whether the backend
+        # compiled the graph or ran it eagerly to raise (ember does when eager's kernel refuses
+        # the inputs: eager_rejects.py), so it is not counted as a fallback.
+        return "pass", "", graphs, []
     else:
         d = diff(out, ref, "grad" if grad else "out", values)
         status, reason = ("mismatch", d) if d else ("pass", "")
@@ -336,7 +385,9 @@ def run_case(case: dict, progress=None) -> dict:
     the sample that killed the process)."""
     import torch
     start = time.time()
-    result = dict(case, status="skip", reason="", samples=0, graphs=0, fallback_ops=[])
+    # zero_size: samples with an input without elements that eager ran (raised on: not counted)
+    result = dict(case, status="skip", reason="", samples=0, graphs=0, fallback_ops=[],
+                  zero_size=0)
     op = op_table().get((case["op"], case["variant"]))
     if op is None:
         return dict(result, status="error", reason="no such OpInfo")
@@ -358,8 +409,9 @@ def run_case(case: dict, progress=None) -> dict:
             progress(f"sample {i}: {desc}")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
+            accepted = []
             try:
-                status, reason, graphs, fb = run_sample(case, fn, args, kwargs)
+                status, reason, graphs, fb = run_sample(case, fn, args, kwargs, accepted)
             except Exception as e:  # noqa: BLE001 - the harness itself must not stop the sweep
                 status, reason, graphs, fb = ("error", "harness: " + _one_line(e) + " | " +
                                               traceback.format_exc(limit=2)[-200:], 0, [])
@@ -367,6 +419,8 @@ def run_case(case: dict, progress=None) -> dict:
             continue
         result["samples"] += 1
         result["graphs"] += graphs
+        if accepted and accepted[0] and has_empty((args, kwargs)):
+            result["zero_size"] += 1
         result["fallback_ops"] = sorted(set(result["fallback_ops"]) | set(map(str, fb)))
         if _RANK[status] < _RANK[result["status"]]:
             result["status"] = status

@@ -61,6 +61,31 @@ CASES = {
     "amax_empty_dim": (lambda x: x.amax(1), lambda: [torch.zeros(3, 0)]),
     "argmax_empty_dim": (lambda x: x.argmax(1), lambda: [torch.zeros(3, 0)]),
     "sum_nonempty_of_empty_batch": (lambda x: x.sum(0) * 2, lambda: [torch.zeros(0, 5)]),
+    # shapes that eager's kernels refuse and the meta functions accept (eager_rejects probes ops
+    # on empty tensors at their exact shapes): a folded empty result was returned instead of
+    # eager's error (op_db zero-size sweep, 2026-11-27)
+    "batch_norm_empty_input": (lambda x, w: torch.native_batch_norm(x, w, w, w, w, True, 0.5, 0.6)[1],
+                               lambda: [torch.zeros(0, 5, 5), torch.ones(5)]),
+    "softmax_backward_empty_vs_one": (
+        lambda g, o: torch.ops.aten._softmax_backward_data(g, o, 0, torch.float32) + 1,
+        lambda: [torch.zeros(0), torch.ones(1)]),
+    "diagonal_scatter_into_empty": (lambda x, s: torch.diagonal_scatter(x, s) * 2,
+                                    lambda: [torch.zeros(0, 10), torch.ones(10)]),
+    "mask_of_empty_tensor": (lambda x, m, v: torch.index_put(x, (m,), v) + 1,
+                             lambda: [torch.zeros(0, 5), torch.ones(5, dtype=torch.bool),
+                                      torch.ones(5)]),
+    # upsampling decomposes at its Autograd key, before any decomposition table: judged on
+    # Dynamo's graph (eager_rejects.dynamo_rejection)
+    "interpolate_no_channels": (lambda x: F.interpolate(x, size=3, mode="linear") * 2,
+                                lambda: [torch.ones(2, 0, 4)]),
+    "interpolate_empty_width": (lambda x: F.interpolate(x, size=3, mode="nearest") * 2,
+                                lambda: [torch.ones(2, 3, 0)]),
+    "select_scatter_empty_dim": (lambda x, s: torch.select_scatter(x, s, 1, 2) + 1,
+                                 lambda: [torch.zeros(5, 0, 5), torch.ones(5, 5)]),
+    # an empty batch: the nearest index into the input stays (eager validates indices) as
+    # eager's kernel inside the program (partition.is_library_node), not a fallback
+    "interpolate_nearest_empty_batch": (lambda x: F.interpolate(x, size=3, mode="nearest"),
+                                        lambda: [torch.ones(0, 3, 4)]),
     # 0-dim tensors
     "zero_dim_add": (lambda x: x * 2 + 1, lambda: [torch.tensor(3.0)]),
     "zero_dim_bcast": (lambda x, y: x * y, lambda: [torch.tensor(2.0), torch.arange(4.)]),
@@ -93,7 +118,7 @@ EXPECT_COMPILED = {
     "sum_all_empty", "prod_empty_dim", "add_sum_of_empty", "mean_empty_dim", "sum_nonempty_of_empty_batch",
     "zero_dim_add", "zero_dim_bcast", "zero_dim_sum", "zero_dim_int", "reduce_to_zero_dim",
     "size_one_dims", "zero_dim_softmax", "zero_dim_reductions", "zero_dim_argmax_prod",
-    "argmax_all_dims", "to_int8_mul", "int8_add_scalar", "int8_remainder_scalar",
+    "argmax_all_dims", "interpolate_nearest_empty_batch", "to_int8_mul", "int8_add_scalar", "int8_remainder_scalar",
     "int8_mul_wrapping_scalar", "huge_broadcast_sum",
 }
 # Cases compiled on the CPU that fall back under target "triton" (its reductions of a one-element
