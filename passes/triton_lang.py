@@ -91,6 +91,8 @@ _CALLS = {
     "arith.maxnumf": "tl.maximum", "arith.minnumf": "tl.minimum",
     "arith.maxsi": "tl.maximum", "arith.minsi": "tl.minimum",
     "idx.min": "tl.minimum", "idx.max": "tl.maximum", "math.fma": "tl.fma",
+    **{f"math.{f}": f"_ember_{f}" for f in ("acos", "asin", "atan", "acosh", "asinh", "atanh",
+                                           "cosh", "sinh", "tan", "log10", "atan2")},
 }
 # Constant folding of scalar math on literals: tl.sqrt(2.0) is not valid Triton (it needs a
 # tensor), and torch-mlir's gelu computes sqrt(2) in the body.

@@ -157,6 +157,40 @@ if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
     def _ember_pow_mag(a, b):
         return tl.exp2(b * tl.log2(a.to(tl.float64))).to(a.dtype)
 
+    # acos ... log10, atan2: no `tl` spelling. Under the interpreter a kernel is Python on
+    # NumPy-backed blocks, so these are plain functions applying NumPy's (the interpreter's own
+    # way for tl.exp and the rest: TensorHandle(op(data))); compiled, libdevice's (below).
+    def _ember_numpy1(fn):
+        from triton.runtime.interpreter import TensorHandle
+
+        def call(x):
+            return tl.tensor(TensorHandle(fn(x.handle.data), x.handle.dtype.scalar), x.type)
+        return call
+
+    def _ember_numpy2(fn):
+        import numpy as np
+        from triton.runtime.interpreter import TensorHandle
+
+        def call(a, b):
+            x, y = np.broadcast_arrays(a.handle.data, b.handle.data)
+            data = np.ascontiguousarray(fn(x, y))
+            ty = a.handle.dtype.scalar
+            return tl.tensor(TensorHandle(data, ty),
+                             tl.block_type(ty, list(data.shape)) if data.ndim else ty)
+        return call
+
+    _ember_acos = _ember_numpy1(__import__('numpy').arccos)
+    _ember_asin = _ember_numpy1(__import__('numpy').arcsin)
+    _ember_atan = _ember_numpy1(__import__('numpy').arctan)
+    _ember_acosh = _ember_numpy1(__import__('numpy').arccosh)
+    _ember_asinh = _ember_numpy1(__import__('numpy').arcsinh)
+    _ember_atanh = _ember_numpy1(__import__('numpy').arctanh)
+    _ember_cosh = _ember_numpy1(__import__('numpy').cosh)
+    _ember_sinh = _ember_numpy1(__import__('numpy').sinh)
+    _ember_tan = _ember_numpy1(__import__('numpy').tan)
+    _ember_log10 = _ember_numpy1(__import__('numpy').log10)
+    _ember_atan2 = _ember_numpy2(__import__('numpy').arctan2)
+
     _EMBER_LAUNCH = {}
 else:
     # What eager's CUDA/HIP kernels call: expf, logf, tanhf, erff, sinf, cosf, IEEE / and sqrt.
@@ -206,6 +240,51 @@ else:
     @triton.jit
     def _ember_expm1(x):
         return libdevice.expm1(x)
+
+    # what eager's CUDA/HIP kernels call for these: acosf, ..., log10f, atan2f
+    @triton.jit
+    def _ember_acos(x):
+        return libdevice.acos(x)
+
+    @triton.jit
+    def _ember_asin(x):
+        return libdevice.asin(x)
+
+    @triton.jit
+    def _ember_atan(x):
+        return libdevice.atan(x)
+
+    @triton.jit
+    def _ember_acosh(x):
+        return libdevice.acosh(x)
+
+    @triton.jit
+    def _ember_asinh(x):
+        return libdevice.asinh(x)
+
+    @triton.jit
+    def _ember_atanh(x):
+        return libdevice.atanh(x)
+
+    @triton.jit
+    def _ember_cosh(x):
+        return libdevice.cosh(x)
+
+    @triton.jit
+    def _ember_sinh(x):
+        return libdevice.sinh(x)
+
+    @triton.jit
+    def _ember_tan(x):
+        return libdevice.tan(x)
+
+    @triton.jit
+    def _ember_log10(x):
+        return libdevice.log10(x)
+
+    @triton.jit
+    def _ember_atan2(a, b):
+        return libdevice.atan2(a + tl.zeros_like(b), b + tl.zeros_like(a))
 
     # Triton links libdevice with flush-to-zero selected by default; eager's kernels are built
     # without, and its erff/tanhf/sinf then differ in the last place now and then (and on

@@ -221,3 +221,30 @@ def test_erfinv_newton_form_fuses_without_dominance_error(target, device):
     c = torch.compile(f, backend="ember", options={"target": target, "fallback": False})
     y = torch.linspace(-1, 1, 40, device=device)
     torch.testing.assert_close(c(y), f(y), rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+# Elementary functions Triton has no `tl` spelling for: libdevice's (what eager's CUDA kernels
+# call) when compiled, NumPy's under the interpreter (passes/triton_prelude.py); on the CPU the
+# C++ prelude's. They compiled before only on the CPU target (zero16's sweep: on Triton each
+# ran as eager's kernel inside the program).
+ELEMENTARY = {
+    "acos": (torch.acos, U), "asin": (torch.asin, U), "atan": (torch.atan, X),
+    "acosh": (torch.acosh, X), "asinh": (torch.asinh, X), "atanh": (torch.atanh, U),
+    "cosh": (torch.cosh, X), "sinh": (torch.sinh, X), "tan": (torch.tan, X),
+    "log10": (torch.log10, X), "atan2": (lambda x: torch.atan2(x, x.flip(0) * 0.5), X),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(ELEMENTARY))
+def test_elementary_functions_compile(name, dtype, target):
+    fn, x = ELEMENTARY[name]
+    dev = "cuda" if target != "cpu" and torch.cuda.is_available() else "cpu"
+    x = x.to(dev, dtype)
+    ref = fn(x) * 2.0
+    out = ember_compile(lambda t: fn(t) * 2.0, target)(x)
+    check_fallbacks()
+    assert torch.equal(out.isnan(), ref.isnan()), name
+    fin = ~ref.isnan()
+    torch.testing.assert_close(out[fin].float(), ref[fin].float(), rtol=1e-5 if dtype ==
+                               torch.float32 else 8e-3, atol=1e-6, equal_nan=True)

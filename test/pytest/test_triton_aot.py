@@ -30,6 +30,14 @@ def _pointwise_f32(x, y):
     return a * b + c + torch.pow(x.abs() + 1, 1.5) + torch.erf(y) + torch.exp(-x * x)
 
 
+def _trig(x, y):
+    # the math functions with libdevice spellings only (acosf, ..., log10f, atan2f)
+    u = torch.tanh(x) * 0.9
+    a = torch.acos(u) + torch.asin(u) + torch.atan(y) + torch.atanh(u) + torch.atan2(x, y)
+    b = torch.acosh(y.abs() + 1) + torch.asinh(x) + torch.cosh(u) + torch.sinh(u) + torch.tan(u)
+    return a * b + torch.log10(y.abs() + 1)
+
+
 def _pointwise_low(x, y):
     return F.silu(x) * torch.tanh(y) + torch.exp(x.clamp(max=4)) / (1 + y * y)
 
@@ -112,6 +120,9 @@ def _args(seed=0):
         return torch.randint(lo, hi, s, generator=g).to(dtype)
     return {
         "pointwise_f32": (_pointwise_f32, (r(9, 33), r(9, 33))),
+        "trig_f32": (_trig, (r(9, 33), r(9, 33))),
+        "trig_f64": (_trig, (r(5, 7, dtype=torch.float64), r(5, 7, dtype=torch.float64))),
+        "trig_bf16": (_trig, (r(6, 40, dtype=torch.bfloat16), r(40, dtype=torch.bfloat16))),
         "pointwise_f64": (_pointwise_f32, (r(5, 7, dtype=torch.float64), r(5, 7, dtype=torch.float64))),
         "pointwise_f16": (_pointwise_low, (r(6, 40, dtype=torch.float16), r(40, dtype=torch.float16))),
         "pointwise_bf16": (_pointwise_low, (r(6, 40, dtype=torch.bfloat16), r(40, dtype=torch.bfloat16))),
