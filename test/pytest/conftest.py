@@ -78,6 +78,19 @@ def exported_sources(monkeypatch) -> list:
 
 
 @pytest.fixture
+def graphs(monkeypatch):
+    """Every GraphedProgram made during the test (its __init__ spied on, restored after)."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+    made, init = [], GraphedProgram.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+    monkeypatch.setattr(GraphedProgram, "__init__", spy)
+    return made
+
+
+@pytest.fixture
 def interpreted(target) -> bool:
     """True when kernels run in the (slow) Triton interpreter: tests pick their smallest sizes."""
     return target != "cpu" and os.environ.get("TRITON_INTERPRET") == "1"

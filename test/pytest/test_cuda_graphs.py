@@ -8,19 +8,6 @@ import ember
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
-@pytest.fixture
-def graphs(monkeypatch):
-    """Every GraphedProgram made during the test (its __init__ spied on, restored after)."""
-    from ember.runtime.cuda_graphs import GraphedProgram
-    made, init = [], GraphedProgram.__init__
-
-    def spy(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
-    monkeypatch.setattr(GraphedProgram, "__init__", spy)
-    return made
-
-
 def _model():
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64),

@@ -1,7 +1,7 @@
 """One CUDA-graph memory pool for a training step (runtime/pool_family.py through
-runtime/cuda_graphs.py): the graphed backward (and a graphed optimizer step) are captured into
-the pool of the forward whose saved activations they read, so their temporaries and gradients
-reuse the forward's freed temporaries. Every loop here runs against eager over several steps
+runtime/cuda_graphs.py): the graphed backward is captured into the pool of the forward whose
+saved activations it reads, so its temporaries and gradients reuse the forward's freed
+temporaries (an optimizer step's graph keeps a pool of its own). Every loop here runs against eager over several steps
 (warm-up, capture, replays); the loops that keep a gradient past the next forward check that
 no replay wrote over it (the guard: a replay finds no output of a later capture of its pool
 alive). Needs a GPU: skipped on the CPU-only CI (the bookkeeping itself: test_pool_family.py)."""
@@ -14,19 +14,6 @@ from conftest import check_fallbacks
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 TOL = dict(rtol=1e-4, atol=1e-5)
-
-
-@pytest.fixture
-def graphs(monkeypatch):
-    """Every GraphedProgram made during the test (its __init__ spied on, restored after)."""
-    from ember.runtime.cuda_graphs import GraphedProgram
-    made, init = [], GraphedProgram.__init__
-
-    def spy(self, *a, **k):
-        init(self, *a, **k)
-        made.append(self)
-    monkeypatch.setattr(GraphedProgram, "__init__", spy)
-    return made
 
 
 @pytest.fixture(autouse=True)
