@@ -364,6 +364,20 @@ class _Structure:
         if self._cache:
             return self._group_key_cached(ops)
         full, n_extra = self._with_cloned_producers(ops)
+        parts, ids = self._key_parts(n_extra, map(self._numbered, full))
+        inside, out = set(ops), []     # group_results(ops)
+        for op in ops:
+            _, _, results = self._numbered(op)
+            for n, readers in zip(results, self._users_of(op)):
+                if any(u not in inside or op_name(u) == "func.return" for u in readers):
+                    out.append(ids[n][0])
+        parts.append(tuple(out))
+        return tuple(parts)
+
+    def _key_parts(self, n_extra: int, numbered) -> tuple[list, dict]:
+        """The key's body, shared by both group_key paths: the count of cloned producers, then
+        per op (signature, operand refs, result refs), each value renumbered in order of first
+        use with its info; and that numbering (value -> (index, info))."""
         ids: dict = {}
         info = self._num_info
 
@@ -373,18 +387,10 @@ class _Structure:
                 i = ids[n] = (len(ids), info[n])
             return i
 
-        parts = [n_extra]
-        for op in full:
-            sig, operands, results = self._numbered(op)
+        parts: list = [n_extra]
+        for sig, operands, results in numbered:
             parts.append((sig, tuple(ref(n) for n in operands), tuple(ref(n) for n in results)))
-        inside, out = set(ops), []     # group_results(ops)
-        for op in ops:
-            _, _, results = self._numbered(op)
-            for n, readers in zip(results, self._users_of(op)):
-                if any(u not in inside or op_name(u) == "func.return" for u in readers):
-                    out.append(ids[n][0])
-        parts.append(tuple(out))
-        return tuple(parts)
+        return parts, ids
 
     def _group_key_cached(self, ops) -> tuple:
         """group_key over `_OpFacts` (the same key): each op's facts are found by the Python
@@ -404,19 +410,7 @@ class _Structure:
         for f in facts:
             visit(f)
         extra = [p for p in extra if not p.constant]
-        ids: dict = {}
-        info = self._num_info
-
-        def ref(n):
-            i = ids.get(n)
-            if i is None:
-                i = ids[n] = (len(ids), info[n])
-            return i
-
-        parts = [len(extra)]
-        for f in extra + facts:
-            sig, operands, results = f.numbered
-            parts.append((sig, tuple(ref(n) for n in operands), tuple(ref(n) for n in results)))
+        parts, ids = self._key_parts(len(extra), (f.numbered for f in extra + facts))
         inside, out = {f.num for f in facts}, []     # group_results(ops)
         for f in facts:
             for n, readers in zip(f.numbered[2], f.readers):
