@@ -401,6 +401,18 @@ def _efficient_attention_for_training(example_inputs):
         cuda.enable_flash_sdp(flash)
 
 
+def _whole_graph_eager(gm: torch.fx.GraphModule, base: str, why: str, warn_key: str):
+    """Dynamo's graph itself, run as eager runs it, with one warning (per `warn_key`) and a
+    report that names every op of the graph as fallen back (so a test asserting "no fallback"
+    sees it)."""
+    warn_once(warn_key, f"ember: graph {base} runs in eager torch ({why})")
+    ops = sorted({getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
+                  if n.op in ("call_function", "call_method", "call_module")}) or ["<graph>"]
+    record({"graph_id": base, "target": None, "status": "eager", "eager_fallback_ops": ops,
+            "fallback_reasons": {op: why for op in ops}, "error": why})
+    return gm.forward
+
+
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """`torch.compile(model, backend="ember", options={...})`.
 
@@ -474,12 +486,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
     rejected = eager_rejects.dynamo_rejection(gm) if opts.fallback else None
     if rejected is not None:    # eager raises on a tensor without elements: so must the call
-        warn_once(f"aot:{rejected}", f"ember: graph {base} runs in eager torch ({rejected})")
-        ops = sorted({getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
-                      if n.op in ("call_function", "call_method", "call_module")}) or ["<graph>"]
-        record({"graph_id": base, "target": None, "status": "eager", "eager_fallback_ops": ops,
-                "fallback_reasons": {op: rejected for op in ops}, "error": rejected})
-        return gm.forward
+        return _whole_graph_eager(gm, base, rejected, f"aot:{rejected}")
     try:
         drop_visible_attention_masks(gm)
         devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]
@@ -502,14 +509,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     except Exception as err:
         if not opts.fallback:
             raise
-        why = f"tracing failed: {describe_error(err)}"
-        warn_once(f"aot:{describe_error(err)}", f"ember: graph {base} runs in eager torch ({why})")
-        # Every op of the graph is named, so a test asserting "no fallback" sees this one.
-        ops = sorted({getattr(n.target, "__name__", str(n.target)) for n in gm.graph.nodes
-                      if n.op in ("call_function", "call_method", "call_module")}) or ["<graph>"]
-        record({"graph_id": base, "target": None, "status": "eager", "eager_fallback_ops": ops,
-                "fallback_reasons": {op: why for op in ops}, "error": why})
-        return gm.forward
+        return _whole_graph_eager(gm, base, f"tracing failed: {describe_error(err)}",
+                                  f"aot:{describe_error(err)}")
     if flat_inputs:
         return compiled
     state["fn"] = compiled
