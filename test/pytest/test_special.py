@@ -88,9 +88,10 @@ def _library_calls():
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if not c[2]))
-def test_special_called(name, target):
+def test_special_called(name, target, device):
     # by default (or always): one ATen call inside the compiled program, not a fallback
     fn, x, _, _ = CASES[name]
+    x = x.to(device)
     f = (lambda t: fn(t)) if name == "frexp" else (lambda t: fn(t) * 2 + 1)
     compiled = ember_compile(f, target)
     _same(compiled(x), f(x), name)
@@ -99,8 +100,9 @@ def test_special_called(name, target):
 
 
 @pytest.mark.parametrize("name", DECOMPOSED)
-def test_special_generated_forward(name, target, all_generated):
+def test_special_generated_forward(name, target, device, all_generated):
     fn, x, _, _ = CASES[name]
+    x = x.to(device)
     f = lambda t: fn(t) * 2 + 1    # noqa: E731
     compiled = ember_compile(f, target)
     _same(compiled(x), f(x), name)
@@ -144,12 +146,12 @@ def test_special_without_an_eager_kernel_raises_as_eager():
         ember_compile(torch.special.spherical_bessel_j0, "cpu")(x)
 
 
-def test_linalg_error_checks(target):
+def test_linalg_error_checks(target, device):
     # with_effects(_linalg_check_errors): the factorization compiles (a library call), the
     # check runs as eager's and raises eager's error
     a = torch.randn(5, 5)
-    a = a @ a.T + torch.eye(5)
-    b = torch.randn(5, 3)
+    a = (a @ a.T + torch.eye(5)).to(device)
+    b = torch.randn(5, 3).to(device)
 
     def f(m, r):
         return torch.linalg.cholesky(m).sin() + torch.linalg.solve(m, r).sum() + torch.linalg.inv(m)
@@ -184,11 +186,11 @@ def test_cumprod_backward(target):
 
 
 @pytest.mark.parametrize("name", ["eq_self", "eq_view", "isfinite"])
-def test_nan_is_not_equal_to_itself(name, target):
+def test_nan_is_not_equal_to_itself(name, target, device):
     # torch-mlir folded eq(x, x) to true; isfinite (x == x & |x| != inf) was true for NaN
     fns = {"eq_self": lambda t: t == t, "eq_view": lambda t: t == t.view(2, 3),
            "isfinite": torch.isfinite}
-    x = torch.tensor([[math.nan, 0.0, 1.0], [math.inf, -math.inf, -0.0]])
+    x = torch.tensor([[math.nan, 0.0, 1.0], [math.inf, -math.inf, -0.0]], device=device)
     compiled = ember_compile(fns[name], target)
     assert torch.equal(compiled(x), fns[name](x))
     check_fallbacks()
