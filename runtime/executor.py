@@ -560,6 +560,20 @@ class CompiledProgram:
             return None
         return self._step_start[k], positions
 
+    def tail_reads(self, start: int) -> frozenset[int]:
+        """The values the runs from `start` (tail_split's first run of the tail) read that
+        they do not make: all a captured head's value table must keep for the tail. The rest
+        (the arena and its views, the head's temporaries) is let go, so that a graph's
+        capture holds none of it (its pool's free blocks: a training forward's temporaries,
+        which its backward's capture reuses in a shared pool)."""
+        k = self._step_start.index(start)
+        reads: set[int] = set()
+        made: set[int] = set()
+        for s in self.program.steps[k:]:
+            reads.update(i for i in s.inputs if i not in made)
+            made.update(s.outputs)
+        return frozenset(reads)
+
     def run_head(self, inputs: tuple, stop: int) -> list:
         """The value table after the runs before `stop` (tail_split): what a graph captures."""
         with torch.no_grad():
