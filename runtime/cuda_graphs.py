@@ -346,7 +346,7 @@ class GraphedProgram:
         # fresh outputs, the logits of a language model, would otherwise lie in its pool for
         # good and be copied out per call, the copy alive beside them; not a graph reading
         # another's pool in place, nor one that lends its outputs for write-back)
-        self._tail = (split(self.TAIL_MIN_BYTES)
+        self._tail = (split(self.TAIL_MIN_BYTES, arena_free=bool(self._guarded))
                       if split is not None and not (self._lent - self._guarded)
                       and not self._pooled else None)
         if self._tail is not None and self._tail[1] & self._guarded:

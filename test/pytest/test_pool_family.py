@@ -299,7 +299,7 @@ class _TailedForward:
         vals = self._head(x, w)
         return self.run_tail(vals, 1)
 
-    def tail_split(self, min_bytes):
+    def tail_split(self, min_bytes, arena_free=False):
         return (1, frozenset({0}))
 
     def tail_reads(self, start):
