@@ -389,6 +389,18 @@ class GraphedProgram:
                                     [i for i, _ in self._pooled])
         for j in self._in_pool:
             self._static_out[j] = None
+        if self.stats is not None:
+            # what the graph holds between calls besides its pool's free blocks (issue 11's
+            # peak): static input buffers copied into per call, outputs held in its pool
+            # (saved activations, gradients, those cloned out per call), and the outputs its
+            # tail writes into new memory instead
+            def nbytes(ts):
+                return sum(t.untyped_storage().nbytes() for t in
+                           {t.untyped_storage().data_ptr(): t for t in ts
+                            if isinstance(t, torch.Tensor)}.values())
+            self.stats["graph_static_input_bytes"] = nbytes(static[i] for i in self._copied)
+            self.stats["graph_static_output_bytes"] = nbytes(self._static_out)
+            self.stats["graph_tail_outputs"] = len(self._tail[1]) if self._tail else 0
         for i, _ in self._pooled:   # not kept: holding them would keep the forward's aliases alive
             static[i] = None
         del static

@@ -333,6 +333,7 @@ def test_training_forward_runs_its_large_fresh_output_after_the_replay(fake_cuda
     prog = _TailedForward()
     fwd = fake_cuda.GraphedProgram(prog)
     fwd.lend([], guarded=[1])
+    fwd.stats = {"graph_id": "g-forward"}
     outs = []
     for k in range(5):
         x.copy_(torch.randn(3, 4))
@@ -345,6 +346,9 @@ def test_training_forward_runs_its_large_fresh_output_after_the_replay(fake_cuda
     assert fwd._static_out[0] is None and fwd._static_out[1] is not None
     assert [v is not None for v in fwd._static_vals] == [False, False, True, False, False]
     assert len({o.data_ptr() for o, _ in outs[2:]}) == 3       # new memory each call
+    # held between calls: the saved activation alone (3x4 floats), nothing copied in
+    assert fwd.stats["graph_static_output_bytes"] == 48
+    assert fwd.stats["graph_static_input_bytes"] == 0 and fwd.stats["graph_tail_outputs"] == 1
     for o, c in outs:
         assert torch.equal(o, c)                                # not overwritten later
     assert fwd.ungraphed_calls == 0
