@@ -342,8 +342,15 @@ class GraphedProgram:
         graph = torch.cuda.CUDAGraph()
         _clear_blas_workspaces()
         split = getattr(self._run, "tail_split", None)
-        self._tail = (split(self.TAIL_MIN_BYTES)
-                      if split is not None and not self._lent and not self._pooled else None)
+        # (a training forward too, whose guarded outputs are its saved activations: its
+        # fresh outputs, the logits of a language model, would otherwise lie in its pool for
+        # good and be copied out per call, the copy alive beside them; not a graph reading
+        # another's pool in place, nor one that lends its outputs for write-back)
+        self._tail = (split(self.TAIL_MIN_BYTES, arena_free=bool(self._guarded))
+                      if split is not None and not (self._lent - self._guarded)
+                      and not self._pooled else None)
+        if self._tail is not None and self._tail[1] & self._guarded:
+            self._tail = None   # a saved activation stays in the pool, read there in place
         family = self._pick_family(static)
         with torch.cuda.graph(graph, pool=family.pool if family is not None else None):
             reserved = torch.cuda.memory_reserved()   # after the cache was emptied on entry
@@ -353,6 +360,14 @@ class GraphedProgram:
                 self._static_vals = self._run.run_head(static, self._tail[0])
                 self._static_out = [None if j in self._tail[1] else self._static_vals[o]
                                     for j, o in enumerate(self._run.program.outputs)]
+        if self._tail is not None:
+            # the tail's reads only: the rest of the head's table (the arena, its views, the
+            # temporaries the executor does not drop in a graph) goes back to the pool
+            reads = getattr(self._run, "tail_reads", None)
+            if reads is not None:
+                keep = reads(self._tail[0])
+                self._static_vals = [v if i in keep else None
+                                     for i, v in enumerate(self._static_vals)]
         _clear_blas_workspaces()
         # (in a shared pool: what this capture added to it)
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
@@ -374,6 +389,18 @@ class GraphedProgram:
                                     [i for i, _ in self._pooled])
         for j in self._in_pool:
             self._static_out[j] = None
+        if self.stats is not None:
+            # what the graph holds between calls besides its pool's free blocks (issue 11's
+            # peak): static input buffers copied into per call, outputs held in its pool
+            # (saved activations, gradients, those cloned out per call), and the outputs its
+            # tail writes into new memory instead
+            def nbytes(ts):
+                return sum(t.untyped_storage().nbytes() for t in
+                           {t.untyped_storage().data_ptr(): t for t in ts
+                            if isinstance(t, torch.Tensor)}.values())
+            self.stats["graph_static_input_bytes"] = nbytes(static[i] for i in self._copied)
+            self.stats["graph_static_output_bytes"] = nbytes(self._static_out)
+            self.stats["graph_tail_outputs"] = len(self._tail[1]) if self._tail else 0
         for i, _ in self._pooled:   # not kept: holding them would keep the forward's aliases alive
             static[i] = None
         del static

@@ -519,15 +519,23 @@ class CompiledProgram:
                 vals[vid] = reinterpret(typed[dt], shape, stride, eoff)
         return vals
 
-    def tail_split(self, min_bytes: int) -> tuple[int, frozenset[int]] | None:
-        """Where a CUDA graph may stop: (index into the per-call runs at which the program's
-        last computing step begins, the output positions that step writes), when that step
-        (with the views of its results that follow it) writes program outputs of at least
-        `min_bytes` together into memory of their own: a generated kernel whose results are
-        all allocated fresh (no arena offset, static shape, not an input's memory), or a
-        library call (torch allocates its results). A graph replays the runs before it and runs
-        the tail after each replay, into new memory: those outputs need no copy out of the
-        graph's pool (runtime/cuda_graphs.py). None otherwise."""
+    def tail_split(self, min_bytes: int, arena_free: bool = False) -> tuple | None:
+        """Where a CUDA graph may stop: (the tail, the output positions it writes), when the
+        program's last computing step (with the views of its results that follow it) writes
+        program outputs of at least `min_bytes` together into memory of their own: a
+        generated kernel or an extern call (a matmul: a language model's logits) whose
+        results are all allocated fresh (no arena offset, static shape, not an input's
+        memory), or a library call (torch allocates its results). A graph replays the runs
+        before it and runs the tail after each replay, into new memory: those outputs need no
+        copy out of the graph's pool (runtime/cuda_graphs.py). None otherwise.
+
+        The tail (opaque: run_head / run_tail / tail_reads take it) also takes the kernels
+        that make an arena value it reads from program inputs alone (autocast's bf16 copy of
+        the LM head's weight, which the head would otherwise keep in its arena for the tail):
+        they run at the tail's start into new memory, so the graph keeps nothing of its arena
+        for the tail. Only with `arena_free` (a graph whose pool the next capture shares: a
+        training forward), which also gives None where the tail would still read the arena;
+        an inference graph keeps those launches in its graph."""
         p = self.program
         if (self._dynamic or not p.steps or self._writes_inputs or self._in_inputs
                 or self._release_after or self._clone_out):
@@ -538,7 +546,8 @@ class CompiledProgram:
         if k < 0:
             return None
         s = p.steps[k]
-        if s.kind not in ("kernel", "library") or s.name in self._checked or not s.outputs:
+        if s.kind not in ("kernel", "extern", "library") or s.name in self._checked \
+                or not s.outputs:
             return None
         if s.kind == "library" and s.params.get("in_place") is not None:
             return None     # its result is the fill it wrote in place: memory of the arena
@@ -547,7 +556,7 @@ class CompiledProgram:
             if not set(v.inputs) <= fresh:
                 return None
             fresh.update(v.outputs)
-        if s.kind == "kernel" and any(
+        if s.kind in ("kernel", "extern") and any(
                 p.values[o].offset is not None or p.values[o].into_input is not None
                 or not _static(p.values[o].shape) for o in s.outputs):
             return None
@@ -558,23 +567,80 @@ class CompiledProgram:
                      for o in {p.outputs[j] for j in positions})
         if nbytes < min_bytes:
             return None
-        return self._step_start[k], positions
+        moved = self._tail_casts(k) if arena_free else ()
+        key = (self._step_start[k], moved)
+        if arena_free and any(p.values[i].offset is not None for i in self.tail_reads(key)):
+            return None
+        return key, positions
 
-    def run_head(self, inputs: tuple, stop: int) -> list:
-        """The value table after the runs before `stop` (tail_split): what a graph captures."""
+    def _tail_casts(self, k: int) -> tuple[int, ...]:
+        """Steps before `k` that the tail may run first: a kernel that makes an arena value
+        step `k` reads, from program inputs alone (nothing the head writes), whose results
+        only steps from `k` on read and no program output is."""
+        p = self.program
+        outs = set(p.outputs)
+        moved = []
+        for i in p.steps[k].inputs:
+            if p.values[i].offset is None or i not in self._producer:
+                continue
+            st = self._producer[i]
+            j = next(n for n, x in enumerate(p.steps) if x is st)
+            if (st.kind != "kernel" or st.name in self._checked or j in moved
+                    or not all(x < p.num_inputs for x in st.inputs)
+                    or any(o in outs or not _static(p.values[o].shape) for o in st.outputs)
+                    or any(set(st.outputs) & set(x.inputs) for x in p.steps[j + 1:k])):
+                continue
+            moved.append(j)
+        return tuple(sorted(moved))
+
+    def _step_runs(self, j: int) -> list:
+        end = self._step_start[j + 1] if j + 1 < len(self._step_start) else len(self._runs)
+        return self._runs[self._step_start[j]:end]
+
+    def tail_reads(self, tail) -> frozenset[int]:
+        """The values the tail (tail_split's) reads that it does not make: all a captured
+        head's value table must keep for it. The rest (the arena and its views, the head's
+        temporaries) is let go, so that a graph's capture holds none of it (its pool's free
+        blocks: a training forward's temporaries, which its backward's capture reuses in a
+        shared pool)."""
+        start, moved = tail
+        k = self._step_start.index(start)
+        reads: set[int] = set()
+        made: set[int] = set()
+        steps = self.program.steps
+        for s in [steps[j] for j in moved] + steps[k:]:
+            reads.update(i for i in s.inputs if i not in made)
+            made.update(s.outputs)
+        return frozenset(reads)
+
+    def run_head(self, inputs: tuple, tail) -> list:
+        """The value table after the runs before the tail (tail_split): what a graph captures."""
+        start, moved = tail
+        skip = {id(r) for j in moved for r in self._step_runs(j)}
         with torch.no_grad():
             _, vals = self._begin(inputs)
-            for run in self._runs[:stop]:
-                run(vals)
+            for run in self._runs[:start]:
+                if id(run) not in skip:
+                    run(vals)
         return vals
 
-    def run_tail(self, vals: list, start: int) -> list[torch.Tensor]:
-        """The runs from `start` on a copy of a head's value table; the program's outputs."""
+    def run_tail(self, vals: list, tail) -> list[torch.Tensor]:
+        """The tail on a copy of a head's value table; the program's outputs. The moved
+        kernels' results get new memory (their arena place is the head's)."""
+        start, moved = tail
         vals = list(vals)
+        p = self.program
         with torch.no_grad():
+            for j in moved:
+                for o in p.steps[j].outputs:
+                    if p.values[o].offset is not None:
+                        vals[o] = torch.empty(tuple(p.values[o].shape), dtype=self._dtypes[o],
+                                              device=self.device)
+                for run in self._step_runs(j):
+                    run(vals)
             for run in self._runs[start:]:
                 run(vals)
-        return [vals[o] for o in self.program.outputs]
+        return [vals[o] for o in p.outputs]
 
     def _begin(self, inputs: tuple) -> tuple[list, list]:
         """(the value table template taken for this call, this call's table with the inputs)."""

@@ -407,3 +407,40 @@ def test_last_kernel_runs_after_the_replay_into_new_memory(graphs, rows):
     if big:     # the output lies in new memory each call, not in the graph's pool
         assert len({o.data_ptr() for o in outs[3:]}) == 3
         assert g._static_out[0] is None
+
+
+def test_training_forward_runs_its_logits_matmul_after_the_replay(graphs):
+    """A training forward ending in a language model head (autocast: the bf16 copy of the
+    head's weight, then the matmul writing the logits, >= TAIL_MIN_BYTES) runs that cast and
+    matmul after each replay into new memory: the logits are not held in the graph's pool
+    (and cloned out per call besides), the graph keeps nothing of its arena for them, and the
+    step matches eager over several steps, logits of earlier steps kept intact."""
+    from ember.runtime.cuda_graphs import GraphedProgram
+
+    def lm():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Embedding(512, 64), torch.nn.LayerNorm(64),
+                                   torch.nn.Linear(64, 8192, bias=False)).cuda()
+    model, ref = lm(), lm()
+    compiled = torch.compile(model, backend="ember")
+    ids = torch.randint(0, 512, (4, 256), device="cuda")
+    kept = []
+    for _ in range(6):
+        for m, fn in ((model, compiled), (ref, ref)):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = fn(ids)
+            logits.float().square().mean().backward()
+            if m is model:
+                kept.append((logits, logits.clone()))
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=1e-4)
+            p.grad = q.grad = None
+    for a, b in kept:
+        assert torch.equal(a, b)
+    fwd = [g for g in graphs if g.captured and g.stats is not None
+           and str(g.stats.get("graph_id", "")).endswith("forward")]
+    assert len(fwd) == 1 and fwd[0]._tail is not None, [g._tail for g in graphs]
+    (fwd,) = fwd
+    assert fwd._static_out[0] is None       # the logits: not in the pool
+    assert 4 * 256 * 8192 * 2 >= GraphedProgram.TAIL_MIN_BYTES
+    assert len({a.data_ptr() for a, _ in kept[3:]}) == 3

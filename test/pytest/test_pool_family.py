@@ -277,3 +277,82 @@ def test_no_shared_pool_when_off(fake_cuda):
     assert all(p.captured and p._family is None for p in progs)
     assert progs[1]._pooled         # still reads the forward's pool in place
     assert "shared_pool_bytes" not in progs[0].stats
+
+
+class _TailedForward:
+    """A training forward as the executor runs it: a head (`h = tanh(x @ w)`, the saved
+    activation, and a large temporary) and a last step writing a fresh output from the saved
+    one (`logits = 2 h`): tail_split / run_head / run_tail / tail_reads as in
+    runtime/executor.py. Value table: x, w, h, tmp, logits; outputs: logits, h."""
+
+    class program:
+        outputs = [4, 2]
+
+    def __init__(self):
+        self.heads = 0
+
+    def _head(self, x, w):
+        self.heads += 1
+        return [x, w, torch.tanh(x @ w), torch.ones(1024), None]
+
+    def __call__(self, x, w):
+        vals = self._head(x, w)
+        return self.run_tail(vals, 1)
+
+    def tail_split(self, min_bytes, arena_free=False):
+        return (1, frozenset({0}))
+
+    def tail_reads(self, start):
+        return frozenset({2})
+
+    def run_head(self, inputs, stop):
+        vals = self._head(*inputs)
+        g = _FakeGraph.capturing
+        if g is not None:
+            refs = list(inputs)
+
+            def again():
+                return self._head(*refs)
+            g.again, g.static = again, vals
+        return vals
+
+    def run_tail(self, vals, start):
+        vals = list(vals)
+        vals[4] = vals[2] * 2
+        return [vals[4], vals[2]]
+
+
+def test_training_forward_runs_its_large_fresh_output_after_the_replay(fake_cuda):
+    """A forward that lends its saved activations (guarded) still runs its last step after
+    the replay, into new memory, when that step writes only fresh outputs (the logits): not
+    held in the pool for good and copied out per call besides. The head's temporaries are
+    not held by the graph (only what the tail reads), and the saved activation stays
+    guarded: a replay while it is alive runs without the graph."""
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    prog = _TailedForward()
+    fwd = fake_cuda.GraphedProgram(prog)
+    fwd.lend([], guarded=[1])
+    fwd.stats = {"graph_id": "g-forward"}
+    outs = []
+    for k in range(5):
+        x.copy_(torch.randn(3, 4))
+        logits, saved = fwd(x, w)
+        torch.testing.assert_close(saved, torch.tanh(x @ w))
+        torch.testing.assert_close(logits, 2 * torch.tanh(x @ w))
+        outs.append((logits, logits.clone()))
+        del saved
+    assert fwd.captured and fwd._tail == (1, frozenset({0}))
+    assert fwd._static_out[0] is None and fwd._static_out[1] is not None
+    assert [v is not None for v in fwd._static_vals] == [False, False, True, False, False]
+    assert len({o.data_ptr() for o, _ in outs[2:]}) == 3       # new memory each call
+    # held between calls: the saved activation alone (3x4 floats), nothing copied in
+    assert fwd.stats["graph_static_output_bytes"] == 48
+    assert fwd.stats["graph_static_input_bytes"] == 0 and fwd.stats["graph_tail_outputs"] == 1
+    for o, c in outs:
+        assert torch.equal(o, c)                                # not overwritten later
+    assert fwd.ungraphed_calls == 0
+    _, held = fwd(x, w)
+    fwd(x, w)                       # the saved activation is alive: no replay over it
+    assert fwd.ungraphed_calls == 1
+    del held

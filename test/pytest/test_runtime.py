@@ -389,7 +389,7 @@ def test_tail_split_runs_the_last_kernel_apart(tmp_path):
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     assert cp.tail_split(1 << 20) is None       # 16 bytes of output: below the bound
     start, positions = cp.tail_split(0)
-    assert positions == {0} and start == 2      # the third step's runs: its output's alloc first
+    assert positions == {0} and start == (2, ())      # the third step's runs: its output's alloc first
     vals = cp.run_head((x, y), start)
     assert vals[4] is None and vals[3] is not None      # rowsum not run, its input computed
     (a,), (b,) = cp.run_tail(vals, start), cp.run_tail(vals, start)
@@ -420,7 +420,7 @@ def test_tail_split_takes_a_last_library_call_and_its_views(tmp_path):
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     assert cp.tail_split(1 << 20) is None       # 128 bytes of output: below the bound
     start, positions = cp.tail_split(0)
-    assert positions == {0} and start == 1      # the library call's run (the add is one run)
+    assert positions == {0} and start == (1, ())      # the library call's run (the add is one run)
     vals = cp.run_head((x, y), start)
     assert vals[3] is None and vals[2] is not None
     (a,), (b,) = cp.run_tail(vals, start), cp.run_tail(vals, start)
@@ -429,3 +429,34 @@ def test_tail_split_takes_a_last_library_call_and_its_views(tmp_path):
     in_place = {"tensor_args": ["self"], "kwargs": {"dim": 1}, "in_place": 0}
     assert load(program(in_place), cache=tmp_path).tail_split(0) is None
     assert load(program(view_of=2), cache=tmp_path).tail_split(0) is None
+
+
+def test_tail_split_for_a_shared_pool_takes_the_cast_its_matmul_reads(tmp_path):
+    """With `arena_free` (a training forward, whose pool its backward's capture shares) the
+    tail also takes the kernel that makes, from program inputs alone, an arena value the last
+    step reads (autocast's bf16 copy of the LM head's weight): the head skips it, the tail runs
+    it first into new memory, and nothing the tail reads lies in the arena. Without the option
+    (inference) the tail is the last step alone, as before."""
+    from ember.runtime.program import Program, Step, ValueInfo
+
+    vals = [ValueInfo((4, 8), F32), ValueInfo((4, 8), F32),
+            ValueInfo((4, 8), F32, 0), ValueInfo((4, 8), F32), ValueInfo((32,), F32)]
+    steps = [Step("kernel", "ember_add", (0, 1), (2,)),
+             Step("library", "aten.cumsum.default", (2,), (3,),
+                  {"tensor_args": ["self"], "kwargs": {"dim": 1}}),
+             Step("view", "collapse_shape", (3,), (4,))]
+    cp = load(Program("cpu", "cpp", CPP, vals, 2, steps, [4], 128, ["ember_add", "ember_rowsum"]),
+              cache=tmp_path)
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    assert cp.tail_split(0)[0] == (1, ())
+    tail, positions = cp.tail_split(0, arena_free=True)
+    assert tail == (1, (0,)) and positions == {0}
+    assert cp.tail_reads(tail) == {0, 1}            # program inputs only: no arena
+    head = cp.run_head((x, y), tail)
+    arena_view = head[2].view(torch.int32)     # (bits: its uninitialised bytes may be NaNs)
+    before = arena_view.clone()
+    (a,), (b,) = cp.run_tail(head, tail), cp.run_tail(head, tail)
+    torch.testing.assert_close(a, torch.cumsum(x + y, 1).reshape(32))
+    torch.testing.assert_close(b, a)
+    assert torch.equal(arena_view, before)          # the add wrote new memory, not the arena
+    assert a.data_ptr() != b.data_ptr()
