@@ -235,7 +235,7 @@ else:
     @triton.jit
     def _ember_pow_mag(a, b):
         # eager's CUDA/HIP pow kernel calls powf (pow for f64); a >= 0 here
-        return libdevice.pow(a, b + tl.zeros_like(a))    # b: a block or a number
+        return libdevice.pow(a, b - tl.zeros_like(a))    # b: a block or a number
 
     @triton.jit
     def _ember_expm1(x):
@@ -282,9 +282,12 @@ else:
     def _ember_log10(x):
         return libdevice.log10(x)
 
+    # broadcast by subtracting a zero block: x - 0.0 is x for every x, -0.0 included, where
+    # x + 0.0 turns -0.0 into +0.0 (atan2(-0.0, -1.0) is -pi, atan2(+0.0, -1.0) is +pi: the
+    # GPU's results differed from eager's there)
     @triton.jit
     def _ember_atan2(a, b):
-        return libdevice.atan2(a + tl.zeros_like(b), b + tl.zeros_like(a))
+        return libdevice.atan2(a - tl.zeros_like(b), b - tl.zeros_like(a))
 
     # Triton links libdevice with flush-to-zero selected by default; eager's kernels are built
     # without, and its erff/tanhf/sinf then differ in the last place now and then (and on

@@ -52,6 +52,9 @@ def test_custom_op_with_a_dtype_argument_is_a_call_in_the_program(target):
     assert report["num_kernels"] >= 2, report
 
 
+@pytest.mark.skipif(not hasattr(torch.nn, "LinearCrossEntropyOptions"),
+                    reason="torch.nn.functional.linear_cross_entropy's chunked form is newer "
+                           "than this torch (2.11 on the GPU machine has none)")
 @pytest.mark.parametrize("variant", ["chunked", "chunked_none"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_linear_cross_entropy_chunked(variant, dtype):
