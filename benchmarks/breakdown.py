@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import time
 
+# kernels listed per backend (by time per call) in the breakdown
+TOP = 30
+
 COPY_WORDS = ("memcpy", "memset", "copy_kernel", "copy_", "catarraybatchedcopy")
 CPU_COPIES = ("aten::copy_", "aten::clone", "aten::contiguous", "aten::_to_copy", "aten::to",
               "aten::cat")
@@ -115,7 +118,7 @@ def breakdown(step, device: str, wall_ms: float | None, calls: int = 5) -> dict:
         seen = out["library_ms"] + out["copies_ms"]
         out["generated_ms"] = round(max(wall_ms - seen, 0.0), 4)     # + host, see the docstring
         out["generated_n"] = None
-    top = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:10]
+    top = sorted(per_name.items(), key=lambda kv: -kv[1][0])[:TOP]
     out["top"] = [{"name": n[:90], "kind": k, "ms": round(us / 1e3 / calls, 4),
                    "n": round(c / calls, 1)} for n, (us, c, k) in top]
     return out

@@ -7,7 +7,7 @@
 
 Backends: eager, inductor (default mode), inductor-ro (mode="reduce-overhead", CUDA graphs: GPU
 only), ember, and with --max-autotune inductor-ma and ember-ma (mode="max-autotune"); ember's
-option variants by name (measure.EMBER_OPTIONS: ember-nchw, ember-cl, ember-fast). Each model
+option variants by name (measure.EMBER_OPTIONS: ember-nchw, ember-cl, ember-fast, ember-tail0). Each model
 runs in its own child process (a crash or hang in one does not hide the others), which compiles
 every backend on the same model and inputs and times them in alternation (measure.py); then,
 unless --no-warm, new children compile them again with the caches the first one filled (warm

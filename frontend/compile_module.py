@@ -431,7 +431,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                   # place) keep their own: the narrower claim, the one the GPU
                                   # tests check (test_shared_graph_pool.py)
                                   share_pool=options.shared_graph_pool
-                                  and kind in ("forward", "backward"))
+                                  and kind in ("forward", "backward"),
+                                  tail_min_bytes=options.graph_tail_min_bytes)
         summary["cudagraphs"] = True
     return compiled, summary
 

@@ -51,6 +51,11 @@ class CompileOptions:
       temporaries reuse the blocks the earlier captures freed (runtime/pool_family.py; a
       replay finds no output a later capture lent still alive, or runs without its graph).
       False captures every graph into a pool of its own.
+    graph_tail_min_bytes: with `cudagraphs`, a graph whose last step (a kernel or a library
+      call) writes only fresh outputs of at least this many bytes runs that step after the
+      replay, outside the graph, into new memory, instead of the graph writing them into its
+      pool and each call copying them out (one copy kernel fewer; one launch from Python
+      more). 0: whatever their size.
     exact_low_precision: bf16/f16 layer norms run eager's own kernel (a library call) so that
       results match eager bit for bit where the rest does; False decomposes and fuses them
       (one memory pass fewer per norm; within bf16 rounding of eager, not identical).
@@ -108,6 +113,7 @@ class CompileOptions:
     pipeline: str | None = None
     cudagraphs: bool = True
     shared_graph_pool: bool = True
+    graph_tail_min_bytes: int = 4 << 20
     exact_low_precision: bool = True
     parallel_compile: bool = True
     program_cache: bool = True
@@ -132,6 +138,10 @@ class CompileOptions:
         if self.channels_last not in CHANNELS_LAST:
             raise OptionsError(f"ember: option 'channels_last' must be True, False or 'auto'; "
                                f"got {self.channels_last!r}")
+        if (not isinstance(self.graph_tail_min_bytes, int)
+                or isinstance(self.graph_tail_min_bytes, bool) or self.graph_tail_min_bytes < 0):
+            raise OptionsError(f"ember: option 'graph_tail_min_bytes' must be an integer >= 0; "
+                               f"got {self.graph_tail_min_bytes!r}")
         if self.target not in TARGETS:
             raise OptionsError(f"ember: option 'target' must be one of {', '.join(TARGETS)}; "
                                f"got {self.target!r}")

@@ -112,8 +112,11 @@ class GraphedProgram:
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset(),
-                 written_inputs: frozenset[int] = frozenset(), share_pool: bool = True):
+                 written_inputs: frozenset[int] = frozenset(), share_pool: bool = True,
+                 tail_min_bytes: int | None = None):
         self._run = run
+        if tail_min_bytes is not None:      # the `graph_tail_min_bytes` option
+            self.TAIL_MIN_BYTES = tail_min_bytes
         if hasattr(run, "outputs_in_inputs"):
             # A backward's gradients planned in its donated inputs' memory: in a static input
             # buffer or the caller's memory they would be held by this graph (and pin the

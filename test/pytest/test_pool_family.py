@@ -356,3 +356,51 @@ def test_training_forward_runs_its_large_fresh_output_after_the_replay(fake_cuda
     fwd(x, w)                       # the saved activation is alive: no replay over it
     assert fwd.ungraphed_calls == 1
     del held
+
+
+class _SmallTail(_TailedForward):
+    """The same program whose last step's outputs are small (a 3x4 logits block): a tail only
+    where the threshold allows one."""
+
+    def tail_split(self, min_bytes, arena_free=False):
+        self.asked = min_bytes
+        return (1, frozenset({0})) if min_bytes <= 48 else None
+
+    def __call__(self, x, w):      # the whole program captured (no tail): a replay reruns it
+        outs = super().__call__(x, w)
+        g = _FakeGraph.capturing
+        if g is not None:
+            g.again, g.static = (lambda: _TailedForward.__call__(self, x, w)), outs
+        return outs
+
+
+@pytest.mark.parametrize("min_bytes", [None, 0])
+def test_graph_tail_min_bytes_reaches_the_split(fake_cuda, min_bytes):
+    """`graph_tail_min_bytes` (GraphedProgram's tail_min_bytes): the default keeps a small
+    last step in the graph (its output copied out per call); 0 runs it after the replay into
+    new memory, with the same values."""
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    prog = _SmallTail()
+    kw = {} if min_bytes is None else {"tail_min_bytes": min_bytes}
+    fwd = fake_cuda.GraphedProgram(prog, **kw)
+    fwd.lend([], guarded=[1])
+    for _ in range(4):
+        x.copy_(torch.randn(3, 4))
+        logits, saved = fwd(x, w)
+        torch.testing.assert_close(logits, 2 * torch.tanh(x @ w))
+        del saved
+    assert fwd.captured
+    if min_bytes is None:
+        assert prog.asked == 4 << 20 and fwd._tail is None
+    else:
+        assert prog.asked == 0 and fwd._tail == (1, frozenset({0}))
+
+
+def test_graph_tail_min_bytes_option():
+    from ember.frontend.options import CompileOptions, OptionsError
+    assert CompileOptions().graph_tail_min_bytes == 4 << 20
+    assert CompileOptions.from_user({"graph_tail_min_bytes": 0}).graph_tail_min_bytes == 0
+    for bad in (-1, 1.5, True, "0"):
+        with pytest.raises(OptionsError, match="graph_tail_min_bytes"):
+            CompileOptions(graph_tail_min_bytes=bad)
