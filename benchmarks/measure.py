@@ -47,17 +47,20 @@ from .models import FULL_TEXT_SHAPE, build, label
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INDUCTOR_MODES = {"inductor": None, "inductor-ro": "reduce-overhead", "inductor-ma": "max-autotune"}
 EMBER_MODES = {"ember": None, "ember-ma": "max-autotune", "ember-nchw": None, "ember-cl": None,
-               "ember-fast": None, "ember-tail0": None}
+               "ember-fast": None, "ember-tail0": None, "ember-effattn": None}
 # ember's variants that differ by a compile option, to compare with "ember" in one process:
 # "ember-nchw" keeps convolution networks NCHW (ember-channels-last off), "ember-cl" lays them
 # out channels-last in training graphs too (the default, "auto", does so for inference only),
 # "ember-fast" fuses bf16/f16 layer norms and GELU instead of calling eager's kernels for
 # bit-exact results (exact_low_precision=False: within 16-bit rounding of eager), "ember-tail0"
 # runs a CUDA graph's last step after the replay whatever the size of its outputs
-# (graph_tail_min_bytes=0: no copy kernel out of the pool)
+# (graph_tail_min_bytes=0: no copy kernel out of the pool), "ember-effattn" traces training
+# graphs' attention to memory-efficient attention instead of cuDNN's
+# (training_cudnn_attention=False)
 EMBER_OPTIONS = {"ember-nchw": {"channels_last": False}, "ember-cl": {"channels_last": True},
                  "ember-fast": {"exact_low_precision": False},
-                 "ember-tail0": {"graph_tail_min_bytes": 0}}
+                 "ember-tail0": {"graph_tail_min_bytes": 0},
+                 "ember-effattn": {"training_cudnn_attention": False}}
 
 
 def emit(kind: str, **fields) -> None:

@@ -371,15 +371,19 @@ def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
 
 
 @contextlib.contextmanager
-def _efficient_attention_for_training(example_inputs):
-    """cuDNN's and flash attention off while a graph that needs gradients is traced, so that
-    SDPA traces to memory-efficient attention (or, where that does not apply, to the math
-    form, which compiles). Measured on the H100 (whisper encoder, bf16 training, whose
-    unmasked, non-causal attention eager runs through cuDNN):
-    - ember's call of `_scaled_dot_product_cudnn_attention_backward` gave wrong q/k gradients
-      (relative error 0.99; its v gradients and the loss were right);
+def _efficient_attention_for_training(example_inputs, cudnn: bool = False):
+    """Flash attention (and cuDNN's, unless `cudnn`: the `training_cudnn_attention` option)
+    off while a graph that needs gradients is traced, so that SDPA traces to cuDNN's or
+    memory-efficient attention (or, where neither applies, to the math form, which compiles).
+    Measured on the H100 (whisper encoder, bf16 training, whose unmasked, non-causal attention
+    eager runs through cuDNN):
     - flash attention's backward graph carries its RNG state as uint64 tensors, which
       torch-mlir cannot import: the whole backward ran eagerly (x0.30 of eager);
+    - ember's call of `_scaled_dot_product_cudnn_attention_backward` gave wrong q/k gradients
+      (relative error 0.99; its v gradients and the loss were right): cuDNN caches its
+      backward graph under q/k/v's layouts only, and ember handed it the attention output in
+      another layout than eager's (runtime/externs.py `_out_as_forward_made_it` hands it
+      eager's now);
     - traced to memory-efficient attention, the step compiled and matched eager (2.8e-3).
     Inference graphs and CPU graphs (the flash flag also chooses the CPU's fused kernel) keep
     eager's choice. The settings are restored either way."""
@@ -387,17 +391,18 @@ def _efficient_attention_for_training(example_inputs):
     grads = torch.is_grad_enabled() and any(t.requires_grad for t in tensors) \
         and any(t.device.type == "cuda" for t in tensors)    # the flag also picks CPU's kernel
     cuda = torch.backends.cuda
-    cudnn = getattr(cuda, "cudnn_sdp_enabled", lambda: False)()
+    cudnn_on = getattr(cuda, "cudnn_sdp_enabled", lambda: False)()
     flash = cuda.flash_sdp_enabled()
-    if not grads or not (cudnn or flash):
+    if not grads or not ((cudnn_on and not cudnn) or flash):
         yield
         return
-    cuda.enable_cudnn_sdp(False)
+    if not cudnn:
+        cuda.enable_cudnn_sdp(False)
     cuda.enable_flash_sdp(False)
     try:
         yield
     finally:
-        cuda.enable_cudnn_sdp(cudnn)
+        cuda.enable_cudnn_sdp(cudnn_on)
         cuda.enable_flash_sdp(flash)
 
 
@@ -502,7 +507,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                                # an optimizer step's parameter updates stay in the graph as
                                # copy_ (frontend/input_mutations.py): one multi-tensor copy
                                keep_inference_input_mutations=True)
-        with gc_paused(), _efficient_attention_for_training(example_inputs):
+        with gc_paused(), _efficient_attention_for_training(example_inputs,
+                                                             opts.training_cudnn_attention):
             compiled = backend(gm, example_inputs)   # AOTAutograd's tracing (gc: compile.py)
     except RestartAnalysis:
         raise                                  # Dynamo's control flow, not a failure

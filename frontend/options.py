@@ -56,6 +56,11 @@ class CompileOptions:
       replay, outside the graph, into new memory, instead of the graph writing them into its
       pool and each call copying them out (one copy kernel fewer; one launch from Python
       more). 0: whatever their size.
+    training_cudnn_attention: on a GPU, a graph that needs gradients traces
+      `scaled_dot_product_attention` to cuDNN's attention where eager would run it (its
+      backward is handed the output in the layout eager's is); False: memory-efficient
+      attention. Flash attention is never traced for training (its backward's uint64 RNG
+      state does not import).
     exact_low_precision: bf16/f16 layer norms run eager's own kernel (a library call) so that
       results match eager bit for bit where the rest does; False decomposes and fuses them
       (one memory pass fewer per norm; within bf16 rounding of eager, not identical).
@@ -114,6 +119,7 @@ class CompileOptions:
     cudagraphs: bool = True
     shared_graph_pool: bool = True
     graph_tail_min_bytes: int = 4 << 20
+    training_cudnn_attention: bool = True
     exact_low_precision: bool = True
     parallel_compile: bool = True
     program_cache: bool = True
@@ -149,7 +155,8 @@ class CompileOptions:
                 or self.max_group_size < 1):
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
-        for name in ("fallback", "cudagraphs", "shared_graph_pool", "exact_low_precision", "parallel_compile",
+        for name in ("fallback", "cudagraphs", "shared_graph_pool", "training_cudnn_attention",
+                     "exact_low_precision", "parallel_compile",
                      "program_cache", "recompute", "donate_saved", "donate_gradients",
                      "fold_constants"):
             if not isinstance(getattr(self, name), bool):

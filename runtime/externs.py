@@ -367,6 +367,8 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
         run = _channels_last_operands(run, nhwc_in)
     if name in _GRAD_LIKE_OUT:
         run = _grad_like_out(run, names, *_GRAD_LIKE_OUT[name])
+    if name == _CUDNN_BACKWARD:
+        run = _out_as_forward_made_it(run, names)   # (before the gradient copies its strides)
     views = params.get("views")
     return run if not views else _with_views(run, views)
 
@@ -381,6 +383,61 @@ _GRAD_LIKE_OUT = {
     "aten._scaled_dot_product_cudnn_attention_backward.default": ("grad_out", "out"),
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": ("grad_out", "out"),
 }
+
+
+# cuDNN's attention backward caches its execution graph under the sizes and strides of q, k, v
+# and the bias only: the strides of the output, its gradient and the statistics it was built
+# with are baked into the graph and not in the key (aten/src/ATen/native/cudnn/MHA.cpp). A
+# call with the same q, k, v layouts but the output in another layout than the graph's first
+# caller's reads the output with the wrong strides: dQ and dK come out wrong (their
+# rowsum(dO * O) term), dV right (whisper encoder, bf16 training on an H100: q/k gradients 0.99
+# relative error). Eager's backward gets the output cuDNN's forward allocated, in q's stride
+# order (`alloc_with_matching_layout`); ember's executor may have made it contiguous. So the
+# output goes in that layout (and the gradient, by _grad_like_out, in the output's strides, as
+# eager hands it): every caller then builds and finds the same graph.
+_CUDNN_BACKWARD = "aten._scaled_dot_product_cudnn_attention_backward.default"
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Whether `t` covers its storage span exactly once (non-overlapping and dense)."""
+    expect = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1):
+        if stride != expect:
+            return False
+        expect *= size
+    return True
+
+
+def matching_layout(q: torch.Tensor, shape) -> tuple[int, ...] | None:
+    """The strides cuDNN's attention forward gives its output of `shape` for query `q`: q's
+    own where the shapes agree (`empty_like`), else dense in q's stride order (a stable sort);
+    None where q is not dense (empty_like's choice then is not q's order)."""
+    if not _dense(q):
+        return None
+    if tuple(shape) == tuple(q.shape):
+        return tuple(q.stride())
+    order = sorted(range(q.dim()), key=lambda i: q.stride()[i])
+    strides, step = [0] * q.dim(), 1
+    for d in order:
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
+
+
+def _out_as_forward_made_it(run: Callable[[list], list], names: list) -> Callable[[list], list]:
+    if "out" not in names or "query" not in names:
+        return run
+    o, q = names.index("out"), names.index("query")
+
+    def run_out_layout(ins: list) -> list:
+        want = matching_layout(ins[q], ins[o].shape)
+        if want is not None and tuple(ins[o].stride()) != want:
+            ins = list(ins)
+            like = torch.empty_strided(ins[o].shape, want, dtype=ins[o].dtype,
+                                       device=ins[o].device)
+            ins[o] = like.copy_(ins[o])
+        return run(ins)
+    return run_out_layout
 
 
 def _grad_like_out(run: Callable[[list], list], names: list, grad: str,

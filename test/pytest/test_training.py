@@ -497,6 +497,46 @@ def test_training_graphs_trace_efficient_attention():
         assert not cuda.flash_sdp_enabled() and cuda.cudnn_sdp_enabled()   # the user's setting
     finally:
         cuda.enable_flash_sdp(True)
+    # training_cudnn_attention (the default): cuDNN's stays as eager has it, flash goes off
+    with _efficient_attention_for_training([on_cuda], cudnn=True):
+        assert cuda.cudnn_sdp_enabled() and not cuda.flash_sdp_enabled()
+    assert cuda.cudnn_sdp_enabled() and cuda.flash_sdp_enabled()
+
+
+def test_cudnn_attention_backward_gets_the_output_in_the_forwards_layout():
+    """cuDNN's attention backward caches its graph under q/k/v's layouts only (the output's
+    strides are baked in): ember hands it the output in the layout cuDNN's forward gives it
+    (q's stride order), and the gradient in the output's strides, copying only where they
+    differ. Checked here on the wrappers around a recording op (CPU tensors)."""
+    from ember.runtime import externs
+    names = ["grad_out", "query", "key", "value", "out", "logsumexp"]
+    seen = []
+
+    def op(ins):
+        seen.append([tuple(t.stride()) for t in ins])
+        return [ins[0] * 1]
+    run = externs._grad_like_out(op, names, "grad_out", "out")
+    run = externs._out_as_forward_made_it(run, names)
+    B, S, H, D = 2, 5, 3, 4
+    q = torch.randn(B, S, H, D).transpose(1, 2)          # [B, H, S, D] over [B, S, H, D]
+    k, v = q.clone(), q.clone()
+    out = torch.randn(B, H, S, D)                        # made contiguous by an executor
+    grad = torch.randn(B, H, S, D)
+    lse = torch.randn(B, H, S)
+    run([grad, q, k, v, out, lse])
+    strides = seen[-1]
+    assert strides[4] == q.stride() and strides[0] == q.stride()   # out and its gradient
+    assert strides[5] == lse.stride()
+    # already in the forward's layout: passed as they are (no copy)
+    out2 = torch.randn(B, S, H, D).transpose(1, 2)
+    calls = []
+    run2 = externs._out_as_forward_made_it(
+        lambda ins: calls.append(ins[4]) or [ins[0]], names)
+    run2([grad, q, k, v, out2, lse])
+    assert calls[-1] is out2
+    # d_v != d_qk: dense in q's stride order
+    assert externs.matching_layout(q, (B, H, S, 8)) == (S * H * 8, 8, H * 8, 1)
+    assert externs.matching_layout(torch.randn(4, 8)[:, ::2], (4, 4)) is None   # not dense
 
 
 class _Attention(torch.nn.Module):
