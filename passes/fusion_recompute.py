@@ -150,9 +150,10 @@ class _Verdicts:
     def __init__(self, fuse_reductions: bool, target: str):
         self.fuse_reductions, self.target = fuse_reductions, target
         self._seen: dict = {}
+        self._signatures: dict = {}     # this pass sets no attribute and edits no body
 
     def refusal(self, ops, results=None):
-        key = fusion_legality.fresh_group_key(ops)
+        key = fusion_legality.fresh_group_key(ops, self._signatures)
         if results is not None:     # the results named (positions in `ops`) are part of it
             where = {r: (i, j) for i, o in enumerate(ops) for j, r in enumerate(o.results)}
             key = (key, tuple(where[r] for r in results))

@@ -501,9 +501,19 @@ def test_recompute_skips_only_values_it_would_refuse_again(tmp_path, monkeypatch
     """fusion_recompute asks _try_value about a value again only after a decision: one that
     found nothing finds nothing until the groups or the IR change. Asked anyway (`verify`),
     no skipped value gets a decision and the IR is the same; values were skipped (the later
-    rounds, after the last decision) and some were recomputed."""
-    from ember.passes import fusion_recompute
+    rounds, after the last decision) and some were recomputed. The pass's structure keys,
+    with the op signatures it keeps across them, are the keys computed afresh."""
+    from ember.passes import fusion_legality, fusion_recompute
     text = _layer_backward_ir(tmp_path)
+    # the signatures kept across the pass's keys (by operation) give the keys made afresh
+    keys = []
+    real_key = fusion_legality.fresh_group_key
+
+    def both(ops, signatures=None):
+        key = real_key(ops, signatures)
+        keys.append((signatures is not None and len(signatures), key == real_key(ops)))
+        return key
+    monkeypatch.setattr(fusion_legality, "fresh_group_key", both)
     outs = {}
     real = fusion_recompute._try_value
     for verify in (False, True):
@@ -524,3 +534,4 @@ def test_recompute_skips_only_values_it_would_refuse_again(tmp_path, monkeypatch
         else:
             outs["calls"] = calls
     assert outs[False] == outs[True]
+    assert keys and all(same for _, same in keys) and max(n for n, _ in keys) > 0, keys
