@@ -30,6 +30,7 @@ request that the first call of each graph's Program would send to the compile wo
 `triton_shared` the kernels bound to an earlier one, `triton_first` the first request's seconds (Triton's own first-use cost in a process, beside
 its compile), `triton_rr16` / `triton_queue16` / `triton_lpt16` the seconds those compiles would take on 16
 workers (per graph, summed) as compile_pool assigns them, from a queue, longest first;
+`triton_slowest` the slowest requests (seconds, graph, kernel, constexprs),
 `triton_distinct` the number left when kernels that differ only in their name and
 module are counted once (what a compile shared across graphs would leave). The kernels are bound
 as the runtime binds them (runtime/py_module.share_identical_kernels; `--no-share`: as before it).
@@ -131,6 +132,7 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
     out = {"triton": 0.0, "triton_requests": 0, "triton_first": None, "triton_find": 0.0,
            "triton_errors": 0, "triton_shared": 0, "triton_each": []}
     distinct = set()
+    slowest: list = []     # (seconds, graph, kernel, constexprs) of every request
     tmp = tempfile.mkdtemp(prefix="cold_compile_src_")
     for k, program in enumerate(programs):
         if program.lang != "python" or not program.kernel_names:
@@ -168,7 +170,11 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
             out["triton"] += dt
             out["triton_requests"] += 1
             each.append(dt)
+            slowest.append((round(dt, 2), k, fn_name, obj.get("constants")))
     out["triton_distinct"] = len(distinct)
+    # the slowest requests: one can be a graph's whole precompile on 16 workers (swin_t's
+    # backward: 24 column sums over an unrolled 64-row window, 91 s)
+    out["triton_slowest"] = sorted(slowest, key=lambda x: -x[0])[:8]
     for jobs in (16,):
         out[f"triton_rr{jobs}"] = sum(_makespan(e, jobs, "static") for e in out["triton_each"])
         out[f"triton_queue{jobs}"] = sum(_makespan(e, jobs, "queue") for e in out["triton_each"])
@@ -373,6 +379,10 @@ def main(argv=None):
                          f"{r.get('triton_rr16', 0):.2f}, queue {r.get('triton_queue16', 0):.2f}, "
                          f"longest first {r.get('triton_lpt16', 0):.2f})"
                          if "triton" in r else ""), flush=True)
+                if r.get("triton_slowest"):
+                    print("    slowest Triton compiles: " + ", ".join(
+                        f"{name_} (graph {g}) {sec:.2f}" for sec, g, name_, _ in
+                        r["triton_slowest"][:5]), flush=True)
             med = _median_rows(runs)
             med.update(model=name, mode=mode, runs=runs)
             rows.append(med)

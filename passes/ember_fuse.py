@@ -41,6 +41,7 @@ operand that holds that dim's size (-1 where static), so that the host can alloc
 """
 import bisect
 import dataclasses
+import itertools
 
 from torch_mlir import ir, passmanager
 from torch_mlir.dialects import func, tensor
@@ -181,6 +182,12 @@ class EmberFuse(Pass):
         # order (what `horizon` walks), kept up to date as groups merge.
         span = {i: (ids[0], ids[0]) for i, ids in member_ids.items()}
         spans: list = []
+        # spans' first indices and the running maximum of their last ones, made again when
+        # `horizon` needs them after a merge: horizon is asked several times per candidate,
+        # and walking the spans from the start each time was quadratic in the groups
+        firsts: list = []
+        reach_to: list = []
+        fresh = [True]
 
         def respan(into, gone):
             """Groups `gone` were merged into group `into`."""
@@ -193,18 +200,27 @@ class EmberFuse(Pass):
                 his.append(hi)
             span[into] = new = (min(los), max(his))
             bisect.insort(spans, new)
+            fresh[0] = False
 
         def horizon(b_ops):
             """No op after this one leads to the ops b_ops. Users come after their operands in
             the block, but a group is a kernel that runs at once, after all of its operands: an
             op past b_ops' last one still leads to them through a group that also holds an
             earlier op (a group's ops need not be contiguous: groupnorm's backward made a
-            cycle)."""
+            cycle). The smallest index from max(b_ops) on that every span starting at or
+            before it ends at or before (`_horizon_walk`, from the running maxima)."""
+            if not fresh[0]:
+                firsts[:] = [lo for lo, _ in spans]
+                reach_to[:] = itertools.accumulate((top for _, top in spans), max)
+                fresh[0] = True
             hi = max(b_ops)
-            for lo, top in spans:
-                if lo > hi:
+            while True:
+                k = bisect.bisect_right(firsts, hi)
+                if not k or reach_to[k - 1] <= hi:
                     break
-                hi = max(hi, top)
+                hi = reach_to[k - 1]
+            if CHECK_REACH:
+                assert hi == _horizon_walk(spans, max(b_ops)), "another horizon"
             return hi
 
         def reaches(src, dst):
@@ -525,6 +541,15 @@ def _library_call(op) -> str | None:
         return ir.FlatSymbolRefAttr(op.attributes["callee"]).value
     return None
 
+
+
+def _horizon_walk(spans, hi) -> int:
+    """ember-fuse's horizon as a walk of the sorted spans (CHECK_REACH compares them)."""
+    for lo, top in spans:
+        if lo > hi:
+            break
+        hi = max(hi, top)
+    return hi
 
 def _tag(op) -> str:
     """What `op` computes, for a remark ('exp', 'sum', 'aten.mm', 'tensor.pad', ...)."""

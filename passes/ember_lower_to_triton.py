@@ -54,6 +54,10 @@ class EmberLowerToTriton(Pass):
     # `matmul` kernels (ember-matmul-template): auto = time the template against the library
     # call + epilogue on the first call on a GPU and keep the faster; or always one of them
     matmul_choice: str = option("auto", choices=triton_matmul.CHOICES)
+    # an unrolled window reduction whose body would repeat more loads than this becomes a
+    # `tl.range` loop (same order of operations; Triton compiles it in a fraction of the
+    # time: triton_writer.KernelWriter); 0: every window unrolled
+    max_unrolled_loads: int = option(0, min=0)
 
     def run(self, module: ir.Operation) -> None:
         with module.context, ir.Location.unknown():
@@ -65,7 +69,8 @@ class EmberLowerToTriton(Pass):
             if KERNEL.get(fn) == "matmul":
                 return matmul_source(fn, self.autotune, self.max_autotune, self.matmul_choice)
             sched = schedule_kernel(fn)
-            w = KernelWriter(fn, sched, self.max_rblock, self.autotune, self.max_autotune)
+            w = KernelWriter(fn, sched, self.max_rblock, self.autotune, self.max_autotune,
+                             self.max_unrolled_loads)
             k = w.pointwise() if sched.kind == "pointwise" else w.reduction()
             return kernel_source(k, sched, w)
         except Unschedulable as err:

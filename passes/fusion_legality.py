@@ -306,10 +306,18 @@ class RefusalMemo:
         return verdict
 
 
-def fresh_group_key(ops) -> tuple:
+def fresh_group_key(ops, signatures: dict | None = None) -> tuple:
     """`RefusalMemo`'s key of `refusal(ops)`, computed afresh: nothing is cached by identity,
-    for callers that rewire the IR between calls (an op's hash follows its operands)."""
-    return _Structure(cache=False).group_key(ops)
+    for callers that rewire the IR between calls (an op's hash follows its operands).
+
+    `signatures`, where given, keeps each op's signature (`_Structure._signature`: its name,
+    attributes and body, what no rewiring of operands changes) across calls, by the operation
+    object's identity (held, so that its id is not reused): for a caller that never sets an
+    attribute or edits a body of an op it asks about (fusion_recompute clones ops, rewires
+    operands and erases ops)."""
+    structure = _Structure(cache=False)
+    structure._sigs = signatures
+    return structure.group_key(ops)
 
 
 class KernelChecks:
@@ -358,6 +366,7 @@ class _Structure:
         self._by_id: dict = {}      # id(op object) -> (the object, its _OpFacts)
         self._by_op: dict = {}      # operation -> its _OpFacts
         self._op_nums: dict = {}    # operation -> its number
+        self._sigs: dict | None = None  # id(operation) -> (operation, signature): fresh_group_key
 
     def group_key(self, ops) -> tuple:
         """The key of `refusal(ops)` (fuse_reductions and target are the memo's own)."""
@@ -492,6 +501,15 @@ class _Structure:
 
     def _signature(self, op) -> tuple:
         operation = op.operation
+        if self._sigs is not None:
+            got = self._sigs.get(id(operation))
+            if got is not None and got[0] is operation:
+                return got[1]
+            sig = self._sigs[id(operation)] = (operation, self._signature_of(operation))
+            return sig[1]
+        return self._signature_of(operation)
+
+    def _signature_of(self, operation) -> tuple:
         sig = self._op_sig.get(operation) if self._cache else None
         if sig is None:
             body = tuple(

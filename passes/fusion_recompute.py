@@ -44,6 +44,10 @@ _CHEAP = {"linalg.transpose", "linalg.broadcast", "tensor.extract_slice", "tenso
 # Rounds of the search: a value recomputed into B makes B read new values, which make the next
 # value's recomputation cheaper (the second product of a layer norm backward reads `dy` too).
 ROUNDS = 3
+# Values `recompute_producers` did not ask _try_value about again (nothing changed since it
+# found nothing for them); with "verify" (tests) it asks anyway and lists in "wrong" every
+# decision such a question found.
+SKIPS: dict = {"skipped": 0, "verify": False, "wrong": []}
 
 
 @dataclasses.dataclass
@@ -146,9 +150,10 @@ class _Verdicts:
     def __init__(self, fuse_reductions: bool, target: str):
         self.fuse_reductions, self.target = fuse_reductions, target
         self._seen: dict = {}
+        self._signatures: dict = {}     # this pass sets no attribute and edits no body
 
     def refusal(self, ops, results=None):
-        key = fusion_legality.fresh_group_key(ops)
+        key = fusion_legality.fresh_group_key(ops, self._signatures)
         if results is not None:     # the results named (positions in `ops`) are part of it
             where = {r: (i, j) for i, o in enumerate(ops) for j, r in enumerate(o.results)}
             key = (key, tuple(where[r] for r in results))
@@ -168,6 +173,12 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
     state = _Groups(groups)
     state.verdicts = _Verdicts(fuse_reductions, target)
     decisions: list[Decision] = []
+    # (group, value) -> how many decisions there were when _try_value last found nothing to
+    # do for it. _try_value reads only the groups and the IR and leaves both as they were when
+    # it decides nothing (its trial clones erased, the readers rewired back), so until the
+    # next decision it would find nothing again: a later round asks again only after one (a
+    # round that changes nothing cost as much as the first: swin_t's backward, 2 of 3 rounds).
+    nothing_at: dict = {}
     for _ in range(ROUNDS):
         changed = False
         for gi in range(len(state.groups)):
@@ -176,12 +187,20 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
             while again:
                 again = False
                 for v in state.outputs(gi):
+                    skip = nothing_at.get((gi, v)) == len(decisions)
+                    if skip:
+                        SKIPS["skipped"] += 1
+                        if not SKIPS["verify"]:
+                            continue
                     d = _try_value(state, gi, v, target, fuse_reductions, max_group_size,
                                    max_ops, held_bytes)
+                    if skip and d is not None:
+                        SKIPS["wrong"].append(d)
                     if d is not None:
                         decisions.append(d)
                         changed = again = True
                         break
+                    nothing_at[(gi, v)] = len(decisions)
         if not changed:
             break
     if explain:

@@ -124,8 +124,15 @@ check_schedule = TRITON.limits     # what ember-fuse asks before fusing for Trit
 class KernelWriter:
     window = None       # the reduced extent of an unrolled window reduction (see reduction)
 
-    def __init__(self, fn, sched, max_rblock: int, autotune: bool, max_autotune: bool = False):
+    def __init__(self, fn, sched, max_rblock: int, autotune: bool, max_autotune: bool = False,
+                 max_unrolled_loads: int = 0):
         self.fn, self.sched, self.max_rblock, self.autotune = fn, sched, max_rblock, autotune
+        # an unrolled window whose body would repeat more loads than this (window x loads a
+        # step) is a `tl.range` loop instead, the same adds in the same order: Triton's
+        # compile grows about quadratically with the unrolled body (swin_t's backward: 24
+        # column sums over 64 rows, 1,536 loads, 91 s a configuration; 0.65 s as a loop).
+        # 0: no bound (every window unrolled)
+        self.max_unrolled_loads = max_unrolled_loads
         self.max_autotune = autotune and max_autotune
         self.name = ir.StringAttr(fn.attributes["sym_name"]).value
         block = fn.regions[0].blocks[0]
@@ -547,8 +554,14 @@ class KernelWriter:
         for st in scope.stmts:
             if isinstance(st, Scope) and isinstance(st.loop, UnrolledLoop):
                 stop = self.builder.show(st.loop.stop)
-                out.append("    " * depth + f"for {st.loop.var} in tl.static_range({stop}):")
-                self._flatten(st, out, depth + 1)
+                inner: list = []
+                self._flatten(st, inner, depth + 1)
+                loads = sum(line.count("tl.load(") for line in inner)
+                unroll = not self.max_unrolled_loads or int_value(st.loop.stop) is None or \
+                    int_value(st.loop.stop) * loads <= self.max_unrolled_loads
+                loop = "tl.static_range" if unroll else "tl.range"
+                out.append("    " * depth + f"for {st.loop.var} in {loop}({stop}):")
+                out += inner
             elif isinstance(st, Scope):
                 out.append("    " * depth + render_loop(st.loop, self.builder.show))
                 self._flatten(st, out, depth + 1)

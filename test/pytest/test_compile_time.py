@@ -476,3 +476,62 @@ def test_frozen_ir_memo_is_dropped_when_the_ir_changes():
         with ks.frozen_ir_memo():
             assert _schedule_text(ks.schedule_ops(ops, [ops[1].results[0]])) == \
                 _schedule_text(s1)
+
+
+def _layer_backward_ir(tmp_path) -> str:
+    """The backward IR ember imports for a training step of a `_Layer` (LayerNorm backwards:
+    values that fusion_recompute recomputes in later kernels)."""
+    torch.manual_seed(0)
+    model = _Layer()
+    x = torch.randn(2, 8, 16)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="ember",
+                             options={"target": "cpu", "debug_dir": str(tmp_path),
+                                      "program_cache": False})
+    compiled(x).square().mean().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).square().mean().backward()
+    for g, p in zip(grads, model.parameters()):
+        assert torch.allclose(g, p.grad, rtol=1e-4, atol=1e-5)
+    return next(p for p in tmp_path.rglob("00-import.mlir") if "backward" in str(p)).read_text()
+
+
+def test_recompute_skips_only_values_it_would_refuse_again(tmp_path, monkeypatch):
+    """fusion_recompute asks _try_value about a value again only after a decision: one that
+    found nothing finds nothing until the groups or the IR change. Asked anyway (`verify`),
+    no skipped value gets a decision and the IR is the same; values were skipped (the later
+    rounds, after the last decision) and some were recomputed. The pass's structure keys,
+    with the op signatures it keeps across them, are the keys computed afresh."""
+    from ember.passes import fusion_legality, fusion_recompute
+    text = _layer_backward_ir(tmp_path)
+    # the signatures kept across the pass's keys (by operation) give the keys made afresh
+    keys = []
+    real_key = fusion_legality.fresh_group_key
+
+    def both(ops, signatures=None):
+        key = real_key(ops, signatures)
+        keys.append((signatures is not None and len(signatures), key == real_key(ops)))
+        return key
+    monkeypatch.setattr(fusion_legality, "fresh_group_key", both)
+    outs = {}
+    real = fusion_recompute._try_value
+    for verify in (False, True):
+        skips = {"skipped": 0, "verify": verify, "wrong": []}
+        monkeypatch.setattr(fusion_recompute, "SKIPS", skips)
+        calls = []
+
+        def spy(*args, real=real, calls=calls):
+            d = real(*args)
+            calls.append(d is not None)
+            return d
+        monkeypatch.setattr(fusion_recompute, "_try_value", spy)
+        outs[verify], _ = _fuse(text, "triton")
+        assert skips["wrong"] == []
+        assert skips["skipped"] > 0 and any(calls), (skips, calls)
+        if verify:
+            assert len(calls) == len(outs["calls"]) + skips["skipped"]
+        else:
+            outs["calls"] = calls
+    assert outs[False] == outs[True]
+    assert keys and all(same for _, same in keys) and max(n for n, _ in keys) > 0, keys

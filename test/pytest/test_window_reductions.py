@@ -215,3 +215,45 @@ def test_window_fold_of_values_and_indices_is_atens():
     if os.environ.get("EMBER_TEST_AOT", "1") != "0":
         results = triton_aot.compile_isolated(prelude + "\n" + source, ["pool_indices"])
         assert results and not triton_aot.failures(results), results
+
+
+def _column_sums(a, b, c):
+    return a.sum(0), (b * 2).sum(0), (c + a).sum(0)
+
+
+def test_unrolled_window_bound_is_a_loop_with_the_same_bits(exported_sources):
+    """Option max_unrolled_loads: column sums over 64 rows, fused into one window kernel
+    (three loads a row), are a `tl.range` loop where the unrolled body would repeat more loads
+    than the bound (Triton's compile grows about quadratically with it: swin_t's 24 fused
+    column sums took 91 s a configuration) and stay unrolled by default; the loop adds the
+    same values in the same order, so the results are the same bits (interpreter), and it
+    builds for sm_90."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("compares the two forms under the Triton interpreter")
+    torch.manual_seed(0)
+    args = [torch.randn(64, 48) for _ in range(3)]
+    outs = {}
+    for bound in (0, 16):
+        torch._dynamo.reset()
+        clear_reports()
+        del exported_sources[:]
+        f = torch.compile(_column_sums, backend="ember",
+                          options={"target": "triton", "program_cache": False,
+                                   "max_unrolled_loads": bound})
+        outs[bound] = f(*args)
+        check_fallbacks()
+        (source,) = exported_sources
+        outs[bound, "source"] = source
+        windows = re.findall(r"for rindex in (tl\.\w+)\(64\)", source)
+        assert windows == (["tl.static_range"] if bound == 0 else ["tl.range"]), source
+    for x, y, r in zip(outs[0], outs[16], _column_sums(*args)):
+        assert torch.equal(x, y)
+        torch.testing.assert_close(x, r)
+    # nothing else in the module changes
+    assert outs[0, "source"].replace("tl.static_range(64)", "tl.range(64)") == outs[16, "source"]
+    if os.environ.get("EMBER_TEST_AOT", "1") != "0":
+        import triton_aot
+        name = re.search(r"def (ember_\w+)\(\*tensors\)", outs[16, "source"]).group(1)
+        results = triton_aot.compile_isolated(outs[16, "source"], [name], asm="ptx")
+        (per_target,) = results.values()
+        assert "ld.global" in per_target["cuda:90"], per_target["cuda:90"][:2000]
