@@ -47,7 +47,8 @@ from .models import FULL_TEXT_SHAPE, build, label
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INDUCTOR_MODES = {"inductor": None, "inductor-ro": "reduce-overhead", "inductor-ma": "max-autotune"}
 EMBER_MODES = {"ember": None, "ember-ma": "max-autotune", "ember-nchw": None, "ember-cl": None,
-               "ember-fast": None, "ember-tail0": None, "ember-effattn": None}
+               "ember-fast": None, "ember-tail0": None, "ember-effattn": None,
+               "ember-loop": None}
 # ember's variants that differ by a compile option, to compare with "ember" in one process:
 # "ember-nchw" keeps convolution networks NCHW (ember-channels-last off), "ember-cl" lays them
 # out channels-last in training graphs too (the default, "auto", does so for inference only),
@@ -56,11 +57,13 @@ EMBER_MODES = {"ember": None, "ember-ma": "max-autotune", "ember-nchw": None, "e
 # runs a CUDA graph's last step after the replay whatever the size of its outputs
 # (graph_tail_min_bytes=0: no copy kernel out of the pool), "ember-effattn" traces training
 # graphs' attention to memory-efficient attention instead of cuDNN's
-# (training_cudnn_attention=False)
+# (training_cudnn_attention=False), "ember-loop" writes a strided reduction of more than 256
+# loads as a loop, not unrolled (max_unrolled_loads=256: Triton's build time)
 EMBER_OPTIONS = {"ember-nchw": {"channels_last": False}, "ember-cl": {"channels_last": True},
                  "ember-fast": {"exact_low_precision": False},
                  "ember-tail0": {"graph_tail_min_bytes": 0},
-                 "ember-effattn": {"training_cudnn_attention": False}}
+                 "ember-effattn": {"training_cudnn_attention": False},
+                 "ember-loop": {"max_unrolled_loads": 256}}
 
 
 def emit(kind: str, **fields) -> None:
