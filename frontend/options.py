@@ -66,10 +66,11 @@ class CompileOptions:
       the backward graph, where ember fuses
       them into its kernels, instead of being saved by the forward (less memory, fewer copies
       into a graphed backward); False saves every value the backward reads.
-    donate_saved: a training backward places its intermediates (and gradients at least half
-      a saved tensor's size) in the memory of the saved activations that only it reads
-      (AOTAutograd's donated buffers, `torch._functorch.config.donated_buffer`) once it has
-      read them, instead of in new memory, and frees those it is done with, as Inductor does
+    donate_saved: a training backward places its intermediates (and gradients, where together
+      they fill at least half a saved tensor; any share under CUDA graphs) in the memory of
+      the saved activations that only it reads (AOTAutograd's donated buffers,
+      `torch._functorch.config.donated_buffer`) once it has read them, instead of in new
+      memory, and frees those it is done with, as Inductor does
       (ember-buffer-reuse, `ember.donated_args`); likewise its gradient inputs where nothing
       but AOTAutograd's argument list holds them (a gradient the autograd engine made, as
       the bf16 logits' gradient of `logits.float()`; a caller's is left as it is:
@@ -313,6 +314,12 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # C++: no result written over a buffer its kernel reads through a reshape (slower there:
     # passes/ember_buffer_reuse.py, option reshape-in-place)
     reuse = "print-plan=true" + (" reshape-in-place=false" if backend.lang == "cpp" else "")
+    # A CUDA-graphed backward's donated arguments are its forward's saved activations, which
+    # the forward's graph pool holds between steps anyway: a gradient lies in any of them it
+    # fits in once read (ember-buffer-reuse's donated-outputs-fill; elsewhere the caller
+    # would keep a whole saved activation alive with a small gradient: half of it at least)
+    if backend.name == "triton" and options.cudagraphs:
+        reuse += " donated-outputs-fill=0"
     return (f"builtin.module({externs},ember-library-views,{layout}{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"
