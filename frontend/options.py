@@ -66,6 +66,13 @@ class CompileOptions:
       the backward graph, where ember fuses
       them into its kernels, instead of being saved by the forward (less memory, fewer copies
       into a graphed backward); False saves every value the backward reads.
+    recompute_saved: with `recompute`, a saved activation that is a short chain of pointwise
+      ops on other saved values and parameters (a transformer MLP's GELU output, a LayerNorm's
+      output before a projection) is recomputed in the backward too, where the min-cut
+      partitioner saves it because a matmul reads it there (frontend/recompute_saved.py: GPT-2
+      fp32 at 8x256 saves ~36 MB a layer less of ~97). Costs kernel traffic in the backward
+      (GPT-2 / BERT-base fp32, Triton: one kernel more a layer, +530 MB a step of the
+      backward's ~1.4 GB): off by default until timed on a GPU.
     donate_saved: a training backward places its intermediates (and gradients, where together
       they fill at least half a saved tensor; any share under CUDA graphs) in the memory of
       the saved activations that only it reads (AOTAutograd's donated buffers,
@@ -113,6 +120,7 @@ class CompileOptions:
     parallel_compile: bool = True
     program_cache: bool = True
     recompute: bool = True
+    recompute_saved: bool = False
     donate_saved: bool = True
     donate_gradients: bool = True
     mode: str = "default"
@@ -141,7 +149,8 @@ class CompileOptions:
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
         for name in ("fallback", "cudagraphs", "shared_graph_pool", "exact_low_precision", "parallel_compile",
-                     "program_cache", "recompute", "donate_saved", "donate_gradients",
+                     "program_cache", "recompute", "recompute_saved", "donate_saved",
+                     "donate_gradients",
                      "fold_constants"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
