@@ -73,8 +73,8 @@ class CompileOptions:
       fp32 at 8x256 saves ~36 MB a layer less of ~97). Costs kernel traffic in the backward
       (GPT-2 / BERT-base fp32, Triton: one kernel more a layer, +530 MB a step of the
       backward's ~1.4 GB): off by default until timed on a GPU.
-    donate_saved: a training backward places its intermediates (and gradients, where together
-      they fill at least half a saved tensor; any share under CUDA graphs) in the memory of
+    donate_saved: a training backward places its intermediates (and gradients at least half
+      a saved tensor's size; any size under CUDA graphs) in the memory of
       the saved activations that only it reads (AOTAutograd's donated buffers,
       `torch._functorch.config.donated_buffer`) once it has read them, instead of in new
       memory, and frees those it is done with, as Inductor does
@@ -326,7 +326,7 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # A CUDA-graphed backward's donated arguments are its forward's saved activations, which
     # the forward's graph pool holds between steps anyway: a gradient lies in any of them it
     # fits in once read (ember-buffer-reuse's donated-outputs-fill; elsewhere the caller
-    # would keep a whole saved activation alive with a small gradient: half of it at least)
+    # would keep a whole saved activation alive with a small gradient: half its size at least)
     if backend.name == "triton" and options.cudagraphs:
         reuse += " donated-outputs-fill=0"
     return (f"builtin.module({externs},ember-library-views,{layout}{split}"

@@ -8,9 +8,9 @@
 // memory (`ember.in_args` names the argument per result, `ember.offsets` the byte offset in
 // it), and a pointwise kernel that reads it elementwise at its last use may overwrite it in
 // place. The arena keeps only what fits nowhere else. A returned buffer (a gradient) may lie in
-// one too when the returned buffers there fill at least half of it (donated-outputs-fill; the
-// caller keeps the argument's memory while it keeps one: ember-buffer-reuse-donated-fill.mlir);
-// with donated-outputs=false it gets its own allocation.
+// one too when it is at least half the argument's size (donated-outputs-fill; the caller keeps
+// the argument's memory while it keeps the buffer: ember-buffer-reuse-donated-fill.mlir); with
+// donated-outputs=false it gets its own allocation.
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #tr = affine_map<(d0, d1) -> (d1, d0)>
@@ -120,8 +120,7 @@ func.func @main(%s0: tensor<256xf32>, %s1: tensor<256xf32>, %s2: tensor<128xf32>
 
 // -----
 
-// A returned buffer less than half a free donated argument's size, alone there, keeps its own
-// allocation.
+// A returned buffer less than half a free donated argument's size keeps its own allocation.
 // CHECK-LABEL: func.func @main
 // CHECK: call @neg2(%{{.*}}) {ember.offsets = array<i64: -1>}
 func.func private @big(%a: tensor<1024xf32>) -> tensor<256xf32> attributes {ember.kernel = "reduction", ember.ops = ["sum"]} {
