@@ -31,7 +31,8 @@ reused/freed, graph pool. `--fresh-arena` makes ember's CPU programs allocate th
 call as on a GPU (the CPU runtime otherwise pools a finished call's arena for the next call, so
 it is resident). `--shape BxS` gives a transformers model that batch and sequence at any
 size (`--size small --shape 8x128`: the small model's layers on the full model's tokens).
-`--json FILE` writes the figures.
+`--options JSON` adds ember compile options (`'{"recompute_saved": true}'`). `--json FILE`
+writes the figures.
 """
 from __future__ import annotations
 
@@ -364,10 +365,12 @@ def _programs(cls) -> list:
     return out
 
 
-def _ember_options(target: str, device: str, own_min_bytes: int | None) -> dict:
+def _ember_options(target: str, device: str, own_min_bytes: int | None,
+                   extra: dict | None = None) -> dict:
     """torch.compile options for ember; `own_min_bytes` (not None) sets ember-buffer-reuse's
-    `own-min-bytes` in the default pipeline (before/after figures of own allocations)."""
-    options = {"target": target}
+    `own-min-bytes` in the default pipeline (before/after figures of own allocations); `extra`:
+    more ember options (`--options`)."""
+    options = {"target": target, **(extra or {})}
     if own_min_bytes is not None:
         from ember.frontend.options import CompileOptions, default_pipeline
         resolved = target if target != "auto" else ("cuda" if device == "cuda" else "cpu")
@@ -380,7 +383,7 @@ def _ember_options(target: str, device: str, own_min_bytes: int | None) -> dict:
 
 
 def measure(name, size, backend, device, dtype, warmup, fresh_arena, shape=None,
-            own_min_bytes=None) -> dict:
+            own_min_bytes=None, extra_options=None) -> dict:
     small, tiny = size == "small", size == "tiny"
     if shape is None and size == "full":
         shape = {"bert": (16, 128), "gpt2": (8, 256)}.get(name)
@@ -394,8 +397,8 @@ def measure(name, size, backend, device, dtype, warmup, fresh_arena, shape=None,
         import ember
         ember.clear_reports()
         target = backend.split(":", 1)[1] if ":" in backend else "auto"
-        fwd = torch.compile(model, backend="ember", options=_ember_options(target, device,
-                                                                        own_min_bytes))
+        fwd = torch.compile(model, backend="ember", options=_ember_options(
+            target, device, own_min_bytes, extra_options))
     step = Step(model, fwd, inputs, loss_fn, device, dtype)
     gc.collect()
     if device == "cuda":
@@ -490,8 +493,11 @@ def main(argv=None):
     ap.add_argument("--fresh-arena", action="store_true")
     ap.add_argument("--own-min-bytes", type=int, default=None,
                     help="ember-buffer-reuse's own-min-bytes for ember (-1: no own allocations)")
+    ap.add_argument("--options", default=None, metavar="JSON",
+                    help='more ember compile options, e.g. \'{"recompute_saved": true}\'')
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    extra = json.loads(args.options) if args.options else None
     size = args.size or ("full" if args.device == "cuda" else "tiny")
     shape = tuple(int(n) for n in args.shape.lower().split("x")) if args.shape else None
     rows = []
@@ -499,7 +505,7 @@ def main(argv=None):
         torch._dynamo.reset()
         try:
             row = measure(args.model, size, be, args.device, args.dtype, args.warmup,
-                          args.fresh_arena, shape, args.own_min_bytes)
+                          args.fresh_arena, shape, args.own_min_bytes, extra)
         except Exception as err:  # noqa: BLE001 - one backend failing is a row, not the end
             import traceback
             traceback.print_exc()

@@ -19,6 +19,7 @@ from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
 from .pool_decomp import pool_decompositions
+from .recompute_saved import partition_recomputing_saved
 from .scatter_decomp import dense_index_put_decompositions, scatter_decompositions
 from .special_decomp import special_decompositions
 from .transformer_decomp import transformer_decompositions
@@ -287,7 +288,8 @@ def _convolution_weight_casts(casts) -> set:
             if any(u.target is conv and len(u.args) > 1 and u.args[1] is c for u in c.users)}
 
 
-def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
+def _partition_recomputing_casts(joint_module, joint_inputs, *, recompute_saved=False,
+                                  **kwargs):
     """AOTAutograd's min-cut partitioner (Inductor's), with each dtype cast of a forward
     input (autocast's bf16 copy of a weight) recomputed in the backward instead of saved: the
     input is alive anyway, and the saved copies were most of what a transformer's forward
@@ -295,7 +297,9 @@ def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
     because a matmul consumes them (materialized in the backward); a cast costs one read.
     Except the casts the backward's first matmul reads (`_first_backward_casts`): saved, as
     the partitioner chooses, at no cost in peak memory (the MLP block: one launch fewer); and
-    the casts a convolution reads (`_convolution_weight_casts`), saved too."""
+    the casts a convolution reads (`_convolution_weight_casts`), saved too. With
+    `recompute_saved`, saved pointwise functions of saved values are recomputed as well
+    (frontend/recompute_saved.py)."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
     casts = [node for node in joint_module.graph.nodes
@@ -308,7 +312,10 @@ def _partition_recomputing_casts(joint_module, joint_inputs, **kwargs):
     for node in casts:
         if node not in saved:
             node.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
-    return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+    if not recompute_saved:
+        return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
+    return partition_recomputing_saved(min_cut_rematerialization_partition, joint_module,
+                                       joint_inputs, **kwargs)
 
 
 def _tangent_inputs(fx_gm) -> frozenset[int]:
@@ -500,7 +507,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             gpu=resolve_target(opts.target, devices) in ("cuda", "rocm", "triton"))
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
-            split["partition_fn"] = _partition_recomputing_casts
+            split["partition_fn"] = functools.partial(_partition_recomputing_casts,
+                                                      recompute_saved=opts.recompute_saved)
         backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                                inference_compiler=compiler("inference"),
                                decompositions=decomps, **split,

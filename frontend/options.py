@@ -76,10 +76,18 @@ class CompileOptions:
       the backward graph, where ember fuses
       them into its kernels, instead of being saved by the forward (less memory, fewer copies
       into a graphed backward); False saves every value the backward reads.
+    recompute_saved: with `recompute`, a saved activation that is a short chain of pointwise
+      ops on other saved values and parameters (a transformer MLP's GELU output, a LayerNorm's
+      output before a projection) is recomputed in the backward too, where the min-cut
+      partitioner saves it because a matmul reads it there (frontend/recompute_saved.py: GPT-2
+      fp32 at 8x256 saves ~36 MB a layer less of ~97). Costs kernel traffic in the backward
+      (GPT-2 / BERT-base fp32, Triton: one kernel more a layer, +530 MB a step of the
+      backward's ~1.4 GB): off by default until timed on a GPU.
     donate_saved: a training backward places its intermediates (and gradients at least half
-      a saved tensor's size) in the memory of the saved activations that only it reads
-      (AOTAutograd's donated buffers, `torch._functorch.config.donated_buffer`) once it has
-      read them, instead of in new memory, and frees those it is done with, as Inductor does
+      a saved tensor's size; any size under CUDA graphs) in the memory of
+      the saved activations that only it reads (AOTAutograd's donated buffers,
+      `torch._functorch.config.donated_buffer`) once it has read them, instead of in new
+      memory, and frees those it is done with, as Inductor does
       (ember-buffer-reuse, `ember.donated_args`); likewise its gradient inputs where nothing
       but AOTAutograd's argument list holds them (a gradient the autograd engine made, as
       the bf16 logits' gradient of `logits.float()`; a caller's is left as it is:
@@ -130,6 +138,7 @@ class CompileOptions:
     parallel_compile: bool = True
     program_cache: bool = True
     recompute: bool = True
+    recompute_saved: bool = False
     donate_saved: bool = True
     donate_gradients: bool = True
     mode: str = "default"
@@ -168,7 +177,8 @@ class CompileOptions:
                                f"got {self.max_group_size!r}")
         for name in ("fallback", "cudagraphs", "shared_graph_pool", "training_cudnn_attention",
                      "exact_low_precision", "parallel_compile",
-                     "program_cache", "recompute", "donate_saved", "donate_gradients",
+                     "program_cache", "recompute", "recompute_saved", "donate_saved",
+                     "donate_gradients",
                      "fold_constants"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
@@ -343,6 +353,12 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # C++: no result written over a buffer its kernel reads through a reshape (slower there:
     # passes/ember_buffer_reuse.py, option reshape-in-place)
     reuse = "print-plan=true" + (" reshape-in-place=false" if backend.lang == "cpp" else "")
+    # A CUDA-graphed backward's donated arguments are its forward's saved activations, which
+    # the forward's graph pool holds between steps anyway: a gradient lies in any of them it
+    # fits in once read (ember-buffer-reuse's donated-outputs-fill; elsewhere the caller
+    # would keep a whole saved activation alive with a small gradient: half its size at least)
+    if backend.name == "triton" and options.cudagraphs:
+        reuse += " donated-outputs-fill=0"
     return (f"builtin.module({externs},ember-library-views,{layout}{split}"
             f"ember-fuse{{max-group-size={options.max_group_size} "
             f"target={backend.name} explain=true}},canonicalize,{template}"

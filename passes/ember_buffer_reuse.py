@@ -35,8 +35,12 @@ its last use (through views, and through any other op's results, which may alias
 that starts after that may lie in it (`ember.in_args` names the argument per result, -1 for
 none, and `ember.offsets` then holds the byte offset in it), a single-result pointwise kernel
 may overwrite it in place at its last use (as for arena buffers; never through a value that
-only may alias it), and a returned buffer may lie in it when at least half its size
-(`donated-outputs`). Buffers sharing a region never overlap in bytes while both are live.
+only may alias it), and a returned buffer (a backward's gradient) may lie in it when it is at
+least `donated-outputs-fill` percent of its size (`donated-outputs`; default 50: the caller
+keeps the whole argument as long as it keeps the buffer; 0, any size, several side by side,
+where the arguments stay allocated anyway: a CUDA-graphed backward, whose arguments are the
+forward's saved activations in its graph pool). Buffers sharing a region never overlap in
+bytes while both are live.
 An argument `ember.arg_strides` names (passed strided, a view of a larger buffer) holds none.
 
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
@@ -223,15 +227,16 @@ def _align(n: int, alignment: int) -> int:
 
 
 def _place(groups: list[list[Buffer]], alignment: int,
-           regions: dict[int, Buffer] | None = None, escaping=()) -> int:
+           regions: dict[int, Buffer] | None = None, escaping=(), fill: int = 50) -> int:
     """Best-fit offsets for groups (buffers sharing storage in place); returns the arena size.
     `regions`: donated arguments (argument index -> its Buffer, live from the call's start to
     its last use): a group that starts after an argument's last use may lie in its memory,
     within its bytes; the best fit over the arena's gaps and the arguments' decides. A group
     written in place of an argument lies in it at offset 0. `escaping`: returned buffers that
-    may lie in a region (never the arena) when one fits and they are at least half its size
-    (the caller keeps the whole argument's memory alive as long as it keeps the buffer);
-    the others keep their own allocation (offset -1)."""
+    may lie in a region (never the arena) when one fits and they are at least `fill` percent
+    of its size (the caller keeps the whole argument's memory alive as long as it keeps the
+    buffer; 0: any size, several side by side); the others keep their own allocation
+    (offset -1)."""
     regions = regions or {}
     spans = []
     # A placement depends on the groups alone, never on an earlier one (own-allocation trials
@@ -285,7 +290,7 @@ def _place(groups: list[list[Buffer]], alignment: int,
         for a, buf in regions.items():
             if start <= buf.end:
                 continue            # the argument is still read
-            if kind == "escapes" and 2 * nbytes < buf.nbytes:
+            if kind == "escapes" and 100 * nbytes < fill * buf.nbytes:
                 continue
             # the last buffer in an argument may end in its unaligned tail
             fit = best_gap(a, start, end, size, buf.nbytes + (size - nbytes))
@@ -306,7 +311,8 @@ def _place(groups: list[list[Buffer]], alignment: int,
 
 
 def plan(module, alignment: int = 64, in_place: bool = True, donate_args: bool = True,
-         donated_outputs: bool = True, own_min_bytes: int | None = None) -> dict:
+         donated_outputs: bool = True, own_min_bytes: int | None = None,
+         donated_outputs_fill: int = 50) -> dict:
     """The arena plan of `module`'s @main, without changing the IR (plain data, for reports):
     `arena_bytes`, `unplanned_bytes`, `alignment`, `buffers` (one dict per result of
     kernel call / ember.extern in op order: `op` (index in @main), `result`, `name`, `bytes`,
@@ -314,12 +320,13 @@ def plan(module, alignment: int = 64, in_place: bool = True, donate_args: bool =
     `in_arg` (the donated argument whose memory holds it, at `offset`; None: the arena)), and
     for donated arguments (`ember.donated_args`): `donated_args`, `reused_args` (those holding
     buffers), `reused_arg_bytes` (their bytes), `in_args_bytes` (the buffers' bytes there)."""
-    return _plan(module, alignment, in_place, donate_args, donated_outputs, own_min_bytes)[0]
+    return _plan(module, alignment, in_place, donate_args, donated_outputs, own_min_bytes,
+                 fill=donated_outputs_fill)[0]
 
 
 def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
           donated_outputs: bool = True, own_min_bytes: int | None = None,
-          reshape_in_place: bool = True):
+          reshape_in_place: bool = True, fill: int = 50):
     module = getattr(module, "operation", module)
     main = _find_func(module, "main")
     if main is None or not main.regions[0].blocks:
@@ -417,12 +424,12 @@ def _plan(module, alignment: int, in_place: bool, donate_args: bool = True,
         groups.setdefault(id(head), []).append(b)
     escaping = [b for b in buffers if b.escapes] if donated_outputs and regions else []
     group_list = list(groups.values())
-    arena = _align(_place(group_list, alignment, regions, escaping), alignment)
+    arena = _align(_place(group_list, alignment, regions, escaping, fill), alignment)
     own: list[Buffer] = []
     if own_min_bytes is not None and group_list:
         kept = _returned_bytes(ops, made_at, view_of, root)
         arena, own = _own_allocations(group_list, alignment, regions, escaping, buffers, kept,
-                                      len(ops), own_min_bytes, arena)
+                                      len(ops), own_min_bytes, arena, fill=fill)
     unplanned = sum(b.size for b in planned)
     own_ids = set(map(id, own))
     rows = [{"op": b.op_index, "result": b.result, "name": b.name, "bytes": b.nbytes,
@@ -487,7 +494,7 @@ def _modeled_peak(n: int, arena: int, arena_bufs, own, regions, kept) -> int:
 
 
 def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min_bytes,
-                     arena, max_tries: int = 8):
+                     arena, max_tries: int = 8, fill: int = 50):
     """Buffers taken out of the arena into allocations of their own, freed after their last
     use, where that lowers the call's modeled peak (`_modeled_peak`): the arena is allocated
     for the whole call, so a large buffer that dies early (a backward's bf16 weight and weight
@@ -520,7 +527,7 @@ def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min
         if id(g[0]) in in_args:         # moved into a donated argument by a re-placement
             continue
         trial = [x for x in current if x is not g]
-        size = _align(_place(trial, alignment, regions, escaping), alignment)
+        size = _align(_place(trial, alignment, regions, escaping, fill), alignment)
         peak = peak_of(trial, size, own + g)
         # a tie that shrinks the arena by half the buffer's bytes or more holds less memory for
         # less time (on the CPU the arena is kept between calls), at the same peak
@@ -529,7 +536,7 @@ def _own_allocations(groups, alignment, regions, escaping, buffers, kept, n, min
             own += g
             in_args = {id(x[0]) for x in trial if x[0].arg is not None}
     if candidates:  # the placement of the kept groups (the last trial, kept or not, moved them)
-        arena = _align(_place(current, alignment, regions, escaping), alignment)
+        arena = _align(_place(current, alignment, regions, escaping, fill), alignment)
         for b in own:
             b.offset, b.arg = -1, None
     return arena, own
@@ -654,8 +661,15 @@ class EmberBufferReuse(Pass):
     reshape_in_place: bool = True
     # place buffers in the memory of `ember.donated_args` after their last use
     donated_args: bool = True
-    # returned buffers too (when at least half the argument's size)
+    # returned buffers too, each at least `donated-outputs-fill` percent of the argument's
+    # bytes (the caller keeps the whole argument with it). 0: wherever they fit (a
+    # CUDA-graphed backward, whose donated arguments are the forward's saved activations, held
+    # in its graph pool between steps anyway: frontend/options.py). Without graphs a lower
+    # share than 50 costs memory: BERT 2 layers 16x128 fp32 on the CPU, returned buffers side
+    # by side where together they filled half an argument: step peak 272.7 -> 295.2 MB (the
+    # arguments they pinned were no longer freed after their last read).
     donated_outputs: bool = True
+    donated_outputs_fill: int = option(50, min=0, max=100)
     # a remark (passes/remarks.py) per planned buffer and one for the arena
     print_plan: bool = False
     # buffers of at least this many bytes may get an allocation of their own, freed after
@@ -673,7 +687,7 @@ class EmberBufferReuse(Pass):
         result, ops, per_op = _plan(module, self.alignment, self.in_place, self.donated_args,
                                     self.donated_outputs,
                                     None if self.own_min_bytes < 0 else self.own_min_bytes,
-                                    self.reshape_in_place)
+                                    self.reshape_in_place, self.donated_outputs_fill)
         if not ops:
             return
         main = ops[0].operation.parent

@@ -8,8 +8,9 @@
 // memory (`ember.in_args` names the argument per result, `ember.offsets` the byte offset in
 // it), and a pointwise kernel that reads it elementwise at its last use may overwrite it in
 // place. The arena keeps only what fits nowhere else. A returned buffer (a gradient) may lie in
-// one too when it is at least half the argument's size (the caller keeps the argument's memory
-// while it keeps the buffer); with donated-outputs=false it gets its own allocation.
+// one too when it is at least half the argument's size (donated-outputs-fill; the caller keeps
+// the argument's memory while it keeps the buffer: ember-buffer-reuse-donated-fill.mlir); with
+// donated-outputs=false it gets its own allocation.
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #tr = affine_map<(d0, d1) -> (d1, d0)>

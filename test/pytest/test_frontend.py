@@ -105,6 +105,11 @@ def test_target_resolution_and_pipeline():
         "ember-lower-to-cpp)")
     assert "ember-fuse{max-group-size=7 target=triton explain=true}" in default_pipeline(o, "cuda")
     assert default_pipeline(o, "cuda").endswith("ember-lower-to-triton)")
+    # a graphed backward's gradients lie in any saved activation they fit in (issue 11)
+    assert "ember-buffer-reuse{print-plan=true donated-outputs-fill=0}" in \
+        default_pipeline(o, "cuda")
+    assert "donated-outputs-fill" not in default_pipeline(CompileOptions(cudagraphs=False),
+                                                          "cuda")
     assert default_pipeline(CompileOptions(pipeline="builtin.module(x)"), "cpu") == \
         "builtin.module(x)"
 
