@@ -58,9 +58,12 @@ class CompileOptions:
       more). 0: whatever their size.
     training_cudnn_attention: on a GPU, a graph that needs gradients traces
       `scaled_dot_product_attention` to cuDNN's attention where eager would run it (its
-      backward is handed the output in the layout eager's is); False: memory-efficient
-      attention. Flash attention is never traced for training (its backward's uint64 RNG
-      state does not import).
+      backward is handed the output in the layout eager's is); False (the default):
+      memory-efficient attention. Off because the whisper encoder's q/k gradients were still
+      wrong with it on (relative error 0.99, H200, benchmarks/attention_backends.py), while a
+      one-layer attention of the same shape and GPT-2/BERT matched eager; GPT-2 bf16 training
+      8.72 -> 8.35 ms with it. Flash attention is never traced for training (its backward's
+      uint64 RNG state does not import).
     exact_low_precision: bf16/f16 layer norms run eager's own kernel (a library call) so that
       results match eager bit for bit where the rest does; False decomposes and fuses them
       (one memory pass fewer per norm; within bf16 rounding of eager, not identical).
@@ -133,7 +136,7 @@ class CompileOptions:
     cudagraphs: bool = True
     shared_graph_pool: bool = True
     graph_tail_min_bytes: int = 4 << 20
-    training_cudnn_attention: bool = True
+    training_cudnn_attention: bool = False
     exact_low_precision: bool = True
     parallel_compile: bool = True
     program_cache: bool = True
