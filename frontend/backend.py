@@ -21,6 +21,7 @@ from .pointwise_decomp import pointwise_decompositions
 from .pool_decomp import pool_decompositions
 from .scatter_decomp import dense_index_put_decompositions, scatter_decompositions
 from .special_decomp import special_decompositions
+from .tensor_scalars import specialize_tensor_scalars
 from .transformer_decomp import transformer_decompositions
 from .reduction_decomp import gpu_table as gpu_reduction_table
 from .reduction_decomp import table as reduction_table
@@ -524,6 +525,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         return compile_graph
 
     flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
+    try:
+        specialize_tensor_scalars(gm)   # narrow(x, d, tensor(2), n): its int, guarded
+    except Exception:   # noqa: BLE001 -- the graph stays as Dynamo gave it
+        pass
     rejected = eager_rejects.dynamo_rejection(gm) if opts.fallback else None
     if rejected is not None:    # eager raises on a tensor without elements: so must the call
         return _whole_graph_eager(gm, base, rejected, f"aot:{rejected}")
