@@ -113,6 +113,10 @@ CASES = {
                                   lambda: [torch.randn(0, 5, 5), torch.tensor(-3)]),
     "tensor_split_tensor_sections": (lambda x, s: torch.tensor_split(x, s, 1)[2] + 1,
                                      lambda: [torch.randn(2, 7), torch.tensor(3)]),
+    # two 0-dim operands of a binary math function with no `tl` spelling (the interpreter's
+    # NumPy atan2 returned a block for scalars: 'Cannot splat a block tensor', a fallback)
+    "zero_dim_atan2": (lambda x, y: torch.atan2(x, y) + 1,
+                       lambda: [torch.tensor(0.3), torch.tensor(-1.2)]),
     "argmax_all_dims": (lambda x: x.argmax() * 2 + x.t().argmin(),
                         lambda: [torch.tensor([[1., 5., 2.], [7., 0., 3.]])]),
     # int8 casts (issue 9: SIGSEGV inside the FX import)
@@ -134,7 +138,7 @@ EXPECT_COMPILED = {
     "size_one_dims", "zero_dim_softmax", "zero_dim_reductions", "zero_dim_argmax_prod",
     "argmax_all_dims", "interpolate_nearest_empty_batch", "zero_dim_flip",
     "zero_dim_index_fill_empty", "index_fill_empty_index", "narrow_tensor_start",
-    "narrow_tensor_start_empty", "tensor_split_tensor_sections", "to_int8_mul", "int8_add_scalar", "int8_remainder_scalar",
+    "narrow_tensor_start_empty", "tensor_split_tensor_sections", "zero_dim_atan2", "to_int8_mul", "int8_add_scalar", "int8_remainder_scalar",
     "int8_mul_wrapping_scalar", "huge_broadcast_sum",
 }
 # Cases compiled on the CPU that fall back under target "triton" (its reductions of a one-element
