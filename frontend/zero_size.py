@@ -44,9 +44,31 @@ def touches_empty(node: fx.Node) -> bool:
     return any(is_empty(n.meta.get("val")) for n in node.all_input_nodes)
 
 
-def _empty_like_val(graph: fx.Graph, val: torch.Tensor) -> fx.Node:
-    node = graph.call_function(aten.empty_strided.default, (list(val.shape), list(val.stride())),
+def _dense_stride(shape) -> list[int]:
+    stride, n = [], 1
+    for size in reversed(list(shape)):
+        stride.append(n)
+        n *= max(size, 1)
+    return stride[::-1]
+
+
+def _contiguous(val: torch.Tensor) -> bool:
+    return list(val.stride()) == _dense_stride(val.shape)
+
+
+def _empty_like_val(graph: fx.Graph, val: torch.Tensor, dense: bool = False) -> fx.Node:
+    """`empty_strided` with `val`'s size, dtype, device and strides (`dense`: row-major ones,
+    for a tensor without elements that only the program reads: its strides address nothing)."""
+    stride = _dense_stride(val.shape) if dense else list(val.stride())
+    node = graph.call_function(aten.empty_strided.default, (list(val.shape), stride),
                                {"dtype": val.dtype, "device": val.device})
+    if dense:
+        mode = getattr(val, "fake_mode", None)
+        if mode is not None:
+            with mode:
+                val = torch.empty_strided(val.shape, stride, dtype=val.dtype, device=val.device)
+        else:
+            val = torch.empty_strided(val.shape, stride, dtype=val.dtype, device="meta")
     node.meta["val"] = val
     return node
 
@@ -157,7 +179,13 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
                 raises.add(node)
                 continue
             with graph.inserting_before(node):
-                node.replace_all_uses_with(_empty_like_val(graph, val))
+                if not _contiguous(val) and any(u.op != "output" for u in node.users):
+                    # what reads it inside the program (an index_put kept for eager's index
+                    # check): dense strides, which torch-mlir imports; [0, 0] it did not
+                    node.replace_all_uses_with(_empty_like_val(graph, val, dense=True),
+                                               delete_user_cb=lambda u: u.op != "output")
+                if node.users:      # the graph's outputs keep eager's strides
+                    node.replace_all_uses_with(_empty_like_val(graph, val))
             changed = True
             continue
         if node.target in _INDEX_PUTS and _writes_nothing(node):
