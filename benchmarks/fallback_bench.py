@@ -6,6 +6,8 @@ second such op as its gradient: what a user's unsupported op looks like; the ATe
 cases used before, bessel_j0, sort, topk, digamma, all compile now):
   all_eager  every op falls back (opaque -> opaque -> opaque): ember must be within 5% of eager.
   all_eager_small  the same on 16x64: the per-call cost of the fallback path itself.
+  all_eager_train  all_eager_small with an input that requires grad, forward + backward (the
+             gradient op falls back too).
   sandwich   matmul+GELU, then `opaque`, then matmul+bias+tanh: the unsupported op runs eagerly
              inside one compiled program; ember must be within 5% of eager or faster.
   deep       12 such blocks on 32x64: per-call glue, where one program per graph pays off.
@@ -14,7 +16,7 @@ cases used before, bessel_j0, sort, topk, digamma, all compile now):
   sandwich_train  the same module, forward + backward (the gradient op falls back too).
 
     python benchmarks/fallback_bench.py [--cases all_eager,sandwich] [--repeats 30] [--json out.json]
-        [--device cuda]
+        [--device cuda] [--clock cpu]
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ import argparse
 import json
 import os
 import sys
+import time
+import types
 import warnings
 
 import torch
@@ -78,7 +82,8 @@ class Sandwich(torch.nn.Module):
 def cases(names, device="cpu"):
     out = _cases(names)
     return {k: (fn.to(device) if isinstance(fn, torch.nn.Module) else fn,
-                tuple(t.to(device) for t in inputs), train)
+                tuple(t.detach().to(device).requires_grad_(t.requires_grad) for t in inputs),
+                train)
             for k, (fn, inputs, train) in out.items()}
 
 
@@ -89,6 +94,8 @@ def _cases(names):
         out["all_eager"] = (all_eager, (torch.randn(256, 4096),), False)
     if "all_eager_small" in names:
         out["all_eager_small"] = (all_eager, (torch.randn(16, 64),), False)
+    if "all_eager_train" in names:
+        out["all_eager_train"] = (all_eager, (torch.randn(16, 64).requires_grad_(),), True)
     if "sandwich" in names:
         out["sandwich"] = (Sandwich().eval(), (torch.randn(1024, 512),), False)
     if "deep" in names:     # 12 blocks, small tensors: what the pieces' glue costs
@@ -103,6 +110,16 @@ def _cases(names):
         x = torch.randn(1024, 512)
         out["sandwich_train"] = (m, (x,), True)
     return out
+
+
+def _own_code(fn):
+    """A plain function with a code object of its own: Dynamo keeps its compiled entries per
+    code object, so ember's and backend="eager"'s compiles of one function would share (and
+    check each other's entries on every call)."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
 
 
 def step(fn, train):
@@ -121,11 +138,14 @@ def step(fn, train):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--cases", default="all_eager,all_eager_small,sandwich,deep,deep_compiled,sandwich_train")
+    p.add_argument("--cases", default="all_eager,all_eager_small,all_eager_train,sandwich,deep,deep_compiled,sandwich_train")
     p.add_argument("--repeats", type=int, default=30)
     p.add_argument("--json")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--clock", default="wall", choices=("wall", "cpu"),
+                   help="cpu: the calling thread's CPU time (a shared machine's load aside)")
     args = p.parse_args()
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     target = "triton" if args.device == "cuda" else "cpu"
     import ember
     rows = []
@@ -140,11 +160,11 @@ def main():
         ours = [str(w.message) for w in caught if "ember" in str(w.message)]
         reports = ember.last_reports()
         # torch.compile's own floor: Dynamo's guards and frame, running its graph eagerly.
-        floor = torch.compile(fn, backend="eager")
+        floor = torch.compile(_own_code(fn), backend="eager")
         step(floor, train)(*inputs)
         eager_ms, ember_ms, floor_ms = interleaved_median_ms(
             [step(fn, train), step(compiled, train), step(floor, train)], *inputs,
-            repeats=args.repeats, device=args.device)
+            repeats=args.repeats, device=args.device, clock=clock)
         row = {"case": name, "device": args.device, "eager_ms": round(eager_ms, 4), "ember_ms": round(ember_ms, 4),
                "ratio": round(ember_ms / eager_ms, 3), "dynamo_eager_ms": round(floor_ms, 4),
                "rel_err": rel_err(out, ref),

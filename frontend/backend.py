@@ -22,6 +22,7 @@ from .pool_decomp import pool_decompositions
 from .recompute_saved import partition_recomputing_saved
 from .scatter_decomp import dense_index_put_decompositions, scatter_decompositions
 from .special_decomp import special_decompositions
+from .tensor_scalars import specialize_tensor_scalars
 from .transformer_decomp import transformer_decompositions
 from .reduction_decomp import gpu_table as gpu_reduction_table
 from .reduction_decomp import table as reduction_table
@@ -426,14 +427,48 @@ def _whole_graph_eager(gm: torch.fx.GraphModule, base: str, why: str, warn_key: 
     return gm.forward
 
 
+def _dynamo_forward(gm: torch.fx.GraphModule):
+    """Dynamo's graph's generated `forward`, what Dynamo itself calls for `backend="eager"`
+    (its output_graph recompiles a lazy graph module and takes the real forward). A lazy
+    module's `forward` before that is `_lazy_forward`, which calls the module: nn.Module's
+    call machinery and GraphModule's wrapper, 3 µs more per call on the CPU machine."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+    if isinstance(gm, _LazyGraphModule):
+        _LazyGraphModule.force_recompile(gm)
+    return gm.forward
+
+
+def _known_eager_graph(gm: torch.fx.GraphModule, graph_id: str, target: str,
+                       reasons: dict, example_inputs):
+    """Dynamo's graph, for a graph none of whose ATen ops compiles (partition.known_all_eager,
+    `reasons`): reported and warned about as EmberGraph reports a graph that falls back whole
+    at its first call (one warning per op kind), and returned as `backend="eager"` returns
+    it, so that every call costs what torch.compile(backend="eager") costs."""
+    from .partition import op_name
+    names: dict[str, str] = {}
+    for node, why in reasons.items():
+        names.setdefault(op_name(node), why)
+    for op, why in sorted(names.items()):
+        warn_once(f"op:{op}", f"ember: {op} runs in eager torch ({why})")
+    record({"graph_id": graph_id, "target": target, "status": "eager",
+            "input_shapes": [list(t.shape) for t in example_inputs
+                             if isinstance(t, torch.Tensor)],
+            "num_kernels": 0, "num_externs": 0, "fused_groups": [],
+            "eager_fallback_ops": sorted(names), "fallback_reasons": dict(sorted(names.items())),
+            "error": "no op of the graph compiles", "dynamo_graph": True})
+    return gm.forward
+
+
 def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """`torch.compile(model, backend="ember", options={...})`.
 
     Nothing in here may break the user's program (with `fallback`, the default): if tracing
-    through AOTAutograd fails, Dynamo's graph runs as it is, with one warning. When the forward
-    (or inference) graph turns out to run wholly in eager torch, later calls go straight to
-    Dynamo's graph: no AOTAutograd wrappers, no decomposed ops, so such a graph costs what
-    eager costs (torch.compile(backend="eager"))."""
+    through AOTAutograd fails, Dynamo's graph runs as it is, with one warning. A forward (or
+    inference) graph none of whose ops compiles, known from its ops (partition.known_all_eager:
+    a user's custom ops), gets exactly what backend="eager" returns, Dynamo's graph's
+    forward; one that turns out at its first call to run wholly in eager torch sends later
+    calls straight to Dynamo's generated forward. No AOTAutograd wrappers, no decomposed ops:
+    such a graph costs what torch.compile(backend="eager") costs."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.exc import RestartAnalysis
     from torch._functorch.aot_autograd import make_boxed_func
@@ -455,10 +490,16 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
 
     def to_eager(graph):
         if graph.kind in ("forward", "inference") and not flat_inputs:
-            state["fn"] = gm.forward
+            state["fn"] = _dynamo_forward(gm)
 
     def compiler(kind):
         def compile_graph(fx_gm, inputs):
+            if kind in ("forward", "inference") and not flat_inputs and opts.fallback:
+                # Known from its ops that nothing compiles: Dynamo's graph from the start
+                from .partition import known_all_eager
+                reasons = known_all_eager(fx_gm, opts, target)
+                if reasons is not None:
+                    state["known_eager"] = (f"{base}-{kind}", reasons)
             fx_gm, wrap = lower_effect_tokens(fx_gm)    # linalg error checks: on the host
             graph = EmberGraph(fx_gm, opts, kind=kind, decompositions=decomps,
                                graph_id=f"{base}-{kind}", on_eager=to_eager)
@@ -497,15 +538,19 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         return compile_graph
 
     flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
+    try:
+        specialize_tensor_scalars(gm)   # narrow(x, d, tensor(2), n): its int, guarded
+    except Exception:   # noqa: BLE001 -- the graph stays as Dynamo gave it
+        pass
     rejected = eager_rejects.dynamo_rejection(gm) if opts.fallback else None
     if rejected is not None:    # eager raises on a tensor without elements: so must the call
         return _whole_graph_eager(gm, base, rejected, f"aot:{rejected}")
     try:
         drop_visible_attention_masks(gm)
         devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]
+        target = resolve_target(opts.target, devices)
         decomps = decomposition_table(
-            opts.exact_low_precision,
-            gpu=resolve_target(opts.target, devices) in ("cuda", "rocm", "triton"))
+            opts.exact_low_precision, gpu=target in ("cuda", "rocm", "triton"))
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = functools.partial(_partition_recomputing_casts,
@@ -528,10 +573,14 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                                   f"aot:{describe_error(err)}")
     if flat_inputs:
         return compiled
+    if "known_eager" in state:
+        graph_id, reasons = state["known_eager"]
+        return _known_eager_graph(gm, graph_id, target, reasons, example_inputs)
     state["fn"] = compiled
 
     def run(*args):
         return state["fn"](*args)
+    run.ember_state = state     # tests: where calls go
     for name in ("zero_grad", "named_parameters", "named_buffers"):   # as AOTAutograd's has
         if hasattr(compiled, name):
             setattr(run, name, getattr(compiled, name))

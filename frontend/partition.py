@@ -346,6 +346,36 @@ def compute_nodes(gm: fx.GraphModule) -> list[fx.Node]:
             and n.target is not operator.getitem and not _is_view(n)]
 
 
+def _foreign(node: fx.Node) -> bool:
+    """An op outside ATen and prims that is not one of torch's own library ops (a user's
+    custom op): torch-mlir imports it as `torch.operator`, which never legalizes."""
+    target = node.target
+    return (isinstance(target, torch._ops.OpOverload)
+            and target.namespace not in ("aten", "prims")
+            and target.namespace not in _TORCH_CUSTOM_NAMESPACES)
+
+
+def known_all_eager(gm: fx.GraphModule, options: CompileOptions,
+                    target: str) -> dict[fx.Node, str] | None:
+    """{node: reason} when it is known before any call that no op of `gm` compiles: every
+    compute node is either an op torch-mlir cannot import (`_foreign`, its probe confirms) or
+    a library node, and at least one is foreign. That is the graph `EmberGraph` would run
+    wholly in eager torch at its first call ("no op of the graph compiles"), decided from the
+    ops alone, so that the backend can hand Dynamo its own graph as `backend="eager"` does.
+    None otherwise (a graph with any op ember might compile is left to the first call)."""
+    nodes = compute_nodes(gm)
+    foreign = [n for n in nodes if _foreign(n)]
+    if not foreign or any(not _foreign(n) and not is_library_node(n, target) for n in nodes):
+        return None
+    reasons = {}
+    for node in foreign:
+        why = probe(node, options, target)
+        if why is None:
+            return None
+        reasons[node] = why
+    return reasons
+
+
 def blame(gm: fx.GraphModule, options: CompileOptions, target: str,
           exclude=()) -> dict[fx.Node, str]:
     """{node: reason} for each node of `gm` (other than `exclude`) that ember cannot compile."""

@@ -3,7 +3,8 @@
 torch-mlir fails on several of them, and one way hangs the process: `_softmax` of a 0-dim
 tensor makes its decomposition print "failed to get softmax result" forever (issue 8, item 7);
 `amax`/`amin`/`prod` of a 0-dim tensor and `argmax`/`argmin` with `dim=None` do not lower to
-linalg (the graph fell back), nor does `index_select` from a 0-dim source. `lift_rank_zero` rewrites such a node `op(x, dim, ...)` as
+linalg (the graph fell back), nor does `index_select` from a 0-dim source or `flip` of a 0-dim
+tensor. `lift_rank_zero` rewrites such a node `op(x, dim, ...)` as
 
     view(op(view(x, [numel]), 0 or [0], ...), result shape)
 
@@ -30,6 +31,9 @@ _DIM_ARG = {
     # a gather from a 0-dim source (index_add / index_copy backward): torch-mlir's lowering
     # fails to legalize it
     aten.index_select.default: 1,
+    # flip of a 0-dim tensor (op_db's 0-dim samples; torch-mlir fails to lower it): dims [0]
+    # or [-1], one of them (eager rejects [0, -1] as a repeated dim, so that stays the op's)
+    aten.flip.default: 1,
 }
 _FLATTEN_WHEN_NONE = {aten.argmax.default, aten.argmin.default}
 
@@ -47,6 +51,9 @@ def _needs_lift(node: fx.Node) -> bool:
     ins = [_tensor_val(a) for a in node.args if isinstance(a, fx.Node)]
     if not ins or any(v is None for v in ins):
         return False
+    if node.target is aten.flip.default:
+        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dims", ())
+        return ins[0].dim() == 0 and len(dims) <= 1
     if all(v.dim() == 0 for v in ins):
         return True
     if node.target is aten.index_select.default:
@@ -97,6 +104,8 @@ def lift_rank_zero(gm: fx.GraphModule) -> bool:
             kwargs = dict(node.kwargs)
             if "dim" in kwargs:
                 kwargs["dim"] = 0 if not isinstance(kwargs["dim"], (list, tuple)) else [0]
+            if "dims" in kwargs:
+                kwargs["dims"] = [0] if len(kwargs["dims"]) else []
             if node.target in _FLATTEN_WHEN_NONE:
                 kwargs["keepdim"] = False
                 if len(args) > 2:

@@ -9,6 +9,7 @@ graph (static shapes) so that no compute node touches a zero-size tensor:
 * a node whose result has no elements becomes `empty_strided` with the result's size, stride,
   dtype and device (the host makes it: no kernel launch);
 * `cat` drops its operands without elements (they contribute nothing);
+* an `index_put` whose indices have no elements is a copy of its input;
 * a node whose tensor operands all have no elements but whose result has some (a reduction over
   an empty dim: sum 0, prod 1, mean nan; a matmul with K = 0) is evaluated now on empty tensors;
   a result that is one value repeated becomes `full` (eager's own arithmetic decides the value,
@@ -43,9 +44,31 @@ def touches_empty(node: fx.Node) -> bool:
     return any(is_empty(n.meta.get("val")) for n in node.all_input_nodes)
 
 
-def _empty_like_val(graph: fx.Graph, val: torch.Tensor) -> fx.Node:
-    node = graph.call_function(aten.empty_strided.default, (list(val.shape), list(val.stride())),
+def _dense_stride(shape) -> list[int]:
+    stride, n = [], 1
+    for size in reversed(list(shape)):
+        stride.append(n)
+        n *= max(size, 1)
+    return stride[::-1]
+
+
+def _contiguous(val: torch.Tensor) -> bool:
+    return list(val.stride()) == _dense_stride(val.shape)
+
+
+def _empty_like_val(graph: fx.Graph, val: torch.Tensor, dense: bool = False) -> fx.Node:
+    """`empty_strided` with `val`'s size, dtype, device and strides (`dense`: row-major ones,
+    for a tensor without elements that only the program reads: its strides address nothing)."""
+    stride = _dense_stride(val.shape) if dense else list(val.stride())
+    node = graph.call_function(aten.empty_strided.default, (list(val.shape), stride),
                                {"dtype": val.dtype, "device": val.device})
+    if dense:
+        mode = getattr(val, "fake_mode", None)
+        if mode is not None:
+            with mode:
+                val = torch.empty_strided(val.shape, stride, dtype=val.dtype, device=val.device)
+        else:
+            val = torch.empty_strided(val.shape, stride, dtype=val.dtype, device="meta")
     node.meta["val"] = val
     return node
 
@@ -97,6 +120,21 @@ def _reads_indices(node: fx.Node) -> bool:
                and v.dtype in (torch.int64, torch.int32) for n in node.all_input_nodes)
 
 
+_INDEX_PUTS = (aten.index_put.default, aten._unsafe_index_put.default)
+
+
+def _writes_nothing(node: fx.Node) -> bool:
+    """An index_put whose indices select no element (an index tensor without elements: the
+    indices broadcast to a shape without elements), into a tensor with elements
+    (`index_fill(x, 0, empty, v)`, `x[empty] = v`): its result is its input, copied. The
+    shapes were checked when the graph was traced; there is no index to check."""
+    indices = node.args[1] if len(node.args) > 1 else ()
+    self_val = node.args[0].meta.get("val") if isinstance(node.args[0], fx.Node) else None
+    return (isinstance(self_val, torch.Tensor) and self_val.numel() > 0
+            and isinstance(node.meta.get("val"), torch.Tensor)
+            and any(isinstance(i, fx.Node) and is_empty(i.meta.get("val")) for i in indices))
+
+
 def _library_raises(node: fx.Node) -> bool:
     """An FFT of an empty tensor: MKL/pocketfft raise in eager ("Inconsistent configuration
     parameters"); the node stays, as the library call it is (it never reaches torch-mlir), so
@@ -141,7 +179,20 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
                 raises.add(node)
                 continue
             with graph.inserting_before(node):
-                node.replace_all_uses_with(_empty_like_val(graph, val))
+                if not _contiguous(val) and any(u.op != "output" for u in node.users):
+                    # what reads it inside the program (an index_put kept for eager's index
+                    # check): dense strides, which torch-mlir imports; [0, 0] it did not
+                    node.replace_all_uses_with(_empty_like_val(graph, val, dense=True),
+                                               delete_user_cb=lambda u: u.op != "output")
+                if node.users:      # the graph's outputs keep eager's strides
+                    node.replace_all_uses_with(_empty_like_val(graph, val))
+            changed = True
+            continue
+        if node.target in _INDEX_PUTS and _writes_nothing(node):
+            with graph.inserting_before(node):
+                copy = graph.call_function(aten.clone.default, (node.args[0],))
+                copy.meta["val"] = val
+            node.replace_all_uses_with(copy)
             changed = True
             continue
         tensor_ins = [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)]

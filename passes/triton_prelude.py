@@ -175,8 +175,11 @@ if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
             x, y = np.broadcast_arrays(a.handle.data, b.handle.data)
             data = np.ascontiguousarray(fn(x, y))
             ty = a.handle.dtype.scalar
+            # scalars in, a scalar out (a 0-dim kernel's loads hold one-element arrays: a
+            # block type there failed as 'Cannot splat a block tensor')
+            block = a.type.is_block() or b.type.is_block()
             return tl.tensor(TensorHandle(data, ty),
-                             tl.block_type(ty, list(data.shape)) if data.ndim else ty)
+                             tl.block_type(ty, list(data.shape)) if block and data.ndim else ty)
         return call
 
     _ember_acos = _ember_numpy1(__import__('numpy').arccos)

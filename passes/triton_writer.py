@@ -31,6 +31,18 @@ from . import triton_matmul
 INT32_MAX = 2 ** 31 - 1
 
 
+def _cast(v: str, ty: str) -> str:
+    """`v` converted to Triton type `ty`; an integer literal (a count's `1`: masked.var's
+    number of elements) is a constexpr, which has no `.to` (compiled or interpreted), so it
+    becomes a 0-d tensor of that type."""
+    bare = v.strip()
+    while bare.startswith("(") and bare.endswith(")"):
+        bare = bare[1:-1].strip()
+    if bare.lstrip("-").isdigit():
+        return f"tl.full([], {bare}, {ty})"
+    return f"({v}).to({ty})"
+
+
 class TileBuilder(ExprBuilder):
     """ExprBuilder whose loads are masked by the tiles their index depends on."""
 
@@ -436,13 +448,13 @@ class KernelWriter:
             v = val.text
             if kind in ("maxui", "minui"):
                 acc_ty, mask = UNSIGNED_WIDE[ty]
-                v = f"(({v}).to({acc_ty}) & {mask})"
+                v = f"({_cast(v, acc_ty)} & {mask})"
             elif ty not in ("f16", "bf16", "f32", "f64") and \
                     math.isinf(identity_value(kind, ty)):
                 raise PassError("ember-lower-to-triton: float combiner on integers", op.location)
             elif ty not in ("f16", "bf16", "f32", "f64"):
                 # loop indices are int32: the identity (2**62) needs the result's width
-                v = f"({v}).to({TYPES[ty][1]})"
+                v = _cast(v, TYPES[ty][1])
             masked = f"tl.where(xmask & rmask, {v}, {ident})"
             if self.window is not None:
                 # combined in window order, from the identity (ATen's order for a sum: 0, then

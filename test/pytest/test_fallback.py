@@ -145,6 +145,83 @@ def test_every_op_falls_back_runs_dynamos_graph(monkeypatch):
     assert warned2 == []
 
 
+def _returned_callables(monkeypatch):
+    """[(Dynamo's graph module, what backend="eager" would return for it, what ember's
+    backend returned)] as compiles happen."""
+    from torch._dynamo.backends.debugging import eager as eager_backend
+    from ember.frontend import backend
+    seen, real = [], backend.ember_backend
+
+    def spy(gm, example_inputs, **kwargs):
+        fn = real(gm, example_inputs, **kwargs)
+        seen.append((gm, eager_backend(gm, example_inputs), fn))
+        return fn
+    monkeypatch.setattr(backend, "ember_backend", spy)
+    return seen
+
+
+def _compile_spied(fn):
+    torch._dynamo.reset()
+    clear_reports()
+    from ember.frontend import backend
+    return torch.compile(fn, backend=lambda gm, ex: backend.ember_backend(gm, ex,
+                                                                         options={"target": "cpu"}))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_known_all_eager_graph_is_dynamos_forward(train, monkeypatch):
+    # Every op is one torch-mlir cannot import: known before any call, so the backend returns
+    # exactly what backend="eager" returns (Dynamo's graph module's forward). Dynamo then
+    # calls its own generated forward, as it does for backend="eager": no ember frame, no
+    # AOTAutograd wrapper, the same per-call cost (fallback_bench all_eager_small).
+    seen = _returned_callables(monkeypatch)
+
+    def f(x):
+        return unlowered(unlowered(x) * 2)     # a view-free product between: an ATen op
+    def g(x):
+        return unlowered(unlowered(unlowered(x)))
+    x = torch.randn(4, 32, requires_grad=train)
+    cf = _compile_spied(g)
+    out, warned = run_recording(cf, x)
+    torch.testing.assert_close(out, g(x), rtol=0, atol=0)
+    (gm, eager_fn, fn), = seen
+    assert fn == eager_fn and fn.__self__ is gm, fn     # gm.forward, bound to Dynamo's graph
+    r = ember.last_reports()[-1]
+    assert r["status"] == "eager" and r["eager_fallback_ops"] == [UNLOWERED], r
+    assert r["dynamo_graph"] and r["graph_id"].endswith("inference" if not train else "forward")
+    assert len(warned) == 1 and UNLOWERED in warned[0]
+    if train:
+        out.sum().backward()
+        got = x.grad.clone()
+        x.grad = None
+        g(x).sum().backward()
+        torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
+    # a compute op ember compiles beside the unlowered ones: not known, ember's own callable
+    seen.clear()
+    out, _ = run_recording(_compile_spied(f), x)
+    torch.testing.assert_close(out, f(x), rtol=0, atol=0)
+    assert getattr(seen[0][2], "__self__", None) is not seen[0][0]
+
+
+def test_first_call_all_eager_calls_dynamos_generated_forward(monkeypatch):
+    # A graph found at its first call to run wholly eagerly (here: the import fails) sends
+    # later calls to Dynamo's generated forward itself, not to a lazy graph module's
+    # `_lazy_forward` (nn.Module's __call__ and GraphModule's wrapper on every call).
+    from ember.frontend import compile_module as comp
+    seen = _returned_callables(monkeypatch)
+    monkeypatch.setattr(comp, "import_graph", _fail)
+    f = lambda x: torch.cos(x) * 3 + 1            # noqa: E731
+    x = torch.randn(5)
+    cf = _compile_spied(f)
+    out, warned = run_recording(cf, x)
+    assert_close(out, f(x))
+    (gm, _, run), = seen
+    call = run.ember_state["fn"]
+    assert call.__self__ is gm and call.__name__ == "forward", call
+    assert call.__func__ is type(gm).forward
+    assert ember.last_reports()[-1]["status"] == "eager"
+
+
 # ---------------------------------------------------------------- compile failures anywhere
 
 def _fail(*args, **kwargs):

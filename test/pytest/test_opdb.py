@@ -41,11 +41,14 @@ sort topk
 # Zero-size mode only: ops in which the full zero-size sweep (2026-11-27, benchmarks/RESULTS.md)
 # found ember returning a result where eager raises (eager's kernels check shapes the meta
 # functions do not: eager_rejects' exact-shape probes, on Dynamo's graph for upsampling) or
-# falling back on an index into an empty tensor (partition.is_library_node).
+# falling back on an index into an empty tensor (partition.is_library_node); and the 0-dim
+# samples that fell back (fb17): flip of a 0-dim tensor, index_fill with an empty index, a
+# 0-dim tensor as tensor_split's sections (narrow's start: narrow is in OPS).
 ZERO_OPS = """
 _batch_norm_with_update _softmax_backward_data diagonal_scatter select_scatter slice_scatter
 index_put nn.functional.interpolate:linear nn.functional.interpolate:nearest
 nn.functional.upsample_nearest
+flip index_fill tensor_split
 """.split()
 
 NO_GRAD = {"argmax", "int", "bool"}  # integer / boolean results: no backward case
@@ -57,11 +60,7 @@ ZERO_NO_GRAPH = {"view-float32-zero", "reshape-float32-zero", "addmm-float32-zer
 # Cases that fall back to eager today (results checked, and correct): ember does not compile
 # these ops yet. A new fallback fails its test; so does a fallback that goes away (delete the
 # entry).
-EXPECTED_FALLBACK = {
-    "narrow-float32-fwd": "a 0-dim tensor start: 'tracing failed: DataDependentOutputException'",
-    "narrow-float32-bwd": "as narrow fwd",
-    "narrow-float32-zero": "as narrow fwd",
-}
+EXPECTED_FALLBACK: dict[str, str] = {}
 
 # Known bugs (strict xfail: the test flips to XPASS, a failure, once fixed). Reason = the
 # status and cause the harness recorded.

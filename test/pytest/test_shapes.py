@@ -99,6 +99,28 @@ CASES = {
                             lambda: [torch.tensor(0.7)]),
     "zero_dim_argmax_prod": (lambda x: x.argmax() + x.argmin(0) + x.prod(0),
                              lambda: [torch.tensor(0.7)]),
+    # op_db's 0-dim samples (fb17): flip of a 0-dim tensor (rank_zero), index_fill with an
+    # empty index (zero_size: a copy), a 0-dim tensor as narrow's start or tensor_split's
+    # sections (tensor_scalars: its value, guarded by Dynamo)
+    "zero_dim_flip": (lambda x: torch.flip(x, [0]) * 2, lambda: [torch.tensor(1.5)]),
+    "zero_dim_index_fill_empty": (lambda x, i: x.index_fill(0, i, -8.5) + 1,
+                                  lambda: [torch.tensor(1.5), torch.zeros(0, dtype=torch.int64)]),
+    "index_fill_empty_index": (lambda x, i: x.index_fill(1, i, -8.5),
+                               lambda: [torch.randn(3, 4), torch.zeros(0, dtype=torch.int64)]),
+    # an index_put into an empty tensor, kept for eager's index check: a library call whose
+    # empty values operand (expand's [0, 0] strides) torch-mlir failed to import
+    "index_fill_into_empty": (lambda x, i: x.index_fill(-1, i, -8.5),
+                              lambda: [torch.zeros(0, 5), torch.arange(5)]),
+    "narrow_tensor_start": (lambda x, s: torch.narrow(x, 1, s, 2) * 2,
+                            lambda: [torch.randn(3, 5, 4), torch.tensor(2)]),
+    "narrow_tensor_start_empty": (lambda x, s: torch.narrow(x, 1, s, 2),
+                                  lambda: [torch.randn(0, 5, 5), torch.tensor(-3)]),
+    "tensor_split_tensor_sections": (lambda x, s: torch.tensor_split(x, s, 1)[2] + 1,
+                                     lambda: [torch.randn(2, 7), torch.tensor(3)]),
+    # two 0-dim operands of a binary math function with no `tl` spelling (the interpreter's
+    # NumPy atan2 returned a block for scalars: 'Cannot splat a block tensor', a fallback)
+    "zero_dim_atan2": (lambda x, y: torch.atan2(x, y) + 1,
+                       lambda: [torch.tensor(0.3), torch.tensor(-1.2)]),
     "argmax_all_dims": (lambda x: x.argmax() * 2 + x.t().argmin(),
                         lambda: [torch.tensor([[1., 5., 2.], [7., 0., 3.]])]),
     # int8 casts (issue 9: SIGSEGV inside the FX import)
@@ -118,7 +140,10 @@ EXPECT_COMPILED = {
     "sum_all_empty", "prod_empty_dim", "add_sum_of_empty", "mean_empty_dim", "sum_nonempty_of_empty_batch",
     "zero_dim_add", "zero_dim_bcast", "zero_dim_sum", "zero_dim_int", "reduce_to_zero_dim",
     "size_one_dims", "zero_dim_softmax", "zero_dim_reductions", "zero_dim_argmax_prod",
-    "argmax_all_dims", "interpolate_nearest_empty_batch", "to_int8_mul", "int8_add_scalar", "int8_remainder_scalar",
+    "argmax_all_dims", "interpolate_nearest_empty_batch", "zero_dim_flip",
+    "zero_dim_index_fill_empty", "index_fill_empty_index", "index_fill_into_empty",
+    "narrow_tensor_start",
+    "narrow_tensor_start_empty", "tensor_split_tensor_sections", "zero_dim_atan2", "to_int8_mul", "int8_add_scalar", "int8_remainder_scalar",
     "int8_mul_wrapping_scalar", "huge_broadcast_sum",
 }
 # Cases compiled on the CPU that fall back under target "triton" (its reductions of a one-element
@@ -240,6 +265,24 @@ def _same_layout(out, ref, what="output"):
 
 def _shares(a, b) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def test_tensor_scalar_argument_is_a_guarded_int(target, device):
+    # narrow(x, dim, tensor(start), n): compiled with the start's value (frontend/
+    # tensor_scalars.py), the result a view of x as eager's; another start compiles again
+    # (Dynamo's guard on the value), with its own right result.
+    import ember
+    x = torch.randn(4, 6, device=device)
+    f = lambda x, s: torch.narrow(x, 1, s, 3)     # noqa: E731
+    cf = ember_compile(f, target)
+    for start in (2, 1, 2, -4):
+        s = torch.tensor(start)
+        out = cf(x, s)
+        _same_layout(out, f(x, s))
+        assert _shares(out, x), "narrow's result is a view of its input"
+    check_fallbacks()
+    graphs = [r for r in ember.last_reports()]
+    assert len(graphs) == 3, [r["graph_id"] for r in graphs]    # starts 2, 1, -4
 
 
 def _run(fn, args, target):

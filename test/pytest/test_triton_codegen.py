@@ -190,3 +190,20 @@ def test_constant_mask_count_compiles():
     out = torch.compile(f, backend="ember", options={"target": "triton"})(x)
     assert [r["status"] for r in ember.last_reports()] == ["compiled"]
     assert rel_err(out, f(x)) < 1e-5
+
+
+def test_count_of_ones_reduction_compiles(exported_sources, monkeypatch):
+    # masked.var without a mask counts its elements as a sum of integer ones: the reduction's
+    # operand was the literal `1`, written `(1).to(tl.int64)`, a constexpr without `.to`: the
+    # interpreter raised at run time (the graph fell back) and Triton rejected the kernel for
+    # sm_90 and gfx942 alike (op_db sweep, fb17). Now `tl.full([], 1, tl.int64)`.
+    from conftest import check_fallbacks, ember_compile
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x = torch.randn(4, 5, 6)
+    f = lambda t: torch.masked.var(t, None)     # noqa: E731
+    out = ember_compile(f, "triton")(x)
+    assert rel_err(out, f(x)) < 1e-5
+    check_fallbacks()
+    source = next(s for s in exported_sources if "tl.full([], 1, tl.int64)" in s)
+    results = triton_aot.compile_isolated(source)
+    assert results and not triton_aot.failures(results), results
