@@ -55,7 +55,9 @@ class CompileOptions:
       call) writes only fresh outputs of at least this many bytes runs that step after the
       replay, outside the graph, into new memory, instead of the graph writing them into its
       pool and each call copying them out (one copy kernel fewer; one launch from Python
-      more). 0: whatever their size.
+      more). 0: whatever their size. None (the default): 0 for inference graphs (H200:
+      resnet18 fp32 1.262 -> 1.224 ms and 67 -> 66 kernels, bf16 1.182 -> 1.183, GPT-2 fp32
+      3.419 -> 3.367), 4 MiB for training graphs (not measured at 0 yet).
     training_cudnn_attention: on a GPU, a graph that needs gradients traces
       `scaled_dot_product_attention` to cuDNN's attention where eager would run it (its
       backward is handed the output in the layout eager's is); False (the default):
@@ -135,7 +137,7 @@ class CompileOptions:
     pipeline: str | None = None
     cudagraphs: bool = True
     shared_graph_pool: bool = True
-    graph_tail_min_bytes: int = 4 << 20
+    graph_tail_min_bytes: int | None = None
     training_cudnn_attention: bool = False
     exact_low_precision: bool = True
     parallel_compile: bool = True
@@ -167,10 +169,11 @@ class CompileOptions:
         if self.channels_last not in CHANNELS_LAST:
             raise OptionsError(f"ember: option 'channels_last' must be True, False or 'auto'; "
                                f"got {self.channels_last!r}")
-        if (not isinstance(self.graph_tail_min_bytes, int)
+        if self.graph_tail_min_bytes is not None and (
+                not isinstance(self.graph_tail_min_bytes, int)
                 or isinstance(self.graph_tail_min_bytes, bool) or self.graph_tail_min_bytes < 0):
-            raise OptionsError(f"ember: option 'graph_tail_min_bytes' must be an integer >= 0; "
-                               f"got {self.graph_tail_min_bytes!r}")
+            raise OptionsError(f"ember: option 'graph_tail_min_bytes' must be None or an integer "
+                               f">= 0; got {self.graph_tail_min_bytes!r}")
         if self.target not in TARGETS:
             raise OptionsError(f"ember: option 'target' must be one of {', '.join(TARGETS)}; "
                                f"got {self.target!r}")

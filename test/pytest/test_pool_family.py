@@ -399,7 +399,13 @@ def test_graph_tail_min_bytes_reaches_the_split(fake_cuda, min_bytes):
 
 def test_graph_tail_min_bytes_option():
     from ember.frontend.options import CompileOptions, OptionsError
-    assert CompileOptions().graph_tail_min_bytes == 4 << 20
+    from ember.frontend.compile_module import graph_tail_min_bytes
+    assert CompileOptions().graph_tail_min_bytes is None
+    assert graph_tail_min_bytes(CompileOptions(), "inference") == 0
+    assert graph_tail_min_bytes(CompileOptions(), "forward") is None      # the 4 MiB default
+    assert graph_tail_min_bytes(CompileOptions(), "backward") is None
+    opts = CompileOptions.from_user({"graph_tail_min_bytes": 1 << 20})
+    assert graph_tail_min_bytes(opts, "inference") == graph_tail_min_bytes(opts, "forward") == 1 << 20
     assert CompileOptions.from_user({"graph_tail_min_bytes": 0}).graph_tail_min_bytes == 0
     for bad in (-1, 1.5, True, "0"):
         with pytest.raises(OptionsError, match="graph_tail_min_bytes"):
