@@ -14,7 +14,7 @@ from . import eager_rejects, saved_clones, saved_layouts
 from .compile import donated_backward_inputs, gc_paused, saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
-from .effects import lower_effect_tokens
+from .effects import effectful_checks, lower_effect_tokens
 from .foreach_decomp import foreach_decompositions
 from .roll_decomp import roll_decompositions
 from .pointwise_decomp import pointwise_decompositions
@@ -561,8 +561,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                                # an optimizer step's parameter updates stay in the graph as
                                # copy_ (frontend/input_mutations.py): one multi-tensor copy
                                keep_inference_input_mutations=True)
-        with gc_paused(), _efficient_attention_for_training(example_inputs,
-                                                             opts.training_cudnn_attention):
+        with gc_paused(), effectful_checks(), _efficient_attention_for_training(
+                example_inputs, opts.training_cudnn_attention):
             compiled = backend(gm, example_inputs)   # AOTAutograd's tracing (gc: compile.py)
     except RestartAnalysis:
         raise                                  # Dynamo's control flow, not a failure

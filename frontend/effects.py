@@ -16,6 +16,7 @@ eagerly, as before).
 """
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Callable
 
@@ -23,6 +24,36 @@ import torch
 import torch.fx as fx
 
 _CHECKS = (torch.ops.aten._linalg_check_errors.default,)
+
+
+@contextlib.contextmanager
+def effectful_checks():
+    """The checks registered as effectful ops while ember traces a graph, where this torch
+    does not register them itself (torch 2.13 does; 2.11, the GPU machine's, does not): an
+    unregistered `_linalg_check_errors` returns nothing, so AOTAutograd's dead-code elimination
+    dropped it and a compiled cholesky of a matrix that is not positive-definite returned
+    NaNs where eager raises. Registered only for ember's own trace (deregistered after), so
+    that other backends see torch as it is."""
+    try:
+        from torch._higher_order_ops import effects as hop_effects
+        get, register = hop_effects._get_effect, hop_effects._register_effectful_op
+        ordered = hop_effects._EffectType.ORDERED
+    except (ImportError, AttributeError):      # a torch without effect tokens: nothing to do
+        yield
+        return
+    handles = []
+    for op in _CHECKS:
+        name = f"{op.namespace}::{op._schema.name.split('::')[-1]}"
+        try:
+            if get(op) is None:
+                handles.append(register(name, ordered))
+        except Exception:  # noqa: BLE001 - a registry this code does not know: leave it
+            pass
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.destroy()
 
 
 class _Out:

@@ -162,6 +162,29 @@ def test_linalg_error_checks(target, device):
         compiled(-a, b)
 
 
+def test_linalg_error_checks_where_torch_does_not_register_them(target, device):
+    """torch 2.11 (the GPU machine's) does not register `_linalg_check_errors` as an
+    effectful op: AOTAutograd's dead-code elimination dropped the check and the compiled
+    cholesky of a matrix that is not positive-definite returned NaNs on the H100 where eager
+    raises. ember registers it for its own trace (frontend/effects.py effectful_checks); here
+    torch's registration is taken away as 2.11 has it, and put back after."""
+    from torch._higher_order_ops import effects
+    op = torch.ops.aten._linalg_check_errors.default
+    before = effects._get_effect(op)
+    effects._register_effectful_op("aten::_linalg_check_errors", None)
+    try:
+        a = torch.randn(5, 5)
+        a = (a @ a.T + torch.eye(5)).to(device)
+        compiled = ember_compile(lambda m: torch.linalg.cholesky(m).sin(), target)
+        _same(compiled(a), torch.linalg.cholesky(a).sin(), "cholesky")
+        check_fallbacks()
+        with pytest.raises(torch.linalg.LinAlgError, match="not positive-definite"):
+            compiled(-a)
+        assert effects._get_effect(op) is None      # ember's registration was its trace's only
+    finally:
+        effects._register_effectful_op("aten::_linalg_check_errors", before)
+
+
 @pytest.mark.targets("cpu")
 def test_linalg_cholesky_backward(target):
     a = torch.randn(5, 5)
