@@ -46,7 +46,7 @@ with make_context():
 
     # CHECK-LABEL: // errors
     # CHECK: PipelineError: 'no-such-pass' is neither an ember pass nor an upstream pass
-    # CHECK: PipelineError: ember-buffer-reuse: unknown option 'bogus' (options: alignment, in-place, reshape-in-place, donated-args, donated-outputs, print-plan, own-min-bytes)
+    # CHECK: PipelineError: ember-buffer-reuse: unknown option 'bogus' (options: alignment, in-place, reshape-in-place, donated-args, donated-outputs, donated-outputs-fill, print-plan, own-min-bytes)
     # CHECK: PipelineError: ember-buffer-reuse: option 'in-place' expects true/false, got 'maybe'
     # CHECK: PipelineError: ember-buffer-reuse: option 'alignment' must be a positive power of two, got 3
     # CHECK: PipelineError: unbalanced
