@@ -43,10 +43,9 @@ def effectful_checks():
         return
     handles = []
     for op in _CHECKS:
-        name = f"{op.namespace}::{op._schema.name.split('::')[-1]}"
         try:
             if get(op) is None:
-                handles.append(register(name, ordered))
+                handles.append(register(op._schema.name, ordered))
         except Exception:  # noqa: BLE001 - a registry this code does not know: leave it
             pass
     try:

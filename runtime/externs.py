@@ -433,9 +433,7 @@ def _out_as_forward_made_it(run: Callable[[list], list], names: list) -> Callabl
         want = matching_layout(ins[q], ins[o].shape)
         if want is not None and tuple(ins[o].stride()) != want:
             ins = list(ins)
-            like = torch.empty_strided(ins[o].shape, want, dtype=ins[o].dtype,
-                                       device=ins[o].device)
-            ins[o] = like.copy_(ins[o])
+            ins[o] = _restrided(ins[o], want)
         return run(ins)
     return run_out_layout
 
@@ -451,11 +449,14 @@ def _grad_like_out(run: Callable[[list], list], names: list, grad: str,
     def run_grad_like_out(ins: list) -> list:
         if ins[g].stride() != ins[o].stride() and ins[g].shape == ins[o].shape:
             ins = list(ins)
-            like = torch.empty_strided(ins[o].shape, ins[o].stride(), dtype=ins[g].dtype,
-                                       device=ins[g].device)
-            ins[g] = like.copy_(ins[g])
+            ins[g] = _restrided(ins[g], ins[o].stride())
         return run(ins)
     return run_grad_like_out
+
+
+def _restrided(t: torch.Tensor, stride) -> torch.Tensor:
+    """A copy of `t` laid out with `stride`."""
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _channels_last_operands(run: Callable[[list], list], which: list) -> Callable[[list], list]:
