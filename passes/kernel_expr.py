@@ -115,6 +115,9 @@ class ExprBuilder:
         self.show = Printer(lang)
         self._data_memo: dict = {}
         self.checks = False        # a checked index (Lang.check_index) was emitted
+        # a bound i1 Expr: the buffer reads being built are only made where it holds
+        # (guarded_value_at of a target with masked loads); part of every value_at memo key
+        self.load_guard: Optional[Expr] = None
 
     # --- scopes and locals -----------------------------------------------------------------
     def push(self, scope: Scope, parent: Optional[Scope] = None) -> Scope:
@@ -228,7 +231,8 @@ class ExprBuilder:
     def value_at(self, v: ir.Value, idx: list[Expr]) -> Expr:
         """Expr of tensor `v` at `idx`; a unit dim's index may be anything (it reads 0)."""
         idx = [const(0) if s == 1 else e for s, e in zip(shape(v), idx)]
-        key = (v, tuple(e.node for e in idx))
+        key = (v, tuple(e.node for e in idx),
+               None if self.load_guard is None else self.load_guard.text)
         hit = self._get(key)
         if hit is not None:
             return hit
@@ -338,22 +342,21 @@ class ExprBuilder:
     def _pad(self, op, idx, ty) -> Expr:
         src = op.operands[0]
         lo = int_array(op.attributes["static_low"])
-        inside, sidx = None, []
+        inside, sidx, bounds = None, [], {}
         for i, e in enumerate(idx):
             if lo[i] == 0 and shape(src)[i] == shape(op.results[0])[i]:
                 sidx.append(e)
                 continue
             n = self.dim(src, i)
             shifted = self.iop("add", e, const(-lo[i]))
-            # Clamped so the load is always in bounds; the select picks the pad value outside.
-            clamped = self.iop("min", self.iop("max", shifted, const(0)),
-                               self.iop("add", n, const(-1)))
-            sidx.append(clamped)
+            sidx.append(shifted)
+            bounds[i] = n
             ok = self._and(self._cmp("ge", shifted, const(0)), self._cmp("lt", shifted, n))
             inside = ok if inside is None else self._and(inside, ok)
-        val = self.value_at(src, sidx)
         if inside is None:
-            return val
+            return self.value_at(src, sidx)
+        # read only inside (the select picks the pad value outside)
+        val = self.guarded_value_at(src, sidx, bounds, inside)
         block = op.regions[0].blocks[0]
         ctx = {a: (lambda e=e: e) for a, e in zip(block.arguments, idx)}
         padv = self.scalar(list(block.operations)[-1].operands[0], ctx)
@@ -363,23 +366,42 @@ class ExprBuilder:
     def _concat(self, op, idx, ty) -> Expr:
         dim = ir.IntegerAttr(op.attributes["dim"]).value
         start, pieces = const(0), []
-        for v in op.operands:
+        last = len(op.operands) - 1
+        for j, v in enumerate(op.operands):
             n = self.dim(v, dim)
             s0 = int_value(start.node)
             neg = const(-s0) if s0 is not None else \
                 self.expr(Op("idx.mul", (start.node, Const(-1, INT)), "index", ("index", "index")))
             local = self.iop("add", idx[dim], neg)
-            clamped = self.iop("min", self.iop("max", local, const(0)),
-                               self.iop("add", n, const(-1)))
             sidx = list(idx)
-            sidx[dim] = clamped
-            pieces.append((self.value_at(v, sidx), self.iop("add", start, n)))
-            start = self.iop("add", start, n)
+            sidx[dim] = local
+            end = self.iop("add", start, n)
+            # read only where the piece is selected: local in [0, n) (the concat's index is in
+            # [0, total), so the first piece needs no lower test, the last no upper one)
+            tests = ([] if j == 0 else [self._cmp("ge", local, const(0))]) + \
+                ([] if j == last else [self._cmp("lt", local, n)])
+            guard = tests[0] if len(tests) == 1 else self._and(*tests) if tests else None
+            val = self.value_at(v, sidx) if guard is None else \
+                self.guarded_value_at(v, sidx, {dim: n}, guard)
+            pieces.append((val, end))
+            start = end
         out = pieces[-1][0]
         for val, end in reversed(pieces[:-1]):
             c = self._cmp("lt", idx[dim], end)
             out = self.op("arith.select", [c, val, out], ty, ["i1", ty, ty])
         return self.bind(out, out.deps, ty)
+
+    def guarded_value_at(self, v: ir.Value, idx: list[Expr], bounds: dict, guard: Expr) -> Expr:
+        """`v` at `idx` where `guard` holds; elsewhere any value (the caller selects another
+        there). `bounds`: dim -> extent of the dims whose index may leave [0, extent) where
+        the guard fails. Here those indices are clamped into range, so that every read is in
+        bounds (a target with masked loads reads unclamped under the guard instead:
+        triton_writer's TileBuilder, where a clamp hides the index's contiguity)."""
+        sidx = list(idx)
+        for d, n in bounds.items():
+            sidx[d] = self.iop("min", self.iop("max", idx[d], const(0)),
+                               self.iop("add", n, const(-1)))
+        return self.value_at(v, sidx)
 
     def _cmp(self, kind, a, b) -> Expr:
         return self.op("idx." + kind, [a, b], "i1", ["index", "index"])

@@ -15,7 +15,7 @@ from torch_mlir import ir
 
 from .backends import TRITON
 from .base import PassError
-from .ir_queries import indexing_maps, shape, type_name
+from .ir_queries import indexing_maps, op_name, shape, type_name
 from .kernel_expr import Expr, ExprBuilder, Scope, const, var
 from .kernel_ir import (INT, Const, Load, Loop, Op, Raw, Store, Var, int_value, render_loop,
                         render_stmt)
@@ -54,8 +54,34 @@ class TileBuilder(ExprBuilder):
             off = self.offset(v, idx)
             deps = frozenset().union(*[e.deps for e in idx]) if idx else frozenset()
             masks = tuple(self.masks[d] for d in sorted(deps) if d in self.masks)
+            if self.load_guard is not None:
+                masks += (self.load_guard.text,)
+                deps = deps | self.load_guard.deps
             return self.bind(Load(self.buffers[v], off.node, ty, masks), deps, ty, "x")
         return super()._value_at(v, idx)
+
+    # ops that only move indices: a read through them is a read of the buffer below
+    VIEWS = ("linalg.transpose", "linalg.broadcast", "tensor.cast", "tensor.expand_shape",
+             "tensor.collapse_shape", "tensor.extract_slice")
+
+    def guarded_value_at(self, v, idx, bounds, guard):
+        """A buffer read unclamped under `guard` (a concat's piece, a pad's inside), through
+        any views: a masked load (the other lanes are not read), where a clamped index
+        (min/max) would hide the index's contiguity from Triton's axis analysis and split the
+        load into scalar ones (GPT-2's q/k/v bias gradient, a concat of three [2048, 768]
+        bf16 gradients summed over rows: 2-byte loads). A value computed in the kernel keeps
+        the clamp: its own loads and reductions are not under the guard."""
+        w = v
+        while w not in self.buffers:
+            if isinstance(w.owner, ir.Block) or op_name(w.owner) not in self.VIEWS:
+                return super().guarded_value_at(v, idx, bounds, guard)
+            w = w.owner.operands[0]
+        outer = self.load_guard
+        self.load_guard = self.bind(guard, guard.deps, "i1", "g")
+        try:
+            return self.value_at(v, idx)
+        finally:
+            self.load_guard = outer
 
     def checked_index(self, i, d, src, op):
         """An index from data, out of [0, n): a device-side assert on a GPU (as eager's CUDA
@@ -269,7 +295,8 @@ class KernelWriter:
             decompose(lines, "rindex", rdims, self.sizes(rdims), "r", "r",
                       self.rvars)
             root.stmts.extend(lines)
-            configs = persistent_configs(rnumel, bool(outer), self.max_autotune)
+            configs = persistent_configs(rnumel, bool(outer), self.max_autotune, column,
+                                         self.autotune)
         elif column:
             configs = column_configs(self.autotune, self.max_autotune)
         else:
