@@ -201,11 +201,14 @@ def test_efficient_attention_backward_copies_nothing(target, device, packed, mon
     nothing around it (GPT-2's packed q, k, v had each gradient copied contiguous, 3 copy
     kernels a layer on the GPU; `_restrided`, the gradient's copy into the output's strides,
     stays uncalled). Eager's gradients."""
+    import ember.runtime.executor as ex
     from ember.runtime import externs
-    restrided = []
-    real = externs._restrided
+    restrided, programs = [], []
+    real, real_load = externs._restrided, ex.load
     monkeypatch.setattr(externs, "_restrided",
                         lambda t, stride: restrided.append(tuple(t.shape)) or real(t, stride))
+    monkeypatch.setattr(ex, "load", lambda program, *a, **k: programs.append(program) or
+                        real_load(program, *a, **k))
     torch.manual_seed(0)
     model = EfficientAttention(packed).to(device)
     ref_model = EfficientAttention(packed).to(device)
@@ -222,9 +225,31 @@ def test_efficient_attention_backward_copies_nothing(target, device, packed, mon
             loss.backward()
         ref_model(x).square().mean().backward()
     check_fallbacks()
+    # the three gradients handed on as the op's tensors permuted to [B, S, H, D] (a CUDA
+    # graph's replay would hide the copies from the count below: this holds there too)
+    (attention,) = [s for s in programs[-1].steps if s.kind == "library"
+                    and s.name.endswith("efficient_attention_backward.default")]
+    assert sorted(v[0] for v in attention.params.get("result_views", [])) == [0, 1, 2]
     assert seen.copies == [] and restrided == [], (seen.copies, restrided)
     for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "separate"])
+def test_cuda_efficient_attention_backward_lays_gradients_out_bshd(packed):
+    """What ember-library-views assumes of torch's memory-efficient backward (GRADIENT_LAYOUT
+    "bshd"): each gradient is a [B, S, H, D] buffer viewed [B, H, S, D], for q, k, v sliced
+    from one packed projection as for separate ones."""
+    x = torch.randn(B, S, 3 * H * D if packed else H * D, device="cuda")
+    parts = x.split(H * D, dim=2) if packed else (x, x.clone(), x.clone())
+    q, k, v = (t.view(B, S, H, D).transpose(1, 2) for t in parts)
+    o = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, True)
+    grads = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+        torch.randn_like(o[0]), q, k, v, None, o[0], o[1], o[2], o[3], 0.0,
+        [True, True, True, False], True)
+    bshd = torch.empty(B, S, H, D).transpose(1, 2).stride()
+    assert [g.stride() for g in grads[:3]] == [bshd] * 3
 
 
 def test_embedding_backward_of_one_id_compiles(target, device):
