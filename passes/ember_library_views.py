@@ -394,9 +394,9 @@ _GRADIENT_OF = {0: "query", 1: "key", 2: "value"}
 # `empty(query.sizes())` of that transpose (aten/src/ATen/native/transformers/cuda/
 # attention_backward.cu; torch's meta function says the same, `empty_permuted(..., (0, 2, 1,
 # 3))`). It was taken for "the operand's strides where dense": GPT-2's packed q, k, v then got
-# no result view and the runtime copied each gradient contiguous, 3 copy kernels a layer
-# (the 36 aten copies of ~5.7 us in GPT-2's bf16 training step profiled on an H200). Where a kernel lays a gradient out
-# otherwise, the runtime still copies it (`_permuted`): a slower step, never a wrong one.
+# no result view and the runtime copied each gradient contiguous, 3 copy kernels a layer (the
+# 36 aten copies of ~5.7 us in GPT-2's bf16 training step profiled on an H200). Where a kernel
+# lays a gradient out otherwise, the runtime still copies it (`_permuted`): slower, not wrong.
 GRADIENT_LAYOUT = {
     "aten._scaled_dot_product_cudnn_attention_backward.default": "order",
     "aten._scaled_dot_product_flash_attention_backward.default": "order",
