@@ -10,6 +10,10 @@ graph (static shapes) so that no compute node touches a zero-size tensor:
   dtype and device (the host makes it: no kernel launch);
 * `cat` drops its operands without elements (they contribute nothing);
 * an `index_put` whose indices have no elements is a copy of its input;
+* a node reading integer indices with elements next to a tensor without elements stays (eager's
+  kernel checks the indices and may raise; partition makes it a library call), and so does a
+  tensor folded from what reads it, as `new_empty_strided` of it (else the check is dead code);
+  decompositions leave such calls whole (`keep_indexing_whole`), so the op is eager's own;
 * a node whose tensor operands all have no elements but whose result has some (a reduction over
   an empty dim: sum 0, prod 1, mean nan; a matmul with K = 0) is evaluated now on empty tensors;
   a result that is one value repeated becomes `full` (eager's own arithmetic decides the value,
@@ -156,8 +160,9 @@ def keep_indexing_whole(op, decomposition):
     of 2+ dims) where its decomposition's `index_put` raises; a [0] tensor raises in eager,
     where the GPU's one-hot `index_put` (scatter_decomp._index_put_dense) folded to nothing.
     Graphs whose tensors all have elements decompose as before."""
-    if not (isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"):
-        return decomposition
+    if not (isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
+            and any(a.name in ("index", "indices") for a in op._schema.arguments)):
+        return decomposition    # (it reads no indices: no call is judged)
 
     def kept(*args, **kwargs):
         if indexes_empty(args, kwargs):
