@@ -151,6 +151,13 @@ def indexes_empty(args, kwargs) -> bool:
     return any(_static_empty(v) for v in leaves) and any(_static_indices(v) for v in leaves)
 
 
+def reads_index_argument(op) -> bool:
+    """An ATen op with an `index` or `indices` argument (gather, scatter, index_put, index_add,
+    embedding, take, ...): the ops whose kernels check integer indices."""
+    return (isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
+            and any(a.name in ("index", "indices") for a in op._schema.arguments))
+
+
 def keep_indexing_whole(op, decomposition):
     """`decomposition` of `op`, except for a call that reads indices with elements next to a
     tensor without elements: the op stays whole (NotImplemented), so that fold_zero_size keeps
@@ -160,8 +167,7 @@ def keep_indexing_whole(op, decomposition):
     of 2+ dims) where its decomposition's `index_put` raises; a [0] tensor raises in eager,
     where the GPU's one-hot `index_put` (scatter_decomp._index_put_dense) folded to nothing.
     Graphs whose tensors all have elements decompose as before."""
-    if not (isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
-            and any(a.name in ("index", "indices") for a in op._schema.arguments)):
+    if not reads_index_argument(op):
         return decomposition    # (it reads no indices: no call is judged)
 
     def kept(*args, **kwargs):
@@ -215,7 +221,7 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
     raising: set[fx.Node] = set()   # library calls that raise in eager, and what reads them
     raises: set[fx.Node] = set()    # ops on empty tensors that raise in eager (left to raise)
     # Index readers next to a tensor without elements (kept: eager's kernel checks the indices
-    # and may raise) and the empty tensors folded from what reads them: a reader whose readers
+    # and may raise; ops with an index argument, not views or arithmetic of integers) and the empty tensors folded from what reads them: a reader whose readers
     # all fold away would be dead code, and eager's check with it (`index_put(empty, [i], v) +
     # 1` returned where eager raises IndexError), so what is folded after one is made by
     # `new_empty_strided` of it, which keeps it alive.
@@ -231,7 +237,7 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
             continue
         val = node.meta.get("val")
         after = next((n for n in node.all_input_nodes if n in checks), None)
-        if _reads_indices(node) and touches_empty(node):
+        if reads_index_argument(node.target) and _reads_indices(node) and touches_empty(node):
             checks.add(node)
         if is_empty(val) and not _reads_indices(node):
             if _raises(node, raises):
