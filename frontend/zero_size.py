@@ -221,10 +221,11 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
     raising: set[fx.Node] = set()   # library calls that raise in eager, and what reads them
     raises: set[fx.Node] = set()    # ops on empty tensors that raise in eager (left to raise)
     # Index readers next to a tensor without elements (kept: eager's kernel checks the indices
-    # and may raise; ops with an index argument, not views or arithmetic of integers) and the empty tensors folded from what reads them: a reader whose readers
-    # all fold away would be dead code, and eager's check with it (`index_put(empty, [i], v) +
-    # 1` returned where eager raises IndexError), so what is folded after one is made by
-    # `new_empty_strided` of it, which keeps it alive.
+    # and may raise; ops with an index argument, not views or arithmetic of integers) and the
+    # empty tensors folded from what reads them: a reader whose readers all fold away would be
+    # dead code, and eager's check with it (`index_put(empty, [i], v) + 1` returned where eager
+    # raises IndexError), so what is folded after one is made by `new_empty_strided` of it,
+    # which keeps it alive.
     checks: set[fx.Node] = set()
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is aten.empty_strided.default:
