@@ -24,6 +24,7 @@ from .scatter_decomp import dense_index_put_decompositions, scatter_decompositio
 from .special_decomp import special_decompositions
 from .tensor_scalars import specialize_tensor_scalars
 from .transformer_decomp import transformer_decompositions
+from .zero_size import keep_indexing_whole
 from .reduction_decomp import gpu_table as gpu_reduction_table
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions, resolve_target
@@ -234,7 +235,10 @@ def decomposition_table(exact_low_precision: bool = True, gpu: bool = False) -> 
     # An op eager's kernel rejects for its dtypes is not decomposed (eager_rejects.guard): it
     # stays in the graph, which then runs eagerly and raises eager's error. A decomposed op's
     # results keep the op's own layout (decomp_layouts).
-    return {op: eager_rejects.guard(op, keep_layout(op, fn)) for op, fn in table.items()}
+    # An op reading indices next to a tensor without elements is not decomposed either
+    # (zero_size.keep_indexing_whole): eager's kernel, a library call, decides whether it raises.
+    return {op: eager_rejects.guard(op, keep_layout(op, keep_indexing_whole(op, fn)))
+            for op, fn in table.items()}
 
 
 _MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
