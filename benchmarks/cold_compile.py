@@ -171,11 +171,13 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
             out["triton_requests"] += 1
             each.append(dt)
             slowest.append((round(dt, 2), k, fn_name, obj.get("constants")))
+            out.setdefault("triton_all", []).append((round(dt, 3), k, fn_name,
+                                                     obj.get("constants")))
     out["triton_distinct"] = len(distinct)
     # the slowest requests: one can be a graph's whole precompile on 16 workers (swin_t's
     # backward: 24 column sums over an unrolled 64-row window, 91 s)
     out["triton_slowest"] = sorted(slowest, key=lambda x: -x[0])[:8]
-    for jobs in (16,):
+    for jobs in (8, 16):
         out[f"triton_rr{jobs}"] = sum(_makespan(e, jobs, "static") for e in out["triton_each"])
         out[f"triton_queue{jobs}"] = sum(_makespan(e, jobs, "queue") for e in out["triton_each"])
         out[f"triton_lpt{jobs}"] = sum(_makespan(e, jobs, "lpt") for e in out["triton_each"])
@@ -313,7 +315,7 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
 def _median_rows(runs: list[dict]) -> dict:
     keys = ("step_wall", "step", "dynamo", "aot", "eager", "ember", "gc", "gc_ember", "triton",
             "triton_requests", "triton_distinct", "triton_first", "triton_find", "triton_rr16",
-            "triton_queue16", "triton_lpt16")
+            "triton_queue16", "triton_lpt16", "triton_rr8", "triton_queue8", "triton_lpt8")
     out = {k: statistics.median(r[k] for r in runs) for k in keys if k in runs[0]}
     names = sorted({k for r in runs for k in r["stages"]})
     out["stages"] = {k: statistics.median(r["stages"].get(k, 0.0) for r in runs) for k in names}
@@ -377,7 +379,9 @@ def main(argv=None):
                          f"find {r['triton_find']:.2f}, errors {r['triton_errors']}, "
                          f"shared {r['triton_shared']}; on 16 workers: as assigned "
                          f"{r.get('triton_rr16', 0):.2f}, queue {r.get('triton_queue16', 0):.2f}, "
-                         f"longest first {r.get('triton_lpt16', 0):.2f})"
+                         f"longest first {r.get('triton_lpt16', 0):.2f}; on 8: as assigned "
+                         f"{r.get('triton_rr8', 0):.2f}, longest first "
+                         f"{r.get('triton_lpt8', 0):.2f})"
                          if "triton" in r else ""), flush=True)
                 if r.get("triton_slowest"):
                     print("    slowest Triton compiles: " + ", ".join(
