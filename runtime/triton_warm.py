@@ -501,10 +501,30 @@ def start_pool(jobs: int | None = None, warmup: str | None = None) -> WorkerPool
             import atexit
             _pool = WorkerPool(jobs or default_jobs(), warmup)
             atexit.register(_pool.close)
+            _triton_key_early()
         _pool.start()
     except Exception:   # noqa: BLE001 -- compiles then start their own workers
         return None
     return _pool
+
+
+def _triton_key_early() -> None:
+    """Triton's cache key of itself (`triton_key`: a sha256 of its compiler's files and of
+    libtriton, 0.38 CPU s and 1.2 s of wall time here, read once per process) computed in a
+    thread now, while the parent traces: the first precompile's cache lookups, in the
+    parent and before any request goes to a worker, needed it (the launches need it too).
+    Reading and hashing release the GIL. Only a head start: a failure changes nothing."""
+    try:
+        from triton.runtime.cache import triton_key
+    except Exception:   # noqa: BLE001 -- another Triton: its first lookup computes its key
+        return
+
+    def run():
+        try:
+            triton_key()
+        except Exception:   # noqa: BLE001 -- computed again (and raised) where it is used
+            pass
+    threading.Thread(target=run, name="ember-triton-key", daemon=True).start()
 
 
 def triton_cache_is_empty() -> bool:

@@ -532,3 +532,30 @@ def test_worker_warm_up_compiles_and_leaves_no_cache_entry(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["1", "90", "cuda"], proc.stdout
     assert list(cache.iterdir()) == [], "the warm-up left an entry in Triton's cache"
+
+
+def test_pool_start_computes_tritons_own_key_in_a_thread(tmp_path):
+    """start_pool (the backend's, at a cold start) computes Triton's key of itself
+    (`triton_key`, read by every cache lookup: the first precompile's in the parent) in a
+    thread, while the parent goes on tracing."""
+    script = textwrap.dedent('''
+        import threading
+        from ember.runtime import triton_warm
+        from triton.runtime.cache import triton_key
+        assert triton_key.cache_info().currsize == 0
+        pool = triton_warm.start_pool(1)
+        try:
+            for t in threading.enumerate():
+                if t.name == "ember-triton-key":
+                    t.join(120)
+            print(triton_key.cache_info().currsize)
+        finally:
+            pool.close()
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "1", proc.stdout
