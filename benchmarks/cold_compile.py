@@ -273,7 +273,7 @@ def _makespan(costs: list, jobs: int, how: str) -> float:
 
 def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str = "wall",
             debug_dir: str | None = None, triton: bool = False, share: bool = True,
-            profile: str | None = None, pool: int = 0) -> dict:
+            profile: str | None = None, pool: int = 0, options: dict | None = None) -> dict:
     if clock == "cpu":
         time.perf_counter = time.process_time
     import ember
@@ -334,7 +334,7 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
         try:
             return ember_backend(gm, example_inputs,
                                  options={"target": "triton", "program_cache": False,
-                                          "debug_dir": debug_dir})
+                                          "debug_dir": debug_dir, **(options or {})})
         finally:
             times["backend"] += time.perf_counter() - t0
 
@@ -413,6 +413,8 @@ def main(argv=None):
     ap.add_argument("--profile", default=None,
                     help="cProfile of ember's compiles only (EmberGraph._build) to this file "
                          "(with --one: `--one efficientnet_b0:train --profile p.out`)")
+    ap.add_argument("--options", default="",
+                    help="more ember options, JSON (e.g. '{\"max_unrolled_loads\": 192}')")
     ap.add_argument("--pool", type=int, default=0,
                     help="also compile each graph's requests through the runtime's worker pool "
                          "of this many workers (wall seconds per graph: pool_wall)")
@@ -421,7 +423,8 @@ def main(argv=None):
     if args.one:
         name, mode = args.one.split(":")
         row = one_run(name, mode, args.small, args.sources, args.clock, args.debug_dir,
-                      args.triton, not args.no_share, args.profile, args.pool)
+                      args.triton, not args.no_share, args.profile, args.pool,
+                      json.loads(args.options) if args.options else None)
         sys.stdout.write("ROW " + json.dumps(row) + "\n")
         return
     rows = []
@@ -439,6 +442,8 @@ def main(argv=None):
                     cmd.append("--no-share")
                 if args.pool:
                     cmd += ["--pool", str(args.pool)]
+                if args.options:
+                    cmd += ["--options", args.options]
                 if args.sources and i == 0:
                     cmd += ["--sources", args.sources]
                 out = subprocess.run(cmd, capture_output=True, text=True)
