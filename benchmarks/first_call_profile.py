@@ -4,7 +4,7 @@ autotuning, the first launches' loads, library set-up, CUDA-graph capture).
 
     python benchmarks/first_call_profile.py --model gpt2 [--backend ember|inductor|inductor-ro]
                                             [--mode train|infer] [--small] [--top 40]
-                                            [--out FILE.prof]
+                                            [--out FILE.prof] [--choices FILE.json]
 
 A fresh process with empty caches (ember's, Inductor's, Triton's: temporary directories), the
 model and inputs of models.py on the GPU (the CPU without one), one eager step first (CUDA, cuDNN
@@ -13,7 +13,8 @@ bf16-autocast training step, or the forward under no_grad) under cProfile with t
 Printed: the first call's wall seconds, then the seconds spent inside the functions that make
 up a cold call (cumulative, so nested ones count in both: `ember: compile` holds `ember:
 precompile (waiting for workers)`), then the top functions by cumulative time. `--out` keeps the
-profile (`python -m pstats FILE`).
+profile (`python -m pstats FILE`); `--choices` (ember) the autotuner's choices after two more
+calls: which of each kernel's configurations won, per autotuning key.
 """
 from __future__ import annotations
 
@@ -80,6 +81,28 @@ def parts(stats: pstats.Stats) -> list[tuple[str, float, int]]:
     return out
 
 
+def autotune_choices() -> list[dict]:
+    """Every autotuned kernel of the process's generated modules (runtime/py_module) with its
+    configurations and, per autotuning key, the one chosen (its index): which configurations
+    ever win, to prune the lists of passes/triton_blocks.py with data instead of guesses."""
+    try:
+        import triton
+        from ember.runtime import py_module
+    except ImportError:
+        return []
+    out = []
+    for mod in list(py_module._modules.values()):
+        for name, obj in vars(mod).items():
+            if not isinstance(obj, triton.runtime.Autotuner) or not name.endswith("_kernel"):
+                continue
+            configs = [str(c) for c in obj.configs]
+            chosen = {str(k): configs.index(str(c)) if str(c) in configs else str(c)
+                      for k, c in getattr(obj, "cache", {}).items()}
+            out.append({"module": mod.__name__, "kernel": name, "configs": configs,
+                        "chosen": chosen})
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gpt2")
@@ -89,6 +112,9 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--choices", default=None,
+                    help="ember: after the first call and two more, write every autotuned "
+                         "kernel's configurations and the ones chosen (JSON) here")
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     shape = None if args.small else FULL_TEXT_SHAPE.get(args.model)
@@ -132,6 +158,16 @@ def main(argv=None):
     if args.out:
         stats.dump_stats(args.out)
     stats.sort_stats("cumulative").print_stats(args.top)
+    if args.choices:
+        import json
+        for _ in range(2):
+            step(fn)
+        choices = autotune_choices()
+        with open(args.choices, "w") as f:
+            json.dump(choices, f, indent=1)
+        won = sum(1 for c in choices for v in c["chosen"].values() if v == 0)
+        print(f"autotuned kernels: {len(choices)}; keys where the first configuration won: "
+              f"{won} of {sum(len(c['chosen']) for c in choices)}")
 
 
 if __name__ == "__main__":
