@@ -388,13 +388,14 @@ class WorkerPool:
             return results
 
     def compile_queue(self, source: str, path: str, modname: str, requests, jobs: int,
-                      timeout: float) -> dict:
+                      timeout: float, on_done=None) -> dict:
         """Compiles `requests` of one module on the first `jobs` workers from a queue: each
         worker gets one request and, when it answers, the next (in `requests`' order), so
         that no worker idles while another still holds a list (request k to worker k % jobs
         left resnet18's backward at 1.60 s on 8 workers where a queue of its requests,
         longest first, takes 1.30). A worker is sent the module's text only where it does not
-        hold that module (its digest) loaded. {"ok": n, "errors": [text]} as compile_pool."""
+        hold that module (its digest) loaded. {"ok": n, "errors": [text]} as compile_pool;
+        `on_done(request)` is called as each request is answered (compiled or failed)."""
         import hashlib
         import selectors
         import time
@@ -402,6 +403,7 @@ class WorkerPool:
         held = (modname, path, digest)
         result: dict = {"ok": 0, "errors": []}
         todo = list(reversed(requests))
+        done = on_done or (lambda req: None)
         with self._lock:
             sel = selectors.DefaultSelector()
             busy: dict = {}         # worker -> [request, answer so far]
@@ -423,6 +425,7 @@ class WorkerPool:
                         p.stdin.flush()
                     except OSError:
                         result["errors"].append(f"{req[0]}: {self._kill(k)}")
+                        done(req)
                         continue
                     self._has[k] = held
                     busy[k] = [req, b""]
@@ -443,6 +446,7 @@ class WorkerPool:
                         sel.unregister(key.fileobj)
                         req, _ = busy.pop(k)
                         result["errors"].append(f"{req[0]}: {self._kill(k)}")
+                        done(req)
                         send(k)
                         continue
                     busy[k][1] += chunk
@@ -457,11 +461,15 @@ class WorkerPool:
                     except (ValueError, IndexError, KeyError):
                         result["errors"].append(f"{req[0]}: worker answered {answer[-200:]!r}")
                         self._kill(k)
+                    done(req)
                     send(k)
             sel.close()
             for k, (req, _) in list(busy.items()):      # past the timeout
                 result["errors"].append(f"{req[0]}: timeout: {self._kill(k)}")
+                done(req)
             result["errors"] += [f"{req[0]}: not sent before the timeout" for req in todo]
+            for req in todo:
+                done(req)
         return result
 
     def close(self, grace: float = 2.0) -> None:
@@ -542,18 +550,18 @@ def triton_cache_is_empty() -> bool:
 
 
 def compile_pool(source: str, path: str, modname: str, requests, jobs: int | None = None,
-                 timeout: float = 600) -> dict:
+                 timeout: float = 600, in_order: bool = False, on_done=None) -> dict:
     """Compiles `requests` (from compile_requests) in `jobs` worker processes (the process's
     pool when `start_pool` started one, else workers started for this call); returns
     {"ok": n, "errors": [text]}. Request k goes to worker k % jobs (deterministic)."""
-    requests = longest_first(source, list(requests))
+    requests = list(requests) if in_order else longest_first(source, list(requests))
     if not requests:
         return {"ok": 0, "errors": []}
     pool = _pool
     jobs = max(1, min(jobs or (pool.jobs if pool is not None else default_jobs()),
                       len(requests), MAX_JOBS))
     if pool is not None and jobs <= pool.jobs:
-        return pool.compile_queue(source, path, modname, requests, jobs, timeout)
+        return pool.compile_queue(source, path, modname, requests, jobs, timeout, on_done)
     # one-shot workers, one list each: the longest first, each to the least loaded list
     lists: list = [[] for _ in range(jobs)]
     load = [0] * jobs
@@ -572,10 +580,45 @@ def compile_pool(source: str, path: str, modname: str, requests, jobs: int | Non
             result["errors"] += r["errors"]
         except (ValueError, IndexError, KeyError):
             result["errors"].append(f"worker exit {code}: {err[-2000:]}")
+    for req in requests if on_done is not None else ():
+        on_done(req)
     return result
 
 
-def precompile(mod, launches, device, jobs: int | None = None) -> dict:
+class PendingPrecompile:
+    """A precompile still running (`precompile(..., overlap=True)`): its requests go to the
+    workers in launch order from a thread, and each launcher waits, before its first launch,
+    for its own requests only (`wait_launcher`), so that the first call's launches (their
+    autotuning, their kernels' loads) run while the workers build the later kernels. Every
+    request is marked answered whatever happens to it (compiled, failed, timed out, the
+    thread failing): a launcher never waits for good, and a kernel whose build failed
+    compiles at its launch, as without a precompile."""
+
+    def __init__(self, by_launcher: dict, keys):
+        self._events = {key: threading.Event() for key in keys}
+        self._by_launcher = by_launcher
+        self.done = threading.Event()
+        self.result: dict | None = None
+
+    def answered(self, request) -> None:
+        ev = self._events.get(tuple(request))
+        if ev is not None:
+            ev.set()
+
+    def wait_launcher(self, name: str, timeout: float = 600) -> None:
+        if self.done.is_set():
+            return
+        for key in self._by_launcher.get(name, ()):
+            ev = self._events.get(key)
+            if ev is not None:
+                ev.wait(timeout)
+
+    def wait(self, timeout: float | None = None) -> dict | None:
+        self.done.wait(timeout)
+        return self.result
+
+
+def precompile(mod, launches, device, jobs: int | None = None, overlap: bool = False):
     """compile_requests + compile_pool for a module loaded by runtime/py_module.py. Never
     raises: a failure is reported in the result and the launches compile for themselves.
 
@@ -583,7 +626,10 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
     warm start of the same program in the same cache then skips finding the requests and
     looking each up (~5 ms a request: 1.3 s of efficientnet_b0's warm start on the H100).
     Were the cache emptied since, the stamp went with it; were single kernels deleted, their
-    launches compile for themselves, as without a precompile."""
+    launches compile for themselves, as without a precompile.
+
+    `overlap`: where there is something to compile, a PendingPrecompile is returned at once
+    (the requests go out in launch order, not longest first; see PendingPrecompile)."""
     import time
     t0 = time.perf_counter()
     try:
@@ -591,24 +637,54 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
         if stamp is not None and stamp.exists():
             return {"ok": 0, "errors": [], "cached": 0, "stamped": True,
                     "seconds": round(time.perf_counter() - t0, 3)}
-        requests = compile_requests(mod, launches, device)
+        by_launcher: dict = {}
+        if overlap:     # which requests each launcher's first launch needs
+            for launch in launches:
+                by_launcher.setdefault(launch[0], []).extend(
+                    compile_requests(mod, [launch], device))
+            requests = list(dict.fromkeys(r for rs in by_launcher.values() for r in rs))
+        else:
+            requests = compile_requests(mod, launches, device)
         missing = [r for r in requests if not in_triton_cache(mod, *r)]
         # an earlier module's kernel (compiled with that module's first call, normally in the
         # cache by now): where it is not, its launch compiles it
         send = [r for r in missing if not foreign(mod, r[0])]
         if send and _pool is None and jobs is None:
             start_pool()    # kept for the next graphs of this process
-        result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, send, jobs)
-        result["cached"] = len(requests) - len(missing)
-        if len(send) < len(missing):
-            result["left_to_launch"] = len(missing) - len(send)
-        result["seconds"] = round(time.perf_counter() - t0, 3)
-        if stamp is not None and not result.get("errors") \
-                and result.get("ok", 0) == len(missing):
-            from .cache import atomic_write
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(stamp, f"{len(requests)} requests\n")
-        return result
+
+        def finish(result: dict) -> dict:
+            result["cached"] = len(requests) - len(missing)
+            if len(send) < len(missing):
+                result["left_to_launch"] = len(missing) - len(send)
+            result["seconds"] = round(time.perf_counter() - t0, 3)
+            if stamp is not None and not result.get("errors") \
+                    and result.get("ok", 0) == len(missing):
+                from .cache import atomic_write
+                stamp.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(stamp, f"{len(requests)} requests\n")
+            return result
+
+        if not (overlap and send):
+            return finish(compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, send,
+                                       jobs))
+        pending = PendingPrecompile({k: [tuple(r) for r in v] for k, v in by_launcher.items()},
+                                    [tuple(r) for r in send])
+        source, path, name = mod.__ember_source__, mod.__file__, mod.__name__
+
+        def run():
+            result: dict = {"ok": 0, "errors": []}
+            try:
+                result = finish(compile_pool(source, path, name, send, jobs, in_order=True,
+                                             on_done=pending.answered))
+            except Exception as err:    # noqa: BLE001 -- the launches compile for themselves
+                result["errors"].append(f"{type(err).__name__}: {err}")
+            finally:
+                for r in send:
+                    pending.answered(r)
+                pending.result = result
+                pending.done.set()
+        threading.Thread(target=run, name="ember-precompile", daemon=True).start()
+        return pending
     except Exception as err:    # noqa: BLE001 -- the JIT path still compiles everything
         return {"ok": 0, "errors": [f"{type(err).__name__}: {err}"]}
 

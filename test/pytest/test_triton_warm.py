@@ -559,3 +559,96 @@ def test_pool_start_computes_tritons_own_key_in_a_thread(tmp_path):
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split()[-1] == "1", proc.stdout
+
+
+OVERLAP_SCRIPT = textwrap.dedent('''
+    import glob, json, os, pickle, sys
+    os.environ.pop("TRITON_INTERPRET", None)
+    prog = pickle.load(open(sys.argv[1], "rb"))
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class FakeDriver:
+        def get_current_device(self): return 0
+        def get_current_stream(self, device=None): return 0
+        def get_current_target(self): return GPUTarget("cuda", 90, 32)
+    driver.set_active(FakeDriver())
+    import torch
+    from ember.runtime import triton_warm
+    path = sys.argv[2]
+    with open(path, "w") as f:
+        f.write(prog.source)
+    mod = triton_warm.load_as(prog.source, path, "ember_generated_overlap")
+    mod.__ember_source__ = prog.source
+    launches = []
+    for s in prog.steps:
+        if s.kind == "kernel":
+            launches.append((s.name, [(tuple(prog.values[i].shape),
+                                       getattr(torch, prog.values[i].dtype),
+                                       prog.values[i].offset or 0)
+                                      for i in list(s.inputs) + list(s.outputs)]))
+    triton_warm.start_pool(2)
+    n_requests = len(triton_warm.compile_requests(mod, launches, "cuda"))
+    pending = triton_warm.precompile(mod, launches, "cuda", overlap=True)
+    assert isinstance(pending, triton_warm.PendingPrecompile), pending
+    cache = os.environ["TRITON_CACHE_DIR"]
+    hits = []
+    WAIT = pending.wait_launcher if sys.argv[3] == "wait" else (lambda name: None)
+    # each launch as the first call makes it: after its own builds only
+    for launch in launches:
+        WAIT(launch[0])
+        before = len(glob.glob(cache + "/*/*.cubin"))
+        for jit, args, kw in triton_warm.launch_variants(mod, [launch], "cuda"):
+            jit.run(*args, grid=None, warmup=True, **kw)
+        hits.append(len(glob.glob(cache + "/*/*.cubin")) == before)
+    res = pending.wait(600)
+    again = triton_warm.precompile(mod, launches, "cuda", overlap=True)
+    print(json.dumps({"hits": hits, "res": res, "again": again, "requests": n_requests}))
+''')
+
+
+def test_overlapped_precompile_builds_each_launch_before_its_first_launch(monkeypatch,
+                                                                            tmp_path):
+    """precompile(overlap=True) returns while the pool builds; each launcher's wait returns
+    once its own requests are built: replaying that launch's compiles right then finds every
+    one in Triton's cache (no new cubin). The whole result arrives after (every request
+    compiled) and stamps the cache like the blocking precompile: the next one is a warm
+    start."""
+    (program, _), = _program(monkeypatch, f, torch.randn(64, 300), torch.randn(64, 300),
+                             torch.randn(5000))
+    assert len([s for s in program.steps if s.kind == "kernel"]) == 2
+    pkl = tmp_path / "p.pkl"
+    pkl.write_bytes(pickle.dumps(program))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-c", OVERLAP_SCRIPT, str(pkl),
+                           str(tmp_path / "gen.py"), "wait"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["hits"] == [True, True], out
+    assert out["res"]["errors"] == [] and out["res"]["ok"] == out["requests"] > 2, out
+    assert out["again"].get("stamped"), out["again"]
+
+
+def test_a_gated_launcher_waits_for_its_own_builds_then_for_nothing():
+    """CompiledProgram's launchers under precompile_overlap: while the precompile runs, a
+    launcher first waits for its own kernels (by its name); once it is done, the result is
+    kept and no launcher waits again."""
+    import threading
+    import types
+    waited = []
+
+    class Pending:
+        done = threading.Event()
+        result = {"ok": 3, "errors": []}
+
+        def wait_launcher(self, name):
+            waited.append(name)
+    prog = types.SimpleNamespace(_pending=Pending(), _precompiled=None)
+    g = executor.CompiledProgram._gated(prog, "ember_fused_x", lambda *a, **k: (a, k))
+    assert g(1, 2, _choice="t") == ((1, 2), {"_choice": "t"}) and waited == ["ember_fused_x"]
+    Pending.done.set()
+    assert g(3) == ((3,), {}) and waited == ["ember_fused_x"]
+    assert prog._pending is None and prog._precompiled == {"ok": 3, "errors": []}
