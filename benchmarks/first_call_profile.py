@@ -4,6 +4,7 @@ autotuning, the first launches' loads, library set-up, CUDA-graph capture).
 
     python benchmarks/first_call_profile.py --model gpt2 [--backend ember|inductor|inductor-ro]
                                             [--mode train|infer] [--small] [--top 40]
+                                            [--options '{"precompile_overlap": true}']
                                             [--out FILE.prof] [--choices FILE.json]
 
 A fresh process with empty caches (ember's, Inductor's, Triton's: temporary directories), the
@@ -111,6 +112,8 @@ def main(argv=None):
     ap.add_argument("--mode", default="train", choices=("train", "infer"))
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--options", default="",
+                    help="ember options, JSON (e.g. '{\"precompile_overlap\": true}')")
     ap.add_argument("--out", default=None)
     ap.add_argument("--choices", default=None,
                     help="ember: after the first call and two more, write every autotuned "
@@ -135,7 +138,9 @@ def main(argv=None):
         torch.cuda.synchronize()
     if args.backend == "ember":
         import ember  # noqa: F401
-        fn = torch.compile(model, backend="ember")
+        import json
+        fn = torch.compile(model, backend="ember",
+                           options=json.loads(args.options) if args.options else None)
     elif args.backend == "aot_eager":
         fn = torch.compile(model, backend="aot_eager")
     else:
