@@ -11,11 +11,18 @@ CUDA graphs the forward's saved activations stay in its graph pool between steps
 byte saved is a byte of the step's peak.
 
 `partition_recomputing_saved(partition, joint, inputs, **kw)` partitions once, finds each saved
-value that is a chain of at most MAX_OPS pointwise ops (views between them) whose leaves are
-all saved values or inputs of the forward (parameters), marks the chain PREFER_RECOMPUTE (the
-partitioner then recomputes it from its leaves in the backward, which are saved anyway) and
-partitions again; the second split is kept when it saves fewer bytes. The recomputed value is
-the same sequence of the same ops on the same inputs: the same bits as the forward's.
+value of at least MIN_BYTES that is a chain of at most MAX_OPS pointwise ops (views between
+them) whose leaves are all saved values or inputs of the forward (parameters), marks the chain
+PREFER_RECOMPUTE (the partitioner then recomputes it from its leaves in the backward, which are
+saved anyway) and partitions again; the second split is kept when it saves fewer bytes. The
+recomputed value is the same sequence of the same ops on the same inputs: the same bits as the
+forward's.
+
+On by default where the forward's saved activations stay in a CUDA-graph pool between steps
+(frontend/options.recompute_saved_on). Its cost there is the recomputed values' writes in the
+backward, no launch more: each recomputation joins a kernel the backward has anyway (GELU's
+with GELU's backward and the bias gradient's partial sums, once ember-split-reductions splits
+those along the tokens' own dims; a LayerNorm output's with that norm's backward).
 """
 from __future__ import annotations
 
@@ -24,8 +31,13 @@ import copy
 import torch
 import torch.fx as fx
 
+from .partition import is_library_node
+
 # ops of one recomputed chain (views not counted): GELU (erf form) is 5, its tanh form 8
 MAX_OPS = 12
+# a saved value smaller than this is kept: its recomputation may be a launch of its own (BERT's
+# pooler reads the last LayerNorm's output at token 0, 48 KB: a slice no other kernel makes)
+MIN_BYTES = 1 << 20
 
 
 def _pointwise(node: fx.Node) -> bool:
@@ -58,7 +70,9 @@ def _chain(node: fx.Node, saved: set[fx.Node], inputs: set[fx.Node]) -> list[fx.
             continue        # a leaf the backward has anyway
         if n.op == "get_attr":
             continue
-        if not (_pointwise(n) or _view(n)):
+        if not (_pointwise(n) or _view(n)) or is_library_node(n):
+            # a library call (bf16 erf-GELU, eager's kernel for its bits) would be a launch
+            # more in the backward, not part of a kernel it has anyway
             return None
         if not _view(n):
             count += 1
@@ -103,6 +117,9 @@ def candidates(joint: fx.GraphModule, saved_names: list[str]) -> list[list[fx.No
     out = []
     for s in saved:
         if not (_pointwise(s) or _view(s)):
+            continue
+        val = s.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.numel() * val.element_size() < MIN_BYTES:
             continue
         chain = _chain(s, saved - {s}, inputs)
         if chain:
