@@ -81,8 +81,9 @@ class CompileOptions:
       the backward graph, where ember fuses
       them into its kernels, instead of being saved by the forward (less memory, fewer copies
       into a graphed backward); False saves every value the backward reads.
-    recompute_saved: with `recompute`, a saved activation of at least 1 MiB that is a short
-      chain of pointwise ops on other saved values and parameters (a transformer MLP's GELU
+    recompute_saved: with `recompute`, a saved activation of at least 1 MiB that a matmul
+      reads and that is a short chain of pointwise ops on other saved values and parameters
+      (no library call, no weight's cast; a transformer MLP's GELU
       output, a LayerNorm's output before a projection) is recomputed in the backward too,
       where the min-cut partitioner saves it because a matmul reads it there
       (frontend/recompute_saved.py: GPT-2 fp32 at 8x256 saves ~36 MB a layer less of ~97).
@@ -90,8 +91,7 @@ class CompileOptions:
       between steps (the Triton target with `cudagraphs`: every byte saved is a byte of the
       step's peak), off elsewhere. Its cost is the recomputed values' writes in the backward,
       in kernels it has anyway (Triton, full size: GPT-2 / BERT-base fp32 +226 / +227 MB of
-      the backward's ~1.4 GB, launches unchanged; bf16 GPT-2 / BERT one launch more a model,
-      Llama none). Chains through a library call (bf16 erf-GELU) are not recomputed.
+      the backward's ~1.4 GB, launches unchanged).
     donate_saved: a training backward places its intermediates (and gradients at least half
       a saved tensor's size; any size under CUDA graphs) in the memory of
       the saved activations that only it reads (AOTAutograd's donated buffers,
