@@ -11,7 +11,7 @@ import json
 import math
 
 ORDER = ("eager", "inductor", "inductor-ro", "inductor-ma", "ember", "ember-ma", "ember-nchw", "ember-cl",
-         "ember-fast", "ember-tail0", "ember-effattn",
+         "ember-fast", "ember-tail0", "ember-effattn", "ember-cudnn",
          "ember-loop")
 INDUCTORS = ("inductor", "inductor-ro", "inductor-ma")
 CSV_FIELDS = ("model", "label", "dtype", "mode", "backend", "status", "ms", "speedup",

@@ -43,6 +43,11 @@ class LibraryCall:
     view: bool = False                        # a result aliases an operand (view_as_real)
 
 
+# Library ops whose named operands the runtime hands over in their traced strides
+# (`<operand>.strides` params)
+TRACED_STRIDES = {"aten._scaled_dot_product_cudnn_attention_backward.default": ("grad_out",)}
+
+
 def _is_tensor(v) -> bool:
     return isinstance(v, torch.Tensor)
 
@@ -175,6 +180,13 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
     for old in nodes:
         node = by_name[old.name]
         tensors, params = _split_args(node)
+        if str(node.target) in TRACED_STRIDES:
+            # the operand's strides as traced: eager's layout (runtime/externs._grad_as_traced)
+            for name, arg in tensors:
+                val = arg.meta.get("val")
+                if name in TRACED_STRIDES[str(node.target)] and _is_tensor(val) and all(
+                        isinstance(x, int) for x in val.stride()):
+                    params[f"{name}.strides"] = [int(x) for x in val.stride()]
         results = _used_results(node)
         call = LibraryCall(str(node.target), [t for t, _ in tensors], params,
                            [i for i, _ in results],

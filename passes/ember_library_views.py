@@ -388,13 +388,19 @@ _GRADIENT_OF = {0: "query", 1: "key", 2: "value"}
 # How each backward lays its gradients out (torch 2.11; cuDNN's and flash's measured on an H100
 # for packed, dense [B, S, H, D] and plain [B, H, S, D] q, k, v; the CPU kernel here):
 # "order": dense, in the operand's own dim order (its strides where it is dense; GPT-2's q
-# sliced from the packed projection gets a dense [B, S, H, D] gradient); "dense": the
-# operand's strides where it is dense, unknown otherwise (the memory-efficient kernel packs the
-# gradients of non-dense q, k, v into one buffer); "bshd": always [B, S, H, D].
+# sliced from the packed projection gets a dense [B, S, H, D] gradient); "bshd": always
+# [B, S, H, D]. The memory-efficient backward is "bshd" whatever q, k, v are: its SDPA entry
+# transposes them to [B, S, H, D] and `_efficient_attention_backward` allocates each gradient
+# `empty(query.sizes())` of that transpose (aten/src/ATen/native/transformers/cuda/
+# attention_backward.cu; torch's meta function says the same, `empty_permuted(..., (0, 2, 1,
+# 3))`). It was taken for "the operand's strides where dense": GPT-2's packed q, k, v then got
+# no result view and the runtime copied each gradient contiguous, 3 copy kernels a layer (the
+# 36 aten copies of ~5.7 us in GPT-2's bf16 training step profiled on an H200). Where a kernel
+# lays a gradient out otherwise, the runtime still copies it (`_permuted`): slower, not wrong.
 GRADIENT_LAYOUT = {
     "aten._scaled_dot_product_cudnn_attention_backward.default": "order",
     "aten._scaled_dot_product_flash_attention_backward.default": "order",
-    "aten._scaled_dot_product_efficient_attention_backward.default": "dense",
+    "aten._scaled_dot_product_efficient_attention_backward.default": "bshd",
     "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": "bshd",
 }
 
@@ -434,14 +440,11 @@ def _gradient_layouts(decl, call, strided: dict | None = None) -> dict[int, list
         in_order = [0] * 4      # dense strides in the operand's dim order
         for pos_, d in enumerate(order):
             in_order[d] = ordered[pos_]
-        dense = in_order == list(strides)
         bshd = _row_major([sizes[0], sizes[2], sizes[1], sizes[3]])
         if kind == "bshd":
             out[pos] = [bshd[0], bshd[2], bshd[1], bshd[3]]
         elif kind == "order":
             out[pos] = in_order
-        elif dense:
-            out[pos] = list(strides)
     return out
 
 

@@ -68,7 +68,11 @@ def persistent_configs(rnumel: int, has_outer: bool, max_autotune: bool,
         xb = max(COLUMN_WIDTH, min(256, 4096 // rb))
         configs = [({"XBLOCK": xb, "RBLOCK": rb}, 4)]
         if autotune or max_autotune:
-            configs += [({"XBLOCK": xb * 2, "RBLOCK": rb}, 8), ({"XBLOCK": xb // 2, "RBLOCK": rb}, 4)]
+            # in place on an H200, GPT-2's column sums chose 32 columns (q/k/v bias, GELU
+            # backward); a third width cost Triton compiles (cold +8%) and was never chosen
+            configs.append(({"XBLOCK": xb // 2, "RBLOCK": rb}, 4))
+        if max_autotune:
+            configs.append(({"XBLOCK": xb * 2, "RBLOCK": rb}, 8))
         return configs
     if has_outer and rb <= SHORT_ROW:
         xb, warps = SHORT_ROW // rb, SHORT_ROW_WARPS
@@ -146,10 +150,25 @@ def column_configs(autotune: bool, max_autotune: bool) -> list:
 WINDOW_MAX = 64
 
 
+# A window that does not slide (no input index moves with an output one: a global pool, or the
+# chunks of rows ember-split-reductions makes of a column sum) of at least this many elements
+# is a column reduction, not a window: one output a thread there left GPT-2's LayerNorm
+# weight-gradient partials ([32 chunks of 64 rows, 768] over bf16 and f32 [2048, 768]) at 26 us
+# a call on an H200 (4.8 MB: ~185 GB/s), where the [columns x rows] tile loads a row's run of
+# columns as vectors and reduces the rows across lanes. ember-split-reductions' chunks have at
+# least its min-chunk (64) elements; a global average pool of a 7 x 7 map (49) stays a window.
+COLUMN_NOT_WINDOW = 64
+
+
 def window_rnumel(sched) -> Optional[int]:
     """The reduced extent when the reduction is written as an unrolled window
-    (kernel_windows.window_extent, at most WINDOW_MAX elements); None otherwise."""
-    return window_extent(sched, WINDOW_MAX, sliding=True)
+    (kernel_windows.window_extent, at most WINDOW_MAX elements, and sliding unless fewer than
+    COLUMN_NOT_WINDOW); None otherwise."""
+    n = window_extent(sched, WINDOW_MAX, sliding=True)
+    if n is not None and n >= COLUMN_NOT_WINDOW and not sched.sliding_dims(
+            set(g for g in sched.outer if not sched.unit(g))):
+        return None
+    return n
 
 
 def window_configs(xnumel: Optional[int], autotune: bool, max_autotune: bool) -> list:

@@ -340,6 +340,10 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
     lists = {k[:-4]: v for k, v in kwargs.items() if k.endswith(".len")}
     for k in lists:
         del kwargs[k + ".len"]
+    # operands' strides in the traced graph (what eager's autograd hands the op), by name
+    traced = {k[:-8]: v for k, v in kwargs.items() if k.endswith(".strides")}
+    for k in traced:
+        del kwargs[k + ".strides"]
     for k, v in kwargs.items():   # dtypes, layouts, memory formats travel as "torch.float64"
         if isinstance(v, dict) and list(v) == ["ember.complex"]:   # a complex scalar
             kwargs[k] = complex(*v["ember.complex"])
@@ -365,7 +369,9 @@ def resolve_library(name: str, params: dict[str, Any]) -> Callable[[list], list]
         run = _permuted(run, perms)
     if nhwc_in:
         run = _channels_last_operands(run, nhwc_in)
-    if name in _GRAD_LIKE_OUT:
+    if name == _CUDNN_BACKWARD and traced.get("grad_out"):
+        run = _grad_as_traced(run, names, "grad_out", traced["grad_out"])
+    elif name in _GRAD_LIKE_OUT:
         run = _grad_like_out(run, names, *_GRAD_LIKE_OUT[name])
     if name == _CUDNN_BACKWARD:
         run = _out_as_forward_made_it(run, names)   # (before the gradient copies its strides)
@@ -452,6 +458,26 @@ def _grad_like_out(run: Callable[[list], list], names: list, grad: str,
             ins[g] = _restrided(ins[g], ins[o].stride())
         return run(ins)
     return run_grad_like_out
+
+
+def _grad_as_traced(run: Callable[[list], list], names: list, grad: str,
+                    strides) -> Callable[[list], list]:
+    """The operand `grad` copied into `strides` (its layout in the traced graph: what eager's
+    autograd hands the op) where it differs. cuDNN's attention backward finds its cached graph
+    by q/k/v's layouts alone, with the gradient's strides baked in: a process that also runs
+    the same attention eagerly (a benchmark's reference, an evaluation loop) shares that cache,
+    so ember calls it with eager's gradient layout (the whisper encoder: eager's [B, S, H, D]
+    gradient beside ember's row-major one gave q/k gradients 0.99 off on an H200)."""
+    if grad not in names:
+        return run
+    g, want = names.index(grad), tuple(strides)
+
+    def run_grad_as_traced(ins: list) -> list:
+        if tuple(ins[g].stride()) != want and len(want) == ins[g].dim():
+            ins = list(ins)
+            ins[g] = _restrided(ins[g], want)
+        return run(ins)
+    return run_grad_as_traced
 
 
 def _restrided(t: torch.Tensor, stride) -> torch.Tensor:

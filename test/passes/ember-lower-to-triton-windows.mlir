@@ -5,7 +5,8 @@
 // ember-channels-last writes it) is written like a pointwise kernel: 1-D over the outputs
 // (C fastest), the window an unrolled static_range of loads masked by x alone, combined in
 // window order with NaN propagation; no [XBLOCK, RBLOCK] tile, whose lanes ran along the
-// window (no coalescing along C, 7 of 16 lanes masked).
+// window (no coalescing along C, 7 of 16 lanes masked). The pad's inside is the load's mask
+// (`g`), the index unclamped: a clamp hid its contiguity along C from Triton.
 // CHECK-LABEL: // ----- kernel @pool_nhwc
 // CHECK:       def pool_nhwc_kernel(in0, out0, xnumel, XBLOCK: tl.constexpr):
 // CHECK-NEXT:    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
@@ -14,7 +15,8 @@
 // CHECK-NEXT:    for rindex in tl.static_range(9):
 // CHECK-NEXT:        [[KH:r[0-9]+]] = (rindex // (3))
 // CHECK-NEXT:        [[KW:r[0-9]+]] = (rindex % 3)
-// CHECK-NEXT:        {{.*}} = _ember_from_bf16(tl.load(in0 + {{.*}}, mask=xmask, other=0))
+// CHECK-NEXT:        [[G:g[0-9]+]] = {{.*}} >= 0{{.*}} < 32
+// CHECK-NEXT:        {{.*}} = _ember_from_bf16(tl.load(in0 + {{.*}}, mask=xmask & [[G]], other=0))
 // CHECK:             [[ACC]] = _ember_nanmax([[ACC]], {{t[0-9]+}})
 // CHECK:         tl.store(out0 + {{.*}}, _ember_to_bf16({{.*}}), mask=xmask)
 // CHECK-NOT:     RBLOCK

@@ -222,7 +222,7 @@ def _column_sums(a, b, c):
 
 
 def test_unrolled_window_bound_is_a_loop_with_the_same_bits(exported_sources):
-    """Option max_unrolled_loads: column sums over 64 rows, fused into one window kernel
+    """Option max_unrolled_loads: column sums over 48 rows, fused into one window kernel
     (three loads a row), are a `tl.range` loop where the unrolled body would repeat more loads
     than the bound (Triton's compile grows about quadratically with it: swin_t's 24 fused
     column sums took 91 s a configuration) and stay unrolled by default; the loop adds the
@@ -231,7 +231,7 @@ def test_unrolled_window_bound_is_a_loop_with_the_same_bits(exported_sources):
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("compares the two forms under the Triton interpreter")
     torch.manual_seed(0)
-    args = [torch.randn(64, 48) for _ in range(3)]
+    args = [torch.randn(48, 48) for _ in range(3)]
     outs = {}
     for bound in (0, 16):
         torch._dynamo.reset()
@@ -244,16 +244,43 @@ def test_unrolled_window_bound_is_a_loop_with_the_same_bits(exported_sources):
         check_fallbacks()
         (source,) = exported_sources
         outs[bound, "source"] = source
-        windows = re.findall(r"for rindex in (tl\.\w+)\(64\)", source)
+        windows = re.findall(r"for rindex in (tl\.\w+)\(48\)", source)
         assert windows == (["tl.static_range"] if bound == 0 else ["tl.range"]), source
     for x, y, r in zip(outs[0], outs[16], _column_sums(*args)):
         assert torch.equal(x, y)
         torch.testing.assert_close(x, r)
     # nothing else in the module changes
-    assert outs[0, "source"].replace("tl.static_range(64)", "tl.range(64)") == outs[16, "source"]
+    assert outs[0, "source"].replace("tl.static_range(48)", "tl.range(48)") == outs[16, "source"]
     if os.environ.get("EMBER_TEST_AOT", "1") != "0":
         import triton_aot
         name = re.search(r"def (ember_\w+)\(\*tensors\)", outs[16, "source"]).group(1)
         results = triton_aot.compile_isolated(outs[16, "source"], [name], asm="ptx")
         (per_target,) = results.values()
         assert "ld.global" in per_target["cuda:90"], per_target["cuda:90"][:2000]
+
+
+def test_column_sums_of_64_rows_are_tiles_not_windows(exported_sources):
+    """A reduction that does not slide (column sums; the chunks ember-split-reductions makes
+    of a long one) over at least 64 rows is a [columns x rows] tile, not an unrolled window of
+    one output a thread (GPT-2's LayerNorm weight-gradient partials: 26 us a call that way on
+    an H200): the rows are a tile dim, no `for rindex` loop is left, the loads are vectors
+    (PTX), and the sums match eager."""
+    torch.manual_seed(0)
+    args = [torch.randn(64, 192) for _ in range(3)]
+    torch._dynamo.reset()
+    clear_reports()
+    del exported_sources[:]
+    f = torch.compile(_column_sums, backend="ember",
+                      options={"target": "triton", "program_cache": False})
+    for x, r in zip(f(*args), _column_sums(*args)):
+        torch.testing.assert_close(x, r)
+    check_fallbacks()
+    (source,) = exported_sources
+    assert "for rindex in" not in source and "RBLOCK" in source, source
+    if os.environ.get("EMBER_TEST_AOT", "1") != "0":
+        import triton_aot
+        name = re.search(r"def (ember_\w+)\(\*tensors\)", source).group(1)
+        results = triton_aot.compile_isolated(source, [name], targets=(("cuda", 90, 32),),
+                                              asm="ptx", divisible=True)
+        (per_target,) = results.values()
+        assert "ld.global.v4" in per_target["cuda:90"], per_target["cuda:90"][:2000]
