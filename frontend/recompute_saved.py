@@ -95,7 +95,7 @@ def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
             if isinstance(n, fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)]
 
 
-def _saved_bytes(fw: fx.GraphModule, num_fwd_outputs: int) -> int:
+def _saved_bytes(fw: fx.GraphModule, num_fwd_outputs: int) -> int | None:
     """Bytes of the distinct storages the forward saves (views of one counted once; inputs
     not counted)."""
     out = next(n for n in fw.graph.nodes if n.op == "output").args[0]
@@ -110,8 +110,26 @@ def _saved_bytes(fw: fx.GraphModule, num_fwd_outputs: int) -> int:
         if base.op == "placeholder" or base in seen or not isinstance(val, torch.Tensor):
             continue
         seen.add(base)
-        total += val.untyped_storage().nbytes() if not val.is_sparse else 0
+        if val.is_sparse:
+            continue
+        nbytes = _nbytes(val)
+        if nbytes is None:
+            return None     # no size hint: the first split stays
+        total += nbytes
     return total
+
+
+def _nbytes(val) -> int | None:
+    """A tensor value's bytes; under dynamic shapes its size hint (a comparison of the size
+    itself would add a guard), None when there is none."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    n = val.numel()
+    if not isinstance(n, int):
+        n = getattr(getattr(n, "node", None), "hint", None)
+        if not isinstance(n, int):
+            return None
+    return n * val.element_size()
 
 
 _MATMULS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.bmm.default,
@@ -147,8 +165,8 @@ def candidates(joint: fx.GraphModule, saved_names: list[str]) -> list[list[fx.No
     for s in saved:
         if not (_pointwise(s) or _view(s)):
             continue
-        val = s.meta.get("val")
-        if not isinstance(val, torch.Tensor) or val.numel() * val.element_size() < MIN_BYTES:
+        nbytes = _nbytes(s.meta.get("val"))
+        if nbytes is None or nbytes < MIN_BYTES:
             continue
         if not _read_by_matmul(s):
             continue
@@ -175,6 +193,7 @@ def partition_recomputing_saved(partition, joint_module, joint_inputs, **kwargs)
             if not _view(n) and "recompute" not in n.meta:
                 n.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
     fw2, bw2 = partition(joint_module, joint_inputs, **kwargs)
-    if _saved_bytes(fw2, num_fwd_outputs) < _saved_bytes(fw, num_fwd_outputs):
+    after, before = _saved_bytes(fw2, num_fwd_outputs), _saved_bytes(fw, num_fwd_outputs)
+    if after is not None and before is not None and after < before:
         return fw2, bw2
     return fw, bw
