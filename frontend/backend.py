@@ -24,6 +24,7 @@ from .scatter_decomp import dense_index_put_decompositions, scatter_decompositio
 from .special_decomp import special_decompositions
 from .tensor_scalars import specialize_tensor_scalars
 from .transformer_decomp import transformer_decompositions
+from .zero_size import keep_indexing_whole
 from .reduction_decomp import gpu_table as gpu_reduction_table
 from .reduction_decomp import table as reduction_table
 from .options import CompileOptions, recompute_saved_on, resolve_target
@@ -234,7 +235,10 @@ def decomposition_table(exact_low_precision: bool = True, gpu: bool = False) -> 
     # An op eager's kernel rejects for its dtypes is not decomposed (eager_rejects.guard): it
     # stays in the graph, which then runs eagerly and raises eager's error. A decomposed op's
     # results keep the op's own layout (decomp_layouts).
-    return {op: eager_rejects.guard(op, keep_layout(op, fn)) for op, fn in table.items()}
+    # An op reading indices next to a tensor without elements is not decomposed either
+    # (zero_size.keep_indexing_whole): eager's kernel, a library call, decides whether it raises.
+    return {op: eager_rejects.guard(op, keep_layout(op, keep_indexing_whole(op, fn)))
+            for op, fn in table.items()}
 
 
 _MATMULS = (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
@@ -389,10 +393,11 @@ def _efficient_attention_for_training(example_inputs, cudnn: bool = False):
       torch-mlir cannot import: the whole backward ran eagerly (x0.30 of eager);
     - ember's call of `_scaled_dot_product_cudnn_attention_backward` gave wrong q/k gradients
       (relative error 0.99; its v gradients and the loss were right): cuDNN caches its
-      backward graph under q/k/v's layouts only, and ember handed it the attention output in
-      another layout than eager's (runtime/externs.py `_out_as_forward_made_it` hands it
-      eager's now; GPT-2, BERT and a one-layer whisper-shaped attention then match eager,
-      the whisper encoder's q/k gradients still do not: the option stays off);
+      backward graph under q/k/v's layouts only, and ember handed it the attention output
+      and its gradient in other layouts than eager's (runtime/externs.py
+      `_out_as_forward_made_it` and `_grad_as_traced` hand it eager's now: the whisper
+      encoder's gradients match, 2.8e-3 on an H100; the option stays off: Llama's step is
+      slower with it);
     - traced to memory-efficient attention, the step compiled and matched eager (2.8e-3).
     Inference graphs and CPU graphs (the flash flag also chooses the CPU's fused kernel) keep
     eager's choice. The settings are restored either way."""

@@ -527,7 +527,11 @@ def _index_select_one(x, dim, index):
     first row): torch-mlir folds index_select of a size-1 dim by a one-element index to its
     source, which dropped the bounds check (fuzz seed 26 index 273: `index_select(uint8[1], 0,
     tensor([-2]))` returned the element, eager IndexError). Still index_select, so eager's
-    redo of a failing call (frontend/compile.py) raises eager's own IndexError."""
+    redo of a failing call (frontend/compile.py) raises eager's own IndexError. A 0-dim source
+    is the [1] one (op_db's `index_select(tensor(v), -1, tensor(-1))` returned v where eager
+    raises IndexError; zero18), its result 0-dim as eager's."""
+    if x.dim() == 0 and index.numel() == 1:
+        return _index_select_one(x.reshape(1), 0, index).reshape(())
     if x.dim() == 0 or index.numel() != 1 or x.shape[dim] != 1:
         return NotImplemented
     # contiguous, as eager's result

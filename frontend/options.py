@@ -60,12 +60,13 @@ class CompileOptions:
       3.419 -> 3.367), 4 MiB for training graphs (not measured at 0 yet).
     training_cudnn_attention: on a GPU, a graph that needs gradients traces
       `scaled_dot_product_attention` to cuDNN's attention where eager would run it (its
-      backward is handed the output in the layout eager's is); False (the default):
-      memory-efficient attention. Off because the whisper encoder's q/k gradients were still
-      wrong with it on (relative error 0.99, H200, benchmarks/attention_backends.py), while a
-      one-layer attention of the same shape and GPT-2/BERT matched eager; GPT-2 bf16 training
-      8.72 -> 8.35 ms with it. Flash attention is never traced for training (its backward's
-      uint64 RNG state does not import).
+      backward is handed the output and its gradient in the layouts eager's are, which
+      cuDNN's graph cache needs where eager runs the same attention in the process); False
+      (the default): memory-efficient attention. Measured on 4x H100 (twelfth session, bf16
+      training, ms vs inductor reduce-overhead): BERT 8.01 -> 7.73, GPT-2 7.63 -> 7.50, Llama
+      2.87 -> 3.04; the whisper encoder's gradients match eager either way (2.8e-3). Flash
+      attention is never traced for training (its backward's uint64 RNG state does not
+      import).
     exact_low_precision: bf16/f16 layer norms run eager's own kernel (a library call) so that
       results match eager bit for bit where the rest does; False decomposes and fuses them
       (one memory pass fewer per norm; within bf16 rounding of eager, not identical).

@@ -10,6 +10,10 @@ graph (static shapes) so that no compute node touches a zero-size tensor:
   dtype and device (the host makes it: no kernel launch);
 * `cat` drops its operands without elements (they contribute nothing);
 * an `index_put` whose indices have no elements is a copy of its input;
+* a node reading integer indices with elements next to a tensor without elements stays (eager's
+  kernel checks the indices and may raise; partition makes it a library call), and so does a
+  tensor folded from what reads it, as `new_empty_strided` of it (else the check is dead code);
+  decompositions leave such calls whole (`keep_indexing_whole`), so the op is eager's own;
 * a node whose tensor operands all have no elements but whose result has some (a reduction over
   an empty dim: sum 0, prod 1, mean nan; a matmul with K = 0) is evaluated now on empty tensors;
   a result that is one value repeated becomes `full` (eager's own arithmetic decides the value,
@@ -56,12 +60,20 @@ def _contiguous(val: torch.Tensor) -> bool:
     return list(val.stride()) == _dense_stride(val.shape)
 
 
-def _empty_like_val(graph: fx.Graph, val: torch.Tensor, dense: bool = False) -> fx.Node:
+def _empty_like_val(graph: fx.Graph, val: torch.Tensor, dense: bool = False,
+                    after: fx.Node | None = None) -> fx.Node:
     """`empty_strided` with `val`'s size, dtype, device and strides (`dense`: row-major ones,
-    for a tensor without elements that only the program reads: its strides address nothing)."""
+    for a tensor without elements that only the program reads: its strides address nothing).
+    `after`: a check that must run (`fold_zero_size`'s `checks`): `new_empty_strided` of it
+    instead, the same tensor made by a call that reads the check's result, which keeps it."""
     stride = _dense_stride(val.shape) if dense else list(val.stride())
-    node = graph.call_function(aten.empty_strided.default, (list(val.shape), stride),
-                               {"dtype": val.dtype, "device": val.device})
+    kwargs = {"dtype": val.dtype, "device": val.device}
+    if after is not None:
+        # (its device is the check's: a device argument does not survive a library call)
+        node = graph.call_function(aten.new_empty_strided.default,
+                                   (after, list(val.shape), stride), {"dtype": val.dtype})
+    else:
+        node = graph.call_function(aten.empty_strided.default, (list(val.shape), stride), kwargs)
     if dense:
         mode = getattr(val, "fake_mode", None)
         if mode is not None:
@@ -120,6 +132,53 @@ def _reads_indices(node: fx.Node) -> bool:
                and v.dtype in (torch.int64, torch.int32) for n in node.all_input_nodes)
 
 
+def _static_empty(v) -> bool:
+    """A tensor with a static size 0 (a symbolic size is not compared: that would guard on it)."""
+    return isinstance(v, torch.Tensor) and any(type(d) is int and d == 0 for d in v.shape)
+
+
+def _static_indices(v) -> bool:
+    """An integer tensor with elements, all of its sizes static."""
+    return (isinstance(v, torch.Tensor) and v.dtype in (torch.int64, torch.int32)
+            and all(type(d) is int and d > 0 for d in v.shape))
+
+
+def indexes_empty(args, kwargs) -> bool:
+    """Whether a call reads integer indices with elements next to a tensor without elements
+    (what `_reads_indices` keeps in the graph): `index_add` into a [0, 5] tensor."""
+    from torch.utils._pytree import tree_leaves
+    leaves = tree_leaves((args, kwargs))
+    return any(_static_empty(v) for v in leaves) and any(_static_indices(v) for v in leaves)
+
+
+def reads_index_argument(op) -> bool:
+    """An ATen op with an `index` or `indices` argument (gather, scatter, index_put, index_add,
+    embedding, take, ...): the ops whose kernels check integer indices."""
+    return (isinstance(op, torch._ops.OpOverload) and op.namespace == "aten"
+            and any(a.name in ("index", "indices") for a in op._schema.arguments))
+
+
+def keep_indexing_whole(op, decomposition):
+    """`decomposition` of `op`, except for a call that reads indices with elements next to a
+    tensor without elements: the op stays whole (NotImplemented), so that fold_zero_size keeps
+    it (`_reads_indices`) and it runs as eager's own kernel (partition: a library call), which
+    decides whether the indices raise. A decomposition checks them otherwise than the op's
+    kernel: `index_add` into a [0, 5] tensor returns in eager (its kernel skips an empty self
+    of 2+ dims) where its decomposition's `index_put` raises; a [0] tensor raises in eager,
+    where the GPU's one-hot `index_put` (scatter_decomp._index_put_dense) folded to nothing.
+    Graphs whose tensors all have elements decompose as before."""
+    if not reads_index_argument(op):
+        return decomposition    # (it reads no indices: no call is judged)
+
+    def kept(*args, **kwargs):
+        if indexes_empty(args, kwargs):
+            return NotImplemented
+        return decomposition(*args, **kwargs)
+    kept.__wrapped__ = decomposition
+    kept.__name__ = getattr(decomposition, "__name__", "decomposition")
+    return kept
+
+
 _INDEX_PUTS = (aten.index_put.default, aten._unsafe_index_put.default)
 
 
@@ -161,6 +220,13 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
     changed = False
     raising: set[fx.Node] = set()   # library calls that raise in eager, and what reads them
     raises: set[fx.Node] = set()    # ops on empty tensors that raise in eager (left to raise)
+    # Index readers next to a tensor without elements (kept: eager's kernel checks the indices
+    # and may raise; ops with an index argument, not views or arithmetic of integers) and the
+    # empty tensors folded from what reads them: a reader whose readers all fold away would be
+    # dead code, and eager's check with it (`index_put(empty, [i], v) + 1` returned where eager
+    # raises IndexError), so what is folded after one is made by `new_empty_strided` of it,
+    # which keeps it alive.
+    checks: set[fx.Node] = set()
     for node in list(graph.nodes):
         if node.op != "call_function" or node.target is aten.empty_strided.default:
             continue
@@ -171,6 +237,9 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
             node.meta[AFTER_RAISING] = True
             continue
         val = node.meta.get("val")
+        after = next((n for n in node.all_input_nodes if n in checks), None)
+        if reads_index_argument(node.target) and _reads_indices(node) and touches_empty(node):
+            checks.add(node)
         if is_empty(val) and not _reads_indices(node):
             if _raises(node, raises):
                 # a reduction over an empty dim whose result has no elements either (`min(dim)`
@@ -182,10 +251,13 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
                 if not _contiguous(val) and any(u.op != "output" for u in node.users):
                     # what reads it inside the program (an index_put kept for eager's index
                     # check): dense strides, which torch-mlir imports; [0, 0] it did not
-                    node.replace_all_uses_with(_empty_like_val(graph, val, dense=True),
-                                               delete_user_cb=lambda u: u.op != "output")
+                    dense = _empty_like_val(graph, val, dense=True, after=after)
+                    node.replace_all_uses_with(dense, delete_user_cb=lambda u: u.op != "output")
+                    checks.update([dense] if after is not None else [])
                 if node.users:      # the graph's outputs keep eager's strides
-                    node.replace_all_uses_with(_empty_like_val(graph, val))
+                    empty = _empty_like_val(graph, val, after=after)
+                    node.replace_all_uses_with(empty)
+                    checks.update([empty] if after is not None else [])
             changed = True
             continue
         if node.target in _INDEX_PUTS and _writes_nothing(node):
@@ -197,7 +269,7 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
             continue
         tensor_ins = [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)]
         if node.target is aten.cat.default and any(is_empty(n.meta["val"]) for n in tensor_ins):
-            kept = [n for n in node.args[0] if not is_empty(n.meta.get("val"))]
+            kept = [n for n in node.args[0] if not is_empty(n.meta.get("val")) or n in checks]
             if kept:
                 node.args = (kept,) + tuple(node.args[1:])
                 changed = True
@@ -206,8 +278,8 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
             continue
         if not all(is_empty(n.meta["val"]) for n in tensor_ins):
             continue
-        if not isinstance(node.target, torch._ops.OpOverload):
-            continue
+        if not isinstance(node.target, torch._ops.OpOverload) or after is not None:
+            continue    # (after a check: it stays, as eager's kernel, and keeps the check)
         result = _evaluate(node)
         if result is None:
             raises.add(node)

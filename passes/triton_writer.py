@@ -54,9 +54,11 @@ class TileBuilder(ExprBuilder):
             off = self.offset(v, idx)
             deps = frozenset().union(*[e.deps for e in idx]) if idx else frozenset()
             masks = tuple(self.masks[d] for d in sorted(deps) if d in self.masks)
-            if self.load_guard is not None:
+            if self.load_guard is not None and self.load_guard.deps <= deps:
+                # (an address that does not move with the guard's tile (a unit dim's index is
+                # 0) is the same, in bounds, read for every lane: no mask; a block mask on a
+                # scalar pointer is an error)
                 masks += (self.load_guard.text,)
-                deps = deps | self.load_guard.deps
             return self.bind(Load(self.buffers[v], off.node, ty, masks), deps, ty, "x")
         return super()._value_at(v, idx)
 

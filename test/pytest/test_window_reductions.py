@@ -266,7 +266,8 @@ def test_column_sums_of_64_rows_are_tiles_not_windows(exported_sources):
     an H200): the rows are a tile dim, no `for rindex` loop is left, the loads are vectors
     (PTX), and the sums match eager."""
     torch.manual_seed(0)
-    args = [torch.randn(64, 192) for _ in range(3)]
+    dev = "cuda" if torch.cuda.is_available() else "cpu"    # target triton: the GPU's Triton
+    args = [torch.randn(64, 192, device=dev) for _ in range(3)]
     torch._dynamo.reset()
     clear_reports()
     del exported_sources[:]
