@@ -99,6 +99,12 @@ class Lang:  # documentation of the protocol; targets subclass or duck-type it
     def check_index(self, i, n, dim): raise NotImplementedError
 
 
+# Ops whose value at an index is their first operand's value at another index (ExprBuilder's
+# `_value_at` moves the index through them): reading through them reads the buffer below.
+INDEX_ONLY_OPS = ("linalg.transpose", "linalg.broadcast", "tensor.cast", "tensor.expand_shape",
+                  "tensor.collapse_shape", "tensor.extract_slice")
+
+
 class ExprBuilder:
     def __init__(self, sched: KernelSchedule, lang, buffers: dict,
                  reduce_hook: Optional[Callable] = None, reciprocal_sums: bool = False):

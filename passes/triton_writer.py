@@ -16,7 +16,7 @@ from torch_mlir import ir
 from .backends import TRITON
 from .base import PassError
 from .ir_queries import indexing_maps, op_name, shape, type_name
-from .kernel_expr import Expr, ExprBuilder, Scope, const, var
+from .kernel_expr import INDEX_ONLY_OPS, Expr, ExprBuilder, Scope, const, var
 from .kernel_ir import (INT, Const, Load, Loop, Op, Raw, Store, Var, int_value, render_loop,
                         render_stmt)
 from .kernel_schedule import Unschedulable, tensor_args
@@ -62,10 +62,6 @@ class TileBuilder(ExprBuilder):
             return self.bind(Load(self.buffers[v], off.node, ty, masks), deps, ty, "x")
         return super()._value_at(v, idx)
 
-    # ops that only move indices: a read through them is a read of the buffer below
-    VIEWS = ("linalg.transpose", "linalg.broadcast", "tensor.cast", "tensor.expand_shape",
-             "tensor.collapse_shape", "tensor.extract_slice")
-
     def guarded_value_at(self, v, idx, bounds, guard):
         """A buffer read unclamped under `guard` (a concat's piece, a pad's inside), through
         any views: a masked load (the other lanes are not read), where a clamped index
@@ -75,7 +71,7 @@ class TileBuilder(ExprBuilder):
         the clamp: its own loads and reductions are not under the guard."""
         w = v
         while w not in self.buffers:
-            if isinstance(w.owner, ir.Block) or op_name(w.owner) not in self.VIEWS:
+            if isinstance(w.owner, ir.Block) or op_name(w.owner) not in INDEX_ONLY_OPS:
                 return super().guarded_value_at(v, idx, bounds, guard)
             w = w.owner.operands[0]
         outer = self.load_guard

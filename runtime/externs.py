@@ -430,18 +430,24 @@ def matching_layout(q: torch.Tensor, shape) -> tuple[int, ...] | None:
     return tuple(strides)
 
 
+def _restriding(run: Callable[[list], list], k: int,
+                want: Callable[[list], Any]) -> Callable[[list], list]:
+    """`run` with its operand `k` copied into the strides `want(ins)` gives, where they differ
+    (None: the operand as it comes)."""
+    def run_restrided(ins: list) -> list:
+        stride = want(ins)
+        if stride is not None and tuple(ins[k].stride()) != tuple(stride):
+            ins = list(ins)
+            ins[k] = _restrided(ins[k], stride)
+        return run(ins)
+    return run_restrided
+
+
 def _out_as_forward_made_it(run: Callable[[list], list], names: list) -> Callable[[list], list]:
     if "out" not in names or "query" not in names:
         return run
     o, q = names.index("out"), names.index("query")
-
-    def run_out_layout(ins: list) -> list:
-        want = matching_layout(ins[q], ins[o].shape)
-        if want is not None and tuple(ins[o].stride()) != want:
-            ins = list(ins)
-            ins[o] = _restrided(ins[o], want)
-        return run(ins)
-    return run_out_layout
+    return _restriding(run, o, lambda ins: matching_layout(ins[q], ins[o].shape))
 
 
 def _grad_like_out(run: Callable[[list], list], names: list, grad: str,
@@ -451,13 +457,8 @@ def _grad_like_out(run: Callable[[list], list], names: list, grad: str,
     if grad not in names or out not in names:
         return run
     g, o = names.index(grad), names.index(out)
-
-    def run_grad_like_out(ins: list) -> list:
-        if ins[g].stride() != ins[o].stride() and ins[g].shape == ins[o].shape:
-            ins = list(ins)
-            ins[g] = _restrided(ins[g], ins[o].stride())
-        return run(ins)
-    return run_grad_like_out
+    return _restriding(run, g, lambda ins: ins[o].stride()
+                       if ins[g].shape == ins[o].shape else None)
 
 
 def _grad_as_traced(run: Callable[[list], list], names: list, grad: str,
@@ -471,13 +472,7 @@ def _grad_as_traced(run: Callable[[list], list], names: list, grad: str,
     if grad not in names:
         return run
     g, want = names.index(grad), tuple(strides)
-
-    def run_grad_as_traced(ins: list) -> list:
-        if tuple(ins[g].stride()) != want and len(want) == ins[g].dim():
-            ins = list(ins)
-            ins[g] = _restrided(ins[g], want)
-        return run(ins)
-    return run_grad_as_traced
+    return _restriding(run, g, lambda ins: want if len(want) == ins[g].dim() else None)
 
 
 def _restrided(t: torch.Tensor, stride) -> torch.Tensor:

@@ -67,16 +67,22 @@ def test_attention_reads_views_of_the_projection(target, device, bias):
     assert report["num_kernels"] == 0, report["fused_groups"]
 
 
-def _packed_training_step(target, device, bias: bool) -> None:
-    """One training step of PackedAttention through ember and eager: no fallback, eager's
-    gradients."""
+def _twins(make, device):
+    """(a model from `make`, a second one with its weights, an input) on `device`, Dynamo
+    and the reports reset: a step through ember beside the same step in eager."""
     torch.manual_seed(0)
-    model = PackedAttention(bias).to(device)
-    ref_model = PackedAttention(bias).to(device)
+    model, ref_model = make().to(device), make().to(device)
     ref_model.load_state_dict(model.state_dict())
     x = torch.randn(B, S, H * D, device=device)
     torch._dynamo.reset()
     clear_reports()
+    return model, ref_model, x
+
+
+def _packed_training_step(target, device, bias: bool) -> None:
+    """One training step of PackedAttention through ember and eager: no fallback, eager's
+    gradients."""
+    model, ref_model, x = _twins(lambda: PackedAttention(bias), device)
     compiled = torch.compile(model, backend="ember", options={"target": target})
     compiled(x).square().mean().backward()
     ref_model(x).square().mean().backward()
@@ -209,13 +215,7 @@ def test_efficient_attention_backward_copies_nothing(target, device, packed, mon
                         lambda t, stride: restrided.append(tuple(t.shape)) or real(t, stride))
     monkeypatch.setattr(ex, "load", lambda program, *a, **k: programs.append(program) or
                         real_load(program, *a, **k))
-    torch.manual_seed(0)
-    model = EfficientAttention(packed).to(device)
-    ref_model = EfficientAttention(packed).to(device)
-    ref_model.load_state_dict(model.state_dict())
-    x = torch.randn(B, S, H * D, device=device)
-    torch._dynamo.reset()
-    clear_reports()
+    model, ref_model, x = _twins(lambda: EfficientAttention(packed), device)
     with efficient_attention_on_cpu():
         compiled = torch.compile(model, backend="ember", options={"target": target})
         compiled(x).square().mean().backward()      # compiles the forward and the backward

@@ -540,21 +540,24 @@ def test_cudnn_attention_backward_gets_the_output_in_the_forwards_layout():
 
 
 class _Attention(torch.nn.Module):
-    """The whisper encoder's self-attention: no mask, not causal (eager runs it through
-    cuDNN's attention on an H100)."""
+    """Whisper's self-attention shape: q/k/v projections viewed [B, S, H, D] and transposed,
+    unmasked, non-causal SDPA (what eager runs through cuDNN on an H100), output transposed
+    back and projected."""
 
-    def __init__(self, dim=384, heads=6):
+    def __init__(self, dim=384, heads=6, contiguous=False):
         super().__init__()
-        self.heads = heads
-        self.q, self.k, self.v, self.o = (torch.nn.Linear(dim, dim, bias=b)
-                                          for b in (True, False, True, True))
+        self.h, self.contiguous = heads, contiguous
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(dim, dim) for _ in range(4))
 
     def forward(self, x):
-        b, s, d = x.shape
-        q, k, v = (p(x).view(b, s, self.heads, d // self.heads).transpose(1, 2)
-                   for p in (self.q, self.k, self.v))
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
-        return self.o(y.transpose(1, 2).reshape(b, s, d))
+        B, S, E = x.shape
+
+        def heads(t):
+            t = t.view(B, S, self.h, E // self.h).transpose(1, 2)
+            return t.contiguous() if self.contiguous else t     # (transformers' whisper)
+        a = torch.nn.functional.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)),
+                                                             heads(self.v(x)))
+        return self.o(a.transpose(1, 2).reshape(B, S, E))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -578,27 +581,6 @@ def test_unmasked_attention_gradients_match_eager_on_cuda():
         eager_err = ((q.grad - r.grad).norm() / r.grad.norm()).item()
         assert err <= 2 * eager_err + 1e-2, (name, err, eager_err)
     check_fallbacks()
-
-
-class _Attention(torch.nn.Module):
-    """Whisper's self-attention shape: q/k/v projections viewed [B, S, H, D] and transposed,
-    unmasked, non-causal SDPA (what eager runs through cuDNN on an H100), output transposed
-    back and projected."""
-
-    def __init__(self, dim=384, heads=6, contiguous=False):
-        super().__init__()
-        self.h, self.contiguous = heads, contiguous
-        self.q, self.k, self.v, self.o = (torch.nn.Linear(dim, dim) for _ in range(4))
-
-    def forward(self, x):
-        B, S, E = x.shape
-
-        def heads(t):
-            t = t.view(B, S, self.h, E // self.h).transpose(1, 2)
-            return t.contiguous() if self.contiguous else t     # (transformers' whisper)
-        a = torch.nn.functional.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)),
-                                                             heads(self.v(x)))
-        return self.o(a.transpose(1, 2).reshape(B, S, E))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

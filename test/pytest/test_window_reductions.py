@@ -285,3 +285,37 @@ def test_column_sums_of_64_rows_are_tiles_not_windows(exported_sources):
                                               asm="ptx", divisible=True)
         (per_target,) = results.values()
         assert "ld.global.v4" in per_target["cuda:90"], per_target["cuda:90"][:2000]
+
+
+def _concat_sum(a, b, c):
+    x = torch.cat([a, b, c], 1)
+    return x, x.sum(0)
+
+
+def test_concat_pieces_load_unclamped_under_a_mask(exported_sources):
+    """A concat's pieces are read with their index unclamped, under a mask saying the piece is
+    the one selected (`g`): a clamp (min/max) hid the index's contiguity from Triton, and
+    GPT-2's q/k/v bias-gradient kernel (three [2048, 768] bf16 gradients concatenated and
+    summed over rows) loaded 2 bytes at a time. Values as eager's; vector loads (PTX)."""
+    torch.manual_seed(0)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"    # target triton: the GPU's Triton
+    args = [torch.randn(64, n, device=dev).bfloat16() for n in (64, 128, 64)]
+    torch._dynamo.reset()
+    clear_reports()
+    del exported_sources[:]
+    f = torch.compile(_concat_sum, backend="ember",
+                      options={"target": "triton", "program_cache": False})
+    (cat, total), (ref_cat, ref_total) = f(*args), _concat_sum(*args)
+    assert torch.equal(cat, ref_cat)
+    torch.testing.assert_close(total, ref_total)
+    check_fallbacks()
+    (source,) = exported_sources
+    assert "tl.minimum(tl.maximum" not in source, source
+    assert len(re.findall(r"tl\.load\([^\n]*mask=[^\n]*& g[0-9]+, other=0\)", source)) >= 2, source
+    if os.environ.get("EMBER_TEST_AOT", "1") != "0":
+        import triton_aot
+        name = re.search(r"def (ember_\w+)\(\*tensors\)", source).group(1)
+        results = triton_aot.compile_isolated(source, [name], targets=(("cuda", 90, 32),),
+                                              asm="ptx", divisible=True)
+        (per_target,) = results.values()
+        assert "ld.global.v4" in per_target["cuda:90"], per_target["cuda:90"][:2000]
