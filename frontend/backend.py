@@ -27,7 +27,7 @@ from .transformer_decomp import transformer_decompositions
 from .zero_size import keep_indexing_whole
 from .reduction_decomp import gpu_table as gpu_reduction_table
 from .reduction_decomp import table as reduction_table
-from .options import CompileOptions, resolve_target
+from .options import CompileOptions, recompute_saved_on, resolve_target
 from .report import describe_error, new_graph_id, record, warn_once
 
 # Backward (and a few forward) ops torch-mlir's table leaves alone; torch's core-ATen
@@ -568,7 +568,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = functools.partial(_partition_recomputing_casts,
-                                                      recompute_saved=opts.recompute_saved)
+                                                      recompute_saved=recompute_saved_on(
+                                                          opts, target))
         backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
                                inference_compiler=compiler("inference"),
                                decompositions=decomps, **split,

@@ -87,13 +87,17 @@ class CompileOptions:
       the backward graph, where ember fuses
       them into its kernels, instead of being saved by the forward (less memory, fewer copies
       into a graphed backward); False saves every value the backward reads.
-    recompute_saved: with `recompute`, a saved activation that is a short chain of pointwise
-      ops on other saved values and parameters (a transformer MLP's GELU output, a LayerNorm's
-      output before a projection) is recomputed in the backward too, where the min-cut
-      partitioner saves it because a matmul reads it there (frontend/recompute_saved.py: GPT-2
-      fp32 at 8x256 saves ~36 MB a layer less of ~97). Costs kernel traffic in the backward
-      (GPT-2 / BERT-base fp32, Triton: one kernel more a layer, +530 MB a step of the
-      backward's ~1.4 GB): off by default until timed on a GPU.
+    recompute_saved: with `recompute`, a saved activation of at least 1 MiB that a matmul
+      reads and that is a short chain of pointwise ops on other saved values and parameters
+      (no library call, no weight's cast; a transformer MLP's GELU
+      output, a LayerNorm's output before a projection) is recomputed in the backward too,
+      where the min-cut partitioner saves it because a matmul reads it there
+      (frontend/recompute_saved.py: GPT-2 fp32 at 8x256 saves ~36 MB a layer less of ~97).
+      None (the default): on where the forward's saved activations stay in a CUDA-graph pool
+      between steps (the Triton target with `cudagraphs`: every byte saved is a byte of the
+      step's peak), off elsewhere. Its cost is the recomputed values' writes in the backward,
+      in kernels it has anyway (Triton, full size: GPT-2 / BERT-base fp32 +226 / +227 MB of
+      the backward's ~1.4 GB, launches unchanged).
     donate_saved: a training backward places its intermediates (and gradients at least half
       a saved tensor's size; any size under CUDA graphs) in the memory of
       the saved activations that only it reads (AOTAutograd's donated buffers,
@@ -150,7 +154,7 @@ class CompileOptions:
     precompile_overlap: bool = False
     program_cache: bool = True
     recompute: bool = True
-    recompute_saved: bool = False
+    recompute_saved: bool | None = None
     donate_saved: bool = True
     donate_gradients: bool = True
     mode: str = "default"
@@ -190,12 +194,15 @@ class CompileOptions:
                                f"got {self.max_group_size!r}")
         for name in ("fallback", "cudagraphs", "shared_graph_pool", "training_cudnn_attention",
                      "exact_low_precision", "parallel_compile", "precompile_overlap",
-                     "program_cache", "recompute", "recompute_saved", "donate_saved",
+                     "program_cache", "recompute", "donate_saved",
                      "donate_gradients",
                      "fold_constants"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")
+        if self.recompute_saved is not None and not isinstance(self.recompute_saved, bool):
+            raise OptionsError(f"ember: option 'recompute_saved' must be True, False or None; "
+                               f"got {self.recompute_saved!r}")
         for name in ("debug_dir", "cache_dir", "pipeline"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):
@@ -274,6 +281,16 @@ def resolve_target(target: str, devices) -> str:
 # the pipeline element of ember-split-reductions (frontend/compile_module retries without it)
 SPLIT_PASS = "ember-split-reductions"
 VARIANCE_PASS = "ember-shifted-variance"
+
+
+def recompute_saved_on(options: CompileOptions, target: str) -> bool:
+    """Whether a training graph's partition recomputes saved pointwise functions of saved
+    values (option `recompute_saved`; None: where the forward's saved activations stay in a
+    CUDA-graph pool between steps, the Triton target with `cudagraphs`, so that every byte
+    saved is a byte of the step's peak)."""
+    if options.recompute_saved is not None:
+        return options.recompute_saved
+    return backend_for(target).name == "triton" and options.cudagraphs
 
 
 def channels_last_on(options: CompileOptions, target: str) -> bool:

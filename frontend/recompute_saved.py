@@ -11,11 +11,19 @@ CUDA graphs the forward's saved activations stay in its graph pool between steps
 byte saved is a byte of the step's peak.
 
 `partition_recomputing_saved(partition, joint, inputs, **kw)` partitions once, finds each saved
-value that is a chain of at most MAX_OPS pointwise ops (views between them) whose leaves are
-all saved values or inputs of the forward (parameters), marks the chain PREFER_RECOMPUTE (the
-partitioner then recomputes it from its leaves in the backward, which are saved anyway) and
-partitions again; the second split is kept when it saves fewer bytes. The recomputed value is
-the same sequence of the same ops on the same inputs: the same bits as the forward's.
+value of at least MIN_BYTES that a matmul reads and that is a chain of at most MAX_OPS
+pointwise ops (views between them; no library call, no weight's cast) whose leaves are all
+saved values or inputs of the forward (parameters), marks the chain
+PREFER_RECOMPUTE (the partitioner then recomputes it from its leaves in the backward, which are
+saved anyway) and partitions again; the second split is kept when it saves fewer bytes. The
+recomputed value is the same sequence of the same ops on the same inputs: the same bits as the
+forward's.
+
+On by default where the forward's saved activations stay in a CUDA-graph pool between steps
+(frontend/options.recompute_saved_on). Its cost there is the recomputed values' writes in the
+backward, no launch more: each recomputation joins a kernel the backward has anyway (GELU's
+with GELU's backward and the bias gradient's partial sums, once ember-split-reductions splits
+those along the tokens' own dims; a LayerNorm output's with that norm's backward).
 """
 from __future__ import annotations
 
@@ -24,8 +32,13 @@ import copy
 import torch
 import torch.fx as fx
 
+from .partition import is_library_node
+
 # ops of one recomputed chain (views not counted): GELU (erf form) is 5, its tanh form 8
 MAX_OPS = 12
+# a saved value smaller than this is kept: its recomputation may be a launch of its own (BERT's
+# pooler reads the last LayerNorm's output at token 0, 48 KB: a slice no other kernel makes)
+MIN_BYTES = 1 << 20
 
 
 def _pointwise(node: fx.Node) -> bool:
@@ -58,7 +71,14 @@ def _chain(node: fx.Node, saved: set[fx.Node], inputs: set[fx.Node]) -> list[fx.
             continue        # a leaf the backward has anyway
         if n.op == "get_attr":
             continue
-        if not (_pointwise(n) or _view(n)):
+        if not (_pointwise(n) or _view(n)) or is_library_node(n):
+            # a library call (bf16 erf-GELU, eager's kernel for its bits) would be a launch
+            # more in the backward, not part of a kernel it has anyway
+            return None
+        if n.target is torch.ops.prims.convert_element_type.default and \
+                n.all_input_nodes and n.all_input_nodes[0] in inputs:
+            # a weight's cast: frontend/backend._partition_recomputing_casts decides those
+            # (the one the backward's first matmul reads stays saved: a launch fewer)
             return None
         if not _view(n):
             count += 1
@@ -75,7 +95,7 @@ def _saved_names(fw: fx.GraphModule, num_fwd_outputs: int) -> list[str]:
             if isinstance(n, fx.Node) and isinstance(n.meta.get("val"), torch.Tensor)]
 
 
-def _saved_bytes(fw: fx.GraphModule, num_fwd_outputs: int) -> int:
+def _saved_bytes(fw: fx.GraphModule, num_fwd_outputs: int) -> int | None:
     """Bytes of the distinct storages the forward saves (views of one counted once; inputs
     not counted)."""
     out = next(n for n in fw.graph.nodes if n.op == "output").args[0]
@@ -90,8 +110,49 @@ def _saved_bytes(fw: fx.GraphModule, num_fwd_outputs: int) -> int:
         if base.op == "placeholder" or base in seen or not isinstance(val, torch.Tensor):
             continue
         seen.add(base)
-        total += val.untyped_storage().nbytes() if not val.is_sparse else 0
+        if val.is_sparse:
+            continue
+        nbytes = _nbytes(val)
+        if nbytes is None:
+            return None     # no size hint: the first split stays
+        total += nbytes
     return total
+
+
+def _nbytes(val) -> int | None:
+    """A tensor value's bytes; under dynamic shapes its size hint (a comparison of the size
+    itself would add a guard), None when there is none."""
+    if not isinstance(val, torch.Tensor):
+        return None
+    n = val.numel()
+    if not isinstance(n, int):
+        n = getattr(getattr(n, "node", None), "hint", None)
+        if not isinstance(n, int):
+            return None
+    return n * val.element_size()
+
+
+_MATMULS = frozenset({torch.ops.aten.mm.default, torch.ops.aten.bmm.default,
+                      torch.ops.aten.addmm.default})
+
+
+def _read_by_matmul(node: fx.Node) -> bool:
+    """Whether a matmul reads `node` (through views): a weight gradient's operand, whose
+    recomputation joins the kernel of the pointwise backward beside it. A convolution's input
+    (a ReLU after a BatchNorm) is left saved: its recomputation took kernels of its own
+    (resnet18 bf16 training, Triton: 150 -> 161 launches)."""
+    todo, seen = [node], set()
+    while todo:
+        n = todo.pop()
+        for u in n.users:
+            if u in seen:
+                continue
+            seen.add(u)
+            if u.target in _MATMULS:
+                return True
+            if _view(u):
+                todo.append(u)
+    return False
 
 
 def candidates(joint: fx.GraphModule, saved_names: list[str]) -> list[list[fx.Node]]:
@@ -103,6 +164,11 @@ def candidates(joint: fx.GraphModule, saved_names: list[str]) -> list[list[fx.No
     out = []
     for s in saved:
         if not (_pointwise(s) or _view(s)):
+            continue
+        nbytes = _nbytes(s.meta.get("val"))
+        if nbytes is None or nbytes < MIN_BYTES:
+            continue
+        if not _read_by_matmul(s):
             continue
         chain = _chain(s, saved - {s}, inputs)
         if chain:
@@ -127,6 +193,7 @@ def partition_recomputing_saved(partition, joint_module, joint_inputs, **kwargs)
             if not _view(n) and "recompute" not in n.meta:
                 n.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
     fw2, bw2 = partition(joint_module, joint_inputs, **kwargs)
-    if _saved_bytes(fw2, num_fwd_outputs) < _saved_bytes(fw, num_fwd_outputs):
+    after, before = _saved_bytes(fw2, num_fwd_outputs), _saved_bytes(fw, num_fwd_outputs)
+    if after is not None and before is not None and after < before:
         return fw2, bw2
     return fw, bw

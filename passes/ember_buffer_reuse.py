@@ -45,7 +45,9 @@ An argument `ember.arg_strides` names (passed strided, a view of a larger buffer
 
 Placement is best-fit, as in XLA's / TFLite's heap simulators: buffers largest first (ties by
 start), each at the lowest-waste gap between already placed buffers it overlaps in time, in the
-arena or a free donated argument.
+arena or a free donated argument. At `donated-outputs-fill=0` the returned buffers are placed
+first, largest first, then the others: there a gradient not in an argument is memory held
+after the call (a static output of the graph), an intermediate only the graph pool's arena.
 With `print-plan`, the plan is also emitted as remarks (passes/remarks.py): one per buffer at
 its defining op, one for the arena at @main.
 """
@@ -265,7 +267,9 @@ def _place(groups: list[list[Buffer]], alignment: int,
             for b in group:
                 b.offset, b.arg = 0, fixed
     spans = [s for s in spans if s[4] is None or s[4] == "escapes"]
-    spans.sort(key=lambda s: (-s[2], s[0]))
+    # at fill 0 (a CUDA-graphed backward) the gradients choose first: one left out is held
+    # after the call, an intermediate left out only grows the arena (the graph's pool)
+    spans.sort(key=lambda s: (fill > 0 or s[4] != "escapes", -s[2], s[0]))
     arena = 0
 
     def best_gap(where, start, end, size, limit):

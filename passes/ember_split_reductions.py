@@ -137,11 +137,55 @@ class EmberSplitReductions(Pass):
             splits = enough[0] if enough else divisors[-1]
         if splits < 2:
             return None
+        aligned = [s for s in _collapse_aligned(op, d)
+                   if fits(s) and programs * s >= self.min_programs]
+        if aligned and splits not in aligned:
+            # the chunks follow the collapsed tensor's own dims (rows 8 x 128 of a [1024, C]
+            # view split 8 ways): the partials read it as it was made, and a pointwise kernel
+            # that makes it and another result of its shape (GELU's backward with the GELU
+            # recomputed for a weight gradient) stays one kernel with them
+            splits = min(aligned, key=lambda s: abs(math.log2(s / splits)))
         out_ty = ir.RankedTensorType(op.results[0].type).element_type
         widen = op_name(comb) == "arith.addf" and str(out_ty) in _NARROW
         if widen and not _zero_fill(op.outputs[0]):
             return None
         return d, splits, splits == extent, comb, widen
+
+
+def _collapse_aligned(op, d: int) -> list:
+    """The splits S of reduced dim `d` at which every operand that reads `d` through a static
+    `tensor.collapse_shape` of several dims (a [8, 128, C] tensor read as [1024, C]) is
+    chunked along its source's dims: the products of the group's leading source extents
+    (8 there). [] when no operand reads `d` so, or their groups agree on none."""
+    found = None
+    for value, amap in zip(op.inputs, indexing_maps(op)[:len(op.inputs)]):
+        for pos, expr in enumerate(amap.results):
+            if not (isinstance(expr, ir.AffineDimExpr) and expr.position == d):
+                continue
+            src = _collapse_source(value)
+            if src is None:
+                continue
+            coll, source = src
+            group = _reassociation(coll)[pos]
+            sizes = [ir.RankedTensorType(source.type).get_dim_size(k) for k in group]
+            prefixes = {math.prod(sizes[:k]) for k in range(1, len(sizes))}
+            found = prefixes if found is None else found & prefixes
+    return sorted(s for s in (found or ()) if s >= 2)
+
+
+def _collapse_source(value):
+    """(collapse op, its source) when `value` is a static `tensor.collapse_shape`'s result."""
+    coll = defining_op(value)
+    if coll is None or op_name(coll) != "tensor.collapse_shape":
+        return None
+    source = coll.operands[0]
+    if not ir.RankedTensorType(source.type).has_static_shape:
+        return None
+    return coll, source
+
+
+def _reassociation(coll) -> list:
+    return [[ir.IntegerAttr(k).value for k in g] for g in coll.attributes["reassociation"]]
 
 
 def _divisors(n: int) -> list:
@@ -258,7 +302,11 @@ def _split(op, d: int, splits: int, whole: bool, comb, widen: bool):
                     groups.append([j])
                     shape.append(t.get_dim_size(pos))
                     j += 1
-            if len(shape) != t.rank:
+            src = _collapse_source(value) if len(shape) != t.rank else None
+            if src is not None and _reassociation(src[0]) == groups and \
+                    list(ir.RankedTensorType(src[1].type).shape) == shape:
+                value = src[1]      # expand_shape(collapse_shape(x)) is x
+            elif len(shape) != t.rank:
                 i64 = ir.IntegerType.get_signless(64)
                 reassoc = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, k)
                                                               for k in g]) for g in groups])

@@ -247,3 +247,54 @@ module {
     return %2 : tensor<1x16x1x1xf32>
   }
 }
+
+// -----
+
+// A column sum read through a collapse_shape ([8, 128, 3072] as [1024, 3072]: a bias
+// gradient) splits along the collapsed tensor's own dims (S = 8, not the 16 a power of two
+// would give, still >= min-programs: 48 x 8 = 384) and reads that tensor itself, no view.
+// A producer with a second result of its shape (GELU's backward beside the GELU recomputed
+// for a weight gradient, recompute_saved) is then one kernel with the partials: two kernels.
+// With S = 16 the second result is not indexed by the partials' outer space and takes a
+// kernel of its own (three kernels; in GPT-2's backward the partials' kernel also copied the
+// gradient into the split shape for the matmuls).
+// CHECK-LABEL: func.func @collapsed_column_sum
+// CHECK-NOT:     tensor.expand_shape
+// CHECK:         %[[P:.*]] = linalg.generic {{{.*}}iterator_types = ["parallel", "reduction", "parallel"]} ins(%[[G:.*]] : tensor<8x128x3072xf32>) outs(%{{.*}} : tensor<8x3072xf32>)
+// CHECK:         linalg.generic {{{.*}}iterator_types = ["reduction", "parallel"]} ins(%[[P]] : tensor<8x3072xf32>) outs(%{{.*}} : tensor<3072xf32>)
+// FUSE-LABEL: func.func @collapsed_column_sum
+// FUSE-COUNT-2: call @ember_fused
+// FUSE-NOT:     call @ember_fused
+// FUSE:         return
+#id3 = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#idc = affine_map<(d0, d1) -> (d0, d1)>
+#colc = affine_map<(d0, d1) -> (d1)>
+module {
+  func.func @collapsed_column_sum(%x: tensor<8x128x3072xf32>, %dy: tensor<8x128x3072xf32>)
+      -> (tensor<1024x3072xf32>, tensor<1024x3072xf32>, tensor<3072xf32>) {
+    %cst = arith.constant 0.000000e+00 : f32
+    %e = tensor.empty() : tensor<8x128x3072xf32>
+    %act = linalg.generic {indexing_maps = [#id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x : tensor<8x128x3072xf32>) outs(%e : tensor<8x128x3072xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %t = math.tanh %in : f32
+      %m = arith.mulf %in, %t : f32
+      linalg.yield %m : f32
+    } -> tensor<8x128x3072xf32>
+    %g = linalg.generic {indexing_maps = [#id3, #id3, #id3], iterator_types = ["parallel", "parallel", "parallel"]} ins(%x, %dy : tensor<8x128x3072xf32>, tensor<8x128x3072xf32>) outs(%e : tensor<8x128x3072xf32>) {
+    ^bb0(%in: f32, %d: f32, %out: f32):
+      %t = math.tanh %in : f32
+      %m = arith.mulf %d, %t : f32
+      linalg.yield %m : f32
+    } -> tensor<8x128x3072xf32>
+    %ca = tensor.collapse_shape %act [[0, 1], [2]] : tensor<8x128x3072xf32> into tensor<1024x3072xf32>
+    %cg = tensor.collapse_shape %g [[0, 1], [2]] : tensor<8x128x3072xf32> into tensor<1024x3072xf32>
+    %0 = tensor.empty() : tensor<3072xf32>
+    %1 = linalg.fill ins(%cst : f32) outs(%0 : tensor<3072xf32>) -> tensor<3072xf32>
+    %2 = linalg.generic {indexing_maps = [#idc, #colc], iterator_types = ["reduction", "parallel"]} ins(%cg : tensor<1024x3072xf32>) outs(%1 : tensor<3072xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      %s = arith.addf %in, %out : f32
+      linalg.yield %s : f32
+    } -> tensor<3072xf32>
+    return %ca, %cg, %2 : tensor<1024x3072xf32>, tensor<1024x3072xf32>, tensor<3072xf32>
+  }
+}

@@ -696,3 +696,143 @@ def test_recompute_saved_recomputes_gelu_and_norm_outputs(approximate):
                            if r["graph_id"].endswith(("-forward", "-backward")))
     assert saved[False] - saved[True] >= 14 * 2 ** 20, saved     # 15.0 MiB
     assert launches[True] <= launches[False], launches
+
+
+def _tiny_gpt2(layers: int, embd: int, inner: int, seed: int = 0):
+    tf = pytest.importorskip("transformers")
+    cfg = tf.GPT2Config(vocab_size=128, n_positions=128, n_embd=embd, n_inner=inner, n_head=4,
+                        n_layer=layers, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                        use_cache=False, bos_token_id=0, eos_token_id=0,
+                        attn_implementation="sdpa")
+    torch.manual_seed(seed)
+    return tf.GPT2Model(cfg).train()
+
+
+def test_recompute_saved_by_default_under_cuda_graphs_without_a_launch_more():
+    """`recompute_saved` is on by default for the Triton target with CUDA graphs (where the
+    forward's saved activations stay in the graph pool between steps) and off for the C++
+    target. A GPT-2 of 2 layers with GPT-2's MLP width (3072) at 8 x 128 tokens, compiled for
+    the Triton target and not run: the forward saves each layer's GELU output (12 MiB) and two
+    LayerNorm outputs less, and the backward launches as many kernels as without the option:
+    the recomputed GELU joins GELU's backward and the c_fc bias gradient's partial sums, which
+    ember-split-reductions splits along the tokens' own dims (8 x 128 rows: 8 chunks; the 16
+    it chose before left the recomputed GELU a kernel of its own, which also copied the
+    gradient: one launch and 44 MB more a layer at GPT-2's size)."""
+    from ember.benchmarks import kernel_count as kc
+    from ember.frontend.options import CompileOptions, recompute_saved_on
+    assert recompute_saved_on(CompileOptions(target="triton"), "triton")
+    assert recompute_saved_on(CompileOptions(target="cuda"), "cuda")
+    assert not recompute_saved_on(CompileOptions(target="cuda", cudagraphs=False), "cuda")
+    assert not recompute_saved_on(CompileOptions(target="cpu"), "cpu")
+    assert recompute_saved_on(CompileOptions(target="cpu", recompute_saved=True), "cpu")
+    ref = _tiny_gpt2(2, 64, 3072)
+    ids = torch.randint(0, 128, (8, 128), generator=torch.Generator().manual_seed(0))
+    saved, launches = {}, {}
+    for option in (False, None):
+        torch._dynamo.reset()
+        clear_reports()
+        records = []
+        options = {"target": "triton"}
+        if option is not None:
+            options["recompute_saved"] = option
+        with kc.compile_only(records):
+            out = torch.compile(copy.deepcopy(ref), backend="ember", options=options)(ids)
+            out.last_hidden_state.square().mean().backward()
+        check_fallbacks()
+        by_kind = {r["kind"]: r for r in records}
+        fwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-forward")][-1]
+        saved[option] = fwd["output_bytes"] - fwd["input_output_bytes"]
+        launches[option] = [kc.step_kind(s) for s in by_kind["backward"]["program"].steps
+                            if kc.step_kind(s)]
+    gelu = 8 * 128 * 3072 * 4
+    assert saved[False] - saved[None] >= 2 * gelu, saved           # 2 x (12 + 2 x 0.25) MiB
+    assert len(launches[None]) == len(launches[False]), launches
+    assert launches[None].count("generated") == launches[False].count("generated"), launches
+
+
+class _ConvStack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(16, 16, 3, padding=1) for _ in range(3))
+        self.norms = torch.nn.ModuleList(torch.nn.BatchNorm2d(16) for _ in range(3))
+
+    def forward(self, x):
+        for conv, norm in zip(self.convs, self.norms):
+            x = torch.relu(norm(conv(x)) + x)
+        return x
+
+
+class _MLPBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(512, 2048), torch.nn.Linear(2048, 512)
+        self.norm = torch.nn.LayerNorm(512)
+
+    def forward(self, x):
+        return self.norm(self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+
+
+@pytest.mark.parametrize("case", ["conv_bf16", "mlp_bf16"])
+def test_recompute_saved_leaves_what_would_cost_a_launch(case):
+    """What `recompute_saved` leaves saved by default (Triton target, compiled and not run):
+    a ReLU after a BatchNorm that a convolution reads (its recomputation took kernels of their
+    own: resnet18 bf16 training 150 -> 161 launches), and the bf16 cast of a weight that the
+    backward's first matmul reads (frontend/backend._first_backward_casts keeps it saved: the
+    MLP block's backward 13 -> 14 launches) or a bf16 erf-GELU (a library call). The launches
+    are those with the option off."""
+    from ember.benchmarks import kernel_count as kc
+    torch.manual_seed(0)
+    if case == "conv_bf16":
+        ref = _ConvStack().train().to(memory_format=torch.channels_last)
+        x = torch.randn(8, 16, 64, 64).to(memory_format=torch.channels_last)
+    else:
+        ref, x = _MLPBlock().train(), torch.randn(8, 128, 512)
+    launches = {}
+    for option in (False, None):
+        torch._dynamo.reset()
+        clear_reports()
+        records = []
+        options = {"target": "triton"}
+        if option is not None:
+            options["recompute_saved"] = option
+        with kc.compile_only(records), torch.autocast("cpu", dtype=torch.bfloat16):
+            out = torch.compile(copy.deepcopy(ref), backend="ember", options=options)(x)
+            out.float().square().mean().backward()
+        check_fallbacks()
+        launches[option] = [(kc.step_kind(s), s.name) for r in records
+                            for s in r["program"].steps if kc.step_kind(s)]
+    assert len(launches[None]) == len(launches[False]), launches
+
+
+def test_recompute_saved_gpt2_gradients_on_the_triton_target(target, device):
+    """A small GPT-2 trained with the target's default `recompute_saved` (on for Triton, off
+    for C++) and with it forced on: loss and every gradient eager's over two steps, and on
+    the Triton target the forward saves less than with the option off (recompute_saved.MIN_BYTES:
+    the GELU output is 1 MiB)."""
+    ref = _tiny_gpt2(2, 32, 1024).to(device)      # GELU's output 2 x 128 x 1024 f32: 1 MiB,
+    ids = torch.randint(0, 128, (2, 128), generator=torch.Generator().manual_seed(1)).to(device)
+    saved = {}
+    for option in (False, None, True):
+        model = copy.deepcopy(ref)
+        gold = copy.deepcopy(ref)
+        torch._dynamo.reset()
+        clear_reports()
+        options = {"target": target}
+        if option is not None:
+            options["recompute_saved"] = option
+        f = torch.compile(model, backend="ember", options=options)
+        for step in range(2):
+            for m, fn in ((model, f), (gold, gold)):
+                m.zero_grad(set_to_none=True)
+                loss = fn(ids).last_hidden_state.square().mean()
+                loss.backward()
+            for (n, p), q in zip(model.named_parameters(), gold.parameters()):
+                assert_close(p.grad, q.grad, tol=1e-4, what=f"{option} step {step} grad {n}")
+        check_fallbacks()
+        fwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-forward")][-1]
+        saved[option] = fwd["output_bytes"] - fwd["input_output_bytes"]
+    assert saved[True] < saved[False], saved
+    if target != "cpu":
+        assert saved[None] == saved[True], saved
+    else:
+        assert saved[None] == saved[False], saved
