@@ -29,7 +29,9 @@ request that the first call of each graph's Program would send to the compile wo
 `triton` is their CPU seconds (this process's and ptxas's), `triton_requests` their number,
 `triton_shared` the kernels bound to an earlier one, `triton_first` the first request's seconds (Triton's own first-use cost in a process, beside
 its compile), `triton_rr16` / `triton_queue16` / `triton_lpt16` the seconds those compiles would take on 16
-workers (per graph, summed) as compile_pool assigns them, from a queue, longest first;
+workers (per graph, summed) with request k on worker k % 16 (compile_pool before cold18),
+from a queue in launch order, longest first; `triton_pool16` as this tree's compile_pool
+hands them out (a queue, its estimated longest first); the same on 8 workers (`..8`);
 `triton_slowest` the slowest requests (seconds, graph, kernel, constexprs),
 `triton_distinct` the number left when kernels that differ only in their name and
 module are counted once (what a compile shared across graphs would leave). The kernels are bound
@@ -146,12 +148,19 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
             out["triton_shared"] += len(py_module.share_identical_kernels(mod))
         t0 = cpu()
         requests = triton_warm.compile_requests(mod, _launches(program), "cuda")
+        out["triton_find_requests"] = out.get("triton_find_requests", 0.0) + cpu() - t0
         # as triton_warm.precompile: what Triton's cache holds already (an earlier graph's
         # kernel, bound here by share_identical_kernels) is not compiled again
         requests = [r for r in requests if not triton_warm.in_triton_cache(mod, *r)]
         out["triton_find"] += cpu() - t0
         each = []
         out["triton_each"].append(each)
+        # the order this tree's compile_pool hands them out in (a queue, longest estimated
+        # first), where it has one: triton_pool8/16 below
+        ordered = triton_warm.longest_first(program.source, requests) \
+            if hasattr(triton_warm, "longest_first") else None
+        secs: dict = {}
+        out.setdefault("triton_order", []).append((ordered, secs))
         for fn_name, spec in requests:
             jit = triton_warm._jit(getattr(mod, fn_name))
             body = re.sub(r"\b%s\b" % re.escape(fn_name), "K", jit.src) if jit else fn_name
@@ -170,15 +179,78 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
             out["triton"] += dt
             out["triton_requests"] += 1
             each.append(dt)
+            secs[(fn_name, spec)] = dt
             slowest.append((round(dt, 2), k, fn_name, obj.get("constants")))
+            out.setdefault("triton_all", []).append((round(dt, 3), k, fn_name,
+                                                     obj.get("constants")))
     out["triton_distinct"] = len(distinct)
     # the slowest requests: one can be a graph's whole precompile on 16 workers (swin_t's
     # backward: 24 column sums over an unrolled 64-row window, 91 s)
     out["triton_slowest"] = sorted(slowest, key=lambda x: -x[0])[:8]
-    for jobs in (16,):
+    orders = out.pop("triton_order", [])
+    for jobs in (8, 16):
+        # as this tree's pool assigns them: a queue in its order, else request k to worker k % jobs
+        out[f"triton_pool{jobs}"] = sum(
+            _makespan([secs[r] for r in ordered], jobs, "queue") if ordered is not None
+            else _makespan(list(secs.values()), jobs, "static") for ordered, secs in orders)
         out[f"triton_rr{jobs}"] = sum(_makespan(e, jobs, "static") for e in out["triton_each"])
         out[f"triton_queue{jobs}"] = sum(_makespan(e, jobs, "queue") for e in out["triton_each"])
         out[f"triton_lpt{jobs}"] = sum(_makespan(e, jobs, "lpt") for e in out["triton_each"])
+    return out
+
+
+def pool_compile_cost(programs: list, jobs: int, settle: float = 5.0) -> dict:
+    """Each Program's precompile through the runtime's own worker pool of `jobs` workers
+    (runtime/triton_warm.compile_pool: whatever assignment the tree under test has), for sm_90
+    into an empty Triton cache, as a GPU process's first call would: the pool started (with
+    its warm-up where the tree has one), `settle` seconds for the workers' start (the parent
+    traces meanwhile on a GPU host), then each graph's requests; wall seconds per graph, and
+    the CPU seconds of the workers."""
+    import hashlib
+    import resource
+    import tempfile
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="cold_compile_pool_")
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class FakeDriver:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device=None):
+            return 0
+
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+    driver.set_active(FakeDriver())
+    from ember.runtime import py_module, triton_warm
+    try:
+        pool = triton_warm.start_pool(jobs, warmup="cuda:90:32")
+    except TypeError:       # a tree without the warm-up
+        pool = triton_warm.start_pool(jobs)
+    time.sleep(settle)
+    out = {"pool_jobs": jobs, "pool_wall": [], "pool_errors": 0}
+    tmp = tempfile.mkdtemp(prefix="cold_compile_pool_src_")
+    for k, program in enumerate(programs):
+        if program.lang != "python" or not program.kernel_names:
+            continue
+        modname = f"ember_pool_{k}_" + hashlib.sha256(program.source.encode()).hexdigest()[:12]
+        path = os.path.join(tmp, modname + ".py")
+        with open(path, "w") as f:
+            f.write(program.source)
+        mod = triton_warm.load_as(program.source, path, modname)
+        py_module.share_identical_kernels(mod)
+        requests = triton_warm.compile_requests(mod, _launches(program), "cuda")
+        send = [r for r in requests if not triton_warm.in_triton_cache(mod, *r)
+                and not triton_warm.foreign(mod, r[0])]
+        w0 = time.monotonic()
+        res = triton_warm.compile_pool(program.source, path, modname, send, jobs)
+        out["pool_wall"].append(round(time.monotonic() - w0, 3))
+        out["pool_errors"] += len(res["errors"])
+    pool.close()
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out["pool_worker_cpu"] = c.ru_utime + c.ru_stime
     return out
 
 
@@ -201,7 +273,7 @@ def _makespan(costs: list, jobs: int, how: str) -> float:
 
 def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str = "wall",
             debug_dir: str | None = None, triton: bool = False, share: bool = True,
-            profile: str | None = None) -> dict:
+            profile: str | None = None, pool: int = 0, options: dict | None = None) -> dict:
     if clock == "cpu":
         time.perf_counter = time.process_time
     import ember
@@ -262,7 +334,7 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
         try:
             return ember_backend(gm, example_inputs,
                                  options={"target": "triton", "program_cache": False,
-                                          "debug_dir": debug_dir})
+                                          "debug_dir": debug_dir, **(options or {})})
         finally:
             times["backend"] += time.perf_counter() - t0
 
@@ -299,6 +371,8 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
             with open(path, "w") as f:
                 f.write(program_text(rec["program"]))
     extra = triton_compile_cost([rec["program"] for rec in records], share) if triton else {}
+    if pool:
+        extra.update(pool_compile_cost([rec["program"] for rec in records], pool))
     return {**extra, "model": name, "mode": mode, "clock": clock, "step_wall": step_wall, "step": step, "aot": times["aot"],
             "eager": times["eager"], "ember": ember_s, "gc": times["gc"],
             "gc_ember": times["gc_ember"],
@@ -313,7 +387,8 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
 def _median_rows(runs: list[dict]) -> dict:
     keys = ("step_wall", "step", "dynamo", "aot", "eager", "ember", "gc", "gc_ember", "triton",
             "triton_requests", "triton_distinct", "triton_first", "triton_find", "triton_rr16",
-            "triton_queue16", "triton_lpt16")
+            "triton_queue16", "triton_lpt16", "triton_rr8", "triton_queue8", "triton_lpt8", "triton_pool8",
+            "triton_pool16")
     out = {k: statistics.median(r[k] for r in runs) for k in keys if k in runs[0]}
     names = sorted({k for r in runs for k in r["stages"]})
     out["stages"] = {k: statistics.median(r["stages"].get(k, 0.0) for r in runs) for k in names}
@@ -338,12 +413,18 @@ def main(argv=None):
     ap.add_argument("--profile", default=None,
                     help="cProfile of ember's compiles only (EmberGraph._build) to this file "
                          "(with --one: `--one efficientnet_b0:train --profile p.out`)")
+    ap.add_argument("--options", default="",
+                    help="more ember options, JSON (e.g. '{\"max_unrolled_loads\": 192}')")
+    ap.add_argument("--pool", type=int, default=0,
+                    help="also compile each graph's requests through the runtime's worker pool "
+                         "of this many workers (wall seconds per graph: pool_wall)")
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)   # model:mode, in a child
     args = ap.parse_args(argv)
     if args.one:
         name, mode = args.one.split(":")
         row = one_run(name, mode, args.small, args.sources, args.clock, args.debug_dir,
-                      args.triton, not args.no_share, args.profile)
+                      args.triton, not args.no_share, args.profile, args.pool,
+                      json.loads(args.options) if args.options else None)
         sys.stdout.write("ROW " + json.dumps(row) + "\n")
         return
     rows = []
@@ -359,6 +440,10 @@ def main(argv=None):
                     cmd.append("--triton")
                 if args.no_share:
                     cmd.append("--no-share")
+                if args.pool:
+                    cmd += ["--pool", str(args.pool)]
+                if args.options:
+                    cmd += ["--options", args.options]
                 if args.sources and i == 0:
                     cmd += ["--sources", args.sources]
                 out = subprocess.run(cmd, capture_output=True, text=True)
@@ -374,11 +459,20 @@ def main(argv=None):
                       f"ember {r['ember']:6.2f}  (gc {r['gc']:5.2f}, in ember {r['gc_ember']:5.2f})"
                       + (f"  triton {r['triton']:6.2f} ({r['triton_requests']} requests, "
                          f"{r['triton_distinct']} distinct, first {r['triton_first'] or 0:.2f}, "
-                         f"find {r['triton_find']:.2f}, errors {r['triton_errors']}, "
+                         f"find {r['triton_find']:.2f} (requests "
+                         f"{r.get('triton_find_requests', 0):.2f}), errors {r['triton_errors']}, "
                          f"shared {r['triton_shared']}; on 16 workers: as assigned "
                          f"{r.get('triton_rr16', 0):.2f}, queue {r.get('triton_queue16', 0):.2f}, "
-                         f"longest first {r.get('triton_lpt16', 0):.2f})"
+                         f"longest first {r.get('triton_lpt16', 0):.2f}, this tree's pool "
+                         f"{r.get('triton_pool16', 0):.2f}; on 8: k % 8 "
+                         f"{r.get('triton_rr8', 0):.2f}, longest first "
+                         f"{r.get('triton_lpt8', 0):.2f}, this tree's pool "
+                         f"{r.get('triton_pool8', 0):.2f})"
                          if "triton" in r else ""), flush=True)
+                if "pool_wall" in r:
+                    print(f"    pool of {r['pool_jobs']}: wall per graph {r['pool_wall']} "
+                          f"(sum {sum(r['pool_wall']):.2f}), workers' CPU "
+                          f"{r['pool_worker_cpu']:.2f}, errors {r['pool_errors']}", flush=True)
                 if r.get("triton_slowest"):
                     print("    slowest Triton compiles: " + ", ".join(
                         f"{name_} (graph {g}) {sec:.2f}" for sec, g, name_, _ in

@@ -48,7 +48,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 INDUCTOR_MODES = {"inductor": None, "inductor-ro": "reduce-overhead", "inductor-ma": "max-autotune"}
 EMBER_MODES = {"ember": None, "ember-ma": "max-autotune", "ember-nchw": None, "ember-cl": None,
                "ember-fast": None, "ember-tail0": None, "ember-effattn": None,
-               "ember-cudnn": None, "ember-loop": None, "ember-saveall": None}
+               "ember-cudnn": None, "ember-loop": None, "ember-saveall": None,
+               "ember-loop192": None, "ember-overlap": None}
 # ember's variants that differ by a compile option, to compare with "ember" in one process:
 # "ember-nchw" keeps convolution networks NCHW (ember-channels-last off), "ember-cl" lays them
 # out channels-last in training graphs too (the default, "auto", does so for inference only),
@@ -60,14 +61,21 @@ EMBER_MODES = {"ember": None, "ember-ma": "max-autotune", "ember-nchw": None, "e
 # default), "ember-cudnn" keeps eager's choice there (cuDNN's on an H100/H200), "ember-loop" writes a strided reduction of more than 256
 # loads as a loop, not unrolled (max_unrolled_loads=256: Triton's build time), "ember-saveall"
 # saves what the min-cut partitioner saves (recompute_saved=False; the default recomputes saved
-# pointwise functions of saved values under CUDA graphs: peak memory against step time)
+# pointwise functions of saved values under CUDA graphs: peak memory against step time);
+# "ember-loop192" at 192, where GPT-2's two 32-row sums of 7 and 8 gradients become loops
+# (cold18: 1.3-1.75 s a configuration unrolled, 0.11 s as loops; their GPU time is not measured
+# yet); "ember-overlap" launches the first call's kernels while later ones build
+# (precompile_overlap: only the first backend of a process compiles cold: compare it in a
+# process of its own, or with first_call_profile.py --options)
 EMBER_OPTIONS = {"ember-nchw": {"channels_last": False}, "ember-cl": {"channels_last": True},
                  "ember-fast": {"exact_low_precision": False},
                  "ember-tail0": {"graph_tail_min_bytes": 0},
                  "ember-effattn": {"training_cudnn_attention": False},
                  "ember-cudnn": {"training_cudnn_attention": True},
                  "ember-loop": {"max_unrolled_loads": 256},
-                 "ember-saveall": {"recompute_saved": False}}
+                 "ember-saveall": {"recompute_saved": False},
+                 "ember-loop192": {"max_unrolled_loads": 192},
+                 "ember-overlap": {"precompile_overlap": True}}
 
 
 def emit(kind: str, **fields) -> None:

@@ -361,6 +361,15 @@ def _donating_tangents(graph, tangents: list[int]):
     return call
 
 
+def _warmup_target(device: torch.device) -> str | None:
+    """The Triton target ("cuda:90:32") the compile workers warm up for, on an NVIDIA GPU (its
+    capability is known once a tensor is on it); None elsewhere (no warm-up)."""
+    if getattr(torch.version, "hip", None) or not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"cuda:{major * 10 + minor}:32"
+
+
 def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
     """A graph bound for a GPU on a cold start (Triton's cache empty): the Triton compile
     workers start now (once per process), so that they import while AOTAutograd and the passes
@@ -377,7 +386,7 @@ def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
         if resolve_target(opts.target, devices) in ("cuda", "rocm") and not triton_interpreted():
             from ..runtime.triton_warm import start_pool, triton_cache_is_empty
             if triton_cache_is_empty():
-                start_pool()
+                start_pool(warmup=_warmup_target(next(d for d in devices if d.type == "cuda")))
     except Exception:   # noqa: BLE001 -- an optimisation: precompile starts workers itself
         pass
 

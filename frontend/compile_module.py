@@ -390,7 +390,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     device = (_devices(tensors) or [torch.device("cpu")])[0]
     t0 = time.perf_counter()
     compiled = load(program, device, cache=options.cache_dir,
-                    parallel_compile=options.parallel_compile)
+                    parallel_compile=options.parallel_compile,
+                    precompile_overlap=options.precompile_overlap)
     seconds["build"] = time.perf_counter() - t0
     # What the runtime really allocates per call for the planned values, next to the plan's
     # planned_peak_bytes. (With CUDA graphs the arena comes from the graph's private pool,
@@ -402,7 +403,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                         "cached": pre.get("cached", 0),
                                         "errors": len(pre.get("errors", ())),
                                         "seconds": pre.get("seconds"),
-                                        "stamped": bool(pre.get("stamped"))}
+                                        "stamped": bool(pre.get("stamped")),
+                                        "pending": bool(pre.get("pending"))}
     if compiled.freed_inputs:     # donated inputs freed after their last use (not graphed)
         summary["inputs_freed"] = compiled.freed_inputs
     summary["stage_seconds"] = {k: round(v, 4) for k, v in seconds.items()}

@@ -73,6 +73,11 @@ class CompileOptions:
     parallel_compile: on a GPU, compile every Triton kernel of a graph (every autotuning
       configuration) in worker processes when the graph is loaded, instead of one at a time
       at each kernel's first launch (runtime/triton_warm.py). Same kernels either way.
+    precompile_overlap: with parallel_compile, a graph's load does not wait for the workers:
+      its requests go out in launch order and each kernel's first launch waits for its own
+      builds only, so that the first call's launches (autotuning, loading each kernel) run
+      while the workers build the later kernels. Same kernels; off by default until timed on
+      a GPU (the figures: benchmarks/RESULTS.md "cold18").
     program_cache: a graph compiled before (the same graph, options and ember) takes its
       compiled program from the cache (`cache_dir`) instead of importing and running the
       passes again: a warm start (frontend/program_cache.py). Not read with a `debug_dir`.
@@ -146,6 +151,7 @@ class CompileOptions:
     training_cudnn_attention: bool = False
     exact_low_precision: bool = True
     parallel_compile: bool = True
+    precompile_overlap: bool = False
     program_cache: bool = True
     recompute: bool = True
     recompute_saved: bool | None = None
@@ -187,7 +193,7 @@ class CompileOptions:
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
         for name in ("fallback", "cudagraphs", "shared_graph_pool", "training_cudnn_attention",
-                     "exact_low_precision", "parallel_compile",
+                     "exact_low_precision", "parallel_compile", "precompile_overlap",
                      "program_cache", "recompute", "donate_saved",
                      "donate_gradients",
                      "fold_constants"):

@@ -24,6 +24,9 @@ class RuntimeEnv:
     # EMBER_PROGRAM_CACHE=0: compile every graph again instead of taking its compiled program
     # from the cache (CompileOptions.program_cache's default; frontend/program_cache.py).
     program_cache: bool = True
+    # EMBER_COMPILE_WORKERS=N: how many Triton compile workers a GPU process starts
+    # (runtime/triton_warm.default_jobs); unset: the cores the process may run on.
+    compile_workers: int | None = None
 
 
 # The values of passes/backends.py's `Target` (the runtime imports nothing of the compiler;
@@ -50,7 +53,11 @@ def read_env(environ: Mapping[str, str] | None = None) -> RuntimeEnv:
     program_text = (e.get("EMBER_PROGRAM_CACHE") or "1").strip().lower()
     if program_text not in ("0", "1", "false", "true", "no", "yes"):
         raise ValueError(f"EMBER_PROGRAM_CACHE={e['EMBER_PROGRAM_CACHE']!r}: expected 0 or 1")
+    workers_text = (e.get("EMBER_COMPILE_WORKERS") or "").strip()
+    if workers_text and not (workers_text.isdigit() and int(workers_text) > 0):
+        raise ValueError(f"EMBER_COMPILE_WORKERS={workers_text!r}: expected a positive integer")
     return RuntimeEnv(cache_dir=cache.expanduser(), debug_dir=debug, target=target,
+                      compile_workers=int(workers_text) if workers_text else None,
                       cache_shared=shared_text in ("1", "true", "yes"),
                       program_cache=program_text in ("1", "true", "yes"),
                       cxx=(e.get("CXX") or "").strip() or "g++")

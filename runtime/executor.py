@@ -80,8 +80,13 @@ class CompiledProgram:
     def __init__(self, program: Program, device: str | torch.device = "cpu", *,
                  cache: ArtifactCache | Path | str | None = None,
                  extra_flags: Sequence[str] = (), reuse_arena: bool = True,
-                 parallel_compile: bool = True):
+                 parallel_compile: bool = True, precompile_overlap: bool = False):
         self.program = p = program
+        # A precompile still running (precompile_overlap): each launcher waits for its own
+        # kernels' builds before its first launch (`_gated`); None once all are built.
+        self._pending = None
+        self._gate = precompile_overlap and parallel_compile and p.lang == "python" \
+            and torch.device(device).type == "cuda" and not triton_interpreted()
         self.device = dev = torch.device(device)
         if p.lang == "cpp" and dev.type != "cpu":
             raise ValueError(f"ember runtime: C++ programs run on the CPU, not on {dev}")
@@ -167,10 +172,38 @@ class CompiledProgram:
         # (its liveness guard). Off by default; a graphed backward turns it on and hands them
         # out as views it rebuilds per replay, holding none itself (runtime/cuda_graphs.py).
         self.outputs_in_pools = False
-        self.precompiled: dict | None = None
+        self._precompiled: dict | None = None
         if parallel_compile and p.lang == "python" and dev.type == "cuda" \
                 and not triton_interpreted() and self._module is not None:
             self._precompile()
+
+    @property
+    def precompiled(self) -> dict | None:
+        """The precompile's result (runtime/triton_warm.precompile); while an overlapped one
+        is still building, {"pending": True} (nothing waits for it here)."""
+        pending = self._pending
+        if pending is not None:
+            if not pending.done.is_set():
+                return {"ok": 0, "errors": [], "pending": True}
+            self._precompiled = pending.result
+        return self._precompiled
+
+    def _gated(self, name: str, fn: Callable) -> Callable:
+        """`fn` (a Triton launcher) that first waits, while an overlapped precompile runs, for
+        the builds of its own kernels (their requests answered, compiled or failed)."""
+        def gated(*args, **kwargs):
+            pending = self._pending
+            if pending is not None:
+                if pending.done.is_set():
+                    self._precompiled, self._pending = pending.result, None
+                else:
+                    pending.wait_launcher(name)
+            return fn(*args, **kwargs)
+        gated.__wrapped__ = fn
+        for attr in ("ember_checked",):
+            if hasattr(fn, attr):
+                setattr(gated, attr, getattr(fn, attr))
+        return gated
 
     @property
     def freed_inputs(self) -> int:
@@ -212,7 +245,8 @@ class CompiledProgram:
                 fn = getattr(mod, name, None)
                 if not callable(fn):
                     raise ValueError(f"ember runtime: kernel launcher {name!r} not in the module")
-                out[name] = _quiet_ieee(fn) if triton_interpreted() else fn
+                out[name] = _quiet_ieee(fn) if triton_interpreted() else \
+                    self._gated(name, fn) if self._gate else fn
                 # On a GPU a failed check is a device-side assert; the interpreter's record is
                 # read after the launch (reading a GPU's would synchronize every call).
                 if getattr(fn, "ember_checked", False) and triton_interpreted():
@@ -236,7 +270,12 @@ class CompiledProgram:
             if key not in seen:
                 seen.add(key)
                 launches.append((s.name, args))
-        self.precompiled = precompile(self._module, launches, self.device)
+        from .triton_warm import PendingPrecompile
+        got = precompile(self._module, launches, self.device, overlap=self._gate)
+        if isinstance(got, PendingPrecompile):
+            self._pending = got
+        else:
+            self._precompiled = got
 
     def _alloc_runs(self, outputs: Sequence[int]) -> list[Callable[[list], None]]:
         """Outputs without an arena offset get their own tensor, allocated when produced."""
@@ -1011,11 +1050,14 @@ def _scalar_run(s: Step) -> Callable[[list], None]:
 def load(program: Program, device: str | torch.device = "cpu", *,
          cache: ArtifactCache | Path | str | None = None,
          extra_flags: Sequence[str] = (), reuse_arena: bool = True,
-         parallel_compile: bool = True) -> CompiledProgram:
+         parallel_compile: bool = True, precompile_overlap: bool = False) -> CompiledProgram:
     """Build (through the artifact cache) and bind a Program; `cache` defaults to the one named
     by EMBER_CACHE_DIR (runtime/env.py). `reuse_arena=False` allocates a fresh arena on
     every call on the CPU too (see CompiledProgram._take_template). `parallel_compile` (GPU
     Triton programs) compiles all kernels in worker processes before the first call
-    (runtime/triton_warm.py); False leaves each to Triton's JIT at its first launch."""
+    (runtime/triton_warm.py); False leaves each to Triton's JIT at its first launch.
+    `precompile_overlap`: load returns while the workers build, and each kernel's first
+    launch waits for its own builds only (triton_warm.PendingPrecompile)."""
     return CompiledProgram(program, device, cache=cache, extra_flags=extra_flags,
-                           reuse_arena=reuse_arena, parallel_compile=parallel_compile)
+                           reuse_arena=reuse_arena, parallel_compile=parallel_compile,
+                           precompile_overlap=precompile_overlap)

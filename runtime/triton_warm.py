@@ -217,7 +217,54 @@ MAX_JOBS = 32
 
 
 def default_jobs() -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_JOBS))
+    """EMBER_COMPILE_WORKERS where set (runtime/env.py), else the cores this process may run
+    on (its affinity: a process pinned with `taskset` to 16 of a host's 128 cores started 32
+    workers by `os.cpu_count()`), at most MAX_JOBS."""
+    from .env import get_env
+    n = get_env().compile_workers
+    if n is None:
+        try:
+            n = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            n = os.cpu_count() or 1
+    return max(1, min(n, MAX_JOBS))
+
+
+def estimated_cost(source: str, fn_name: str) -> int:
+    """A compile's relative cost, from the kernel's text: its lines, each line of a
+    `tl.static_range(N)` body counted N times (the body is unrolled). On the training steps of
+    resnet18, GPT-2 and efficientnet_b0 its order is the measured seconds' (rank correlation
+    0.83-0.86), enough for longest-first to reach the makespan of the measured order."""
+    import re
+    start = source.find(f"def {fn_name}(")
+    if start < 0:
+        return 0
+    end = source.find("\n\n\n", start)
+    total, mult, loop_indent = 0, 1, None
+    for line in source[start:end if end >= 0 else len(source)].splitlines()[1:]:
+        text = line.strip()
+        if not text:
+            continue
+        indent = len(line) - len(line.lstrip())
+        if loop_indent is not None and indent <= loop_indent:
+            mult, loop_indent = 1, None
+        m = re.match(r"for \w+ in tl\.static_range\((\d+)\)", text)
+        if m:
+            mult, loop_indent = int(m.group(1)), indent
+            continue
+        total += mult
+    return total
+
+
+def longest_first(source: str, requests) -> list:
+    """`requests` ordered by `estimated_cost`, the costliest first (ties: launch order): a
+    queue of workers then ends about together instead of behind one late long compile."""
+    costs: dict[str, int] = {}
+    for fn_name, _ in requests:
+        if fn_name not in costs:
+            costs[fn_name] = estimated_cost(source, fn_name)
+    order = sorted(range(len(requests)), key=lambda k: (-costs[requests[k][0]], k))
+    return [requests[k] for k in order]
 
 
 class WorkerPool:
@@ -233,10 +280,18 @@ class WorkerPool:
     reported as an error (its launches compile for themselves); the next use starts a new one.
     """
 
-    def __init__(self, jobs: int):
+    def __init__(self, jobs: int, warmup: str | None = None):
         self.jobs = jobs
         self._procs: list = [None] * jobs
+        # (module, digest) each worker holds loaded (compile_queue sends a module's text to
+        # a worker once)
+        self._has: list = [None] * jobs
         self._lock = threading.Lock()
+        # a worker's first compile pays Triton's own set-up (~0.45 CPU s, over a second of
+        # wall time here): with a target ("cuda:90:32") each worker compiles a throw-away
+        # kernel for it into a temporary cache right after its imports, while the parent
+        # traces, instead of in the first graph's precompile
+        self.warmup = warmup
 
     def _spawn(self, k: int):
         import subprocess
@@ -244,12 +299,16 @@ class WorkerPool:
         from .cache import use_for_triton
         use_for_triton()     # workers inherit TRITON_CACHE_DIR: ember's cache, unless set
         env = {k2: v for k2, v in os.environ.items() if k2 != "TRITON_INTERPRET"}
+        env.pop(_WARMUP_VAR, None)
+        if self.warmup:
+            env[_WARMUP_VAR] = self.warmup
         err = tempfile.TemporaryFile(mode="w+b", prefix="ember_worker_")
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                                 env=env)
         proc.ember_stderr = err
         self._procs[k] = proc
+        self._has[k] = None
         return proc
 
     def start(self) -> None:
@@ -262,6 +321,7 @@ class WorkerPool:
     def _kill(self, k: int) -> str:
         p = self._procs[k]
         self._procs[k] = None
+        self._has[k] = None
         if p is None:
             return ""
         if p.poll() is None:
@@ -327,6 +387,91 @@ class WorkerPool:
                     results[k] = (124, "", self._kill(k))
             return results
 
+    def compile_queue(self, source: str, path: str, modname: str, requests, jobs: int,
+                      timeout: float, on_done=None) -> dict:
+        """Compiles `requests` of one module on the first `jobs` workers from a queue: each
+        worker gets one request and, when it answers, the next (in `requests`' order), so
+        that no worker idles while another still holds a list (request k to worker k % jobs
+        left resnet18's backward at 1.60 s on 8 workers where a queue of its requests,
+        longest first, takes 1.30). A worker is sent the module's text only where it does not
+        hold that module (its digest) loaded. {"ok": n, "errors": [text]} as compile_pool;
+        `on_done(request)` is called as each request is answered (compiled or failed)."""
+        import hashlib
+        import selectors
+        import time
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        held = (modname, path, digest)
+        result: dict = {"ok": 0, "errors": []}
+        todo = list(reversed(requests))
+        done = on_done or (lambda req: None)
+        with self._lock:
+            sel = selectors.DefaultSelector()
+            busy: dict = {}         # worker -> [request, answer so far]
+
+            def send(k: int) -> None:
+                while todo:
+                    req = todo.pop()
+                    p = self._procs[k]
+                    if p is None or p.poll() is not None:
+                        if p is not None:
+                            self._kill(k)
+                        p = self._spawn(k)
+                    payload = {"path": path, "module": modname, "digest": digest,
+                               "requests": [list(req)]}
+                    if self._has[k] != held:
+                        payload["source"] = source
+                    try:
+                        p.stdin.write(json.dumps(payload).encode() + b"\n")
+                        p.stdin.flush()
+                    except OSError:
+                        result["errors"].append(f"{req[0]}: {self._kill(k)}")
+                        done(req)
+                        continue
+                    self._has[k] = held
+                    busy[k] = [req, b""]
+                    sel.register(p.stdout, selectors.EVENT_READ, k)
+                    return
+
+            for k in range(min(jobs, self.jobs, len(todo))):
+                send(k)
+            deadline = time.monotonic() + timeout
+            while busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                for key, _ in sel.select(left):
+                    k = key.data
+                    chunk = os.read(key.fileobj.fileno(), 1 << 16)
+                    if not chunk:                       # the worker died
+                        sel.unregister(key.fileobj)
+                        req, _ = busy.pop(k)
+                        result["errors"].append(f"{req[0]}: {self._kill(k)}")
+                        done(req)
+                        send(k)
+                        continue
+                    busy[k][1] += chunk
+                    if not busy[k][1].endswith(b"\n"):
+                        continue
+                    sel.unregister(key.fileobj)
+                    req, answer = busy.pop(k)
+                    try:
+                        r = json.loads(answer.decode(errors="replace").strip().splitlines()[-1])
+                        result["ok"] += r["ok"]
+                        result["errors"] += r["errors"]
+                    except (ValueError, IndexError, KeyError):
+                        result["errors"].append(f"{req[0]}: worker answered {answer[-200:]!r}")
+                        self._kill(k)
+                    done(req)
+                    send(k)
+            sel.close()
+            for k, (req, _) in list(busy.items()):      # past the timeout
+                result["errors"].append(f"{req[0]}: timeout: {self._kill(k)}")
+                done(req)
+            result["errors"] += [f"{req[0]}: not sent before the timeout" for req in todo]
+            for req in todo:
+                done(req)
+        return result
+
     def close(self, grace: float = 2.0) -> None:
         """Ends every worker: EOF on its stdin ends its loop; one still compiling after
         `grace` seconds (all workers together) is killed."""
@@ -350,19 +495,44 @@ class WorkerPool:
 _pool: WorkerPool | None = None
 
 
-def start_pool(jobs: int | None = None) -> WorkerPool | None:
+_WARMUP_VAR = "EMBER_WORKER_WARMUP"
+
+
+def start_pool(jobs: int | None = None, warmup: str | None = None) -> WorkerPool | None:
     """Starts (once per process) the workers that every later precompile uses; returns at once.
-    None where processes cannot be started (the one-shot workers of `run_workers` remain)."""
+    None where processes cannot be started (the one-shot workers of `run_workers` remain).
+    `warmup`: the target ("cuda:90:32") each worker compiles a throw-away kernel for as soon
+    as it has started (WorkerPool.warmup)."""
     global _pool
     try:
         if _pool is None:
             import atexit
-            _pool = WorkerPool(jobs or default_jobs())
+            _pool = WorkerPool(jobs or default_jobs(), warmup)
             atexit.register(_pool.close)
+            _triton_key_early()
         _pool.start()
     except Exception:   # noqa: BLE001 -- compiles then start their own workers
         return None
     return _pool
+
+
+def _triton_key_early() -> None:
+    """Triton's cache key of itself (`triton_key`: a sha256 of its compiler's files and of
+    libtriton, 0.38 CPU s and 1.2 s of wall time here, read once per process) computed in a
+    thread now, while the parent traces: the first precompile's cache lookups, in the
+    parent and before any request goes to a worker, needed it (the launches need it too).
+    Reading and hashing release the GIL. Only a head start: a failure changes nothing."""
+    try:
+        from triton.runtime.cache import triton_key
+    except Exception:   # noqa: BLE001 -- another Triton: its first lookup computes its key
+        return
+
+    def run():
+        try:
+            triton_key()
+        except Exception:   # noqa: BLE001 -- computed again (and raised) where it is used
+            pass
+    threading.Thread(target=run, name="ember-triton-key", daemon=True).start()
 
 
 def triton_cache_is_empty() -> bool:
@@ -380,25 +550,29 @@ def triton_cache_is_empty() -> bool:
 
 
 def compile_pool(source: str, path: str, modname: str, requests, jobs: int | None = None,
-                 timeout: float = 600) -> dict:
+                 timeout: float = 600, in_order: bool = False, on_done=None) -> dict:
     """Compiles `requests` (from compile_requests) in `jobs` worker processes (the process's
     pool when `start_pool` started one, else workers started for this call); returns
     {"ok": n, "errors": [text]}. Request k goes to worker k % jobs (deterministic)."""
-    requests = list(requests)
+    requests = list(requests) if in_order else longest_first(source, list(requests))
     if not requests:
         return {"ok": 0, "errors": []}
     pool = _pool
     jobs = max(1, min(jobs or (pool.jobs if pool is not None else default_jobs()),
                       len(requests), MAX_JOBS))
-    if pool is not None and jobs > pool.jobs:
-        pool = None
-    payloads = [{"source": source, "path": path, "module": modname,
-                 "requests": requests[k::jobs]} for k in range(jobs)]
+    if pool is not None and jobs <= pool.jobs:
+        return pool.compile_queue(source, path, modname, requests, jobs, timeout, on_done)
+    # one-shot workers, one list each: the longest first, each to the least loaded list
+    lists: list = [[] for _ in range(jobs)]
+    load = [0] * jobs
+    for req in requests:
+        k = load.index(min(load))
+        lists[k].append(req)
+        load[k] += max(1, estimated_cost(source, req[0]))
+    payloads = [{"source": source, "path": path, "module": modname, "requests": lst}
+                for lst in lists if lst]
     result = {"ok": 0, "errors": []}
-    if pool is not None:
-        answers = pool.run(payloads, timeout)
-    else:
-        answers = run_workers([sys.executable, os.path.abspath(__file__)], payloads, timeout)
+    answers = run_workers([sys.executable, os.path.abspath(__file__)], payloads, timeout)
     for code, out, err in answers:
         try:
             r = json.loads(out.strip().splitlines()[-1])
@@ -406,10 +580,45 @@ def compile_pool(source: str, path: str, modname: str, requests, jobs: int | Non
             result["errors"] += r["errors"]
         except (ValueError, IndexError, KeyError):
             result["errors"].append(f"worker exit {code}: {err[-2000:]}")
+    for req in requests if on_done is not None else ():
+        on_done(req)
     return result
 
 
-def precompile(mod, launches, device, jobs: int | None = None) -> dict:
+class PendingPrecompile:
+    """A precompile still running (`precompile(..., overlap=True)`): its requests go to the
+    workers in launch order from a thread, and each launcher waits, before its first launch,
+    for its own requests only (`wait_launcher`), so that the first call's launches (their
+    autotuning, their kernels' loads) run while the workers build the later kernels. Every
+    request is marked answered whatever happens to it (compiled, failed, timed out, the
+    thread failing): a launcher never waits for good, and a kernel whose build failed
+    compiles at its launch, as without a precompile."""
+
+    def __init__(self, by_launcher: dict, keys):
+        self._events = {key: threading.Event() for key in keys}
+        self._by_launcher = by_launcher
+        self.done = threading.Event()
+        self.result: dict | None = None
+
+    def answered(self, request) -> None:
+        ev = self._events.get(tuple(request))
+        if ev is not None:
+            ev.set()
+
+    def wait_launcher(self, name: str, timeout: float = 600) -> None:
+        if self.done.is_set():
+            return
+        for key in self._by_launcher.get(name, ()):
+            ev = self._events.get(key)
+            if ev is not None:
+                ev.wait(timeout)
+
+    def wait(self, timeout: float | None = None) -> dict | None:
+        self.done.wait(timeout)
+        return self.result
+
+
+def precompile(mod, launches, device, jobs: int | None = None, overlap: bool = False):
     """compile_requests + compile_pool for a module loaded by runtime/py_module.py. Never
     raises: a failure is reported in the result and the launches compile for themselves.
 
@@ -417,7 +626,10 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
     warm start of the same program in the same cache then skips finding the requests and
     looking each up (~5 ms a request: 1.3 s of efficientnet_b0's warm start on the H100).
     Were the cache emptied since, the stamp went with it; were single kernels deleted, their
-    launches compile for themselves, as without a precompile."""
+    launches compile for themselves, as without a precompile.
+
+    `overlap`: where there is something to compile, a PendingPrecompile is returned at once
+    (the requests go out in launch order, not longest first; see PendingPrecompile)."""
     import time
     t0 = time.perf_counter()
     try:
@@ -425,24 +637,54 @@ def precompile(mod, launches, device, jobs: int | None = None) -> dict:
         if stamp is not None and stamp.exists():
             return {"ok": 0, "errors": [], "cached": 0, "stamped": True,
                     "seconds": round(time.perf_counter() - t0, 3)}
-        requests = compile_requests(mod, launches, device)
+        by_launcher: dict = {}
+        if overlap:     # which requests each launcher's first launch needs
+            for launch in launches:
+                by_launcher.setdefault(launch[0], []).extend(
+                    compile_requests(mod, [launch], device))
+            requests = list(dict.fromkeys(r for rs in by_launcher.values() for r in rs))
+        else:
+            requests = compile_requests(mod, launches, device)
         missing = [r for r in requests if not in_triton_cache(mod, *r)]
         # an earlier module's kernel (compiled with that module's first call, normally in the
         # cache by now): where it is not, its launch compiles it
         send = [r for r in missing if not foreign(mod, r[0])]
         if send and _pool is None and jobs is None:
             start_pool()    # kept for the next graphs of this process
-        result = compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, send, jobs)
-        result["cached"] = len(requests) - len(missing)
-        if len(send) < len(missing):
-            result["left_to_launch"] = len(missing) - len(send)
-        result["seconds"] = round(time.perf_counter() - t0, 3)
-        if stamp is not None and not result.get("errors") \
-                and result.get("ok", 0) == len(missing):
-            from .cache import atomic_write
-            stamp.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(stamp, f"{len(requests)} requests\n")
-        return result
+
+        def finish(result: dict) -> dict:
+            result["cached"] = len(requests) - len(missing)
+            if len(send) < len(missing):
+                result["left_to_launch"] = len(missing) - len(send)
+            result["seconds"] = round(time.perf_counter() - t0, 3)
+            if stamp is not None and not result.get("errors") \
+                    and result.get("ok", 0) == len(missing):
+                from .cache import atomic_write
+                stamp.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(stamp, f"{len(requests)} requests\n")
+            return result
+
+        if not (overlap and send):
+            return finish(compile_pool(mod.__ember_source__, mod.__file__, mod.__name__, send,
+                                       jobs))
+        pending = PendingPrecompile({k: [tuple(r) for r in v] for k, v in by_launcher.items()},
+                                    [tuple(r) for r in send])
+        source, path, name = mod.__ember_source__, mod.__file__, mod.__name__
+
+        def run():
+            result: dict = {"ok": 0, "errors": []}
+            try:
+                result = finish(compile_pool(source, path, name, send, jobs, in_order=True,
+                                             on_done=pending.answered))
+            except Exception as err:    # noqa: BLE001 -- the launches compile for themselves
+                result["errors"].append(f"{type(err).__name__}: {err}")
+            finally:
+                for r in send:
+                    pending.answered(r)
+                pending.result = result
+                pending.done.set()
+        threading.Thread(target=run, name="ember-precompile", daemon=True).start()
+        return pending
     except Exception as err:    # noqa: BLE001 -- the JIT path still compiles everything
         return {"ok": 0, "errors": [f"{type(err).__name__}: {err}"]}
 
@@ -549,9 +791,22 @@ def load_as(source: str, path: str, modname: str):
     return mod
 
 
+_held: dict = {}     # a worker's last loaded module: {"key": (module, path, digest), "mod": ...}
+
+
 def _compile_payload(req) -> dict:
     ok, errors = 0, []
-    mod = load_as(req["source"], req["path"], req["module"])
+    key = (req["module"], req["path"], req.get("digest"))
+    if "source" in req:
+        mod = load_as(req["source"], req["path"], req["module"])
+        _held.clear()
+        if key[2] is not None:
+            _held.update(key=key, mod=mod)
+    elif _held.get("key") == key:
+        mod = _held["mod"]
+    else:   # the parent thought this worker held the module: each request is reported
+        return {"ok": 0, "errors": [f"{fn}: worker: module {req['module']} not loaded"
+                                    for fn, _ in req["requests"]]}
     for fn_name, spec in req["requests"]:
         try:
             compile_request(mod, fn_name, spec)
@@ -603,6 +858,54 @@ def _worker() -> None:
     print(json.dumps(_compile_payload(json.loads(sys.stdin.read()))))
 
 
+_WARMUP_SOURCE = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def ember_warmup_kernel(x, y, n, XBLOCK: tl.constexpr):
+    i = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    v = tl.load(x + i, mask=i < n, other=0.0)
+    tl.store(y + i, tl.exp(v) * 2.0 + tl.sum(v, 0), mask=i < n)
+"""
+
+
+def _warm_up(target: str) -> None:
+    """Compiles a small kernel for `target` ("cuda:90:32": backend, arch, warp size) into a
+    temporary Triton cache, removed after: Triton's first compile in a process loads and sets
+    up its backend (LLVM, the PTX assembler), ~0.45 CPU s that a worker's first request would
+    otherwise pay. Nothing of it stays in Triton's cache (a later process's cold-start test
+    reads that cache: triton_cache_is_empty). Never raises."""
+    import shutil
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="ember_warmup_")
+    before = os.environ.get("TRITON_CACHE_DIR")
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+        backend, arch, warp = target.split(":")
+        os.environ["TRITON_CACHE_DIR"] = tmp
+        path = os.path.join(tmp, "ember_warmup.py")
+        with open(path, "w") as f:
+            f.write(_WARMUP_SOURCE)
+        mod = load_as(_WARMUP_SOURCE, path, "ember_warmup")
+        src = ASTSource(mod.ember_warmup_kernel,
+                        {"x": "*fp32", "y": "*fp32", "n": "i32", "XBLOCK": "constexpr"},
+                        {"XBLOCK": 256})
+        triton.compile(src, target=GPUTarget(backend, int(arch) if arch.isdigit() else arch,
+                                             int(warp)))
+    except Exception:   # noqa: BLE001 -- only a head start: the first request pays it then
+        pass
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = before
+        sys.modules.pop("ember_warmup", None)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _serve() -> None:
     """WorkerPool's worker: imports first (while the parent traces and compiles), then one
     payload per stdin line, one answer per stdout line, until EOF."""
@@ -614,6 +917,8 @@ def _serve() -> None:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    if os.environ.get(_WARMUP_VAR):
+        _warm_up(os.environ[_WARMUP_VAR])
     for line in sys.stdin:
         if not line.strip():
             continue

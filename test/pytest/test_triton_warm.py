@@ -379,3 +379,276 @@ def test_worker_loads_generated_modules_without_importing_torch(monkeypatch, tmp
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+QUEUE_MODULE = '''
+import os, sys, time
+with open({loads!r}, "a") as f:     # one line per time a worker executes this module
+    f.write(str(os.getpid()) + "\\n")
+
+
+def __getattr__(name):              # what compile_request looks the kernel up by
+    if name == "die":
+        os._exit(3)
+    if name == "slow":
+        time.sleep(30)
+    raise AttributeError(name)
+'''
+
+# a specialization that parses (compile_request gets as far as looking the kernel up)
+SPEC = json.dumps({"target": {"backend": "cuda", "arch": 90, "warp_size": 32},
+                   "constant_keys": [], "constant_vals": [], "attrs_keys": [],
+                   "attrs_vals": [], "signature": {}, "options": {}})
+
+
+def test_compile_queue_answers_each_request_once_and_sends_a_module_once(tmp_path):
+    """The pool's queue (compile_pool with the process's pool): every request is compiled by
+    one worker, once, and answered (here each fails: the module defines no kernel); a worker
+    is sent a module's text once and keeps it loaded for the next requests, until the text
+    changes; a worker that dies costs the request it held, the next request gets a fresh
+    worker (which loads the module again); past the timeout, what was running or not yet sent
+    is reported, never compiled twice or dropped silently."""
+    from ember.runtime.triton_warm import WorkerPool
+    loads = tmp_path / "loads.txt"
+    source = QUEUE_MODULE.format(loads=str(loads))
+    path, mod = str(tmp_path / "q.py"), "ember_queue_test"
+    pool = WorkerPool(2)
+    try:
+        reqs = [(f"k{i}", SPEC) for i in range(7)]
+        r = pool.compile_queue(source, path, mod, reqs, jobs=2, timeout=300)
+        assert r["ok"] == 0 and sorted(e.split(":")[0] for e in r["errors"]) == \
+            sorted(n for n, _ in reqs), r
+        pids = loads.read_text().split()
+        assert len(pids) == 2 and len(set(pids)) == 2, pids     # each worker loaded it once
+        r = pool.compile_queue(source, path, mod, reqs[:4], jobs=2, timeout=300)
+        assert len(r["errors"]) == 4 and len(loads.read_text().split()) == 2   # still held
+        # another text: loaded again by each worker that gets a request of it
+        r = pool.compile_queue(source + "\n", path, mod, reqs[:4], jobs=1, timeout=300)
+        assert len(r["errors"]) == 4 and len(loads.read_text().split()) == 3
+        # a worker that dies mid-queue: its request reported, the rest compiled by a new one
+        r = pool.compile_queue(source, path, mod, [("k0", SPEC), ("die", SPEC), ("k1", SPEC),
+                                                   ("k2", SPEC)], jobs=1, timeout=300)
+        names = [e.split(":")[0] for e in r["errors"]]
+        assert names == ["k0", "die", "k1", "k2"], r["errors"]
+        assert "worker exit 3" in r["errors"][1]
+        assert len(loads.read_text().split()) == 5      # the text again (3 -> 4), a new worker
+        r = pool.compile_queue(source, path, mod, [("slow", SPEC), ("k0", SPEC)], jobs=1,
+                               timeout=1.0)
+        assert [e.split(":")[0] for e in r["errors"]] == ["slow", "k0"], r["errors"]
+        assert "timeout" in r["errors"][0] and "not sent" in r["errors"][1]
+        assert pool._procs[0] is None and pool._has[0] is None
+    finally:
+        pool.close()
+
+
+def test_longest_first_is_an_order_of_the_same_requests():
+    """compile_pool's order: the estimated costliest kernel first (an unrolled
+    `tl.static_range` body counted per iteration), the same requests, none lost or repeated,
+    ties in launch order."""
+    from ember.runtime.triton_warm import estimated_cost, longest_first
+    source = textwrap.dedent('''
+        @triton.jit
+        def small_kernel(x, XBLOCK: tl.constexpr):
+            a = 1
+            b = 2
+
+
+        @triton.jit
+        def unrolled_kernel(x, XBLOCK: tl.constexpr):
+            acc = 0
+            for r in tl.static_range(32):
+                acc = acc + r
+                acc = acc * 2
+            tl.store(x, acc)
+
+
+        @triton.jit
+        def long_kernel(x, XBLOCK: tl.constexpr):
+    ''') + "".join(f"    v{i} = {i}\n" for i in range(20))
+    assert estimated_cost(source, "small_kernel") == 2
+    assert estimated_cost(source, "unrolled_kernel") == 1 + 64 + 1
+    assert estimated_cost(source, "long_kernel") == 20
+    reqs = [("small_kernel", "a"), ("long_kernel", "a"), ("unrolled_kernel", "a"),
+            ("small_kernel", "b"), ("unrolled_kernel", "b"), ("missing_kernel", "a")]
+    order = longest_first(source, reqs)
+    assert sorted(order) == sorted(reqs)
+    assert order == [("unrolled_kernel", "a"), ("unrolled_kernel", "b"), ("long_kernel", "a"),
+                     ("small_kernel", "a"), ("small_kernel", "b"), ("missing_kernel", "a")]
+
+
+def test_compile_workers_follow_the_setting_then_the_affinity(monkeypatch):
+    """How many workers a pool starts: EMBER_COMPILE_WORKERS where set, else the cores this
+    process may run on (a `taskset` pins it to fewer than os.cpu_count()), at most MAX_JOBS."""
+    from ember.runtime import env, triton_warm
+    assert env.read_env({"EMBER_COMPILE_WORKERS": "8"}).compile_workers == 8
+    assert env.read_env({}).compile_workers is None
+    for bad in ("0", "-2", "many"):
+        with pytest.raises(ValueError, match="EMBER_COMPILE_WORKERS"):
+            env.read_env({"EMBER_COMPILE_WORKERS": bad})
+    try:
+        env.set_env(env.read_env({"EMBER_COMPILE_WORKERS": "3"}))
+        assert triton_warm.default_jobs() == 3
+        env.set_env(env.read_env({"EMBER_COMPILE_WORKERS": "500"}))
+        assert triton_warm.default_jobs() == triton_warm.MAX_JOBS
+        env.set_env(env.read_env({}))
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+        monkeypatch.setattr(os, "cpu_count", lambda: 128)
+        assert triton_warm.default_jobs() == 3
+    finally:
+        env.set_env(None)
+
+
+def test_worker_warm_up_compiles_and_leaves_no_cache_entry(tmp_path):
+    """A pool worker started with a warm-up target compiles a throw-away kernel for it (Triton's
+    first-compile set-up paid while the parent traces) in a temporary cache: the Triton cache
+    the worker shares stays empty (the next process's cold-start test reads it), and the
+    worker then compiles its requests as before."""
+    from ember.runtime import triton_warm
+    cache = tmp_path / "triton"
+    cache.mkdir()
+    script = textwrap.dedent(f'''
+        import os, sys
+        sys.path.insert(0, {os.path.dirname(triton_warm.__file__)!r})
+        os.environ["TRITON_CACHE_DIR"] = {str(cache)!r}
+        import triton, triton_warm
+        compiled = []
+        real = triton.compile
+
+
+        def spy(*a, **k):
+            out = real(*a, **k)
+            compiled.append(k["target"])       # compiled (an exception is swallowed)
+            return out
+        triton.compile = spy
+        triton_warm._warm_up("cuda:90:32")
+        assert os.environ["TRITON_CACHE_DIR"] == {str(cache)!r}
+        assert "ember_warmup" not in sys.modules
+        triton_warm._warm_up("nonsense")        # never raises
+        print(len(compiled), compiled[0].arch, compiled[0].backend)
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["1", "90", "cuda"], proc.stdout
+    assert list(cache.iterdir()) == [], "the warm-up left an entry in Triton's cache"
+
+
+def test_pool_start_computes_tritons_own_key_in_a_thread(tmp_path):
+    """start_pool (the backend's, at a cold start) computes Triton's key of itself
+    (`triton_key`, read by every cache lookup: the first precompile's in the parent) in a
+    thread, while the parent goes on tracing."""
+    script = textwrap.dedent('''
+        import threading
+        from ember.runtime import triton_warm
+        from triton.runtime.cache import triton_key
+        assert triton_key.cache_info().currsize == 0
+        pool = triton_warm.start_pool(1)
+        try:
+            for t in threading.enumerate():
+                if t.name == "ember-triton-key":
+                    t.join(120)
+            print(triton_key.cache_info().currsize)
+        finally:
+            pool.close()
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "1", proc.stdout
+
+
+OVERLAP_SCRIPT = textwrap.dedent('''
+    import glob, json, os, pickle, sys
+    os.environ.pop("TRITON_INTERPRET", None)
+    prog = pickle.load(open(sys.argv[1], "rb"))
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    class FakeDriver:
+        def get_current_device(self): return 0
+        def get_current_stream(self, device=None): return 0
+        def get_current_target(self): return GPUTarget("cuda", 90, 32)
+    driver.set_active(FakeDriver())
+    import torch
+    from ember.runtime import triton_warm
+    path = sys.argv[2]
+    with open(path, "w") as f:
+        f.write(prog.source)
+    mod = triton_warm.load_as(prog.source, path, "ember_generated_overlap")
+    mod.__ember_source__ = prog.source
+    launches = []
+    for s in prog.steps:
+        if s.kind == "kernel":
+            launches.append((s.name, [(tuple(prog.values[i].shape),
+                                       getattr(torch, prog.values[i].dtype),
+                                       prog.values[i].offset or 0)
+                                      for i in list(s.inputs) + list(s.outputs)]))
+    triton_warm.start_pool(2)
+    n_requests = len(triton_warm.compile_requests(mod, launches, "cuda"))
+    pending = triton_warm.precompile(mod, launches, "cuda", overlap=True)
+    assert isinstance(pending, triton_warm.PendingPrecompile), pending
+    cache = os.environ["TRITON_CACHE_DIR"]
+    hits = []
+    WAIT = pending.wait_launcher if sys.argv[3] == "wait" else (lambda name: None)
+    # each launch as the first call makes it: after its own builds only
+    for launch in launches:
+        WAIT(launch[0])
+        before = len(glob.glob(cache + "/*/*.cubin"))
+        for jit, args, kw in triton_warm.launch_variants(mod, [launch], "cuda"):
+            jit.run(*args, grid=None, warmup=True, **kw)
+        hits.append(len(glob.glob(cache + "/*/*.cubin")) == before)
+    res = pending.wait(600)
+    again = triton_warm.precompile(mod, launches, "cuda", overlap=True)
+    print(json.dumps({"hits": hits, "res": res, "again": again, "requests": n_requests}))
+''')
+
+
+def test_overlapped_precompile_builds_each_launch_before_its_first_launch(monkeypatch,
+                                                                            tmp_path):
+    """precompile(overlap=True) returns while the pool builds; each launcher's wait returns
+    once its own requests are built: replaying that launch's compiles right then finds every
+    one in Triton's cache (no new cubin). The whole result arrives after (every request
+    compiled) and stamps the cache like the blocking precompile: the next one is a warm
+    start."""
+    (program, _), = _program(monkeypatch, f, torch.randn(64, 300), torch.randn(64, 300),
+                             torch.randn(5000))
+    assert len([s for s in program.steps if s.kind == "kernel"]) == 2
+    pkl = tmp_path / "p.pkl"
+    pkl.write_bytes(pickle.dumps(program))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton_cache")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-c", OVERLAP_SCRIPT, str(pkl),
+                           str(tmp_path / "gen.py"), "wait"], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["hits"] == [True, True], out
+    assert out["res"]["errors"] == [] and out["res"]["ok"] == out["requests"] > 2, out
+    assert out["again"].get("stamped"), out["again"]
+
+
+def test_a_gated_launcher_waits_for_its_own_builds_then_for_nothing():
+    """CompiledProgram's launchers under precompile_overlap: while the precompile runs, a
+    launcher first waits for its own kernels (by its name); once it is done, the result is
+    kept and no launcher waits again."""
+    import threading
+    import types
+    waited = []
+
+    class Pending:
+        done = threading.Event()
+        result = {"ok": 3, "errors": []}
+
+        def wait_launcher(self, name):
+            waited.append(name)
+    prog = types.SimpleNamespace(_pending=Pending(), _precompiled=None)
+    g = executor.CompiledProgram._gated(prog, "ember_fused_x", lambda *a, **k: (a, k))
+    assert g(1, 2, _choice="t") == ((1, 2), {"_choice": "t"}) and waited == ["ember_fused_x"]
+    Pending.done.set()
+    assert g(3) == ((3,), {}) and waited == ["ember_fused_x"]
+    assert prog._pending is None and prog._precompiled == {"ok": 3, "errors": []}

@@ -1,0 +1,179 @@
+"""Where a backend's first call goes on the machine it runs on (the GPU's, above all): the parts
+of a cold first call that the CPU machine cannot time (waiting for the Triton compile workers,
+autotuning, the first launches' loads, library set-up, CUDA-graph capture).
+
+    python benchmarks/first_call_profile.py --model gpt2 [--backend ember|inductor|inductor-ro]
+                                            [--mode train|infer] [--small] [--top 40]
+                                            [--options '{"precompile_overlap": true}']
+                                            [--out FILE.prof] [--choices FILE.json]
+
+A fresh process with empty caches (ember's, Inductor's, Triton's: temporary directories), the
+model and inputs of models.py on the GPU (the CPU without one), one eager step first (CUDA, cuDNN
+and cuBLAS set up, as the harness's reference step does), then the backend's first call (a
+bf16-autocast training step, or the forward under no_grad) under cProfile with the wall clock.
+Printed: the first call's wall seconds, then the seconds spent inside the functions that make
+up a cold call (cumulative, so nested ones count in both: `ember: compile` holds `ember:
+precompile (waiting for workers)`), then the top functions by cumulative time. `--out` keeps the
+profile (`python -m pstats FILE`); `--choices` (ember) the autotuner's choices after two more
+calls: which of each kernel's configurations won, per autotuning key.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+
+# the caches empty before anything reads their variables
+os.environ["EMBER_CACHE_DIR"] = tempfile.mkdtemp(prefix="first_call_ember_")
+os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="first_call_triton_")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="first_call_inductor_")
+os.environ.setdefault("EMBER_PROGRAM_CACHE", "0")
+
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from models import FULL_TEXT_SHAPE, build  # noqa: E402
+
+# (label, file suffix, function name): cumulative seconds of each, summed over its entries
+PARTS = [
+    ("dynamo: convert_frame (the whole compile)", "_dynamo/convert_frame.py", "_compile"),
+    ("aot_autograd: aot_module_simplified (forward)", "_functorch/aot_autograd.py",
+     "aot_module_simplified"),
+    ("ember: compile (EmberGraph._build)", "frontend/compile.py", "_build"),
+    ("ember: import + passes + code (compile_module)", "frontend/compile_module.py",
+     "compile_module"),
+    ("ember: precompile (find requests + wait for workers)", "runtime/triton_warm.py",
+     "precompile"),
+    ("ember: compile_requests", "runtime/triton_warm.py", "compile_requests"),
+    ("ember: waiting for workers (compile_pool)", "runtime/triton_warm.py", "compile_pool"),
+    ("triton: autotuner run", "triton/runtime/autotuner.py", "run"),
+    ("triton: autotune benchmarks (_bench)", "triton/runtime/autotuner.py", "_bench"),
+    ("triton: JIT run (launch path)", "triton/runtime/jit.py", "run"),
+    ("triton: compile() (cache hits on a precompiled kernel)", "triton/compiler/compiler.py",
+     "compile"),
+    ("triton: load kernels (_init_handles)", "triton/compiler/compiler.py", "_init_handles"),
+    ("ember: CUDA graph capture", "runtime/cuda_graphs.py", "_capture"),
+    ("torch: CUDA graph capture_end", "torch/cuda/graphs.py", "capture_end"),
+    ("inductor: compile_fx_inner", "_inductor/compile_fx.py", "compile_fx_inner"),
+    ("inductor: async_compile wait", "_inductor/async_compile.py", "wait"),
+    ("inductor: autotune (benchmark_all_configs)", "_inductor/runtime/triton_heuristics.py",
+     "benchmark_all_configs"),
+    ("cuDNN/cuBLAS: convolution", "", "convolution"),
+    ("gc: collect", "", "<built-in method gc.collect>"),
+]
+
+
+def parts(stats: pstats.Stats) -> list[tuple[str, float, int]]:
+    out = []
+    for label, suffix, name in PARTS:
+        total, calls = 0.0, 0
+        for (path, _, fn), (cc, nc, tt, ct, callers) in stats.stats.items():
+            if fn == name and path.endswith(suffix):
+                # a recursive function's cumulative time counts once: only its outer entries
+                outer = [c for c in callers if c[2] != fn]
+                if outer or not callers:
+                    total += ct
+                    calls += cc
+        out.append((label, total, calls))
+    return out
+
+
+def autotune_choices() -> list[dict]:
+    """Every autotuned kernel of the process's generated modules (runtime/py_module) with its
+    configurations and, per autotuning key, the one chosen (its index): which configurations
+    ever win, to prune the lists of passes/triton_blocks.py with data instead of guesses."""
+    try:
+        import triton
+        from ember.runtime import py_module
+    except ImportError:
+        return []
+    out = []
+    for mod in list(py_module._modules.values()):
+        for name, obj in vars(mod).items():
+            if not isinstance(obj, triton.runtime.Autotuner) or not name.endswith("_kernel"):
+                continue
+            configs = [str(c) for c in obj.configs]
+            chosen = {str(k): configs.index(str(c)) if str(c) in configs else str(c)
+                      for k, c in getattr(obj, "cache", {}).items()}
+            out.append({"module": mod.__name__, "kernel": name, "configs": configs,
+                        "chosen": chosen})
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="gpt2")
+    ap.add_argument("--backend", default="ember",
+                    choices=("ember", "inductor", "inductor-ro", "aot_eager"))
+    ap.add_argument("--mode", default="train", choices=("train", "infer"))
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--options", default="",
+                    help="ember options, JSON (e.g. '{\"precompile_overlap\": true}')")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--choices", default=None,
+                    help="ember: after the first call and two more, write every autotuned "
+                         "kernel's configurations and the ones chosen (JSON) here")
+    args = ap.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    shape = None if args.small else FULL_TEXT_SHAPE.get(args.model)
+    model, inputs, loss_fn = build(args.model, device, small=args.small, text_shape=shape)
+    model = model.train() if args.mode == "train" else model.eval()
+
+    def step(fn):
+        if args.mode == "infer":
+            with torch.no_grad():
+                return fn(*inputs)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            loss = loss_fn(fn(*inputs))
+        loss.backward()
+        return loss
+
+    step(model)                 # eager: the device's libraries set up, as the harness's step
+    if device == "cuda":
+        torch.cuda.synchronize()
+    if args.backend == "ember":
+        import ember  # noqa: F401
+        import json
+        fn = torch.compile(model, backend="ember",
+                           options=json.loads(args.options) if args.options else None)
+    elif args.backend == "aot_eager":
+        fn = torch.compile(model, backend="aot_eager")
+    else:
+        fn = torch.compile(model, backend="inductor",
+                           mode="reduce-overhead" if args.backend == "inductor-ro" else None)
+    prof = cProfile.Profile(time.perf_counter)
+    t0 = time.perf_counter()
+    prof.enable()
+    step(fn)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    prof.disable()
+    wall = time.perf_counter() - t0
+    print(f"{args.model} {args.mode} {args.backend} on {device}: first call {wall:.2f} s "
+          f"(under cProfile: Python-heavy parts inflated)")
+    stats = pstats.Stats(prof)
+    for label, total, calls in parts(stats):
+        if calls:
+            print(f"  {label:<58} {total:8.2f} s  ({calls} calls)")
+    if args.out:
+        stats.dump_stats(args.out)
+    stats.sort_stats("cumulative").print_stats(args.top)
+    if args.choices:
+        import json
+        for _ in range(2):
+            step(fn)
+        choices = autotune_choices()
+        with open(args.choices, "w") as f:
+            json.dump(choices, f, indent=1)
+        won = sum(1 for c in choices for v in c["chosen"].values() if v == 0)
+        print(f"autotuned kernels: {len(choices)}; keys where the first configuration won: "
+              f"{won} of {sum(len(c['chosen']) for c in choices)}")
+
+
+if __name__ == "__main__":
+    main()
