@@ -37,11 +37,25 @@ def input_free(gm: fx.GraphModule) -> dict[fx.Node, bool]:
     constant: dict[fx.Node, bool] = {}
     for node in gm.graph.nodes:
         op = node.target
+        if node.op == "get_attr":
+            # a tensor constant the trace lifted (`torch.tensor(count)` in swin_t's shifted-
+            # window mask, `self._tensor_constant0`): the graph module's own, no input
+            constant[node] = isinstance(_attr(gm, op), torch.Tensor)
+            continue
         constant[node] = (node.op == "call_function" and (
             op is operator.getitem or isinstance(op, torch._ops.OpOverload)
             and torch.Tag.nondeterministic_seeded not in op.tags)
             and all(constant.get(n, False) for n in node.all_input_nodes))
     return constant
+
+
+def _attr(gm: fx.GraphModule, target: str):
+    obj = gm
+    for name in target.split("."):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
 
 
 def static_inputs(gm: fx.GraphModule) -> bool:
@@ -81,6 +95,9 @@ def evaluate(node: fx.Node, values: dict) -> torch.Tensor | None:
 
     def run(n: fx.Node):
         if n not in values:
+            if n.op == "get_attr":
+                values[n] = _attr(n.graph.owning_module, n.target)
+                return values[n]
             for m in n.all_input_nodes:
                 run(m)
             args = fx.node.map_arg(n.args, lambda m: values[m])
