@@ -113,8 +113,13 @@ class GraphedProgram:
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset(),
                  written_inputs: frozenset[int] = frozenset(), share_pool: bool = True,
-                 tail_min_bytes: int | None = None):
+                 tail_min_bytes: int | None = None, tail_guarded: bool = False):
         self._run = run
+        # whether the tail may write guarded outputs: a backward's gradients (autograd takes
+        # them, nothing reads them in another graph's pool), which then take new memory per
+        # call instead of lying in the pool between steps; not a forward's saved activations,
+        # which its backward reads in place in the pool
+        self._tail_guarded = tail_guarded
         if tail_min_bytes is not None:      # the `graph_tail_min_bytes` option
             self.TAIL_MIN_BYTES = tail_min_bytes
         if hasattr(run, "outputs_in_inputs"):
@@ -152,6 +157,9 @@ class GraphedProgram:
         # writes) and the captured value table the tail reads
         self._tail: tuple[int, frozenset[int]] | None = None
         self._static_vals: list | None = None
+        # (value, pooled input, byte offset, shape, strides, dtype, element offset): values
+        # the tail reads in another graph's pool, made per replay (see _capture)
+        self._tail_views: list[tuple] = []
         # output -> (pooled input, byte offset in its storage, shape, strides, dtype): outputs
         # written into another graph's pool, rebuilt from the input per replay (not held)
         self._in_pool: dict[int, tuple] = {}
@@ -349,10 +357,12 @@ class GraphedProgram:
         # fresh outputs, the logits of a language model, would otherwise lie in its pool for
         # good and be copied out per call, the copy alive beside them; not a graph reading
         # another's pool in place, nor one that lends its outputs for write-back)
+        # (reading another graph's pool in place: what the tail reads there is rebuilt from
+        # the call's inputs per replay, `_tail_views`, not held)
         self._tail = (split(self.TAIL_MIN_BYTES, arena_free=bool(self._guarded))
-                      if split is not None and not (self._lent - self._guarded)
-                      and not self._pooled else None)
-        if self._tail is not None and self._tail[1] & self._guarded:
+                      if split is not None and not (self._lent - self._guarded) else None)
+        if self._tail is not None and self._tail[1] & self._guarded \
+                and not self._tail_guarded:
             self._tail = None   # a saved activation stays in the pool, read there in place
         family = self._pick_family(static)
         with torch.cuda.graph(graph, pool=family.pool if family is not None else None):
@@ -371,6 +381,17 @@ class GraphedProgram:
                 keep = reads(self._tail[0])
                 self._static_vals = [v if i in keep else None
                                      for i, v in enumerate(self._static_vals)]
+            # what it reads in another graph's pool (a backward's embedding gradient reads
+            # the donated saved activation its head wrote the token gradients into): views
+            # made per replay from the call's pooled inputs, as `_in_pool` outputs are; held,
+            # they would keep that graph's liveness guard from ever letting it replay
+            self._tail_views = [(v, i, off, shape, stride, dt,
+                                 off // dt.itemsize if off % dt.itemsize == 0 else None)
+                                for v, (i, off, shape, stride, dt) in _pool_views(
+                                    self._static_vals, [static[i] for i, _ in self._pooled],
+                                    [i for i, _ in self._pooled]).items()]
+            for v, *_ in self._tail_views:
+                self._static_vals[v] = None
         _clear_blas_workspaces()
         # (in a shared pool: what this capture added to it)
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
@@ -454,6 +475,7 @@ class GraphedProgram:
         self._recaptures += 1
         self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
         self._tail = self._static_vals = None
+        self._tail_views = []
         self._in_pool = {}
         self._pooled, self._guard = [], []
         _unpool(self._pool_ptrs)
@@ -510,7 +532,15 @@ class GraphedProgram:
         for j, o in zip(detached, map(torch.Tensor.detach, map(outs.__getitem__, detached))):
             outs[j] = o
         if self._tail is not None:      # the last kernel, into new memory: nothing to copy
-            tail = self._run.run_tail(self._static_vals, self._tail[0])
+            vals = self._static_vals
+            if self._tail_views:
+                vals = list(vals)
+                for v, i, off, shape, stride, dt, eoff in self._tail_views:
+                    t = inputs[i]
+                    vals[v] = (reinterpret(t, shape, stride, eoff - t.storage_offset())
+                               if t.dtype == dt and eoff is not None
+                               else _view_in(t, off, shape, stride, dt))
+            tail = self._run.run_tail(vals, self._tail[0])
             for j in self._tail_outs:
                 outs[j] = tail[j]
         fresh = self._fresh

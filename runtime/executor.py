@@ -537,8 +537,7 @@ class CompiledProgram:
         training forward), which also gives None where the tail would still read the arena;
         an inference graph keeps those launches in its graph."""
         p = self.program
-        if (self._dynamic or not p.steps or self._writes_inputs or self._in_inputs
-                or self._release_after or self._clone_out):
+        if self._dynamic or not p.steps or self._writes_inputs or self._clone_out:
             return None
         k = len(p.steps) - 1
         while k >= 0 and p.steps[k].kind == "view":
@@ -550,12 +549,20 @@ class CompiledProgram:
                 or not s.outputs:
             return None
         if s.kind == "library" and s.params.get("in_place") is not None:
-            return None     # its result is the fill it wrote in place: memory of the arena
-        fresh = set(s.outputs)
-        for v in p.steps[k + 1:]:     # views of the tail's results are fresh memory too
-            if not set(v.inputs) <= fresh:
+            # its result is the fill it wrote in place: a tail only from that fill on (a
+            # backward's embedding gradients, `_fill_tail`), never into the head's memory
+            first = self._fill_tail(k)
+            if first is None:
                 return None
-            fresh.update(v.outputs)
+        else:
+            first = k
+        fresh: set[int] = set()
+        for v in p.steps[first:]:   # views of the tail's results are fresh memory too
+            if v.kind != "view" or set(v.inputs) <= fresh:
+                fresh.update(v.outputs)
+        made = {o for v in p.steps[first:] for o in v.outputs}
+        if any(o in made and o not in fresh for o in p.outputs):
+            return None     # a view of the head's memory made in the tail, handed out
         if s.kind in ("kernel", "extern") and any(
                 p.values[o].offset is not None or p.values[o].into_input is not None
                 or not _static(p.values[o].shape) for o in s.outputs):
@@ -567,11 +574,56 @@ class CompiledProgram:
                      for o in {p.outputs[j] for j in positions})
         if nbytes < min_bytes:
             return None
-        moved = self._tail_casts(k) if arena_free else ()
-        key = (self._step_start[k], moved)
-        if arena_free and any(p.values[i].offset is not None for i in self.tail_reads(key)):
+        moved = self._tail_casts(k) if arena_free and first == k else ()
+        key = (self._step_start[first], moved)
+        if arena_free and any(self._in_arena(i) for i in self.tail_reads(key)):
             return None
         return key, positions
+
+    def _in_arena(self, vid: int) -> bool:
+        """Whether value `vid` (or what it views) lies in the arena (not in a donated input)."""
+        v = self.program.values[self._root(vid)]
+        return v.offset is not None and v.in_input is None
+
+    def _fill_tail(self, k: int) -> int | None:
+        """For a last step `k` that is a library call writing a fill in place (the embedding
+        gradient's `scatter_add_` into zeros, IN_PLACE): the first step of the longest run of
+        steps ending the program made of fills, the in-place calls writing them and views,
+        starting at a fill, where each such call writes a fill of the run and each fill is read
+        by nothing but its call (GPT-2's backward ends with two: wpe's, then wte's). None
+        where there is no such run. Its results are memory the run allocates itself, so a
+        graph may run it after each replay into new memory, as a tail."""
+        p = self.program
+        steps = p.steps
+        end = len(steps)
+        a = end
+        while a > 0 and (steps[a - 1].kind in ("view", "fill")
+                         or (steps[a - 1].kind == "library"
+                             and steps[a - 1].params.get("in_place") is not None)):
+            a -= 1
+        index = {id(x): n for n, x in enumerate(steps)}
+        while a <= k and steps[a].kind != "fill":     # it starts at a fill of the run
+            a += 1
+        if a > k:
+            return None
+        readers: dict[int, int] = {}
+        for x in steps:
+            for i in x.inputs:
+                readers[i] = readers.get(i, 0) + 1
+        for x in steps[a:]:
+            if x.kind == "library":
+                i = x.inputs[x.params["in_place"]]
+                st = self._producer.get(i)
+                if st is None or st.kind != "fill" or index[id(st)] < a or readers[i] != 1 \
+                        or i in p.outputs or any(
+                            p.values[o].offset is not None or p.values[o].in_input is not None
+                            for o in x.outputs):
+                    return None
+            elif x.kind == "fill" and any(
+                    not _static(p.values[o].shape) or p.values[o].offset is not None
+                    for o in x.outputs):
+                return None
+        return a
 
     def _tail_casts(self, k: int) -> tuple[int, ...]:
         """Steps before `k` that the tail may run first: a kernel that makes an arena value
@@ -619,6 +671,7 @@ class CompiledProgram:
         skip = {id(r) for j in moved for r in self._step_runs(j)}
         with torch.no_grad():
             _, vals = self._begin(inputs)
+            self._prepare_inputs(inputs, vals)
             for run in self._runs[:start]:
                 if id(run) not in skip:
                     run(vals)
@@ -655,9 +708,9 @@ class CompiledProgram:
             self._take_inputs(inputs, vals)
         return base, vals
 
-    def _run(self, inputs: tuple) -> list[torch.Tensor]:
-        p = self.program
-        base, vals = self._begin(inputs)
+    def _prepare_inputs(self, inputs: tuple, vals: list) -> None:
+        """Per call, before the steps: the inputs written in place, the values planned in
+        donated inputs' memory (_carve_inputs)."""
         if self._writes_inputs:     # an input passed twice is not written in place
             seen, shared = set(), set()
             for t in inputs:
@@ -667,6 +720,11 @@ class CompiledProgram:
             self._shared_inputs = shared
         if self._in_inputs or self._release_after:
             self._carve_inputs(inputs, vals)
+
+    def _run(self, inputs: tuple) -> list[torch.Tensor]:
+        p = self.program
+        base, vals = self._begin(inputs)
+        self._prepare_inputs(inputs, vals)
         for run in self._runs:
             run(vals)
         if self._pool is not None:

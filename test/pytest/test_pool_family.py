@@ -410,3 +410,97 @@ def test_graph_tail_min_bytes_option():
     for bad in (-1, 1.5, True, "0"):
         with pytest.raises(OptionsError, match="graph_tail_min_bytes"):
             CompileOptions(graph_tail_min_bytes=bad)
+
+
+class _RecordingHead:
+    """A real CompiledProgram (test_runtime's embedding backward) whose `run_head`, under a
+    fake capture, records itself: a replay runs the head again on the capture's inputs (the
+    pooled one by weak reference, as a graph holds none) and copies its values into the
+    captured table (what a real replay writes where the capture's allocations lay; what lies
+    in the pooled input is written there directly, as the program's own views of it)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+
+    def __getattr__(self, name):
+        return getattr(self.cp, name)
+
+    def __call__(self, *ins):
+        return self._record(self.cp, ins)
+
+    def run_head(self, inputs, tail):
+        return self._record(lambda *a: self.cp.run_head(a, tail), inputs)
+
+    @staticmethod
+    def _record(fn, inputs):
+        g = _FakeGraph.capturing
+        before = [t.clone() for t in inputs] if g is not None else None
+        vals = fn(*inputs)
+        if g is not None:
+            for t, b in zip(inputs, before):    # a capture runs nothing: the donated input
+                t.copy_(b)                      # keeps its values for the first replay
+            refs = [weakref.ref(t) for t in inputs]
+            # (a graph holds nothing of another graph's pool: its replay writes the pooled
+            # input's memory in place, as the program's own views of it do here)
+            from ember.runtime.cuda_graphs import pooled_storage
+            g.again = lambda: fn(*[r() for r in refs])
+            g.static = [None if isinstance(v, torch.Tensor) and pooled_storage(v) else v
+                        for v in vals]
+        return vals
+
+
+@pytest.mark.parametrize("tail_guarded", [True, False])
+def test_backward_runs_its_embedding_gradient_after_the_replay(fake_cuda, tmp_path,
+                                                               tail_guarded):
+    """A graphed backward (its gradients guarded, its saved activation read in place in the
+    forward's pool) whose last steps are the embedding gradient's fill and scatter_add runs
+    them after each replay into new memory (`tail_guarded`, the frontend's choice for a
+    backward): the gradient is not held in the pool between steps (graph_static_output_bytes
+    without its 512 bytes), is right at every step, and what the tail reads in the pooled
+    input (the token gradients the head wrote there) is rebuilt per replay from the call's
+    input, never held: the pooled storage's use count is back at rest after each call.
+    Without `tail_guarded` (a forward's rule) the gradient stays in the graph."""
+    from test_runtime import embedding_backward_program
+
+    from ember.runtime.executor import load
+    cg = fake_cuda
+    cp = load(embedding_backward_program(), cache=tmp_path)
+    bwd = cg.GraphedProgram(_RecordingHead(cp), written_inputs=frozenset({2}),
+                            tail_min_bytes=0, tail_guarded=tail_guarded)
+    bwd.lend([], guarded=[0, 1])
+    bwd.stats = {"graph_id": "g-backward"}
+    torch.manual_seed(0)
+    saved = torch.empty(4, 8)        # the forward's saved activation, in its pool
+    st = saved.untyped_storage()
+    cg._POOLED.add(st.data_ptr())
+    use = torch._C._storage_Use_Count
+    rest = use(st._cdata)
+    idx = torch.tensor([3, 0, 3, 15])
+    grads = []
+    try:
+        for _ in range(5):
+            g = torch.randn(4, 8)
+            saved.copy_(torch.randn(4, 8))
+            want = torch.zeros(16, 8).scatter_add_(0, idx.view(4, 1).expand(4, 8), g + saved)
+            wsum = (g + saved).sum(1)
+            emb, rows = bwd(idx, g, saved)
+            assert torch.equal(emb, want) and torch.equal(rows, wsum)
+            if tail_guarded:    # kept: with the tail, no replay waits for it
+                grads.append(emb)
+            del emb, rows
+            assert use(st._cdata) == rest
+    finally:
+        cg._POOLED.discard(st.data_ptr())
+    assert bwd.captured and bwd._pooled == [(2, saved.data_ptr())]
+    if tail_guarded:
+        assert bwd._tail is not None and bwd._tail[1] == {0} and bwd._static_out[0] is None
+        assert [v for v, *_ in bwd._tail_views] == [4]      # the token gradients' view
+        assert not any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr()
+                       == st.data_ptr() for t in bwd._static_vals)
+        assert len({t.data_ptr() for t in grads[2:]}) == 3   # new memory each call
+        assert bwd.stats["graph_static_output_bytes"] == 16  # the row sums alone
+        assert bwd.stats["graph_tail_outputs"] == 1
+    else:
+        assert bwd._tail is None
+        assert bwd.stats["graph_static_output_bytes"] == 16 + 512
+    assert bwd.ungraphed_calls == 0

@@ -431,6 +431,56 @@ def test_tail_split_takes_a_last_library_call_and_its_views(tmp_path):
     assert load(program(view_of=2), cache=tmp_path).tail_split(0) is None
 
 
+def embedding_backward_program(fill_read_twice=False):
+    """A backward's last steps as ember compiles an embedding's gradient: a kernel writes the
+    token gradients (%3 = g + s) into a donated saved activation's memory (%2), then a fill
+    (%6, vocabulary x hidden) and `scatter_add` into it in place (%7 = the weight's gradient).
+    Inputs: %0 token ids [4], %1 g [4, 8], %2 s [4, 8] (donated); outputs: %7 [16, 8] and
+    %5 = rowsum(%3) [4]."""
+    from ember.runtime.program import Program, Step, ValueInfo
+    vals = [ValueInfo((4,), "int64"), ValueInfo((4, 8), F32), ValueInfo((4, 8), F32),
+            ValueInfo((4, 8), F32, 0, in_input=2), ValueInfo((4, 8), F32), ValueInfo((4,), F32),
+            ValueInfo((16, 8), F32), ValueInfo((16, 8), F32)]
+    scatter = {"tensor_args": ["self", "index", "src"], "kwargs": {"dim": 0}, "results": [0],
+               "views": [[1, 0, 4, 8, 1, 0]], "in_place": 0}
+    steps = [Step("kernel", "ember_add", (1, 2), (3,)),
+             Step("kernel", "ember_rowsum", (3,), (5,)),
+             Step("view", "collapse_shape", (3,), (4,)),
+             Step("fill", "full", (), (6,), {"value": 0.0}),
+             Step("library", "aten.scatter_add.default", (6, 0, 4), (7,), scatter)]
+    if fill_read_twice:     # the fill read by another step too: no tail
+        steps.insert(4, Step("kernel", "ember_rowsum", (6,), (5,)))
+        del steps[1]
+    return Program("cpu", "cpp", CPP, vals, 3, steps, [7, 5], 0, ["ember_add", "ember_rowsum"],
+                   donated_inputs=[2])
+
+
+def test_tail_split_takes_an_embedding_gradients_fill_and_scatter(tmp_path):
+    """A backward ending in a fill and a `scatter_add` written into it in place (the embedding
+    gradient, IN_PLACE) has those two steps as its tail: a CUDA graph runs them after each
+    replay into new memory, so the gradient (Llama's 62.5 MB, GPT-2's 150 MB) does not lie in
+    the graph's pool between steps. The tail reads the token gradients where the head wrote
+    them (a donated input's memory, not the arena: allowed with `arena_free`); head + tail
+    give the call's outputs bit for bit, the gradient in new memory each time. Not when the
+    fill has another reader."""
+    cp = load(embedding_backward_program(), cache=tmp_path)
+    idx = torch.tensor([3, 0, 3, 15])
+    g, s = torch.randn(4, 8), torch.randn(4, 8)
+    want = torch.zeros(16, 8).scatter_add_(0, idx.view(4, 1).expand(4, 8), g + s)
+    assert cp.tail_split(1 << 20) is None           # 512 bytes: below the bound
+    tail, positions = cp.tail_split(0, arena_free=True)
+    assert positions == {0} and tail == (cp._step_start[3], ())    # from the fill on
+    assert cp.tail_reads(tail) == {0, 4}            # the ids, the token gradients' view
+    ref = cp(idx, g, s.clone())
+    head = cp.run_head((idx, g, s.clone()), tail)
+    assert head[7] is None and head[6] is None and torch.equal(head[5], ref[1])
+    (a, _), (b, _) = cp.run_tail(head, tail), cp.run_tail(head, tail)
+    assert torch.equal(a, ref[0]) and torch.equal(a, want) and torch.equal(b, a)
+    assert a.data_ptr() != b.data_ptr()
+    assert load(embedding_backward_program(fill_read_twice=True),
+                cache=tmp_path).tail_split(0) is None
+
+
 def test_tail_split_for_a_shared_pool_takes_the_cast_its_matmul_reads(tmp_path):
     """With `arena_free` (a training forward, whose pool its backward's capture shares) the
     tail also takes the kernel that makes, from program inputs alone, an arena value the last
