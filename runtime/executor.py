@@ -114,6 +114,7 @@ class CompiledProgram:
         self._step_start: list[int] = []    # step k's first entry in self._runs
         self._release_step = {i: k for k, ins in self._release_after.items() for i in ins}
         arena_last = self._arena_last_step()
+        self._release_arena_run = None
         self._drop_after = self._drops()
         for k, runs in enumerate(steps_runs):
             self._step_start.append(len(self._runs))
@@ -123,7 +124,9 @@ class CompiledProgram:
             if k in self._drop_after:
                 self._runs.append(functools.partial(self._drop, self._drop_after[k]))
             if k == arena_last:
-                self._runs.append(functools.partial(self._release_arena, self._carve[0][0]))
+                self._release_arena_run = functools.partial(self._release_arena,
+                                                            self._carve[0][0])
+                self._runs.append(self._release_arena_run)
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
         # (shapes, dtypes, on-device test) of the inputs, for _take_inputs' fast path
@@ -534,8 +537,14 @@ class CompiledProgram:
         the LM head's weight, which the head would otherwise keep in its arena for the tail):
         they run at the tail's start into new memory, so the graph keeps nothing of its arena
         for the tail. Only with `arena_free` (a graph whose pool the next capture shares: a
-        training forward), which also gives None where the tail would still read the arena;
-        an inference graph keeps those launches in its graph."""
+        training forward); an inference graph keeps those launches in its graph. A value the
+        tail reads that the plan put in the arena (the LM head's normalized input; a token
+        gradient) gets memory of its own in the head (`_tail_own`), so that what a graph
+        keeps for its tail is that value, never the whole arena.
+
+        The last step may also be a library call writing a fill in place (a backward's
+        embedding gradient, `scatter_add_` into zeros): the tail then starts at that fill
+        (`_fill_tail`), so the gradient is memory the tail allocates, not the graph's."""
         p = self.program
         if self._dynamic or not p.steps or self._writes_inputs or self._clone_out:
             return None
@@ -576,9 +585,18 @@ class CompiledProgram:
             return None
         moved = self._tail_casts(k) if arena_free and first == k else ()
         key = (self._step_start[first], moved)
-        if arena_free and any(self._in_arena(i) for i in self.tail_reads(key)):
+        if any(self._producer.get(r) is None or self._producer[r].kind not in ("kernel", "extern")
+               for r in self._tail_own(key)):
             return None
         return key, positions
+
+    def _tail_own(self, tail) -> tuple[int, ...]:
+        """The arena values (roots of views) the tail reads: the head gives them memory of
+        their own (run_head), so a graph keeping them for its tail keeps no more than them
+        (before, a view of the arena kept all of it: Llama's forward held its 32 MB arena
+        between steps for the 1 MB its LM head reads)."""
+        return tuple(sorted({self._root(i) for i in self.tail_reads(tail)
+                             if self._in_arena(i)}))
 
     def _in_arena(self, vid: int) -> bool:
         """Whether value `vid` (or what it views) lies in the arena (not in a donated input)."""
@@ -669,9 +687,15 @@ class CompiledProgram:
         """The value table after the runs before the tail (tail_split): what a graph captures."""
         start, moved = tail
         skip = {id(r) for j in moved for r in self._step_runs(j)}
+        own = self._tail_own(tail)
+        if own and self._carve[0][0] in own:    # (it would free the value, not the arena)
+            skip.add(id(self._release_arena_run))
         with torch.no_grad():
             _, vals = self._begin(inputs)
             self._prepare_inputs(inputs, vals)
+            for r in own:       # out of the arena: the tail keeps these, not the arena
+                vals[r] = torch.empty(tuple(self.program.values[r].shape),
+                                      dtype=self._dtypes[r], device=self.device)
             for run in self._runs[:start]:
                 if id(run) not in skip:
                     run(vals)

@@ -396,6 +396,11 @@ def test_tail_split_runs_the_last_kernel_apart(tmp_path):
     torch.testing.assert_close(a, cp(x, y)[0])
     assert a.data_ptr() != b.data_ptr()
     torch.testing.assert_close(a, b)
+    # what the tail reads (%3, planned in the arena) has memory of its own in the head: a
+    # graph keeping it for its tail keeps 128 bytes, not the arena (%2's storage)
+    assert cp._tail_own(start) == (3,) and cp.tail_split(0, arena_free=True)[0] == start
+    assert vals[3].untyped_storage().nbytes() == 4 * 8 * 4
+    assert vals[3].untyped_storage().data_ptr() != vals[2].untyped_storage().data_ptr()
 
 
 def test_tail_split_takes_a_last_library_call_and_its_views(tmp_path):
