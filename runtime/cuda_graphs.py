@@ -109,6 +109,14 @@ class GraphedProgram:
     TAIL_MIN_BYTES = 4 << 20
     STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
                     # before the graph is captured again without that optimisation
+    # An input copied into a static buffer (it moved between the two warm-up calls: the first
+    # call compiles, and the caching allocator places a backward's incoming gradient, Llama's
+    # 62.5 MB logits gradient, elsewhere than in steady state) of at least this many bytes
+    # that then arrives at one address SETTLED replays in a row is read in place from a new
+    # capture: the static buffer, held for the graph's life, goes. Once only per input (one
+    # that moves again is copied for good). None: never.
+    PROMOTE_MIN_BYTES: int | None = 4 << 20
+    SETTLED = 3
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset(),
@@ -157,6 +165,7 @@ class GraphedProgram:
         # writes) and the captured value table the tail reads
         self._tail: tuple[int, frozenset[int]] | None = None
         self._static_vals: list | None = None
+        self._settle_done: set[int] = set()     # inputs promoted or moved once (never again)
         # (value, pooled input, byte offset, shape, strides, dtype, element offset): values
         # the tail reads in another graph's pool, made per replay (see _capture)
         self._tail_views: list[tuple] = []
@@ -204,6 +213,12 @@ class GraphedProgram:
         self._pooled_ptrs = [ptr for _, ptr in self._pooled]
         self._inplace_idx = [i for i, _ in self._inplace]
         self._inplace_ptrs = [ptr for _, ptr in self._inplace]
+        # large copied inputs watched for a settled address (PROMOTE_MIN_BYTES)
+        big = self.PROMOTE_MIN_BYTES
+        self._settle_idx = [] if big is None else [
+            i for i in self._copied if i not in self._settle_done
+            and self._static_in[i].untyped_storage().nbytes() >= big]
+        self._settle_ptrs, self._settled = None, 0
         n = len(self._static_out)
         tail = self._tail[1] if self._tail is not None else frozenset()
         lent = self._lent | tail
@@ -513,8 +528,21 @@ class GraphedProgram:
             # copied into a static buffer, which needs a new capture (a few at most).
             for i in moved:
                 self._stable[i] = False
+                self._settle_done.add(i)
             if not self._recapture(inputs):
                 return self._run(*inputs)
+        if self._settle_idx:
+            ptrs = list(map(torch.Tensor.data_ptr, map(inputs.__getitem__, self._settle_idx)))
+            self._settled = self._settled + 1 if ptrs == self._settle_ptrs else 0
+            self._settle_ptrs = ptrs
+            if self._settled >= self.SETTLED and self._recaptures < self.MAX_RECAPTURES:
+                # (see PROMOTE_MIN_BYTES) read in place from now on, where still contiguous
+                for i in self._settle_idx:
+                    self._settle_done.add(i)
+                    if inputs[i].is_contiguous():
+                        self._stable[i] = True
+                if not self._recapture(inputs):
+                    return self._run(*inputs)
         if self._copied:    # one multi-tensor copy: a training graph has hundreds of inputs
             srcs = list(map(inputs.__getitem__, self._copied))
             if list(map(_SHAPE, srcs)) != self._copied_shapes:

@@ -504,3 +504,42 @@ def test_backward_runs_its_embedding_gradient_after_the_replay(fake_cuda, tmp_pa
         assert bwd._tail is None
         assert bwd.stats["graph_static_output_bytes"] == 16 + 512
     assert bwd.ungraphed_calls == 0
+
+
+def test_copied_input_that_settles_is_read_in_place(fake_cuda):
+    """An input that moved between the warm-up calls is copied into a static buffer (held for
+    the graph's life: a backward's 62.5 MB logits gradient on Llama); once it arrives at one
+    address SETTLED replays in a row, a new capture reads it in place and the buffer goes
+    (graph_static_input_bytes 0). If it moves again it is copied for good, never promoted
+    twice. Values right throughout."""
+    cg = fake_cuda
+    programs = []
+    g = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w)], programs))
+    g.PROMOTE_MIN_BYTES = 0
+    g.stats = {"graph_id": "g-backward"}
+    programs.append(g)
+    torch.manual_seed(0)
+    w = torch.randn(4, 4)
+
+    def call(x):
+        x.copy_(torch.randn(3, 4))
+        (out,) = g(x, w)
+        torch.testing.assert_close(out, torch.tanh(x @ w))
+
+    call(torch.empty(3, 4))
+    keep = torch.empty(3, 4)        # (the first one alive: the second lies elsewhere)
+    x = torch.empty(3, 4)
+    call(x)
+    del keep
+    call(x)                         # captured: x moved between the warm-up calls
+    assert g.captured and g._copied == [0] and g.stats["graph_static_input_bytes"] == 48
+    for _ in range(cg.GraphedProgram.SETTLED + 1):
+        call(x)
+    assert g._copied == [] and (0, x.data_ptr()) in g._inplace
+    assert g.stats["graph_static_input_bytes"] == 0 and g._recaptures == 1
+    for _ in range(2):
+        call(x)
+    other = torch.empty(3, 4)
+    for _ in range(cg.GraphedProgram.SETTLED + 2):
+        call(other)                 # moved: copied from now on, for good
+    assert g._copied == [0] and g._recaptures == 2 and g.ungraphed_calls == 0
