@@ -563,6 +563,13 @@ class CompiledProgram:
             first = self._fill_tail(k)
             if first is None:
                 return None
+            # from the first fill whose run reads nothing in the arena (what it reads there
+            # would be kept for it, `_tail_own`, and lie beside the gradients it writes: BERT's
+            # token-type gradient reads a 12 MB index made in the arena, its word-embedding
+            # gradient, 89 MB, nothing there); the whole run where every start reads some
+            fills = [j for j in range(first, k + 1) if p.steps[j].kind == "fill"]
+            first = next((j for j in fills if not self._tail_own((self._step_start[j], ()))),
+                         first)
         else:
             first = k
         fresh: set[int] = set()

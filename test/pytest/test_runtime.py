@@ -486,6 +486,44 @@ def test_tail_split_takes_an_embedding_gradients_fill_and_scatter(tmp_path):
                 cache=tmp_path).tail_split(0) is None
 
 
+def test_fill_tail_starts_where_nothing_is_read_in_the_arena(tmp_path):
+    """Two embedding gradients at the backward's end (BERT: token types', whose scatter reads
+    an index made in the arena, then the words'): the tail starts at the second fill, whose
+    run reads nothing in the arena, so the graph keeps nothing for it beside the gradient it
+    writes; with the order reversed, both (the arena value gets memory of its own)."""
+    from ember.runtime.program import Program, Step, ValueInfo
+    scatter = {"tensor_args": ["self", "index", "src"], "kwargs": {"dim": 0}, "results": [0],
+               "views": [[1, 0, 4, 8, 1, 0]], "in_place": 0}
+
+    def program(arena_first=True):
+        vals = [ValueInfo((4,), "int64"), ValueInfo((4, 8), F32), ValueInfo((4, 8), F32),
+                ValueInfo((4, 8), F32, 0, in_input=2), ValueInfo((4, 8), F32, 0),
+                ValueInfo((16, 8), F32), ValueInfo((16, 8), F32), ValueInfo((16, 8), F32),
+                ValueInfo((16, 8), F32)]
+        pairs = [[Step("fill", "full", (), (5,), {"value": 0.0}),
+                  Step("library", "aten.scatter_add.default", (5, 0, 4), (6,), scatter)],
+                 [Step("fill", "full", (), (7,), {"value": 0.0}),
+                  Step("library", "aten.scatter_add.default", (7, 0, 3), (8,), scatter)]]
+        if not arena_first:
+            pairs.reverse()
+        steps = [Step("kernel", "ember_add", (1, 2), (3,)),
+                 Step("kernel", "ember_add", (1, 1), (4,))] + pairs[0] + pairs[1]
+        return Program("cpu", "cpp", CPP, vals, 3, steps, [8, 6], 128,
+                       ["ember_add", "ember_rowsum"], donated_inputs=[2])
+
+    idx = torch.tensor([3, 0, 3, 15])
+    g, s = torch.randn(4, 8), torch.randn(4, 8)
+    want = [torch.zeros(16, 8).scatter_add_(0, idx.view(4, 1).expand(4, 8), v)
+            for v in (g + s, g + g)]
+    for arena_first, start_step, positions in ((True, 4, {0}), (False, 2, {0, 1})):
+        cp = load(program(arena_first), cache=tmp_path)
+        tail, pos = cp.tail_split(0, arena_free=True)
+        assert tail == (cp._step_start[start_step], ()) and pos == positions
+        assert cp._tail_own(tail) == (() if arena_first else (4,))
+        outs = cp.run_tail(cp.run_head((idx, g, s.clone()), tail), tail)
+        assert torch.equal(outs[0], want[0]) and torch.equal(outs[1], want[1])
+
+
 def test_tail_split_for_a_shared_pool_takes_the_cast_its_matmul_reads(tmp_path):
     """With `arena_free` (a training forward, whose pool its backward's capture shares) the
     tail also takes the kernel that makes, from program inputs alone, an arena value the last
