@@ -440,6 +440,12 @@ class GraphedProgram:
             self.stats["graph_static_input_bytes"] = nbytes(static[i] for i in self._copied)
             self.stats["graph_static_output_bytes"] = nbytes(self._static_out)
             self.stats["graph_tail_outputs"] = len(self._tail[1]) if self._tail else 0
+            # what the captured head's table keeps for the tail besides the inputs (a value
+            # the tail reads; before tail18, a view of the arena kept all of it)
+            ins = {t.untyped_storage().data_ptr() for t in static if isinstance(t, torch.Tensor)}
+            self.stats["graph_tail_held_bytes"] = nbytes(
+                t for t in (self._static_vals or ()) if isinstance(t, torch.Tensor)
+                and t.untyped_storage().data_ptr() not in ins)
         for i, _ in self._pooled:   # not kept: holding them would keep the forward's aliases alive
             static[i] = None
         del static

@@ -493,10 +493,8 @@ def test_backward_runs_its_embedding_gradient_after_the_replay(graphs):
     assert bwd.stats["graph_static_output_bytes"] < 32768 * 64 * 4
     assert fwd.ungraphed_calls == bwd.ungraphed_calls == 0
     if fwd._tail is not None:       # the logits: what it keeps for them is not the arena
-        arena = fwd._run.arena_bytes
-        held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
-                for t in fwd._static_vals if isinstance(t, torch.Tensor)}
-        assert not any(n == arena for n in held.values()) or arena == 0
+        # (the LayerNorm's bf16 output, 4 x 256 x 64, not the arena it was planned in)
+        assert fwd.stats["graph_tail_held_bytes"] <= 4 * 256 * 64 * 4
     for _ in range(2):              # accumulated: the tail's gradient is added to, intact
         step()
     for p, q in zip(model.parameters(), ref.parameters()):

@@ -500,6 +500,7 @@ def test_backward_runs_its_embedding_gradient_after_the_replay(fake_cuda, tmp_pa
         assert len({t.data_ptr() for t in grads[2:]}) == 3   # new memory each call
         assert bwd.stats["graph_static_output_bytes"] == 16  # the row sums alone
         assert bwd.stats["graph_tail_outputs"] == 1
+        assert bwd.stats["graph_tail_held_bytes"] == 0     # the ids are an input
     else:
         assert bwd._tail is None
         assert bwd.stats["graph_static_output_bytes"] == 16 + 512
