@@ -656,14 +656,16 @@ class CompiledProgram:
         only steps from `k` on read and no program output is."""
         p = self.program
         outs = set(p.outputs)
+        donated = set(p.donated_inputs)
         moved = []
         for i in p.steps[k].inputs:
             if p.values[i].offset is None or i not in self._producer:
                 continue
             st = self._producer[i]
             j = next(n for n, x in enumerate(p.steps) if x is st)
+            # (not reading a donated input: after the head, its memory may hold later values)
             if (st.kind != "kernel" or st.name in self._checked or j in moved
-                    or not all(x < p.num_inputs for x in st.inputs)
+                    or not all(x < p.num_inputs and x not in donated for x in st.inputs)
                     or any(o in outs or not _static(p.values[o].shape) for o in st.outputs)
                     or any(set(st.outputs) & set(x.inputs) for x in p.steps[j + 1:k])):
                 continue
