@@ -542,12 +542,18 @@ class GraphedProgram:
             self._settled = self._settled + 1 if ptrs == self._settle_ptrs else 0
             self._settle_ptrs = ptrs
             if self._settled >= self.SETTLED and self._recaptures < self.MAX_RECAPTURES:
-                # (see PROMOTE_MIN_BYTES) read in place from now on, where still contiguous
+                # (see PROMOTE_MIN_BYTES) read in place from now on, where still contiguous and
+                # not in another graph's pool (held as a static input, it would keep that
+                # graph's liveness guard from letting it replay)
+                promoted = False
                 for i in self._settle_idx:
                     self._settle_done.add(i)
-                    if inputs[i].is_contiguous():
-                        self._stable[i] = True
-                if not self._recapture(inputs):
+                    t = inputs[i]
+                    if t.is_contiguous() and t.untyped_storage().data_ptr() not in _POOLED:
+                        self._stable[i] = promoted = True
+                if not promoted:
+                    self._plan_replay()
+                elif not self._recapture(inputs):
                     return self._run(*inputs)
         if self._copied:    # one multi-tensor copy: a training graph has hundreds of inputs
             srcs = list(map(inputs.__getitem__, self._copied))

@@ -544,3 +544,31 @@ def test_copied_input_that_settles_is_read_in_place(fake_cuda):
     for _ in range(cg.GraphedProgram.SETTLED + 2):
         call(other)                 # moved: copied from now on, for good
     assert g._copied == [0] and g._recaptures == 2 and g.ungraphed_calls == 0
+
+
+def test_copied_input_in_another_pool_is_not_promoted(fake_cuda):
+    """A copied input lying in another graph's pool (a saved activation of a forward that ran
+    without its graph, `_no_pool`) is not read in place when it settles: held as a static
+    input it would keep that forward from replaying. It stays copied, with no recapture."""
+    cg = fake_cuda
+    programs = []
+    g = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w)], programs))
+    g.PROMOTE_MIN_BYTES = 0
+    programs.append(g)
+    w = torch.randn(4, 4)
+    g(torch.randn(3, 4), w)
+    keep = torch.empty(3, 4)
+    x = torch.randn(3, 4)
+    g(x, w)
+    del keep
+    g(x, w)
+    assert g._copied == [0]
+    g._no_pool = True               # (it would otherwise be read in place as a pooled input)
+    cg._POOLED.add(x.untyped_storage().data_ptr())
+    try:
+        for _ in range(cg.GraphedProgram.SETTLED + 2):
+            (out,) = g(x, w)
+            torch.testing.assert_close(out, torch.tanh(x @ w))
+    finally:
+        cg._POOLED.discard(x.untyped_storage().data_ptr())
+    assert g._copied == [0] and g._recaptures == 0 and g._settle_idx == []
