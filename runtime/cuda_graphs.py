@@ -114,7 +114,7 @@ class GraphedProgram:
     # 62.5 MB logits gradient, elsewhere than in steady state) of at least this many bytes
     # that then arrives at one address SETTLED replays in a row is read in place from a new
     # capture: the static buffer, held for the graph's life, goes. Once only per input (one
-    # that moves again is copied for good). None: never.
+    # that moves again is copied for good), and only before any other recapture. None: never.
     PROMOTE_MIN_BYTES: int | None = 4 << 20
     SETTLED = 3
 
@@ -215,7 +215,7 @@ class GraphedProgram:
         self._inplace_ptrs = [ptr for _, ptr in self._inplace]
         # large copied inputs watched for a settled address (PROMOTE_MIN_BYTES)
         big = self.PROMOTE_MIN_BYTES
-        self._settle_idx = [] if big is None else [
+        self._settle_idx = [] if big is None or self._recaptures else [
             i for i in self._copied if i not in self._settle_done
             and self._static_in[i].untyped_storage().nbytes() >= big]
         self._settle_ptrs, self._settled = None, 0
@@ -541,7 +541,9 @@ class GraphedProgram:
             ptrs = list(map(torch.Tensor.data_ptr, map(inputs.__getitem__, self._settle_idx)))
             self._settled = self._settled + 1 if ptrs == self._settle_ptrs else 0
             self._settle_ptrs = ptrs
-            if self._settled >= self.SETTLED and self._recaptures < self.MAX_RECAPTURES:
+            # (only as a graph's first recapture: the others, MAX_RECAPTURES in all, stay for
+            # what must recapture, a moved or kept input)
+            if self._settled >= self.SETTLED and self._recaptures == 0:
                 # (see PROMOTE_MIN_BYTES) read in place from now on, where still contiguous and
                 # not in another graph's pool (held as a static input, it would keep that
                 # graph's liveness guard from letting it replay)
