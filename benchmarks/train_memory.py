@@ -329,7 +329,7 @@ def _ember_graphs() -> list[dict]:
             "saved_outputs", "planned_peak_bytes", "unplanned_peak_bytes", "runtime_arena_bytes",
             "inputs_reused", "inputs_freed", "graph_pool_bytes", "shared_pool_bytes",
             "shared_pool_graphs", "ungraphed_calls", "graph_static_input_bytes",
-            "graph_static_output_bytes", "graph_tail_outputs")
+            "graph_static_output_bytes", "graph_tail_outputs", "graph_tail_held_bytes")
     out = []
     for r in reports:
         row = {k: r[k] for k in keys if k in r}

@@ -434,7 +434,11 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                   # tests check (test_shared_graph_pool.py)
                                   share_pool=options.shared_graph_pool
                                   and kind in ("forward", "backward"),
-                                  tail_min_bytes=graph_tail_min_bytes(options, kind))
+                                  tail_min_bytes=graph_tail_min_bytes(options, kind),
+                                  # a backward's gradients may come from its tail (new memory
+                                  # per call: the embedding gradients, runtime/executor's
+                                  # _fill_tail), not held in the pool between steps
+                                  tail_guarded=kind == "backward")
         summary["cudagraphs"] = True
     return compiled, summary
 

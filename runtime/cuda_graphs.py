@@ -109,12 +109,25 @@ class GraphedProgram:
     TAIL_MIN_BYTES = 4 << 20
     STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
                     # before the graph is captured again without that optimisation
+    # An input copied into a static buffer (it moved between the two warm-up calls: the first
+    # call compiles, and the caching allocator places a backward's incoming gradient, Llama's
+    # 62.5 MB logits gradient, elsewhere than in steady state) of at least this many bytes
+    # that then arrives at one address SETTLED replays in a row is read in place from a new
+    # capture: the static buffer, held for the graph's life, goes. Once only per input (one
+    # that moves again is copied for good), and only before any other recapture. None: never.
+    PROMOTE_MIN_BYTES: int | None = 4 << 20
+    SETTLED = 3
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset(),
                  written_inputs: frozenset[int] = frozenset(), share_pool: bool = True,
-                 tail_min_bytes: int | None = None):
+                 tail_min_bytes: int | None = None, tail_guarded: bool = False):
         self._run = run
+        # whether the tail may write guarded outputs: a backward's gradients (autograd takes
+        # them, nothing reads them in another graph's pool), which then take new memory per
+        # call instead of lying in the pool between steps; not a forward's saved activations,
+        # which its backward reads in place in the pool
+        self._tail_guarded = tail_guarded
         if tail_min_bytes is not None:      # the `graph_tail_min_bytes` option
             self.TAIL_MIN_BYTES = tail_min_bytes
         if hasattr(run, "outputs_in_inputs"):
@@ -152,6 +165,10 @@ class GraphedProgram:
         # writes) and the captured value table the tail reads
         self._tail: tuple[int, frozenset[int]] | None = None
         self._static_vals: list | None = None
+        self._settle_done: set[int] = set()     # inputs promoted or moved once (never again)
+        # (value, pooled input, byte offset, shape, strides, dtype, element offset): values
+        # the tail reads in another graph's pool, made per replay (see _capture)
+        self._tail_views: list[tuple] = []
         # output -> (pooled input, byte offset in its storage, shape, strides, dtype): outputs
         # written into another graph's pool, rebuilt from the input per replay (not held)
         self._in_pool: dict[int, tuple] = {}
@@ -196,6 +213,12 @@ class GraphedProgram:
         self._pooled_ptrs = [ptr for _, ptr in self._pooled]
         self._inplace_idx = [i for i, _ in self._inplace]
         self._inplace_ptrs = [ptr for _, ptr in self._inplace]
+        # large copied inputs watched for a settled address (PROMOTE_MIN_BYTES)
+        big = self.PROMOTE_MIN_BYTES
+        self._settle_idx = [] if big is None or self._recaptures else [
+            i for i in self._copied if i not in self._settle_done
+            and self._static_in[i].untyped_storage().nbytes() >= big]
+        self._settle_ptrs, self._settled = None, 0
         n = len(self._static_out)
         tail = self._tail[1] if self._tail is not None else frozenset()
         lent = self._lent | tail
@@ -349,10 +372,12 @@ class GraphedProgram:
         # fresh outputs, the logits of a language model, would otherwise lie in its pool for
         # good and be copied out per call, the copy alive beside them; not a graph reading
         # another's pool in place, nor one that lends its outputs for write-back)
+        # (reading another graph's pool in place: what the tail reads there is rebuilt from
+        # the call's inputs per replay, `_tail_views`, not held)
         self._tail = (split(self.TAIL_MIN_BYTES, arena_free=bool(self._guarded))
-                      if split is not None and not (self._lent - self._guarded)
-                      and not self._pooled else None)
-        if self._tail is not None and self._tail[1] & self._guarded:
+                      if split is not None and not (self._lent - self._guarded) else None)
+        if self._tail is not None and self._tail[1] & self._guarded \
+                and not self._tail_guarded:
             self._tail = None   # a saved activation stays in the pool, read there in place
         family = self._pick_family(static)
         with torch.cuda.graph(graph, pool=family.pool if family is not None else None):
@@ -371,6 +396,17 @@ class GraphedProgram:
                 keep = reads(self._tail[0])
                 self._static_vals = [v if i in keep else None
                                      for i, v in enumerate(self._static_vals)]
+            # what it reads in another graph's pool (a backward's embedding gradient reads
+            # the donated saved activation its head wrote the token gradients into): views
+            # made per replay from the call's pooled inputs, as `_in_pool` outputs are; held,
+            # they would keep that graph's liveness guard from ever letting it replay
+            self._tail_views = [(v, i, off, shape, stride, dt,
+                                 off // dt.itemsize if off % dt.itemsize == 0 else None)
+                                for v, (i, off, shape, stride, dt) in _pool_views(
+                                    self._static_vals, [static[i] for i, _ in self._pooled],
+                                    [i for i, _ in self._pooled]).items()]
+            for v, *_ in self._tail_views:
+                self._static_vals[v] = None
         _clear_blas_workspaces()
         # (in a shared pool: what this capture added to it)
         self.pool_bytes = torch.cuda.memory_reserved() - reserved
@@ -404,6 +440,12 @@ class GraphedProgram:
             self.stats["graph_static_input_bytes"] = nbytes(static[i] for i in self._copied)
             self.stats["graph_static_output_bytes"] = nbytes(self._static_out)
             self.stats["graph_tail_outputs"] = len(self._tail[1]) if self._tail else 0
+            # what the captured head's table keeps for the tail besides the inputs (a value
+            # the tail reads; before tail18, a view of the arena kept all of it)
+            ins = {t.untyped_storage().data_ptr() for t in static if isinstance(t, torch.Tensor)}
+            self.stats["graph_tail_held_bytes"] = nbytes(
+                t for t in (self._static_vals or ()) if isinstance(t, torch.Tensor)
+                and t.untyped_storage().data_ptr() not in ins)
         for i, _ in self._pooled:   # not kept: holding them would keep the forward's aliases alive
             static[i] = None
         del static
@@ -454,6 +496,7 @@ class GraphedProgram:
         self._recaptures += 1
         self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
         self._tail = self._static_vals = None
+        self._tail_views = []
         self._in_pool = {}
         self._pooled, self._guard = [], []
         _unpool(self._pool_ptrs)
@@ -491,8 +534,29 @@ class GraphedProgram:
             # copied into a static buffer, which needs a new capture (a few at most).
             for i in moved:
                 self._stable[i] = False
+                self._settle_done.add(i)
             if not self._recapture(inputs):
                 return self._run(*inputs)
+        if self._settle_idx:
+            ptrs = list(map(torch.Tensor.data_ptr, map(inputs.__getitem__, self._settle_idx)))
+            self._settled = self._settled + 1 if ptrs == self._settle_ptrs else 0
+            self._settle_ptrs = ptrs
+            # (only as a graph's first recapture: the others, MAX_RECAPTURES in all, stay for
+            # what must recapture, a moved or kept input)
+            if self._settled >= self.SETTLED and self._recaptures == 0:
+                # (see PROMOTE_MIN_BYTES) read in place from now on, where still contiguous and
+                # not in another graph's pool (held as a static input, it would keep that
+                # graph's liveness guard from letting it replay)
+                promoted = False
+                for i in self._settle_idx:
+                    self._settle_done.add(i)
+                    t = inputs[i]
+                    if t.is_contiguous() and t.untyped_storage().data_ptr() not in _POOLED:
+                        self._stable[i] = promoted = True
+                if not promoted:
+                    self._plan_replay()
+                elif not self._recapture(inputs):
+                    return self._run(*inputs)
         if self._copied:    # one multi-tensor copy: a training graph has hundreds of inputs
             srcs = list(map(inputs.__getitem__, self._copied))
             if list(map(_SHAPE, srcs)) != self._copied_shapes:
@@ -510,7 +574,15 @@ class GraphedProgram:
         for j, o in zip(detached, map(torch.Tensor.detach, map(outs.__getitem__, detached))):
             outs[j] = o
         if self._tail is not None:      # the last kernel, into new memory: nothing to copy
-            tail = self._run.run_tail(self._static_vals, self._tail[0])
+            vals = self._static_vals
+            if self._tail_views:
+                vals = list(vals)
+                for v, i, off, shape, stride, dt, eoff in self._tail_views:
+                    t = inputs[i]
+                    vals[v] = (reinterpret(t, shape, stride, eoff - t.storage_offset())
+                               if t.dtype == dt and eoff is not None
+                               else _view_in(t, off, shape, stride, dt))
+            tail = self._run.run_tail(vals, self._tail[0])
             for j in self._tail_outs:
                 outs[j] = tail[j]
         fresh = self._fresh

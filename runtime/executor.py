@@ -119,6 +119,7 @@ class CompiledProgram:
         self._step_start: list[int] = []    # step k's first entry in self._runs
         self._release_step = {i: k for k, ins in self._release_after.items() for i in ins}
         arena_last = self._arena_last_step()
+        self._release_arena_run = None
         self._drop_after = self._drops()
         for k, runs in enumerate(steps_runs):
             self._step_start.append(len(self._runs))
@@ -128,7 +129,9 @@ class CompiledProgram:
             if k in self._drop_after:
                 self._runs.append(functools.partial(self._drop, self._drop_after[k]))
             if k == arena_last:
-                self._runs.append(functools.partial(self._release_arena, self._carve[0][0]))
+                self._release_arena_run = functools.partial(self._release_arena,
+                                                            self._carve[0][0])
+                self._runs.append(self._release_arena_run)
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
         # (shapes, dtypes, on-device test) of the inputs, for _take_inputs' fast path
@@ -581,11 +584,16 @@ class CompiledProgram:
         the LM head's weight, which the head would otherwise keep in its arena for the tail):
         they run at the tail's start into new memory, so the graph keeps nothing of its arena
         for the tail. Only with `arena_free` (a graph whose pool the next capture shares: a
-        training forward), which also gives None where the tail would still read the arena;
-        an inference graph keeps those launches in its graph."""
+        training forward); an inference graph keeps those launches in its graph. A value the
+        tail reads that the plan put in the arena (the LM head's normalized input; a token
+        gradient) gets memory of its own in the head (`_tail_own`), so that what a graph
+        keeps for its tail is that value, never the whole arena.
+
+        The last step may also be a library call writing a fill in place (a backward's
+        embedding gradient, `scatter_add_` into zeros): the tail then starts at that fill
+        (`_fill_tail`), so the gradient is memory the tail allocates, not the graph's."""
         p = self.program
-        if (self._dynamic or not p.steps or self._writes_inputs or self._in_inputs
-                or self._release_after or self._clone_out):
+        if self._dynamic or not p.steps or self._writes_inputs or self._clone_out:
             return None
         k = len(p.steps) - 1
         while k >= 0 and p.steps[k].kind == "view":
@@ -597,12 +605,27 @@ class CompiledProgram:
                 or not s.outputs:
             return None
         if s.kind == "library" and s.params.get("in_place") is not None:
-            return None     # its result is the fill it wrote in place: memory of the arena
-        fresh = set(s.outputs)
-        for v in p.steps[k + 1:]:     # views of the tail's results are fresh memory too
-            if not set(v.inputs) <= fresh:
+            # its result is the fill it wrote in place: a tail only from that fill on (a
+            # backward's embedding gradients, `_fill_tail`), never into the head's memory
+            first = self._fill_tail(k)
+            if first is None:
                 return None
-            fresh.update(v.outputs)
+            # from the first fill whose run reads nothing in the arena (what it reads there
+            # would be kept for it, `_tail_own`, and lie beside the gradients it writes: BERT's
+            # token-type gradient reads a 12 MB index made in the arena, its word-embedding
+            # gradient, 89 MB, nothing there); the whole run where every start reads some
+            fills = [j for j in range(first, k + 1) if p.steps[j].kind == "fill"]
+            first = next((j for j in fills if not self._tail_own((self._step_start[j], ()))),
+                         first)
+        else:
+            first = k
+        fresh: set[int] = set()
+        for v in p.steps[first:]:   # views of the tail's results are fresh memory too
+            if v.kind != "view" or set(v.inputs) <= fresh:
+                fresh.update(v.outputs)
+        made = {o for v in p.steps[first:] for o in v.outputs}
+        if any(o in made and o not in fresh for o in p.outputs):
+            return None     # a view of the head's memory made in the tail, handed out
         if s.kind in ("kernel", "extern") and any(
                 p.values[o].offset is not None or p.values[o].into_input is not None
                 or not _static(p.values[o].shape) for o in s.outputs):
@@ -614,11 +637,65 @@ class CompiledProgram:
                      for o in {p.outputs[j] for j in positions})
         if nbytes < min_bytes:
             return None
-        moved = self._tail_casts(k) if arena_free else ()
-        key = (self._step_start[k], moved)
-        if arena_free and any(p.values[i].offset is not None for i in self.tail_reads(key)):
+        moved = self._tail_casts(k) if arena_free and first == k else ()
+        key = (self._step_start[first], moved)
+        if any(self._producer.get(r) is None or self._producer[r].kind not in ("kernel", "extern")
+               for r in self._tail_own(key)):
             return None
         return key, positions
+
+    def _tail_own(self, tail) -> tuple[int, ...]:
+        """The arena values (roots of views) the tail reads: the head gives them memory of
+        their own (run_head), so a graph keeping them for its tail keeps no more than them
+        (before, a view of the arena kept all of it: Llama's forward held its 32 MB arena
+        between steps for the 1 MB its LM head reads)."""
+        return tuple(sorted({self._root(i) for i in self.tail_reads(tail)
+                             if self._in_arena(i)}))
+
+    def _in_arena(self, vid: int) -> bool:
+        """Whether value `vid` (or what it views) lies in the arena (not in a donated input)."""
+        v = self.program.values[self._root(vid)]
+        return v.offset is not None and v.in_input is None
+
+    def _fill_tail(self, k: int) -> int | None:
+        """For a last step `k` that is a library call writing a fill in place (the embedding
+        gradient's `scatter_add_` into zeros, IN_PLACE): the first step of the longest run of
+        steps ending the program made of fills, the in-place calls writing them and views,
+        starting at a fill, where each such call writes a fill of the run and each fill is read
+        by nothing but its call (GPT-2's backward ends with two: wpe's, then wte's). None
+        where there is no such run. Its results are memory the run allocates itself, so a
+        graph may run it after each replay into new memory, as a tail."""
+        p = self.program
+        steps = p.steps
+        end = len(steps)
+        a = end
+        while a > 0 and (steps[a - 1].kind in ("view", "fill")
+                         or (steps[a - 1].kind == "library"
+                             and steps[a - 1].params.get("in_place") is not None)):
+            a -= 1
+        index = {id(x): n for n, x in enumerate(steps)}
+        while a <= k and steps[a].kind != "fill":     # it starts at a fill of the run
+            a += 1
+        if a > k:
+            return None
+        readers: dict[int, int] = {}
+        for x in steps:
+            for i in x.inputs:
+                readers[i] = readers.get(i, 0) + 1
+        for x in steps[a:]:
+            if x.kind == "library":
+                i = x.inputs[x.params["in_place"]]
+                st = self._producer.get(i)
+                if st is None or st.kind != "fill" or index[id(st)] < a or readers[i] != 1 \
+                        or i in p.outputs or any(
+                            p.values[o].offset is not None or p.values[o].in_input is not None
+                            for o in x.outputs):
+                    return None
+            elif x.kind == "fill" and any(
+                    not _static(p.values[o].shape) or p.values[o].offset is not None
+                    for o in x.outputs):
+                return None
+        return a
 
     def _tail_casts(self, k: int) -> tuple[int, ...]:
         """Steps before `k` that the tail may run first: a kernel that makes an arena value
@@ -626,14 +703,16 @@ class CompiledProgram:
         only steps from `k` on read and no program output is."""
         p = self.program
         outs = set(p.outputs)
+        donated = set(p.donated_inputs)
         moved = []
         for i in p.steps[k].inputs:
             if p.values[i].offset is None or i not in self._producer:
                 continue
             st = self._producer[i]
             j = next(n for n, x in enumerate(p.steps) if x is st)
+            # (not reading a donated input: after the head, its memory may hold later values)
             if (st.kind != "kernel" or st.name in self._checked or j in moved
-                    or not all(x < p.num_inputs for x in st.inputs)
+                    or not all(x < p.num_inputs and x not in donated for x in st.inputs)
                     or any(o in outs or not _static(p.values[o].shape) for o in st.outputs)
                     or any(set(st.outputs) & set(x.inputs) for x in p.steps[j + 1:k])):
                 continue
@@ -664,8 +743,15 @@ class CompiledProgram:
         """The value table after the runs before the tail (tail_split): what a graph captures."""
         start, moved = tail
         skip = {id(r) for j in moved for r in self._step_runs(j)}
+        own = self._tail_own(tail)
+        if own and self._carve[0][0] in own:    # (it would free the value, not the arena)
+            skip.add(id(self._release_arena_run))
         with torch.no_grad():
             _, vals = self._begin(inputs)
+            self._prepare_inputs(inputs, vals)
+            for r in own:       # out of the arena: the tail keeps these, not the arena
+                vals[r] = torch.empty(tuple(self.program.values[r].shape),
+                                      dtype=self._dtypes[r], device=self.device)
             for run in self._runs[:start]:
                 if id(run) not in skip:
                     run(vals)
@@ -702,9 +788,9 @@ class CompiledProgram:
             self._take_inputs(inputs, vals)
         return base, vals
 
-    def _run(self, inputs: tuple) -> list[torch.Tensor]:
-        p = self.program
-        base, vals = self._begin(inputs)
+    def _prepare_inputs(self, inputs: tuple, vals: list) -> None:
+        """Per call, before the steps: the inputs written in place, the values planned in
+        donated inputs' memory (_carve_inputs)."""
         if self._writes_inputs:     # an input passed twice is not written in place
             seen, shared = set(), set()
             for t in inputs:
@@ -714,6 +800,11 @@ class CompiledProgram:
             self._shared_inputs = shared
         if self._in_inputs or self._release_after:
             self._carve_inputs(inputs, vals)
+
+    def _run(self, inputs: tuple) -> list[torch.Tensor]:
+        p = self.program
+        base, vals = self._begin(inputs)
+        self._prepare_inputs(inputs, vals)
         for run in self._runs:
             run(vals)
         if self._pool is not None:

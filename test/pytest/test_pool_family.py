@@ -410,3 +410,165 @@ def test_graph_tail_min_bytes_option():
     for bad in (-1, 1.5, True, "0"):
         with pytest.raises(OptionsError, match="graph_tail_min_bytes"):
             CompileOptions(graph_tail_min_bytes=bad)
+
+
+class _RecordingHead:
+    """A real CompiledProgram (test_runtime's embedding backward) whose `run_head`, under a
+    fake capture, records itself: a replay runs the head again on the capture's inputs (the
+    pooled one by weak reference, as a graph holds none) and copies its values into the
+    captured table (what a real replay writes where the capture's allocations lay; what lies
+    in the pooled input is written there directly, as the program's own views of it)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+
+    def __getattr__(self, name):
+        return getattr(self.cp, name)
+
+    def __call__(self, *ins):
+        return self._record(self.cp, ins)
+
+    def run_head(self, inputs, tail):
+        return self._record(lambda *a: self.cp.run_head(a, tail), inputs)
+
+    @staticmethod
+    def _record(fn, inputs):
+        g = _FakeGraph.capturing
+        before = [t.clone() for t in inputs] if g is not None else None
+        vals = fn(*inputs)
+        if g is not None:
+            for t, b in zip(inputs, before):    # a capture runs nothing: the donated input
+                t.copy_(b)                      # keeps its values for the first replay
+            refs = [weakref.ref(t) for t in inputs]
+            # (a graph holds nothing of another graph's pool: its replay writes the pooled
+            # input's memory in place, as the program's own views of it do here)
+            from ember.runtime.cuda_graphs import pooled_storage
+            g.again = lambda: fn(*[r() for r in refs])
+            g.static = [None if isinstance(v, torch.Tensor) and pooled_storage(v) else v
+                        for v in vals]
+        return vals
+
+
+@pytest.mark.parametrize("tail_guarded", [True, False])
+def test_backward_runs_its_embedding_gradient_after_the_replay(fake_cuda, tmp_path,
+                                                               tail_guarded):
+    """A graphed backward (its gradients guarded, its saved activation read in place in the
+    forward's pool) whose last steps are the embedding gradient's fill and scatter_add runs
+    them after each replay into new memory (`tail_guarded`, the frontend's choice for a
+    backward): the gradient is not held in the pool between steps (graph_static_output_bytes
+    without its 512 bytes), is right at every step, and what the tail reads in the pooled
+    input (the token gradients the head wrote there) is rebuilt per replay from the call's
+    input, never held: the pooled storage's use count is back at rest after each call.
+    Without `tail_guarded` (a forward's rule) the gradient stays in the graph."""
+    from test_runtime import embedding_backward_program
+
+    from ember.runtime.executor import load
+    cg = fake_cuda
+    cp = load(embedding_backward_program(), cache=tmp_path)
+    bwd = cg.GraphedProgram(_RecordingHead(cp), written_inputs=frozenset({2}),
+                            tail_min_bytes=0, tail_guarded=tail_guarded)
+    bwd.lend([], guarded=[0, 1])
+    bwd.stats = {"graph_id": "g-backward"}
+    torch.manual_seed(0)
+    saved = torch.empty(4, 8)        # the forward's saved activation, in its pool
+    st = saved.untyped_storage()
+    cg._POOLED.add(st.data_ptr())
+    use = torch._C._storage_Use_Count
+    rest = use(st._cdata)
+    idx = torch.tensor([3, 0, 3, 15])
+    grads = []
+    try:
+        for _ in range(5):
+            g = torch.randn(4, 8)
+            saved.copy_(torch.randn(4, 8))
+            want = torch.zeros(16, 8).scatter_add_(0, idx.view(4, 1).expand(4, 8), g + saved)
+            wsum = (g + saved).sum(1)
+            emb, rows = bwd(idx, g, saved)
+            assert torch.equal(emb, want) and torch.equal(rows, wsum)
+            if tail_guarded:    # kept: with the tail, no replay waits for it
+                grads.append(emb)
+            del emb, rows
+            assert use(st._cdata) == rest
+    finally:
+        cg._POOLED.discard(st.data_ptr())
+    assert bwd.captured and bwd._pooled == [(2, saved.data_ptr())]
+    if tail_guarded:
+        assert bwd._tail is not None and bwd._tail[1] == {0} and bwd._static_out[0] is None
+        assert [v for v, *_ in bwd._tail_views] == [4]      # the token gradients' view
+        assert not any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr()
+                       == st.data_ptr() for t in bwd._static_vals)
+        assert len({t.data_ptr() for t in grads[2:]}) == 3   # new memory each call
+        assert bwd.stats["graph_static_output_bytes"] == 16  # the row sums alone
+        assert bwd.stats["graph_tail_outputs"] == 1
+        assert bwd.stats["graph_tail_held_bytes"] == 0     # the ids are an input
+    else:
+        assert bwd._tail is None
+        assert bwd.stats["graph_static_output_bytes"] == 16 + 512
+    assert bwd.ungraphed_calls == 0
+
+
+def test_copied_input_that_settles_is_read_in_place(fake_cuda):
+    """An input that moved between the warm-up calls is copied into a static buffer (held for
+    the graph's life: a backward's 62.5 MB logits gradient on Llama); once it arrives at one
+    address SETTLED replays in a row, a new capture reads it in place and the buffer goes
+    (graph_static_input_bytes 0). If it moves again it is copied for good, never promoted
+    twice. Values right throughout."""
+    cg = fake_cuda
+    programs = []
+    g = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w)], programs))
+    g.PROMOTE_MIN_BYTES = 0
+    g.stats = {"graph_id": "g-backward"}
+    programs.append(g)
+    torch.manual_seed(0)
+    w = torch.randn(4, 4)
+
+    def call(x):
+        x.copy_(torch.randn(3, 4))
+        (out,) = g(x, w)
+        torch.testing.assert_close(out, torch.tanh(x @ w))
+
+    call(torch.empty(3, 4))
+    keep = torch.empty(3, 4)        # (the first one alive: the second lies elsewhere)
+    x = torch.empty(3, 4)
+    call(x)
+    del keep
+    call(x)                         # captured: x moved between the warm-up calls
+    assert g.captured and g._copied == [0] and g.stats["graph_static_input_bytes"] == 48
+    for _ in range(cg.GraphedProgram.SETTLED + 1):
+        call(x)
+    assert g._copied == [] and (0, x.data_ptr()) in g._inplace
+    assert g.stats["graph_static_input_bytes"] == 0 and g._recaptures == 1
+    for _ in range(2):
+        call(x)
+    other = torch.empty(3, 4)
+    for _ in range(cg.GraphedProgram.SETTLED + 2):
+        call(other)                 # moved: copied from now on, for good
+    assert g._copied == [0] and g._recaptures == 2 and g.ungraphed_calls == 0
+
+
+def test_copied_input_in_another_pool_is_not_promoted(fake_cuda):
+    """A copied input lying in another graph's pool (a saved activation of a forward that ran
+    without its graph, `_no_pool`) is not read in place when it settles: held as a static
+    input it would keep that forward from replaying. It stays copied, with no recapture."""
+    cg = fake_cuda
+    programs = []
+    g = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w)], programs))
+    g.PROMOTE_MIN_BYTES = 0
+    programs.append(g)
+    w = torch.randn(4, 4)
+    g(torch.randn(3, 4), w)
+    keep = torch.empty(3, 4)
+    x = torch.randn(3, 4)
+    g(x, w)
+    del keep
+    g(x, w)
+    assert g._copied == [0]
+    g._no_pool = True               # (it would otherwise be read in place as a pooled input)
+    cg._POOLED.add(x.untyped_storage().data_ptr())
+    try:
+        for _ in range(cg.GraphedProgram.SETTLED + 2):
+            (out,) = g(x, w)
+            torch.testing.assert_close(out, torch.tanh(x @ w))
+    finally:
+        cg._POOLED.discard(x.untyped_storage().data_ptr())
+    assert g._copied == [0] and g._recaptures == 0 and g._settle_idx == []

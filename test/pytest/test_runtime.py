@@ -396,6 +396,11 @@ def test_tail_split_runs_the_last_kernel_apart(tmp_path):
     torch.testing.assert_close(a, cp(x, y)[0])
     assert a.data_ptr() != b.data_ptr()
     torch.testing.assert_close(a, b)
+    # what the tail reads (%3, planned in the arena) has memory of its own in the head: a
+    # graph keeping it for its tail keeps 128 bytes, not the arena (%2's storage)
+    assert cp._tail_own(start) == (3,) and cp.tail_split(0, arena_free=True)[0] == start
+    assert vals[3].untyped_storage().nbytes() == 4 * 8 * 4
+    assert vals[3].untyped_storage().data_ptr() != vals[2].untyped_storage().data_ptr()
 
 
 def test_tail_split_takes_a_last_library_call_and_its_views(tmp_path):
@@ -431,6 +436,94 @@ def test_tail_split_takes_a_last_library_call_and_its_views(tmp_path):
     assert load(program(view_of=2), cache=tmp_path).tail_split(0) is None
 
 
+def embedding_backward_program(fill_read_twice=False):
+    """A backward's last steps as ember compiles an embedding's gradient: a kernel writes the
+    token gradients (%3 = g + s) into a donated saved activation's memory (%2), then a fill
+    (%6, vocabulary x hidden) and `scatter_add` into it in place (%7 = the weight's gradient).
+    Inputs: %0 token ids [4], %1 g [4, 8], %2 s [4, 8] (donated); outputs: %7 [16, 8] and
+    %5 = rowsum(%3) [4]."""
+    from ember.runtime.program import Program, Step, ValueInfo
+    vals = [ValueInfo((4,), "int64"), ValueInfo((4, 8), F32), ValueInfo((4, 8), F32),
+            ValueInfo((4, 8), F32, 0, in_input=2), ValueInfo((4, 8), F32), ValueInfo((4,), F32),
+            ValueInfo((16, 8), F32), ValueInfo((16, 8), F32)]
+    scatter = {"tensor_args": ["self", "index", "src"], "kwargs": {"dim": 0}, "results": [0],
+               "views": [[1, 0, 4, 8, 1, 0]], "in_place": 0}
+    steps = [Step("kernel", "ember_add", (1, 2), (3,)),
+             Step("kernel", "ember_rowsum", (3,), (5,)),
+             Step("view", "collapse_shape", (3,), (4,)),
+             Step("fill", "full", (), (6,), {"value": 0.0}),
+             Step("library", "aten.scatter_add.default", (6, 0, 4), (7,), scatter)]
+    if fill_read_twice:     # the fill read by another step too: no tail
+        steps.insert(4, Step("kernel", "ember_rowsum", (6,), (5,)))
+        del steps[1]
+    return Program("cpu", "cpp", CPP, vals, 3, steps, [7, 5], 0, ["ember_add", "ember_rowsum"],
+                   donated_inputs=[2])
+
+
+def test_tail_split_takes_an_embedding_gradients_fill_and_scatter(tmp_path):
+    """A backward ending in a fill and a `scatter_add` written into it in place (the embedding
+    gradient, IN_PLACE) has those two steps as its tail: a CUDA graph runs them after each
+    replay into new memory, so the gradient (Llama's 62.5 MB, GPT-2's 150 MB) does not lie in
+    the graph's pool between steps. The tail reads the token gradients where the head wrote
+    them (a donated input's memory, not the arena: allowed with `arena_free`); head + tail
+    give the call's outputs bit for bit, the gradient in new memory each time. Not when the
+    fill has another reader."""
+    cp = load(embedding_backward_program(), cache=tmp_path)
+    idx = torch.tensor([3, 0, 3, 15])
+    g, s = torch.randn(4, 8), torch.randn(4, 8)
+    want = torch.zeros(16, 8).scatter_add_(0, idx.view(4, 1).expand(4, 8), g + s)
+    assert cp.tail_split(1 << 20) is None           # 512 bytes: below the bound
+    tail, positions = cp.tail_split(0, arena_free=True)
+    assert positions == {0} and tail == (cp._step_start[3], ())    # from the fill on
+    assert cp.tail_reads(tail) == {0, 4}            # the ids, the token gradients' view
+    ref = cp(idx, g, s.clone())
+    head = cp.run_head((idx, g, s.clone()), tail)
+    assert head[7] is None and head[6] is None and torch.equal(head[5], ref[1])
+    (a, _), (b, _) = cp.run_tail(head, tail), cp.run_tail(head, tail)
+    assert torch.equal(a, ref[0]) and torch.equal(a, want) and torch.equal(b, a)
+    assert a.data_ptr() != b.data_ptr()
+    assert load(embedding_backward_program(fill_read_twice=True),
+                cache=tmp_path).tail_split(0) is None
+
+
+def test_fill_tail_starts_where_nothing_is_read_in_the_arena(tmp_path):
+    """Two embedding gradients at the backward's end (BERT: token types', whose scatter reads
+    an index made in the arena, then the words'): the tail starts at the second fill, whose
+    run reads nothing in the arena, so the graph keeps nothing for it beside the gradient it
+    writes; with the order reversed, both (the arena value gets memory of its own)."""
+    from ember.runtime.program import Program, Step, ValueInfo
+    scatter = {"tensor_args": ["self", "index", "src"], "kwargs": {"dim": 0}, "results": [0],
+               "views": [[1, 0, 4, 8, 1, 0]], "in_place": 0}
+
+    def program(arena_first=True):
+        vals = [ValueInfo((4,), "int64"), ValueInfo((4, 8), F32), ValueInfo((4, 8), F32),
+                ValueInfo((4, 8), F32, 0, in_input=2), ValueInfo((4, 8), F32, 0),
+                ValueInfo((16, 8), F32), ValueInfo((16, 8), F32), ValueInfo((16, 8), F32),
+                ValueInfo((16, 8), F32)]
+        pairs = [[Step("fill", "full", (), (5,), {"value": 0.0}),
+                  Step("library", "aten.scatter_add.default", (5, 0, 4), (6,), scatter)],
+                 [Step("fill", "full", (), (7,), {"value": 0.0}),
+                  Step("library", "aten.scatter_add.default", (7, 0, 3), (8,), scatter)]]
+        if not arena_first:
+            pairs.reverse()
+        steps = [Step("kernel", "ember_add", (1, 2), (3,)),
+                 Step("kernel", "ember_add", (1, 1), (4,))] + pairs[0] + pairs[1]
+        return Program("cpu", "cpp", CPP, vals, 3, steps, [8, 6], 128,
+                       ["ember_add", "ember_rowsum"], donated_inputs=[2])
+
+    idx = torch.tensor([3, 0, 3, 15])
+    g, s = torch.randn(4, 8), torch.randn(4, 8)
+    want = [torch.zeros(16, 8).scatter_add_(0, idx.view(4, 1).expand(4, 8), v)
+            for v in (g + s, g + g)]
+    for arena_first, start_step, positions in ((True, 4, {0}), (False, 2, {0, 1})):
+        cp = load(program(arena_first), cache=tmp_path)
+        tail, pos = cp.tail_split(0, arena_free=True)
+        assert tail == (cp._step_start[start_step], ()) and pos == positions
+        assert cp._tail_own(tail) == (() if arena_first else (4,))
+        outs = cp.run_tail(cp.run_head((idx, g, s.clone()), tail), tail)
+        assert torch.equal(outs[0], want[0]) and torch.equal(outs[1], want[1])
+
+
 def test_tail_split_for_a_shared_pool_takes_the_cast_its_matmul_reads(tmp_path):
     """With `arena_free` (a training forward, whose pool its backward's capture shares) the
     tail also takes the kernel that makes, from program inputs alone, an arena value the last
@@ -447,6 +540,13 @@ def test_tail_split_for_a_shared_pool_takes_the_cast_its_matmul_reads(tmp_path):
              Step("view", "collapse_shape", (3,), (4,))]
     cp = load(Program("cpu", "cpp", CPP, vals, 2, steps, [4], 128, ["ember_add", "ember_rowsum"]),
               cache=tmp_path)
+    # (not a kernel reading a donated input: after the head its memory may hold later values
+    # of a backward; the tail then reads the arena value, given memory of its own)
+    donated = load(Program("cpu", "cpp", CPP, vals, 2, steps, [4], 128,
+                           ["ember_add", "ember_rowsum"], donated_inputs=[0]), cache=tmp_path)
+    start = donated._step_start[1]     # (after the release run of the donated input)
+    assert donated.tail_split(0, arena_free=True)[0] == (start, ())
+    assert donated._tail_own((start, ())) == (2,)
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     assert cp.tail_split(0)[0] == (1, ())
     tail, positions = cp.tail_split(0, arena_free=True)

@@ -698,9 +698,11 @@ def test_recompute_saved_recomputes_gelu_and_norm_outputs(approximate):
     assert launches[True] <= launches[False], launches
 
 
-def _tiny_gpt2(layers: int, embd: int, inner: int, seed: int = 0):
+def _tiny_gpt2(layers: int, embd: int, inner: int, seed: int = 0, vocab: int = 128,
+               positions: int = 128):
     tf = pytest.importorskip("transformers")
-    cfg = tf.GPT2Config(vocab_size=128, n_positions=128, n_embd=embd, n_inner=inner, n_head=4,
+    cfg = tf.GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=embd, n_inner=inner,
+                        n_head=4,
                         n_layer=layers, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
                         use_cache=False, bos_token_id=0, eos_token_id=0,
                         attn_implementation="sdpa")
@@ -836,3 +838,98 @@ def test_recompute_saved_gpt2_gradients_on_the_triton_target(target, device):
         assert saved[None] == saved[True], saved
     else:
         assert saved[None] == saved[False], saved
+
+
+class _EmbedHead(torch.nn.Module):
+    """A language model's ends: an embedding, a norm, an untied head."""
+
+    def __init__(self, vocab=512, dim=64):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids):
+        return self.head(self.norm(self.embed(ids)))
+
+
+_SPLIT = {"on": True}
+
+
+@pytest.fixture
+def split_runs(monkeypatch):
+    """Every compiled program called as a CUDA graph with a tail runs it (the CPU has no
+    graphs): the runs before the tail (`run_head`, what a graph replays), then the tail
+    (`run_tail`, after the replay into new memory), with the runtime settings a graph sets;
+    records (program, tail, positions)."""
+    from ember.runtime.executor import CompiledProgram
+    seen, real = [], CompiledProgram._run
+
+    def run(self, inputs):
+        split = self.tail_split(0, arena_free=True) if _SPLIT["on"] else None
+        if split is None:
+            return real(self, inputs)
+        self.outputs_in_inputs = self.release_inputs = self.release_arena = False
+        seen.append((self, *split))
+        return self.run_tail(self.run_head(inputs, split[0]), split[0])
+    monkeypatch.setattr(CompiledProgram, "_run", run)
+    return seen
+
+
+@pytest.mark.parametrize("case", ["gpt2", "lm_bf16"])
+def test_backward_tail_writes_the_embedding_gradients(target, device, split_runs, case):
+    """A backward's last steps, the embedding gradients' fills and in-place `scatter_add`s
+    (GPT-2: wpe's then wte's), are its tail (CompiledProgram.tail_split / _fill_tail): run
+    after the graph's replay into new memory, they are not held in the pool between steps
+    (issue 11: Llama's 62.5 MB, GPT-2's 150 MB while the loss's backward runs). Run here as a
+    graph would run them (head, then tail): every gradient eager's over two steps, on the C++
+    and the Triton target, and the tail writes exactly the embedding gradients."""
+    torch.manual_seed(0)
+    if case == "gpt2":
+        # (wte and wpe of different shapes, as GPT-2's: each its own fill)
+        ref = _tiny_gpt2(1, 32, 128, vocab=256, positions=64).to(device)
+        ids = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(1))
+        embeds = {(256, 32): 1, (64, 32): 1}
+    else:
+        ref = _EmbedHead().to(device)
+        ids = torch.randint(0, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+        embeds = {(512, 64): 1}
+    ids = ids.to(device)
+    model, gold = copy.deepcopy(ref), copy.deepcopy(ref)
+    clear_reports()
+    f = torch.compile(model, backend="ember", options={"target": target})
+    bf16 = case == "lm_bf16"
+    for step in range(2):
+        for m, fn in ((model, f), (gold, gold)):
+            m.zero_grad(set_to_none=True)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+                out = fn(ids)
+            out = out.last_hidden_state if case == "gpt2" else out
+            out.float().square().mean().backward()
+        for (n, p), q in zip(model.named_parameters(), gold.parameters()):
+            assert_close(p.grad, q.grad, tol=1e-2 if bf16 else 1e-4, what=f"step {step} {n}")
+    check_fallbacks()
+    got = {}
+    for on in (True, False):        # and bit for bit what the programs' plain calls give
+        _SPLIT["on"] = on
+        try:
+            model.zero_grad(set_to_none=True)
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+                out = f(ids)
+            out = out.last_hidden_state if case == "gpt2" else out
+            out.float().square().mean().backward()
+        finally:
+            _SPLIT["on"] = True
+        got[on] = [p.grad.clone() for p in model.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(got[True], got[False]))
+    bwd = [(cp, tail, pos) for cp, tail, pos in split_runs
+           if any(s.kind == "fill" for s in cp.program.steps[cp._step_start.index(tail[0]):]
+                  if tail[0] in cp._step_start)]
+    assert bwd, [(len(cp.program.steps), tail) for cp, tail, _ in split_runs]
+    cp, tail, pos = bwd[-1]
+    shapes = {}
+    for j in pos:
+        shape = tuple(cp.program.values[cp.program.outputs[j]].shape)
+        shapes[shape] = shapes.get(shape, 0) + 1
+    assert shapes == embeds, shapes
+    assert tail[1] == ()
