@@ -438,7 +438,7 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                   # a backward's gradients may come from its tail (new memory
                                   # per call: the embedding gradients, runtime/executor's
                                   # _fill_tail), not held in the pool between steps
-                                  tail_guarded=kind == "backward")
+                                  tail_guarded=kind == "backward" and options.backward_tail)
         summary["cudagraphs"] = True
     return compiled, summary
 

@@ -58,6 +58,14 @@ class CompileOptions:
       more). 0: whatever their size. None (the default): 0 for inference graphs (H200:
       resnet18 fp32 1.262 -> 1.224 ms and 67 -> 66 kernels, bf16 1.182 -> 1.183, GPT-2 fp32
       3.419 -> 3.367), 4 MiB for training graphs (not measured at 0 yet).
+    backward_tail: with `cudagraphs`, a training backward whose last steps make a large
+      gradient from nothing (the embedding gradient: a fill and an in-place scatter_add) runs
+      them after its replay into new memory, so that the gradient is not held in the shared
+      pool between steps. Off by default: on the H200 (train_memory.py, MB peak) it moved
+      the peak rather than lowered it: Llama bf16 855 with it (the forward's tail keeping
+      no arena, on either way, took 885 -> 855), GPT-2 bf16 752 -> 805, GPT-2 fp32 930 ->
+      983, BERT fp32 786 -> 851 (new memory at the backward's end, where the pool's dead
+      blocks held it before).
     training_cudnn_attention: on a GPU, a graph that needs gradients traces
       `scaled_dot_product_attention` to cuDNN's attention where eager would run it (its
       backward is handed the output and its gradient in the layouts eager's are, which
@@ -148,6 +156,7 @@ class CompileOptions:
     cudagraphs: bool = True
     shared_graph_pool: bool = True
     graph_tail_min_bytes: int | None = None
+    backward_tail: bool = False
     training_cudnn_attention: bool = False
     exact_low_precision: bool = True
     parallel_compile: bool = True
@@ -192,7 +201,8 @@ class CompileOptions:
                 or self.max_group_size < 1):
             raise OptionsError(f"ember: option 'max_group_size' must be a positive integer; "
                                f"got {self.max_group_size!r}")
-        for name in ("fallback", "cudagraphs", "shared_graph_pool", "training_cudnn_attention",
+        for name in ("fallback", "cudagraphs", "shared_graph_pool", "backward_tail",
+                     "training_cudnn_attention",
                      "exact_low_precision", "parallel_compile", "precompile_overlap",
                      "program_cache", "recompute", "donate_saved",
                      "donate_gradients",

@@ -375,7 +375,8 @@ class GraphedProgram:
         # (reading another graph's pool in place: what the tail reads there is rebuilt from
         # the call's inputs per replay, `_tail_views`, not held)
         self._tail = (split(self.TAIL_MIN_BYTES, arena_free=bool(self._guarded))
-                      if split is not None and not (self._lent - self._guarded) else None)
+                      if split is not None and not (self._lent - self._guarded)
+                      and (self._tail_guarded or not self._pooled) else None)
         if self._tail is not None and self._tail[1] & self._guarded \
                 and not self._tail_guarded:
             self._tail = None   # a saved activation stays in the pool, read there in place

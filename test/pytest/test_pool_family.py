@@ -527,11 +527,10 @@ def test_copied_input_that_settles_is_read_in_place(fake_cuda):
         (out,) = g(x, w)
         torch.testing.assert_close(out, torch.tanh(x @ w))
 
-    call(torch.empty(3, 4))
-    keep = torch.empty(3, 4)        # (the first one alive: the second lies elsewhere)
+    first = torch.empty(3, 4)       # kept alive: x cannot take its address (the input moved)
+    call(first)
     x = torch.empty(3, 4)
     call(x)
-    del keep
     call(x)                         # captured: x moved between the warm-up calls
     assert g.captured and g._copied == [0] and g.stats["graph_static_input_bytes"] == 48
     for _ in range(cg.GraphedProgram.SETTLED + 1):
@@ -556,11 +555,10 @@ def test_copied_input_in_another_pool_is_not_promoted(fake_cuda):
     g.PROMOTE_MIN_BYTES = 0
     programs.append(g)
     w = torch.randn(4, 4)
-    g(torch.randn(3, 4), w)
-    keep = torch.empty(3, 4)
+    first = torch.randn(3, 4)       # kept alive: x cannot take its address (the input moved)
+    g(first, w)
     x = torch.randn(3, 4)
     g(x, w)
-    del keep
     g(x, w)
     assert g._copied == [0]
     g._no_pool = True               # (it would otherwise be read in place as a pooled input)
