@@ -100,7 +100,9 @@ class CompiledProgram:
         # outputs written into their inputs' memory (ValueInfo.into_input)
         self._writes_inputs = any(v.into_input is not None for v in p.values)
         self._shared_inputs: set[int] = set()
-        self._init: list = [None] * len(p.values)   # per-call value table, constants prefilled
+        # per-call value table, constants prefilled; its last slot holds the call's arena
+        # (`_ARENA_SLOT`: freed through it after its last step, `_release_arena`)
+        self._init: list = [None] * (len(p.values) + 1)
         self._runs: list[Callable[[list], None]] = []
         self._producer: dict[int, Step] = {}
         self._view_src: dict[int, int] = {}
@@ -129,8 +131,7 @@ class CompiledProgram:
             if k in self._drop_after:
                 self._runs.append(functools.partial(self._drop, self._drop_after[k]))
             if k == arena_last:
-                self._release_arena_run = functools.partial(self._release_arena,
-                                                            self._carve[0][0])
+                self._release_arena_run = functools.partial(self._release_arena, -1)
                 self._runs.append(self._release_arena_run)
         self._in_checks = [(tuple(v.shape), self._dtypes[i]) for i, v in enumerate(p.values[:p.num_inputs])]
         self._dev_type = dev.type
@@ -567,6 +568,7 @@ class CompiledProgram:
             # (internal values: no output roots in the arena, so no autograd view is needed)
             for vid, dt, shape, stride, eoff in self._carve:
                 vals[vid] = reinterpret(typed[dt], shape, stride, eoff)
+            vals[-1] = arena
         return vals
 
     def tail_split(self, min_bytes: int, arena_free: bool = False) -> tuple | None:
@@ -744,8 +746,6 @@ class CompiledProgram:
         start, moved = tail
         skip = {id(r) for j in moved for r in self._step_runs(j)}
         own = self._tail_own(tail)
-        if own and self._carve[0][0] in own:    # (it would free the value, not the arena)
-            skip.add(id(self._release_arena_run))
         with torch.no_grad():
             _, vals = self._begin(inputs)
             self._prepare_inputs(inputs, vals)
@@ -873,15 +873,23 @@ class CompiledProgram:
         for k, s in enumerate(p.steps):
             for v in tuple(s.inputs) + tuple(s.outputs):
                 last[v] = k
-        own = set()
+        own, anywhere = set(), set()
         for s in p.steps:
             if s.kind in ("kernel", "extern", "library", "fill", "empty"):
                 own.update(s.outputs)
+            if s.kind in ("extern", "view"):
+                # an extern may hand back the library's own result in place of its planned
+                # arena buffer (a convolution: externs.ExternFn), and a view keeps its base's
+                # storage: held to the call's end, resnet50's fp32 inference kept every
+                # convolution's output, and its CUDA-graph pool was their sum (1636 MB, the
+                # arena 220 MB, eager's peak 318 MB)
+                anywhere.update(s.outputs)
         out: dict[int, list[int]] = {}
         for v, k in last.items():
             info = p.values[v] if v < len(p.values) else None
-            if (v < p.num_inputs or v in outputs or v not in own or info is None
-                    or info.offset is not None or info.into_input is not None):
+            if (v < p.num_inputs or v in outputs or info is None
+                    or info.into_input is not None
+                    or not (v in anywhere or v in own and info.offset is None)):
                 continue
             out.setdefault(k, []).append(v)
         return {k: tuple(vs) for k, vs in out.items()}
@@ -892,7 +900,7 @@ class CompiledProgram:
                 vals[v] = None
 
     def _release_arena(self, vid: int, vals: list) -> None:
-        if self.release_arena and self._pool is None:
+        if self.release_arena and self._pool is None and vals[vid] is not None:
             vals[vid].untyped_storage().resize_(0)
 
     def _release(self, inputs: list[int], vals: list) -> None:
