@@ -95,8 +95,13 @@ class TransformerBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
+def _at_least_fp32(out):
+    """bf16 outputs in float32; a float64 step's (the zoo's reference) stays float64."""
+    return out.to(torch.promote_types(out.dtype, torch.float32))
+
+
 def _mean_square(out):
-    return out.float().square().mean()
+    return _at_least_fp32(out).square().mean()
 
 
 def _half_mean_square(out):
@@ -104,7 +109,7 @@ def _half_mean_square(out):
     of them the mean square of a freshly initialised LayerNorm's output is 1 whatever its input,
     so every gradient before it would be rounding noise (relative errors above 1 between two
     correct runs)."""
-    return out.float()[..., ::2].square().mean()
+    return _at_least_fp32(out)[..., ::2].square().mean()
 
 
 def _torch_only(name, small, tiny, g):

@@ -1,0 +1,130 @@
+"""Is a compiled training step right? Each quantity a step makes is compared with eager's and,
+where the two differ by more than the dtype's bar, both are measured against a float64 step.
+
+What a step makes (`capture`): the loss, the model's output, every gradient (before the optimizer
+step), the batch statistics that BatchNorm folded into its running buffers (recovered from the
+buffers before and after: `(after - (1 - m) * before) / m`), other float buffers' changes, and
+integer buffers (counters, which must be equal).
+
+Why not "within 1e-2 of eager" alone (benchmarks/RESULTS.md, bn18): a bf16 step of a deep ReLU
+network is chaotic in its rounding. One bf16 ulp added to 3 of the 32768 activations after
+mobilenet_v3_large's first block moves eager's own logits by 5.5e-2 and its gradients by 0.17;
+eager NCHW against eager channels-last differs as much (4.6e-2, 0.15). Every later rounding that
+the perturbation crosses is a new 1-ulp error, and every ReLU / hardswish / max-pool mask that
+flips sends a whole gradient element the other way. Two correct bf16 implementations that are
+not bit-identical everywhere are therefore as far apart as either is from float64.
+
+So a quantity passes when it is within `tol` of eager's, or when the compiled step's distance
+from float64 is at most `factor` times eager's own (the rule of torch._dynamo.utils.same with
+fp64_ref, per tensor). What the rule can see is bounded by eager's own error on each quantity;
+the figures say how much it is (eager_err).
+
+Quantities that are zero in exact arithmetic are noise in every precision and compare as such:
+a BatchNorm's bias gradient when a convolution and another BatchNorm follow it, and the batch
+mean after a convolution of zero-mean inputs (the 7.9e3 "error" of mobilenet's old row, a
+running_mean of norm 1e-17). The batch mean is measured in units of the channel's standard
+deviation (against float64's), which is what a mean is worth to the normalization.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def snapshot(model) -> dict[str, torch.Tensor]:
+    """The buffers before a step (the running statistics' starting point)."""
+    return {n: b.detach().clone() for n, b in model.named_buffers()}
+
+
+def _momentum(model) -> dict[str, float]:
+    """buffer prefix -> momentum, for the BatchNorm-like modules with an exponential average."""
+    out = {}
+    for name, mod in model.named_modules():
+        m = getattr(mod, "momentum", None)
+        if isinstance(m, float) and m > 0 and getattr(mod, "running_mean", None) is not None \
+                and getattr(mod, "running_var", None) is not None:
+            out[f"{name}." if name else ""] = m
+    return out
+
+
+def capture(model, before: dict[str, torch.Tensor], loss, out=None) -> dict[str, torch.Tensor]:
+    """The step's quantities by name, as float64 CPU tensors (integer buffers as they are)."""
+    q = {"loss": loss.detach().double().cpu().reshape(-1)}
+    if out is not None:
+        q["out"] = out.detach().double().cpu()
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            q[f"grad:{n}"] = p.grad.detach().double().cpu()
+        elif p.requires_grad:
+            q[f"grad:{n}"] = None           # a missing gradient fails the check
+    moms = _momentum(model)
+    for n, b in model.named_buffers():
+        b0 = before[n]
+        if not b.is_floating_point():
+            q[f"int:{n}"] = b.detach().cpu().clone()
+            continue
+        a64, b64 = b.detach().double().cpu(), b0.double().cpu()
+        prefix, leaf = n.rsplit(".", 1) if "." in n else ("", n)
+        m = moms.get(f"{prefix}." if prefix else "")
+        if m is not None and leaf in ("running_mean", "running_var"):
+            kind = "bn-mean" if leaf == "running_mean" else "bn-var"
+            q[f"{kind}:{prefix}"] = (a64 - (1 - m) * b64) / m
+        else:
+            q[f"buf:{n}"] = a64 - b64
+    return q
+
+
+def _err(a, b, scale=None) -> float:
+    """||a - b|| / scale (default ||b||); NaN where a has NaNs b lacks, inf on a shape change
+    or a missing tensor."""
+    if a is None or b is None:
+        return 0.0 if a is None and b is None else math.inf
+    if not a.is_floating_point():
+        return 0.0 if torch.equal(a, b) else math.inf
+    if a.shape != b.shape:
+        return math.inf
+    if torch.isnan(a).sum() > torch.isnan(b).sum():
+        return math.nan
+    num = torch.linalg.vector_norm(torch.nan_to_num(a - b)).item()
+    den = scale if scale is not None else torch.linalg.vector_norm(torch.nan_to_num(b)).item()
+    return num / den if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+def _scale(name: str, ref: dict) -> float | None:
+    """A batch mean is measured against the channel's standard deviation."""
+    if name.startswith("bn-mean:"):
+        var = ref.get("bn-var:" + name.split(":", 1)[1])
+        if var is not None:
+            return torch.linalg.vector_norm(var.clamp(min=0).sqrt()).item()
+    return None
+
+
+def compare(got: dict, eager: dict, ref64: dict | None, tol: float, factor: float = 1.5) -> dict:
+    """Per quantity: `direct` (got vs eager), and with a float64 step `err` (got vs float64) and
+    `eager_err` (eager vs float64). A quantity is ok when direct <= tol or err <= factor *
+    eager_err; NaN never passes. Returns {ok, rows, worst (name, direct), over_tol (the rows
+    beyond tol), worst_ratio (name, err / eager_err among those)}."""
+    rows = []
+    for name in eager:
+        a, b = got.get(name), eager[name]
+        scale = _scale(name, ref64 if ref64 is not None else eager)
+        direct = _err(a, b, scale)
+        row = {"name": name, "direct": direct}
+        ok = direct <= tol
+        if not ok and ref64 is not None and name in ref64 and not name.startswith("int:"):
+            r = ref64[name]
+            row["err"], row["eager_err"] = _err(a, r, scale), _err(b, r, scale)
+            ok = row["err"] <= factor * row["eager_err"]
+        row["ok"] = bool(ok) and not math.isnan(direct)
+        rows.append(row)
+    missing = [n for n in got if n not in eager]
+    rows += [{"name": n, "direct": math.inf, "ok": False} for n in missing]
+    over = [r for r in rows if not r["direct"] <= tol]
+    worst = max(rows, key=lambda r: (math.isnan(r["direct"]), r["direct"]))
+    ratios = [(r["err"] / r["eager_err"] if r["eager_err"] > 0 else math.inf, r["name"])
+              for r in over if "err" in r]
+    return {"ok": all(r["ok"] for r in rows), "rows": rows, "worst": (worst["name"], worst["direct"]),
+            "over_tol": len(over), "n": len(rows),
+            "worst_ratio": max(ratios) if ratios else None,
+            "failed": [r["name"] for r in rows if not r["ok"]]}

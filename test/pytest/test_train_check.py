@@ -1,0 +1,109 @@
+"""The model zoo's training check (benchmarks/train_check.py, model_zoo._opt_err): an ember bf16
+step of a BatchNorm CNN passes it, and it fails when one thing in a correct step is wrong: a
+gradient 20% or 2% off, a running statistic not updated or updated with another momentum, a
+batch mean off by 9% of the channel's deviation, the loss 2% off, a counter not incremented, a
+NaN, a missing gradient, an optimizer step with another learning rate or without weight decay."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.benchmarks import model_zoo, train_check
+from ember.benchmarks.models import build
+
+from conftest import check_fallbacks
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    base, (x,), _ = build("cnn", "cpu", small=True)        # conv-BN-ReLU, two residual blocks
+    labels = torch.randint(0, 10, (x.shape[0],), generator=torch.Generator().manual_seed(1))
+    return base, x, labels
+
+
+def _step(cnn, dtype=torch.float32, bf16=True, compile_=False, channels_last=False):
+    base, x, labels = cnn
+    model, x = copy.deepcopy(base).to(dtype).train(), x.to(dtype)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
+    fwd = torch.compile(model, backend="ember") if compile_ else model
+    before = train_check.snapshot(model)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        out = fwd(x)
+        loss = F.cross_entropy(out.to(torch.promote_types(out.dtype, torch.float32)), labels)
+    loss.backward()
+    return train_check.capture(model, before, loss, out)
+
+
+@pytest.fixture(scope="module")
+def steps(cnn):
+    """eager bf16, float64, and another correct bf16 step (eager, channels-last)."""
+    return (_step(cnn), _step(cnn, torch.float64, bf16=False), _step(cnn, channels_last=True))
+
+
+def test_ember_bf16_step_passes(cnn, steps):
+    eager, ref64, _ = steps
+    got = _step(cnn, compile_=True)
+    check_fallbacks()
+    res = train_check.compare(got, eager, ref64, tol=1e-2)
+    assert res["ok"], [r for r in res["rows"] if not r["ok"]]
+    # every gradient, BatchNorm's batch mean and variance and counter, the loss and the output
+    names = {r["name"].split(":")[0] for r in res["rows"]}
+    assert names == {"loss", "out", "grad", "bn-mean", "bn-var", "int"}, names
+    assert res["n"] == 2 + 20 + 6 * 3
+
+
+def _perturbed(got, name, fn):
+    got = dict(got)
+    got[name] = fn(got[name])
+    return got
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("grad:stem.0.weight", lambda g: 1.2 * g),          # eager's own error here: 0.1 of fp64's
+    ("grad:fc.weight", lambda g: 1.02 * g),
+    ("grad:fc.bias", lambda g: torch.where(torch.arange(g.numel()) == 0, float("nan"), g)),
+    ("grad:block2.0.weight", lambda g: None),
+    ("bn-var:block1.4", torch.ones_like),               # running_var left as it was (1)
+    ("bn-mean:down.1", lambda m: 2 * m),                # momentum 0.2 instead of 0.1
+    ("bn-mean:stem.1", lambda m: m + 0.05),             # 9% of the channel's deviation (0.56)
+    ("bn-var:block2.4", lambda v: v * 0.98),
+    ("loss", lambda v: v * 1.02),
+    ("int:block2.1.num_batches_tracked", lambda n: n - 1),
+])
+def test_check_fails_on_a_wrong_step(steps, name, fn):
+    eager, ref64, other = steps
+    assert train_check.compare(other, eager, ref64, tol=1e-2)["ok"]     # correct: passes
+    res = train_check.compare(_perturbed(other, name, fn), eager, ref64, tol=1e-2)
+    assert not res["ok"] and res["failed"] == [name], res["failed"]
+
+
+def test_zero_in_exact_arithmetic_is_not_an_error(steps):
+    """The batch mean after a convolution of zero-mean inputs is ~1e-17 in float64; compared
+    relatively it was the 7.9e3 of mobilenet's old row. In units of the channel's deviation it
+    is as close as any other statistic."""
+    eager, ref64, other = steps
+    for name in ("bn-mean:block1.4", "bn-mean:block2.4"):
+        assert train_check._err(eager[name], ref64[name], train_check._scale(name, ref64)) < 1e-2
+
+
+def _opt_record(lr=1e-4, weight_decay=1e-2):
+    torch.manual_seed(0)
+    params = [torch.randn(64, 32), torch.ones(32), torch.zeros(32)]
+    grads = [torch.randn_like(p) * 1e-2 for p in params]
+    ps = [p.clone().requires_grad_(True) for p in params]
+    for p, g in zip(ps, grads):
+        p.grad = g.clone()
+    torch.optim.AdamW(ps, lr=lr, weight_decay=weight_decay).step()
+    record = {"params": params, "grads": grads, "after": [p.detach() for p in ps]}
+    opt = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=1e-4, weight_decay=1e-2)
+    return record, opt
+
+
+def test_optimizer_check():
+    rel, over = model_zoo._opt_err(*_opt_record())
+    assert rel == 0 and over == 0
+    assert model_zoo._opt_err(*_opt_record(lr=1.01e-4))[1] > 1
+    assert model_zoo._opt_err(*_opt_record(weight_decay=0.0))[1] > 1
