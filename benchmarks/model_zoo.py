@@ -229,6 +229,7 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
     if mode.startswith("train"):
         row.update(ok=bool(check["ok"] and opt_over <= 1), opt_err=opt_err, opt_over=opt_over,
                    worst=check["worst"][0], quantities=check["n"], over_tol=check["over_tol"],
+                   unverified=check["unverified"],
                    failed=check["failed"][:20], **_noise(check, eager_step_err))
     return {**row, "eager_ms": round(eager_ms, 3), "ms": round(ms, 3),
             "speedup": round(eager_ms / ms, 3), "first_call_s": round(first_s, 2),
@@ -273,6 +274,8 @@ def _train(r) -> str:
         return ""
     ratio = r.get("worst_ratio")
     n = f"{r['over_tol']}/{r['quantities']} beyond tol"
+    if r.get("unverified"):
+        n += f" ({r['unverified']} unverified: eager's own >= 0.5 from fp64)"
     if ratio:
         n += f", worst x{ratio[0]:.2f} of eager's fp64 error ({ratio[1]})"
     e = r["eager_fp64"]

@@ -17,7 +17,9 @@ not bit-identical everywhere are therefore as far apart as either is from float6
 So a quantity passes when it is within `tol` of eager's, or when the compiled step's distance
 from float64 is at most `factor` times eager's own (the rule of torch._dynamo.utils.same with
 fp64_ref, per tensor). What the rule can see is bounded by eager's own error on each quantity;
-the figures say how much it is (eager_err).
+the figures say how much it is (eager_err), and a quantity whose eager value is half its size
+or more away from float64 is reported as unverified in this dtype rather than passed: the
+float32 step (the zoo's train-sgd mode, chaotic too but at float32's ulp) checks it.
 
 Quantities that are zero in exact arithmetic are noise in every precision and compare as such:
 a BatchNorm's bias gradient when a convolution and another BatchNorm follow it, and the batch
@@ -100,11 +102,18 @@ def _scale(name: str, ref: dict) -> float | None:
     return None
 
 
-def compare(got: dict, eager: dict, ref64: dict | None, tol: float, factor: float = 1.5) -> dict:
+def compare(got: dict, eager: dict, ref64: dict | None, tol: float, factor: float = 1.5,
+            chaos: float = 0.5) -> dict:
     """Per quantity: `direct` (got vs eager), and with a float64 step `err` (got vs float64) and
     `eager_err` (eager vs float64). A quantity is ok when direct <= tol or err <= factor *
-    eager_err; NaN never passes. Returns {ok, rows, worst (name, direct), over_tol (the rows
-    beyond tol), worst_ratio (name, err / eager_err among those)}."""
+    eager_err; NaN never passes. Where eager's own error is `chaos` or more (its value says
+    little about the true one: regnet_y_400mf's bf16 gradients are 1.3 from float64, at cosine
+    0.1), the quantity cannot be checked in this dtype: it is counted as `unverified` (the
+    float32 step checks it) instead of passing or failing on chance (a rank-2 gradient of
+    regnet's was 2.8x eager's error one way, 0.6x another); beyond 2 * factor * eager_err it
+    still fails (a gradient 10x too large). Returns {ok, rows, worst (name,
+    direct), over_tol (rows beyond tol), unverified, worst_ratio (err / eager_err, name among
+    the checked rows beyond tol), failed}."""
     rows = []
     for name in eager:
         a, b = got.get(name), eager[name]
@@ -112,10 +121,14 @@ def compare(got: dict, eager: dict, ref64: dict | None, tol: float, factor: floa
         direct = _err(a, b, scale)
         row = {"name": name, "direct": direct}
         ok = direct <= tol
-        if not ok and ref64 is not None and name in ref64 and not name.startswith("int:"):
+        if not ok and ref64 is not None and name in ref64 and not name.startswith("int:") \
+                and a is not None and not math.isinf(direct):
             r = ref64[name]
             row["err"], row["eager_err"] = _err(a, r, scale), _err(b, r, scale)
             ok = row["err"] <= factor * row["eager_err"]
+            # chaotic: not checkable here, though a gross error (beyond twice the bar) fails
+            row["unverified"] = row["eager_err"] >= chaos and \
+                row["err"] <= 2 * factor * row["eager_err"]
         row["ok"] = bool(ok) and not math.isnan(direct)
         rows.append(row)
     missing = [n for n in got if n not in eager]
@@ -123,8 +136,9 @@ def compare(got: dict, eager: dict, ref64: dict | None, tol: float, factor: floa
     over = [r for r in rows if not r["direct"] <= tol]
     worst = max(rows, key=lambda r: (math.isnan(r["direct"]), r["direct"]))
     ratios = [(r["err"] / r["eager_err"] if r["eager_err"] > 0 else math.inf, r["name"])
-              for r in over if "err" in r]
-    return {"ok": all(r["ok"] for r in rows), "rows": rows, "worst": (worst["name"], worst["direct"]),
+              for r in over if "err" in r and not r.get("unverified")]
+    failed = [r["name"] for r in rows if not r["ok"] and not r.get("unverified")]
+    return {"ok": not failed, "rows": rows, "worst": (worst["name"], worst["direct"]),
             "over_tol": len(over), "n": len(rows),
-            "worst_ratio": max(ratios) if ratios else None,
-            "failed": [r["name"] for r in rows if not r["ok"]]}
+            "unverified": sum(bool(r.get("unverified")) for r in rows),
+            "worst_ratio": max(ratios) if ratios else None, "failed": failed}
