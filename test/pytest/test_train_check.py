@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from ember.benchmarks import model_zoo, train_check
 from ember.benchmarks.models import build
 
-from conftest import check_fallbacks
+from conftest import check_fallbacks, ember_compile
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +22,13 @@ def cnn():
     return base, x, labels
 
 
-def _step(cnn, dtype=torch.float32, bf16=True, compile_=False, channels_last=False):
+def _step(cnn, dtype=torch.float32, bf16=True, target=None, channels_last=False):
     base, x, labels = cnn
     model, x = copy.deepcopy(base).to(dtype).train(), x.to(dtype)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
-    fwd = torch.compile(model, backend="ember") if compile_ else model
+    fwd = ember_compile(model, target) if target else model
     before = train_check.snapshot(model)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         out = fwd(x)
@@ -43,9 +43,9 @@ def steps(cnn):
     return (_step(cnn), _step(cnn, torch.float64, bf16=False), _step(cnn, channels_last=True))
 
 
-def test_ember_bf16_step_passes(cnn, steps):
+def test_ember_bf16_step_passes(cnn, steps, target):
     eager, ref64, _ = steps
-    got = _step(cnn, compile_=True)
+    got = _step(cnn, target=target)
     check_fallbacks()
     res = train_check.compare(got, eager, ref64, tol=1e-2)
     assert res["ok"], [r for r in res["rows"] if not r["ok"]]
