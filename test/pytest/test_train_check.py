@@ -123,3 +123,11 @@ def test_chaotic_quantities_are_unverified_not_passed(steps):
     assert res["ok"] and res["unverified"] == 1
     res = train_check.compare(_perturbed(other, name, lambda g: 10 * g), eager, noisy, tol=1e-2)
     assert not res["ok"] and res["failed"] == [name]
+
+
+def test_no_gradient_equals_a_zero_gradient():
+    """Eager leaves the gradient of a parameter behind an unused output None, a compiled step
+    (AOTAutograd, any backend) gives zeros: the same value. A nonzero one is not."""
+    z = torch.zeros(3, dtype=torch.float64)
+    assert train_check._err(z, None) == 0 and train_check._err(None, z) == 0
+    assert train_check._err(z + 1, None) == float("inf")
