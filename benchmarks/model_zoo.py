@@ -123,6 +123,25 @@ def _noise(check, eager_check) -> dict:
             "worst_ratio": None if ratio is None else [round(ratio[0], 3), ratio[1]]}
 
 
+def _perturbed_steps(base, inputs, loss_fn, mode, n=2) -> list[dict]:
+    """Eager steps of the model with every parameter moved by about an ulp (a relative 2^-24
+    normal draw): other roundings of the same step, as valid as eager's, for the spread of
+    what the dtype can tell (train_check.compare's `others`)."""
+    out = []
+    for seed in range(n):
+        model = copy.deepcopy(base).train()
+        g = torch.Generator().manual_seed(100 + seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.is_floating_point():
+                    noise = torch.randn(p.shape, generator=g).to(p.device, p.dtype)
+                    p.mul_(1 + 2.0 ** -24 * noise)
+        rec = {}
+        _train_fns(model, inputs, loss_fn, mode, None)[0](rec)
+        out.append(rec["q"])
+    return out
+
+
 def _opt_err(record, opt) -> tuple[float, float]:
     """The compiled optimizer step against eager's optimizer applied to the same parameters and
     the same gradients (the compiled step's own), so that no gradient noise can hide or fake a
@@ -216,7 +235,8 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
         rec64 = {}
         _train_fns(model64, ins64, loss_fn, "train-fp64", None)[0](rec64)
         tol = 1e-2 if mode == "train-bf16" else 1e-3
-        check = train_check.compare(rec["q"], rec_ref["q"], rec64["q"], tol)
+        check = train_check.compare(rec["q"], rec_ref["q"], rec64["q"], tol,
+                                    others=_perturbed_steps(base, inputs, loss_fn, mode))
         err = check["worst"][1]
         opt_err, opt_over = _opt_err(rec, opt)
         eager_step_err = train_check.compare(rec_ref["q"], rec64["q"], None, tol)
