@@ -131,3 +131,16 @@ def test_no_gradient_equals_a_zero_gradient():
     z = torch.zeros(3, dtype=torch.float64)
     assert train_check._err(z, None) == 0 and train_check._err(None, z) == 0
     assert train_check._err(z + 1, None) == float("inf")
+
+
+def test_eager_spread_over_perturbed_steps(steps):
+    """One eager sample can miss a ReLU mask that any other rounding flips: its distance from
+    float64 is the largest over eager and the `others` (eager steps with the parameters moved
+    by an ulp). A step as far off as one of those passes; one further off still fails."""
+    eager, ref64, other = steps
+    name = "grad:fc.weight"
+    flipped = _perturbed(other, name, lambda g: 1.05 * g)     # as a flipped mask might
+    assert not train_check.compare(flipped, eager, ref64, tol=1e-2)["ok"]
+    assert train_check.compare(flipped, eager, ref64, tol=1e-2, others=[flipped])["ok"]
+    worse = _perturbed(other, name, lambda g: 1.2 * g)
+    assert not train_check.compare(worse, eager, ref64, tol=1e-2, others=[flipped])["ok"]
