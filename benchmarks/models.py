@@ -157,7 +157,7 @@ def build(name: str, device: str, small: bool = False, tiny: bool = False,
     if name in TORCHVISION:
         # BatchNorm over batch x the last stage's spatial size (stride 32): at 2x32 it saw 2
         # values a channel, whose normalized output is +-1 whatever they are (every gradient
-        # before it zero in exact arithmetic); 4x32 gives 4, 2x64 8, 32x224 1568
+        # before it zero but for eps); 4x32 gives 4, 2x64 8, 32x224 1568
         batch, res = (4, 32) if tiny else (2, 64) if small else (32, 224)
         model = _torchvision_model(name)(num_classes=10 if tiny else 1000)
         x = torch.randn(batch, 3, res, res, generator=g)
