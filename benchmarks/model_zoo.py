@@ -113,8 +113,8 @@ def _train_fns(model, inputs, loss_fn, mode, compile_fn):
 
 def _noise(check, eager_check) -> dict:
     """What the step's dtype lets the check see: eager's own distance from the float64 step
-    (loss, output, median over gradients), how many quantities ember has within tol of eager,
-    and among the others the worst ratio of ember's distance from float64 to eager's."""
+    (loss, output, median over gradients), and among the checked quantities beyond tol of
+    eager the worst ratio of ember's distance from float64 to eager's."""
     by = {r["name"]: r["direct"] for r in eager_check["rows"]}
     grads = sorted(v for k, v in by.items() if k.startswith("grad:"))
     ratio = check["worst_ratio"]
