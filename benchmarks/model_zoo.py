@@ -13,9 +13,14 @@ extension does not load beside torch's CPU build, and `common.import_torchvision
 
 Modes: `infer-fp32`, `infer-bf16` (inference under no_grad), `train-bf16` (autocast bf16 with
 fp32 weights: forward + backward + one AdamW step, the optimizer step compiled too) and
-`train-sgd` (fp32, SGD with momentum). For each, every backend is checked against eager
-(outputs; for training the loss, every gradient and every updated parameter, the worst
-relative error is shown) and timed in alternation with eager in the same process (median).
+`train-sgd` (fp32, SGD with momentum). For each, every backend is checked against eager and
+timed in alternation with eager in the same process (median). Inference: the outputs. Training
+(benchmarks/train_check.py; the vision models' loss is cross-entropy on fixed labels): the loss,
+the output, every gradient and BatchNorm's batch statistics, before the optimizer step, each
+within tol of eager or no further from a float64 step than 1.5x eager's own distance (a bf16
+step of a deep BatchNorm network is chaotic in its rounding: two correct ones differ by as much
+as either differs from float64); and the compiled optimizer step against eager's optimizer on
+the same gradients.
 
 One child process per model (`--one`), so a crash or hang in one model does not hide the others;
 each prints one JSON line per (mode, backend), gathered into a table (and `DIR/zoo.json`).
@@ -32,10 +37,11 @@ import time
 import traceback
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import ember_summary, flatten, interleaved_median_ms, rel_err, sync  # noqa: E402
-from common import train_err as _train_err  # noqa: E402
+import train_check  # noqa: E402
 from models import TRANSFORMERS, build  # noqa: E402,F401  (build: the zoo's models, shared)
 
 VISION = ("resnet50", "mobilenet_v3_large", "efficientnet_b0", "regnet_y_400mf", "swin_t",
@@ -46,6 +52,18 @@ MODES = ("infer-fp32", "infer-bf16", "train-bf16", "train-sgd")
 
 def _first(out) -> list[torch.Tensor]:
     return [t for t in flatten(out if not hasattr(out, "to_tuple") else out.to_tuple())]
+
+
+def _classification_loss(model, inputs):
+    """Cross-entropy on fixed labels, as a classifier is trained (models.build's mean square of
+    the logits seeds the backward with the logits themselves, noise and all)."""
+    classes = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1].out_features
+    g = torch.Generator().manual_seed(1)
+    labels = torch.randint(0, classes, (inputs[0].shape[0],), generator=g).to(inputs[0].device)
+
+    def loss(out):
+        return F.cross_entropy(out.to(torch.promote_types(out.dtype, torch.float32)), labels)
+    return loss
 
 
 def _backend(name: str):
@@ -61,8 +79,10 @@ def _backend(name: str):
 
 
 def _train_fns(model, inputs, loss_fn, mode, compile_fn):
-    """step() -> (loss, grads, params after the step): one forward, backward and optimizer
-    step; `compile_fn` wraps the model and the optimizer step (None: eager)."""
+    """step(record=None) -> loss: one forward, backward and optimizer step; `compile_fn` wraps
+    the model and the optimizer step (None: eager). With a dict `record`, the step leaves there
+    what train_check compares ("q": loss, output, gradients and buffer updates, taken before
+    the optimizer step) and what the optimizer did ("params" before, "grads", "after")."""
     bf16 = mode == "train-bf16"
     fwd = compile_fn(model) if compile_fn else model
     if mode == "train-sgd":
@@ -70,16 +90,86 @@ def _train_fns(model, inputs, loss_fn, mode, compile_fn):
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     opt_step = compile_fn(opt.step) if compile_fn else opt.step
+    params = [p for p in model.parameters() if p.requires_grad]
 
-    def step():
+    def step(record=None):
         torch.manual_seed(0)    # dropout and stochastic depth draw the same masks on both sides
         opt.zero_grad(set_to_none=True)
+        before = train_check.snapshot(model) if record is not None else None
         with torch.autocast(inputs[0].device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = loss_fn(fwd(*inputs))
+            out = fwd(*inputs)
+            loss = loss_fn(out)
         loss.backward()
+        if record is not None:
+            record["q"] = train_check.capture(model, before, loss, _first(out)[0])
+            record["params"] = [p.detach().clone() for p in params]
+            record["grads"] = [None if p.grad is None else p.grad.detach().clone() for p in params]
         opt_step()
+        if record is not None:
+            record["after"] = [p.detach().clone() for p in params]
         return loss.detach()
     return step, opt
+
+
+def _noise(check, eager_check) -> dict:
+    """What the step's dtype lets the check see: eager's own distance from the float64 step
+    (loss, output, median over gradients), and among the checked quantities beyond tol of
+    eager the worst ratio of ember's distance from float64 to eager's."""
+    by = {r["name"]: r["direct"] for r in eager_check["rows"]}
+    grads = sorted(v for k, v in by.items() if k.startswith("grad:"))
+    ratio = check["worst_ratio"]
+    return {"eager_fp64": {"loss": by.get("loss"), "out": by.get("out"),
+                           "grad_median": grads[len(grads) // 2] if grads else None},
+            "worst_ratio": None if ratio is None else [round(ratio[0], 3), ratio[1]]}
+
+
+def _perturbed_steps(base, inputs, loss_fn, mode, n=2) -> list[dict]:
+    """Eager steps of the model with every parameter moved by about an ulp (a relative 2^-24
+    normal draw): other roundings of the same step, as valid as eager's, for the spread of
+    what the dtype can tell (train_check.compare's `others`)."""
+    out = []
+    for seed in range(n):
+        model = copy.deepcopy(base).train()
+        g = torch.Generator().manual_seed(100 + seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.is_floating_point():
+                    noise = torch.randn(p.shape, generator=g).to(p.device, p.dtype)
+                    p.mul_(1 + 2.0 ** -24 * noise)
+        rec = {}
+        _train_fns(model, inputs, loss_fn, mode, None)[0](rec)
+        out.append(rec["q"])
+    return out
+
+
+def _opt_err(record, opt) -> tuple[float, float]:
+    """The compiled optimizer step against eager's optimizer applied to the same parameters and
+    the same gradients (the compiled step's own), so that no gradient noise can hide or fake a
+    difference (the first AdamW update is ~lr * sign(g): two gradients that differ near zero
+    give updates that differ by a full step there). Returns (worst relative error of a
+    parameter's update, worst element's difference over its bar: 4 ulps of the parameter plus
+    1e-4 of its update). The bar allows the last-place rounding of a parameter (an update 1e-4
+    of a parameter 1 is ~800 of its ulps) and the traced step's float32 bias corrections (eager
+    takes `1 - beta2 ** step` in double: updates differ by ~7e-6 of themselves); a missing weight
+    decay (1e-6 of the parameter with lr 1e-4, wd 1e-2: 8 ulps) is over it."""
+    clones = [p.clone().requires_grad_(True) for p in record["params"]]
+    for c, g in zip(clones, record["grads"]):
+        c.grad = None if g is None else g.clone()
+    hyper = {k: v for k, v in opt.param_groups[0].items() if k != "params"}
+    ref = type(opt)([{"params": clones, **hyper}])
+    ref.step()
+    rel, over = 0.0, 0.0
+    for got, c, p0 in zip(record["after"], clones, record["params"]):
+        want = c.detach()
+        if not want.numel():
+            continue
+        rel = max(rel, rel_err(got - p0, want - p0))
+        # the ulp of the parameter's magnitude, before or after (an update may cross zero)
+        mag = torch.maximum(want.abs(), p0.abs())
+        bar = 4 * torch.finfo(want.dtype).eps * mag + 1e-4 * (want - p0).abs()
+        over = max(over, ((got - want).abs() / bar.clamp(min=torch.finfo(want.dtype).tiny))
+                   .max().item())
+    return rel, over
 
 
 def run_one(name: str, modes, backends, device: str, small: bool, repeats: int,
@@ -88,6 +178,8 @@ def run_one(name: str, modes, backends, device: str, small: bool, repeats: int,
     torch.backends.cudnn.allow_tf32 = False
     try:
         base, inputs, loss_fn = build(name, device, small, tiny)
+        if name in VISION:
+            loss_fn = _classification_loss(base, inputs)
     except ImportError as err:
         print(json.dumps({"model": name, "mode": "*", "backend": "*", "status": "skipped",
                           "error": f"{type(err).__name__}: {err}"}), flush=True)
@@ -130,23 +222,25 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
     else:
         ref_model, model = copy.deepcopy(base).train(), copy.deepcopy(base).train()
         ref_step, _ = _train_fns(ref_model, inputs, loss_fn, mode, None)
-        step, _ = _train_fns(model, inputs, loss_fn, mode, compile_fn)
-        ref_loss = ref_step()
+        step, opt = _train_fns(model, inputs, loss_fn, mode, compile_fn)
+        rec_ref, rec = {}, {}
+        ref_step(rec_ref)
         t0 = time.perf_counter()
-        loss = step()
+        step(rec)
         sync(device)
         first_s = time.perf_counter() - t0
-        err = _train_err(model, ref_model, loss, ref_loss)
-        if mode == "train-bf16":
-            # fp32 (no autocast) gradients: bf16 rounding differences, amplified through deep
-            # networks and training-mode BatchNorm, make two bf16 runs differ by more than 1e-2
-            # per gradient; ember is then judged by being no less accurate than eager.
-            fp32_model = copy.deepcopy(base).train()
-            truth_loss = _train_fns(fp32_model, inputs, loss_fn, "train-fp32", None)[0]()
-            noise = (_train_err(model, fp32_model, loss, truth_loss),
-                     _train_err(ref_model, fp32_model, ref_loss, truth_loss))
+        # the float64 step: the scale of what the step's dtype can tell (train_check)
+        model64 = copy.deepcopy(base).double().train()
+        ins64 = tuple(t.double() if t.is_floating_point() else t for t in inputs)
+        rec64 = {}
+        _train_fns(model64, ins64, loss_fn, "train-fp64", None)[0](rec64)
+        tol = 1e-2 if mode == "train-bf16" else 1e-3
+        check = train_check.compare(rec["q"], rec_ref["q"], rec64["q"], tol,
+                                    others=_perturbed_steps(base, inputs, loss_fn, mode))
+        err = check["worst"][1]
+        opt_err, opt_over = _opt_err(rec, opt)
+        eager_step_err = train_check.compare(rec_ref["q"], rec64["q"], None, tol)
         eager_ms, ms = _timed([ref_step, step], repeats, device)
-        tol = 1e-2
     summary = ember_summary() if be.startswith("ember") else {}
     statuses = summary.get("statuses", [])
     status = ("eager" if statuses == ["eager"] else
@@ -157,6 +251,11 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
         # ok also when ember's error against fp32 is within twice eager-bf16's own error.
         row.update(fp32_err=noise[0], eager_fp32_err=noise[1],
                    ok=bool(err <= tol or noise[0] <= 2 * noise[1]))
+    if mode.startswith("train"):
+        row.update(ok=bool(check["ok"] and opt_over <= 1), opt_err=opt_err, opt_over=opt_over,
+                   worst=check["worst"][0], quantities=check["n"], over_tol=check["over_tol"],
+                   unverified=check["unverified"],
+                   failed=check["failed"][:20], **_noise(check, eager_step_err))
     return {**row, "eager_ms": round(eager_ms, 3), "ms": round(ms, 3),
             "speedup": round(eager_ms / ms, 3), "first_call_s": round(first_s, 2),
             "fallback_ops": summary.get("eager_fallback_ops", []),
@@ -188,17 +287,39 @@ def _fp32(r) -> str:
     return f"{r['fp32_err']:.1e} ({r['eager_fp32_err']:.1e})" if "fp32_err" in r else ""
 
 
+def _e(x) -> str:
+    return "" if x is None else f"{x:.1e}"
+
+
+def _train(r) -> str:
+    """A training row's check: quantities beyond tol of eager, the worst ratio of ember's
+    distance from the float64 step to eager's among them, eager's own distance (loss, output,
+    median gradient) and the optimizer update's error."""
+    if "quantities" not in r:
+        return ""
+    ratio = r.get("worst_ratio")
+    n = f"{r['over_tol']}/{r['quantities']} beyond tol"
+    if r.get("unverified"):
+        n += f" ({r['unverified']} unverified: eager's own >= 0.5 from fp64)"
+    if ratio:
+        n += f", worst x{ratio[0]:.2f} of eager's fp64 error ({ratio[1]})"
+    e = r["eager_fp64"]
+    return (f"{n}; eager vs fp64: loss {_e(e['loss'])}, out {_e(e['out'])}, grad median "
+            f"{_e(e['grad_median'])}; optimizer {r['opt_err']:.0e} "
+            f"(x{r['opt_over']:.2f} of its bar)")
+
+
 def table(rows) -> str:
-    lines = ["| model | mode | backend | status | fallbacks | rel err | vs fp32 (eager's) | ok | eager ms "
-             "| ms | x eager | first s |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
+    lines = ["| model | mode | backend | status | fallbacks | rel err | vs fp32 (eager's) / "
+             "training check | ok | eager ms | ms | x eager | first s |",
+             "| --- | --- | --- | --- | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if r.get("status") in ("error", "skipped", "crashed"):
             lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['status']} | | | | | | | | "
                          f"{r.get('error', '')[:90]} |")
             continue
         lines.append(f"| {r['model']} | {r['mode']} | {r['backend']} | {r['status']} | "
-                     f"{len(r['fallback_ops'])} | {r['rel_err']:.1e} | {_fp32(r)} | "
+                     f"{len(r['fallback_ops'])} | {r['rel_err']:.1e} | {_fp32(r) or _train(r)} | "
                      f"{'yes' if r['ok'] else 'NO'} | "
                      f"{r['eager_ms']} | {r['ms']} | {r['speedup']} | {r['first_call_s']} |")
     return "\n".join(lines)

@@ -95,8 +95,13 @@ class TransformerBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
+def _at_least_fp32(out):
+    """bf16 outputs in float32; a float64 step's (the zoo's reference) stays float64."""
+    return out.to(torch.promote_types(out.dtype, torch.float32))
+
+
 def _mean_square(out):
-    return out.float().square().mean()
+    return _at_least_fp32(out).square().mean()
 
 
 def _half_mean_square(out):
@@ -104,7 +109,7 @@ def _half_mean_square(out):
     of them the mean square of a freshly initialised LayerNorm's output is 1 whatever its input,
     so every gradient before it would be rounding noise (relative errors above 1 between two
     correct runs)."""
-    return out.float()[..., ::2].square().mean()
+    return _at_least_fp32(out)[..., ::2].square().mean()
 
 
 def _torch_only(name, small, tiny, g):
@@ -140,9 +145,9 @@ def _torchvision_model(name: str):
 
 def build(name: str, device: str, small: bool = False, tiny: bool = False,
           text_shape: tuple[int, int] | None = None):
-    """(model, inputs tuple, output -> tensor used as the training loss). `tiny`: batch 1 and
-    the smallest resolution / sequence (the Triton interpreter). `text_shape`: (batch, sequence)
-    of a transformers model, instead of the size's default."""
+    """(model, inputs tuple, output -> tensor used as the training loss). `tiny`: the smallest
+    sizes (the Triton interpreter; vision models batch 4 at 32x32, for BatchNorm).
+    `text_shape`: (batch, sequence) of a transformers model, instead of the size's default."""
     g = torch.Generator().manual_seed(0)
     torch.manual_seed(0)        # the weights: the same model in every process
     if name in TORCH_ONLY:
@@ -150,7 +155,10 @@ def build(name: str, device: str, small: bool = False, tiny: bool = False,
         loss = _half_mean_square if name == "mlp" else _mean_square
         return model.to(device), tuple(t.to(device) for t in inputs), loss
     if name in TORCHVISION:
-        batch, res = (2, 32) if tiny else (2, 64) if small else (32, 224)   # BatchNorm: 2
+        # BatchNorm over batch x the last stage's spatial size (stride 32): at 2x32 it saw 2
+        # values a channel, whose normalized output is +-1 whatever they are (every gradient
+        # before it zero but for eps); 4x32 gives 4, 2x64 8, 32x224 1568
+        batch, res = (4, 32) if tiny else (2, 64) if small else (32, 224)
         model = _torchvision_model(name)(num_classes=10 if tiny else 1000)
         x = torch.randn(batch, 3, res, res, generator=g)
         return model.to(device), (x.to(device),), _mean_square
