@@ -340,53 +340,6 @@ class WorkerPool:
         p.ember_stderr.close()
         return f"worker exit {p.returncode}: {text[-2000:]}"
 
-    def run(self, payloads, timeout: float) -> list[tuple]:
-        """[(returncode, stdout, stderr)] in payload order, as `run_workers` answers: payload k
-        goes to worker k (at most `jobs` payloads)."""
-        import selectors
-        import time
-        assert len(payloads) <= self.jobs
-        with self._lock:
-            results: list = [None] * len(payloads)
-            live = []
-            for k, payload in enumerate(payloads):
-                p = self._procs[k]
-                if p is None or p.poll() is not None:
-                    if p is not None:
-                        self._kill(k)
-                    p = self._spawn(k)
-                try:
-                    p.stdin.write(json.dumps(payload).encode() + b"\n")
-                    p.stdin.flush()
-                    live.append(k)
-                except OSError:
-                    results[k] = (1, "", self._kill(k))
-            sel = selectors.DefaultSelector()
-            bufs = {k: b"" for k in live}
-            for k in live:
-                sel.register(self._procs[k].stdout, selectors.EVENT_READ, k)
-            deadline = time.monotonic() + timeout
-            while bufs.keys() - {k for k, r in enumerate(results) if r is not None}:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                for key, _ in sel.select(left):
-                    k = key.data
-                    chunk = os.read(key.fileobj.fileno(), 1 << 16)
-                    if not chunk:                       # the worker died
-                        sel.unregister(key.fileobj)
-                        results[k] = (1, bufs[k].decode(errors="replace"), self._kill(k))
-                        continue
-                    bufs[k] += chunk
-                    if bufs[k].endswith(b"\n"):
-                        sel.unregister(key.fileobj)
-                        results[k] = (0, bufs[k].decode(errors="replace"), "")
-            sel.close()
-            for k in live:
-                if results[k] is None:                  # past the timeout
-                    results[k] = (124, "", self._kill(k))
-            return results
-
     def compile_queue(self, source: str, path: str, modname: str, requests, jobs: int,
                       timeout: float, on_done=None) -> dict:
         """Compiles `requests` of one module on the first `jobs` workers from a queue: each

@@ -225,30 +225,33 @@ def test_pool_failure_is_reported_and_never_raises(monkeypatch):
 
 def test_worker_pool_is_reused_and_replaces_dead_workers(tmp_path):
     """The process's pool (started when a GPU graph reaches the backend): one worker answers
-    payload after payload; a killed worker, a bad request or a timeout costs that payload only,
-    and the next payload gets a fresh worker."""
+    request after request, holding the module it loaded; a dead worker is replaced before the
+    next request is sent; a timeout costs that request only, and the next gets a fresh
+    worker."""
     from ember.runtime.triton_warm import WorkerPool
     pool = WorkerPool(1)
     pool.start()
     first = pool._procs[0]
-    empty = {"source": "X = 1\n", "path": str(tmp_path / "m.py"), "module": "m_pool_test",
-             "requests": []}
+    path = str(tmp_path / "m.py")
+    bad = [("nope", "{}")]     # not in the module: the worker answers its error
+
+    def queue(source="X = 1\n", timeout=300):
+        return pool.compile_queue(source, path, "m_pool_test", bad, 1, timeout)
     try:
         for _ in range(2):
-            (code, out, _), = pool.run([empty], timeout=300)
-            assert code == 0 and json.loads(out) == {"ok": 0, "errors": []}
-        assert pool._procs[0] is first, "a second payload started another worker"
-        (code, out, _), = pool.run([{**empty, "requests": [["nope", "{}"]]}], timeout=300)
-        assert code == 0 and json.loads(out)["errors"][0].startswith("nope: ")
+            r = queue()
+            assert r["ok"] == 0 and len(r["errors"]) == 1 and r["errors"][0].startswith("nope: ")
+            assert "worker exit" not in r["errors"][0], r
+        assert pool._procs[0] is first, "a second request started another worker"
         first.kill()
         first.wait()
-        (code, out, _), = pool.run([empty], timeout=300)
-        assert code == 0 and json.loads(out)["ok"] == 0 and pool._procs[0] is not first
-        slow = {**empty, "source": "import time\ntime.sleep(30)\n"}
-        (code, _, err), = pool.run([slow], timeout=0.5)
-        assert code == 124 and err.startswith("worker exit") and pool._procs[0] is None
-        (code, out, _), = pool.run([empty], timeout=300)
-        assert code == 0 and json.loads(out)["ok"] == 0
+        r = queue()             # a fresh worker in its place loads the module and answers
+        assert r["errors"][0].startswith("nope: ") and "worker exit" not in r["errors"][0], r
+        assert pool._procs[0] is not first
+        r = queue("import time\ntime.sleep(30)\n", timeout=0.5)
+        assert "timeout" in r["errors"][0] and pool._procs[0] is None, r
+        r = queue()
+        assert r["ok"] == 0 and "worker exit" not in r["errors"][0], r
     finally:
         pool.close()
     assert all(p is None for p in pool._procs)
