@@ -104,14 +104,12 @@ def _launches(program) -> list:
     return launches
 
 
-def triton_compile_cost(programs: list, share: bool = True) -> dict:
-    """Compiles each Program's compile requests for sm_90 here, one at a time (see __doc__)."""
-    import hashlib
-    import re
-    import resource
+def _sm90_here(prefix: str) -> None:
+    """Triton builds for sm_90 on this machine, into an empty cache of its own: no
+    interpreter, a stand-in driver that names the target."""
     import tempfile
     os.environ.pop("TRITON_INTERPRET", None)
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="cold_compile_triton_")
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix=prefix)
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
@@ -125,6 +123,15 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
         def get_current_target(self):
             return GPUTarget("cuda", 90, 32)
     driver.set_active(FakeDriver())
+
+
+def triton_compile_cost(programs: list, share: bool = True) -> dict:
+    """Compiles each Program's compile requests for sm_90 here, one at a time (see __doc__)."""
+    import hashlib
+    import re
+    import resource
+    import tempfile
+    _sm90_here("cold_compile_triton_")
     from ember.runtime import py_module, triton_warm
     share = share and hasattr(py_module, "share_identical_kernels")
 
@@ -209,21 +216,7 @@ def pool_compile_cost(programs: list, jobs: int, settle: float = 5.0) -> dict:
     import hashlib
     import resource
     import tempfile
-    os.environ.pop("TRITON_INTERPRET", None)
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="cold_compile_pool_")
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-
-    class FakeDriver:
-        def get_current_device(self):
-            return 0
-
-        def get_current_stream(self, device=None):
-            return 0
-
-        def get_current_target(self):
-            return GPUTarget("cuda", 90, 32)
-    driver.set_active(FakeDriver())
+    _sm90_here("cold_compile_pool_")
     from ember.runtime import py_module, triton_warm
     try:
         pool = triton_warm.start_pool(jobs, warmup="cuda:90:32")

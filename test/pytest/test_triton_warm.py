@@ -27,10 +27,8 @@ if torch.cuda.is_available():
 import ember  # noqa: E402,F401
 from ember.runtime import executor  # noqa: E402
 
-SCRIPT = textwrap.dedent('''
-    import glob, json, os, pickle, sys, time
-    os.environ.pop("TRITON_INTERPRET", None)
-    prog = pickle.load(open(sys.argv[1], "rb"))
+# a child process's Triton builds for sm_90 on a machine without a GPU (a stand-in driver)
+SM90_HERE = textwrap.dedent('''
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
 
@@ -39,6 +37,14 @@ SCRIPT = textwrap.dedent('''
         def get_current_stream(self, device=None): return 0
         def get_current_target(self): return GPUTarget("cuda", 90, 32)
     driver.set_active(FakeDriver())
+''')
+
+
+SCRIPT = textwrap.dedent('''
+    import glob, json, os, pickle, sys, time
+    os.environ.pop("TRITON_INTERPRET", None)
+    prog = pickle.load(open(sys.argv[1], "rb"))
+''') + SM90_HERE + textwrap.dedent('''
     if sys.argv[4] == "3.6-spec":
         # Triton 3.6 serializes a specialization without its target
         import triton.runtime.jit as tj
@@ -272,14 +278,7 @@ def test_cold_start_is_an_empty_triton_cache(monkeypatch, tmp_path):
 SHARED_SCRIPT = textwrap.dedent('''
     import glob, json, os, pickle, sys
     os.environ.pop("TRITON_INTERPRET", None)
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-
-    class FakeDriver:
-        def get_current_device(self): return 0
-        def get_current_stream(self, device=None): return 0
-        def get_current_target(self): return GPUTarget("cuda", 90, 32)
-    driver.set_active(FakeDriver())
+''') + SM90_HERE + textwrap.dedent('''
     import torch
     from ember.runtime import triton_warm
     from ember.runtime.py_module import share_identical_kernels
@@ -568,14 +567,7 @@ OVERLAP_SCRIPT = textwrap.dedent('''
     import glob, json, os, pickle, sys
     os.environ.pop("TRITON_INTERPRET", None)
     prog = pickle.load(open(sys.argv[1], "rb"))
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-
-    class FakeDriver:
-        def get_current_device(self): return 0
-        def get_current_stream(self, device=None): return 0
-        def get_current_target(self): return GPUTarget("cuda", 90, 32)
-    driver.set_active(FakeDriver())
+''') + SM90_HERE + textwrap.dedent('''
     import torch
     from ember.runtime import triton_warm
     path = sys.argv[2]
