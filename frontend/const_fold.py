@@ -50,12 +50,10 @@ def input_free(gm: fx.GraphModule) -> dict[fx.Node, bool]:
 
 
 def _attr(gm: fx.GraphModule, target: str):
-    obj = gm
-    for name in target.split("."):
-        obj = getattr(obj, name, None)
-        if obj is None:
-            return None
-    return obj
+    try:
+        return operator.attrgetter(target)(gm)
+    except AttributeError:
+        return None
 
 
 def static_inputs(gm: fx.GraphModule) -> bool:

@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
+import operator
 import pickle
 import sys
 from functools import lru_cache
@@ -129,9 +130,7 @@ def graph_fingerprint(gm: fx.GraphModule, out: list[str] | None = None) -> list[
         _describe(list(node.args), out)
         _describe(dict(node.kwargs), out)
         if node.op == "get_attr":
-            obj = gm
-            for part in str(node.target).split("."):
-                obj = getattr(obj, part)
+            obj = operator.attrgetter(str(node.target))(gm)
             if isinstance(obj, torch.Tensor):
                 out.append(_tensor_digest(obj))
             elif isinstance(obj, fx.GraphModule):

@@ -4,6 +4,7 @@ half a saved tensor's size; any size under CUDA graphs) in the memory of the sav
 (frontend/compile.py `donated_backward_inputs`, ember-buffer-reuse's `ember.donated_args`, the
 runtime's `ValueInfo.in_input`), and frees those it is done with (`Program.donated_inputs`).
 Gradients must stay eager's; the report shows the smaller arena and the inputs reused/freed."""
+import contextlib
 import copy
 
 import pytest
@@ -710,6 +711,28 @@ def _tiny_gpt2(layers: int, embd: int, inner: int, seed: int = 0, vocab: int = 1
     return tf.GPT2Model(cfg).train()
 
 
+def _compiled_per_recompute_option(ref, step, bf16=False) -> dict:
+    """`step(compiled copy of ref)` compiled for the Triton target and not run, with
+    `recompute_saved` off (False) and at its default (None), under CPU bf16 autocast where
+    `bf16`: option -> (kernel_count's records, ember's reports); no fallback in either."""
+    from ember.benchmarks import kernel_count as kc
+    runs = {}
+    for option in (False, None):
+        torch._dynamo.reset()
+        clear_reports()
+        records = []
+        options = {"target": "triton"}
+        if option is not None:
+            options["recompute_saved"] = option
+        cast = (torch.autocast("cpu", dtype=torch.bfloat16) if bf16
+                else contextlib.nullcontext())
+        with kc.compile_only(records), cast:
+            step(torch.compile(copy.deepcopy(ref), backend="ember", options=options))
+        check_fallbacks()
+        runs[option] = (records, list(ember.last_reports()))
+    return runs
+
+
 def test_recompute_saved_by_default_under_cuda_graphs_without_a_launch_more():
     """`recompute_saved` is on by default for the Triton target with CUDA graphs (where the
     forward's saved activations stay in the graph pool between steps) and off for the C++
@@ -730,19 +753,11 @@ def test_recompute_saved_by_default_under_cuda_graphs_without_a_launch_more():
     ref = _tiny_gpt2(2, 64, 3072)
     ids = torch.randint(0, 128, (8, 128), generator=torch.Generator().manual_seed(0))
     saved, launches = {}, {}
-    for option in (False, None):
-        torch._dynamo.reset()
-        clear_reports()
-        records = []
-        options = {"target": "triton"}
-        if option is not None:
-            options["recompute_saved"] = option
-        with kc.compile_only(records):
-            out = torch.compile(copy.deepcopy(ref), backend="ember", options=options)(ids)
-            out.last_hidden_state.square().mean().backward()
-        check_fallbacks()
+    runs = _compiled_per_recompute_option(
+        ref, lambda f: f(ids).last_hidden_state.square().mean().backward())
+    for option, (records, reports) in runs.items():
         by_kind = {r["kind"]: r for r in records}
-        fwd = [r for r in ember.last_reports() if r["graph_id"].endswith("-forward")][-1]
+        fwd = [r for r in reports if r["graph_id"].endswith("-forward")][-1]
         saved[option] = fwd["output_bytes"] - fwd["input_output_bytes"]
         launches[option] = [kc.step_kind(s) for s in by_kind["backward"]["program"].steps
                             if kc.step_kind(s)]
@@ -789,20 +804,11 @@ def test_recompute_saved_leaves_what_would_cost_a_launch(case):
         x = torch.randn(8, 16, 64, 64).to(memory_format=torch.channels_last)
     else:
         ref, x = _MLPBlock().train(), torch.randn(8, 128, 512)
-    launches = {}
-    for option in (False, None):
-        torch._dynamo.reset()
-        clear_reports()
-        records = []
-        options = {"target": "triton"}
-        if option is not None:
-            options["recompute_saved"] = option
-        with kc.compile_only(records), torch.autocast("cpu", dtype=torch.bfloat16):
-            out = torch.compile(copy.deepcopy(ref), backend="ember", options=options)(x)
-            out.float().square().mean().backward()
-        check_fallbacks()
-        launches[option] = [(kc.step_kind(s), s.name) for r in records
-                            for s in r["program"].steps if kc.step_kind(s)]
+    runs = _compiled_per_recompute_option(
+        ref, lambda f: f(x).float().square().mean().backward(), bf16=True)
+    launches = {option: [(kc.step_kind(s), s.name) for r in records
+                         for s in r["program"].steps if kc.step_kind(s)]
+                for option, (records, _) in runs.items()}
     assert len(launches[None]) == len(launches[False]), launches
 
 
