@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import ember
+from conftest import check_fallbacks
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -479,6 +480,7 @@ def test_capture_lets_go_of_library_results_after_their_last_use(graphs):
         outs = [compiled(x) for x in xs]
         for x, out in zip(xs, outs):
             assert torch.equal(out, model(x))
+    check_fallbacks()
     (g,) = [g for g in graphs if g.captured]
     one = 4096 * 4096 * 2
     assert g.pool_bytes < 4 * one, (g.pool_bytes, one)
