@@ -215,7 +215,8 @@ class GraphedProgram:
         self._inplace_ptrs = [ptr for _, ptr in self._inplace]
         # large copied inputs watched for a settled address (PROMOTE_MIN_BYTES)
         big = self.PROMOTE_MIN_BYTES
-        self._settle_idx = [] if big is None or self._recaptures else [
+        self._settle_idx = [] if big is None or self._recaptures >= self.MAX_RECAPTURES - 1 \
+            else [
             i for i in self._copied if i not in self._settle_done
             and self._static_in[i].untyped_storage().nbytes() >= big]
         self._settle_ptrs, self._settled = None, 0
@@ -441,6 +442,7 @@ class GraphedProgram:
             self.stats["graph_static_input_bytes"] = nbytes(static[i] for i in self._copied)
             self.stats["graph_static_output_bytes"] = nbytes(self._static_out)
             self.stats["graph_tail_outputs"] = len(self._tail[1]) if self._tail else 0
+            self.stats["graph_recaptures"] = self._recaptures
             # what the captured head's table keeps for the tail besides the inputs (a value
             # the tail reads; before tail18, a view of the arena kept all of it)
             ins = {t.untyped_storage().data_ptr() for t in static if isinstance(t, torch.Tensor)}
@@ -542,9 +544,10 @@ class GraphedProgram:
             ptrs = list(map(torch.Tensor.data_ptr, map(inputs.__getitem__, self._settle_idx)))
             self._settled = self._settled + 1 if ptrs == self._settle_ptrs else 0
             self._settle_ptrs = ptrs
-            # (only as a graph's first recapture: the others, MAX_RECAPTURES in all, stay for
-            # what must recapture, a moved or kept input)
-            if self._settled >= self.SETTLED and self._recaptures == 0:
+            # (never as a graph's last recapture: that one, of MAX_RECAPTURES, stays for what
+            # must recapture, a moved or kept input; one recapture before, for an input that
+            # moved, does not keep a settled copy from going)
+            if self._settled >= self.SETTLED and self._recaptures < self.MAX_RECAPTURES - 1:
                 # (see PROMOTE_MIN_BYTES) read in place from now on, where still contiguous and
                 # not in another graph's pool (held as a static input, it would keep that
                 # graph's liveness guard from letting it replay)

@@ -545,6 +545,42 @@ def test_copied_input_that_settles_is_read_in_place(fake_cuda):
     assert g._copied == [0] and g._recaptures == 2 and g.ungraphed_calls == 0
 
 
+def test_copied_input_settles_after_a_recapture(fake_cuda):
+    """A graph that recaptured once already (an input read in place moved: a backward's saved
+    activation) still lets a settled copied input go: the promotion may be its second capture
+    of MAX_RECAPTURES, never its last."""
+    cg = fake_cuda
+    programs = []
+    g = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w)], programs))
+    g.PROMOTE_MIN_BYTES = 0
+    g.stats = {"graph_id": "g-backward"}
+    programs.append(g)
+    torch.manual_seed(0)
+    w = torch.randn(4, 4)
+
+    def call(x, w):
+        x.copy_(torch.randn(3, 4))
+        (out,) = g(x, w)
+        torch.testing.assert_close(out, torch.tanh(x @ w))
+
+    first = torch.empty(3, 4)       # kept alive: x cannot take its address (the input moved)
+    call(first, w)
+    x = torch.empty(3, 4)
+    call(x, w)
+    call(x, w)                      # captured: x copied, w read in place
+    assert g._copied == [0] and (1, w.data_ptr()) in g._inplace
+    w2 = w.clone()                  # w moves: copied from now on (the first recapture)
+    call(x, w2)
+    assert g._recaptures == 1 and g._copied == [0, 1]
+    for _ in range(cg.GraphedProgram.SETTLED + 1):
+        call(x, w2)
+    assert g._copied == [1] and (0, x.data_ptr()) in g._inplace
+    assert g._recaptures == 2 and g.stats["graph_recaptures"] == 2
+    for _ in range(cg.GraphedProgram.SETTLED + 2):
+        call(x, w2)                 # no third capture: the last stays for what must
+    assert g._recaptures == 2 and g.ungraphed_calls == 0
+
+
 def test_copied_input_in_another_pool_is_not_promoted(fake_cuda):
     """A copied input lying in another graph's pool (a saved activation of a forward that ran
     without its graph, `_no_pool`) is not read in place when it settles: held as a static
