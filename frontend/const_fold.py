@@ -11,7 +11,9 @@ Invariant: after it, no node of `gm` that an input-dependent node reads is input
 values with one repeated element (a `full`, `zeros_like`: ember keeps those as splat constants,
 free in the kernels that read them), uninitialised memory (`empty*`), and values over
 FOLD_BYTES, or past FOLD_TOTAL_BYTES for the graph (kept computed per call rather than held
-in memory). Random ops (`nondeterministic_seeded`) are never input-free: their draws keep
+in memory). A value over FOLD_BYTES is computed per call from the input-free values it reads,
+which fold in its place (each under the same rules: a broadcast of a folded mask is one
+launch or none, the mask's own aranges, comparisons and cumsum none). Random ops (`nondeterministic_seeded`) are never input-free: their draws keep
 program order. `evaluate` also serves fx_prep.prepare for input-free outputs (a training
 forward's saved attention mask), computed once and copied per call.
 
@@ -114,6 +116,11 @@ def evaluate(node: fx.Node, values: dict) -> torch.Tensor | None:
         return value.contiguous().clone()
 
 
+def _too_large(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.numel() * val.element_size() > FOLD_BYTES
+
+
 def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
     """Folds `gm` in place (see the module docstring); returns the values of the new inputs."""
     if not static_inputs(gm):
@@ -129,8 +136,21 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
     values: dict[fx.Node, object] = {}
     folded: list[tuple[fx.Node, torch.Tensor]] = []
     total = 0
-    for node in boundary:
+    seen = set(boundary)
+    for node in boundary:       # grows: see _too_large
         value = evaluate(node, values)
+        if value is None and _too_large(node):
+            # a broadcast or a computation of smaller input-free values (memory-efficient
+            # attention's bias: the causal mask [B, 1, S, S] expanded to [B, H, S, S] for
+            # the call, 25 MB in GPT-2's fp32 forward on a GPU): those values fold instead,
+            # and only what is computed from them runs per call; before, nothing of the mask
+            # folded and each forward ran three kernels and a cumsum for it
+            for m in node.all_input_nodes:
+                if constant[m] and m not in seen and isinstance(m.meta.get("val"), torch.Tensor) \
+                        and _packet_name(m) not in _UNINITIALISED:
+                    seen.add(m)
+                    boundary.append(m)
+            continue
         if value is None or _uniform(value):
             continue
         total += value.numel() * value.element_size()

@@ -151,6 +151,37 @@ def test_input_free_values_are_computed_once(target, device):
     assert plain["num_kernels"] + len(plain["library_calls"]) > folded_launches
 
 
+def _expanded_mask_scores(x):
+    """The causal mask above as memory-efficient attention takes it on a GPU: a float bias
+    [B, 1, S, S] expanded to [B, H, S, S] (SDPA's `preprocess_mask`), added to the scores."""
+    b, h, s, _ = x.shape
+    i = torch.arange(s, device=x.device)
+    ids = torch.ones(b, s, dtype=torch.long, device=x.device).cumsum(-1) - 1
+    mask = (i[:, None] >= i[None, :])[None] & (ids[:, None, :] >= 0)
+    bias = torch.zeros(b, 1, s, s, device=x.device).masked_fill(~mask[:, None], float("-inf"))
+    return (x + bias.expand(b, h, s, s)).softmax(-1)
+
+
+def test_input_free_value_too_large_folds_what_it_is_computed_from(target, device,
+                                                                    monkeypatch):
+    """A value over const_fold.FOLD_BYTES (here the bias expanded over the heads: 8 KB against
+    a 4 KB limit; GPT-2 fp32 on a GPU: 25 MB against 4 MB) is not folded, but the smaller
+    input-free values it is computed from are (the [B, 1, S, S] bias), and only the expand
+    runs per call, inside the softmax's kernel. Before, nothing of the mask folded: its
+    aranges and comparisons ran as kernels and its cumsum as a library call on every call
+    (GPT-2's fp32 inference on the H200: three kernels and a cumsum, where Inductor ran four
+    kernels)."""
+    from ember.frontend import const_fold
+    monkeypatch.setattr(const_fold, "FOLD_BYTES", 4096)
+    reports = _fwd_bwd(_expanded_mask_scores, [_randn((2, 4, 16, 16))], target, device,
+                       tol=1e-5)
+    fwd = reports["forward"]
+    assert fwd.get("folded_constants", 0) >= 1, fwd
+    assert not any("cumsum" in c for c in fwd.get("library_calls", [])), fwd["library_calls"]
+    assert not any("iota" in g or "index" in g for g in fwd["fused_groups"]), fwd["fused_groups"]
+    assert fwd["num_kernels"] == 1, fwd["fused_groups"]
+
+
 def _shifted_window_mask(scores):
     """swin_t's shifted-window attention mask as torchvision builds it: regions numbered by
     item assignment (`mask[h, w] = count`: Dynamo lifts each count to a tensor constant, a
