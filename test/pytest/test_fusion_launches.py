@@ -182,6 +182,37 @@ def test_input_free_value_too_large_folds_what_it_is_computed_from(target, devic
     assert fwd["num_kernels"] == 1, fwd["fused_groups"]
 
 
+def test_attention_bias_broadcast_over_heads_is_a_view(target, device):
+    """An attention bias [B, 1, S, S] expanded over the heads (what SDPA's `preprocess_mask`
+    hands memory-efficient attention on a GPU: GPT-2's causal mask) reaches the library call
+    as a stride-0 view of the bias (ember-library-views, BIAS_OPERANDS), as eager hands it;
+    before, a copy kernel wrote [B, H, S, S] for it in the forward and again in the backward
+    (GPT-2 fp32: 25 MB a layer). Outputs and q/k/v gradients as eager's."""
+    b, h, s, d = 2, 4, 16, 8
+    q, k, v = (_randn((b, h, s, d), seed).to(device) for seed in range(3))
+    bias = torch.zeros(b, 1, s, s).masked_fill(
+        torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf")).to(device)
+
+    def f(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.expand(b, h, s, s))
+
+    ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    out_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = f(*ref_in, bias)
+    clear_reports()
+    out = ember_compile(f, target)(*out_in, bias)
+    assert_close(out, ref, tol=1e-5)
+    ref.square().sum().backward()
+    out.square().sum().backward()
+    for a, r in zip(out_in, ref_in):
+        assert_close(a.grad, r.grad, tol=1e-4, what="grad")
+    check_fallbacks()
+    reports = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}
+    # the forward: the attention alone; the backward: no copy of the bias either
+    assert reports["forward"]["num_kernels"] == 0, reports["forward"]["fused_groups"]
+    assert ["copy"] not in reports["backward"]["fused_groups"], reports["backward"]
+
+
 def _shifted_window_mask(scores):
     """swin_t's shifted-window attention mask as torchvision builds it: regions numbered by
     item assignment (`mask[h, w] = count`: Dynamo lifts each count to a tensor constant, a
