@@ -49,7 +49,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import TRANSFORMERS, build  # noqa: E402
+from models import FULL_TEXT_SHAPE, TRANSFORMERS, build  # noqa: E402
 
 KINDS = ("generated", "copies", "fills", "library", "bias")
 
@@ -183,7 +183,9 @@ def fuse_options(extra: str):
 
 
 def _model(name: str, layers: int | None, size: str = "small", mode: str = ""):
-    model, inputs, loss = build(name, "cpu", small=size == "small")
+    # `full`: the GPU table's shapes (GPT-2 8x256 and BERT 16x128, as measure.py builds them)
+    model, inputs, loss = build(name, "cpu", small=size == "small",
+                                text_shape=FULL_TEXT_SHAPE.get(name) if size == "full" else None)
     if mode == "infer-bf16":
         model = model.to(torch.bfloat16)
         inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)

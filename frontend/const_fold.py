@@ -13,7 +13,8 @@ free in the kernels that read them), uninitialised memory (`empty*`), and values
 FOLD_BYTES, or past FOLD_TOTAL_BYTES for the graph (kept computed per call rather than held
 in memory). A value over FOLD_BYTES is computed per call from the input-free values it reads,
 which fold in its place (each under the same rules: a broadcast of a folded mask is one
-launch or none, the mask's own aranges, comparisons and cumsum none). Random ops (`nondeterministic_seeded`) are never input-free: their draws keep
+launch or none, the mask's own aranges, comparisons and cumsum none). Equal folded values
+(each layer's copy of one mask) are one input. Random ops (`nondeterministic_seeded`) are never input-free: their draws keep
 program order. `evaluate` also serves fx_prep.prepare for input-free outputs (a training
 forward's saved attention mask), computed once and copied per call.
 
@@ -134,7 +135,7 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
         return []
     from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
     values: dict[fx.Node, object] = {}
-    folded: list[tuple[fx.Node, torch.Tensor]] = []
+    folded: list[tuple[list[fx.Node], torch.Tensor]] = []   # the nodes of one value
     total = 0
     seen = set(boundary)
     for node in boundary:       # grows: see _too_large
@@ -153,17 +154,25 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
             continue
         if value is None or _uniform(value):
             continue
+        same = next((g for g in folded if g[1].shape == value.shape
+                     and g[1].dtype == value.dtype and torch.equal(g[1], value)), None)
+        if same is not None:
+            # the same value again (each layer's SDPA converts the one causal mask to its
+            # own bias: GPT-2's 12 layers, 12 copies of 2 MB): one input for all of them
+            same[0].append(node)
+            continue
         total += value.numel() * value.element_size()
         if total > FOLD_TOTAL_BYTES:
             break
-        folded.append((node, value))
+        folded.append(([node], value))
     if not folded:
         return []
     last = [n for n in gm.graph.nodes if n.op == "placeholder"]
     at = last[-1] if last else None
     taken = {n.name for n in gm.graph.nodes}
     out = []
-    for k, (node, value) in enumerate(folded):
+    for k, (nodes, value) in enumerate(folded):
+        node = nodes[0]
         name = f"ember_folded_{k}"
         while name in taken:
             name += "_"
@@ -178,7 +187,8 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
             ph.meta["val"] = mode.from_tensor(value, static_shapes=True)
         from torch.fx.passes.shape_prop import _extract_tensor_metadata
         ph.meta["tensor_meta"] = _extract_tensor_metadata(value)
-        node.replace_all_uses_with(ph)
+        for n in nodes:
+            n.replace_all_uses_with(ph)
         at = ph
         out.append(value)
     gm.graph.eliminate_dead_code()
