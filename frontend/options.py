@@ -139,7 +139,8 @@ class CompileOptions:
       mask, position ids) are computed once, when the graph compiles, and read by every call
       instead of being recomputed by kernels on each (frontend/const_fold.py); False
       recomputes them.
-    one_pass_variance: a training BatchNorm's f32 batch variance as two shifted sums of one
+    one_pass_variance: an f32 variance that ember-split-reductions splits (a training
+      BatchNorm's batch statistics; a GroupNorm's over large groups) as two shifted sums of one
       pass over its input beside the mean (ember-shifted-variance{f32=true}: one split
       reduction, two kernels, instead of the two-pass form's four; Inductor's Welford makes
       two), at the shifted sums' rounding (about ((mean - k) / std)^2 * 2^-24 of the variance
