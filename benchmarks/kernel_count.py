@@ -356,7 +356,9 @@ def gpu_attention():
     float bias and expanded to [B, H, S, S] (SDPA's convert_boolean_attn_mask and
     preprocess_mask), run on the CPU by test/pytest/efficient_attention_cpu.py's stand-ins. On
     the CPU SDPA traces to the CPU's flash attention, whose mask stays [B, 1, S, S]: GPT-2's
-    mask launches (three kernels and a cumsum on the H200 before kc19) do not show there."""
+    mask launches (three kernels and a cumsum on the H200 before kc19) do not show there. (The
+    graph then holds no SDPA call, so frontend/attention_masks.py cannot drop an all-visible
+    mask: BERT's counts with it are not a GPU's.)"""
     import torch.nn.functional as F
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, os.pardir, "test", "pytest"))
