@@ -32,7 +32,10 @@ also prints the MB of constants the program keeps and of the tensors it fills pe
 `kernel MB` is the memory traffic of the generated kernels: per launch, the bytes of the tensors
 it reads and writes (each once), summed. `--fuse-options "recompute-max-ops=0"` adds options to
 the default pipeline's ember-fuse (a before/after comparison of one fusion decision);
-`--options '{"exact_low_precision": false}'` adds ember compile options.
+`--options '{"exact_low_precision": false}'` adds ember compile options. `--gpu-attention`
+traces SDPA as a GPU's f32 SDPA does (see gpu_attention); `--target cuda` compiles with the
+GPU's pipeline (channels-last training graphs, cuDNN's conv bias, one-pass variances), which
+`--target triton` (the Triton target of the CPU tests) does not.
 """
 from __future__ import annotations
 
@@ -49,7 +52,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models import TRANSFORMERS, build  # noqa: E402
+from models import FULL_TEXT_SHAPE, TRANSFORMERS, build  # noqa: E402
 
 KINDS = ("generated", "copies", "fills", "library", "bias")
 
@@ -183,7 +186,9 @@ def fuse_options(extra: str):
 
 
 def _model(name: str, layers: int | None, size: str = "small", mode: str = ""):
-    model, inputs, loss = build(name, "cpu", small=size == "small")
+    # `full`: the GPU table's shapes (GPT-2 8x256 and BERT 16x128, as measure.py builds them)
+    model, inputs, loss = build(name, "cpu", small=size == "small",
+                                text_shape=FULL_TEXT_SHAPE.get(name) if size == "full" else None)
     if mode == "infer-bf16":
         model = model.to(torch.bfloat16)
         inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
@@ -336,7 +341,51 @@ def main(argv=None):
                     "'recompute-max-ops=0'")
     ap.add_argument("--options", default="", help="ember compile options as JSON, e.g. "
                     "'{\"exact_low_precision\": false}'")
+    ap.add_argument("--gpu-attention", action="store_true",
+                    help="trace SDPA as a GPU's f32 SDPA does (memory-efficient attention with "
+                         "the mask as a bias expanded over the heads), through CPU stand-ins")
     args = ap.parse_args(argv)
+    with gpu_attention() if args.gpu_attention else contextlib.nullcontext():
+        _main(args)
+
+
+@contextlib.contextmanager
+def gpu_attention():
+    """Within: `F.scaled_dot_product_attention` traces as a GPU's does for f32 (and for
+    training): to `_scaled_dot_product_efficient_attention`, a boolean mask converted to a
+    float bias and expanded to [B, H, S, S] (SDPA's convert_boolean_attn_mask and
+    preprocess_mask), run on the CPU by test/pytest/efficient_attention_cpu.py's stand-ins. On
+    the CPU SDPA traces to the CPU's flash attention, whose mask stays [B, 1, S, S]: GPT-2's
+    mask launches (three kernels and a cumsum on the H200 before kc19) do not show there. (The
+    graph then holds no SDPA call, so frontend/attention_masks.py cannot drop an all-visible
+    mask: BERT's counts with it are not a GPU's.)"""
+    import torch.nn.functional as F
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, os.pardir, "test", "pytest"))
+    from efficient_attention_cpu import efficient_attention_on_cpu
+
+    def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+        bias = None
+        if attn_mask is not None:
+            bias = attn_mask if attn_mask.dtype != torch.bool else torch.where(
+                attn_mask.logical_not(), float("-inf"),
+                torch.zeros((), dtype=q.dtype, device=q.device))
+            bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+        return torch.ops.aten._scaled_dot_product_efficient_attention(
+            q, k, v, bias, grad, dropout_p, is_causal, scale=scale)[0]
+
+    real = F.scaled_dot_product_attention
+    F.scaled_dot_product_attention = torch.nn.functional.scaled_dot_product_attention = sdpa
+    try:
+        with efficient_attention_on_cpu():
+            yield
+    finally:
+        F.scaled_dot_product_attention = real
+
+
+def _main(args) -> None:
     rows = []
     for name in args.models.split(","):
         layer_counts = [int(x) for x in args.layers.split(",") if x and name in TRANSFORMERS]

@@ -11,7 +11,10 @@ Invariant: after it, no node of `gm` that an input-dependent node reads is input
 values with one repeated element (a `full`, `zeros_like`: ember keeps those as splat constants,
 free in the kernels that read them), uninitialised memory (`empty*`), and values over
 FOLD_BYTES, or past FOLD_TOTAL_BYTES for the graph (kept computed per call rather than held
-in memory). Random ops (`nondeterministic_seeded`) are never input-free: their draws keep
+in memory). A value over FOLD_BYTES is computed per call from the input-free values it reads,
+which fold in its place (each under the same rules: a broadcast of a folded mask is one
+launch or none, the mask's own aranges, comparisons and cumsum none). Equal folded values
+(each layer's copy of one mask) are one input. Random ops (`nondeterministic_seeded`) are never input-free: their draws keep
 program order. `evaluate` also serves fx_prep.prepare for input-free outputs (a training
 forward's saved attention mask), computed once and copied per call.
 
@@ -114,6 +117,11 @@ def evaluate(node: fx.Node, values: dict) -> torch.Tensor | None:
         return value.contiguous().clone()
 
 
+def _too_large(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and val.numel() * val.element_size() > FOLD_BYTES
+
+
 def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
     """Folds `gm` in place (see the module docstring); returns the values of the new inputs."""
     if not static_inputs(gm):
@@ -127,23 +135,44 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
         return []
     from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
     values: dict[fx.Node, object] = {}
-    folded: list[tuple[fx.Node, torch.Tensor]] = []
+    folded: list[tuple[list[fx.Node], torch.Tensor]] = []   # the nodes of one value
     total = 0
-    for node in boundary:
+    seen = set(boundary)
+    for node in boundary:       # grows: see _too_large
         value = evaluate(node, values)
+        if value is None and _too_large(node):
+            # a broadcast or a computation of smaller input-free values (memory-efficient
+            # attention's bias: the causal mask [B, 1, S, S] expanded to [B, H, S, S] for
+            # the call, 25 MB in GPT-2's fp32 forward on a GPU): those values fold instead,
+            # and only what is computed from them runs per call; before, nothing of the mask
+            # folded and each forward ran three kernels and a cumsum for it
+            for m in node.all_input_nodes:
+                if constant[m] and m not in seen and isinstance(m.meta.get("val"), torch.Tensor) \
+                        and _packet_name(m) not in _UNINITIALISED:
+                    seen.add(m)
+                    boundary.append(m)
+            continue
         if value is None or _uniform(value):
+            continue
+        same = next((g for g in folded if g[1].shape == value.shape
+                     and g[1].dtype == value.dtype and torch.equal(g[1], value)), None)
+        if same is not None:
+            # the same value again (each layer's SDPA converts the one causal mask to its
+            # own bias: GPT-2's 12 layers, 12 copies of 2 MB): one input for all of them
+            same[0].append(node)
             continue
         total += value.numel() * value.element_size()
         if total > FOLD_TOTAL_BYTES:
             break
-        folded.append((node, value))
+        folded.append(([node], value))
     if not folded:
         return []
     last = [n for n in gm.graph.nodes if n.op == "placeholder"]
     at = last[-1] if last else None
     taken = {n.name for n in gm.graph.nodes}
     out = []
-    for k, (node, value) in enumerate(folded):
+    for k, (nodes, value) in enumerate(folded):
+        node = nodes[0]
         name = f"ember_folded_{k}"
         while name in taken:
             name += "_"
@@ -158,7 +187,8 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
             ph.meta["val"] = mode.from_tensor(value, static_shapes=True)
         from torch.fx.passes.shape_prop import _extract_tensor_metadata
         ph.meta["tensor_meta"] = _extract_tensor_metadata(value)
-        node.replace_all_uses_with(ph)
+        for n in nodes:
+            n.replace_all_uses_with(ph)
         at = ph
         out.append(value)
     gm.graph.eliminate_dead_code()

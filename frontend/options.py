@@ -139,6 +139,14 @@ class CompileOptions:
       mask, position ids) are computed once, when the graph compiles, and read by every call
       instead of being recomputed by kernels on each (frontend/const_fold.py); False
       recomputes them.
+    one_pass_variance: an f32 variance that ember-split-reductions splits (a training
+      BatchNorm's batch statistics; a GroupNorm's over large groups) as two shifted sums of one
+      pass over its input beside the mean (ember-shifted-variance{f32=true}: one split
+      reduction, two kernels, instead of the two-pass form's four; Inductor's Welford makes
+      two), at the shifted sums' rounding (about ((mean - k) / std)^2 * 2^-24 of the variance
+      for a sample k of the data) instead of the two-pass one; bf16/f16 data always. None (the
+      default): on the GPU targets (CHANNELS_LAST_TRAINING_TARGETS: resnet18's fp32 training
+      step 217 -> 180 launches, `kernel_count.py --target cuda`), off elsewhere.
     max_unrolled_loads: on the Triton target, a small strided reduction written with its
       window unrolled (`tl.static_range`) whose unrolled body would repeat more loads than
       this is a `tl.range` loop instead (the same operations in the same order): Triton's
@@ -171,6 +179,7 @@ class CompileOptions:
     channels_last: "bool | str" = "auto"
     fold_constants: bool = True
     max_unrolled_loads: int = 0
+    one_pass_variance: bool | None = None
 
     def __post_init__(self):
         if (not isinstance(self.max_unrolled_loads, int) or
@@ -210,6 +219,9 @@ class CompileOptions:
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")
+        if self.one_pass_variance is not None and not isinstance(self.one_pass_variance, bool):
+            raise OptionsError(f"ember: option 'one_pass_variance' must be True, False or None; "
+                               f"got {self.one_pass_variance!r}")
         if self.recompute_saved is not None and not isinstance(self.recompute_saved, bool):
             raise OptionsError(f"ember: option 'recompute_saved' must be True, False or None; "
                                f"got {self.recompute_saved!r}")
@@ -324,6 +336,13 @@ def channels_last_training(options: CompileOptions, target: str | None = None) -
                                              and target in CHANNELS_LAST_TRAINING_TARGETS)
 
 
+def one_pass_variance_on(options: CompileOptions, target: str) -> bool:
+    """Whether f32 batch variances are one-pass shifted sums (option `one_pass_variance`)."""
+    if options.one_pass_variance is not None:
+        return options.one_pass_variance
+    return target in CHANNELS_LAST_TRAINING_TARGETS
+
+
 def channels_last_f32(options: CompileOptions, target: str) -> bool:
     """Whether f32 convolutions are laid out channels-last too: not with "auto" on CUDA while
     `torch.backends.cudnn.allow_tf32` is off (read at compile time, as the program cache's key
@@ -388,7 +407,8 @@ def default_pipeline(options: CompileOptions, target: str) -> str:
     # a BatchNorm's batch variance in one pass over its input beside the mean (shifted sums:
     # one split reduction instead of two, passes/ember_shifted_variance.py)
     if backend.name == "triton":
-        split = VARIANCE_PASS + "," + split
+        split = VARIANCE_PASS + ("{f32=true}" if one_pass_variance_on(options, target)
+                                 else "") + "," + split
     externs = "ember-convert-externs" + _convert_externs_options(target)
     # C++: no result written over a buffer its kernel reads through a reshape (slower there:
     # passes/ember_buffer_reuse.py, option reshape-in-place)

@@ -18,7 +18,9 @@ in any case (a graph input, an `ember.extern` or library call result: the pass r
 ember-convert-externs) — with at least one slice or transpose in the chain, and its innermost
 stride 1 — the value R itself; the same for a `BROADCAST_OPERANDS` op (scatter_add) whose
 operand chain also holds broadcasting copies (a `linalg.generic` yielding its one input
-through a projection: stride 0 for the broadcast dims, innermost stride 0 allowed); the
+through a projection: stride 0 for the broadcast dims, innermost stride 0 allowed), and an
+attention's mask or bias operand (`BIAS_OPERANDS`, cuDNN's attention excepted) whose chain
+holds them (innermost stride 1); the
 declaration's argument type is R's type and `ember.operand_views` holds, per such operand,
 `[operand, element offset, sizes..., strides...]`: the view of R's row-major buffer that the
 chain computed. Chain ops left without users are erased. Each result whose one user is a
@@ -63,6 +65,9 @@ _CHAIN = ("tensor.extract_slice", "tensor.expand_shape", "tensor.collapse_shape"
 # the embedding backward's `scatter_add` index is the token ids broadcast over the hidden dim
 # (a copy kernel per embedding before)
 BROADCAST_OPERANDS = ("aten.scatter_add.default",)
+# and the attention operands that may be (innermost stride 1: the kernels read the bias's rows
+# as vectors)
+BIAS_OPERANDS = ("attn_bias", "attn_mask")
 
 
 def _broadcast_map(op) -> list[int | None] | None:
@@ -285,7 +290,8 @@ def _materialized(value) -> bool:
     return owner is None or op_name(owner) in (EXTERN_OP, "func.call")
 
 
-def _view_of(operand, broadcasts: bool = False) -> tuple[object, Layout, list] | None:
+def _view_of(operand, broadcasts: bool = False,
+             inner_broadcast: bool = True) -> tuple[object, Layout, list] | None:
     root, ops = _chain(operand, broadcasts)
     if not ops or not any(op_name(o) in ("tensor.extract_slice", "linalg.transpose",
                                          "linalg.generic") for o in ops):
@@ -303,7 +309,7 @@ def _view_of(operand, broadcasts: bool = False) -> tuple[object, Layout, list] |
         layout = layout.apply(op, _static_shape(op.results[0]))
         if layout is None:
             return None
-    inner = (1, 0) if broadcasts else (1,)
+    inner = (1, 0) if broadcasts and inner_broadcast else (1,)
     strides = layout.strides
     if strides is None or layout.sizes != _static_shape(operand) or \
             (strides and strides[-1] not in inner and layout.sizes[-1] != 1):
@@ -365,9 +371,18 @@ class EmberLibraryViews(Pass):
         views, dead = [], []
         ftype = ir.FunctionType(ir.TypeAttr(decl.attributes["function_type"]).value)
         inputs = list(ftype.inputs)
-        broadcasts = LIBRARY.get(decl) in BROADCAST_OPERANDS
+        lib = LIBRARY.get(decl)
+        names = TENSOR_ARGS.get(decl, [])
         for k, operand in enumerate(call.operands):
-            found = _view_of(operand, broadcasts)
+            # an attention's mask or bias may be a broadcast too (its innermost stride 1):
+            # memory-efficient attention's bias is the [B, 1, S, S] mask expanded over the
+            # heads, which eager hands the kernel as a stride-0 view (SDPA's preprocess_mask);
+            # a copy kernel of [B, H, S, S] before (25 MB a forward in GPT-2 fp32)
+            # (not cuDNN's: how its graphs take a stride-0 bias is not measured)
+            bias = lib in ATTENTION + ATTENTION_BACKWARD and "cudnn" not in lib \
+                and k < len(names) and names[k] in BIAS_OPERANDS
+            found = _view_of(operand, lib in BROADCAST_OPERANDS or bias,
+                             inner_broadcast=not bias)
             if found is None:
                 continue
             root, layout, ops = found

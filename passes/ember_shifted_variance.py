@@ -25,10 +25,12 @@ Only a variance of bf16/f16 data widened to f32 (a BatchNorm under autocast) is 
 shifted sums lose about ((mean - k) / std)^2 * 2^-24 relative to the variance: near f32
 rounding for a typical sample, n * 2^-24 at worst (a lone outlier sampled as k, whose z-score
 is at most sqrt(n)), against the 2^-9 rounding of every 16-bit input. f32 data keeps eager's
-two-pass numbers.
+two-pass numbers, unless `f32` (a GPU's default pipeline: frontend/options.py
+`one_pass_variance`; two kernels less per BatchNorm of an f32 training step, as Inductor's
+one-pass Welford statistics): then an f32 x is shifted by a sample of itself.
 
 Invariant established: no `linalg.generic` sum `s2` of static shape is left that reduces
-`d * d`, `d = x - s1 / n` (x a widened bf16/f16 value; pointwise, the mean read broadcast
+`d * d`, `d = x - s1 / n` (x a widened bf16/f16 value, or with `f32` an f32 one; pointwise, the mean read broadcast
 through the output map of `s1`),
 where `s1` is a sum of `x` over the same loops with the same maps and `n` the reduced extent;
 it is replaced as above (s1's readers read `t1 + n * k`), where ember-split-reductions (the
@@ -69,6 +71,9 @@ class EmberShiftedVariance(Pass):
     min_programs: int = option(256, min=1)
     target_programs: int = option(1024, min=1)
     min_chunk: int = option(64, min=2)
+    # f32 data too (see the module docstring): two kernels less per training BatchNorm of a
+    # GPU's f32 step, at the shifted sums' rounding instead of the two-pass one
+    f32: bool = option(False)
 
     def run(self, module: ir.Operation) -> None:
         split = EmberSplitReductions(min_work=self.min_work, min_programs=self.min_programs,
@@ -77,7 +82,7 @@ class EmberShiftedVariance(Pass):
         todo = outer_generics(module)
         with module.context:
             for op in todo:
-                match = _match(op)
+                match = _match(op, self.f32)
                 if match is not None and split._plan(op) is not None:
                     with op.location:
                         _rewrite(op, *match)
@@ -146,7 +151,7 @@ def _single_input_of(op, name: str):
     return op.opview.inputs[0], ir.FloatAttr(c.attributes["value"]).value
 
 
-def _match(r2):
+def _match(r2, f32: bool = False):
     """(x, r1, out map, reduced dims, n) when `r2` is a two-pass variance's second sum."""
     got = _sum(r2)
     if got is None:
@@ -191,9 +196,13 @@ def _match(r2):
     shape = ir.RankedTensorType(x.type).shape
     if n != math.prod(shape[j] for j in reduced):
         return None
-    if narrow_source(x) is None:
+    if narrow_source(x) is None and not (f32 and _is_f32(x)):
         return None     # f32 data keeps the two-pass numbers (see the module docstring)
     return x, r1.opview, out_map, reduced, float(n)
+
+
+def _is_f32(x) -> bool:
+    return isinstance(ir.RankedTensorType(x.type).element_type, ir.F32Type)
 
 
 # ----------------------------------------------------------------------------- rewriting

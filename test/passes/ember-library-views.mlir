@@ -357,3 +357,30 @@ module {
     return %r : tensor<4x4x32xf32>
   }
 }
+
+// -----
+
+// Memory-efficient attention's bias: the [2, 1, 16, 16] mask expanded over 4 heads (SDPA's
+// preprocess_mask on a GPU). After the pass the call takes the mask itself (the collapse is
+// a free reshape), read as a [2, 4, 16, 16] view with strides [256, 0, 16, 1] (the broadcast
+// copy kernel is gone).
+// CHECK-LABEL: func.func private @ember_lib_9(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x1x16x16xf32>) -> tensor<2x4x16x8xf32>
+// CHECK-SAME:    ember.operand_views = [array<i64: 3, 0, 2, 4, 16, 16, 256, 0, 16, 1>]
+// CHECK-LABEL: func.func @attention_bias_broadcast
+// CHECK-NOT:     linalg.generic
+// CHECK:         call @ember_lib_9(%arg0, %arg1, %arg2, %arg3) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x1x16x16xf32>)
+#amap_in = affine_map<(d0, d1, d2, d3) -> (d0, d2, d3)>
+#amap_out = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+module {
+  func.func private @ember_lib_9(tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x8xf32> attributes {ember.library = "aten._scaled_dot_product_efficient_attention.default", ember.params = {compute_log_sumexp = false}, ember.results = array<i64: 0>, ember.tensor_args = ["query", "key", "value", "attn_bias"]}
+  func.func @attention_bias_broadcast(%arg0: tensor<2x4x16x8xf32>, %arg1: tensor<2x4x16x8xf32>, %arg2: tensor<2x4x16x8xf32>, %arg3: tensor<2x1x16x16xf32>) -> tensor<2x4x16x8xf32> {
+    %c = tensor.collapse_shape %arg3 [[0, 1], [2], [3]] : tensor<2x1x16x16xf32> into tensor<2x16x16xf32>
+    %0 = tensor.empty() : tensor<2x4x16x16xf32>
+    %1 = linalg.generic {indexing_maps = [#amap_in, #amap_out], iterator_types = ["parallel", "parallel", "parallel", "parallel"]} ins(%c : tensor<2x16x16xf32>) outs(%0 : tensor<2x4x16x16xf32>) {
+    ^bb0(%in: f32, %out: f32):
+      linalg.yield %in : f32
+    } -> tensor<2x4x16x16xf32>
+    %2 = call @ember_lib_9(%arg0, %arg1, %arg2, %1) : (tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x8xf32>, tensor<2x4x16x16xf32>) -> tensor<2x4x16x8xf32>
+    return %2 : tensor<2x4x16x8xf32>
+  }
+}

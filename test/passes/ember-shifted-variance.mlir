@@ -2,6 +2,7 @@
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-shifted-variance{min-work=64 min-programs=1024 min-chunk=4},ember-split-reductions{min-work=64 min-programs=1024 min-chunk=4},ember-fuse{target=triton})' | FileCheck %s --check-prefix=FUSED
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-split-reductions{min-work=64 min-programs=1024 min-chunk=4},ember-fuse{target=triton})' | FileCheck %s --check-prefix=TWOPASS
 // RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-shifted-variance)' | FileCheck %s --check-prefix=UNSPLIT
+// RUN: ember-opt %s --split-input-file --pass-pipeline='builtin.module(ember-shifted-variance{min-work=64 min-programs=1024 min-chunk=4 f32=true},ember-split-reductions{min-work=64 min-programs=1024 min-chunk=4},ember-fuse{target=triton})' | FileCheck %s --check-prefix=F32
 
 // A training BatchNorm's statistics over a channels-last [N, H, W, C] value (x widened from
 // bf16): s1 = sum(x), mean = s1 / n, s2 = sum((x - mean)^2). Rewritten: k = x[0, 0, 0, c] (a
@@ -91,7 +92,13 @@ func.func @bn_stats(%xb: tensor<4x2x2x8xbf16>) -> (tensor<1x8x1x1xf32>, tensor<1
 // -----
 
 // The same statistics of f32 data: left as the two-pass form (only a widened bf16/f16 value's
-// variance is shifted; f32 data keeps eager's numbers).
+// variance is shifted; f32 data keeps eager's numbers). With `f32=true` (a GPU's default
+// pipeline: frontend/options.py `one_pass_variance`) shifted too, sampled from x itself: one
+// partial kernel for both sums and one final kernel, where the two-pass form takes four.
+// F32-LABEL: func.func @bn_stats_f32
+// F32-NEXT:    %[[P:.+]]:2 = call @ember_fused_{{[a-z_0-9]+}}(%arg0) : (tensor<4x2x2x8xf32>) -> (tensor<4x1x8x1x1xf32>, tensor<4x1x8x1x1xf32>)
+// F32-NEXT:    %[[F:.+]]:2 = call @ember_fused_{{[a-z_0-9]+}}(%[[P]]#0, %[[P]]#1, %arg0) : {{.*}} -> (tensor<1x8x1x1xf32>, tensor<1x8x1x1xf32>)
+// F32-NEXT:    return
 // CHECK-LABEL: func.func @bn_stats_f32
 // CHECK-NOT:     tensor.extract_slice
 // CHECK:         %[[S1:.+]] = linalg.generic {{.*}} ins(%arg0 : tensor<4x2x2x8xf32>)

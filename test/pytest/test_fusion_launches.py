@@ -151,6 +151,122 @@ def test_input_free_values_are_computed_once(target, device):
     assert plain["num_kernels"] + len(plain["library_calls"]) > folded_launches
 
 
+def _expanded_mask_scores(x):
+    """The causal mask above as memory-efficient attention takes it on a GPU: a float bias
+    [B, 1, S, S] expanded to [B, H, S, S] (SDPA's `preprocess_mask`), added to the scores."""
+    b, h, s, _ = x.shape
+    i = torch.arange(s, device=x.device)
+    ids = torch.ones(b, s, dtype=torch.long, device=x.device).cumsum(-1) - 1
+    mask = (i[:, None] >= i[None, :])[None] & (ids[:, None, :] >= 0)
+    bias = torch.zeros(b, 1, s, s, device=x.device).masked_fill(~mask[:, None], float("-inf"))
+    return (x + bias.expand(b, h, s, s)).softmax(-1)
+
+
+def test_input_free_value_too_large_folds_what_it_is_computed_from(target, device,
+                                                                    monkeypatch):
+    """A value over const_fold.FOLD_BYTES (here the bias expanded over the heads: 8 KB against
+    a 4 KB limit; GPT-2 fp32 on a GPU: 25 MB against 4 MB) is not folded, but the smaller
+    input-free values it is computed from are (the [B, 1, S, S] bias), and only the expand
+    runs per call, inside the softmax's kernel. Before, nothing of the mask folded: its
+    aranges and comparisons ran as kernels and its cumsum as a library call on every call
+    (GPT-2's fp32 inference on the H200: three kernels and a cumsum, where Inductor ran four
+    kernels)."""
+    from ember.frontend import const_fold
+    monkeypatch.setattr(const_fold, "FOLD_BYTES", 4096)
+    reports = _fwd_bwd(_expanded_mask_scores, [_randn((2, 4, 16, 16))], target, device,
+                       tol=1e-5)
+    fwd = reports["forward"]
+    assert fwd.get("folded_constants", 0) >= 1, fwd
+    assert not any("cumsum" in c for c in fwd.get("library_calls", [])), fwd["library_calls"]
+    assert not any("iota" in g or "index" in g for g in fwd["fused_groups"]), fwd["fused_groups"]
+    assert fwd["num_kernels"] == 1, fwd["fused_groups"]
+
+
+def test_attention_bias_broadcast_over_heads_is_a_view(target, device):
+    """An attention bias [B, 1, S, S] expanded over the heads (what SDPA's `preprocess_mask`
+    hands memory-efficient attention on a GPU: GPT-2's causal mask) reaches the library call
+    as a stride-0 view of the bias (ember-library-views, BIAS_OPERANDS), as eager hands it;
+    before, a copy kernel wrote [B, H, S, S] for it in the forward and again in the backward
+    (GPT-2 fp32: 25 MB a layer). Outputs and q/k/v gradients as eager's."""
+    b, h, s, d = 2, 4, 16, 8
+    q, k, v = (_randn((b, h, s, d), seed).to(device) for seed in range(3))
+    bias = torch.zeros(b, 1, s, s).masked_fill(
+        torch.ones(s, s, dtype=torch.bool).triu(1), float("-inf")).to(device)
+
+    def f(q, k, v, bias):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.expand(b, h, s, s))
+
+    ref_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    out_in = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = f(*ref_in, bias)
+    clear_reports()
+    out = ember_compile(f, target)(*out_in, bias)
+    assert_close(out, ref, tol=1e-5)
+    ref.square().sum().backward()
+    out.square().sum().backward()
+    for a, r in zip(out_in, ref_in):
+        assert_close(a.grad, r.grad, tol=1e-4, what="grad")
+    check_fallbacks()
+    reports = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}
+    # the forward: the attention alone; the backward: no copy of the bias either
+    assert reports["forward"]["num_kernels"] == 0, reports["forward"]["fused_groups"]
+    assert ["copy"] not in reports["backward"]["fused_groups"], reports["backward"]
+
+
+def test_equal_folded_values_are_one_input(target, device, monkeypatch):
+    """Two layers that each build the causal mask's bias (GPT-2's 12 SDPA calls each convert
+    the one mask to a bias of their own): the equal folded values are one input of the
+    graph, not one per layer (GPT-2 fp32 on a GPU: 2 MB instead of 12 x 2 MB held)."""
+    from ember.frontend import const_fold
+    monkeypatch.setattr(const_fold, "FOLD_BYTES", 4096)
+
+    def two_layers(x):
+        return _expanded_mask_scores(_expanded_mask_scores(x) * x)
+
+    x = _randn((2, 4, 16, 16)).to(device)
+    clear_reports()
+    with torch.no_grad():   # (an inference graph: a training one's AOTAutograd CSE merges them)
+        assert_close(ember_compile(two_layers, target)(x), two_layers(x), tol=1e-5)
+    check_fallbacks()
+    (report,) = ember.last_reports()
+    assert report.get("folded_constants", 0) == 1, report.get("folded_constants")
+    assert report["num_kernels"] == 1, report["fused_groups"]
+
+
+def test_f32_batch_norm_variance_in_one_pass(target, device):
+    """A training BatchNorm's f32 statistics with `one_pass_variance` (the GPU targets'
+    default): the variance's sums run beside the mean's in one split reduction, two kernels
+    less in the forward than the two-pass form (resnet18's fp32 training step for the cuda
+    target: 217 -> 180 launches, Inductor 180). Output, running statistics and gradients as
+    eager's to f32 tolerance."""
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.BatchNorm2d(4), torch.nn.ReLU()).to(device).train()
+    x = (_randn((32, 4, 48, 48)) * 3 + 1).to(device)
+    kernels = {}
+    for one_pass in (False, True):
+        model, ref_model = make(), make()
+        clear_reports()
+        torch._dynamo.reset()
+        fn = torch.compile(model, backend="ember",
+                           options={"target": target, "one_pass_variance": one_pass})
+        out = fn(x)
+        ref = ref_model(x)
+        assert_close(out, ref, tol=1e-5)
+        out.square().mean().backward()
+        ref.square().mean().backward()
+        for (name, a), b in zip(model.state_dict().items(), ref_model.state_dict().values()):
+            assert_close(a, b, tol=1e-5, what=name)
+        for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+            assert_close(p.grad, q.grad, tol=1e-4, what=f"{name}.grad")
+        check_fallbacks()
+        fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
+        kernels[one_pass] = fwd["num_kernels"]
+    if target == "cpu":     # (the C++ code generator splits no reduction: nothing to save)
+        return
+    assert kernels[True] == kernels[False] - 2, kernels
+
+
 def _shifted_window_mask(scores):
     """swin_t's shifted-window attention mask as torchvision builds it: regions numbered by
     item assignment (`mask[h, w] = count`: Dynamo lifts each count to a tensor constant, a
