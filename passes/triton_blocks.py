@@ -27,6 +27,42 @@ def pointwise_configs(autotune: bool, max_autotune: bool) -> list:
     return configs
 
 
+# A kernel whose whole iteration space (outputs x reduced elements x window) is at most this
+# many elements is launch-bound: with the smallest default tile (512 elements) it is at most
+# 128 programs, one wave of an H100/H200's 132 SMs, a few elements a thread, whatever the
+# configuration. On an H200, efficientnet_b0's training step (first_call_profile --choices,
+# 488 autotuned keys) chose every configuration of the list about equally often at these
+# sizes (pointwise, 2^9 to 2^16 elements: the first 75 times, the second 43, the third 87):
+# differences within the timing's noise, each configuration one more Triton compile and
+# benchmark. Such a kernel gets the configuration that the autotuner's pruning
+# (the prelude's `_ember_prune`) would keep first, and no autotuning; max-autotune keeps its
+# whole search.
+LAUNCH_BOUND = 1 << 16
+
+
+def fitting(configs: list, numels: dict) -> list:
+    """The configurations the prelude's `_ember_prune` keeps for these static extents
+    ({"xnumel": n, "rnumel": m}): no block larger than its extent rounded up to a power of
+    two (or than the list's smallest), at least the first."""
+    def fits(c, block, numel):
+        if block not in c[0] or numel not in numels:
+            return True
+        least = min(x[0].get(block, 1) for x in configs)
+        return c[0][block] <= max(pow2(numels[numel]), least)
+    kept = [c for c in configs if fits(c, "XBLOCK", "xnumel") and fits(c, "RBLOCK", "rnumel")]
+    return kept or configs[:1]
+
+
+def launch_bound_configs(configs: list, numels: dict, work: Optional[int],
+                         max_autotune: bool) -> list:
+    """`configs` (the autotuned list), or only the first fitting one where the kernel is
+    launch-bound (`work`, its static iteration space, at most LAUNCH_BOUND; None: dynamic)
+    and max-autotune is off."""
+    if max_autotune or len(configs) < 2 or work is None or work > LAUNCH_BOUND:
+        return configs
+    return fitting(configs, numels)[:1]
+
+
 def persistent_rnumel(sched, rdims, max_rblock: int) -> Optional[int]:
     """The reduced extent when the reduction is persistent: static, at most `max_rblock`, and
     every output with inner dims is indexed by exactly the reduced dims (so it is stored from
