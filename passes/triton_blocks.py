@@ -30,13 +30,14 @@ def pointwise_configs(autotune: bool, max_autotune: bool) -> list:
 # A kernel whose whole iteration space (outputs x reduced elements x window) is at most this
 # many elements is launch-bound: with the smallest default tile (512 elements) it is at most
 # 128 programs, one wave of an H100/H200's 132 SMs, a few elements a thread, whatever the
-# configuration. On an H200, efficientnet_b0's training step (first_call_profile --choices,
-# 488 autotuned keys) chose every configuration of the list about equally often at these
-# sizes (pointwise, 2^9 to 2^16 elements: the first 75 times, the second 43, the third 87):
-# differences within the timing's noise, each configuration one more Triton compile and
-# benchmark. Such a kernel gets the configuration that the autotuner's pruning
-# (the prelude's `_ember_prune`) would keep first, and no autotuning; max-autotune keeps its
-# whole search.
+# configuration. Such a kernel gets one configuration and no autotuning (each configuration
+# is one more Triton compile, load and benchmark); max-autotune keeps its whole search. The
+# one kept is the one with the most programs (the smallest XBLOCK) among those the
+# autotuner's pruning (the prelude's `_ember_prune`) keeps, the list's order between equals.
+# From the autotuner's choices on an H200 (efficientnet_b0's training step, bf16,
+# first_call_profile --choices, 2026-11-27): of the 211 benchmarked keys of pointwise kernels of
+# 513 to 2^16 elements, XBLOCK 512 (4 warps) won 93, 1024 (4 warps) 75, 2048 (8 warps)
+# 43; looped column sums of up to 2^16 elements chose 32 columns (the smallest) 9 times of 17.
 LAUNCH_BOUND = 1 << 16
 
 
@@ -55,12 +56,12 @@ def fitting(configs: list, numels: dict) -> list:
 
 def launch_bound_configs(configs: list, numels: dict, work: Optional[int],
                          max_autotune: bool) -> list:
-    """`configs` (the autotuned list), or only the first fitting one where the kernel is
-    launch-bound (`work`, its static iteration space, at most LAUNCH_BOUND; None: dynamic)
-    and max-autotune is off."""
+    """`configs` (the autotuned list), or only the fitting one with the smallest XBLOCK
+    where the kernel is launch-bound (`work`, its static iteration space, at most
+    LAUNCH_BOUND; None: dynamic) and max-autotune is off."""
     if max_autotune or len(configs) < 2 or work is None or work > LAUNCH_BOUND:
         return configs
-    return fitting(configs, numels)[:1]
+    return [min(fitting(configs, numels), key=lambda c: c[0].get("XBLOCK", 1))]
 
 
 def persistent_rnumel(sched, rdims, max_rblock: int) -> Optional[int]:
