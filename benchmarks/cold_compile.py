@@ -37,6 +37,10 @@ hands them out (a queue, its estimated longest first); the same on 8 workers (`.
 module are counted once (what a compile shared across graphs would leave). The kernels are bound
 as the runtime binds them (runtime/py_module.share_identical_kernels; `--no-share`: as before it).
 
+With `--requests` besides, the child only counts those requests (`triton_requests`,
+`triton_kernels`, and `triton_per_kernel`: how many kernels send 1, 2, ... requests, one per
+autotuning configuration kept) and builds none: seconds, not minutes.
+
 `--one MODEL:MODE --profile FILE` writes a cProfile of ember's compiles alone (pstats format).
 
 With `--sources DIR` each graph's Program (kernel sources, schedule) is written to DIR, to
