@@ -37,6 +37,10 @@ hands them out (a queue, its estimated longest first); the same on 8 workers (`.
 module are counted once (what a compile shared across graphs would leave). The kernels are bound
 as the runtime binds them (runtime/py_module.share_identical_kernels; `--no-share`: as before it).
 
+With `--requests` besides, the child only counts those requests (`triton_requests`,
+`triton_kernels`, and `triton_per_kernel`: how many kernels send 1, 2, ... requests, one per
+autotuning configuration kept) and builds none: seconds, not minutes.
+
 `--one MODEL:MODE --profile FILE` writes a cProfile of ember's compiles alone (pstats format).
 
 With `--sources DIR` each graph's Program (kernel sources, schedule) is written to DIR, to
@@ -125,8 +129,10 @@ def _sm90_here(prefix: str) -> None:
     driver.set_active(FakeDriver())
 
 
-def triton_compile_cost(programs: list, share: bool = True) -> dict:
-    """Compiles each Program's compile requests for sm_90 here, one at a time (see __doc__)."""
+def triton_compile_cost(programs: list, share: bool = True, build: bool = True) -> dict:
+    """Compiles each Program's compile requests for sm_90 here, one at a time (see __doc__);
+    `build=False` only counts them (`triton_requests`, and `triton_per_kernel`: how many
+    kernels send 1, 2, ... requests)."""
     import hashlib
     import re
     import resource
@@ -168,6 +174,15 @@ def triton_compile_cost(programs: list, share: bool = True) -> dict:
             if hasattr(triton_warm, "longest_first") else None
         secs: dict = {}
         out.setdefault("triton_order", []).append((ordered, secs))
+        if not build:
+            out["triton_order"].pop()
+            per = out.setdefault("triton_per_kernel", {})
+            for n in __import__("collections").Counter(r[0] for r in requests).values():
+                per[n] = per.get(n, 0) + 1
+            out["triton_requests"] += len(requests)
+            out["triton_kernels"] = out.get("triton_kernels", 0) + len({r[0] for r in requests})
+            out.setdefault("triton_first", 0.0)
+            continue
         for fn_name, spec in requests:
             jit = triton_warm._jit(getattr(mod, fn_name))
             body = re.sub(r"\b%s\b" % re.escape(fn_name), "K", jit.src) if jit else fn_name
@@ -266,7 +281,8 @@ def _makespan(costs: list, jobs: int, how: str) -> float:
 
 def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str = "wall",
             debug_dir: str | None = None, triton: bool = False, share: bool = True,
-            profile: str | None = None, pool: int = 0, options: dict | None = None) -> dict:
+            profile: str | None = None, pool: int = 0, options: dict | None = None,
+            build_kernels: bool = True) -> dict:
     if clock == "cpu":
         time.perf_counter = time.process_time
     import ember
@@ -363,7 +379,9 @@ def one_run(name: str, mode: str, small: bool, sources: str | None, clock: str =
             path = os.path.join(sources, f"{name}-{mode}-{i}-{rec['kind']}.txt")
             with open(path, "w") as f:
                 f.write(program_text(rec["program"]))
-    extra = triton_compile_cost([rec["program"] for rec in records], share) if triton else {}
+    extra = triton_compile_cost([rec["program"] for rec in records], share,
+                                build_kernels) \
+        if triton else {}
     if pool:
         extra.update(pool_compile_cost([rec["program"] for rec in records], pool))
     return {**extra, "model": name, "mode": mode, "clock": clock, "step_wall": step_wall, "step": step, "aot": times["aot"],
@@ -401,6 +419,8 @@ def main(argv=None):
     ap.add_argument("--debug-dir", default=None, help="ember's debug dump (with --one)")
     ap.add_argument("--triton", action="store_true",
                     help="also compile each graph's Triton kernels for sm_90, one at a time")
+    ap.add_argument("--requests", action="store_true",
+                    help="with --triton: count the compile requests (per kernel) without building")
     ap.add_argument("--no-share", action="store_true",
                     help="--triton without runtime/py_module.share_identical_kernels (before it)")
     ap.add_argument("--profile", default=None,
@@ -417,7 +437,7 @@ def main(argv=None):
         name, mode = args.one.split(":")
         row = one_run(name, mode, args.small, args.sources, args.clock, args.debug_dir,
                       args.triton, not args.no_share, args.profile, args.pool,
-                      json.loads(args.options) if args.options else None)
+                      json.loads(args.options) if args.options else None, not args.requests)
         sys.stdout.write("ROW " + json.dumps(row) + "\n")
         return
     rows = []
@@ -433,6 +453,8 @@ def main(argv=None):
                     cmd.append("--triton")
                 if args.no_share:
                     cmd.append("--no-share")
+                if args.requests:
+                    cmd.append("--requests")
                 if args.pool:
                     cmd += ["--pool", str(args.pool)]
                 if args.options:
@@ -466,6 +488,9 @@ def main(argv=None):
                     print(f"    pool of {r['pool_jobs']}: wall per graph {r['pool_wall']} "
                           f"(sum {sum(r['pool_wall']):.2f}), workers' CPU "
                           f"{r['pool_worker_cpu']:.2f}, errors {r['pool_errors']}", flush=True)
+                if r.get("triton_per_kernel"):
+                    print(f"    {r['triton_kernels']} kernels; requests a kernel: "
+                          f"{dict(sorted(r['triton_per_kernel'].items()))}", flush=True)
                 if r.get("triton_slowest"):
                     print("    slowest Triton compiles: " + ", ".join(
                         f"{name_} (graph {g}) {sec:.2f}" for sec, g, name_, _ in

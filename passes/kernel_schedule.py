@@ -60,8 +60,19 @@ class _FrozenMemo:
         # id(op object) -> (the object, its links): an operation's hash is computed from its
         # contents (each a walk in the bindings); the planner passes the same objects again
         self.links_by_id: dict = {}
-        self.dims: dict = {}        # value -> [((value, i), static size or None)]
+        self.dims: dict = {}        # value -> [((value, i), its number, static size or None)]
         self.empty: dict = {}       # value -> _is_empty(value)
+        # every union-find key ((value, i) or (op, "loop", j)) numbered once: the schedules'
+        # union-finds (_NumberedUnionFind) run over these ints, each a tuple hash less
+        self.numbers: dict = {}     # key -> its number
+        self.keys: list = []        # number -> key
+
+    def number(self, key) -> int:
+        n = self.numbers.get(key)
+        if n is None:
+            n = self.numbers[key] = len(self.keys)
+            self.keys.append(key)
+        return n
 
 
 @contextlib.contextmanager
@@ -149,13 +160,53 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
+class _NumberedUnionFind:
+    """_UnionFind over the frozen memo's key numbers (`find_n` / `union_n`), the same calls in
+    the same order giving the same classes and the same first-seen order of keys; `find` and
+    `union` take a key (numbered on the way) or a number (a root `find` returned) and give
+    numbers."""
+
+    def __init__(self, frozen):
+        self.parent: dict = {}
+        self._number = frozen.number
+
+    def find_n(self, x: int) -> int:
+        parent = self.parent
+        p = parent.get(x)
+        if p is None:
+            parent[x] = x
+            return x
+        while p != x:
+            up = parent[p]
+            if up == p:
+                return p
+            parent[x] = up      # path halving
+            x = up
+            p = parent[x]
+        return x
+
+    def union_n(self, a: int, b: int) -> None:
+        ra, rb = self.find_n(a), self.find_n(b)
+        if ra != rb:
+            self.parent[rb] = ra
+
+    def find(self, x) -> int:
+        return self.find_n(x if type(x) is int else self._number(x))
+
+    def union(self, a, b) -> None:
+        self.union_n(a if type(a) is int else self._number(a),
+                     b if type(b) is int else self._number(b))
+
+
 class KernelSchedule:
     """See the module docstring. Build with `schedule_kernel` / `schedule_ops`."""
 
     def __init__(self, ops, args, results, kind=None, scalars=()):
         self.ops, self.args, self.results = list(ops), list(args), list(results)
         self.scalars = list(scalars)
-        uf, static = _UnionFind(), {}
+        frozen = _FROZEN
+        uf = _UnionFind() if frozen is None else _NumberedUnionFind(frozen)
+        static = {}
         self._uf = uf
         # Dims whose index follows from others' (see _derived), as (value, index) keys:
         # reshapes that merge several non-unit dims into one, (merged dim, [its parts]), known
@@ -172,17 +223,17 @@ class KernelSchedule:
             if size is not None:
                 static[(v, i)] = size
 
-        frozen = _FROZEN
-        find = uf.find
+        find_n = uf.find_n if frozen is not None else None
 
         def vals(v):
             if frozen is not None:
                 got = frozen.dims.get(v)
                 if got is None:
-                    got = frozen.dims[v] = [((v, i), s) for i, s in enumerate(shape(v))] \
+                    got = frozen.dims[v] = [
+                        ((v, i), frozen.number((v, i)), s) for i, s in enumerate(shape(v))] \
                         if isinstance(v.type, ir.RankedTensorType) else []
-                for key, size in got:       # as note(v, i, size)
-                    find(key)
+                for key, n, size in got:       # as note(v, i, size)
+                    find_n(n)
                     if size is not None:
                         static[key] = size
                 return
@@ -213,8 +264,11 @@ class KernelSchedule:
         self._gid: dict = {}
         self._size: dict[int, Optional[int]] = {}
         self._key_gid: dict = {}    # every (value, dim) / (op, "loop", j) key -> its global dim
+        keys = frozen.keys if frozen is not None else None
         for key in list(uf.parent):
             root = uf.find(key)
+            if keys is not None:
+                key = keys[key]
             g = self._key_gid[key] = self._gid.setdefault(root, len(self._gid))
             if key in static:
                 self._size[g] = static[key]
@@ -268,7 +322,9 @@ class KernelSchedule:
             self._merges, self._reads, self._window_reads = [], [], []
             try:
                 self._link(op, rec, None, its)
-                got = (rec.calls, self._merges, self._reads, self._window_reads)
+                number = frozen.number
+                calls = [(number(a), None if b is None else number(b)) for a, b in rec.calls]
+                got = (calls, self._merges, self._reads, self._window_reads)
             finally:
                 self._merges, self._reads, self._window_reads = lists
             frozen.links[op.operation] = got
@@ -276,11 +332,12 @@ class KernelSchedule:
             frozen.links_by_id[id(op)] = (op, got)     # holds op: its id is not reused
         calls, merges, reads, windows = got
         uf = self._uf
+        find_n, union_n = uf.find_n, uf.union_n
         for a, b in calls:
             if b is None:
-                uf.find(a)
+                find_n(a)
             else:
-                uf.union(a, b)
+                union_n(a, b)
         self._merges += merges
         self._reads += reads
         self._window_reads += windows

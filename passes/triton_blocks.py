@@ -27,6 +27,43 @@ def pointwise_configs(autotune: bool, max_autotune: bool) -> list:
     return configs
 
 
+# A kernel whose whole iteration space (outputs x reduced elements x window) is at most this
+# many elements is launch-bound: with the smallest default tile (512 elements) it is at most
+# 128 programs, one wave of an H100/H200's 132 SMs, a few elements a thread, whatever the
+# configuration. Such a kernel gets one configuration and no autotuning (each configuration
+# is one more Triton compile, load and benchmark); max-autotune keeps its whole search. The
+# one kept is the one with the most programs (the smallest XBLOCK) among those the
+# autotuner's pruning (the prelude's `_ember_prune`) keeps, the list's order between equals.
+# From the autotuner's choices on an H200 (efficientnet_b0's training step, bf16,
+# first_call_profile --choices, 2026-11-27): of the 211 benchmarked keys of pointwise kernels of
+# 513 to 2^16 elements, XBLOCK 512 (4 warps) won 93, 1024 (4 warps) 75, 2048 (8 warps)
+# 43; looped column sums of up to 2^16 elements chose 32 columns (the smallest) 9 times of 17.
+LAUNCH_BOUND = 1 << 16
+
+
+def fitting(configs: list, numels: dict) -> list:
+    """The configurations the prelude's `_ember_prune` keeps for these static extents
+    ({"xnumel": n, "rnumel": m}): no block larger than its extent rounded up to a power of
+    two (or than the list's smallest), at least the first."""
+    def fits(c, block, numel):
+        if block not in c[0] or numel not in numels:
+            return True
+        least = min(x[0].get(block, 1) for x in configs)
+        return c[0][block] <= max(pow2(numels[numel]), least)
+    kept = [c for c in configs if fits(c, "XBLOCK", "xnumel") and fits(c, "RBLOCK", "rnumel")]
+    return kept or configs[:1]
+
+
+def launch_bound_configs(configs: list, numels: dict, work: Optional[int],
+                         max_autotune: bool) -> list:
+    """`configs` (the autotuned list), or only the fitting one with the smallest XBLOCK
+    where the kernel is launch-bound (`work`, its static iteration space, at most
+    LAUNCH_BOUND; None: dynamic) and max-autotune is off."""
+    if max_autotune or len(configs) < 2 or work is None or work > LAUNCH_BOUND:
+        return configs
+    return [min(fitting(configs, numels), key=lambda c: c[0].get("XBLOCK", 1))]
+
+
 def persistent_rnumel(sched, rdims, max_rblock: int) -> Optional[int]:
     """The reduced extent when the reduction is persistent: static, at most `max_rblock`, and
     every output with inner dims is indexed by exactly the reduced dims (so it is stored from

@@ -21,14 +21,21 @@ from .kernel_ir import (INT, Const, Load, Loop, Op, Raw, Store, Var, int_value, 
                         render_stmt)
 from .kernel_schedule import Unschedulable, tensor_args
 from .reduction_body import combiner, masked_combiner, needed_results
-from .triton_blocks import (COLUMN_PERSISTENT_MAX, column_configs, is_column, looped_configs,
-                            persistent_configs, persistent_rnumel, pointwise_configs,
-                            window_configs, window_rnumel)
+from .triton_blocks import (COLUMN_PERSISTENT_MAX, column_configs, is_column,
+                            launch_bound_configs, looped_configs, persistent_configs,
+                            persistent_rnumel, pointwise_configs, window_configs, window_rnumel)
 from .triton_combiners import COMBINE, UNSIGNED_WIDE, identity, identity_value, is_identity
 from .triton_lang import TYPES, TritonLang
 from . import triton_matmul
 
 INT32_MAX = 2 ** 31 - 1
+
+
+def _static_extent(expr: str):
+    """The value of a launcher's extent expression (KernelWriter.runtime_extent) when every
+    factor is a number, else None."""
+    parts = expr.split(" * ")
+    return math.prod(int(p) for p in parts) if all(p.isdigit() for p in parts) else None
 
 
 def _cast(v: str, ty: str) -> str:
@@ -570,6 +577,10 @@ class KernelWriter:
 
     # --- text ------------------------------------------------------------------------------
     def _kernel(self, numel_names, numels, constexprs, configs, grid) -> JitKernel:
+        static = {n: _static_extent(e) for n, e in numels.items()}
+        if self.autotune and all(v is not None for v in static.values()):
+            work = math.prod(static.values()) * (self.window or 1)
+            configs = launch_bound_configs(configs, static, work, self.max_autotune)
         # Statements without a loop dependence (constants folded late) come first.
         body = ["    " + render_stmt(st, self.builder.show) for st in self.builder.preamble]
         self._flatten(self.builder.stack[0], body, 1)

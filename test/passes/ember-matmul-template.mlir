@@ -44,7 +44,8 @@
 // SRC-NEXT:          mm = torch.empty((70, 50), dtype=torch.float32, device="meta" if choice == "probe" else a.device)
 // SRC-NEXT:          if choice != "probe":
 // SRC-NEXT:              _ember_mm_into(a, b, mm)
-// SRC-NEXT:          ember_mm_add_relu_0_epilogue_kernel[{{.*}}](*tensors[:3], mm, *tensors[3:], 3500, **_EMBER_LAUNCH)
+// 3,500 elements are launch-bound (triton_blocks.LAUNCH_BOUND): one configuration, no autotuning
+// SRC-NEXT:          ember_mm_add_relu_0_epilogue_kernel[{{.*}}](*tensors[:3], mm, *tensors[3:], 3500, XBLOCK=512, num_warps=4, **_EMBER_LAUNCH)
 // LIB-LABEL: // ----- kernel @ember_mm_add_relu_0
 // LIB:       @_ember_autotune(configs=[triton.Config({'BLOCK_M': 64, 'BLOCK_N': 64, 'BLOCK_K': 32, 'GROUP_M': 8}, num_warps=4, num_stages=3), {{.*}}'BLOCK_M': 32, 'BLOCK_N': 64
 // LIB:       _ember_matmul_choose('ember_mm_add_relu_0', 'library', ember_mm_add_relu_0, tensors)

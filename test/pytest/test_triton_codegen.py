@@ -207,3 +207,81 @@ def test_count_of_ones_reduction_compiles(exported_sources, monkeypatch):
     source = next(s for s in exported_sources if "tl.full([], 1, tl.int64)" in s)
     results = triton_aot.compile_isolated(source)
     assert results and not triton_aot.failures(results), results
+
+
+def _launch_lines(source):
+    return [ln.strip() for ln in source.splitlines()
+            if "@_ember_autotune(configs=" in ln or "_kernel[grid](" in ln]
+
+
+def test_launch_bound_kernel_gets_one_configuration():
+    """A kernel whose whole static iteration space is at most triton_blocks.LAUNCH_BOUND
+    elements is written with one configuration (no autotuning: no benchmark, one Triton
+    compile), the one with the most programs that the autotuner's pruning would keep; a
+    larger one keeps its list; max-autotune keeps its whole search at any size."""
+    from ember.passes.triton_blocks import LAUNCH_BOUND, pointwise_configs
+
+    def f(t):
+        return torch.relu(t * 2 + 1)
+
+    small = torch.randn(37, 33)                              # 1,221 elements
+    source, symbols, _ = lower(f, small)
+    lines = _launch_lines(source)
+    assert len(lines) == 1 and "XBLOCK=512, num_warps=4" in lines[0], lines
+    (out,) = run_interpreted(source, symbols[0], [small], [(small.shape, small.dtype)])
+    assert torch.equal(out, f(small))
+
+    large = torch.randn(LAUNCH_BOUND + 7)
+    source, _, _ = lower(f, large)
+    lines = _launch_lines(source)
+    assert len(lines) == 2 and lines[0].count("triton.Config(") == \
+        len(pointwise_configs(True, False)) == 3, lines
+
+    source, _, _ = lower(f, small, options="autotune=true max-autotune=true")
+    lines = _launch_lines(source)
+    assert len(lines) == 2 and lines[0].count("triton.Config(") == \
+        len(pointwise_configs(True, True)) == 8, lines
+
+
+def test_launch_bound_reduction_and_rule():
+    """The rule on reductions (the work is outputs x reduced elements) and the choice itself:
+    among the configurations that the prelude's `_ember_prune` keeps for those extents, the
+    one with the smallest XBLOCK (the list's first between equals)."""
+    from ember.passes import triton_blocks as tb
+    from ember.passes.triton_prelude import PRELUDE
+
+    # a column sum of 200 rows (looped over rows, 4 configurations): 200 x 96 elements is
+    # launch-bound, 200 x 512 is not
+    for cols, n in ((96, 1), (512, 4)):
+        x = torch.randn(200, cols)
+        source, symbols, _ = lower(lambda t: t.sum(0), x)
+        lines = _launch_lines(source)
+        assert len(lines) == (1 if n == 1 else 2), lines
+        assert n == 1 or lines[0].count("triton.Config(") == n, lines
+        # launch-bound: the fitting configuration with the most programs (32 columns each)
+        assert n > 1 or "XBLOCK=32, RBLOCK=32, num_warps=4" in lines[0], lines
+        (out,) = run_interpreted(source, symbols[0], [x], [((cols,), x.dtype)])
+        assert rel_err(out, x.sum(0)) < 1e-5
+
+    ns = {}
+    exec(PRELUDE.split("def _ember_bench")[0], ns)       # _ember_pow2, _ember_prune
+    triton_ = ns["triton"]
+    for configs in (tb.pointwise_configs(True, False), tb.column_configs(True, False),
+                    tb.looped_configs(True, False), tb.window_configs(None, True, False)):
+        tc = [triton_.Config(dict(c), num_warps=w) for c, w in configs]
+        for x, r in ((1, 1), (5, 3), (100, 8), (300, 16), (864, 70), (1000, 2000),
+                     (4096, 16)):
+            numels = {"xnumel": x, "rnumel": r}
+            kept = ns["_ember_prune"](tc, numels)
+            fit = tb.fitting(configs, numels)
+            assert [(c.kwargs, c.num_warps) for c in kept] == [(dict(c), w) for c, w in fit]
+            least = min(c[0].get("XBLOCK", 1) for c in fit)
+            first_least = [c for c in fit if c[0].get("XBLOCK", 1) == least][:1]
+            assert tb.launch_bound_configs(configs, numels, x * r, False) == \
+                (first_least if x * r <= tb.LAUNCH_BOUND else configs)
+            assert tb.launch_bound_configs(configs, numels, x * r, True) == configs
+    big = tb.LAUNCH_BOUND + 1
+    assert tb.launch_bound_configs(tb.pointwise_configs(True, False), {"xnumel": big}, big,
+                                   False) == tb.pointwise_configs(True, False)
+    assert tb.launch_bound_configs(tb.pointwise_configs(True, False), {"xnumel": 8}, None,
+                                   False) == tb.pointwise_configs(True, False)
