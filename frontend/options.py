@@ -145,6 +145,13 @@ class CompileOptions:
       compile time grows about quadratically with the unrolled body (horizontally fused
       column sums: 1,536 loads, 91 s a configuration, 0.65 s as a loop). 0 (the default):
       every window unrolled, as before.
+    prepack_weights: on the CPU, an inference graph's matmul that reads an `nn.Parameter`
+      transposed (a Linear layer's weight) reads a contiguous transposed copy of it, made on
+      the second call that finds the parameter unchanged and kept while it stays so (its
+      version counter, data pointer and a probe of two rows are checked per call), and only
+      where the result is the library call's bit for bit (runtime/weight_copies.py). Costs
+      the copied weights' memory (at most runtime.weight_copies.BUDGET_BYTES per process);
+      False reads every weight as it is.
     """
 
     target: str = "auto"
@@ -171,6 +178,7 @@ class CompileOptions:
     channels_last: "bool | str" = "auto"
     fold_constants: bool = True
     max_unrolled_loads: int = 0
+    prepack_weights: bool = True
 
     def __post_init__(self):
         if (not isinstance(self.max_unrolled_loads, int) or
@@ -206,7 +214,7 @@ class CompileOptions:
                      "exact_low_precision", "parallel_compile", "precompile_overlap",
                      "program_cache", "recompute", "donate_saved",
                      "donate_gradients",
-                     "fold_constants"):
+                     "fold_constants", "prepack_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")
