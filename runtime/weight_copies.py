@@ -27,29 +27,34 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
+import weakref
 from typing import Callable
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 BUDGET_BYTES = 1 << 30          # the most bytes of copies kept at once, process-wide
-_PROBE_BYTES = 4096             # bytes of each probed row compared per call (its start)
+_PROBE_BYTES = 1024             # bytes of each probed row compared per call (its start)
 
 
 class _Entry:
+    """A parameter's copy and what it was made from. Reset in place when the parameter
+    changes (call sites keep the entry itself)."""
     __slots__ = ("ptr", "version", "shape", "copy", "probe")
 
     def __init__(self, w: torch.Tensor):
+        self.reset(w)
+
+    def reset(self, w: torch.Tensor) -> None:
         self.ptr, self.version, self.shape = w.data_ptr(), w._version, w.shape
         self.copy: torch.Tensor | None = None
         self.probe: tuple | None = None
 
 
 _ENTRIES = WeakIdKeyDictionary()            # parameter -> _Entry
-_SAME: dict[tuple, bool] = {}               # (call key) -> copy's result == library's, bitwise
 # Per-process counters (tests read them): copies made, matmuls that read one, copies dropped
-# because the weight changed behind the version counter (the probe), shapes where the copy's
-# result differed from the library call's.
+# because the weight changed behind the version counter (the probe), call shapes where the
+# copy's result differed from the library call's.
 stats = {"copies": 0, "reads": 0, "probe_drops": 0, "differ": 0}
 
 
@@ -66,17 +71,16 @@ def live_bytes() -> int:
     return sum(e.copy.nbytes for e in _ENTRIES.values() if e.copy is not None)
 
 
-def transposed(w: torch.Tensor) -> torch.Tensor | None:
-    """The kept contiguous copy of `w.t()`, or None: `w` is not a 2-d contiguous f32 CPU
-    parameter, was first seen at this version (nothing is copied yet), changed since the
-    copy was made (the copy is dropped), or the budget is spent."""
-    e = _ENTRIES.get(w)
-    if e is None or e.ptr != w.data_ptr() or e.version != w._version or e.shape != w.shape:
-        if not (isinstance(w, torch.nn.Parameter) and w.dtype == torch.float32
-                and w.dim() == 2 and w.device.type == "cpu" and w.is_contiguous()
-                and w.numel() > 0):
-            return None
-        _ENTRIES[w] = _Entry(w)
+def _eligible(w) -> bool:
+    return (isinstance(w, torch.nn.Parameter) and w.dtype == torch.float32 and w.dim() == 2
+            and w.device.type == "cpu" and w.is_contiguous() and w.numel() > 0)
+
+
+def _current(e: _Entry, w: torch.Tensor) -> torch.Tensor | None:
+    """The entry's copy if it still holds `w`'s value (else the entry is reset or the copy
+    made: see `transposed`)."""
+    if e.ptr != w.data_ptr() or e.version != w._version or e.shape != w.shape:
+        e.reset(w)
         return None
     if e.copy is None:
         if live_bytes() + w.nbytes > BUDGET_BYTES:
@@ -86,10 +90,26 @@ def transposed(w: torch.Tensor) -> torch.Tensor | None:
         stats["copies"] += 1
         return e.copy
     if _probe(w) != e.probe:        # written through `.data`: unseen by the version counter
-        _ENTRIES[w] = _Entry(w)
+        e.reset(w)
         stats["probe_drops"] += 1
         return None
     return e.copy
+
+
+def _entry(w: torch.Tensor) -> _Entry | None:
+    e = _ENTRIES.get(w)
+    if e is None and _eligible(w):
+        e = _ENTRIES[w] = _Entry(w)
+        e.version = -1              # first sight: nothing is copied at this call
+    return e
+
+
+def transposed(w: torch.Tensor) -> torch.Tensor | None:
+    """The kept contiguous copy of `w.t()`, or None: `w` is not a 2-d contiguous f32 CPU
+    parameter, was first seen at this version (nothing is copied yet), changed since the
+    copy was made (the copy is dropped), or the budget is spent."""
+    e = _entry(w)
+    return None if e is None else _current(e, w)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -104,23 +124,36 @@ def reading_copy(run: Callable, w_at: int,
     `run_copy(ins, copy, out)` computes the same product from the copy, into `out` (or a new
     tensor when `out` is None). `tag` names the call's other arguments (addmm's beta and
     alpha) in the key of the bitwise check."""
+    same_bits: dict[tuple, bool] = {}     # (operand shapes and strides, threads) -> verdict
+    site = [None, None, None, None]       # weakref to the last weight, its entry, key, verdict
+
     def run_weight_copy(ins, outs):
         w = ins[w_at]
-        wt = transposed(w)
+        ref, e = site[0], site[1]
+        if ref is None or ref() is not w:   # another weight than last call's (or none yet)
+            e = _entry(w)
+            site[0], site[1], site[2] = (weakref.ref(w) if e is not None else None), e, None
+            if e is None:
+                return run(ins, outs)
+        wt = _current(e, w)
         if wt is None:
             return run(ins, outs)
         out = outs[0]
-        if out.dtype != torch.float32 or any(t.dtype != torch.float32 for t in ins):
-            return run(ins, outs)
-        key = (tag, w_at, tuple(tuple(t.shape) + t.stride() for t in ins), tuple(out.shape),
-               torch.get_num_threads())
-        same = _SAME.get(key)
-        if same is None:
-            run(ins, outs)
-            same = _SAME[key] = torch.equal(_bits(run_copy(ins, wt, None)), _bits(out))
-            stats["differ"] += not same
-            return None
-        if not same:
+        threads = torch.get_num_threads()
+        if site[2] is None or site[2][0] != threads or site[2][1] != ins[0].shape:
+            if out.dtype != torch.float32 or any(t.dtype != torch.float32 for t in ins):
+                return run(ins, outs)
+            key = (threads, ins[0].shape, tag, w_at,
+                   tuple(tuple(t.shape) + t.stride() for t in ins), tuple(out.shape))
+            same = same_bits.get(key)
+            if same is None:
+                run(ins, outs)
+                same = same_bits[key] = torch.equal(_bits(run_copy(ins, wt, None)), _bits(out))
+                stats["differ"] += not same
+                site[2], site[3] = key, same
+                return None
+            site[2], site[3] = key, same
+        if not site[3]:
             return run(ins, outs)
         run_copy(ins, wt, out)
         stats["reads"] += 1
