@@ -125,7 +125,10 @@ def reading_copy(run: Callable, w_at: int,
     tensor when `out` is None). `tag` names the call's other arguments (addmm's beta and
     alpha) in the key of the bitwise check."""
     same_bits: dict[tuple, bool] = {}     # (operand shapes and strides, threads) -> verdict
-    site = [None, None, None, None]       # weakref to the last weight, its entry, key, verdict
+    # the last weight (a weakref) and its entry; the last verdict as (threads, a's shape, a's
+    # strides, verdict), one tuple (a thread reading it never sees one call's shape with
+    # another's verdict); a (ins[w_at - 1]) is the operand whose rows vary (dynamic shapes)
+    site = [None, None, None]
 
     def run_weight_copy(ins, outs):
         w = ins[w_at]
@@ -139,21 +142,21 @@ def reading_copy(run: Callable, w_at: int,
         if wt is None:
             return run(ins, outs)
         out = outs[0]
-        threads = torch.get_num_threads()
-        if site[2] is None or site[2][0] != threads or site[2][1] != ins[0].shape:
+        a, threads, last = ins[w_at - 1], torch.get_num_threads(), site[2]
+        if last is None or last[0] != threads or last[1] != a.shape or last[2] != a.stride():
             if out.dtype != torch.float32 or any(t.dtype != torch.float32 for t in ins):
                 return run(ins, outs)
-            key = (threads, ins[0].shape, tag, w_at,
-                   tuple(tuple(t.shape) + t.stride() for t in ins), tuple(out.shape))
+            key = (threads, tag, w_at, tuple(tuple(t.shape) + t.stride() for t in ins),
+                   tuple(out.shape))
             same = same_bits.get(key)
             if same is None:
                 run(ins, outs)
                 same = same_bits[key] = torch.equal(_bits(run_copy(ins, wt, None)), _bits(out))
                 stats["differ"] += not same
-                site[2], site[3] = key, same
+                site[2] = (threads, a.shape, a.stride(), same)
                 return None
-            site[2], site[3] = key, same
-        if not site[3]:
+            last = site[2] = (threads, a.shape, a.stride(), same)
+        if not last[3]:
             return run(ins, outs)
         run_copy(ins, wt, out)
         stats["reads"] += 1
