@@ -146,12 +146,13 @@ class CompileOptions:
       column sums: 1,536 loads, 91 s a configuration, 0.65 s as a loop). 0 (the default):
       every window unrolled, as before.
     prepack_weights: on the CPU, an inference graph's matmul that reads an `nn.Parameter`
-      transposed (a Linear layer's weight) reads a contiguous transposed copy of it, made on
-      the second call that finds the parameter unchanged and kept while it stays so (its
-      version counter, data pointer and a probe of two rows are checked per call), and only
-      where the result is the library call's bit for bit (runtime/weight_copies.py). Costs
-      the copied weights' memory (at most runtime.weight_copies.BUDGET_BYTES per process);
-      False reads every weight as it is.
+      transposed (a Linear layer's weight) reads it packed into MKL's GEMM panels, packed at
+      the first call and kept while the parameter stays unchanged (its version counter, data
+      pointer and a probe of two rows are checked per call; packed again when they change),
+      as Inductor's freezing does (runtime/weight_copies.py): the packed GEMM may sum in
+      another order than the plain one (fp32 tolerance). Costs the packed weights' memory
+      (at most runtime.weight_copies.BUDGET_BYTES per process); False reads every weight as
+      it is.
     """
 
     target: str = "auto"
