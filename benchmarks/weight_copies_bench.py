@@ -1,4 +1,5 @@
-"""What ember's kept transposed weight copies (CompileOptions.prepack_weights) are worth on the CPU.
+"""What ember's packed weights (CompileOptions.prepack_weights) and the encoder's short-sequence
+attention as matmuls (frontend/transformer_decomp.py) are worth on the CPU.
 
     python benchmarks/weight_copies_bench.py [--rounds 40] [--clock cpu|wall] [--case encoder]
     OMP_NUM_THREADS=1 python benchmarks/weight_copies_bench.py --clock cpu   # load-robust
@@ -7,18 +8,21 @@
    Linear reads), `mm(x, wt)` with `wt = w.t().contiguous()` (the kept copy) and MKL's packed
    GEMM (`_mkl_reorder_linear_weight` + `_mkl_linear`, Inductor's freezing), each bit-compared
    with the first.
-2. A cpu_bench case (default `encoder`) compiled three ways: inductor, ember with
-   prepack_weights=False, ember with True. One call of each per round, the order rotating;
-   printed: each one's median ms and the median of the per-round ratios with its quartiles
-   (pairing the calls of one round cancels the drift of a loaded machine).
+2. A cpu_bench case (default `encoder`) compiled four ways: inductor; ember with
+   prepack_weights=False and SDPA (main before enc19); packed weights and SDPA; ember's default
+   (packed, attention as matmuls). One call of each per round, the order rotating; printed:
+   each one's median ms and the median of the per-round ratios inductor / it with quartiles
+   (pairing the calls of one round cancels the drift of a loaded machine), and its error.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
 import time
+import types
 
 import torch
 
@@ -69,27 +73,50 @@ def gemms(rounds: int, clock) -> None:
             for f, v in t.items()))
 
 
+def _fresh(fn):
+    """A function calling `fn` with a code object of its own: Dynamo keys its cache on the
+    code object and (nn modules inlined) not on the module, so each variant compiled from
+    this gets its own graph instead of the first variant's."""
+    def call(*a):
+        return fn(*a)
+    name = f"variant_{next(_COUNT)}"
+    return types.FunctionType(call.__code__.replace(co_name=name), {"fn": fn, "__builtins__": __builtins__},
+                              name, None, call.__closure__)
+
+
+_COUNT = itertools.count()
+
+
 def whole(case: str, rounds: int, clock) -> None:
     import ember  # noqa: F401
+    from ember.frontend import transformer_decomp
     fn, args, _, _ = cases(64 * 128)[case]
-    fns = {}
+    fns, outs = {}, {}
+    variants = (("inductor", "inductor", None, None),
+                ("ember, packing off, SDPA", "ember", {"prepack_weights": False}, 0),
+                ("ember, packed, SDPA", "ember", {"prepack_weights": True}, 0),
+                ("ember (default)", "ember", None, None))
+    max_len = transformer_decomp.MATH_ATTENTION_MAX_LEN
     with torch.no_grad():
-        for name, backend, opts in (("inductor", "inductor", None),
-                                    ("ember, copies off", "ember", {"prepack_weights": False}),
-                                    ("ember, copies on", "ember", {"prepack_weights": True})):
-            torch._dynamo.reset()
-            c = torch.compile(fn, backend=backend, **({"options": opts} if opts else {}))
-            for _ in range(3):
-                c(*args)
+        ref = fn(*args)
+        for name, backend, opts, att_len in variants:
+            # the decomposition reads MATH_ATTENTION_MAX_LEN when it traces (0: always SDPA)
+            transformer_decomp.MATH_ATTENTION_MAX_LEN = max_len if att_len is None else att_len
+            try:
+                c = torch.compile(_fresh(fn), backend=backend,
+                                  **({"options": opts} if opts else {}))
+                for _ in range(3):
+                    outs[name] = c(*args)
+            finally:
+                transformer_decomp.MATH_ATTENTION_MAX_LEN = max_len
             fns[name] = (lambda c=c: c(*args))
-        same = torch.equal(fns["ember, copies off"](), fns["ember, copies on"]())
         t = _rounds(fns, rounds, clock)
-    print(f"{case} (median ms): " + "; ".join(f"{k} {statistics.median(v) * 1e3:.3f}"
-                                              for k, v in t.items()))
-    print(f"  copies on vs off bit-equal: {same}")
-    print(f"  inductor / ember off {_ratio(t['inductor'], t['ember, copies off'])}")
-    print(f"  inductor / ember on  {_ratio(t['inductor'], t['ember, copies on'])}")
-    print(f"  ember off / ember on {_ratio(t['ember, copies off'], t['ember, copies on'])}")
+    base = t["inductor"]
+    print(f"{case}: median ms, inductor / this (median of per-round ratios, quartiles), "
+          "rel. err vs eager")
+    for name, v in t.items():
+        err = ((outs[name] - ref).norm() / ref.norm()).item()
+        print(f"  {name:26s} {statistics.median(v) * 1e3:8.3f}  {_ratio(base, v)}  {err:.2e}")
 
 
 def main(argv=None) -> int:
