@@ -23,8 +23,10 @@ Invariants:
     are caught by a probe: the weight's first and last rows, compared bit for bit on every
     call with their bytes when it was packed (a dense update changes them; one that leaves
     both rows alone is not seen).
-  - The packing is MKL's for the call's (rows, N, K): a call with another row count packs
-    again (dynamic shapes). At most `BUDGET_BYTES` of packed weights live in the process
+  - The packing is MKL's for the call's (rows, N, K) and thread count (MKL's packed storage
+    holds a threading plan: "use the same number of threads for packing and computing"): a
+    call with another row count or `torch.get_num_threads()` packs again (dynamic shapes).
+    The buffer stays where MKL packed it (the packed format must not move). At most `BUDGET_BYTES` of packed weights live in the process
     (past it, matmuls read the weight as is); a packed weight is dropped with its parameter
     (weak keys).
 """
@@ -67,14 +69,14 @@ _MKL = _mkl() if torch.backends.mkl.is_available() else None
 class _Entry:
     """A parameter's packed weight and what it was packed from. Reset in place when the
     parameter changes (call sites keep the entry itself)."""
-    __slots__ = ("ptr", "version", "shape", "rows", "packed", "probe")
+    __slots__ = ("ptr", "version", "shape", "plan", "packed", "probe")
 
     def __init__(self, w: torch.Tensor):
         self.reset(w)
 
     def reset(self, w: torch.Tensor) -> None:
         self.ptr, self.version, self.shape = w.data_ptr(), w._version, w.shape
-        self.rows = -1
+        self.plan: tuple = ()        # (rows, threads) it was packed for
         self.packed: torch.Tensor | None = None
         self.probe: tuple | None = None
 
@@ -104,7 +106,7 @@ def _eligible(w) -> bool:
             and w.is_contiguous() and w.numel() > 0)
 
 
-def _pack(e: _Entry, w: torch.Tensor, rows: int) -> torch.Tensor | None:
+def _pack(e: _Entry, w: torch.Tensor, rows: int, plan: tuple) -> torch.Tensor | None:
     n, k = w.shape
     size = _MKL[0](_B_MATRIX, rows, n, k)
     held = e.packed.nbytes if e.packed is not None else 0
@@ -112,21 +114,22 @@ def _pack(e: _Entry, w: torch.Tensor, rows: int) -> torch.Tensor | None:
         return None
     buf = torch.empty(size, dtype=torch.uint8)
     _MKL[1](_ROW_MAJOR, _B_MATRIX, _TRANS, rows, n, k, 1.0, w.data_ptr(), k, buf.data_ptr())
-    e.packed, e.rows, e.probe = buf, rows, _probe(w)
+    e.packed, e.plan, e.probe = buf, plan, _probe(w)
     stats["packs"] += 1
     return buf
 
 
 def _current(e: _Entry, w: torch.Tensor, rows: int) -> torch.Tensor | None:
     """The entry's packed weight for `rows` rows, packed now if it is missing, stale or
-    packed for another row count; None past the budget."""
+    packed for another row count or thread count; None past the budget."""
     if e.ptr != w.data_ptr() or e.version != w._version or e.shape != w.shape:
         e.reset(w)
     elif e.packed is not None and _probe(w) != e.probe:
         e.reset(w)          # written through `.data`: unseen by the version counter
         stats["probe_drops"] += 1
-    if e.packed is None or e.rows != rows:
-        return _pack(e, w, rows)
+    plan = (rows, torch.get_num_threads())
+    if e.packed is None or e.plan != plan:
+        return _pack(e, w, rows, plan)
     return e.packed
 
 

@@ -200,12 +200,19 @@ def test_bf16_weights_are_not_packed():
 
 
 def test_probe_drop_and_budget(monkeypatch):
-    """The runtime alone: packed on first sight, again for another row count; a `.data`
-    write drops the packed weight; a spent budget packs none."""
+    """The runtime alone: packed on first sight, again for another row count or thread count;
+    a `.data` write drops the packed weight; a spent budget packs none."""
     w = nn.Parameter(torch.randn(8, 16))
     p = weight_copies.packed(w, 4)
     assert p is not None and weight_copies.packed(w, 4) is p
     assert weight_copies.packed(w, 5) is not p
+    threads = torch.get_num_threads()
+    try:                                                 # MKL's plan: packed again
+        torch.set_num_threads(1 if threads > 1 else 2)
+        before = _stats()
+        assert weight_copies.packed(w, 5) is not None and _delta(before)["packs"] == 1
+    finally:
+        torch.set_num_threads(threads)
     before = _stats()
     w.data[-1].mul_(2.0)                                 # the last row, behind the counter
     assert weight_copies.packed(w, 5) is not None
