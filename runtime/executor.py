@@ -111,7 +111,7 @@ class CompiledProgram:
         self._library_only = frozenset(i for s in p.steps if s.kind == "library"
                                        for i in s.inputs if i not in self._other_reads)
         self._as_is = _strided_inputs(p, self._library_only)
-        # Inputs a matmul may read from a kept transposed copy when they are parameters
+        # Inputs a matmul may read packed by MKL when they are parameters
         # (runtime/weight_copies.py): an inference program's, except those it writes or may
         # overwrite (donated).
         self._weight_inputs = frozenset(range(p.num_inputs)) - {
@@ -1169,7 +1169,7 @@ def load(program: Program, device: str | torch.device = "cpu", *,
     `precompile_overlap`: load returns while the workers build, and each kernel's first
     launch waits for its own builds only (triton_warm.PendingPrecompile).
     `weight_copies` (an inference program on the CPU): matmuls may read a parameter operand
-    from a kept transposed copy (runtime/weight_copies.py)."""
+    packed by MKL, kept across calls (runtime/weight_copies.py)."""
     return CompiledProgram(program, device, cache=cache, extra_flags=extra_flags,
                            reuse_arena=reuse_arena, parallel_compile=parallel_compile,
                            precompile_overlap=precompile_overlap, weight_copies=weight_copies)
