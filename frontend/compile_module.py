@@ -391,7 +391,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     t0 = time.perf_counter()
     compiled = load(program, device, cache=options.cache_dir,
                     parallel_compile=options.parallel_compile,
-                    precompile_overlap=options.precompile_overlap)
+                    precompile_overlap=options.precompile_overlap,
+                    weight_copies=options.prepack_weights and kind == "inference")
     seconds["build"] = time.perf_counter() - t0
     # What the runtime really allocates per call for the planned values, next to the plan's
     # planned_peak_bytes. (With CUDA graphs the arena comes from the graph's private pool,

@@ -153,6 +153,14 @@ class CompileOptions:
       compile time grows about quadratically with the unrolled body (horizontally fused
       column sums: 1,536 loads, 91 s a configuration, 0.65 s as a loop). 0 (the default):
       every window unrolled, as before.
+    prepack_weights: on the CPU, an inference graph's matmul that reads an `nn.Parameter`
+      transposed (a Linear layer's weight) reads it packed into MKL's GEMM panels, packed at
+      the first call and kept while the parameter stays unchanged (its version counter, data
+      pointer and a probe of two rows are checked per call; packed again when they change),
+      as Inductor's freezing does (runtime/weight_copies.py): the packed GEMM may sum in
+      another order than the plain one (fp32 tolerance). Costs the packed weights' memory
+      (at most runtime.weight_copies.BUDGET_BYTES per process); False reads every weight as
+      it is.
     """
 
     target: str = "auto"
@@ -180,6 +188,7 @@ class CompileOptions:
     fold_constants: bool = True
     max_unrolled_loads: int = 0
     one_pass_variance: bool | None = None
+    prepack_weights: bool = True
 
     def __post_init__(self):
         if (not isinstance(self.max_unrolled_loads, int) or
@@ -215,7 +224,7 @@ class CompileOptions:
                      "exact_low_precision", "parallel_compile", "precompile_overlap",
                      "program_cache", "recompute", "donate_saved",
                      "donate_gradients",
-                     "fold_constants"):
+                     "fold_constants", "prepack_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(f"ember: option '{name}' must be True or False; "
                                    f"got {getattr(self, name)!r}")

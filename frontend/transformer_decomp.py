@@ -5,6 +5,14 @@ in the order the fast path applies them (`norm_first` or not). torch-mlir has no
 the fused op; decomposed, it compiles as the training path does (matmul externs, an attention
 library call, fused kernels), with symbolic batch and sequence sizes too.
 
+Attention over a short sequence without a mask (at most `MATH_ATTENTION_MAX_LEN` tokens, a
+static size) is written as the fast path computes it: q scaled, `q @ k^T`, softmax, `@ v`
+(two batched matmuls around a fused softmax kernel; the bias add and the heads' relayout of
+q, k, v fuse into one kernel after a plain `mm`). The CPU's flash attention kernel splits such
+a sequence into 32-row blocks of small GEMMs; measured <see benchmarks/RESULTS.md, enc19>.
+Longer or symbolic sequences, masked attention and a GPU's attention (not measured
+there) call SDPA.
+
 The merged mask the fast path passes (nn.MultiheadAttention.merge_masks) is additive (float):
 type 0 is [L, L], type 1 a key padding mask [B, L], type 2 [B, H, L, L]. A boolean mask, a
 nested tensor or another rank stays the fused op (NotImplemented)."""
@@ -14,6 +22,8 @@ import torch
 import torch.nn.functional as F
 
 aten = torch.ops.aten
+
+MATH_ATTENTION_MAX_LEN = 256
 
 
 def _encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
@@ -37,7 +47,13 @@ def _encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_wei
     x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
     qkv = F.linear(x, qkv_weight, qkv_bias).view(b, t, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
     q, k, v = qkv.unbind(0)
-    a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+    if (attn_mask is None and isinstance(t, int) and t <= MATH_ATTENTION_MAX_LEN
+            and q.device.type == "cpu"):    # measured on the CPU only
+        # the scale is the fast path's (on q): 1/sqrt(head_dim), exact for a power-of-4 width
+        scores = torch.matmul(q * head_dim ** -0.5, k.transpose(-1, -2))
+        a = torch.matmul(torch.softmax(scores, -1), v)
+    else:
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
     x = F.linear(a.transpose(1, 2).reshape(b, t, e), proj_weight, proj_bias) + src
     if not norm_first:
         x = norm(x, norm_weight_1, norm_bias_1)

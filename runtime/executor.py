@@ -80,7 +80,8 @@ class CompiledProgram:
     def __init__(self, program: Program, device: str | torch.device = "cpu", *,
                  cache: ArtifactCache | Path | str | None = None,
                  extra_flags: Sequence[str] = (), reuse_arena: bool = True,
-                 parallel_compile: bool = True, precompile_overlap: bool = False):
+                 parallel_compile: bool = True, precompile_overlap: bool = False,
+                 weight_copies: bool = False):
         self.program = p = program
         # A precompile still running (precompile_overlap): each launcher waits for its own
         # kernels' builds before its first launch (`_gated`); None once all are built.
@@ -110,6 +111,12 @@ class CompiledProgram:
         self._library_only = frozenset(i for s in p.steps if s.kind == "library"
                                        for i in s.inputs if i not in self._other_reads)
         self._as_is = _strided_inputs(p, self._library_only)
+        # Inputs a matmul may read packed by MKL when they are parameters
+        # (runtime/weight_copies.py): an inference program's, except those it writes or may
+        # overwrite (donated).
+        self._weight_inputs = frozenset(range(p.num_inputs)) - {
+            v.into_input for v in p.values} - set(p.donated_inputs) \
+            if weight_copies and dev.type == "cpu" else frozenset()
         steps_runs = []
         for s in p.steps:
             for o in s.outputs:
@@ -338,7 +345,11 @@ class CompiledProgram:
                 return self._alloc_runs(s.outputs) + [run, self._raise_kernel_error]
             return self._alloc_runs(s.outputs) + [run]
         if s.kind == "extern":
-            efn = resolve(s.name, dict(s.params))
+            params = dict(s.params)
+            if s.name in _WEIGHT_OPERAND and \
+                    s.inputs[_WEIGHT_OPERAND[s.name]] in self._weight_inputs:
+                params["weight_copy"] = True
+            efn = resolve(s.name, params)
             ins, outs = tuple(s.inputs), tuple(s.outputs)
             if any(None in vals_info[o].shape for o in outs):
                 size = extern_result_shape(s.name, dict(s.params))
@@ -1022,6 +1033,8 @@ class CompiledProgram:
                 vals[i] = t.contiguous()
 
 
+# extern matmul -> its operand b (the one a Linear layer's weight is, read transposed)
+_WEIGHT_OPERAND = {"aten.mm": 1, "aten.addmm": 2}
 _SHAPE = operator.attrgetter("shape")
 _DTYPE = operator.attrgetter("dtype")
 _STRIDE = torch.Tensor.stride
@@ -1146,14 +1159,17 @@ def _scalar_run(s: Step) -> Callable[[list], None]:
 def load(program: Program, device: str | torch.device = "cpu", *,
          cache: ArtifactCache | Path | str | None = None,
          extra_flags: Sequence[str] = (), reuse_arena: bool = True,
-         parallel_compile: bool = True, precompile_overlap: bool = False) -> CompiledProgram:
+         parallel_compile: bool = True, precompile_overlap: bool = False,
+         weight_copies: bool = False) -> CompiledProgram:
     """Build (through the artifact cache) and bind a Program; `cache` defaults to the one named
     by EMBER_CACHE_DIR (runtime/env.py). `reuse_arena=False` allocates a fresh arena on
     every call on the CPU too (see CompiledProgram._take_template). `parallel_compile` (GPU
     Triton programs) compiles all kernels in worker processes before the first call
     (runtime/triton_warm.py); False leaves each to Triton's JIT at its first launch.
     `precompile_overlap`: load returns while the workers build, and each kernel's first
-    launch waits for its own builds only (triton_warm.PendingPrecompile)."""
+    launch waits for its own builds only (triton_warm.PendingPrecompile).
+    `weight_copies` (an inference program on the CPU): matmuls may read a parameter operand
+    packed by MKL, kept across calls (runtime/weight_copies.py)."""
     return CompiledProgram(program, device, cache=cache, extra_flags=extra_flags,
                            reuse_arena=reuse_arena, parallel_compile=parallel_compile,
-                           precompile_overlap=precompile_overlap)
+                           precompile_overlap=precompile_overlap, weight_copies=weight_copies)

@@ -7,6 +7,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from .weight_copies import reading_packed
+
 # run(inputs, planned outputs): writes the outputs, or returns the library's own result tensors
 # (a list) when writing into the planned buffers would cost a copy (the executor keeps them)
 ExternFn = Callable[[list, list], "list | None"]
@@ -54,8 +56,17 @@ def _matmul(op: Callable, widened: Callable) -> Callable[[dict[str, Any]], Exter
             # zero); eager's bf16/f16 GEMM adds the products to a +0.0 accumulator: +0.0
             # (rsqrt of it is +inf, not -inf; fuzz seed 13 index 29).
             out.add_(0.0)
+        if _weight_copy(p) and op is torch.mm:  # b: a parameter read transposed, packed
+            return reading_packed(run, 1)         # (runtime/weight_copies.py)
         return run
     return make
+
+
+def _weight_copy(p: dict[str, Any]) -> bool:
+    """The executor marks an inference matmul whose transposed operand b is a program input
+    (`weight_copy`): a parameter there may be read packed (runtime/weight_copies.py)."""
+    return bool(p.get("weight_copy")) and bool(p.get("transpose_b")) \
+        and not p.get("transpose_a")
 
 
 _mm = _matmul(torch.mm, torch.ops.aten.mm.dtype_out)
@@ -65,7 +76,12 @@ _bmm = _matmul(torch.bmm, torch.ops.aten.bmm.dtype_out)
 def _addmm(p: dict[str, Any]) -> ExternFn:
     beta, alpha = p.get("beta", 1), p.get("alpha", 1)
     ab = _operands(p, 1)
-    return lambda ins, outs: torch.addmm(ins[0], *ab(ins), beta=beta, alpha=alpha, out=outs[0])
+
+    def run(ins, outs):
+        torch.addmm(ins[0], *ab(ins), beta=beta, alpha=alpha, out=outs[0])
+    if _weight_copy(p) and beta == 1 and alpha == 1:
+        return reading_packed(run, 2, bias=True)
+    return run
 
 
 def _baddbmm(p: dict[str, Any]) -> ExternFn:
