@@ -160,7 +160,9 @@ class CompileOptions:
       as Inductor's freezing does (runtime/weight_copies.py): the packed GEMM may sum in
       another order than the plain one (fp32 tolerance). Costs the packed weights' memory
       (at most runtime.weight_copies.BUDGET_BYTES per process); False reads every weight as
-      it is.
+      it is. Not seen: a write through `p.data` (which bypasses the version counter) that
+      leaves the weight's first and last rows alone; a program that edits weights that way
+      between calls sets False.
     """
 
     target: str = "auto"
