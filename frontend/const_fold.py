@@ -122,6 +122,13 @@ def _too_large(node: fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and val.numel() * val.element_size() > FOLD_BYTES
 
 
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two folded values are the same bit for bit (`torch.equal` takes -0.0 for 0.0,
+    and an additive mask of `0 * finfo.min` holds -0.0)."""
+    return (a.shape == b.shape and a.dtype == b.dtype
+            and torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)))
+
+
 def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
     """Folds `gm` in place (see the module docstring); returns the values of the new inputs."""
     if not static_inputs(gm):
@@ -154,8 +161,7 @@ def fold_input_free(gm: fx.GraphModule) -> list[torch.Tensor]:
             continue
         if value is None or _uniform(value):
             continue
-        same = next((g for g in folded if g[1].shape == value.shape
-                     and g[1].dtype == value.dtype and torch.equal(g[1], value)), None)
+        same = next((g for g in folded if _same_bits(g[1], value)), None)
         if same is not None:
             # the same value again (each layer's SDPA converts the one causal mask to its
             # own bias: GPT-2's 12 layers, 12 copies of 2 MB): one input for all of them

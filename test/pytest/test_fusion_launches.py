@@ -233,6 +233,26 @@ def test_equal_folded_values_are_one_input(target, device, monkeypatch):
     assert report["num_kernels"] == 1, report["fused_groups"]
 
 
+def test_folded_values_equal_but_for_zero_signs_stay_two(target, device):
+    """Folded values equal under `==` but not bit for bit (-0.0 and 0.0: an additive mask of
+    `0 * finfo.min` holds -0.0) are two inputs: each reader sees its own value's bits."""
+    def two_masks(x):
+        m1 = torch.arange(4.0, device=x.device) * -1.0      # -0.0, -1, -2, -3
+        m2 = m1 + 0.0                                       # 0.0, -1, -2, -3
+        return x * m1, x * m2
+
+    x = (_randn((8, 4)).abs() + 1).to(device)
+    clear_reports()
+    with torch.no_grad():
+        outs = ember_compile(two_masks, target)(x)
+    check_fallbacks()
+    refs = two_masks(x)
+    for out, ref in zip(outs, refs):
+        assert torch.equal(out, ref) and torch.equal(torch.signbit(out), torch.signbit(ref))
+    (report,) = ember.last_reports()
+    assert report.get("folded_constants", 0) == 2, report.get("folded_constants")
+
+
 def test_f32_batch_norm_variance_in_one_pass(target, device):
     """A training BatchNorm's f32 statistics with `one_pass_variance` (the GPU targets'
     default): the variance's sums run beside the mean's in one split reduction, two kernels
