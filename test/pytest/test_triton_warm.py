@@ -27,7 +27,8 @@ if torch.cuda.is_available():
 import ember  # noqa: E402,F401
 from ember.runtime import executor  # noqa: E402
 
-# a child process's Triton builds for sm_90 on a machine without a GPU (a stand-in driver)
+# a child process's Triton builds for sm_90 on a machine without a GPU (a stand-in driver),
+# and the launches a pickled Program's first call makes (what the runtime precompiles)
 SM90_HERE = textwrap.dedent('''
     from triton.backends.compiler import GPUTarget
     from triton.runtime import driver
@@ -37,6 +38,13 @@ SM90_HERE = textwrap.dedent('''
         def get_current_stream(self, device=None): return 0
         def get_current_target(self): return GPUTarget("cuda", 90, 32)
     driver.set_active(FakeDriver())
+
+    def launches_of(prog):
+        # [(launcher, [(shape, torch dtype, pointer offset)])] of a Program's kernel steps
+        import torch
+        return [(s.name, [(tuple(prog.values[i].shape), getattr(torch, prog.values[i].dtype),
+                           prog.values[i].offset or 0) for i in list(s.inputs) + list(s.outputs)])
+                for s in prog.steps if s.kind == "kernel"]
 ''')
 
 
@@ -63,12 +71,7 @@ SCRIPT = textwrap.dedent('''
     mod = triton_warm.load_as(prog.source, path, "ember_generated_warmtest")
     from ember.runtime.py_module import share_identical_kernels
     shared = share_identical_kernels(mod)      # as the runtime loads it
-    launches = []
-    for s in prog.steps:
-        if s.kind == "kernel":
-            args = [(tuple(prog.values[i].shape), getattr(torch, prog.values[i].dtype),
-                     prog.values[i].offset or 0) for i in list(s.inputs) + list(s.outputs)]
-            launches.append((s.name, args))
+    launches = launches_of(prog)
     if sys.argv[3] == "pool":   # the process's pool (the backend starts it for GPU graphs)
         triton_warm.start_pool(2)
     reqs = triton_warm.compile_requests(mod, launches, "cuda")
@@ -293,13 +296,7 @@ SHARED_SCRIPT = textwrap.dedent('''
         mod = triton_warm.load_as(prog.source, src_path, f"ember_generated_shared{k}")
         mod.__ember_source__ = prog.source
         shared = share_identical_kernels(mod)
-        launches = []
-        for s in prog.steps:
-            if s.kind == "kernel":
-                launches.append((s.name, [(tuple(prog.values[i].shape),
-                                           getattr(torch, prog.values[i].dtype),
-                                           prog.values[i].offset or 0)
-                                          for i in list(s.inputs) + list(s.outputs)]))
+        launches = launches_of(prog)
         reqs = triton_warm.compile_requests(mod, launches, "cuda")
         started = []
         real_run = triton_warm.run_workers
@@ -576,13 +573,7 @@ OVERLAP_SCRIPT = textwrap.dedent('''
         f.write(prog.source)
     mod = triton_warm.load_as(prog.source, path, "ember_generated_overlap")
     mod.__ember_source__ = prog.source
-    launches = []
-    for s in prog.steps:
-        if s.kind == "kernel":
-            launches.append((s.name, [(tuple(prog.values[i].shape),
-                                       getattr(torch, prog.values[i].dtype),
-                                       prog.values[i].offset or 0)
-                                      for i in list(s.inputs) + list(s.outputs)]))
+    launches = launches_of(prog)
     triton_warm.start_pool(2)
     n_requests = len(triton_warm.compile_requests(mod, launches, "cuda"))
     pending = triton_warm.precompile(mod, launches, "cuda", overlap=True)
