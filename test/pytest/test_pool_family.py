@@ -507,6 +507,23 @@ def test_backward_runs_its_embedding_gradient_after_the_replay(fake_cuda, tmp_pa
     assert bwd.ungraphed_calls == 0
 
 
+def _settling_graph(cg):
+    """A graph watching its copied inputs for a settled address (PROMOTE_MIN_BYTES 0), and a
+    call that fills its input anew and checks the value against eager."""
+    programs = []
+    g = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w)], programs))
+    g.PROMOTE_MIN_BYTES = 0
+    g.stats = {"graph_id": "g-backward"}
+    programs.append(g)
+    torch.manual_seed(0)
+
+    def call(x, w):
+        x.copy_(torch.randn(3, 4))
+        (out,) = g(x, w)
+        torch.testing.assert_close(out, torch.tanh(x @ w))
+    return g, call
+
+
 def test_copied_input_that_settles_is_read_in_place(fake_cuda):
     """An input that moved between the warm-up calls is copied into a static buffer (held for
     the graph's life: a backward's 62.5 MB logits gradient on Llama); once it arrives at one
@@ -514,18 +531,11 @@ def test_copied_input_that_settles_is_read_in_place(fake_cuda):
     (graph_static_input_bytes 0). If it moves again it is copied for good, never promoted
     twice. Values right throughout."""
     cg = fake_cuda
-    programs = []
-    g = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w)], programs))
-    g.PROMOTE_MIN_BYTES = 0
-    g.stats = {"graph_id": "g-backward"}
-    programs.append(g)
-    torch.manual_seed(0)
+    g, run = _settling_graph(cg)
     w = torch.randn(4, 4)
 
     def call(x):
-        x.copy_(torch.randn(3, 4))
-        (out,) = g(x, w)
-        torch.testing.assert_close(out, torch.tanh(x @ w))
+        run(x, w)
 
     first = torch.empty(3, 4)       # kept alive: x cannot take its address (the input moved)
     call(first)
@@ -550,18 +560,8 @@ def test_copied_input_settles_after_a_recapture(fake_cuda):
     activation) still lets a settled copied input go: the promotion may be its second capture
     of MAX_RECAPTURES, never its last."""
     cg = fake_cuda
-    programs = []
-    g = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w)], programs))
-    g.PROMOTE_MIN_BYTES = 0
-    g.stats = {"graph_id": "g-backward"}
-    programs.append(g)
-    torch.manual_seed(0)
+    g, call = _settling_graph(cg)
     w = torch.randn(4, 4)
-
-    def call(x, w):
-        x.copy_(torch.randn(3, 4))
-        (out,) = g(x, w)
-        torch.testing.assert_close(out, torch.tanh(x @ w))
 
     first = torch.empty(3, 4)       # kept alive: x cannot take its address (the input moved)
     call(first, w)
