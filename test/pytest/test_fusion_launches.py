@@ -79,6 +79,20 @@ def test_layer_norm_backward_row_sums_share_a_kernel(target, device):
     assert len(sums_only) <= 1, bwd["fused_groups"]
 
 
+def _train_step_matches_eager(fn, model, ref_model, x, tol):
+    """One step of `fn` (compiled `model`) beside `ref_model` in eager: output and the state
+    (running statistics, counters) to `tol`, gradients to 1e-4; no fallback."""
+    out, ref = fn(x), ref_model(x)
+    assert_close(out, ref, tol=tol)
+    out.square().mean().backward()
+    ref.square().mean().backward()
+    for (name, a), b in zip(model.state_dict().items(), ref_model.state_dict().values()):
+        assert_close(a, b, tol=tol, what=name)
+    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
+        assert_close(p.grad, q.grad, tol=1e-4, what=f"{name}.grad")
+    check_fallbacks()
+
+
 def test_batch_norm_counters_share_one_kernel(target, device):
     """Training-mode batch norms each add 1 to their `num_batches_tracked`: independent scalar
     kernels, all returned. They are one kernel now (horizontal fusion tries each result of the
@@ -97,16 +111,7 @@ def test_batch_norm_counters_share_one_kernel(target, device):
     model, ref_model = make(), make()
     x = _randn((2, 3, 8, 8)).to(device)
     clear_reports()
-    out = ember_compile(model, target)(x)
-    ref = ref_model(x)
-    assert_close(out, ref, tol=1e-4)
-    out.square().mean().backward()
-    ref.square().mean().backward()
-    for (name, a), b in zip(model.state_dict().items(), ref_model.state_dict().values()):
-        assert_close(a, b, tol=1e-4, what=name)
-    for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
-        assert_close(p.grad, q.grad, tol=1e-4, what=f"{name}.grad")
-    check_fallbacks()
+    _train_step_matches_eager(ember_compile(model, target), model, ref_model, x, 1e-4)
     fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
     adds = [g for g in fwd["fused_groups"] if g == ["add"]]
     assert len(adds) <= 1, fwd["fused_groups"]
@@ -270,16 +275,7 @@ def test_f32_batch_norm_variance_in_one_pass(target, device):
         torch._dynamo.reset()
         fn = torch.compile(model, backend="ember",
                            options={"target": target, "one_pass_variance": one_pass})
-        out = fn(x)
-        ref = ref_model(x)
-        assert_close(out, ref, tol=1e-5)
-        out.square().mean().backward()
-        ref.square().mean().backward()
-        for (name, a), b in zip(model.state_dict().items(), ref_model.state_dict().values()):
-            assert_close(a, b, tol=1e-5, what=name)
-        for (name, p), q in zip(model.named_parameters(), ref_model.parameters()):
-            assert_close(p.grad, q.grad, tol=1e-4, what=f"{name}.grad")
-        check_fallbacks()
+        _train_step_matches_eager(fn, model, ref_model, x, 1e-5)
         fwd = {r["graph_id"].rsplit("-", 1)[-1]: r for r in ember.last_reports()}["forward"]
         kernels[one_pass] = fwd["num_kernels"]
     if target == "cpu":     # (the C++ code generator splits no reduction: nothing to save)
