@@ -380,17 +380,19 @@ def test_backward_does_not_hold_earlier_layers_gradients_for_horizontal_fusion()
 
 
 class _LMHead(torch.nn.Module):
-    """An embedding and an LM head over a 4096-token vocabulary (a decoder's two largest
-    weights, 4 MiB each in f32)."""
+    """A language model's ends: an embedding, a norm (and a GELU with `gelu`), an untied LM
+    head; by default over a 4096-token vocabulary (a decoder's two largest weights, 4 MiB
+    each in f32)."""
 
-    def __init__(self, vocab=4096, dim=256):
+    def __init__(self, vocab=4096, dim=256, gelu=True):
         super().__init__()
         self.embed = torch.nn.Embedding(vocab, dim)
         self.norm = torch.nn.LayerNorm(dim)
         self.head = torch.nn.Linear(dim, vocab, bias=False)
+        self.act = torch.nn.GELU() if gelu else torch.nn.Identity()
 
     def forward(self, ids):
-        return self.head(torch.nn.functional.gelu(self.norm(self.embed(ids))))
+        return self.head(self.act(self.norm(self.embed(ids))))
 
 
 def _fresh_arenas():
@@ -846,19 +848,6 @@ def test_recompute_saved_gpt2_gradients_on_the_triton_target(target, device):
         assert saved[None] == saved[False], saved
 
 
-class _EmbedHead(torch.nn.Module):
-    """A language model's ends: an embedding, a norm, an untied head."""
-
-    def __init__(self, vocab=512, dim=64):
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab, dim)
-        self.norm = torch.nn.LayerNorm(dim)
-        self.head = torch.nn.Linear(dim, vocab, bias=False)
-
-    def forward(self, ids):
-        return self.head(self.norm(self.embed(ids)))
-
-
 _SPLIT = {"on": True}
 
 
@@ -897,7 +886,7 @@ def test_backward_tail_writes_the_embedding_gradients(target, device, split_runs
         ids = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(1))
         embeds = {(256, 32): 1, (64, 32): 1}
     else:
-        ref = _EmbedHead().to(device)
+        ref = _LMHead(512, 64, gelu=False).to(device)
         ids = torch.randint(0, 512, (2, 64), generator=torch.Generator().manual_seed(1))
         embeds = {(512, 64): 1}
     ids = ids.to(device)
