@@ -6,6 +6,7 @@ autotuning, the first launches' loads, library set-up, CUDA-graph capture).
                                             [--mode train|infer] [--small] [--top 40]
                                             [--options '{"precompile_overlap": true}']
                                             [--out FILE.prof] [--choices FILE.json]
+                                            [--timers]
 
 A fresh process with empty caches (ember's, Inductor's, Triton's: temporary directories), the
 model and inputs of models.py on the GPU (the CPU without one), one eager step first (CUDA, cuDNN
@@ -16,6 +17,11 @@ up a cold call (cumulative, so nested ones count in both: `ember: compile` holds
 precompile (waiting for workers)`), then the top functions by cumulative time. `--out` keeps the
 profile (`python -m pstats FILE`); `--choices` (ember) the autotuner's choices after two more
 calls: which of each kernel's configurations won, per autotuning key.
+
+`--timers` replaces cProfile by wall-clock timers around the functions of TIMERS (their outermost
+entries; a function another module imported by name is not seen), so that Python-heavy parts
+are not inflated; the rest of the first call (library first runs, Dynamo's own work) is what
+the timers leave. ember's report's `stage_seconds` are summed over the graphs beside them.
 """
 from __future__ import annotations
 
@@ -65,6 +71,58 @@ PARTS = [
     ("cuDNN/cuBLAS: convolution", "", "convolution"),
     ("gc: collect", "", "<built-in method gc.collect>"),
 ]
+
+
+# (label, module, attribute path): wall seconds of the outermost entries (--timers)
+TIMERS = [
+    ("dynamo: _compile (the whole compile)", "torch._dynamo.convert_frame", "_compile"),
+    ("ember: EmberGraph._build", "ember.frontend.compile", "EmberGraph._build"),
+    ("ember: eager_rejects device probes", "ember.frontend.eager_rejects", "outside_tracing"),
+    ("ember: CompiledProgram._precompile (requests + wait)", "ember.runtime.executor",
+     "CompiledProgram._precompile"),
+    ("ember: first CompiledProgram calls (run, autotune, loads)", "ember.runtime.executor",
+     "CompiledProgram.__call__"),
+    ("ember: CUDA graph capture", "ember.runtime.cuda_graphs", "GraphedProgram._capture"),
+    ("triton: Autotuner.run", "triton.runtime.autotuner", "Autotuner.run"),
+    ("triton: do_bench (autotune benchmarks)", "triton.testing", "do_bench"),
+    ("triton: load kernels (_init_handles)", "triton.compiler.compiler",
+     "CompiledKernel._init_handles"),
+    ("inductor: compile_fx_inner", "torch._inductor.compile_fx", "compile_fx_inner"),
+    ("inductor: benchmark_all_configs", "torch._inductor.runtime.triton_heuristics",
+     "CachingAutotuner.benchmark_all_configs"),
+]
+
+
+def install_timers() -> dict[str, list]:
+    """Wrap each TIMERS function with a wall-clock timer; returns label -> [seconds, calls]."""
+    import functools
+    import importlib
+    out: dict[str, list] = {}
+    for label, modname, attr in TIMERS:
+        try:
+            owner = importlib.import_module(modname)
+            *path, name = attr.split(".")
+            for part in path:
+                owner = getattr(owner, part)
+            fn = getattr(owner, name)
+        except (ImportError, AttributeError):
+            continue
+        slot = out.setdefault(label, [0.0, 0])
+        depth = [0]
+
+        def timed(*a, _fn=fn, _slot=slot, _depth=depth, **k):
+            if _depth[0]:
+                return _fn(*a, **k)
+            _depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                _slot[0] += time.perf_counter() - t0
+                _slot[1] += 1
+                _depth[0] -= 1
+        setattr(owner, name, functools.wraps(fn)(timed))
+    return out
 
 
 def parts(stats: pstats.Stats) -> list[tuple[str, float, int]]:
@@ -118,6 +176,8 @@ def main(argv=None):
     ap.add_argument("--choices", default=None,
                     help="ember: after the first call and two more, write every autotuned "
                          "kernel's configurations and the ones chosen (JSON) here")
+    ap.add_argument("--timers", action="store_true",
+                    help="wall-clock timers around TIMERS instead of cProfile")
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     shape = None if args.small else FULL_TEXT_SHAPE.get(args.model)
@@ -146,6 +206,27 @@ def main(argv=None):
     else:
         fn = torch.compile(model, backend="inductor",
                            mode="reduce-overhead" if args.backend == "inductor-ro" else None)
+    if args.timers:
+        timers = install_timers()
+        t0 = time.perf_counter()
+        step(fn)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        print(f"{args.model} {args.mode} {args.backend} on {device}: first call {wall:.2f} s "
+              f"(wall-clock timers)")
+        for label, (sec, calls) in timers.items():
+            if calls:
+                print(f"  {label:<58} {sec:8.2f} s  ({calls} calls)")
+        if args.backend == "ember":
+            import ember
+            stages: dict[str, float] = {}
+            for rep in ember.last_reports():
+                for k, v in (rep.get("stage_seconds") or {}).items():
+                    stages[k] = stages.get(k, 0.0) + v
+            for k, v in sorted(stages.items(), key=lambda kv: -kv[1])[:25]:
+                print(f"  stage {k:<52} {v:8.2f} s")
+        return
     prof = cProfile.Profile(time.perf_counter)
     t0 = time.perf_counter()
     prof.enable()

@@ -248,6 +248,42 @@ def test_eager_rejects_keeps_supported_graphs_compiled(target):
     assert eager_rejects._VERDICTS and not any(eager_rejects._VERDICTS.values())
 
 
+# A GPU convolution is always eager's own cuDNN kernel inside the program: floating, non-empty
+# arguments are not probed (each probe set up a cuDNN plan: 5.4 s of efficientnet_b0's first
+# training call on an H200); on the CPU, with an empty input or integer tensors they still are.
+def test_eager_rejects_skips_gpu_convolutions(monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from ember.frontend import eager_rejects
+    probed = []
+    monkeypatch.setattr(eager_rejects, "_judge", lambda op, a, k: probed.append(op) or None)
+    monkeypatch.setattr(eager_rejects, "_judge_exact", lambda op, a, k: probed.append(op) or None)
+    monkeypatch.setattr(eager_rejects, "_VERDICTS", {})
+    aten = torch.ops.aten
+    conv, conv_bwd = aten.convolution.default, aten.convolution_backward.default
+    with FakeTensorMode():
+        def args(device, dtype=torch.bfloat16, batch=2):
+            x = torch.empty(batch, 4, 8, 8, device=device, dtype=dtype)
+            w = torch.empty(6, 4, 3, 3, device=device, dtype=dtype)
+            g = torch.empty(batch, 6, 6, 6, device=device, dtype=dtype)
+            return x, w, g
+        x, w, g = args("cuda")
+        assert eager_rejects.judge(conv, (x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+                                   {}) is None
+        assert eager_rejects.judge(conv_bwd, (g, x, w, [6], [1, 1], [0, 0], [1, 1], False,
+                                              [0, 0], 1, [True, True, True]), {}) is None
+        assert probed == []
+        for device, dtype, batch in (("cpu", torch.bfloat16, 2), ("cuda", torch.int64, 2),
+                                     ("cuda", torch.float32, 0)):
+            x, w, g = args(device, dtype, batch)
+            eager_rejects.judge(conv_bwd, (g, x, w, [6], [1, 1], [0, 0], [1, 1], False, [0, 0],
+                                           1, [True, True, True]), {})
+            assert probed and probed[-1] is conv_bwd, (device, dtype, batch)
+            probed.clear()
+        x, w, g = args("cuda")
+        eager_rejects.judge(aten.mul.Tensor, (x, x), {})    # other ops are probed on a GPU
+        assert probed == [aten.mul.Tensor]
+
+
 # seed 5 index 240: a bool tensor compared with an int64 one (True became -1: torch-mlir
 # widened the i1 as signed); fx_prep now converts the bool operand first.
 @pytest.mark.parametrize("expr", ["a0 >= a1", "a0 + a1", "torch.where(a0, a1, a0)",
