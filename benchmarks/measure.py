@@ -90,6 +90,8 @@ def compile_fn(backend: str):
     """model -> the callable for `backend` (eager: the model itself)."""
     if backend == "eager":
         return lambda m: m
+    if backend == "dynamo-eager":     # Dynamo's frame and guards, the graph run eagerly: the
+        return lambda m: torch.compile(m, backend="eager")   # floor of every compiled backend
     if backend in INDUCTOR_MODES:
         mode = INDUCTOR_MODES[backend]
         return lambda m: torch.compile(m, backend="inductor", mode=mode)
@@ -97,7 +99,7 @@ def compile_fn(backend: str):
         mode = EMBER_MODES[backend]
         kwargs = {"options": EMBER_OPTIONS[backend]} if backend in EMBER_OPTIONS else {}
         return lambda m: torch.compile(m, backend="ember", mode=mode, **kwargs)
-    raise KeyError(f"unknown backend {backend!r}; known: eager, "
+    raise KeyError(f"unknown backend {backend!r}; known: eager, dynamo-eager, "
                    f"{', '.join([*INDUCTOR_MODES, *EMBER_MODES])}")
 
 

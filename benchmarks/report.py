@@ -10,7 +10,7 @@ import csv
 import json
 import math
 
-ORDER = ("eager", "inductor", "inductor-ro", "inductor-ma", "ember", "ember-ma", "ember-nchw", "ember-cl",
+ORDER = ("eager", "dynamo-eager", "inductor", "inductor-ro", "inductor-ma", "ember", "ember-ma", "ember-nchw", "ember-cl",
          "ember-fast", "ember-tail0", "ember-effattn", "ember-cudnn",
          "ember-loop", "ember-saveall", "ember-loop192", "ember-overlap")
 INDUCTORS = ("inductor", "inductor-ro", "inductor-ma")
