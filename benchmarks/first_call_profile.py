@@ -4,7 +4,7 @@ autotuning, the first launches' loads, library set-up, CUDA-graph capture).
 
     python benchmarks/first_call_profile.py --model gpt2 [--backend ember|inductor|inductor-ro]
                                             [--mode train|infer] [--small] [--top 40]
-                                            [--options '{"precompile_overlap": true}']
+                                            [--options '{"precompile_overlap": false}']
                                             [--out FILE.prof] [--choices FILE.json]
                                             [--timers]
 
@@ -171,7 +171,7 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--options", default="",
-                    help="ember options, JSON (e.g. '{\"precompile_overlap\": true}')")
+                    help="ember options, JSON (e.g. '{\"precompile_overlap\": false}')")
     ap.add_argument("--out", default=None)
     ap.add_argument("--choices", default=None,
                     help="ember: after the first call and two more, write every autotuned "

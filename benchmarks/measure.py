@@ -49,7 +49,7 @@ INDUCTOR_MODES = {"inductor": None, "inductor-ro": "reduce-overhead", "inductor-
 EMBER_MODES = {"ember": None, "ember-ma": "max-autotune", "ember-nchw": None, "ember-cl": None,
                "ember-fast": None, "ember-tail0": None, "ember-effattn": None,
                "ember-cudnn": None, "ember-loop": None, "ember-saveall": None,
-               "ember-loop192": None, "ember-overlap": None}
+               "ember-loop192": None, "ember-serial": None}
 # ember's variants that differ by a compile option, to compare with "ember" in one process:
 # "ember-nchw" keeps convolution networks NCHW (ember-channels-last off), "ember-cl" lays them
 # out channels-last in training graphs too (the default, "auto", does so for inference only),
@@ -64,9 +64,10 @@ EMBER_MODES = {"ember": None, "ember-ma": "max-autotune", "ember-nchw": None, "e
 # pointwise functions of saved values under CUDA graphs: peak memory against step time);
 # "ember-loop192" at 192, where GPT-2's two 32-row sums of 7 and 8 gradients become loops
 # (cold18: 1.3-1.75 s a configuration unrolled, 0.11 s as loops; their GPU time is not measured
-# yet); "ember-overlap" launches the first call's kernels while later ones build
-# (precompile_overlap: only the first backend of a process compiles cold: compare it in a
-# process of its own, or with first_call_profile.py --options)
+# yet); "ember-serial" waits for every kernel's build before the first call's launches
+# (precompile_overlap=False, the default before the fifteenth session: only the first backend
+# of a process compiles cold: compare it in a process of its own, or with
+# first_call_profile.py --options)
 EMBER_OPTIONS = {"ember-nchw": {"channels_last": False}, "ember-cl": {"channels_last": True},
                  "ember-fast": {"exact_low_precision": False},
                  "ember-tail0": {"graph_tail_min_bytes": 0},
@@ -75,7 +76,7 @@ EMBER_OPTIONS = {"ember-nchw": {"channels_last": False}, "ember-cl": {"channels_
                  "ember-loop": {"max_unrolled_loads": 256},
                  "ember-saveall": {"recompute_saved": False},
                  "ember-loop192": {"max_unrolled_loads": 192},
-                 "ember-overlap": {"precompile_overlap": True}}
+                 "ember-serial": {"precompile_overlap": False}}
 
 
 def emit(kind: str, **fields) -> None:

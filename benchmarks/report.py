@@ -12,7 +12,7 @@ import math
 
 ORDER = ("eager", "dynamo-eager", "inductor", "inductor-ro", "inductor-ma", "ember", "ember-ma", "ember-nchw", "ember-cl",
          "ember-fast", "ember-tail0", "ember-effattn", "ember-cudnn",
-         "ember-loop", "ember-saveall", "ember-loop192", "ember-overlap")
+         "ember-loop", "ember-saveall", "ember-loop192", "ember-serial")
 INDUCTORS = ("inductor", "inductor-ro", "inductor-ma")
 CSV_FIELDS = ("model", "label", "dtype", "mode", "backend", "status", "ms", "speedup",
               "vs_best_inductor", "cold_s", "warm_s", "peak_mb", "kernels", "rel_err",

@@ -436,6 +436,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                   share_pool=options.shared_graph_pool
                                   and kind in ("forward", "backward"),
                                   tail_min_bytes=graph_tail_min_bytes(options, kind),
+                                  # (an explicit option holds for a generated kernel too)
+                                  tail_kernel_min_bytes=options.graph_tail_min_bytes,
                                   # a backward's gradients may come from its tail (new memory
                                   # per call: the embedding gradients, runtime/executor's
                                   # _fill_tail), not held in the pool between steps
@@ -444,9 +446,10 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     return compiled, summary
 
 
-# `graph_tail_min_bytes=None`: an inference graph's last step runs after the replay whatever
-# its outputs' size (measured on the H200: no slower, one copy kernel fewer), a training
-# graph's only from 4 MiB (GraphedProgram.TAIL_MIN_BYTES: not measured lower)
+# `graph_tail_min_bytes=None`: an inference graph's last library call or matmul runs after the
+# replay whatever its outputs' size (measured on the H200: no slower, one copy kernel fewer),
+# a generated kernel only from 4 MiB (GraphedProgram.TAIL_KERNEL_MIN_BYTES), a training
+# graph's last step only from 4 MiB (GraphedProgram.TAIL_MIN_BYTES: not measured lower)
 def graph_tail_min_bytes(options, kind: str) -> int | None:
     if options.graph_tail_min_bytes is not None:
         return options.graph_tail_min_bytes

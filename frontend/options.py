@@ -55,9 +55,12 @@ class CompileOptions:
       call) writes only fresh outputs of at least this many bytes runs that step after the
       replay, outside the graph, into new memory, instead of the graph writing them into its
       pool and each call copying them out (one copy kernel fewer; one launch from Python
-      more). 0: whatever their size. None (the default): 0 for inference graphs (H200:
-      resnet18 fp32 1.262 -> 1.224 ms and 67 -> 66 kernels, bf16 1.182 -> 1.183, GPT-2 fp32
-      3.419 -> 3.367), 4 MiB for training graphs (not measured at 0 yet).
+      more). 0: whatever their size. None (the default): for inference graphs 0 where the
+      step is a library call or a matmul (H200: resnet18 fp32 1.262 -> 1.224 ms and 67 -> 66
+      kernels, bf16 1.182 -> 1.183, GPT-2 fp32 3.419 -> 3.367) and 4 MiB where it is a
+      generated kernel, whose launch through Triton's Python launcher after a short graph's
+      replay is what the call waits for (a 2 MB output after a 7-kernel graph: 131.6 -> 122.1
+      us a call without the tail); 4 MiB for training graphs (not measured at 0 yet).
     backward_tail: with `cudagraphs`, a training backward whose last steps make a large
       gradient from nothing (the embedding gradient: a fill and an in-place scatter_add) runs
       them after its replay into new memory, so that the gradient is not held in the shared
@@ -84,8 +87,10 @@ class CompileOptions:
     precompile_overlap: with parallel_compile, a graph's load does not wait for the workers:
       its requests go out in launch order and each kernel's first launch waits for its own
       builds only, so that the first call's launches (autotuning, loading each kernel) run
-      while the workers build the later kernels. Same kernels; off by default until timed on
-      a GPU (the figures: benchmarks/RESULTS.md "cold18").
+      while the workers build the later kernels. Same kernels. On by default since timed on
+      a GPU (4x H200, a cold training first call in a fresh process: efficientnet_b0 74.6 ->
+      62.2 s, swin_t 54.8 -> 47.8, resnet18 28.3 -> 21.6, GPT-2 21.3 -> 19.4; Inductor's
+      68.8, 64.6, 27.8, 25.6; benchmarks/RESULTS.md, fifteenth session).
     program_cache: a graph compiled before (the same graph, options and ember) takes its
       compiled program from the cache (`cache_dir`) instead of importing and running the
       passes again: a warm start (frontend/program_cache.py). Not read with a `debug_dir`.
@@ -178,7 +183,7 @@ class CompileOptions:
     training_cudnn_attention: bool = False
     exact_low_precision: bool = True
     parallel_compile: bool = True
-    precompile_overlap: bool = False
+    precompile_overlap: bool = True
     program_cache: bool = True
     recompute: bool = True
     recompute_saved: bool | None = None

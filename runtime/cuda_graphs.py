@@ -107,6 +107,11 @@ class GraphedProgram:
     # block's 16 MB output: 2% of its call on an H100). Smaller outputs: the copy costs less
     # than a kernel launched from Python.
     TAIL_MIN_BYTES = 4 << 20
+    # ... and where that last step is a generated kernel (launched from Python through
+    # Triton's launcher, tens of microseconds of host time after the replay), whatever
+    # `tail_min_bytes` says: below it the copy costs less (the sandwich of
+    # benchmarks/fallback_bench.py, a 2 MB output: 131.6 -> 122.1 us a call on an H200).
+    TAIL_KERNEL_MIN_BYTES = 4 << 20
     STREAK = 2      # calls in a row without the graph (a live alias, a moved pooled input)
                     # before the graph is captured again without that optimisation
     # An input copied into a static buffer (it moved between the two warm-up calls: the first
@@ -121,7 +126,8 @@ class GraphedProgram:
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset(),
                  written_inputs: frozenset[int] = frozenset(), share_pool: bool = True,
-                 tail_min_bytes: int | None = None, tail_guarded: bool = False):
+                 tail_min_bytes: int | None = None, tail_guarded: bool = False,
+                 tail_kernel_min_bytes: int | None = None):
         self._run = run
         # whether the tail may write guarded outputs: a backward's gradients (autograd takes
         # them, nothing reads them in another graph's pool), which then take new memory per
@@ -130,6 +136,8 @@ class GraphedProgram:
         self._tail_guarded = tail_guarded
         if tail_min_bytes is not None:      # the `graph_tail_min_bytes` option
             self.TAIL_MIN_BYTES = tail_min_bytes
+        if tail_kernel_min_bytes is not None:
+            self.TAIL_KERNEL_MIN_BYTES = tail_kernel_min_bytes
         if hasattr(run, "outputs_in_inputs"):
             # A backward's gradients planned in its donated inputs' memory: in a static input
             # buffer or the caller's memory they would be held by this graph (and pin the
@@ -375,7 +383,8 @@ class GraphedProgram:
         # another's pool in place, nor one that lends its outputs for write-back)
         # (reading another graph's pool in place: what the tail reads there is rebuilt from
         # the call's inputs per replay, `_tail_views`, not held)
-        self._tail = (split(self.TAIL_MIN_BYTES, arena_free=bool(self._guarded))
+        self._tail = (split(self.TAIL_MIN_BYTES, arena_free=bool(self._guarded),
+                            kernel_min_bytes=self.TAIL_KERNEL_MIN_BYTES)
                       if split is not None and not (self._lent - self._guarded)
                       and (self._tail_guarded or not self._pooled) else None)
         if self._tail is not None and self._tail[1] & self._guarded \

@@ -574,7 +574,8 @@ class CompiledProgram:
             vals[-1] = arena
         return vals
 
-    def tail_split(self, min_bytes: int, arena_free: bool = False) -> tuple | None:
+    def tail_split(self, min_bytes: int, arena_free: bool = False,
+                   kernel_min_bytes: int = 0) -> tuple | None:
         """Where a CUDA graph may stop: (the tail, the output positions it writes), when the
         program's last computing step (with the views of its results that follow it) writes
         program outputs of at least `min_bytes` together into memory of their own: a
@@ -596,7 +597,12 @@ class CompiledProgram:
 
         The last step may also be a library call writing a fill in place (a backward's
         embedding gradient, `scatter_add_` into zeros): the tail then starts at that fill
-        (`_fill_tail`), so the gradient is memory the tail allocates, not the graph's."""
+        (`_fill_tail`), so the gradient is memory the tail allocates, not the graph's.
+
+        A tail whose last step is a generated kernel also needs `kernel_min_bytes` of outputs:
+        it is launched from Python, through Triton's launcher, after the replay, which costs
+        more host time than a library call's launch, so that on a short graph it is what the
+        call waits for."""
         p = self.program
         if self._dynamic or not p.steps or self._writes_inputs or self._clone_out:
             return None
@@ -640,7 +646,7 @@ class CompiledProgram:
             return None
         nbytes = sum(_numel(p.values[o].shape) * self._dtypes[o].itemsize
                      for o in {p.outputs[j] for j in positions})
-        if nbytes < min_bytes:
+        if nbytes < min_bytes or (s.kind == "kernel" and nbytes < kernel_min_bytes):
             return None
         moved = self._tail_casts(k) if arena_free and first == k else ()
         key = (self._step_start[first], moved)

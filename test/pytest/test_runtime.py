@@ -388,6 +388,9 @@ def test_tail_split_runs_the_last_kernel_apart(tmp_path):
     cp = load(add_rowsum_program(), cache=tmp_path)
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     assert cp.tail_split(1 << 20) is None       # 16 bytes of output: below the bound
+    # a generated kernel's launch from Python costs more than a copy of small outputs
+    assert cp.tail_split(0, kernel_min_bytes=17) is None
+    assert cp.tail_split(0, kernel_min_bytes=16) is not None
     start, positions = cp.tail_split(0)
     assert positions == {0} and start == (2, ())      # the third step's runs: its output's alloc first
     vals = cp.run_head((x, y), start)
@@ -424,6 +427,8 @@ def test_tail_split_takes_a_last_library_call_and_its_views(tmp_path):
     cp = load(program(), cache=tmp_path)
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     assert cp.tail_split(1 << 20) is None       # 128 bytes of output: below the bound
+    # a library call launches cheaply: the bound for generated kernels does not hold it back
+    assert cp.tail_split(0, kernel_min_bytes=1 << 20) is not None
     start, positions = cp.tail_split(0)
     assert positions == {0} and start == (1, ())      # the library call's run (the add is one run)
     vals = cp.run_head((x, y), start)
