@@ -299,7 +299,7 @@ class _TailedForward:
         vals = self._head(x, w)
         return self.run_tail(vals, 1)
 
-    def tail_split(self, min_bytes, arena_free=False):
+    def tail_split(self, min_bytes, arena_free=False, kernel_min_bytes=0):
         return (1, frozenset({0}))
 
     def tail_reads(self, start):
@@ -362,9 +362,9 @@ class _SmallTail(_TailedForward):
     """The same program whose last step's outputs are small (a 3x4 logits block): a tail only
     where the threshold allows one."""
 
-    def tail_split(self, min_bytes, arena_free=False):
-        self.asked = min_bytes
-        return (1, frozenset({0})) if min_bytes <= 48 else None
+    def tail_split(self, min_bytes, arena_free=False, kernel_min_bytes=0):
+        self.asked = (min_bytes, kernel_min_bytes)     # its last step: a generated kernel
+        return (1, frozenset({0})) if max(min_bytes, kernel_min_bytes) <= 48 else None
 
     def __call__(self, x, w):      # the whole program captured (no tail): a replay reruns it
         outs = super().__call__(x, w)
@@ -376,13 +376,15 @@ class _SmallTail(_TailedForward):
 
 @pytest.mark.parametrize("min_bytes", [None, 0])
 def test_graph_tail_min_bytes_reaches_the_split(fake_cuda, min_bytes):
-    """`graph_tail_min_bytes` (GraphedProgram's tail_min_bytes): the default keeps a small
+    """`graph_tail_min_bytes` (GraphedProgram's tail_min_bytes, and tail_kernel_min_bytes for
+    a generated kernel: compile_module passes the option to both): the default keeps a small
     last step in the graph (its output copied out per call); 0 runs it after the replay into
     new memory, with the same values."""
     torch.manual_seed(0)
     x, w = torch.randn(3, 4), torch.randn(4, 4)
     prog = _SmallTail()
-    kw = {} if min_bytes is None else {"tail_min_bytes": min_bytes}
+    kw = {} if min_bytes is None else {"tail_min_bytes": min_bytes,
+                                       "tail_kernel_min_bytes": min_bytes}
     fwd = fake_cuda.GraphedProgram(prog, **kw)
     fwd.lend([], guarded=[1])
     for _ in range(4):
@@ -392,9 +394,25 @@ def test_graph_tail_min_bytes_reaches_the_split(fake_cuda, min_bytes):
         del saved
     assert fwd.captured
     if min_bytes is None:
-        assert prog.asked == 4 << 20 and fwd._tail is None
+        assert prog.asked == (4 << 20, 4 << 20) and fwd._tail is None
     else:
-        assert prog.asked == 0 and fwd._tail == (1, frozenset({0}))
+        assert prog.asked == (0, 0) and fwd._tail == (1, frozenset({0}))
+
+
+def test_inference_tail_of_a_generated_kernel_needs_4_mib(fake_cuda):
+    """An inference graph (tail_min_bytes 0, the default for inference) keeps a small last
+    kernel in the graph: its launch from Python after the replay costs more than the copy."""
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    prog = _SmallTail()
+    fwd = fake_cuda.GraphedProgram(prog, tail_min_bytes=0)
+    fwd.lend([], guarded=[1])
+    for _ in range(4):
+        x.copy_(torch.randn(3, 4))
+        logits, saved = fwd(x, w)
+        torch.testing.assert_close(logits, 2 * torch.tanh(x @ w))
+        del saved
+    assert fwd.captured and prog.asked == (0, 4 << 20) and fwd._tail is None
 
 
 def test_graph_tail_min_bytes_option():
