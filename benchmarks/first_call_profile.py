@@ -87,6 +87,9 @@ TIMERS = [
     ("triton: do_bench (autotune benchmarks)", "triton.testing", "do_bench"),
     ("triton: load kernels (_init_handles)", "triton.compiler.compiler",
      "CompiledKernel._init_handles"),
+    # Triton 3.6's per-signature C launchers (built with the host compiler, or found cached)
+    ("triton: C launchers (compile_module_from_src)", "triton.backends.nvidia.driver",
+     "compile_module_from_src"),
     ("inductor: compile_fx_inner", "torch._inductor.compile_fx", "compile_fx_inner"),
     ("inductor: benchmark_all_configs", "torch._inductor.runtime.triton_heuristics",
      "CachingAutotuner.benchmark_all_configs"),

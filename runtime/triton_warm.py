@@ -17,6 +17,8 @@ alignment attributes, options, target) and, returning True, skips the compile. T
 rebuild `ASTSource(fn, signature, constexprs, attrs)` from it, as Triton's `preload` does, and
 call `triton.compile`. Requests already in Triton's cache (a warm start: a new process, the same
 graph) are found by the lookup `triton.compile` starts with and not sent: no worker starts.
+Where Triton builds a C launcher per kernel signature at the kernel's first load (Triton 3.6,
+the GPU machine's), the worker builds it too, into the same cache (`prebuild_launcher`).
 
 Invariant: nothing here changes what runs. A mispredicted request (an input that turns out
 misaligned), a worker that fails or times out, or a Triton without the hook only means the
@@ -709,6 +711,35 @@ def compile_request(mod, fn_name: str, spec: str):
     return triton.compile(src, target=target, options=options.__dict__)
 
 
+# Triton's per-signature C launchers (Triton 3.6 and before): backend name -> (driver module,
+# launcher class). Later Triton versions launch through one generic launcher (no make_launcher).
+_LAUNCHERS = {"cuda": ("triton.backends.nvidia.driver", "CudaLauncher"),
+              "hip": ("triton.backends.amd.driver", "HIPLauncher")}
+
+
+def prebuild_launcher(kernel) -> bool:
+    """Builds `kernel`'s C launcher into Triton's cache, in a compile worker, where Triton
+    itself would build it in the parent at the kernel's first load: Triton 3.6 and before
+    compile one launcher per kernel signature with the host C compiler when a kernel is first
+    loaded (its launcher class: make_launcher, then compile_module_from_src, cached in Triton's
+    cache by the launcher's source), in the first call, one at a time. Built beside the kernel,
+    the parent's load finds it in the cache. Nothing to do where Triton has no per-signature
+    launcher; never raises. Whether one was built (or found)."""
+    try:
+        import importlib
+        meta = kernel.metadata
+        where = _LAUNCHERS.get(getattr(getattr(meta, "target", None), "backend", None))
+        if where is None:
+            return False
+        driver = importlib.import_module(where[0])
+        if not hasattr(driver, "make_launcher"):
+            return False        # a generic launcher: nothing is built per signature
+        getattr(driver, where[1])(kernel.src, meta)
+        return True
+    except Exception:   # noqa: BLE001 -- only a head start: the parent builds it at its load
+        return False
+
+
 def in_triton_cache(mod, fn_name: str, spec: str) -> bool:
     """Whether Triton's cache already holds the compiled request: the lookup `triton.compile`
     starts with (its cache key, the kernel's metadata file in that key's group), without
@@ -762,7 +793,8 @@ def _compile_payload(req) -> dict:
                                     for fn, _ in req["requests"]]}
     for fn_name, spec in req["requests"]:
         try:
-            compile_request(mod, fn_name, spec)
+            kernel = compile_request(mod, fn_name, spec)
+            prebuild_launcher(kernel)
             ok += 1
         except Exception as err:  # noqa: BLE001 -- reported; the launch compiles it again
             errors.append(f"{fn_name}: {type(err).__name__}: {str(err)[:500]}")

@@ -639,3 +639,38 @@ def test_a_gated_launcher_waits_for_its_own_builds_then_for_nothing():
     Pending.done.set()
     assert g(3) == ((3,), {}) and waited == ["ember_fused_x"]
     assert prog._pending is None and prog._precompiled == {"ok": 3, "errors": []}
+
+
+def test_worker_prebuilds_the_launcher_where_triton_builds_one_per_signature(monkeypatch):
+    """Triton 3.6 (the GPU machine's) compiles a C launcher per kernel signature at a kernel's
+    first load, in the parent; a worker builds it beside the kernel (into the same cache) with
+    the launcher class of the kernel's backend. A Triton with a generic launcher (no
+    make_launcher: this machine's), another backend, or a failing build: nothing, no error."""
+    import types
+    from ember.runtime import triton_warm
+    built = []
+
+    class Launcher:
+        def __init__(self, src, metadata):
+            if src == "bad":
+                raise RuntimeError("no C compiler")
+            built.append((src, metadata.target.backend))
+    per_signature = types.ModuleType("fake_driver")
+    per_signature.make_launcher = lambda *a: "src"
+    per_signature.CudaLauncher = per_signature.HIPLauncher = Launcher
+    generic = types.ModuleType("fake_generic_driver")
+    generic.CudaLauncher = Launcher
+
+    def kernel(src, backend):
+        meta = types.SimpleNamespace(target=types.SimpleNamespace(backend=backend))
+        return types.SimpleNamespace(src=src, metadata=meta)
+    monkeypatch.setitem(sys.modules, "triton.backends.nvidia.driver", per_signature)
+    monkeypatch.setitem(sys.modules, "triton.backends.amd.driver", per_signature)
+    assert triton_warm.prebuild_launcher(kernel("k1", "cuda"))
+    assert triton_warm.prebuild_launcher(kernel("k2", "hip"))
+    assert not triton_warm.prebuild_launcher(kernel("bad", "cuda"))
+    assert not triton_warm.prebuild_launcher(kernel("k3", "cpu"))
+    assert not triton_warm.prebuild_launcher(object())
+    assert built == [("k1", "cuda"), ("k2", "hip")]
+    monkeypatch.setitem(sys.modules, "triton.backends.nvidia.driver", generic)
+    assert not triton_warm.prebuild_launcher(kernel("k4", "cuda")) and len(built) == 2
