@@ -390,16 +390,18 @@ def test_training_graphs_survive_inductors_cudagraph_trees_in_one_process():
 
 
 @pytest.mark.parametrize("rows", [16384, 32])
-@pytest.mark.parametrize("threshold", ["default", "4MiB"])
+@pytest.mark.parametrize("threshold", ["default", "0", "4MiB"])
 def test_last_kernel_runs_after_the_replay_into_new_memory(graphs, rows, threshold):
-    """An inference graph's last kernel (by default whatever its outputs' size; with
-    `graph_tail_min_bytes` = TAIL_MIN_BYTES only when it writes that much) launches after each
-    replay into new memory (no copy out of the pool); outputs of earlier calls survive, and
-    match eager. Below the threshold (32 rows of 64 floats) the output stays in the graph and
-    is copied out."""
+    """An inference graph's last generated kernel (by default from TAIL_KERNEL_MIN_BYTES of
+    outputs: its launch from Python after a short graph's replay is what the call waits for;
+    with `graph_tail_min_bytes` = 0 whatever their size, with TAIL_MIN_BYTES from that much)
+    launches after each replay into new memory (no copy out of the pool); outputs of earlier
+    calls survive, and match eager. Below the threshold (32 rows of 64 floats) the output
+    stays in the graph and is copied out."""
     from ember.runtime.cuda_graphs import GraphedProgram
+    assert GraphedProgram.TAIL_KERNEL_MIN_BYTES == GraphedProgram.TAIL_MIN_BYTES == 4 << 20
     model = _model()
-    options = ({} if threshold == "default"
+    options = ({} if threshold == "default" else {"graph_tail_min_bytes": 0} if threshold == "0"
                else {"graph_tail_min_bytes": GraphedProgram.TAIL_MIN_BYTES})
     compiled = torch.compile(model, backend="ember", options=options)
     xs = [torch.randn(rows, 64, device="cuda") for _ in range(6)]
@@ -408,7 +410,7 @@ def test_last_kernel_runs_after_the_replay_into_new_memory(graphs, rows, thresho
         for x, out in zip(xs, outs):
             torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
     (g,) = [g for g in graphs if g.captured]
-    big = threshold == "default" or rows * 64 * 4 >= GraphedProgram.TAIL_MIN_BYTES
+    big = threshold == "0" or rows * 64 * 4 >= GraphedProgram.TAIL_MIN_BYTES
     assert (g._tail is not None) == big
     if big:     # the output lies in new memory each call, not in the graph's pool
         assert len({o.data_ptr() for o in outs[3:]}) == 3
