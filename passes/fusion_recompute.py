@@ -130,6 +130,10 @@ class _Groups:
         # `_cheap` by op for the whole pass (it reads names, iterator types and bodies, which
         # the pass never changes): the operation object held, so that its id is not reused
         self.cheap: dict = {}
+        # `inputs` by group, valid until the next decision: _try_value leaves the groups and
+        # the IR as they were when it decides nothing (recompute_producers bumps `version`)
+        self.version = 0
+        self._inputs: dict = {}
 
     def outer_operands(self, op) -> list:
         if self.outer is None:
@@ -146,7 +150,14 @@ class _Groups:
         return got[1]
 
     def inputs(self, gi) -> set:
-        """Values group `gi` reads that are computed outside it (cheap producers left out)."""
+        """Values group `gi` reads that are computed outside it (cheap producers left out).
+        The set is shared: callers do not change it."""
+        got = self._inputs.get(gi)
+        if got is None or got[0] != self.version:
+            got = self._inputs[gi] = (self.version, self._read_from_outside(gi))
+        return got[1]
+
+    def _read_from_outside(self, gi) -> set:
         inside = set(self.groups[gi])
         out = set()
         for o in self.groups[gi]:
@@ -222,6 +233,7 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
                         SKIPS["wrong"].append(d)
                     if d is not None:
                         decisions.append(d)
+                        state.version += 1
                         changed = again = True
                         break
                     nothing_at[(gi, v)] = len(decisions)
