@@ -427,7 +427,8 @@ class PreparedGraph:
 _PLACEMENT_KWARGS = ("device", "layout", "pin_memory")
 
 
-def _strip_placement(node: fx.Node) -> None:
+def drop_placement(node: fx.Node) -> None:
+    """`node` without placement kwargs (in place: a node of a copy for the importer)."""
     if node.op == "call_function" and any(k in node.kwargs for k in _PLACEMENT_KWARGS):
         node.kwargs = {k: v for k, v in node.kwargs.items() if k not in _PLACEMENT_KWARGS}
 
@@ -444,7 +445,7 @@ def strip_placement(gm: fx.GraphModule) -> fx.GraphModule:
     env: dict[fx.Node, fx.Node] = {}
     for node in gm.graph.nodes:
         env[node] = graph.node_copy(node, lambda n: env[n])
-        _strip_placement(env[node])
+        drop_placement(env[node])
     return new_module(gm, graph)
 
 

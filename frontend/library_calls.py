@@ -162,13 +162,14 @@ def strided_library_args(gm: fx.GraphModule, nodes) -> list[list[int]]:
     return out
 
 
-def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall]]:
+def outline(gm: fx.GraphModule, nodes, each=None) -> tuple[fx.GraphModule, list[LibraryCall]]:
     """A copy of `gm` where each node of `nodes` is cut out: its used tensor outputs become new
-    placeholders (after the others) and its tensor operands new outputs (after the others)."""
+    placeholders (after the others) and its tensor operands new outputs (after the others).
+    `each`, where given, is applied to every node of the copy first (as if to `gm`'s)."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     nodes = sorted(nodes, key=order.__getitem__)     # program order: a stable numbering
     cut = {n.name for n in nodes}
-    root, graph = gm, _copy_graph(gm.graph)    # the module is made once the graph is done
+    root, graph = gm, _copy_graph(gm.graph, each)   # the module is made once the graph is done
     by_name = {n.name: n for n in graph.nodes}
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     out_node = next(n for n in graph.nodes if n.op == "output")
@@ -221,16 +222,19 @@ def outline(gm: fx.GraphModule, nodes) -> tuple[fx.GraphModule, list[LibraryCall
     return new_module(root, graph), calls
 
 
-def _copy_graph(graph: fx.Graph) -> fx.Graph:
+def _copy_graph(graph: fx.Graph, each=None) -> fx.Graph:
     """A copy with every placeholder first, in their order. The submodules of a split graph
     (partition.partition_graph) create placeholders where first used, between other nodes;
-    `outline` adds its placeholders after the last one, which must precede every use."""
+    `outline` adds its placeholders after the last one, which must precede every use.
+    `each`: applied to every new node."""
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     nodes = list(graph.nodes)
     for n in [n for n in nodes if n.op == "placeholder"] + \
             [n for n in nodes if n.op != "placeholder"]:
         env[n] = new.node_copy(n, lambda x: env[x])   # node_copy keeps `meta`
+        if each is not None:
+            each(env[n])
     return new
 
 

@@ -93,5 +93,9 @@ class Descendants:
             every &= hit
         rows = np.flatnonzero(some & ~every)
         if len(rows):
-            self.rows[rows] |= reached | own
+            # every bit of `reached | own` is at or past the groups' first position (use edges
+            # go forward): only those words are written (half a row on average, where the
+            # rows are n bits and a merge may update thousands: densenet121's blocks)
+            lo = min(positions) >> 6
+            self.rows[rows, lo:] |= (reached | own)[lo:]
         self.rows[idx] = reached

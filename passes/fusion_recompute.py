@@ -122,13 +122,46 @@ class _Groups:
     def __init__(self, groups):
         self.groups = [[_op(o) for o in g] for g in groups]
         self.where = {o: i for i, g in enumerate(self.groups) for o in g}
+        # `_outer_operands` by op, while _try_value weighs its plans (it changes no IR until
+        # it applies one): a value read by many kernels (a dense block's concatenated
+        # gradient, sliced for each earlier layer: 24 readers) had its producer's cone walked
+        # once per reader, each op's regions walked again each time. None: not kept.
+        self.outer: dict | None = None
+        # `_cheap` by op for the whole pass (it reads names, iterator types and bodies, which
+        # the pass never changes): the operation object held, so that its id is not reused
+        self.cheap: dict = {}
+        # `inputs` by group, valid until the next decision: _try_value leaves the groups and
+        # the IR as they were when it decides nothing (recompute_producers bumps `version`)
+        self.version = 0
+        self._inputs: dict = {}
+
+    def outer_operands(self, op) -> list:
+        if self.outer is None:
+            return _outer_operands(op)
+        got = self.outer.get(id(op))
+        if got is None or got[0] is not op:
+            got = self.outer[id(op)] = (op, _outer_operands(op))
+        return got[1]
+
+    def is_cheap(self, op) -> bool:
+        got = self.cheap.get(id(op))
+        if got is None or got[0] is not op:
+            got = self.cheap[id(op)] = (op, _cheap(op))
+        return got[1]
 
     def inputs(self, gi) -> set:
-        """Values group `gi` reads that are computed outside it (cheap producers left out)."""
+        """Values group `gi` reads that are computed outside it (cheap producers left out).
+        The set is shared: callers do not change it."""
+        got = self._inputs.get(gi)
+        if got is None or got[0] != self.version:
+            got = self._inputs[gi] = (self.version, self._read_from_outside(gi))
+        return got[1]
+
+    def _read_from_outside(self, gi) -> set:
         inside = set(self.groups[gi])
         out = set()
         for o in self.groups[gi]:
-            for v in _outer_operands(o):
+            for v in self.outer_operands(o):
                 p = defining_op(v)
                 if p is not None and (p in inside or fusion_legality.cloneable(p)):
                     continue
@@ -172,6 +205,8 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
     `explain`, a remark at each recomputed value's producer."""
     state = _Groups(groups)
     state.verdicts = _Verdicts(fuse_reductions, target)
+    # each op's `_shape` (this pass sets no attribute and edits no body), for _equal_values
+    state.shapes = {}
     decisions: list[Decision] = []
     # (group, value) -> how many decisions there were when _try_value last found nothing to
     # do for it. _try_value reads only the groups and the IR and leaves both as they were when
@@ -198,6 +233,7 @@ def recompute_producers(block, groups, *, target: str, fuse_reductions: bool,
                         SKIPS["wrong"].append(d)
                     if d is not None:
                         decisions.append(d)
+                        state.version += 1
                         changed = again = True
                         break
                     nothing_at[(gi, v)] = len(decisions)
@@ -245,7 +281,7 @@ def _cone(state, gi, v, max_ops, read, stored, same=None, narrow=False):
             if p is None or not fusion_legality.cloneable(p):
                 leaves.append(val)
             continue
-        if not _cheap(p) or (val is not v and val in stored and
+        if not state.is_cheap(p) or (val is not v and val in stored and
                              (_elements(val.type) < _elements(v.type) or
                               fusion_bytes(val.type) < fusion_bytes(v.type))) or \
                 (narrow and val is not v and _elements(val.type) == _elements(v.type) and
@@ -258,7 +294,7 @@ def _cone(state, gi, v, max_ops, read, stored, same=None, narrow=False):
             leaves.append(val)
             continue
         cone.add(p)
-        stack.extend(_outer_operands(p))
+        stack.extend(state.outer_operands(p))
     if sum(op_name(o) not in VIEW_OPS for o in cone) > max_ops or \
             not any(op_name(o) not in VIEW_OPS for o in cone):
         return None
@@ -270,12 +306,15 @@ def _cone(state, gi, v, max_ops, read, stored, same=None, narrow=False):
 _PURE_DIALECTS = ("linalg.", "tensor.", "arith.", "math.")
 
 
-def _equal_values(ops_a, ops_b, readers):
+def _equal_values(ops_a, ops_b, readers, shapes=None):
     """`same(val)` for a value `val` of group A: the value of group B's that computes the same
     (the same ops, attributes and bodies over the same values from outside both groups) and is
     made before B's first reader of A's value, or None. A value that A computes and B computes
     too (a backward's recomputed `dy`, the same as the summand's factor) is then read from B's
-    own op instead of computed a second time: such a value costs B no op and no load."""
+    own op instead of computed a second time: such a value costs B no op and no load.
+
+    `shapes`: each op's `_shape` kept across calls (by the operation object's identity, held),
+    for a caller that sets no attribute and edits no body of an op it asks about."""
     scope = set(ops_a) | set(ops_b)
     first = min(readers, key=_BLOCK_ORDER)
     keys: dict = {}
@@ -300,17 +339,64 @@ def _equal_values(ops_a, ops_b, readers):
         keys[val] = got
         return got
 
-    table: dict = {}
+    # B's values by `_shape`, in block order: equal keys have equal shapes, so a value whose
+    # shape no candidate has has no twin, and its key (a walk of its operands' definitions,
+    # their attributes and bodies) is not computed. A concat's gradient sliced for each of a
+    # dense block's earlier layers was asked about in each of 24 consumer kernels, its cone's
+    # keys computed afresh each time (densenet121's backward).
+    shapes = {} if shapes is None else shapes
+    by_shape: dict = {}
     for o in ops_b:
         if o != first and o.is_before_in_block(first):
             for r in o.results:
-                table.setdefault(key(r), r)
+                by_shape.setdefault(_value_shape(r, shapes), []).append(r)
 
     def same(val):
-        twin = table.get(key(val))
+        candidates = by_shape.get(_value_shape(val, shapes))
+        if not candidates:
+            return None
+        # the first of B's values (in block order) with val's key, as a table of every
+        # candidate's key would give
+        k = key(val)
+        twin = next((r for r in candidates if key(r) == k), None)
         return None if twin is None or twin == val else twin
 
     return same
+
+
+def _value_shape(val, shapes: dict):
+    """What `_equal_values`' key of `val` holds that does not depend on other values (a
+    coarser key: equal keys have equal shapes): for a value of a pure op, the op's name,
+    attributes and body (reads of outer values not named), its operand count, which result
+    and the type; the value itself otherwise. (A value whose op is outside the scope is keyed
+    as itself there; it is never a candidate, nor asked about.)"""
+    p = defining_op(val)
+    if p is None or not p.name.startswith(_PURE_DIALECTS):
+        return ("value", val)
+    got = shapes.get(id(p))
+    if got is None or got[0] is not p:
+        got = shapes[id(p)] = (p, (p.name, _attributes(p), _body_shape(p), len(p.operands)))
+    return got[1], val.result_number, val.type
+
+
+def _body_shape(op) -> tuple:
+    """`_body_key` without the outer values' keys (each such read is only "outer")."""
+    if not len(op.regions):
+        return ()
+    parts = []
+    for region in op.regions:
+        for blk in region.blocks:
+            local = {a: ("arg", i) for i, a in enumerate(blk.arguments)}
+            for j, b in enumerate(blk.operations):
+                b = b.operation
+                if len(b.regions):
+                    return ("opaque",)
+                parts.append((b.name, _attributes(b),
+                              tuple(local.get(x, "outer") for x in b.operands),
+                              tuple(r.type for r in b.results)))
+                for i, r in enumerate(b.results):
+                    local[r] = ("local", j, i)
+    return tuple(parts)
 
 
 def _attributes(op) -> tuple:
@@ -372,9 +458,10 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
     size = fusion_bytes(v.type)
 
     plans = []          # _Plan per consumer group
+    state.outer = {}    # no IR changes until a plan is applied
     for bi, readers in sorted(consumer_groups.items()):
         read = state.inputs(bi)
-        same = _equal_values(state.groups[gi], state.groups[bi], readers)
+        same = _equal_values(state.groups[gi], state.groups[bi], readers, state.shapes)
         got = _cone(state, gi, v, max_ops, read, a_outputs, same) or \
             _cone(state, gi, v, max_ops, read, a_outputs, same, narrow=True)
         if got is None or _compute_ops(state.groups[bi]) + _compute_ops(got[0]) > \
@@ -388,6 +475,7 @@ def _try_value(state, gi, v, target, fuse_reductions, max_group_size, max_ops, h
     # A kernel whose one result is v is gone once v moves: its loads go with it
     a_loads = sum(fusion_bytes(x.type) for x in state.inputs(gi)) \
         if list(a_outputs) == [v] else 0
+    state.outer = None
 
     def saving(chosen, with_partners=True) -> int:
         """Bytes of traffic saved by recomputing v in the `chosen` plans' groups."""
