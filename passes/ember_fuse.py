@@ -42,6 +42,7 @@ operand that holds that dim's size (-1 where static), so that the host can alloc
 import bisect
 import dataclasses
 import itertools
+import operator
 
 from torch_mlir import ir, passmanager
 from torch_mlir.dialects import func, tensor
@@ -145,6 +146,8 @@ class EmberFuse(Pass):
         index = {op: i for i, op in enumerate(nodes)}
         parent = list(range(len(nodes)))
         members = {i: [op] for i, op in enumerate(nodes)}
+        # each group's ops that are not views (max-group-size counts these), kept as they merge
+        n_compute = {i: int(op_name(op) not in VIEW_OPS) for i, op in enumerate(nodes)}
 
         def find(i):
             while parent[i] != i:
@@ -210,8 +213,8 @@ class EmberFuse(Pass):
             cycle). The smallest index from max(b_ops) on that every span starting at or
             before it ends at or before (`_horizon_walk`, from the running maxima)."""
             if not fresh[0]:
-                firsts[:] = [lo for lo, _ in spans]
-                reach_to[:] = itertools.accumulate((top for _, top in spans), max)
+                firsts[:] = map(_FIRST, spans)
+                reach_to[:] = itertools.accumulate(map(_LAST, spans), max)
                 fresh[0] = True
             hi = max(b_ops)
             while True:
@@ -285,10 +288,9 @@ class EmberFuse(Pass):
             ga, gb = find(a), find(b)
             if ga == gb:
                 return
-            merged = sorted(members[ga] + members[gb], key=lambda o: index[o])
-            compute = [o for o in merged if op_name(o) not in VIEW_OPS]
-            if len(compute) > self.max_group_size:
-                refused[a, b] = (fusion_legality.TOO_LARGE, f"{len(compute)} ops > "
+            n = n_compute[ga] + n_compute[gb]
+            if n > self.max_group_size:
+                refused[a, b] = (fusion_legality.TOO_LARGE, f"{n} ops > "
                                  f"max-group-size={self.max_group_size}")
                 return
             via = reaches(ga, gb)
@@ -298,6 +300,7 @@ class EmberFuse(Pass):
                 refused[a, b] = (fusion_legality.CYCLE, f"a path between them goes through "
                                  f"'{_tag(block_ops[via])}' outside both kernels")
                 return
+            merged = sorted(members[ga] + members[gb], key=index.__getitem__)
             why = memo.refusal(merged)
             if why is not None:
                 refused[a, b] = why
@@ -307,6 +310,7 @@ class EmberFuse(Pass):
             parent[gb] = ga
             members[ga] = merged
             del members[gb]
+            n_compute[ga] = n
             member_ids[ga] = member_ids[ga] + member_ids.pop(gb)
             respan(ga, [gb])
             reach.merge(joined, horizon(member_ids[ga]) + 1)
@@ -342,12 +346,13 @@ class EmberFuse(Pass):
             if not readers or len(readers) < 2:
                 continue
             together = [g] + sorted(readers, key=lambda r: index[members[r][0]])
-            merged = sorted((o for r in together for o in members[r]), key=lambda o: index[o])
-            if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
+            n = sum(n_compute[r] for r in together)
+            if n > self.max_group_size:
                 continue
             ids = {i for r in together for i in member_ids[r]}
             if path_between(ids, ids, via=False) is not None:
                 continue
+            merged = sorted((o for r in together for o in members[r]), key=index.__getitem__)
             if memo.refusal(merged) is not None:
                 continue
             joined = [member_ids[r] for r in together]
@@ -356,6 +361,7 @@ class EmberFuse(Pass):
                 del members[r]
                 member_ids[g] = member_ids[g] + member_ids.pop(r)
             members[g] = merged
+            n_compute[g] = n
             respan(g, together[1:])
             reach.merge(joined, horizon(member_ids[g]) + 1)
 
@@ -375,14 +381,13 @@ class EmberFuse(Pass):
         too_high = []       # (node, node, bytes, peak): horizontal merges refused for memory
 
         def merge_horizontally(acc, r) -> bool:
-            merged = sorted(members[acc] + members[r], key=lambda o: index[o])
-            if sum(op_name(o) not in VIEW_OPS for o in merged) > self.max_group_size:
-                return False
-            if all(op_name(o) in VIEW_OPS for o in merged):
+            n = n_compute[acc] + n_compute[r]
+            if n > self.max_group_size or not n:     # too large, or views alone
                 return False
             ids = set(member_ids[acc]) | set(member_ids[r])
             if path_between(ids, ids, via=False) is not None:
                 return False
+            merged = sorted(members[acc] + members[r], key=index.__getitem__)
             if memo.refusal(merged) is not None:
                 return False
             peak, now = live.peak_if(ids, max(ids)), live.peak()
@@ -393,6 +398,7 @@ class EmberFuse(Pass):
             parent[r] = acc
             del members[r]
             members[acc] = merged
+            n_compute[acc] = n
             member_ids[acc] = member_ids[acc] + member_ids.pop(r)
             respan(acc, [r])
             reach.merge(joined, horizon(member_ids[acc]) + 1)
@@ -501,6 +507,9 @@ class EmberFuse(Pass):
                              f"{pair['reason']} ({pair['detail']})", **pair)
         # A view that ends up alone stays a host-side view, not a kernel.
         return [g for g in groups if not all(op_name(o) in VIEW_OPS for o in g)]
+
+
+_FIRST, _LAST = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def peak_refusals(too_high, members, find, index) -> list[dict]:

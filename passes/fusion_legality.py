@@ -12,8 +12,8 @@ from .ir_queries import VIEW_OPS, is_reduction, iterator_types, op_name  # noqa:
 
 VIEWS = VIEW_OPS
 from .kernel_schedule import (ILLEGAL, INDEX_MISMATCH, REDUCE_BROADCAST, TARGET_LIMIT,
-                              Unschedulable, is_empty_value, is_splat_value, schedule_kernel,
-                              schedule_ops)
+                              Unschedulable, frozen_fact, is_empty_value, is_splat_value,
+                              schedule_kernel, schedule_ops)
 
 # Why two groups stay apart (ember-fuse{explain=true} remarks, report.json's `unfused`): the
 # kinds the schedule reports (kernel_schedule), the screen's own, and ember-fuse's.
@@ -81,12 +81,26 @@ def _space(op) -> str:
     return "x".join("?" if d < 0 else str(d) for d in _nonunit(loop_ranges(op))) or "scalar"
 
 
+def _screen_facts(op) -> tuple:
+    """What the screen reads of every op: (a view?, a reduction?); within frozen_ir_memo
+    once per op object (`frozen_fact`), as are its loop ranges and kinds (`_ranges`)."""
+    if op_name(op) in VIEWS:
+        return True, False
+    return False, is_reduction(op)
+
+
+def _ranges(op) -> tuple:
+    """(loop_ranges, iterator_types) of a compute op, for the screen."""
+    return loop_ranges(op), iterator_types(op)
+
+
 def screen_refusal(ops, fuse_reductions: bool = True) -> tuple[str, str] | None:
     """Why `shape_screen` refuses `ops`, as (category, detail); None when it accepts them."""
-    compute = [o for o in ops if op_name(o) not in VIEWS]
+    facts = [(o, frozen_fact(o, "screen", _screen_facts)) for o in ops]
+    compute = [(o, f) for o, f in facts if not f[0]]
     if len(compute) <= 1:
         return None
-    reds = [o for o in compute if is_reduction(o)]
+    reds = [(o, f) for o, f in compute if f[1]]
     if not reds:
         # Pointwise ops of other shapes may share a kernel: a smaller (broadcast) producer,
         # e.g. a bias widened to f32, recomputed inside its consumer's loop nest; a bigger one
@@ -97,8 +111,8 @@ def screen_refusal(ops, fuse_reductions: bool = True) -> tuple[str, str] | None:
         return REDUCTIONS_OFF, "fuse-reductions=false"
     outer = None
     allowed = set()
-    for r in reds:
-        full, its = loop_ranges(r), iterator_types(r)
+    for r, _ in reds:
+        full, its = frozen_fact(r, "ranges", _ranges)
         par = tuple(_nonunit([n for n, it in zip(full, its) if it == "parallel"]))
         if outer is not None and par != outer:
             return INDEX_MISMATCH, "reductions over different outer (parallel) spaces"
@@ -106,11 +120,12 @@ def screen_refusal(ops, fuse_reductions: bool = True) -> tuple[str, str] | None:
         allowed.add(tuple(_nonunit(full)))
     allowed.add(outer)
     biggest = max(allowed, key=_volume)
-    for o in compute:
-        if o in reds:
+    for o, (_, reduces) in compute:
+        if reduces:
             continue
-        sp = tuple(_nonunit(loop_ranges(o)))
-        if sp in allowed or (_volume(sp) <= _volume(biggest) and -1 not in loop_ranges(o)):
+        ranges = frozen_fact(o, "ranges", _ranges)[0]
+        sp = tuple(_nonunit(ranges))
+        if sp in allowed or (_volume(sp) <= _volume(biggest) and -1 not in ranges):
             continue    # a smaller broadcast producer (see above), or one read through a reshape
         return INDEX_MISMATCH, (f"'{describe(o) or op_name(o)}' iterates over {_space(o)}, "
                                 f"neither a reduction's space nor its outer space")
@@ -181,10 +196,15 @@ def group_results(ops) -> list:
     inside = set(ops)
     out = []
     for op in ops:
-        for res in op.results:
-            if any(u not in inside or op_name(u) == "func.return" for u in users(res)):
+        for res, readers in frozen_fact(op, "readers", _readers):
+            if any(u not in inside or op_name(u) == "func.return" for u in readers):
                 out.append(res)
     return out
+
+
+def _readers(op) -> tuple:
+    """((result, its users), ...) of an op (`frozen_fact`: once per op object in planning)."""
+    return tuple((res, users(res)) for res in op.results)
 
 
 def _target_check(target: str):
@@ -271,6 +291,9 @@ def expanded_results(ops, results, target: str = "cpu") -> dict:
     return subst
 
 
+_UNKNOWN = object()
+
+
 class RefusalMemo:
     """`refusal` for the candidate groups of one planning run, each verdict computed once per
     group *structure*: the transformer layers of a model make the same candidate groups over
@@ -293,9 +316,9 @@ class RefusalMemo:
 
     def refusal(self, ops) -> tuple[str, str] | None:
         key = self._structure.group_key(ops)
-        if key in self._verdicts:
+        verdict = self._verdicts.get(key, _UNKNOWN)     # one hash of the key (a long tuple)
+        if verdict is not _UNKNOWN:
             self.hits += 1
-            verdict = self._verdicts[key]
             if self.verify:
                 fresh = refusal(ops, self.fuse_reductions, self.target)
                 if fresh != verdict:

@@ -66,6 +66,9 @@ class _FrozenMemo:
         # union-finds (_NumberedUnionFind) run over these ints, each a tuple hash less
         self.numbers: dict = {}     # key -> its number
         self.keys: list = []        # number -> key
+        # (id(op object), what) -> (the object, a fact of that op): `frozen_fact`
+        self.facts: dict = {}
+        self.skip: dict = {}        # value -> no dim of it is checked (`_skip_value`)
 
     def number(self, key) -> int:
         n = self.numbers.get(key)
@@ -73,6 +76,29 @@ class _FrozenMemo:
             n = self.numbers[key] = len(self.keys)
             self.keys.append(key)
         return n
+
+
+def frozen_fact(op, what: str, compute):
+    """`compute(op)`; within `frozen_ir_memo`, computed once per op object (the planner passes
+    the same objects over and over: an operation's hash is a walk of its contents in the
+    bindings, an object's id is not), the object held so that its id is not reused. `what`
+    names the fact; the fact is shared, so callers never mutate it."""
+    frozen = _FROZEN
+    if frozen is None:
+        return compute(op)
+    key = (id(op), what)
+    got = frozen.facts.get(key)
+    if got is not None and got[0] is op:
+        return got[1]
+    fact = compute(op)
+    frozen.facts[key] = (op, fact)
+    return fact
+
+
+def _op_facts(op) -> tuple:
+    """(its loop kinds, whether a kernel body may hold it, its results) of an op."""
+    return (tuple(iterator_types(op)), op_name(op) in ALLOWED_OPS or _scalar_op(op),
+            tuple(op.results))
 
 
 @contextlib.contextmanager
@@ -232,10 +258,10 @@ class KernelSchedule:
                     got = frozen.dims[v] = [
                         ((v, i), frozen.number((v, i)), s) for i, s in enumerate(shape(v))] \
                         if isinstance(v.type, ir.RankedTensorType) else []
-                for key, n, size in got:       # as note(v, i, size)
+                for _, n, size in got:       # as note(v, i, size), keyed by number
                     find_n(n)
                     if size is not None:
-                        static[key] = size
+                        static[n] = size
                 return
             if isinstance(v.type, ir.RankedTensorType):
                 for i, s in enumerate(shape(v)):
@@ -243,19 +269,26 @@ class KernelSchedule:
 
         for v in self.args:
             vals(v)
-        # each op's loop kinds, read once (the checks below ask several times per op)
-        self._its = [iterator_types(op) for op in self.ops]
-        for op, its in zip(self.ops, self._its):
-            if op_name(op) not in ALLOWED_OPS and not _scalar_op(op):
+        # each op's loop kinds, read once (the checks below ask several times per op); within
+        # frozen_ir_memo, with its results, once per op object for every schedule
+        facts = [frozen_fact(op, "schedule", _op_facts) for op in self.ops] \
+            if frozen is not None else [_op_facts(op) for op in self.ops]
+        self._its = [f[0] for f in facts]
+        self._op_results = [f[2] for f in facts]
+        for op, its, (_, allowed, results) in zip(self.ops, self._its, facts):
+            if not allowed:
                 raise Unschedulable(f"'{op_name(op)}' is not allowed in a kernel body "
                                     f"(see docs/internals.md, Stage 2)", op.location)
-            for r in op.results:
+            for r in results:
                 vals(r)
             if frozen is None:
                 self._link(op, uf, note, its)
             else:
                 self._link_frozen(op, its, frozen)
-        self._unify_splits(uf, static)
+        if frozen is None or len(self._merges) < 2:
+            self._unify_splits(uf, static)
+        else:
+            self._unify_splits(uf, {frozen.keys[n]: s for n, s in static.items()})
         if not any("reduction" in its for its in self._its):
             self._share_loops(uf)
         else:
@@ -263,24 +296,38 @@ class KernelSchedule:
         # A global dim is a union-find class; number them in first-seen order.
         self._gid: dict = {}
         self._size: dict[int, Optional[int]] = {}
-        self._key_gid: dict = {}    # every (value, dim) / (op, "loop", j) key -> its global dim
-        keys = frozen.keys if frozen is not None else None
-        for key in list(uf.parent):
-            root = uf.find(key)
-            if keys is not None:
-                key = keys[key]
-            g = self._key_gid[key] = self._gid.setdefault(root, len(self._gid))
-            if key in static:
-                self._size[g] = static[key]
-            else:
-                self._size.setdefault(g, None)
+        # every (value, dim) / (op, "loop", j) key -> its global dim; within frozen_ir_memo
+        # keyed by the key's number (`_key` looks a key up either way; `dims` by the value's
+        # numbers): a tuple of MLIR objects hashes through the bindings
+        key_gid: dict = {}
+        self._key_gid = key_gid
+        self._frozen_dims = self._numbers = None
+        gid_of, size = self._gid, self._size
+        if frozen is not None:
+            numbers = frozen.numbers
+            self._frozen_dims, self._numbers = frozen.dims, numbers
+            for n in list(uf.parent):
+                g = key_gid[n] = gid_of.setdefault(find_n(n), len(gid_of))
+                if n in static:
+                    size[g] = static[n]
+                else:
+                    size.setdefault(g, None)
+        else:
+            for key in list(uf.parent):
+                root = uf.find(key)
+                g = key_gid[key] = gid_of.setdefault(root, len(gid_of))
+                if key in static:
+                    size[g] = static[key]
+                else:
+                    size.setdefault(g, None)
         self.size_offsets, self._size_ref, off = [], {}, 0
         for v in self.args + self.results:
             self.size_offsets.append(off)
             if isinstance(v.type, ir.RankedTensorType):
-                for i, g in enumerate(self.dims(v)):
+                dims = self.dims(v)
+                for i, g in enumerate(dims):
                     self._size_ref.setdefault(g, off + i)
-                off += len(shape(v))
+                off += len(dims)
         # Scalar arguments (sizes, symbolic ints) come after every dim in the sizes table; each
         # is a pseudo global dim of unknown size, read the way a dynamic dim is.
         self.scalar_gid = {}
@@ -291,15 +338,25 @@ class KernelSchedule:
         self._plan(kind)
 
     # --- global dims -----------------------------------------------------------------------
+    def _key(self, key) -> int:
+        """The global dim of a (value, dim) or (op, "loop", j) key."""
+        numbers = self._numbers
+        return self._key_gid[key if numbers is None else numbers[key]]
+
     def gid(self, v, i) -> int:
-        return self._key_gid[(v, i)]
+        return self._key((v, i))
 
     def loop_gid(self, op, j) -> int:
-        return self._key_gid[(op, "loop", j)]
+        return self._key((op, "loop", j))
 
     def dims(self, v) -> list[int]:
-        key_gid = self._key_gid
-        return [key_gid[(v, i)] for i in range(ir.RankedTensorType(v.type).rank)]
+        if self._frozen_dims is not None:
+            got = self._frozen_dims.get(v)
+            if got is not None:
+                key_gid = self._key_gid
+                return [key_gid[n] for _, n, _ in got]
+        key = self._key
+        return [key((v, i)) for i in range(ir.RankedTensorType(v.type).rank)]
 
     def size(self, g) -> Optional[int]:
         return self._size.get(g)
@@ -515,7 +572,7 @@ class KernelSchedule:
         real loops (checked apart)."""
         merges = [(self.gid(*whole), [self.gid(*p) for p in parts])
                   for whole, parts in self._merges]
-        key = self._key_gid.__getitem__     # (value, dim) or (op, "loop", j)
+        key = self._key     # (value, dim) or (op, "loop", j)
         reads = [(key(dim), [key(f) for f in frm]) for dim, frm in
                  self._reads + (self._window_reads if windows else [])]
         known = set(loops)
@@ -539,7 +596,7 @@ class KernelSchedule:
         """The global dims read through a window that moves with one of `loops` (a pooling's
         input W, read at ow * 2 + kw for an output loop ow), and the dims of the tensors
         padded or sliced into those (their index is the same, shifted)."""
-        key = self._key_gid.__getitem__
+        key = self._key
         out = {key(dim) for dim, frm in self._window_reads if any(key(f) in loops for f in frm)}
         changed = True
         while changed:
@@ -602,8 +659,8 @@ class KernelSchedule:
                                     "that has inner dims", category=REDUCE_BROADCAST)
             allowed |= set(inner)
             self.outputs.append(Output(r, self.dims(r), inner))
-        for v in self.args + [r for op in self.ops for r in op.results]:
-            if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
+        for v in self.args + [r for results in self._op_results for r in results]:
+            if _skip_value(v):
                 continue
             gs = [g for g in self.dims(v) if not self.unit(g)]
             if len(set(gs)) != len(gs):
@@ -616,16 +673,16 @@ class KernelSchedule:
         # per output of a 3x3 pooling, ~2.25 times per element): it stays in memory
         windowed = derived - self._derived(allowed, windows=False) if self._window_reads \
             else set()
-        for op, its in zip(self.ops, self._its):
+        for op, its, results in zip(self.ops, self._its, self._op_results):
             if op_name(op) == "arith.constant":
                 continue    # a splat: the same value at every index (kernel_expr), no loop
             if windowed and op_name(op) == "linalg.generic" and any(
-                    g in windowed for v in op.results for g in self.dims(v)):
+                    g in windowed for v in results for g in self.dims(v)):
                 raise Unschedulable(f"'{op_name(op)}' is read through a window (each element "
                                     "by several windows): computed once, kept in memory",
                                     op.location, INDEX_MISMATCH)
-            for v in op.results:
-                if not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v):
+            for v in results:
+                if _skip_value(v):
                     continue
                 # A reduction is looped over: its dims must be the kernel's own.
                 ok = allowed if "reduction" in its else derived
@@ -668,6 +725,20 @@ def _expr_dims(e) -> list[int]:
 
 def _is_read(block_arg) -> bool:
     return any(True for _ in block_arg.uses)
+
+
+def _skip_value(v) -> bool:
+    """No dim of `v` is checked by `_plan`: not a ranked tensor, unread (`_is_empty`) or a
+    splat (`_is_splat`); within `frozen_ir_memo`, asked once per value."""
+    frozen = _FROZEN
+    if frozen is not None:
+        got = frozen.skip.get(v)
+        if got is not None:
+            return got
+    got = not isinstance(v.type, ir.RankedTensorType) or _is_empty(v) or _is_splat(v)
+    if frozen is not None:
+        frozen.skip[v] = got
+    return got
 
 
 def _is_empty(v) -> bool:
