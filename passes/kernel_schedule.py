@@ -335,6 +335,8 @@ class KernelSchedule:
             g = self.scalar_gid[a] = len(self._gid) + j
             self._size[g] = None
             self._size_ref[g] = off + j
+        # the global dims of static size 1 (`unit`, asked ~100 times per schedule)
+        self._units = frozenset(g for g, n in self._size.items() if n == 1)
         self._plan(kind)
 
     # --- global dims -----------------------------------------------------------------------
@@ -367,7 +369,7 @@ class KernelSchedule:
         return self._size_ref[g]
 
     def unit(self, g) -> bool:
-        return self.size(g) == 1
+        return g in self._units
 
     def _link_frozen(self, op, its, frozen) -> None:
         """`_link`, replayed from the memo: the same union-find calls in the same order (the
@@ -388,13 +390,42 @@ class KernelSchedule:
         if seen is None or seen[0] is not op:
             frozen.links_by_id[id(op)] = (op, got)     # holds op: its id is not reused
         calls, merges, reads, windows = got
-        uf = self._uf
-        find_n, union_n = uf.find_n, uf.union_n
+        # _NumberedUnionFind's find_n / union_n, inlined (a million calls in densenet121's
+        # forward planning): the same parents written in the same order
+        parent = self._uf.parent
         for a, b in calls:
-            if b is None:
-                find_n(a)
+            p = parent.get(a)
+            if p is None:
+                parent[a] = ra = a
             else:
-                union_n(a, b)
+                x = a
+                while p != x:
+                    up = parent[p]
+                    if up == p:
+                        x = p
+                        break
+                    parent[x] = up
+                    x = up
+                    p = parent[x]
+                ra = x
+            if b is None:
+                continue
+            p = parent.get(b)
+            if p is None:
+                parent[b] = rb = b
+            else:
+                x = b
+                while p != x:
+                    up = parent[p]
+                    if up == p:
+                        x = p
+                        break
+                    parent[x] = up
+                    x = up
+                    p = parent[x]
+                rb = x
+            if ra != rb:
+                parent[rb] = ra
         self._merges += merges
         self._reads += reads
         self._window_reads += windows
@@ -575,19 +606,20 @@ class KernelSchedule:
         key = self._key     # (value, dim) or (op, "loop", j)
         reads = [(key(dim), [key(f) for f in frm]) for dim, frm in
                  self._reads + (self._window_reads if windows else [])]
+        units = self._units
         known = set(loops)
         changed = True
         while changed:
             changed = False
             for dim, frm in reads:
-                if dim not in known and all(f in known or self.unit(f) for f in frm):
+                if dim not in known and all(f in known or f in units for f in frm):
                     known.add(dim)
                     changed = True
             for whole, parts in merges:
-                if whole not in known and all(p in known or self.unit(p) for p in parts):
+                if whole not in known and all(p in known or p in units for p in parts):
                     known.add(whole)
                     changed = True
-                if whole in known and not all(p in known or self.unit(p) for p in parts):
+                if whole in known and not all(p in known or p in units for p in parts):
                     known.update(parts)
                     changed = True
         return known
@@ -609,19 +641,20 @@ class KernelSchedule:
         return out
 
     def _plan(self, kind):
+        units = self._units
         self.reductions = []
         for op, its in zip(self.ops, self._its):
             if "reduction" in its:
                 par = [self.loop_gid(op, j) for j, t in enumerate(its) if t == "parallel"]
                 red = [self.loop_gid(op, j) for j, t in enumerate(its) if t == "reduction"]
-                self.reductions.append(Reduction(op, [g for g in par if not self.unit(g)], red))
+                self.reductions.append(Reduction(op, [g for g in par if g not in units], red))
         self.kind = "reduction" if self.reductions else "pointwise"
         if kind == "pointwise" and self.reductions:
             raise Unschedulable("kernel is marked pointwise but contains a reduction",
                                 self.reductions[0].op.location)
         if not self.results:
             raise Unschedulable("kernel has no results")
-        res_dims = [[g for g in self.dims(r) if not self.unit(g)] for r in self.results]
+        res_dims = [[g for g in self.dims(r) if g not in units] for r in self.results]
         if self.kind == "pointwise":
             space = res_dims[0]
             self.outer = space[:-1]
@@ -662,7 +695,7 @@ class KernelSchedule:
         for v in self.args + [r for results in self._op_results for r in results]:
             if _skip_value(v):
                 continue
-            gs = [g for g in self.dims(v) if not self.unit(g)]
+            gs = [g for g in self.dims(v) if g not in units]
             if len(set(gs)) != len(gs):
                 # e.g. x read as x[i, j] by one op and as x[j, i] by another
                 raise Unschedulable("two dims of one tensor map to the same loop (it is read "
@@ -686,14 +719,14 @@ class KernelSchedule:
                     continue
                 # A reduction is looped over: its dims must be the kernel's own.
                 ok = allowed if "reduction" in its else derived
-                bad = [g for g in self.dims(v) if g not in ok and not self.unit(g)]
+                bad = [g for g in self.dims(v) if g not in ok and g not in units]
                 if bad:
                     raise Unschedulable(f"'{op_name(op)}' iterates over a dim that is neither "
                                         "outer, reduced nor a result dim", op.location,
                                         INDEX_MISMATCH)
             if op_name(op) == "linalg.generic":
                 gs = [self.loop_gid(op, j) for j in range(len(its))]
-                if len(set(g for g in gs if not self.unit(g))) != len([g for g in gs if not self.unit(g)]):
+                if len(set(g for g in gs if g not in units)) != len([g for g in gs if g not in units]):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
                                         "access)", op.location, INDEX_MISMATCH)
 
