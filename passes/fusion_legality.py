@@ -180,9 +180,8 @@ def with_cloned_producers(ops) -> list:
     extra, seen = [], set(ops)
 
     def visit(op):
-        for value in op.operands:
-            producer = defining_op(value)
-            if producer is not None and producer not in seen and cloneable(producer):
+        for producer in frozen_fact(op, "cloneable producers", _cloneable_producers):
+            if producer not in seen:
                 seen.add(producer)
                 visit(producer)
                 extra.append(producer)
@@ -190,6 +189,12 @@ def with_cloned_producers(ops) -> list:
     for op in ops:
         visit(op)
     return [o for o in extra if op_name(o) != "arith.constant"] + list(ops)
+
+
+def _cloneable_producers(op) -> list:
+    """The cloneable producers of `op`'s operands, in order (`frozen_fact`: once per op object
+    while planning)."""
+    return [p for p in map(defining_op, op.operands) if p is not None and cloneable(p)]
 
 
 def group_results(ops) -> list:
@@ -412,16 +417,24 @@ class _Structure:
         use with its info; and that numbering (value -> (index, info))."""
         ids: dict = {}
         info = self._num_info
-
-        def ref(n):
-            i = ids.get(n)
-            if i is None:
-                i = ids[n] = (len(ids), info[n])
-            return i
-
+        get = ids.get
         parts: list = [n_extra]
         for sig, operands, results in numbered:
-            parts.append((sig, tuple(ref(n) for n in operands), tuple(ref(n) for n in results)))
+            # each value's ref, (index of first use, info), made where it is first seen
+            # (inlined: ~45 refs per key, a key per candidate group)
+            refs = []
+            for n in operands:
+                i = get(n)
+                if i is None:
+                    i = ids[n] = (len(ids), info[n])
+                refs.append(i)
+            outs = []
+            for n in results:
+                i = get(n)
+                if i is None:
+                    i = ids[n] = (len(ids), info[n])
+                outs.append(i)
+            parts.append((sig, tuple(refs), tuple(outs)))
         return parts, ids
 
     def _group_key_cached(self, ops) -> tuple:
@@ -433,8 +446,8 @@ class _Structure:
         extra, seen = [], {f.num for f in facts}
 
         def visit(f):
-            for p in f.producers():
-                if p is not None and p.num not in seen and p.cloneable:
+            for p in f.cloneable_producers():
+                if p.num not in seen:
                     seen.add(p.num)
                     visit(p)
                     extra.append(p)
@@ -588,7 +601,7 @@ class _OpFacts:
     whether it is `cloneable` / an `arith.constant`, and per result its readers as (number,
     is a func.return)."""
     __slots__ = ("num", "numbered", "cloneable", "constant", "readers", "_structure", "_op",
-                 "_producers")
+                 "_producers", "_cloneable_producers")
 
     def __init__(self, structure, op, num):
         self.num = num
@@ -596,6 +609,7 @@ class _OpFacts:
         self.cloneable = structure._is_cloneable(op)
         self.constant = op_name(op) == "arith.constant"
         self._structure, self._op, self._producers = structure, op, None
+        self._cloneable_producers = None
         self.readers = [tuple((structure._op_num(u), op_name(u) == "func.return")
                               for u in readers) for readers in structure._users_of(op)]
 
@@ -605,6 +619,13 @@ class _OpFacts:
             self._producers = [None if p is None else s._facts(p)
                                for p in s._producers_of(self._op)]
         return self._producers
+
+    def cloneable_producers(self) -> list:
+        """`producers()` that are cloneable, in order (what with_cloned_producers visits)."""
+        if self._cloneable_producers is None:
+            self._cloneable_producers = [p for p in self.producers()
+                                         if p is not None and p.cloneable]
+        return self._cloneable_producers
 
 
 def _attributes(operation) -> tuple:
