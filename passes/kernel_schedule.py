@@ -79,19 +79,21 @@ class _FrozenMemo:
 
 
 def frozen_fact(op, what: str, compute):
-    """`compute(op)`; within `frozen_ir_memo`, computed once per op object (the planner passes
-    the same objects over and over: an operation's hash is a walk of its contents in the
-    bindings, an object's id is not), the object held so that its id is not reused. `what`
-    names the fact; the fact is shared, so callers never mutate it."""
+    """`compute(op)`; within `frozen_ir_memo`, computed once per operation: found by the id of
+    its `ir.Operation` object (one per operation while it lives, whatever OpView wraps it; an
+    operation's hash is a walk of its contents in the bindings, an id is not), the object held
+    so that its id is not reused. `what` names the fact, which is the same for any view of the
+    operation; the fact is shared, so callers never mutate it."""
     frozen = _FROZEN
     if frozen is None:
         return compute(op)
-    key = (id(op), what)
+    operation = op.operation
+    key = (id(operation), what)
     got = frozen.facts.get(key)
-    if got is not None and got[0] is op:
+    if got is not None and got[0] is operation:
         return got[1]
     fact = compute(op)
-    frozen.facts[key] = (op, fact)
+    frozen.facts[key] = (operation, fact)
     return fact
 
 

@@ -535,3 +535,49 @@ def test_recompute_skips_only_values_it_would_refuse_again(tmp_path, monkeypatch
             outs["calls"] = calls
     assert outs[False] == outs[True]
     assert keys and all(same for _, same in keys) and max(n for n, _ in keys) > 0, keys
+
+
+def test_fuse_planning_reads_each_op_once(layers_ir, monkeypatch):
+    """While ember-fuse plans (kernel_schedule.frozen_ir_memo), what a candidate's screen and
+    schedule read of one op (its loop ranges and kinds, its results, its readers, its cloneable
+    producers: `kernel_schedule.frozen_fact`) is read once per op object, not once per
+    candidate group that holds it (densenet121's forward: ~6,700 candidates of ~16 ops), and
+    the fused IR is the one the plain reads give."""
+    from ember.passes import fusion_legality, kernel_schedule
+    text = layers_ir[4]
+    counts = {"ranges": 0, "schedule": 0, "readers": 0, "candidates": 0}
+    ops_seen = set()
+    real = {name: getattr(mod, name) for mod, name in (
+        (fusion_legality, "_ranges"), (kernel_schedule, "_op_facts"),
+        (fusion_legality, "_readers"))}
+
+    def counted(name, key):
+        def f(op):
+            if kernel_schedule._FROZEN is not None:
+                counts[key] += 1
+                ops_seen.add(op.operation)
+            return real[name](op)
+        return f
+    monkeypatch.setattr(fusion_legality, "_ranges", counted("_ranges", "ranges"))
+    monkeypatch.setattr(kernel_schedule, "_op_facts", counted("_op_facts", "schedule"))
+    monkeypatch.setattr(fusion_legality, "_readers", counted("_readers", "readers"))
+    real_refusal = fusion_legality.refusal
+
+    def refusal(*args, **kwargs):
+        counts["candidates"] += kernel_schedule._FROZEN is not None
+        return real_refusal(*args, **kwargs)
+    monkeypatch.setattr(fusion_legality, "refusal", refusal)
+    memoized, _ = _fuse(text, "triton")
+    n, once = len(ops_seen), dict(counts)
+    assert counts["candidates"] > 20, counts
+    # each op once per Python object of it (the bindings may give an op two), at most
+    for key in ("ranges", "schedule", "readers"):
+        assert 0 < once[key] <= 2 * n, (key, once, n)
+    # without the memo: once per candidate that holds the op
+    monkeypatch.setattr(kernel_schedule, "frozen_fact", lambda op, what, compute: compute(op))
+    monkeypatch.setattr(fusion_legality, "frozen_fact", lambda op, what, compute: compute(op))
+    counts.update({key: 0 for key in counts})
+    plain, _ = _fuse(text, "triton")
+    assert memoized == plain and "ember.kernel" in plain
+    for key in ("ranges", "schedule", "readers"):
+        assert counts[key] > 2 * once[key], (key, once, counts)
