@@ -728,7 +728,8 @@ class KernelSchedule:
                                         INDEX_MISMATCH)
             if op_name(op) == "linalg.generic":
                 gs = [self.loop_gid(op, j) for j in range(len(its))]
-                if len(set(g for g in gs if g not in units)) != len([g for g in gs if g not in units]):
+                real = [g for g in gs if g not in units]
+                if len(set(real)) != len(real):
                     raise Unschedulable("two loops of one op map to the same dim (diagonal "
                                         "access)", op.location, INDEX_MISMATCH)
 
