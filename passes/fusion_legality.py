@@ -12,8 +12,8 @@ from .ir_queries import VIEW_OPS, is_reduction, iterator_types, op_name  # noqa:
 
 VIEWS = VIEW_OPS
 from .kernel_schedule import (ILLEGAL, INDEX_MISMATCH, REDUCE_BROADCAST, TARGET_LIMIT,
-                              Unschedulable, frozen_fact, is_empty_value, is_splat_value,
-                              schedule_kernel, schedule_ops)
+                              Unschedulable, frozen_active, frozen_fact, is_empty_value,
+                              is_splat_value, schedule_kernel, schedule_ops)
 
 # Why two groups stay apart (ember-fuse{explain=true} remarks, report.json's `unfused`): the
 # kinds the schedule reports (kernel_schedule), the screen's own, and ember-fuse's.
@@ -123,7 +123,7 @@ def screen_refusal(ops, fuse_reductions: bool = True) -> tuple[str, str] | None:
     for o, (_, reduces) in compute:
         if reduces:
             continue
-        ranges = frozen_fact(o, "ranges", _ranges)[0]
+        ranges = frozen_fact(o, "loop ranges", loop_ranges)
         sp = tuple(_nonunit(ranges))
         if sp in allowed or (_volume(sp) <= _volume(biggest) and -1 not in ranges):
             continue    # a smaller broadcast producer (see above), or one read through a reshape
@@ -186,6 +186,16 @@ def with_cloned_producers(ops) -> list:
                 visit(producer)
                 extra.append(producer)
 
+    def visit_plain(op):
+        for value in op.operands:
+            producer = defining_op(value)
+            if producer is not None and producer not in seen and cloneable(producer):
+                seen.add(producer)
+                visit_plain(producer)
+                extra.append(producer)
+    if not frozen_active():
+        visit = visit_plain     # noqa: F811 (outside planning: asked once, not memoized)
+
     for op in ops:
         visit(op)
     return [o for o in extra if op_name(o) != "arith.constant"] + list(ops)
@@ -200,6 +210,12 @@ def _cloneable_producers(op) -> list:
 def group_results(ops) -> list:
     inside = set(ops)
     out = []
+    if not frozen_active():
+        for op in ops:
+            for res in op.results:
+                if any(u not in inside or op_name(u) == "func.return" for u in users(res)):
+                    out.append(res)
+        return out
     for op in ops:
         for res, readers in frozen_fact(op, "readers", _readers):
             if any(u not in inside or op_name(u) == "func.return" for u in readers):
