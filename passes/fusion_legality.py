@@ -12,7 +12,7 @@ from .ir_queries import VIEW_OPS, is_reduction, iterator_types, op_name  # noqa:
 
 VIEWS = VIEW_OPS
 from .kernel_schedule import (ILLEGAL, INDEX_MISMATCH, REDUCE_BROADCAST, TARGET_LIMIT,
-                              Unschedulable, frozen_active, frozen_fact, is_empty_value,
+                              Unschedulable, frozen_fact, is_empty_value,
                               is_splat_value, schedule_kernel, schedule_ops)
 
 # Why two groups stay apart (ember-fuse{explain=true} remarks, report.json's `unfused`): the
@@ -180,21 +180,12 @@ def with_cloned_producers(ops) -> list:
     extra, seen = [], set(ops)
 
     def visit(op):
+        # (frozen_fact computes it afresh outside planning)
         for producer in frozen_fact(op, "cloneable producers", _cloneable_producers):
             if producer not in seen:
                 seen.add(producer)
                 visit(producer)
                 extra.append(producer)
-
-    def visit_plain(op):
-        for value in op.operands:
-            producer = defining_op(value)
-            if producer is not None and producer not in seen and cloneable(producer):
-                seen.add(producer)
-                visit_plain(producer)
-                extra.append(producer)
-    if not frozen_active():
-        visit = visit_plain     # noqa: F811 (outside planning: asked once, not memoized)
 
     for op in ops:
         visit(op)
@@ -210,13 +201,7 @@ def _cloneable_producers(op) -> list:
 def group_results(ops) -> list:
     inside = set(ops)
     out = []
-    if not frozen_active():
-        for op in ops:
-            for res in op.results:
-                if any(u not in inside or op_name(u) == "func.return" for u in users(res)):
-                    out.append(res)
-        return out
-    for op in ops:
+    for op in ops:      # (frozen_fact computes `_readers` afresh outside planning)
         for res, readers in frozen_fact(op, "readers", _readers):
             if any(u not in inside or op_name(u) == "func.return" for u in readers):
                 out.append(res)

@@ -78,11 +78,6 @@ class _FrozenMemo:
         return n
 
 
-def frozen_active() -> bool:
-    """Inside `frozen_ir_memo` (ember-fuse's planning)?"""
-    return _FROZEN is not None
-
-
 def frozen_fact(op, what: str, compute):
     """`compute(op)`; within `frozen_ir_memo`, computed once per operation: found by the id of
     its `ir.Operation` object (one per operation while it lives, whatever OpView wraps it; an

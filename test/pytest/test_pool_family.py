@@ -374,17 +374,28 @@ class _SmallTail(_TailedForward):
         return outs
 
 
-@pytest.mark.parametrize("min_bytes", [None, 0])
-def test_graph_tail_min_bytes_reaches_the_split(fake_cuda, min_bytes):
+# (the options GraphedProgram gets, what the split is asked for, the tail it takes)
+_TAIL_CASES = {
+    "default": ({}, (4 << 20, 4 << 20), None),
+    # `graph_tail_min_bytes=0` (compile_module passes the option to both bounds)
+    "option 0": ({"tail_min_bytes": 0, "tail_kernel_min_bytes": 0}, (0, 0),
+                 (1, frozenset({0}))),
+    # an inference graph's default: a small generated last kernel stays in the graph, its
+    # launch from Python after the replay costing more than the copy
+    "inference": ({"tail_min_bytes": 0}, (0, 4 << 20), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_TAIL_CASES))
+def test_graph_tail_min_bytes_reaches_the_split(fake_cuda, case):
     """`graph_tail_min_bytes` (GraphedProgram's tail_min_bytes, and tail_kernel_min_bytes for
-    a generated kernel: compile_module passes the option to both): the default keeps a small
-    last step in the graph (its output copied out per call); 0 runs it after the replay into
-    new memory, with the same values."""
+    a generated kernel) reaches the split: below the bounds the last step stays in the graph
+    (its output copied out per call); otherwise it runs after the replay into new memory,
+    with the same values."""
+    kw, asked, tail = _TAIL_CASES[case]
     torch.manual_seed(0)
     x, w = torch.randn(3, 4), torch.randn(4, 4)
     prog = _SmallTail()
-    kw = {} if min_bytes is None else {"tail_min_bytes": min_bytes,
-                                       "tail_kernel_min_bytes": min_bytes}
     fwd = fake_cuda.GraphedProgram(prog, **kw)
     fwd.lend([], guarded=[1])
     for _ in range(4):
@@ -392,27 +403,7 @@ def test_graph_tail_min_bytes_reaches_the_split(fake_cuda, min_bytes):
         logits, saved = fwd(x, w)
         torch.testing.assert_close(logits, 2 * torch.tanh(x @ w))
         del saved
-    assert fwd.captured
-    if min_bytes is None:
-        assert prog.asked == (4 << 20, 4 << 20) and fwd._tail is None
-    else:
-        assert prog.asked == (0, 0) and fwd._tail == (1, frozenset({0}))
-
-
-def test_inference_tail_of_a_generated_kernel_needs_4_mib(fake_cuda):
-    """An inference graph (tail_min_bytes 0, the default for inference) keeps a small last
-    kernel in the graph: its launch from Python after the replay costs more than the copy."""
-    torch.manual_seed(0)
-    x, w = torch.randn(3, 4), torch.randn(4, 4)
-    prog = _SmallTail()
-    fwd = fake_cuda.GraphedProgram(prog, tail_min_bytes=0)
-    fwd.lend([], guarded=[1])
-    for _ in range(4):
-        x.copy_(torch.randn(3, 4))
-        logits, saved = fwd(x, w)
-        torch.testing.assert_close(logits, 2 * torch.tanh(x @ w))
-        del saved
-    assert fwd.captured and prog.asked == (0, 4 << 20) and fwd._tail is None
+    assert fwd.captured and prog.asked == asked and fwd._tail == tail
 
 
 def test_graph_tail_min_bytes_option():
