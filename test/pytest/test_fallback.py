@@ -168,24 +168,42 @@ def _compile_spied(fn):
                                                                          options={"target": "cpu"}))
 
 
-@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
-def test_known_all_eager_graph_is_dynamos_forward(train, monkeypatch):
-    # Every op is one torch-mlir cannot import: known before any call, so the backend returns
-    # exactly what backend="eager" returns (Dynamo's graph module's forward). Dynamo then
-    # calls its own generated forward, as it does for backend="eager": no ember frame, no
-    # AOTAutograd wrapper, the same per-call cost (fallback_bench all_eager_small).
-    seen = _returned_callables(monkeypatch)
+def _returned_or_raised(monkeypatch):
+    """As _returned_callables, with what ember's backend raised in place of what it returned."""
+    from torch._dynamo.backends.debugging import eager as eager_backend
+    from ember.frontend import backend
+    seen, real = [], backend.ember_backend
 
-    def f(x):
-        return unlowered(unlowered(x) * 2)     # a view-free product between: an ATen op
+    def spy(gm, example_inputs, **kwargs):
+        try:
+            fn = real(gm, example_inputs, **kwargs)
+        except Exception as err:
+            seen.append((gm, eager_backend(gm, example_inputs), err))
+            raise
+        seen.append((gm, eager_backend(gm, example_inputs), fn))
+        return fn
+    monkeypatch.setattr(backend, "ember_backend", spy)
+    return seen
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_known_all_eager_frame_is_skipped(train, monkeypatch):
+    # Every op of the frame is one torch-mlir cannot import, known before any call, and the
+    # graph is the whole frame with no guard on a Python value: the backend reports and warns
+    # as for any all-eager graph, then asks Dynamo to skip the frame (SkipFrame). Later calls
+    # run the frame as eager runs it, with no guard or graph call (fallback_bench
+    # all_eager_small): a new shape compiles nothing.
+    from torch._dynamo.exc import SkipFrame
+    seen = _returned_or_raised(monkeypatch)
+
     def g(x):
         return unlowered(unlowered(unlowered(x)))
     x = torch.randn(4, 32, requires_grad=train)
     cf = _compile_spied(g)
     out, warned = run_recording(cf, x)
     torch.testing.assert_close(out, g(x), rtol=0, atol=0)
-    (gm, eager_fn, fn), = seen
-    assert fn == eager_fn and fn.__self__ is gm, fn     # gm.forward, bound to Dynamo's graph
+    (gm, eager_fn, raised), = seen
+    assert isinstance(raised, SkipFrame), raised
     r = ember.last_reports()[-1]
     assert r["status"] == "eager" and r["eager_fallback_ops"] == [UNLOWERED], r
     assert r["dynamo_graph"] and r["graph_id"].endswith("inference" if not train else "forward")
@@ -196,6 +214,79 @@ def test_known_all_eager_graph_is_dynamos_forward(train, monkeypatch):
         x.grad = None
         g(x).sum().backward()
         torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
+    y = torch.randn(6, 8, requires_grad=train)     # another shape: no compile, no warning
+    out2, warned2 = run_recording(cf, y)
+    torch.testing.assert_close(out2, g(y), rtol=0, atol=0)
+    assert len(seen) == 1 and warned2 == []
+
+
+class _Applies(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def forward(self, x):
+        return self.op(x)
+
+
+def _applier(op):
+    def apply(x):
+        return op(x)
+    return apply
+
+
+@pytest.mark.parametrize("make", [_Applies, _applier], ids=["module", "closure"])
+def test_shared_code_is_not_skipped(make, monkeypatch):
+    # Every instance of a module class and every closure of one `def` share a code object,
+    # which is what Dynamo skips: one whose graph falls back whole must not take the others
+    # with it. The first runs as backend="eager" returns it; the second compiles.
+    seen = _returned_or_raised(monkeypatch)
+    x = torch.randn(4, 32)
+    from ember.frontend import backend
+    run = lambda m: torch.compile(m, backend=lambda gm, ex: backend.ember_backend(   # noqa: E731
+        gm, ex, options={"target": "cpu"}))
+    torch._dynamo.reset()
+    clear_reports()
+    out, warned = run_recording(run(make(unlowered)), x)
+    torch.testing.assert_close(out, unlowered(x), rtol=0, atol=0)
+    out2, _ = run_recording(run(make(torch.cos)), x)
+    torch.testing.assert_close(out2, torch.cos(x))
+    assert len(seen) == 2 and not isinstance(seen[0][2], Exception), seen
+    assert ember.last_reports()[-1]["status"] == "compiled"
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_known_all_eager_graph_is_dynamos_forward(train, monkeypatch):
+    # The same ops, but a Python value guards the frame (a flag that picks the ops): the frame
+    # is not skipped, since the other value traces a graph ember compiles. The backend returns
+    # exactly what backend="eager" returns (Dynamo's graph module's forward): no ember frame,
+    # no AOTAutograd wrapper, the same per-call cost.
+    seen = _returned_or_raised(monkeypatch)
+
+    def f(x):
+        return unlowered(unlowered(x) * 2)     # a view-free product between: an ATen op
+
+    def h(x, eager_only):
+        return unlowered(unlowered(unlowered(x))) if eager_only else torch.cos(x) * 2
+    x = torch.randn(4, 32, requires_grad=train)
+    cf = _compile_spied(h)
+    out, warned = run_recording(cf, x, True)
+    torch.testing.assert_close(out, h(x, True), rtol=0, atol=0)
+    (gm, eager_fn, fn), = seen
+    assert fn == eager_fn and fn.__self__ is gm, fn     # gm.forward, bound to Dynamo's graph
+    r = ember.last_reports()[-1]
+    assert r["status"] == "eager" and r["eager_fallback_ops"] == [UNLOWERED], r
+    assert r["dynamo_graph"] and r["graph_id"].endswith("inference" if not train else "forward")
+    assert len(warned) == 1 and UNLOWERED in warned[0]
+    if train:
+        out.sum().backward()
+        got = x.grad.clone()
+        x.grad = None
+        h(x, True).sum().backward()
+        torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
+    out2, _ = run_recording(cf, x, False)     # the flag's other value: compiled by ember
+    torch.testing.assert_close(out2, h(x, False))
+    assert len(seen) == 2 and ember.last_reports()[-1]["status"] == "compiled"
     # a compute op ember compiles beside the unlowered ones: not known, ember's own callable
     seen.clear()
     out, _ = run_recording(_compile_spied(f), x)
