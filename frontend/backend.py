@@ -478,9 +478,9 @@ def _aot_wrappers_pass_through(fx_gm: torch.fx.GraphModule, num_inputs: int) -> 
     with no autocast on: AOTAutograd's own check, whose state it hides by now) do nothing but
     turn grad mode off around it: no input mutated, no output aliasing an input or another
     output, no effect tokens, RNG state, tensor subclass or duplicated input, and Dynamo's
-    inputs are the graph's own. Read from AOTAutograd's
-    metadata for this graph (`TracingContext.fw_metadata`, what Inductor reads too); anything
-    missing or unknown means no."""
+    inputs are the graph's own. Read from AOTAutograd's metadata for this graph
+    (`TracingContext.fw_metadata`, what Inductor reads too); anything missing or unknown
+    means no."""
     try:
         from torch._functorch._aot_autograd.schemas import OutputType
         from torch._guards import TracingContext
@@ -700,7 +700,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         return compiled
     if "known_eager" in state:
         graph_id, reasons = state["known_eager"]
-        fn = _known_eager_graph(gm, graph_id, target, reasons, example_inputs)
+        fn = _known_eager_graph(gm, graph_id, target, reasons, example_inputs)  # reported
         if whole_frame:
             # nothing of the frame compiles: Dynamo skips it from now on (no guards, no
             # graph call: plain eager torch under torch.compile's own wrapper)
