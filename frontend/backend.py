@@ -600,6 +600,12 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             options = {**(options or {}), "mode": mode}
     opts = CompileOptions.from_user(options)
     _start_compile_workers(opts, example_inputs)
+    if opts.program_cache:      # a warm start: eager_rejects' verdicts from the cache too
+        try:
+            from ..runtime.cache import as_cache
+            eager_rejects.keep_verdicts(as_cache(opts.cache_dir).root)
+        except Exception:   # noqa: BLE001 -- a cache: the ops are probed as without one
+            pass
     base = new_graph_id("dynamo")
     # Where calls go: AOTAutograd's function, until a forward graph falls back whole.
     state: dict[str, Any] = {}

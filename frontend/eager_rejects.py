@@ -365,6 +365,12 @@ def judge(op, args, kwargs) -> str | None:
     with _LOCK:
         if key in _VERDICTS:
             return _VERDICTS[key]
+    stable = _stable_key(op, key) if _STORE is not None else None
+    if stable is not None and stable in _STORE["known"]:
+        why = _STORE["known"][stable]
+        with _LOCK:
+            _VERDICTS[key] = why
+        return why
 
     def judged():
         why = _judge(op, args, kwargs)
@@ -374,7 +380,91 @@ def judge(op, args, kwargs) -> str | None:
     why = outside_tracing(judged)
     with _LOCK:
         _VERDICTS[key] = why
+        if stable is not None:
+            _STORE["known"][stable] = why
+            _STORE["new"] = True
     return why
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts kept across processes: a warm start (the program cache on) probes nothing again.
+# On a GPU each probe is a device launch, most of them the first of their kernel in the
+# process (0.2-0.6 s a model); a verdict depends on the op, its arguments' kinds, torch's
+# kernels and the device, all in its key or in the file's name.
+
+_STORE: dict | None = None     # {"path": Path, "known": {stable key: verdict}, "new": bool}
+
+
+def keep_verdicts(root) -> None:
+    """Read verdicts from, and write new ones to, `root/eager-verdicts/<identity>.json`
+    (`identity`: ember's sources and the versions of torch and its libraries,
+    program_cache.code_identity) from now on in this process. A file that cannot be read
+    is a cache miss."""
+    global _STORE
+    import json
+    from pathlib import Path
+    from .program_cache import code_identity
+    root = Path(root).expanduser()
+    if _STORE is not None and _STORE["root"] == root:
+        return
+    path = root / "eager-verdicts" / f"{code_identity()[:32]}.json"
+    known: dict = {}
+    try:
+        known = {str(k): (None if v is None else str(v))
+                 for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        pass
+    _STORE = {"root": root, "path": path, "known": known, "new": False}
+
+
+def flush_verdicts() -> None:
+    """Write the verdicts found since the last flush (merged with the file as it is now: other
+    processes write it too; the last writer's view wins, a lost verdict is probed again)."""
+    store = _STORE
+    if store is None or not store["new"]:
+        return
+    import json
+    from ..runtime.cache import atomic_write
+    with _LOCK:
+        known, store["new"] = dict(store["known"]), False
+    try:
+        try:
+            known = {**json.loads(store["path"].read_text()), **known}
+        except (OSError, ValueError):
+            pass
+        store["path"].parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(store["path"], json.dumps(known, sort_keys=True))
+    except OSError:
+        pass    # a cache: the verdicts are probed again next time
+
+
+_GPU_NAMES: dict[str, str] = {}
+
+
+def _device_identity(kind: str) -> str:
+    """A device type as verdicts depend on it: for a GPU, its name and capability."""
+    if kind != "cuda":
+        return kind
+    name = _GPU_NAMES.get(kind)
+    if name is None:
+        name = _GPU_NAMES[kind] = (f"cuda:{torch.cuda.get_device_name()}:"
+                                   f"{torch.cuda.get_device_capability()}:{torch.version.cuda}")
+    return name
+
+
+def _stable_key(op, key: tuple) -> str | None:
+    """`key` (whose first part is the op's id) as text that means the same in another process,
+    or None where a part has no such text (an object's repr with its address) or the op is
+    not torch's own (a user's custom op may change between processes)."""
+    if getattr(op, "namespace", None) not in ("aten", "prims"):
+        return None
+    parts: list = [str(op)]
+    for part in key[1:]:
+        if isinstance(part, tuple) and len(part) == 3 and isinstance(part[0], torch.dtype):
+            part = (part[0], _device_identity(part[1]), part[2])     # a _TensorSpec's key
+        parts.append(part)
+    text = repr(parts)
+    return None if " at 0x" in text else text
 
 
 def verdict(node: fx.Node) -> str | None:
@@ -400,15 +490,20 @@ def guard(op, decomposition):
 
 
 def rejection(gm: fx.GraphModule) -> str | None:
-    """The reason eager rejects the first op of `gm` that its kernels refuse, or None."""
-    for node in gm.graph.nodes:
-        why = verdict(node)
-        if why is not None:
-            dtypes = ", ".join(str(a.meta["val"].dtype).replace("torch.", "")
-                               for a in node.all_input_nodes
-                               if isinstance(a.meta.get("val"), torch.Tensor))
-            return f"eager rejects {node.target} for ({dtypes}): {why}"
-    return None
+    """The reason eager rejects the first op of `gm` that its kernels refuse, or None. New
+    verdicts (this graph's and those of the decompositions that traced it) are written to
+    the kept verdicts (`keep_verdicts`) before it returns."""
+    try:
+        for node in gm.graph.nodes:
+            why = verdict(node)
+            if why is not None:
+                dtypes = ", ".join(str(a.meta["val"].dtype).replace("torch.", "")
+                                   for a in node.all_input_nodes
+                                   if isinstance(a.meta.get("val"), torch.Tensor))
+                return f"eager rejects {node.target} for ({dtypes}): {why}"
+        return None
+    finally:
+        flush_verdicts()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -741,3 +741,55 @@ def test_channels_last_true_avg_pool_without_padding_count_on_cpu():
         torch.testing.assert_close(o, r)
     (report,) = ember.last_reports()
     assert any("transpose" in g for g in report["fused_groups"]), report["fused_groups"]
+
+
+# eager_rejects' verdicts are kept in the cache (with the program cache on): a new process
+# (here: the in-memory verdicts and the store dropped) probes nothing again. A kept rejection
+# still makes the graph run eagerly and raise eager's error.
+@pytest.mark.filterwarnings("ignore:ember.*eager rejects:UserWarning")
+def test_eager_rejects_verdicts_kept_across_processes(tmp_path, monkeypatch):
+    import ember
+    from ember.frontend import eager_rejects
+
+    def fn(i, w, a, b):
+        return torch.nn.functional.embedding(i, w).relu() * 2, a // b, (a > 0) | (b < 3)
+    args = (torch.tensor([[1, 3], [0, 2]]), torch.randn(4, 3), torch.tensor([7, -8, 9]),
+            torch.tensor([2, 3, -4]))
+    opts = {"target": "cpu", "program_cache": True, "cache_dir": str(tmp_path)}
+
+    def new_process():
+        torch._dynamo.reset()
+        ember.clear_reports()
+        monkeypatch.setattr(eager_rejects, "_VERDICTS", {})
+        monkeypatch.setattr(eager_rejects, "_STORE", None)
+
+    probed = []
+    real = eager_rejects._judge
+    monkeypatch.setattr(eager_rejects, "_judge", lambda op, a, k: probed.append(op) or
+                        real(op, a, k))
+    for run in range(2):
+        new_process()
+        out = torch.compile(fn, backend="ember", options=opts)(*args)
+        for o, r in zip(out, fn(*args)):
+            assert torch.equal(o, r) if not r.is_floating_point() else torch.allclose(o, r)
+        assert [r["status"] for r in ember.last_reports()] == ["compiled"]
+        if run == 0:
+            assert probed, "the first process probes"
+            kept = list((tmp_path / "eager-verdicts").glob("*.json"))
+            assert len(kept) == 1 and kept[0].stat().st_size > 2
+            probed.clear()
+    assert probed == []     # the second finds every verdict kept
+
+    def rejected(a):
+        return a.flip(0).relu()     # eager: "Boolean inputs not supported for relu"
+    a = torch.tensor([True, False])
+    with pytest.raises(Exception) as ref:
+        rejected(a)
+    for run in range(2):
+        new_process()
+        probed.clear()
+        with pytest.raises(Exception) as got:
+            torch.compile(rejected, backend="ember", options=opts)(a)
+        assert type(got.value) is type(ref.value) and str(got.value) == str(ref.value)
+        assert [r["status"] for r in ember.last_reports()] == ["eager"]
+        assert (torch.ops.aten.relu.default in probed) == (run == 0)
