@@ -11,8 +11,10 @@ inputs' dtypes and devices (then nothing changes), else the reason of the first 
 the caller then runs the graph eagerly, which raises eager's error at call time.
 
 How an (op, arguments) pair is judged, once per process (verdicts are cached by op, input
-dtypes, devices, ranks and the non-tensor arguments): the op runs on tiny tensors of the same
-dtypes and devices (each dim min(size, 1): emptiness and broadcasting are kept, sizes are not).
+dtypes, devices, ranks and the non-tensor arguments; with the program cache on, torch's own
+ops' verdicts are kept in the cache too, `keep_verdicts`, so that a warm start probes nothing
+again): the op runs on tiny tensors of the same dtypes and devices (each dim min(size, 1):
+emptiness and broadcasting are kept, sizes are not).
   * on the meta device first: if that fails, the tiny shapes do not fit the op's other
     arguments (a view's sizes, a kernel window): no verdict, the op is accepted;
   * then on the real device, filled with zeros and, if that fails, with ones: an error that
