@@ -14,6 +14,27 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 
+def outer_timer(fn, add, clock=time.perf_counter):
+    """`fn` wrapped so that each outermost call (not the recursive or nested ones inside it)
+    passes its `clock` seconds to `add`: a stage timer for first_call_profile and
+    warm_start."""
+    import functools
+    depth = [0]
+
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        if depth[0]:
+            return fn(*args, **kwargs)
+        depth[0] += 1
+        t0 = clock()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            add(clock() - t0)
+            depth[0] -= 1
+    return timed
+
+
 def import_torchvision():
     """torchvision, also where its compiled extension does not match the installed torch (PyPI's
     CPU-side wheel beside torch's CPU build: 'operator torchvision::nms does not exist'). The

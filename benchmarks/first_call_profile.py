@@ -64,6 +64,7 @@ else:               # kept caches, the program cache on: the second such run is 
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import outer_timer  # noqa: E402
 from models import FULL_TEXT_SHAPE, build  # noqa: E402
 
 # (label, file suffix, function name): cumulative seconds of each, summed over its entries
@@ -122,7 +123,6 @@ TIMERS = [
 
 def install_timers() -> dict[str, list]:
     """Wrap each TIMERS function with a wall-clock timer; returns label -> [seconds, calls]."""
-    import functools
     import importlib
     out: dict[str, list] = {}
     for label, modname, attr in TIMERS:
@@ -135,20 +135,11 @@ def install_timers() -> dict[str, list]:
         except (ImportError, AttributeError):
             continue
         slot = out.setdefault(label, [0.0, 0])
-        depth = [0]
 
-        def timed(*a, _fn=fn, _slot=slot, _depth=depth, **k):
-            if _depth[0]:
-                return _fn(*a, **k)
-            _depth[0] += 1
-            t0 = time.perf_counter()
-            try:
-                return _fn(*a, **k)
-            finally:
-                _slot[0] += time.perf_counter() - t0
-                _slot[1] += 1
-                _depth[0] -= 1
-        setattr(owner, name, functools.wraps(fn)(timed))
+        def add(seconds, _slot=slot):
+            _slot[0] += seconds
+            _slot[1] += 1
+        setattr(owner, name, outer_timer(fn, add))
     return out
 
 

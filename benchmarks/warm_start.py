@@ -38,21 +38,12 @@ _WARM_PATH = ("ember.frontend.backend", "ember.frontend.program_cache", "ember.r
 
 
 def _timed(owner, attr: str, acc: dict, label: str) -> None:
-    fn = getattr(owner, attr)
+    from common import outer_timer     # (on the path once one_process set it)
     acc.setdefault(label, 0.0)
-    depth = [0]
 
-    def wrapper(*args, **kwargs):
-        if depth[0]:
-            return fn(*args, **kwargs)
-        depth[0] += 1
-        t0 = time.process_time()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            acc[label] += time.process_time() - t0
-            depth[0] -= 1
-    setattr(owner, attr, wrapper)
+    def add(seconds):
+        acc[label] += seconds
+    setattr(owner, attr, outer_timer(getattr(owner, attr), add, time.process_time))
 
 
 def one_process(models: list[str], target: str, backend: str) -> list[dict]:

@@ -667,7 +667,6 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     gm_holds_tensors = next(iter(gm.parameters()), None) is not None or \
         next(iter(gm.buffers()), None) is not None
     amp = torch._C._is_any_autocast_enabled()   # AOTAutograd's wrappers turn it off: kept
-    whole_frame = opts.fallback and not flat_inputs and _graph_is_whole_frame(gm)
     try:
         specialize_tensor_scalars(gm)   # narrow(x, d, tensor(2), n): its int, guarded
     except Exception:   # noqa: BLE001 -- the graph stays as Dynamo gave it
@@ -707,7 +706,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     if "known_eager" in state:
         graph_id, reasons = state["known_eager"]
         fn = _known_eager_graph(gm, graph_id, target, reasons, example_inputs)  # reported
-        if whole_frame:
+        if _graph_is_whole_frame(gm):     # (`known_eager` implies fallback, no flat inputs)
             # nothing of the frame compiles: Dynamo skips it from now on (no guards, no
             # graph call: plain eager torch under torch.compile's own wrapper)
             from torch._dynamo.exc import SkipFrame

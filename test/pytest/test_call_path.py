@@ -47,6 +47,8 @@ def test_plain_inference_graph_skips_aot_wrappers(grad, monkeypatch):
             torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-6)
             assert not o.requires_grad
     assert modes == [False] * 3     # the graph runs with grad off, as under the wrappers
+    from ember import last_reports
+    assert [r["status"] for r in last_reports()] == ["compiled"]    # no eager fallback
 
 
 def _mutates(x):

@@ -147,29 +147,7 @@ def test_every_op_falls_back_runs_dynamos_graph(monkeypatch):
 
 def _returned_callables(monkeypatch):
     """[(Dynamo's graph module, what backend="eager" would return for it, what ember's
-    backend returned)] as compiles happen."""
-    from torch._dynamo.backends.debugging import eager as eager_backend
-    from ember.frontend import backend
-    seen, real = [], backend.ember_backend
-
-    def spy(gm, example_inputs, **kwargs):
-        fn = real(gm, example_inputs, **kwargs)
-        seen.append((gm, eager_backend(gm, example_inputs), fn))
-        return fn
-    monkeypatch.setattr(backend, "ember_backend", spy)
-    return seen
-
-
-def _compile_spied(fn):
-    torch._dynamo.reset()
-    clear_reports()
-    from ember.frontend import backend
-    return torch.compile(fn, backend=lambda gm, ex: backend.ember_backend(gm, ex,
-                                                                         options={"target": "cpu"}))
-
-
-def _returned_or_raised(monkeypatch):
-    """As _returned_callables, with what ember's backend raised in place of what it returned."""
+    backend returned, or the exception it raised)] as compiles happen."""
     from torch._dynamo.backends.debugging import eager as eager_backend
     from ember.frontend import backend
     seen, real = [], backend.ember_backend
@@ -186,6 +164,14 @@ def _returned_or_raised(monkeypatch):
     return seen
 
 
+def _compile_spied(fn):
+    torch._dynamo.reset()
+    clear_reports()
+    from ember.frontend import backend
+    return torch.compile(fn, backend=lambda gm, ex: backend.ember_backend(gm, ex,
+                                                                         options={"target": "cpu"}))
+
+
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
 def test_known_all_eager_frame_is_skipped(train, monkeypatch):
     # Every op of the frame is one torch-mlir cannot import, known before any call, and the
@@ -194,7 +180,7 @@ def test_known_all_eager_frame_is_skipped(train, monkeypatch):
     # run the frame as eager runs it, with no guard or graph call (fallback_bench
     # all_eager_small): a new shape compiles nothing.
     from torch._dynamo.exc import SkipFrame
-    seen = _returned_or_raised(monkeypatch)
+    seen = _returned_callables(monkeypatch)
 
     def g(x):
         return unlowered(unlowered(unlowered(x)))
@@ -240,7 +226,7 @@ def test_shared_code_is_not_skipped(make, monkeypatch):
     # Every instance of a module class and every closure of one `def` share a code object,
     # which is what Dynamo skips: one whose graph falls back whole must not take the others
     # with it. The first runs as backend="eager" returns it; the second compiles.
-    seen = _returned_or_raised(monkeypatch)
+    seen = _returned_callables(monkeypatch)
     x = torch.randn(4, 32)
     from ember.frontend import backend
     run = lambda m: torch.compile(m, backend=lambda gm, ex: backend.ember_backend(   # noqa: E731
@@ -261,7 +247,7 @@ def test_known_all_eager_graph_is_dynamos_forward(train, monkeypatch):
     # is not skipped, since the other value traces a graph ember compiles. The backend returns
     # exactly what backend="eager" returns (Dynamo's graph module's forward): no ember frame,
     # no AOTAutograd wrapper, the same per-call cost.
-    seen = _returned_or_raised(monkeypatch)
+    seen = _returned_callables(monkeypatch)
 
     def f(x):
         return unlowered(unlowered(x) * 2)     # a view-free product between: an ATen op
