@@ -3,7 +3,7 @@ of a cold first call that the CPU machine cannot time (waiting for the Triton co
 autotuning, the first launches' loads, library set-up, CUDA-graph capture).
 
     python benchmarks/first_call_profile.py --model gpt2 [--backend ember|inductor|inductor-ro]
-                                            [--mode train|infer] [--small] [--top 40]
+                                            [--mode train|infer] [--dtype fp32|bf16] [--small] [--top 40]
                                             [--options '{"precompile_overlap": false}']
                                             [--out FILE.prof] [--choices FILE.json]
                                             [--timers] [--cache-dir DIR]
@@ -99,6 +99,9 @@ PARTS = [
 # (label, module, attribute path): wall seconds of the outermost entries (--timers)
 TIMERS = [
     ("dynamo: _compile (the whole compile)", "torch._dynamo.convert_frame", "_compile"),
+    ("aot_autograd: aot_module_simplified (trace + backend)", "torch._dynamo.backends.common",
+     "aot_module_simplified"),
+    ("ember: decomposition_table", "ember.frontend.backend", "decomposition_table"),
     ("ember: EmberGraph._build", "ember.frontend.compile", "EmberGraph._build"),
     ("ember: program cache load", "ember.frontend.program_cache", "load"),
     ("ember: runtime load (executor.load)", "ember.runtime.executor", "load"),
@@ -110,6 +113,9 @@ TIMERS = [
     ("ember: CUDA graph capture", "ember.runtime.cuda_graphs", "GraphedProgram._capture"),
     ("triton: Autotuner.run", "triton.runtime.autotuner", "Autotuner.run"),
     ("triton: do_bench (autotune benchmarks)", "triton.testing", "do_bench"),
+    ("triton: JIT _do_compile (a first launch: cache lookup, load)", "triton.runtime.jit",
+     "JITFunction._do_compile"),
+    ("triton: triton_key (any thread)", "triton.runtime.cache", "triton_key"),
     ("triton: load kernels (_init_handles)", "triton.compiler.compiler",
      "CompiledKernel._init_handles"),
     # Triton 3.6's per-signature C launchers (built with the host compiler, or found cached)
@@ -187,6 +193,9 @@ def main(argv=None):
                     choices=("ember", "inductor", "inductor-ro", "aot_eager"))
     ap.add_argument("--mode", default="train", choices=("train", "infer"))
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"),
+                    help="inference: the model and its floating inputs in this dtype (as the "
+                         "harness's rows); training runs under bf16 autocast either way")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--options", default="",
                     help="ember options, JSON (e.g. '{\"precompile_overlap\": false}')")
@@ -205,6 +214,9 @@ def main(argv=None):
     shape = None if args.small else FULL_TEXT_SHAPE.get(args.model)
     model, inputs, loss_fn = build(args.model, device, small=args.small, text_shape=shape)
     model = model.train() if args.mode == "train" else model.eval()
+    if args.mode == "infer" and args.dtype == "bf16":
+        model = model.to(torch.bfloat16)
+        inputs = tuple(t.to(torch.bfloat16) if t.is_floating_point() else t for t in inputs)
 
     def step(fn):
         if args.mode == "infer":

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from .attention_masks import drop_visible_attention_masks
-from . import eager_rejects, saved_clones, saved_layouts
+from . import eager_rejects, inference_cache, saved_clones, saved_layouts
 from .compile import donated_backward_inputs, gc_paused, saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
@@ -374,7 +374,8 @@ def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
     """A graph bound for a GPU on a cold start (Triton's cache empty): the Triton compile
     workers start now (once per process), so that they import while AOTAutograd and the passes
     run (runtime/triton_warm.WorkerPool). With a cache, they start only when a graph has
-    something to compile: a warm start starts none."""
+    something to compile: a warm start starts none, but Triton's key of itself, which every
+    first launch's cache lookup needs, is computed in a thread while the graph is traced."""
     if not opts.parallel_compile:
         return
     devices = [x.device for x in example_inputs if isinstance(x, torch.Tensor)]
@@ -384,9 +385,12 @@ def _start_compile_workers(opts: CompileOptions, example_inputs) -> None:
     from ..runtime.env import triton_interpreted
     try:
         if resolve_target(opts.target, devices) in ("cuda", "rocm") and not triton_interpreted():
-            from ..runtime.triton_warm import start_pool, triton_cache_is_empty
+            from ..runtime.triton_warm import (start_pool, start_triton_key,
+                                               triton_cache_is_empty)
             if triton_cache_is_empty():
                 start_pool(warmup=_warmup_target(next(d for d in devices if d.type == "cuda")))
+            else:
+                start_triton_key()
     except Exception:   # noqa: BLE001 -- an optimisation: precompile starts workers itself
         pass
 
@@ -547,12 +551,9 @@ def _graph_is_whole_frame(gm: torch.fx.GraphModule) -> bool:
         return False
 
 
-def _skipping_aot_wrappers(state: dict, aot, graph):
-    """The calls of an inference graph whose AOTAutograd wrappers pass it through
-    (`_aot_wrappers_pass_through`): the first call goes through them (their first-call work,
-    and ember's own: a graph that falls back whole replaces `state["fn"]`), later ones call
-    the graph itself with grad mode off as the wrappers would (half of the host time of a
-    small graph's call: 18 of 40 µs on the CPU machine)."""
+def _grad_off_call(graph):
+    """`graph(*args)` with grad mode off, as AOTAutograd's wrappers of an inference graph
+    call it."""
     grad_enabled, set_grad = torch.is_grad_enabled, torch._C._set_grad_enabled
 
     def direct(*args):
@@ -563,6 +564,16 @@ def _skipping_aot_wrappers(state: dict, aot, graph):
             return graph(*args)
         finally:
             set_grad(True)
+    return direct
+
+
+def _skipping_aot_wrappers(state: dict, aot, graph):
+    """The calls of an inference graph whose AOTAutograd wrappers pass it through
+    (`_aot_wrappers_pass_through`): the first call goes through them (their first-call work,
+    and ember's own: a graph that falls back whole replaces `state["fn"]`), later ones call
+    the graph itself with grad mode off as the wrappers would (half of the host time of a
+    small graph's call: 18 of 40 µs on the CPU machine)."""
+    direct = _grad_off_call(graph)
 
     def first(*args):
         out = aot(*args)
@@ -657,6 +668,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             if kind == "inference" and wrap is None and not (gm_holds_tensors or amp) and \
                     _aot_wrappers_pass_through(fx_gm, len(example_inputs)):
                 state["direct"] = graph
+                if aot_kept is not None and "known_eager" not in state:
+                    # nothing of ember has changed the traced graph yet (its build is at the
+                    # first call): the next process skips this trace
+                    inference_cache.store(*aot_kept, fx_gm)
             boxed = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
             return boxed
@@ -680,6 +695,23 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         target = resolve_target(opts.target, devices)
         decomps = decomposition_table(
             opts.exact_low_precision, gpu=target in ("cuda", "rocm", "triton"))
+        aot_kept = None     # (cache, key) of this graph's traced inference graph
+        if opts.program_cache and opts.debug_dir is None and not flat_inputs and \
+                not (gm_holds_tensors or amp):
+            key = inference_cache.inference_key(gm, example_inputs, opts)
+            if key is not None:
+                from ..runtime.cache import as_cache
+                aot_kept = (as_cache(opts.cache_dir), key)
+                traced = inference_cache.load(*aot_kept, example_inputs)
+                if traced is not None:      # a warm start: AOTAutograd's trace skipped
+                    graph = EmberGraph(traced, opts, kind="inference", decompositions=decomps,
+                                       graph_id=f"{base}-inference", on_eager=to_eager)
+                    state["fn"] = _grad_off_call(graph)
+
+                    def run_kept(*args):
+                        return state["fn"](*args)
+                    run_kept.ember_state = state
+                    return run_kept
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = functools.partial(_partition_recomputing_casts,

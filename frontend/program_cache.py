@@ -97,6 +97,13 @@ def _describe(v: Any, out: list[str], depth: int = 0) -> None:
     elif v is None or isinstance(v, (bool, int, float, complex, str, torch.dtype, torch.device,
                                      torch.layout, torch.memory_format)):
         out.append(repr(v))
+    elif isinstance(v, slice):      # x[1:n] in Dynamo's graphs
+        out.append("slice(")
+        for x in (v.start, v.stop, v.step):
+            _describe(x, out, depth + 1)
+        out.append(")")
+    elif v is Ellipsis:
+        out.append("...")
     elif hasattr(v, "_asdict"):     # TensorMetadata and other named tuples
         _describe(dict(v._asdict()), out, depth + 1)
     else:

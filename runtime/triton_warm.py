@@ -464,19 +464,27 @@ def start_pool(jobs: int | None = None, warmup: str | None = None) -> WorkerPool
             import atexit
             _pool = WorkerPool(jobs or default_jobs(), warmup)
             atexit.register(_pool.close)
-            _triton_key_early()
+            start_triton_key()
         _pool.start()
     except Exception:   # noqa: BLE001 -- compiles then start their own workers
         return None
     return _pool
 
 
-def _triton_key_early() -> None:
+_key_started = False
+
+
+def start_triton_key() -> None:
     """Triton's cache key of itself (`triton_key`: a sha256 of its compiler's files and of
-    libtriton, 0.38 CPU s and 1.2 s of wall time here, read once per process) computed in a
-    thread now, while the parent traces: the first precompile's cache lookups, in the
-    parent and before any request goes to a worker, needed it (the launches need it too).
-    Reading and hashing release the GIL. Only a head start: a failure changes nothing."""
+    libtriton, 0.38 CPU s and 1.2 s of wall time here, 0.43 s of a warm start's first launch on
+    the H200: read once per process) computed in a thread now, while the parent traces: every
+    kernel's first launch in a process looks Triton's cache up under a key that holds it (a
+    warm start's too, which compiles nothing), and so does the first precompile. Reading and
+    hashing release the GIL. Once per process; only a head start: a failure changes nothing."""
+    global _key_started
+    if _key_started:
+        return
+    _key_started = True
     try:
         from triton.runtime.cache import triton_key
     except Exception:   # noqa: BLE001 -- another Triton: its first lookup computes its key

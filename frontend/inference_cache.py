@@ -1,0 +1,206 @@
+"""The inference-graph cache: a warm start (a new process, the same Dynamo graph, ember's program
+cache on) of an inference graph skips AOTAutograd's trace. That trace (decompositions,
+functionalization) is the largest part of the warm first call that is ember's and not Dynamo's:
+1.1 s of BERT-base's 3.5 s on the H200, where ember's build and first launches take 0.3 s.
+
+Only a graph whose AOTAutograd wrappers do nothing is kept (backend._aot_wrappers_pass_through:
+no input mutated, no output aliasing, no tokens, RNG state, subclass or duplicated input, the
+module holds no tensors, no autocast): AOTAutograd's result is then, call for call, its traced
+graph run with grad mode off, so the traced graph is all there is to keep. The entry is that
+graph, pickled with its node names and metadata as Inductor's caches pickle one
+(torch.fx._graph_pickler; fake values are described and made again in Dynamo's fake tensor mode
+on a hit), and ember's program cache, keyed on that graph, gives the compiled program.
+
+The key (`inference_key`) is a digest of everything AOTAutograd's output depends on: Dynamo's
+graph (its code, each node's target, arguments and example value), each example input (shape,
+strides, offset, dtype, device, requires_grad, leaf-ness, which inputs share storage), the global
+state AOTAutograd's trace reads (grad mode, inference mode, default dtype, deterministic
+algorithms, TF32 and SDPA backend flags, functorch's config), each GPU's name and capability
+(SDPA's kernel choice), ember's options and code, and the versions of torch, torch-mlir, Triton
+and Python (program_cache.code_identity).
+
+Invariants:
+- A hit gives the graph AOTAutograd gives for the same key. Only graphs made of torch's own
+  ops and functions are kept (`_safe_target`: OpOverloads of aten and prims, functions of torch's
+  modules, of `operator`, `math` and builtins, tensor methods): a user's function or custom op
+  could change its body under the same name. No submodules, no attributes, no symbolic sizes,
+  no input that is not a tensor.
+- Anything unexpected (a value the key cannot describe, an entry that does not load) means no
+  hit: AOTAutograd traces as without the cache. A loaded graph whose metadata differed from the
+  trace's would only miss the program cache (a compile), never run another program: the
+  program key is computed from the graph as it is.
+- The entry is written before ember's compiler changes the graph (its build is at the first
+  call) and read only after the cache verified it (runtime/cache.py: owner, manifest, digest).
+- Not with a debug dump (it wants AOTAutograd's graph as traced), nor without the program cache.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .program_cache import Uncacheable, _describe, code_identity
+
+KIND = "aot-inference"
+SUFFIX = ".pkl"
+# Bumped when the entry's layout changes in a way sources do not show.
+FORMAT = 1
+
+_SAFE_MODULES = {"_operator", "operator", "builtins", "math"}
+_SAFE_NAMESPACES = {"aten", "prims"}
+
+
+def _safe_target(target) -> bool:
+    """Whether a call_function target is torch's own (or Python's) and so fixed by the versions
+    in the key: never a user's function or custom op, whose body can change under its name."""
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return target.namespace in _SAFE_NAMESPACES
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return False        # its subgraphs are attributes, which are not kept
+    module = getattr(target, "__module__", None)
+    if module is None:      # a method descriptor (torch.Tensor.add): its class's module
+        module = getattr(getattr(target, "__objclass__", None), "__module__", None)
+    if not isinstance(module, str):
+        return False
+    if module in _SAFE_MODULES:
+        return target in vars(builtins).values() or target in vars(operator).values() or \
+            target in vars(math).values()
+    return module == "torch" or module.startswith("torch.")
+
+
+def _global_state() -> list[str]:
+    """What AOTAutograd's trace of one graph reads besides the graph and its inputs."""
+    import torch._functorch.config as functorch_config
+    state = [repr((torch.is_grad_enabled(), torch.is_inference_mode_enabled(),
+                   torch.get_default_dtype(), torch.are_deterministic_algorithms_enabled(),
+                   torch.is_deterministic_algorithms_warn_only_enabled(),
+                   torch.get_float32_matmul_precision(),
+                   torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+                   torch.backends.cudnn.enabled, torch.backends.cudnn.deterministic,
+                   torch._C._is_any_autocast_enabled()))]
+    cuda = torch.backends.cuda
+    for flag in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled",
+                 "cudnn_sdp_enabled"):
+        fn = getattr(cuda, flag, None)
+        state.append(f"{flag}={fn() if fn is not None else None}")
+    config = functorch_config.get_config_copy()
+    state.append(repr(sorted((k, repr(v)) for k, v in config.items())))
+    return state
+
+
+def _describe_input(x: torch.Tensor, index: int, storages: list) -> str:
+    from torch.multiprocessing.reductions import StorageWeakRef
+    out: list[str] = []
+    _describe(x, out)
+    ref = StorageWeakRef(x.untyped_storage())
+    shared = next((i for i, r in enumerate(storages) if r == ref), index)
+    storages.append(ref)
+    return "".join(out) + f"rg{x.requires_grad}leaf{x.is_leaf}view{x._is_view()}s{shared}"
+
+
+def _devices(example_inputs) -> list[str]:
+    out = []
+    for d in sorted({str(x.device) for x in example_inputs}):
+        dev = torch.device(d)
+        if dev.type == "cuda":
+            out.append(f"{d}:{torch.cuda.get_device_name(dev)}:"
+                       f"{torch.cuda.get_device_capability(dev)}")
+        else:
+            out.append(d)
+    return out
+
+
+def inference_key(gm: fx.GraphModule, example_inputs, options) -> str | None:
+    """The key of the graph AOTAutograd traces from Dynamo's `gm` for `example_inputs` (an
+    inference graph: no input needs grad where grad mode is on), or None where the graph is not
+    kept (see the module's invariants)."""
+    from ..runtime.cache import compute_key
+    try:
+        if any(not isinstance(x, torch.Tensor) for x in example_inputs):
+            return None
+        if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
+            return None     # a training graph
+        parts = [code_identity(), f"format-{FORMAT}", repr(options), gm.code]
+        storages: list = []
+        parts += [_describe_input(x, i, storages) for i, x in enumerate(example_inputs)]
+        parts += _global_state() + _devices(example_inputs)
+        placeholders = 0
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                placeholders += 1
+            elif node.op == "call_function":
+                if not _safe_target(node.target):
+                    return None
+            elif node.op not in ("call_method", "output"):
+                return None     # attributes and submodules are not kept
+            out = [f"|{node.op}:{node.name}:{getattr(node.target, '__module__', '')}."
+                   f"{getattr(node.target, '__qualname__', node.target)}"]
+            _describe(list(node.args), out)
+            _describe(dict(node.kwargs), out)
+            value = node.meta.get("example_value", node.meta.get("val"))
+            if value is not None:
+                _describe(value, out)
+                if _symbolic(value):
+                    return None
+            parts.append("".join(out))
+        if placeholders != len(example_inputs):
+            return None
+        if any(_symbolic(x) for x in example_inputs):
+            return None
+        return compute_key(*parts)
+    except Uncacheable:
+        return None
+    except Exception:   # noqa: BLE001 -- another torch: AOTAutograd traces
+        return None
+
+
+def _symbolic(value) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride())) or \
+            isinstance(value.storage_offset(), torch.SymInt)
+    if isinstance(value, (list, tuple)):
+        return any(_symbolic(v) for v in value)
+    return False
+
+
+def _options():
+    from torch.fx._graph_pickler import Options
+    return Options(ops_filter=lambda name: name.startswith(("torch.ops.aten.",
+                                                            "torch.ops.prims.")))
+
+
+def store(cache, key: str, traced: fx.GraphModule) -> None:
+    """Keeps AOTAutograd's traced graph (before ember changed anything of it) under `key`,
+    pickled as Inductor's caches pickle a graph (torch.fx._graph_pickler: node names and
+    metadata, fake values described). A graph that cannot be pickled or a cache that cannot
+    be written only means no entry."""
+    try:
+        from torch.fx._graph_pickler import GraphPickler
+        data = GraphPickler.dumps(traced, _options())
+        cache.write(KIND, key, SUFFIX, data)
+    except Exception:   # noqa: BLE001 -- the next process traces again
+        pass
+
+
+def load(cache, key: str, example_inputs) -> fx.GraphModule | None:
+    """The graph kept under `key`, its fake values made in the fake tensor mode that Dynamo
+    traced `example_inputs` with, or None."""
+    data = cache.read_verified(KIND, key, SUFFIX)
+    if data is None:
+        return None
+    try:
+        from torch._guards import detect_fake_mode
+        from torch.fx._graph_pickler import GraphPickler
+        mode = detect_fake_mode(example_inputs)
+        if mode is None:
+            return None
+        gm = GraphPickler.loads(data, mode)
+        return gm if isinstance(gm, fx.GraphModule) else None
+    except Exception:   # noqa: BLE001 -- a damaged or foreign entry: AOTAutograd traces
+        return None

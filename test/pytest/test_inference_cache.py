@@ -1,0 +1,257 @@
+"""The inference-graph cache (frontend/inference_cache.py): a warm start of an inference graph
+skips AOTAutograd's trace and still runs the compiled program; what changes AOTAutograd's graph
+changes the key; graphs the cache cannot vouch for (training, mutation, aliasing, a user's
+function or custom op) are traced as without it."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch._dynamo.backends.common as aot_common
+
+import ember
+from ember.frontend import inference_cache
+from ember.frontend.options import CompileOptions
+from ember.runtime.cache import CacheWarning
+
+
+@pytest.fixture
+def traces(monkeypatch):
+    """How many graphs AOTAutograd traced."""
+    calls = []
+    real = aot_common.aot_module_simplified
+
+    def count(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(aot_common, "aot_module_simplified", count)
+    return calls
+
+
+def _compile(fn, tmp_path, target="cpu", **options):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="ember", options={"target": target, "cache_dir":
+                                                       str(tmp_path), "program_cache": True,
+                                                       **options})
+
+
+def _entries(tmp_path):
+    return sorted((tmp_path / inference_cache.KIND).rglob(f"*{inference_cache.SUFFIX}"))
+
+
+def _fn(x, w):
+    return torch.nn.functional.gelu(x @ w)[:, 1:] * 0.5 + x.sum(-1, keepdim=True)
+
+
+@pytest.mark.targets("cpu", "triton")
+@pytest.mark.parametrize("no_grad", [True, False])
+def test_warm_start_skips_aotautograds_trace(tmp_path, traces, target, no_grad):
+    """The second compile of the same graph (Dynamo reset: as a new process) traces nothing in
+    AOTAutograd, takes the program from the program cache, and returns eager's values; under
+    no_grad and with grad mode on but no input needing grad (both inference graphs)."""
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    ref = _fn(x, w)
+    with torch.set_grad_enabled(not no_grad):
+        out1 = _compile(_fn, tmp_path, target)(x, w)
+        assert len(traces) == 1 and len(_entries(tmp_path)) == 1
+        out2 = _compile(_fn, tmp_path, target)(x, w)
+        assert len(traces) == 1, "the warm start traced the graph in AOTAutograd again"
+        report = ember.last_reports()[-1]
+        assert report["status"] == "compiled" and report["program_cache"] == "hit"
+        assert not report.get("eager_fallback_ops")
+        fn = _compile(_fn, tmp_path, target)
+        out3 = [fn(x, w) for _ in range(3)][-1]         # calls after the first
+    assert len(traces) == 1
+    assert not out2.requires_grad and not out3.requires_grad
+    assert torch.equal(out1, out2) and torch.equal(out2, out3)
+    torch.testing.assert_close(out2, ref, rtol=1e-4, atol=1e-5)
+
+
+def test_kept_graph_later_calls_are_right(tmp_path, traces):
+    """A kept graph's later calls (new values, same shapes) are right."""
+    fn = _compile(_fn, tmp_path)
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    fn(x, w)
+    fn = _compile(_fn, tmp_path)
+    for _ in range(3):
+        x, w = torch.randn(8, 16), torch.randn(16, 16)
+        torch.testing.assert_close(fn(x, w), _fn(x, w), rtol=1e-4, atol=1e-5)
+    assert len(traces) == 1
+
+
+def _training(x, w):
+    return (x @ w).relu().sum()
+
+
+def test_training_graph_is_not_kept(tmp_path, traces):
+    x, w = torch.randn(8, 16), torch.randn(16, 16, requires_grad=True)
+    for _ in range(2):
+        _compile(_training, tmp_path)(x, w).backward()
+    assert len(traces) == 2 and _entries(tmp_path) == []
+    assert inference_cache.inference_key(torch.fx.symbolic_trace(_training), [x, w],
+                                         CompileOptions()) is None
+
+
+def _mutates(x, w):
+    x.add_(1.0)
+    return x @ w
+
+
+def _aliases(x, w):
+    return x.view(-1), x @ w
+
+
+@pytest.mark.parametrize("fn", [_mutates, _aliases], ids=["mutation", "alias"])
+def test_graph_whose_aot_wrappers_do_something_is_not_kept(tmp_path, traces, fn):
+    """An input mutated or an output aliasing an input: AOTAutograd's wrappers do work a kept
+    graph would skip. Not kept; the second compile traces again and matches eager."""
+    for _ in range(2):
+        x, w = torch.randn(4, 4), torch.randn(4, 4)
+        xe = x.clone()
+        out = _compile(fn, tmp_path)(x, w)
+        ref = fn(xe, w)
+        torch.testing.assert_close(x, xe)
+        for a, b in zip(out if isinstance(out, tuple) else [out],
+                        ref if isinstance(ref, tuple) else [ref]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert len(traces) == 2 and _entries(tmp_path) == []
+
+
+@torch._dynamo.allow_in_graph
+def _users_function(x):
+    return x * 2.0
+
+
+def _calls_user_function(x):
+    return _users_function(x) + 1.0
+
+
+@torch.library.custom_op("ember_test_ic::scale", mutates_args=())
+def _scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 3.0
+
+
+@_scale.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def _calls_custom_op(x):
+    return _scale(x) + 1.0
+
+
+@pytest.mark.filterwarnings("ignore:ember. graph")     # the custom op runs eagerly
+@pytest.mark.parametrize("fn", [_calls_user_function, _calls_custom_op],
+                         ids=["allow_in_graph", "custom_op"])
+def test_users_own_functions_and_ops_are_not_kept(tmp_path, traces, fn):
+    """Their bodies can change under the same name: such graphs are traced every time."""
+    x = torch.randn(4, 4)
+    for _ in range(2):
+        torch.testing.assert_close(_compile(fn, tmp_path)(x), fn(x))
+    assert len(traces) == 2 and _entries(tmp_path) == []
+
+
+def _gm_and_inputs():
+    captured = []
+
+    def grab(gm, example_inputs):
+        captured.append((gm, list(example_inputs)))
+        return gm.forward
+    torch._dynamo.reset()
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    torch.compile(_fn, backend=grab)(x, w)
+    return captured[0]
+
+
+def test_what_changes_aotautograds_graph_changes_the_key():
+    gm, (x, w) = _gm_and_inputs()
+    opts = CompileOptions()
+    key = inference_cache.inference_key(gm, [x, w], opts)
+    assert key is not None and key == inference_cache.inference_key(gm, [x, w], opts)
+    base = torch.randn(16 * 16 + 8 * 16)
+    x_shares_w = base[:128].view(8, 16), base[128:].view(16, 16)    # one storage
+    w_strided = torch.randn(16, 16).t()
+    changed = {
+        "inputs sharing storage": ([*x_shares_w], opts),
+        "a stride": ([x, w_strided], opts),
+        "a dtype": ([x, w.double()], opts),
+        "an option": ([x, w], CompileOptions(max_group_size=1)),
+    }
+    keys = {k: inference_cache.inference_key(gm, ins, o) for k, (ins, o) in changed.items()}
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = not before
+    try:
+        keys["TF32"] = inference_cache.inference_key(gm, [x, w], opts)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    with torch.inference_mode():
+        keys["inference mode"] = inference_cache.inference_key(gm, [x, w], opts)
+    assert all(k is not None for k in keys.values()), keys
+    assert len({key, *keys.values()}) == len(keys) + 1, keys
+    # an input that needs grad where grad mode is on: a training graph, not kept
+    assert inference_cache.inference_key(gm, [x, w.requires_grad_()], opts) is None
+    with torch.no_grad():
+        assert inference_cache.inference_key(gm, [x, w], opts) is not None
+
+
+def test_safe_targets():
+    assert inference_cache._safe_target(torch.ops.aten.add.Tensor)
+    assert inference_cache._safe_target(torch.nn.functional.gelu)
+    assert inference_cache._safe_target(torch._C._nn.linear)
+    assert inference_cache._safe_target(torch.Tensor.add)
+    import operator
+    assert inference_cache._safe_target(operator.getitem)
+    assert not inference_cache._safe_target(_users_function)
+    assert not inference_cache._safe_target(torch.ops.ember_test_ic.scale.default)
+    assert not inference_cache._safe_target(torch.ops.higher_order.cond)
+    assert not inference_cache._safe_target(lambda x: x)
+
+
+@pytest.mark.filterwarnings("ignore::ember.runtime.cache.CacheWarning")
+def test_damaged_entry_traces_again(tmp_path, traces):
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    _compile(_fn, tmp_path)(x, w)
+    (entry,) = _entries(tmp_path)
+    entry.write_bytes(entry.read_bytes()[:-7] + b"garbage")
+    out = _compile(_fn, tmp_path)(x, w)
+    assert len(traces) == 2
+    torch.testing.assert_close(out, _fn(x, w), rtol=1e-4, atol=1e-5)
+
+
+def test_debug_dir_reads_no_kept_graph(tmp_path, traces):
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    _compile(_fn, tmp_path)(x, w)
+    _compile(_fn, tmp_path, debug_dir=str(tmp_path / "dump"))(x, w)
+    assert len(traces) == 2
+
+
+def test_new_process_skips_the_trace(tmp_path):
+    """A real warm start: a new process on the same cache traces nothing in AOTAutograd and
+    returns the same values as this one."""
+    script = textwrap.dedent("""
+        import sys
+        import torch, ember
+        import torch._dynamo.backends.common as common
+        calls = []
+        real = common.aot_module_simplified
+        common.aot_module_simplified = lambda *a, **k: calls.append(1) or real(*a, **k)
+        torch.manual_seed(0)
+        x, w = torch.randn(8, 16), torch.randn(16, 16)
+
+        def f(x, w):
+            return torch.nn.functional.gelu(x @ w)[:, 1:] * 0.5 + x.sum(-1, keepdim=True)
+        with torch.no_grad():
+            out = torch.compile(f, backend="ember")(x, w)
+        r = ember.last_reports()[-1]
+        print(len(calls), r["status"], r["program_cache"], out.double().sum().item())
+    """)
+    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path), "EMBER_PROGRAM_CACHE": "1"}
+    lines = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                            text=True, timeout=300, check=True).stdout.split("\n")[-2]
+             for _ in range(2)]
+    cold, warm = (line.split() for line in lines)
+    assert cold[:3] == ["1", "compiled", "miss"], lines
+    assert warm[:3] == ["0", "compiled", "hit"], lines
+    assert cold[3] == warm[3], lines
