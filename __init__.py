@@ -13,10 +13,25 @@ __all__ = ["CompileOptions", "OptionsError", "__version__", "clear_reports", "em
            "last_reports"]
 
 
-def ember_backend(gm, example_inputs, options=None, **kwargs):
+def _ember_backend(gm, example_inputs, options=None, **kwargs):
     """The `torch.compile` backend (see `CompileOptions` for `options`)."""
     from .frontend.backend import ember_backend as backend
     return backend(gm, example_inputs, options, **kwargs)
+
+
+_ember_backend.__name__ = _ember_backend.__qualname__ = "ember_backend"
+
+
+def __getattr__(name):
+    # `ember.ember_backend`, which the `torch_dynamo_backends` entry point names: looked up by
+    # torch.compile(backend="ember") when it is called, before Dynamo traces anything, so
+    # Triton's key of itself (read by every first launch of a warm start) starts computing
+    # in a thread then (runtime/triton_warm.start_triton_key_early).
+    if name == "ember_backend":
+        from .runtime.triton_warm import start_triton_key_early
+        start_triton_key_early()
+        return _ember_backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def last_reports(n=None):

@@ -81,6 +81,24 @@ def test_kept_graph_later_calls_are_right(tmp_path, traces):
     assert len(traces) == 1
 
 
+def _rejected(a):
+    return a.flip(0).relu()     # eager: "Boolean inputs not supported for relu"
+
+
+@pytest.mark.filterwarnings("ignore:ember. graph")     # runs in eager torch (once per graph)
+def test_kept_graph_that_runs_in_eager_torch(tmp_path, traces):
+    """A kept graph whose ops eager's kernels reject runs (and raises) as eager does: the
+    loaded graph runs in eager torch."""
+    a = torch.tensor([True, False])
+    with pytest.raises(RuntimeError) as ref:
+        _rejected(a)
+    for _ in range(2):
+        with pytest.raises(RuntimeError) as got:
+            _compile(_rejected, tmp_path)(a)
+        assert str(got.value) == str(ref.value)
+        assert [r["status"] for r in ember.last_reports()[-1:]] == ["eager"]
+    assert len(traces) == 1 and len(_entries(tmp_path)) == 1
+
 def _training(x, w):
     return (x @ w).relu().sum()
 
@@ -255,3 +273,25 @@ def test_new_process_skips_the_trace(tmp_path):
     assert cold[:3] == ["1", "compiled", "miss"], lines
     assert warm[:3] == ["0", "compiled", "hit"], lines
     assert cold[3] == warm[3], lines
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_warm_start_on_the_gpu(tmp_path, traces, dtype):
+    """On the GPU (Triton kernels, CUDA graphs): the second compile traces nothing in
+    AOTAutograd and gives the first's values, bit for bit, on every call."""
+    x = torch.randn(64, 128, device="cuda", dtype=dtype)
+    w = torch.randn(128, 128, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        first = [_compile(_fn, tmp_path, "auto")(x, w) for _ in range(1)][0].clone()
+        fn = _compile(_fn, tmp_path, "auto")
+        outs = [fn(x, w).clone() for _ in range(4)]     # CUDA-graph warm-up, capture, replay
+    assert len(traces) == 1
+    report = ember.last_reports()[-1]
+    assert report["status"] == "compiled" and report["program_cache"] == "hit"
+    for out in outs:
+        assert torch.equal(out, first)
+    # eager rounds each bf16 op's result; the fused kernel rounds once (a bf16 ulp at |4-8|:
+    # 0.03125, seen on the H200)
+    tol = 1e-4 if dtype == torch.float32 else 8e-2
+    torch.testing.assert_close(first.float(), _fn(x, w).float(), rtol=tol, atol=tol)

@@ -596,6 +596,42 @@ def test_warm_start_computes_tritons_own_key_in_a_thread(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split()[-3:] == ["1", "1", "True"], proc.stdout
 
+
+@pytest.mark.parametrize("cuda_at", ["lookup", "trace"])
+def test_tritons_key_starts_before_dynamo_traces(tmp_path, cuda_at):
+    """torch.compile(backend="ember") looks the backend up through the entry point: with CUDA
+    in use by then, Triton's key of itself starts computing at once (`lookup`); where CUDA
+    comes into use later, at the start of Dynamo's compile (`trace`): in both cases before
+    ember's backend is called, so Dynamo's trace hides it."""
+    script = textwrap.dedent('''
+        import sys, threading
+        import torch
+        cuda = [sys.argv[1] == "lookup"]
+        torch.cuda.is_initialized = lambda: cuda[0]
+        from ember.frontend import backend
+        from ember.runtime import triton_warm
+        order = []
+        real_key, real_backend = triton_warm.start_triton_key, backend.ember_backend
+        triton_warm.start_triton_key = lambda: order.append("key") or real_key()
+        backend.ember_backend = lambda *a, **k: order.append("backend") or real_backend(*a, **k)
+        fn = torch.compile(lambda x: x * 2 + 1, backend="ember")
+        print("after torch.compile:", ",".join(order) or "-")
+        cuda[0] = True
+        assert torch.equal(fn(torch.ones(3)), torch.full((3,), 3.0))
+        print("after the call:", ",".join(order))
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    proc = subprocess.run([sys.executable, "-c", script, cuda_at], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()[-2:]
+    if cuda_at == "lookup":
+        assert lines == ["after torch.compile: key", "after the call: key,backend"], lines
+    else:
+        assert lines == ["after torch.compile: -", "after the call: key,backend"], lines
+
 OVERLAP_SCRIPT = textwrap.dedent('''
     import glob, json, os, pickle, sys
     os.environ.pop("TRITON_INTERPRET", None)
