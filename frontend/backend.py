@@ -693,8 +693,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         drop_visible_attention_masks(gm)
         devices = [t.device for t in example_inputs if isinstance(t, torch.Tensor)]
         target = resolve_target(opts.target, devices)
-        decomps = decomposition_table(
-            opts.exact_low_precision, gpu=target in ("cuda", "rocm", "triton"))
+        table = functools.partial(decomposition_table, opts.exact_low_precision,
+                                  gpu=target in ("cuda", "rocm", "triton"))
         aot_kept = None     # (cache, key) of this graph's traced inference graph
         if opts.program_cache and opts.debug_dir is None and not flat_inputs and \
                 not (gm_holds_tensors or amp):
@@ -704,7 +704,9 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                 aot_kept = (as_cache(opts.cache_dir), key)
                 traced = inference_cache.load(*aot_kept, example_inputs)
                 if traced is not None:      # a warm start: AOTAutograd's trace skipped
-                    graph = EmberGraph(traced, opts, kind="inference", decompositions=decomps,
+                    # (the decompositions: only were a piece of it to be traced again, which a
+                    # static graph's never is; 0.1-0.25 s of a process's first compile)
+                    graph = EmberGraph(traced, opts, kind="inference", decompositions=table,
                                        graph_id=f"{base}-inference", on_eager=to_eager)
                     state["fn"] = _grad_off_call(graph)
 
@@ -712,6 +714,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                         return state["fn"](*args)
                     run_kept.ember_state = state
                     return run_kept
+        decomps = table()
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = functools.partial(_partition_recomputing_casts,

@@ -208,7 +208,8 @@ class EmberGraph:
     the graph (False for the pieces of a split graph). `on_eager(graph)`: called when this graph
     turns out to run wholly in eager torch (the backend then calls the user's Dynamo graph
     directly, without AOTAutograd's wrappers, so that a graph ember cannot compile at all costs
-    what eager costs)."""
+    what eager costs). `decompositions`: the table a graph with symbolic sizes is traced again
+    with (fx_prep.specialize), or a function that builds it then."""
 
     def __init__(self, gm: fx.GraphModule, options: CompileOptions, kind: str = "graph",
                  allow_partition: bool = True, decompositions=None,
@@ -384,7 +385,10 @@ class EmberGraph:
             raise _WholeGraphEager(rejected)
         gm, pos = self.gm, None
         if fx_prep.needs_specialization(gm):
-            gm, pos = fx_prep.specialize(gm, args, self.decompositions)
+            decompositions = self.decompositions
+            if callable(decompositions):    # a kept graph's (backend: built only if needed)
+                decompositions = self.decompositions = decompositions()
+            gm, pos = fx_prep.specialize(gm, args, decompositions)
         tensors = list(args) if pos is None else [args[i] for i in pos]
         target = resolve_target(self.options.target, _devices(tensors))
         report["target"] = target

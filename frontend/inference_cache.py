@@ -36,6 +36,7 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 import operator
 from typing import Any
@@ -67,9 +68,15 @@ def _safe_target(target) -> bool:
     if not isinstance(module, str):
         return False
     if module in _SAFE_MODULES:
-        return target in vars(builtins).values() or target in vars(operator).values() or \
-            target in vars(math).values()
+        return id(target) in _python_functions()
     return module == "torch" or module.startswith("torch.")
+
+
+@functools.lru_cache(maxsize=None)
+def _python_functions() -> frozenset[int]:
+    """The ids of the functions of `builtins`, `operator` and `math` (never replaced)."""
+    return frozenset(id(v) for mod in (builtins, operator, math) for v in vars(mod).values()
+                     if callable(v))
 
 
 def _global_state() -> list[str]:

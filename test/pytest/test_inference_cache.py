@@ -47,7 +47,7 @@ def _fn(x, w):
 
 @pytest.mark.targets("cpu", "triton")
 @pytest.mark.parametrize("no_grad", [True, False])
-def test_warm_start_skips_aotautograds_trace(tmp_path, traces, target, no_grad):
+def test_warm_start_skips_aotautograds_trace(tmp_path, traces, target, no_grad, monkeypatch):
     """The second compile of the same graph (Dynamo reset: as a new process) traces nothing in
     AOTAutograd, takes the program from the program cache, and returns eager's values; under
     no_grad and with grad mode on but no input needing grad (both inference graphs)."""
@@ -56,8 +56,14 @@ def test_warm_start_skips_aotautograds_trace(tmp_path, traces, target, no_grad):
     with torch.set_grad_enabled(not no_grad):
         out1 = _compile(_fn, tmp_path, target)(x, w)
         assert len(traces) == 1 and len(_entries(tmp_path)) == 1
+        from ember.frontend import backend
+        tables = []
+        real_table = backend.decomposition_table
+        monkeypatch.setattr(backend, "decomposition_table",
+                            lambda *a, **k: tables.append(1) or real_table(*a, **k))
         out2 = _compile(_fn, tmp_path, target)(x, w)
         assert len(traces) == 1, "the warm start traced the graph in AOTAutograd again"
+        assert tables == [], "the warm start built the decomposition table it does not use"
         report = ember.last_reports()[-1]
         assert report["status"] == "compiled" and report["program_cache"] == "hit"
         assert not report.get("eager_fallback_ops")
