@@ -13,11 +13,12 @@ on a hit), and ember's program cache, keyed on that graph, gives the compiled pr
 
 The key (`inference_key`) is a digest of everything AOTAutograd's output depends on: Dynamo's
 graph (its code, each node's target, arguments and example value), each example input (shape,
-strides, offset, dtype, device, class, requires_grad, leaf-ness, conjugate and negative bits,
-inference-ness, which inputs share storage), the global state AOTAutograd's trace reads (grad
-mode, inference mode, default dtype, deterministic algorithms, TF32 and SDPA backend flags,
-functorch's config), each GPU's name and capability (SDPA's kernel choice), ember's options and
-code, and the versions of torch, torch-mlir, Triton and Python (program_cache.code_identity).
+strides, offset, dtype, device and its index, class, requires_grad, leaf-ness, conjugate and
+negative bits, inference-ness, which inputs share storage), the global state AOTAutograd's trace
+reads (grad mode, inference mode, default dtype, deterministic algorithms, TF32 and SDPA backend
+flags, functorch's config), each GPU's name and capability (SDPA's kernel choice), ember's
+options and code, and the versions of torch, torch-mlir, Triton and Python
+(program_cache.code_identity).
 
 Invariants:
 - A hit gives the graph AOTAutograd gives for the same key. Only graphs made of torch's own
@@ -106,7 +107,7 @@ def _describe_input(x: torch.Tensor, index: int, storages: list) -> str:
     ref = StorageWeakRef(x.untyped_storage())
     shared = next((i for i, r in enumerate(storages) if r == ref), index)
     storages.append(ref)
-    return "".join(out) + (f"{type(x).__module__}.{type(x).__qualname__}"
+    return "".join(out) + (f"{x.device}{type(x).__module__}.{type(x).__qualname__}"
                            f"rg{x.requires_grad}leaf{x.is_leaf}view{x._is_view()}s{shared}"
                            f"conj{x.is_conj()}neg{x.is_neg()}inf{x.is_inference()}")
 
