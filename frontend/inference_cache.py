@@ -16,9 +16,9 @@ graph (its code, each node's target, arguments and example value), each example 
 strides, offset, dtype, device and its index, class, requires_grad, leaf-ness, conjugate and
 negative bits, inference-ness, which inputs share storage), the global state AOTAutograd's trace
 reads (grad mode, inference mode, default dtype, deterministic algorithms, TF32 and SDPA backend
-flags, functorch's config), each GPU's name and capability (SDPA's kernel choice), ember's
-options and code, and the versions of torch, torch-mlir, Triton and Python
-(program_cache.code_identity).
+flags, SDPA's math-path reduced-precision flag, the mkldnn and opt_einsum flags, functorch's
+config), each GPU's name and capability (SDPA's kernel choice), ember's options and code, and
+the versions of torch, torch-mlir, Triton and Python (program_cache.code_identity).
 
 Invariants:
 - A hit gives the graph AOTAutograd gives for the same key. Only graphs made of torch's own
@@ -91,10 +91,17 @@ def _global_state() -> list[str]:
                    torch.backends.cudnn.enabled, torch.backends.cudnn.deterministic,
                    torch._C._is_any_autocast_enabled()))]
     cuda = torch.backends.cuda
+    # SDPA's backend choice, and whether its math path (a CompositeImplicit op, traced by
+    # AOTAutograd) computes half/bf16 attention in float: a bf16 graph's numerics
     for flag in ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled",
-                 "cudnn_sdp_enabled"):
+                 "cudnn_sdp_enabled", "fp16_bf16_reduction_math_sdp_allowed"):
         fn = getattr(cuda, flag, None)
         state.append(f"{flag}={fn() if fn is not None else None}")
+    # read by decompositions and torch functions while tracing: the LSTM decomposition
+    # (mkldnn_rnn_layer or not), einsum's contraction path (opt_einsum)
+    opt_einsum = getattr(torch.backends, "opt_einsum", None)
+    state.append(repr((torch._C._get_mkldnn_enabled(), getattr(opt_einsum, "enabled", None),
+                       getattr(opt_einsum, "strategy", None))))
     config = functorch_config.get_config_copy()
     state.append(repr(sorted((k, repr(v)) for k, v in config.items())))
     return state

@@ -220,6 +220,68 @@ def test_what_changes_aotautograds_graph_changes_the_key():
         assert inference_cache.inference_key(gm, [x, w], opts) is not None
 
 
+def _attention(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize("flag", ["math_sdp_reduction", "mkldnn", "opt_einsum"])
+def test_trace_time_flags_change_the_key(flag):
+    """Flags that torch's decompositions read while AOTAutograd traces (SDPA's math path
+    computing bf16 attention in float or not, the LSTM decomposition, einsum's path)."""
+    gm, (x, w) = _gm_and_inputs()
+    opts = CompileOptions()
+    key = inference_cache.inference_key(gm, [x, w], opts)
+    if flag == "math_sdp_reduction":
+        cuda = torch.backends.cuda
+        before = cuda.fp16_bf16_reduction_math_sdp_allowed()
+        cuda.allow_fp16_bf16_reduction_math_sdp(not before)
+        try:
+            changed = inference_cache.inference_key(gm, [x, w], opts)
+        finally:
+            cuda.allow_fp16_bf16_reduction_math_sdp(before)
+    elif flag == "mkldnn":
+        before = torch.backends.mkldnn.enabled
+        torch.backends.mkldnn.enabled = not before
+        try:
+            changed = inference_cache.inference_key(gm, [x, w], opts)
+        finally:
+            torch.backends.mkldnn.enabled = before
+    else:
+        import torch.backends.opt_einsum as opt_einsum
+        before = opt_einsum.enabled
+        opt_einsum.enabled = not before
+        try:
+            changed = inference_cache.inference_key(gm, [x, w], opts)
+        finally:
+            opt_einsum.enabled = before
+    assert None not in (key, changed) and key != changed
+
+
+def test_math_sdpa_reduction_flag_is_not_taken_from_a_kept_graph(tmp_path):
+    """bf16 attention on SDPA's math path: with `allow_fp16_bf16_reduction_math_sdp` off the
+    trace computes it in float, with it on in bf16. A graph kept with the flag off must not
+    serve a process with it on (or the reverse): each run is eager's, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 16, 64, generator=g).bfloat16() for _ in range(3))
+    cuda = torch.backends.cuda
+    before = (cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(),
+              cuda.cudnn_sdp_enabled(), cuda.fp16_bf16_reduction_math_sdp_allowed())
+    try:
+        cuda.enable_flash_sdp(False)
+        cuda.enable_mem_efficient_sdp(False)
+        cuda.enable_cudnn_sdp(False)
+        for reduced in (False, True):
+            cuda.allow_fp16_bf16_reduction_math_sdp(reduced)
+            with torch.no_grad():
+                assert torch.equal(_compile(_attention, tmp_path)(q, k, v),
+                                   _attention(q, k, v)), f"reduced precision {reduced}"
+    finally:
+        cuda.enable_flash_sdp(before[0])
+        cuda.enable_mem_efficient_sdp(before[1])
+        cuda.enable_cudnn_sdp(before[2])
+        cuda.allow_fp16_bf16_reduction_math_sdp(before[3])
+
+
 def test_safe_targets():
     assert inference_cache._safe_target(torch.ops.aten.add.Tensor)
     assert inference_cache._safe_target(torch.nn.functional.gelu)
