@@ -37,6 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 import math
 import operator
@@ -141,7 +142,9 @@ def inference_key(gm: fx.GraphModule, example_inputs, options) -> str | None:
             return None
         if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
             return None     # a training graph
-        parts = [code_identity(), f"format-{FORMAT}", repr(options), gm.code]
+        # (where the cache lives is not what is traced: a moved cache keeps its entries)
+        parts = [code_identity(), f"format-{FORMAT}",
+                 repr(dataclasses.replace(options, cache_dir=None)), gm.code]
         storages: list = []
         parts += [_describe_input(x, i, storages) for i, x in enumerate(example_inputs)]
         parts += _global_state() + _devices(example_inputs)
@@ -200,7 +203,11 @@ def store(cache, key: str, traced: fx.GraphModule) -> None:
     try:
         from torch.fx._graph_pickler import GraphPickler
         data = GraphPickler.dumps(traced, _options())
-        cache.write(KIND, key, SUFFIX, data)
+        # one writer per key: the same graph pickles to other bytes in another process, and two
+        # cold processes writing at once could pair one's entry with the other's manifest
+        with cache.lock(KIND, key):
+            if cache.read_verified(KIND, key, SUFFIX, warn=False) is None:
+                cache.write(KIND, key, SUFFIX, data)
     except Exception:   # noqa: BLE001 -- the next process traces again
         pass
 

@@ -14,7 +14,6 @@ import torch._dynamo.backends.common as aot_common
 import ember
 from ember.frontend import inference_cache
 from ember.frontend.options import CompileOptions
-from ember.runtime.cache import CacheWarning
 
 
 @pytest.fixture
@@ -203,6 +202,8 @@ def test_what_changes_aotautograds_graph_changes_the_key():
         "a dtype": ([x, w.double()], opts),
         "an option": ([x, w], CompileOptions(max_group_size=1)),
     }
+    assert inference_cache.inference_key(gm, [x, w], CompileOptions(cache_dir="/elsewhere")) \
+        == key, "where the cache lives changed the key"
     keys = {k: inference_cache.inference_key(gm, ins, o) for k, (ins, o) in changed.items()}
     before = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = not before
@@ -363,3 +364,21 @@ def test_warm_start_on_the_gpu(tmp_path, traces, dtype):
     # 0.03125, seen on the H200)
     tol = 1e-4 if dtype == torch.float32 else 8e-2
     torch.testing.assert_close(first.float(), _fn(x, w).float(), rtol=tol, atol=tol)
+
+
+def test_one_writer_per_entry(tmp_path):
+    """A verified entry is not written again (under the key's lock): two cold processes storing
+    the same key keep the first one's entry, never one's bytes under the other's manifest."""
+    from ember.runtime.cache import as_cache
+    cache = as_cache(tmp_path)
+    first = torch.fx.symbolic_trace(lambda x: x + 1)
+    second = torch.fx.symbolic_trace(lambda x: x * 2)
+    inference_cache.store(cache, "k" * 64, first)
+    (entry,) = _entries(tmp_path)
+    before = entry.read_bytes()
+    inference_cache.store(cache, "k" * 64, second)
+    assert entry.read_bytes() == before
+    entry.write_bytes(before[:-3] + b"bad")     # a damaged entry is replaced
+    inference_cache.store(cache, "k" * 64, second)
+    assert cache.read_verified(inference_cache.KIND, "k" * 64, inference_cache.SUFFIX) is not None
+    assert entry.read_bytes() != before
