@@ -709,11 +709,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                     graph = EmberGraph(traced, opts, kind="inference", decompositions=table,
                                        graph_id=f"{base}-inference", on_eager=to_eager)
                     state["fn"] = _grad_off_call(graph)
-
-                    def run_kept(*args):
-                        return state["fn"](*args)
-                    run_kept.ember_state = state
-                    return run_kept
+                    return _calling_state(state)
         decomps = table()
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
@@ -751,7 +747,12 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     state["fn"] = compiled
     if "direct" in state:
         state["fn"] = _skipping_aot_wrappers(state, compiled, state.pop("direct"))
+    return _calling_state(state, compiled)
 
+
+def _calling_state(state: dict, compiled=None):
+    """What Dynamo calls: `state["fn"]`, which a graph that falls back whole (or the first
+    call of a direct one) replaces; with AOTAutograd's methods where it made the function."""
     def run(*args):
         return state["fn"](*args)
     run.ember_state = state     # tests: where calls go

@@ -172,6 +172,21 @@ def _compile_spied(fn):
                                                                          options={"target": "cpu"}))
 
 
+def _check_whole_graph_eager(out, warned, train, eager, x):
+    """A graph known to run in eager torch: reported with its one op and its Dynamo graph,
+    warned once, and (training) eager's gradient exactly."""
+    r = ember.last_reports()[-1]
+    assert r["status"] == "eager" and r["eager_fallback_ops"] == [UNLOWERED], r
+    assert r["dynamo_graph"] and r["graph_id"].endswith("inference" if not train else "forward")
+    assert len(warned) == 1 and UNLOWERED in warned[0]
+    if train:
+        out.sum().backward()
+        got = x.grad.clone()
+        x.grad = None
+        eager().sum().backward()
+        torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
 def test_known_all_eager_frame_is_skipped(train, monkeypatch):
     # Every op of the frame is one torch-mlir cannot import, known before any call, and the
@@ -190,16 +205,7 @@ def test_known_all_eager_frame_is_skipped(train, monkeypatch):
     torch.testing.assert_close(out, g(x), rtol=0, atol=0)
     (gm, eager_fn, raised), = seen
     assert isinstance(raised, SkipFrame), raised
-    r = ember.last_reports()[-1]
-    assert r["status"] == "eager" and r["eager_fallback_ops"] == [UNLOWERED], r
-    assert r["dynamo_graph"] and r["graph_id"].endswith("inference" if not train else "forward")
-    assert len(warned) == 1 and UNLOWERED in warned[0]
-    if train:
-        out.sum().backward()
-        got = x.grad.clone()
-        x.grad = None
-        g(x).sum().backward()
-        torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
+    _check_whole_graph_eager(out, warned, train, lambda: g(x), x)
     y = torch.randn(6, 8, requires_grad=train)     # another shape: no compile, no warning
     out2, warned2 = run_recording(cf, y)
     torch.testing.assert_close(out2, g(y), rtol=0, atol=0)
@@ -260,16 +266,7 @@ def test_known_all_eager_graph_is_dynamos_forward(train, monkeypatch):
     torch.testing.assert_close(out, h(x, True), rtol=0, atol=0)
     (gm, eager_fn, fn), = seen
     assert fn == eager_fn and fn.__self__ is gm, fn     # gm.forward, bound to Dynamo's graph
-    r = ember.last_reports()[-1]
-    assert r["status"] == "eager" and r["eager_fallback_ops"] == [UNLOWERED], r
-    assert r["dynamo_graph"] and r["graph_id"].endswith("inference" if not train else "forward")
-    assert len(warned) == 1 and UNLOWERED in warned[0]
-    if train:
-        out.sum().backward()
-        got = x.grad.clone()
-        x.grad = None
-        h(x, True).sum().backward()
-        torch.testing.assert_close(got, x.grad, rtol=0, atol=0)
+    _check_whole_graph_eager(out, warned, train, lambda: h(x, True), x)
     out2, _ = run_recording(cf, x, False)     # the flag's other value: compiled by ember
     torch.testing.assert_close(out2, h(x, False))
     assert len(seen) == 2 and ember.last_reports()[-1]["status"] == "compiled"
