@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from .attention_masks import drop_visible_attention_masks
-from . import eager_rejects, inference_cache, saved_clones, saved_layouts
+from . import eager_rejects, inference_cache, saved_clones, saved_layouts, training_cache
 from .compile import donated_backward_inputs, gc_paused, saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
@@ -595,7 +595,12 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     which then runs as eager runs it; one that turns out at its first call to run wholly in
     eager torch sends later calls straight to Dynamo's generated forward. No AOTAutograd
     wrappers, no decomposed ops: such a graph costs what torch.compile(backend="eager") costs,
-    a skipped frame less."""
+    a skipped frame less.
+
+    With the program cache on, a warm start skips AOTAutograd's trace: an inference graph's
+    traced graph is kept by inference_cache, a training graph's forward and backward by
+    AOTAutograd's own cache (training_cache), whose hits make ember's graphs again through
+    `compile_graph(..., replay=facts)`."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._dynamo.exc import RestartAnalysis
     from torch._functorch.aot_autograd import make_boxed_func
@@ -626,45 +631,56 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             state["fn"] = _dynamo_forward(gm)
 
     def compiler(kind):
-        def compile_graph(fx_gm, inputs):
-            if kind in ("forward", "inference") and not flat_inputs and opts.fallback:
+        def compile_graph(fx_gm, inputs, replay=None):
+            """ember's compile of one graph AOTAutograd made; `replay`: the facts a training
+            graph's cached entry recorded (training_cache), read instead of AOTAutograd's
+            tracing context."""
+            live = replay is None
+            if kind in ("forward", "inference") and not flat_inputs and opts.fallback and live:
                 # Known from its ops that nothing compiles: Dynamo's graph from the start
                 from .partition import known_all_eager
                 reasons = known_all_eager(fx_gm, opts, target)
                 if reasons is not None:
                     state["known_eager"] = (f"{base}-{kind}", reasons)
+            kept = None     # a training graph's cache entry: the graph as given
+            if cache_training and live and kind in ("forward", "backward"):
+                kept = training_cache.pickle_graph(fx_gm)
             fx_gm, wrap = lower_effect_tokens(fx_gm)    # linalg error checks: on the host
             graph = EmberGraph(fx_gm, opts, kind=kind, decompositions=decomps,
                                graph_id=f"{base}-{kind}", on_eager=to_eager)
             out = next(n for n in fx_gm.graph.nodes if n.op == "output").args[0]
+            facts: dict[str, Any] = {}
             if kind == "forward":
-                graph.lent_outputs = saved_output_slice(len(out))
+                graph.lent_outputs = saved_output_slice(len(out)) if live else \
+                    (range(*replay["lent"]) if replay["lent"] is not None else None)
+                lent = graph.lent_outputs
+                facts["lent"] = (lent.start, lent.stop) if lent is not None else None
                 strides = None
                 if wrap is None and graph.lent_outputs is not None and \
                         saved_layouts.applies(fx_gm, opts, inputs):
                     strides = saved_layouts.lay_out_saved(fx_gm, graph.lent_outputs)
                 if wrap is None and graph.lent_outputs is not None:
-                    kept = saved_clones.keep_clone_layouts(fx_gm, graph.lent_outputs)
-                    if kept is not None:
-                        strides = kept if strides is None else \
-                            [s if k is None else k for s, k in zip(strides, kept)]
-                if strides is not None:
+                    kept_layouts = saved_clones.keep_clone_layouts(fx_gm, graph.lent_outputs)
+                    if kept_layouts is not None:
+                        strides = kept_layouts if strides is None else \
+                            [s if k is None else k for s, k in zip(strides, kept_layouts)]
+                if strides is not None and live:
                     saved_layouts.report_output_strides(strides)
             if kind == "backward":
                 saved_layouts.take_input_strides(fx_gm, inputs)
                 saved_clones.take_dense_input_strides(fx_gm, inputs)
+            result = None
             if kind == "backward" and isinstance(out, (list, tuple)):
                 graph.lent_outputs = range(len(out))     # gradients
                 if opts.donate_saved and wrap is None:
-                    saved = donated_backward_inputs()
+                    saved = donated_backward_inputs() if live else frozenset(replay["donated"])
+                    facts["donated"] = tuple(sorted(saved))
                     # none where torch donates none (a backward that keeps its graph)
                     tangents = _tangent_inputs(fx_gm) if saved and opts.donate_gradients \
                         else frozenset()
                     graph.donated_inputs = saved | tangents
                     if tangents:
-                        boxed = _donating_tangents(graph, sorted(tangents))
-                        boxed.ember_graph = graph
-                        return boxed
+                        result = _donating_tangents(graph, sorted(tangents))
             if kind == "inference" and wrap is None and not (gm_holds_tensors or amp) and \
                     _aot_wrappers_pass_through(fx_gm, len(example_inputs)):
                 state["direct"] = graph
@@ -672,12 +688,22 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                     # nothing of ember has changed the traced graph yet (its build is at the
                     # first call): the next process skips this trace
                     inference_cache.store(*aot_kept, fx_gm)
-            boxed = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
-            boxed.ember_graph = graph       # reports: boxed.ember_graph.reports
-            return boxed
+            if result is None:
+                result = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
+            result.ember_graph = graph       # reports: result.ember_graph.reports
+            if not (cache_training and live and kind in ("forward", "backward")):
+                return result
+            code = training_cache.output_code_class()(
+                kind=kind, graph=kept, facts=training_cache.facts_of(inputs, **facts),
+                keep=kept is not None and wrap is None and "known_eager" not in state)
+            code.fn, code.ember_graph = result, graph
+            if kind == "backward":
+                training_cache.bundle_for_the_save()
+            return code
         return compile_graph
 
     flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
+    cache_training = False
     # AOTAutograd puts a module's own parameters and buffers before Dynamo's inputs
     gm_holds_tensors = next(iter(gm.parameters()), None) is not None or \
         next(iter(gm.buffers()), None) is not None
@@ -710,20 +736,32 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                                        graph_id=f"{base}-inference", on_eager=to_eager)
                     state["fn"] = _grad_off_call(graph)
                     return _calling_state(state)
-        decomps = table()
+        # a training graph's warm start skips AOTAutograd's trace through its own cache
+        # (training_cache): the table is built only where a trace needs it
+        cache_training = opts.program_cache and opts.debug_dir is None and not flat_inputs \
+            and training_cache.available() and training_cache.needs_grad(gm, example_inputs)
+        decomps = training_cache.LazyTable(table) if cache_training else table()
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = functools.partial(_partition_recomputing_casts,
                                                       recompute_saved=recompute_saved_on(
                                                           opts, target))
-        backend = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"),
+        fw_compiler, bw_compiler = compiler("forward"), compiler("backward")
+        loading = contextlib.nullcontext()
+        if cache_training:
+            def make_graph(fx_gm, inputs, kind, facts):
+                return compiler(kind)(fx_gm, inputs, replay=facts)
+            loading = training_cache.scope(opts, target, make_graph)
+            fw_compiler = training_cache.serializable(fw_compiler)
+            bw_compiler = training_cache.serializable(bw_compiler)
+        backend = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                inference_compiler=compiler("inference"),
                                decompositions=decomps, **split,
                                # an optimizer step's parameter updates stay in the graph as
                                # copy_ (frontend/input_mutations.py): one multi-tensor copy
                                keep_inference_input_mutations=True)
         with gc_paused(), effectful_checks(), _efficient_attention_for_training(
-                example_inputs, opts.training_cudnn_attention):
+                example_inputs, opts.training_cudnn_attention), loading:
             compiled = backend(gm, example_inputs)   # AOTAutograd's tracing (gc: compile.py)
     except RestartAnalysis:
         raise                                  # Dynamo's control flow, not a failure

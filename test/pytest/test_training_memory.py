@@ -234,7 +234,9 @@ def test_retain_graph_keeps_saved_activations():
     """torch compiles the backward at its first run, without donated inputs when that run keeps
     the graph (`retain_graph=True`): a second backward over the same saved activations gives
     the same gradients. A backward compiled with donated inputs refuses retain_graph=True
-    (torch's own check, as for Inductor), rather than reading overwritten activations."""
+    (torch's own check, as for Inductor), rather than reading overwritten activations. (Without
+    the program cache: with it, the second compile would take the first's backward from
+    AOTAutograd's cache, as Inductor's would; test_training_cache.)"""
     torch.manual_seed(0)
     make = lambda: torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(),   # noqa: E731
                                        torch.nn.Linear(32, 32), torch.nn.Tanh(),
@@ -248,7 +250,7 @@ def test_retain_graph_keeps_saved_activations():
     clear_reports()
     m = copy.deepcopy(ref)
     m.zero_grad(set_to_none=True)
-    f = torch.compile(m, backend="ember", options={"target": "cpu"})
+    f = torch.compile(m, backend="ember", options={"target": "cpu", "program_cache": False})
     loss = f(x).square().sum()
     loss.backward(retain_graph=True)
     loss.backward()
@@ -260,7 +262,7 @@ def test_retain_graph_keeps_saved_activations():
     torch._dynamo.reset()
     m2 = copy.deepcopy(ref)
     m2.zero_grad(set_to_none=True)
-    f2 = torch.compile(m2, backend="ember", options={"target": "cpu"})
+    f2 = torch.compile(m2, backend="ember", options={"target": "cpu", "program_cache": False})
     f2(x).square().sum().backward()          # compiled with donated inputs
     for p, g in zip(m2.parameters(), grads):
         assert_close(p.grad, g, what="plain backward")

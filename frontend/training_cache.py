@@ -1,0 +1,283 @@
+"""The training-graph cache: a warm start (a new process, the same Dynamo graph, ember's program
+cache on) of a training graph skips AOTAutograd's joint trace and its partition into forward
+and backward. Those were most of ember's part of a warm training start: GPT-2's 3.6 s of
+AOTAutograd against 0.5 s of ember's builds on the H200, where Inductor, whose AOTAutograd
+cache skips them, took 0.7 s.
+
+The cache is AOTAutograd's own (AOTAutogradCache, Inductor's), in its bundled form: an entry is
+AOTAutograd's runtime metadata and wrappers, from which it rebuilds the autograd function on a
+hit as it does for Inductor, and the two compiled graphs as `OutputCode` objects
+(`EmberOutputCode`): each holds the graph ember's compiler was given (pickled as Inductor's
+caches pickle a graph, torch.fx._graph_pickler, with the layouts ember's compiler chose in its
+metadata) and what that compiler read from AOTAutograd's tracing context (the saved outputs it
+may lend, the donated inputs, the gradients it may donate). On a hit `post_compile` makes the
+EmberGraph again from these, and ember's program cache, keyed on the graph, gives the program.
+
+Invariants:
+- A hit gives the forward and backward a miss gives. AOTAutograd's key covers Dynamo's graph,
+  the example inputs, the global and config state it reads, the system (GPU, versions); ember
+  adds its own part through torch's `cache_key_tag` (`scope`): ember's code and options, the
+  target, the cache's place and this module's FORMAT. Graphs AOTAutograd's cache declines
+  (unsafe nodes, higher-order ops, Inductor's FX cache off, `force_disable_caches`) bypass it
+  and trace as before.
+- Only training graphs (`needs_grad`): inference graphs have their own cache
+  (inference_cache), which skips AOTAutograd altogether.
+- Never an entry ember's compiler could not make again from what it holds: a graph with
+  effect tokens, one none of whose ops compiles (the backend returns Dynamo's graph for it)
+  or one without its pickled graph declines the save (`BypassAOTAutogradCache`, which
+  AOTAutograd reports at info level only).
+- The backward is compiled lazily, at the first backward, outside the backend's call: its
+  compiler turns the bundled form on for the save AOTAutograd makes right after it
+  (`bundle_for_the_save`), and the backward's first call, the next thing AOTAutograd does,
+  turns it back (as does the next compile, whatever happens between).
+- Where this torch lacks a piece of the bundled cache (`available`), nothing changes.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from .program_cache import code_identity
+
+# Bumped when the entry's layout changes in a way sources do not show.
+FORMAT = 1
+
+# What a load (EmberOutputCode.post_compile, inside the backend's call) makes its graphs with:
+# the backend's options, decomposition table, eager fallback and graph ids.
+_LOADING: contextvars.ContextVar[dict | None] = contextvars.ContextVar("ember_training_load",
+                                                                      default=None)
+# The bundled flag's value before a backward compile turned it on (`bundle_for_the_save`).
+_BUNDLED_BEFORE: list = []
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """Whether this torch has what the cache needs: AOTAutograd's bundled entries for any
+    OutputCode, a serializable compiler type, and torch.compile's cache key tag."""
+    try:
+        import torch._functorch.config as functorch_config
+        from torch._functorch._aot_autograd import aot_autograd_result as results
+        from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler  # noqa: F401
+        from torch._inductor.output_code import OutputCode  # noqa: F401
+        return (hasattr(results, "BundledOutputCodeLoadable")
+                and hasattr(results, "BundledAOTAutogradResult")
+                and hasattr(functorch_config, "bundled_autograd_cache")
+                and hasattr(torch.compiler.config, "cache_key_tag"))
+    except Exception:   # noqa: BLE001 -- another torch: no cache
+        return False
+
+
+def needs_grad(gm: fx.GraphModule, example_inputs) -> bool:
+    """Whether AOTAutograd makes a training graph (forward and backward) of `gm`: grad mode on
+    and an input, or a tensor the module holds, that requires grad."""
+    if not torch.is_grad_enabled():
+        return False
+    if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+        return True
+    return any(p.requires_grad for p in gm.parameters())
+
+
+def _tag(options, target: str) -> str:
+    from ..runtime.cache import compute_key
+    return "ember-training:" + compute_key(code_identity(), f"format-{FORMAT}", repr(options),
+                                           str(target))
+
+
+@contextlib.contextmanager
+def scope(options, target: str, make_graph):
+    """Around the backend's AOTAutograd call: ember's part of the key, and how a hit makes its
+    graphs (`make_graph(fx_gm, inputs, kind, facts)` -> the boxed callable)."""
+    _restore_bundled()
+    tag = torch.compiler.config.cache_key_tag
+    token = _LOADING.set({"make_graph": make_graph})
+    try:
+        with torch.compiler.config.patch(cache_key_tag=f"{tag}|{_tag(options, target)}"):
+            yield
+    finally:
+        _LOADING.reset(token)
+
+
+def serializable(compiler):
+    """`compiler` (fx_gm, inputs) -> EmberOutputCode, as AOTAutograd takes a compiler whose
+    results it may cache."""
+    from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
+    return SerializableAOTDispatchCompiler(output_code_class(), compiler)
+
+
+def bundle_for_the_save() -> None:
+    """Turns AOTAutograd's bundled entries on until the backward's first call (or the next
+    compile): the lazily compiled backward's entry is saved right after its compiler returns,
+    outside the backend's call."""
+    import torch._functorch.config as functorch_config
+    if not _BUNDLED_BEFORE:
+        _BUNDLED_BEFORE.append(functorch_config.bundled_autograd_cache)
+    functorch_config.bundled_autograd_cache = True
+
+
+def _restore_bundled() -> None:
+    if _BUNDLED_BEFORE:
+        import torch._functorch.config as functorch_config
+        functorch_config.bundled_autograd_cache = _BUNDLED_BEFORE.pop()
+
+
+def _pickle_options():
+    from torch.fx._graph_pickler import Options
+    return Options(ops_filter=lambda name: name.startswith(("torch.ops.aten.",
+                                                            "torch.ops.prims.")))
+
+
+def pickle_graph(fx_gm: fx.GraphModule) -> bytes | None:
+    """The graph as ember's compiler was given it, before its build changes anything, or None
+    (no entry then) where it does not pickle or has symbolic sizes."""
+    try:
+        from torch.fx._graph_pickler import GraphPickler
+        from .inference_cache import _symbolic
+        if any(_symbolic(n.meta.get("val")) for n in fx_gm.graph.nodes):
+            return None     # symbolic sizes: their shape environment is not kept
+        return GraphPickler.dumps(fx_gm, _pickle_options())
+    except Exception:   # noqa: BLE001 -- no entry
+        return None
+
+
+def _unpickle_graph(data: bytes, example_inputs) -> fx.GraphModule:
+    from torch._guards import TracingContext, detect_fake_mode
+    from torch.fx._graph_pickler import GraphPickler
+    mode = detect_fake_mode(example_inputs)
+    if mode is None:
+        ctx = TracingContext.try_get()
+        mode = getattr(ctx, "fake_mode", None)
+    if mode is None:
+        from torch._subclasses import FakeTensorMode
+        mode = FakeTensorMode()
+    gm = GraphPickler.loads(data, mode)
+    if not isinstance(gm, fx.GraphModule):
+        raise TypeError(f"not a graph: {type(gm).__name__}")
+    gm.recompile()
+    return gm, mode
+
+
+def _example_inputs(gm: fx.GraphModule, strides: list, mode) -> list:
+    """The example inputs ember's compiler was given, made again from the graph's placeholders
+    and the strides they had (AOTAutograd gives a backward its forward's output layouts)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(strides):
+        raise ValueError("ember: the kept graph's inputs do not match its facts")
+    out = []
+    with mode:
+        for ph, stride in zip(placeholders, strides):
+            val = ph.meta.get("val")
+            if stride is not None and isinstance(val, torch.Tensor) and \
+                    tuple(val.stride()) != tuple(stride):
+                val = torch.empty_strided(val.shape, stride, dtype=val.dtype, device=val.device)
+            out.append(val)
+    return out
+
+
+def facts_of(inputs, **facts) -> dict:
+    """compile_graph's facts, with the example inputs' strides."""
+    return {**facts, "strides": [tuple(x.stride()) if isinstance(x, torch.Tensor) else None
+                                 for x in inputs]}
+
+
+@functools.lru_cache(maxsize=None)
+def output_code_class():
+    """EmberOutputCode, made when first needed (torch._inductor's OutputCode is imported with
+    AOTAutograd, not with ember)."""
+    from torch._inductor.output_code import OutputCode
+
+    @dataclasses.dataclass
+    class EmberOutputCode(OutputCode):
+        """One graph of a training graph compiled by ember, as AOTAutograd's cache keeps it.
+        `graph`: the pickled graph ember's compiler was given (None: not kept); `facts`: what
+        that compiler read besides the graph (compile_graph's `replay`: the forward's saved
+        outputs it may lend, the backward's donated inputs, the example inputs' strides);
+        `keep`: whether the entry may be saved."""
+        kind: str = "forward"
+        graph: bytes | None = None
+        facts: dict | None = None
+        keep: bool = True
+        _boxed_call: bool = True
+
+        def __post_init__(self):
+            self.fn = None
+            self.ember_graph = None
+
+        def __call__(self, inputs):
+            if self.kind == "backward" and _BUNDLED_BEFORE:
+                _restore_bundled()      # AOTAutograd saved the entry, if it did
+            return self.fn(inputs)
+
+        def __getstate__(self):
+            state = dict(self.__dict__)
+            state.pop("fn", None)
+            state.pop("ember_graph", None)
+            return state
+
+        def __setstate__(self, state):
+            self.__dict__.update(state)
+            self.fn = None
+            self.ember_graph = None
+
+        def prepare_for_serialization(self) -> None:
+            from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+            if not self.keep or self.graph is None:
+                raise BypassAOTAutogradCache(f"ember: the {self.kind} graph is not kept")
+            self.fn = None
+            self.ember_graph = None
+
+        def post_compile(self, example_inputs, constants, graph_kwargs) -> None:
+            if self.fn is not None:
+                return
+            loading = _LOADING.get()
+            if loading is None or self.graph is None:
+                raise RuntimeError("ember: a training graph loaded outside ember's backend")
+            gm, mode = _unpickle_graph(self.graph, example_inputs)
+            inputs = _example_inputs(gm, self.facts["strides"], mode)
+            self.fn = loading["make_graph"](gm, inputs, self.kind, self.facts)
+            self.ember_graph = getattr(self.fn, "ember_graph", None)
+
+        def set_triton_bundle(self, triton_bundle: Any) -> None:
+            pass
+
+    EmberOutputCode.__module__ = __name__
+    EmberOutputCode.__qualname__ = "EmberOutputCode"
+    return EmberOutputCode
+
+
+def __getattr__(name: str):
+    if name == "EmberOutputCode":     # unpickling an entry
+        return output_code_class()
+    raise AttributeError(name)
+
+
+class LazyTable(Mapping):
+    """A decomposition table built at its first read (`build()`): AOTAutograd reads it only to
+    trace, which a hit skips (0.2-0.3 s of a process's first compile)."""
+
+    def __init__(self, build):
+        self._build = build
+        self._table: dict | None = None
+
+    def _get(self) -> dict:
+        if self._table is None:
+            self._table = self._build()
+        return self._table
+
+    def __getitem__(self, op):
+        return self._get()[op]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __contains__(self, op) -> bool:
+        return op in self._get()

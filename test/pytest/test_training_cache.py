@@ -1,0 +1,228 @@
+"""The training-graph cache (frontend/training_cache.py): a warm start of a training graph takes
+its forward and backward from AOTAutograd's cache, without the joint trace or the partition,
+and still runs ember's compiled programs with eager's values, gradients and in-place buffer
+updates; what changes ember's compile changes the key; graphs the cache cannot make again are
+traced as without it."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch._functorch.aot_autograd as aot_autograd
+import torch._functorch.config as functorch_config
+from torch._dynamo.utils import counters
+
+import ember
+from conftest import clear_reports, unlowered
+from ember.frontend import training_cache
+
+pytestmark = pytest.mark.skipif(not training_cache.available(),
+                                reason="this torch has no bundled AOTAutograd cache")
+
+
+@pytest.fixture
+def traces(monkeypatch, tmp_path):
+    """How many graphs AOTAutograd traced (its joint or inference graph capture); AOTAutograd's
+    cache (which lives in Inductor's cache directory) under this test's own directory."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    calls = []
+    real = aot_autograd.aot_stage1_graph_capture
+
+    def count(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(aot_autograd, "aot_stage1_graph_capture", count)
+    counters.clear()
+    return calls
+
+
+class _Block(torch.nn.Module):
+    """Linear, BatchNorm (running statistics: input mutations), LayerNorm, GELU, Linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(16, 32)
+        self.bn = torch.nn.BatchNorm1d(32)
+        self.ln = torch.nn.LayerNorm(32)
+        self.l2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.l2(torch.nn.functional.gelu(self.ln(self.bn(self.l1(x))))).square().mean()
+
+
+def _model(device="cpu"):
+    torch.manual_seed(0)
+    return _Block().to(device)
+
+
+def _steps(model, x, tmp_path, target="cpu", steps=2, **options):
+    """`steps` training steps of a fresh compile of `model` (Dynamo reset: as a new process);
+    the losses and, after the last, the gradients and buffers."""
+    torch._dynamo.reset()
+    clear_reports()
+    f = torch.compile(model, backend="ember", options={
+        "target": target, "cache_dir": str(tmp_path), "program_cache": True, **options})
+    losses = []
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        loss = f(x)
+        loss.backward()
+        losses.append(loss.detach())
+    grads = [p.grad.clone() for p in model.parameters()]
+    return losses, grads, [b.clone() for b in model.buffers()]
+
+
+def _eager(x, steps=2):
+    model = _model(x.device)
+    losses = []
+    for _ in range(steps):
+        model.zero_grad(set_to_none=True)
+        loss = model(x)
+        loss.backward()
+        losses.append(loss.detach())
+    return losses, [p.grad.clone() for p in model.parameters()], list(model.buffers())
+
+
+def test_warm_start_skips_the_joint_trace(tmp_path, traces, target, device):
+    """The second compile of the same training graph traces nothing in AOTAutograd, takes both
+    programs from the program cache, and gives the first compile's losses, gradients and
+    BatchNorm statistics bit for bit (eager's, within rounding)."""
+    x = torch.randn(8, 16, device=device)
+    cold = _steps(_model(device), x, tmp_path, target)
+    assert len(traces) == 1
+    assert counters["aot_autograd"]["autograd_cache_saved"] == 1
+    assert functorch_config.bundled_autograd_cache is False, "the save's flag was not turned back"
+    warm = _steps(_model(device), x, tmp_path, target)
+    assert len(traces) == 1, "the warm start traced the training graph again"
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+    reports = ember.last_reports()
+    assert sorted(r["graph_id"].rsplit("-", 1)[1] for r in reports) == ["backward", "forward"]
+    for r in reports:
+        assert r["status"] == "compiled" and r["program_cache"] == "hit", r
+        assert not r.get("eager_fallback_ops")
+    for a, b in zip([*cold[0], *cold[1], *cold[2]], [*warm[0], *warm[1], *warm[2]]):
+        assert torch.equal(a, b)
+    ref = _eager(x)
+    for a, b in zip([*warm[0], *warm[1], *warm[2]], [*ref[0], *ref[1], *ref[2]]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_decomposition_table_is_not_built_on_a_hit(tmp_path, traces, monkeypatch):
+    x = torch.randn(8, 16)
+    _steps(_model(), x, tmp_path)
+    from ember.frontend import backend
+    built = []
+    real = backend.decomposition_table
+    monkeypatch.setattr(backend, "decomposition_table",
+                        lambda *a, **k: built.append(1) or real(*a, **k))
+    _steps(_model(), x, tmp_path)
+    assert len(traces) == 1 and built == []
+
+
+@pytest.mark.parametrize("change", [{"recompute": False}, {"exact_low_precision": False},
+                                    {"other_dir": True}])
+def test_what_changes_embers_compile_changes_the_key(tmp_path, traces, change):
+    """ember's options and the cache's place are part of the key: another value traces again
+    (and keeps its own entry)."""
+    x = torch.randn(8, 16)
+    _steps(_model(), x, tmp_path, steps=1)
+    if change.get("other_dir"):
+        _steps(_model(), x, tmp_path / "other", steps=1)
+    else:
+        _steps(_model(), x, tmp_path, steps=1, **change)
+    assert len(traces) == 2 and counters["aot_autograd"]["autograd_cache_hit"] == 0
+    assert counters["aot_autograd"]["autograd_cache_saved"] == 2
+
+
+def test_without_program_cache_or_with_a_debug_dump_no_entry(tmp_path, traces):
+    x = torch.randn(8, 16)
+    for options in ({"program_cache": False}, {"debug_dir": str(tmp_path / "dump")}):
+        for _ in range(2):
+            _steps(_model(), x, tmp_path, steps=1, **options)
+    assert len(traces) == 4
+    assert not any(k.startswith("autograd_cache") for k in counters["aot_autograd"]), \
+        dict(counters["aot_autograd"])
+
+
+def _unlowered_only(x):
+    return unlowered(unlowered(x)).sum()
+
+
+@pytest.mark.filterwarnings("ignore:ember. ")
+def test_graph_running_in_eager_torch_is_not_kept(tmp_path, traces):
+    """A training graph none of whose ops compiles runs as Dynamo's graph; no entry is kept for
+    it (its compiled form is not what runs), so the next compile traces it again."""
+    x = torch.randn(4, 8, requires_grad=True)
+    for _ in range(2):
+        torch._dynamo.reset()
+        f = torch.compile(_unlowered_only, backend="ember",
+                          options={"target": "cpu", "cache_dir": str(tmp_path),
+                                   "program_cache": True})
+        f(x).backward()
+        x.grad = None
+    assert counters["aot_autograd"]["autograd_cache_saved"] == 0
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 0
+
+
+def test_retain_graph_at_the_first_backward(tmp_path, traces):
+    """A backward first run with retain_graph=True is compiled without donated inputs, and kept
+    so: the warm start's two backwards over one graph give twice the gradients."""
+    x = torch.randn(8, 16)
+    ref = _eager(x, steps=1)[1]
+    for _ in range(2):
+        torch._dynamo.reset()
+        model = _model()
+        f = torch.compile(model, backend="ember", options={
+            "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
+        loss = f(x)
+        loss.backward(retain_graph=True)
+        loss.backward()
+        for p, g in zip(model.parameters(), ref):
+            torch.testing.assert_close(p.grad, 2 * g, rtol=1e-4, atol=1e-5)
+    assert len(traces) == 1 and counters["aot_autograd"]["autograd_cache_hit"] == 1
+
+
+def test_lazy_table_builds_at_its_first_read():
+    built = []
+    table = training_cache.LazyTable(lambda: built.append(1) or {"a": 1})
+    assert built == []
+    assert dict(table) == {"a": 1} and "a" in table and len(table) == 1 and table["a"] == 1
+    assert built == [1]
+
+
+def test_new_process_skips_the_trace(tmp_path):
+    """A real warm start: a new process on the same caches traces nothing in AOTAutograd and
+    gives the same loss, gradients and statistics as the process that filled them."""
+    script = textwrap.dedent("""
+        import torch, ember
+        import torch._functorch.aot_autograd as aot
+        from torch._dynamo.utils import counters
+        calls = []
+        real = aot.aot_stage1_graph_capture
+        aot.aot_stage1_graph_capture = lambda *a, **k: calls.append(1) or real(*a, **k)
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.BatchNorm1d(32),
+                                torch.nn.GELU(), torch.nn.Linear(32, 4))
+        x = torch.randn(8, 16)
+        f = torch.compile(m, backend="ember")
+        for _ in range(2):
+            m.zero_grad(set_to_none=True)
+            loss = f(x).square().mean()
+            loss.backward()
+        r = [(r["status"], r["program_cache"]) for r in ember.last_reports()]
+        sums = [loss.item()] + [p.grad.double().sum().item() for p in m.parameters()] + \\
+            [b.double().sum().item() for b in m.buffers()]
+        print(len(calls), counters["aot_autograd"]["autograd_cache_hit"], r)
+        print(sums)
+    """)
+    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path), "EMBER_PROGRAM_CACHE": "1",
+           "EMBER_TARGET": "cpu", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=300, check=True).stdout.split("\n")[-3:-1]
+            for _ in range(2)]
+    (cold, cold_sums), (warm, warm_sums) = runs
+    assert cold.startswith("1 0 ") and warm.startswith("0 1 "), runs
+    assert warm.endswith("[('compiled', 'hit'), ('compiled', 'hit')]"), warm
+    assert cold_sums == warm_sums
