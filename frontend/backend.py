@@ -738,8 +738,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                     return _calling_state(state)
         # a training graph's warm start skips AOTAutograd's trace through its own cache
         # (training_cache): the table is built only where a trace needs it
-        cache_training = opts.program_cache and opts.debug_dir is None and not flat_inputs \
-            and training_cache.available() and training_cache.needs_grad(gm, example_inputs)
+        cache_training = not flat_inputs and training_cache.applies(opts, gm, example_inputs)
         decomps = training_cache.LazyTable(table) if cache_training else table()
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward

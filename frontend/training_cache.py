@@ -31,7 +31,12 @@ Invariants:
   compiler turns the bundled form on for the save AOTAutograd makes right after it
   (`bundle_for_the_save`), and the backward's first call, the next thing AOTAutograd does,
   turns it back (as does the next compile, whatever happens between).
-- Where this torch lacks a piece of the bundled cache (`available`), nothing changes.
+- Where this torch lacks a piece of the bundled cache (`available`), or AOTAutograd's cache is
+  strict (a declined entry would raise), nothing changes.
+- As with Inductor's entries, a backward is kept as the process that filled the cache compiled
+  it: with donated saved activations unless that process's first backward kept its graph
+  (`retain_graph=True`). A later process whose backward keeps the graph then meets torch's own
+  donated-buffer check, as it does within one process after a plain first backward.
 """
 from __future__ import annotations
 
@@ -73,6 +78,17 @@ def available() -> bool:
                 and hasattr(torch.compiler.config, "cache_key_tag"))
     except Exception:   # noqa: BLE001 -- another torch: no cache
         return False
+
+
+def applies(options, gm: fx.GraphModule, example_inputs) -> bool:
+    """Whether the backend takes this graph's forward and backward through the cache: the
+    program cache on, no debug dump (it wants AOTAutograd's graphs as traced), a torch that has
+    the cache (`available`), not in AOTAutograd's strict mode (where an entry declined raises),
+    and a training graph (`needs_grad`)."""
+    import torch._functorch.config as functorch_config
+    return bool(options.program_cache and options.debug_dir is None and available()
+                and not getattr(functorch_config, "strict_autograd_cache", False)
+                and needs_grad(gm, example_inputs))
 
 
 def needs_grad(gm: fx.GraphModule, example_inputs) -> bool:

@@ -226,3 +226,16 @@ def test_new_process_skips_the_trace(tmp_path):
     assert cold.startswith("1 0 ") and warm.startswith("0 1 "), runs
     assert warm.endswith("[('compiled', 'hit'), ('compiled', 'hit')]"), warm
     assert cold_sums == warm_sums
+
+
+def test_strict_mode_keeps_no_entry(tmp_path, traces, monkeypatch):
+    """In AOTAutograd's strict cache mode a declined entry raises: the backend then keeps
+    nothing and traces as without the cache (the user's step still runs)."""
+    monkeypatch.setattr(functorch_config, "strict_autograd_cache", True)
+    x = torch.randn(8, 16)
+    for _ in range(2):
+        losses, grads, _ = _steps(_model(), x, tmp_path, steps=1)
+    assert len(traces) == 2 and not any(k.startswith("autograd_cache")
+                                        for k in counters["aot_autograd"])
+    ref = _eager(x, steps=1)
+    torch.testing.assert_close(losses[0], ref[0][0], rtol=1e-4, atol=1e-5)
