@@ -84,10 +84,13 @@ def applies(options, gm: fx.GraphModule, example_inputs) -> bool:
     """Whether the backend takes this graph's forward and backward through the cache: the
     program cache on, no debug dump (it wants AOTAutograd's graphs as traced), a torch that has
     the cache (`available`), not in AOTAutograd's strict mode (where an entry declined raises),
-    and a training graph (`needs_grad`)."""
+    not under Dynamo's caching precompile (which would record the entries as its own backend
+    artifacts and load them outside ember's backend, where `post_compile` cannot make ember's
+    graphs: the next process's torch.compile raised), and a training graph (`needs_grad`)."""
     import torch._functorch.config as functorch_config
     return bool(options.program_cache and options.debug_dir is None and available()
                 and not getattr(functorch_config, "strict_autograd_cache", False)
+                and not getattr(torch._dynamo.config, "caching_precompile", False)
                 and needs_grad(gm, example_inputs))
 
 

@@ -239,3 +239,33 @@ def test_strict_mode_keeps_no_entry(tmp_path, traces, monkeypatch):
                                         for k in counters["aot_autograd"])
     ref = _eager(x, steps=1)
     torch.testing.assert_close(losses[0], ref[0][0], rtol=1e-4, atol=1e-5)
+
+
+def test_dynamo_caching_precompile_declines_the_cache(tmp_path):
+    """Under Dynamo's caching precompile, AOTAutograd's entries would become Dynamo's backend
+    artifacts, loaded outside ember's backend at the next torch.compile (which then raised):
+    the cache declines, and the next process runs and trains as the first did."""
+    script = textwrap.dedent("""
+        import sys
+        import torch
+        torch._dynamo.config.caching_precompile = True
+        import ember
+        from torch._dynamo.utils import counters
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+        x = torch.randn(8, 16)
+        f = torch.compile(m, backend="ember")
+        loss = f(x).square().mean()
+        loss.backward()
+        torch.compiler.save_cache_artifacts()
+        print(counters["aot_autograd"]["autograd_cache_saved"],
+              [r["status"] for r in ember.last_reports()])
+        print([loss.item(), m[0].weight.grad.double().sum().item()])
+    """)
+    env = {**os.environ, "EMBER_CACHE_DIR": str(tmp_path), "EMBER_PROGRAM_CACHE": "1",
+           "EMBER_TARGET": "cpu", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, timeout=300, check=True).stdout.split("\n")[-3:-1]
+            for _ in range(2)]
+    assert runs[0][0] == runs[1][0] == "0 ['compiled', 'compiled']", runs
+    assert runs[0][1] == runs[1][1]
