@@ -691,13 +691,15 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             if result is None:
                 result = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             result.ember_graph = graph       # reports: result.ember_graph.reports
-            if not (cache_training and live and kind in ("forward", "backward")):
+            if not (cache_training and live):
                 return result
+            # (an inference graph here: inputs that need gradients, no output that does; an
+            # OutputCode that declines its entry, which AOTAutograd's bundled form needs)
             code = training_cache.output_code_class()(
                 kind=kind, graph=kept, facts=training_cache.facts_of(inputs, **facts),
                 keep=kept is not None and wrap is None and "known_eager" not in state)
             code.fn, code.ember_graph = result, graph
-            if kind == "backward":
+            if kind == "backward" and code.keep:
                 training_cache.bundle_for_the_save()
             return code
         return compile_graph

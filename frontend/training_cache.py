@@ -29,8 +29,15 @@ Invariants:
   AOTAutograd reports at info level only).
 - The backward is compiled lazily, at the first backward, outside the backend's call: its
   compiler turns the bundled form on for the save AOTAutograd makes right after it
-  (`bundle_for_the_save`), and the backward's first call, the next thing AOTAutograd does,
-  turns it back (as does the next compile, whatever happens between).
+  (`bundle_for_the_save`, only for an entry that may be saved), and the backward's first
+  call, the next thing AOTAutograd does, turns it back (as does the next compile, whatever
+  happens between). A backward compiled inside the backend's call (symbolic sizes,
+  `force_non_lazy_backward_lowering`) is saved inside it too: the flag is turned back when
+  the call ends, whether or not that backward ever runs.
+- An inference graph AOTAutograd makes inside the scope (inputs that need gradients, no
+  output that does) is an EmberOutputCode that declines its entry: with the bundled form on
+  by the user AOTAutograd would otherwise try to bundle a plain function and fail the
+  compile.
 - Where this torch lacks a piece of the bundled cache (`available`), or AOTAutograd's cache is
   strict (a declined entry would raise), nothing changes.
 - As with Inductor's entries, a backward is kept as the process that filled the cache compiled
@@ -122,6 +129,9 @@ def scope(options, target: str, make_graph):
             yield
     finally:
         _LOADING.reset(token)
+        # a backward compiled inside the call (symbolic sizes, AOTAutograd's
+        # force_non_lazy_backward_lowering) has been saved by now, and may never run
+        _restore_bundled()
 
 
 def serializable(compiler):

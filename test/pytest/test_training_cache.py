@@ -269,3 +269,47 @@ def test_dynamo_caching_precompile_declines_the_cache(tmp_path):
             for _ in range(2)]
     assert runs[0][0] == runs[1][0] == "0 ['compiled', 'compiled']", runs
     assert runs[0][1] == runs[1][1]
+@pytest.mark.parametrize("how", ["dynamic", "backward_in_the_call"])
+def test_bundled_flag_is_turned_back_when_the_backward_never_runs(tmp_path, traces, monkeypatch,
+                                                                   how):
+    """A backward compiled inside the backend's call (symbolic sizes; AOTAutograd's
+    `force_non_lazy_backward_lowering`) whose graph never runs backward leaves AOTAutograd's
+    bundled flag as it found it: the process's later compiles (Inductor's too) and the user's
+    own setting of the flag do not see ember's."""
+    if how == "backward_in_the_call":
+        monkeypatch.setattr(functorch_config, "force_non_lazy_backward_lowering", True)
+    model, x = _model(), torch.randn(8, 16)
+    f = torch.compile(model, backend="ember", dynamic=how == "dynamic", options={
+        "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
+    loss = f(x)     # no backward
+    assert functorch_config.bundled_autograd_cache is False
+    torch.testing.assert_close(loss, _model()(x), rtol=1e-4, atol=1e-5)
+    if how == "backward_in_the_call":
+        assert counters["aot_autograd"]["autograd_cache_saved"] == 1
+        losses, grads, _ = _steps(_model(), x, tmp_path, steps=1)
+        assert len(traces) == 1 and counters["aot_autograd"]["autograd_cache_hit"] == 1
+        ref = _eager(x, steps=1)
+        for a, b in zip([*losses, *grads], [*ref[0], *ref[1]]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def _no_grad_outputs(a):
+    return (a * 2).detach().sum(), a.argmax()
+
+
+def test_inference_graph_of_a_training_frame_with_bundled_entries_on(tmp_path, traces,
+                                                                      monkeypatch):
+    """With AOTAutograd's bundled entries on by the user, a graph whose inputs need gradients
+    but none of whose outputs do (AOTAutograd compiles it as an inference graph, inside ember's
+    training-cache scope) still compiles: its entry is declined, not an error that sends the
+    graph to eager torch."""
+    monkeypatch.setattr(functorch_config, "bundled_autograd_cache", True)
+    clear_reports()
+    a = torch.randn(4, 5, requires_grad=True)
+    f = torch.compile(_no_grad_outputs, backend="ember", options={
+        "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
+    out = f(a)
+    for o, r in zip(out, _no_grad_outputs(a)):
+        torch.testing.assert_close(o, r)
+    reports = ember.last_reports()
+    assert reports and all(r["status"] == "compiled" for r in reports), reports
