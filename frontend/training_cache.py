@@ -38,6 +38,9 @@ Invariants:
   output that does) is an EmberOutputCode that declines its entry: with the bundled form on
   by the user AOTAutograd would otherwise try to bundle a plain function and fail the
   compile.
+- A damaged entry is a miss: a file that does not unpickle is traced again (torch's warning
+  about it logged at info level inside `scope`); one whose graph does not make ember's again
+  fails the load, which AOTAutograd takes as a bypass (traced, at info level).
 - Where this torch lacks a piece of the bundled cache (`available`), or AOTAutograd's cache is
   strict (a declined entry would raise), nothing changes.
 - As with Inductor's entries, a backward is kept as the process that filled the cache compiled
@@ -51,6 +54,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -117,17 +121,38 @@ def _tag(options, target: str) -> str:
                                            str(target))
 
 
+class _UnreadableEntryAtInfo(logging.Filter):
+    """torch's cache logs an entry file it cannot unpickle (a truncated write, another
+    program's bytes) as a warning with its traceback, then goes on as on a miss; for ember's
+    entries that is a miss like any other: logged at info level, where that is on."""
+
+    MESSAGE = "fx graph cache unable to load compiled graph"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING or record.msg != self.MESSAGE:
+            return True
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+
+
+_UNREADABLE_AT_INFO = _UnreadableEntryAtInfo()
+
+
 @contextlib.contextmanager
 def scope(options, target: str, make_graph):
     """Around the backend's AOTAutograd call: ember's part of the key, and how a hit makes its
-    graphs (`make_graph(fx_gm, inputs, kind, facts)` -> the boxed callable)."""
+    graphs (`make_graph(fx_gm, inputs, kind, facts)` -> the boxed callable); an unreadable
+    entry file is logged at info level (`_UnreadableEntryAtInfo`)."""
     _restore_bundled()
     tag = torch.compiler.config.cache_key_tag
     token = _LOADING.set({"make_graph": make_graph})
+    cache_log = logging.getLogger("torch._inductor.codecache")
+    cache_log.addFilter(_UNREADABLE_AT_INFO)
     try:
         with torch.compiler.config.patch(cache_key_tag=f"{tag}|{_tag(options, target)}"):
             yield
     finally:
+        cache_log.removeFilter(_UNREADABLE_AT_INFO)
         _LOADING.reset(token)
         # a backward compiled inside the call (symbolic sizes, AOTAutograd's
         # force_non_lazy_backward_lowering) has been saved by now, and may never run

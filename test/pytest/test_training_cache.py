@@ -313,3 +313,37 @@ def test_inference_graph_of_a_training_frame_with_bundled_entries_on(tmp_path, t
         torch.testing.assert_close(o, r)
     reports = ember.last_reports()
     assert reports and all(r["status"] == "compiled" for r in reports), reports
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_a_pickle"])
+def test_damaged_entry_traces_again_quietly(tmp_path, traces, damage):
+    """An entry file that does not unpickle (a truncated write, another program's bytes) is a
+    miss: the graph is traced and compiled again, with eager's results, and nothing is logged
+    above info level (torch's cache logs such a file as a warning with its traceback)."""
+    import logging
+    x = torch.randn(8, 16)
+    _steps(_model(), x, tmp_path, steps=1)
+    entries = list((tmp_path / "inductor" / "aotautograd").glob("*/*"))
+    assert len(entries) == 1
+    data = entries[0].read_bytes()
+    entries[0].write_bytes(data[:len(data) // 2] if damage == "truncated" else b"ember" * 9)
+    logged = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            logged.append(record)
+    keep = Keep(logging.WARNING)
+    loggers = [logging.getLogger(name) for name in (
+        "torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")]
+    for logger in loggers:
+        logger.addHandler(keep)
+    try:
+        losses, grads, buffers = _steps(_model(), x, tmp_path, steps=1)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(keep)
+    assert not logged, [r.getMessage() for r in logged]
+    assert len(traces) == 2 and counters["aot_autograd"]["autograd_cache_hit"] == 0
+    ref = _eager(x, steps=1)
+    for a, b in zip([*losses, *grads, *buffers], [*ref[0], *ref[1], *ref[2]]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
