@@ -18,9 +18,12 @@ Invariants:
 - A hit gives the forward and backward a miss gives. AOTAutograd's key covers Dynamo's graph,
   the example inputs, the global and config state it reads, the system (GPU, versions); ember
   adds its own part through torch's `cache_key_tag` (`scope`): ember's code and options, the
-  target, the cache's place and this module's FORMAT. Graphs AOTAutograd's cache declines
-  (unsafe nodes, higher-order ops, Inductor's FX cache off, `force_disable_caches`) bypass it
-  and trace as before.
+  target, the cache's place, this module's FORMAT and the global flags the trace reads that
+  AOTAutograd's key leaves out (SDPA's backend flags among them: `_tag`). Graphs AOTAutograd's
+  cache declines (unsafe nodes, higher-order ops, Inductor's FX cache off,
+  `force_disable_caches`) bypass it and trace as before. Every AOTAutograd call of ember's
+  backend carries ember's part (`key_tag`): with AOTAutograd's `force_autograd_cache` on, a
+  graph ember does not keep could otherwise find an entry Inductor kept for it.
 - Only training graphs (`needs_grad`): inference graphs have their own cache
   (inference_cache), which skips AOTAutograd altogether.
 - Never an entry ember's compiler could not make again from what it holds: a graph with
@@ -116,9 +119,13 @@ def needs_grad(gm: fx.GraphModule, example_inputs) -> bool:
 
 
 def _tag(options, target: str) -> str:
+    """ember's part of the key: its code and options, the target, and the global flags
+    AOTAutograd's trace reads that its own key leaves out (SDPA's backend choice and math-path
+    reduction, mkldnn, opt_einsum, cuDNN's: inference_cache's list)."""
     from ..runtime.cache import compute_key
+    from .inference_cache import _global_state
     return "ember-training:" + compute_key(code_identity(), f"format-{FORMAT}", repr(options),
-                                           str(target))
+                                           str(target), *_global_state())
 
 
 class _UnreadableEntryAtInfo(logging.Filter):
@@ -139,17 +146,25 @@ _UNREADABLE_AT_INFO = _UnreadableEntryAtInfo()
 
 
 @contextlib.contextmanager
+def key_tag(options, target: str):
+    """ember's part of AOTAutograd's cache key (torch's `cache_key_tag`) around one of the
+    backend's AOTAutograd calls."""
+    tag = torch.compiler.config.cache_key_tag
+    with torch.compiler.config.patch(cache_key_tag=f"{tag}|{_tag(options, target)}"):
+        yield
+
+
+@contextlib.contextmanager
 def scope(options, target: str, make_graph):
     """Around the backend's AOTAutograd call: ember's part of the key, and how a hit makes its
     graphs (`make_graph(fx_gm, inputs, kind, facts)` -> the boxed callable); an unreadable
     entry file is logged at info level (`_UnreadableEntryAtInfo`)."""
     _restore_bundled()
-    tag = torch.compiler.config.cache_key_tag
     token = _LOADING.set({"make_graph": make_graph})
     cache_log = logging.getLogger("torch._inductor.codecache")
     cache_log.addFilter(_UNREADABLE_AT_INFO)
     try:
-        with torch.compiler.config.patch(cache_key_tag=f"{tag}|{_tag(options, target)}"):
+        with key_tag(options, target):
             yield
     finally:
         cache_log.removeFilter(_UNREADABLE_AT_INFO)

@@ -366,3 +366,54 @@ def test_first_backward_keeping_the_graph_after_a_plain_one_filled_the_cache(tmp
     loss.backward()
     for p, g in zip(model.parameters(), _eager(x, steps=1)[1]):
         torch.testing.assert_close(p.grad, 2 * g, rtol=1e-4, atol=1e-5)
+
+
+def _attention_loss(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v).square().sum()
+
+
+def test_global_flags_the_trace_reads_are_in_the_key(tmp_path, traces):
+    """AOTAutograd's trace reads global flags its own key leaves out (those inference_cache keys
+    on): SDPA's backend choice among them. With flash attention turned off, the next compile
+    traces SDPA's math path, as a cold compile does, rather than taking the entry with the
+    flash kernel (`_scaled_dot_product_flash_attention_for_cpu`)."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 8, 16, requires_grad=True) for _ in range(3))
+
+    def run():
+        torch._dynamo.reset()
+        f = torch.compile(_attention_loss, backend="ember", options={
+            "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
+        f(q, k, v).backward()
+        grads = [t.grad for t in (q, k, v)]
+        for t in (q, k, v):
+            t.grad = None
+        return grads
+    run()
+    torch.backends.cuda.enable_flash_sdp(False)
+    try:
+        grads = run()
+        ref = torch.autograd.grad(_attention_loss(q, k, v), (q, k, v))
+    finally:
+        torch.backends.cuda.enable_flash_sdp(True)
+    assert len(traces) == 2 and counters["aot_autograd"]["autograd_cache_hit"] == 0
+    for a, b in zip(grads, ref):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_forced_autograd_cache_never_takes_inductors_entry(tmp_path, traces, monkeypatch):
+    """With AOTAutograd's `force_autograd_cache` on, a graph ember does not keep (the program
+    cache off) is looked up too: under ember's part of the key, never Inductor's entry for the
+    same graph, and ember compiles it."""
+    monkeypatch.setattr(functorch_config, "force_autograd_cache", True)
+    x = torch.randn(8, 16)
+    torch._dynamo.reset()
+    model = _model()
+    torch.compile(model, backend="inductor")(x).backward()     # Inductor's entry for the graph
+    assert counters["aot_autograd"]["autograd_cache_saved"] == 1
+    losses, grads, _ = _steps(_model(), x, tmp_path, steps=1, program_cache=False)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 0
+    reports = ember.last_reports()
+    assert len(reports) == 2 and all(r["status"] == "compiled" for r in reports), reports
+    ref = _eager(x, steps=1)
+    torch.testing.assert_close(losses[0], ref[0][0], rtol=1e-4, atol=1e-5)
