@@ -21,9 +21,7 @@ Invariants:
   target, the cache's place, this module's FORMAT and the global flags the trace reads that
   AOTAutograd's key leaves out (SDPA's backend flags among them: `_tag`). Graphs AOTAutograd's
   cache declines (unsafe nodes, higher-order ops, Inductor's FX cache off,
-  `force_disable_caches`) bypass it and trace as before. Every AOTAutograd call of ember's
-  backend carries ember's part (`key_tag`): with AOTAutograd's `force_autograd_cache` on, a
-  graph ember does not keep could otherwise find an entry Inductor kept for it.
+  `force_disable_caches`) bypass it and trace as before.
 - Only training graphs (`needs_grad`): inference graphs have their own cache
   (inference_cache), which skips AOTAutograd altogether.
 - Never an entry ember's compiler could not make again from what it holds: a graph with

@@ -400,20 +400,3 @@ def test_global_flags_the_trace_reads_are_in_the_key(tmp_path, traces):
     for a, b in zip(grads, ref):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
-
-def test_forced_autograd_cache_never_takes_inductors_entry(tmp_path, traces, monkeypatch):
-    """With AOTAutograd's `force_autograd_cache` on, a graph ember does not keep (the program
-    cache off) is looked up too: under ember's part of the key, never Inductor's entry for the
-    same graph, and ember compiles it."""
-    monkeypatch.setattr(functorch_config, "force_autograd_cache", True)
-    x = torch.randn(8, 16)
-    torch._dynamo.reset()
-    model = _model()
-    torch.compile(model, backend="inductor")(x).backward()     # Inductor's entry for the graph
-    assert counters["aot_autograd"]["autograd_cache_saved"] == 1
-    losses, grads, _ = _steps(_model(), x, tmp_path, steps=1, program_cache=False)
-    assert counters["aot_autograd"]["autograd_cache_hit"] == 0
-    reports = ember.last_reports()
-    assert len(reports) == 2 and all(r["status"] == "compiled" for r in reports), reports
-    ref = _eager(x, steps=1)
-    torch.testing.assert_close(losses[0], ref[0][0], rtol=1e-4, atol=1e-5)
