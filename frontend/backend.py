@@ -293,6 +293,29 @@ def _convolution_weight_casts(casts) -> set:
             if any(u.target is conv and len(u.args) > 1 and u.args[1] is c for u in c.users)}
 
 
+def _reading_mutated_inputs(graph) -> list:
+    """The forward's nodes that read an input the forward mutates (a buffer's `add_`: the
+    joint graph's `copy_` into its placeholder at the end), through views. The backward must
+    not recompute them: by then the input holds its new value (torch's own partitioner
+    recomputed `cnt + 1` from a buffer `cnt` the forward had already set to that value: the
+    gradients were 1.5x eager's, Inductor's and aot_eager's alike). Saved instead."""
+    copy_ = torch.ops.aten.copy_.default
+    mutated = {n.args[0] for n in graph.nodes
+               if n.op == "call_function" and n.target is copy_ and n.args
+               and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+    out, todo, seen = [], [u for p in mutated for u in p.users], set()
+    while todo:
+        node = todo.pop()
+        if node in seen or node.op != "call_function" or node.target is copy_:
+            continue
+        seen.add(node)
+        out.append(node)
+        schema = getattr(node.target, "_schema", None)
+        if schema is not None and schema.returns and schema.returns[0].alias_info is not None:
+            todo.extend(node.users)     # a view of the input: its readers read the input too
+    return out
+
+
 def _partition_recomputing_casts(joint_module, joint_inputs, *, recompute_saved=False,
                                   **kwargs):
     """AOTAutograd's min-cut partitioner (Inductor's), with each dtype cast of a forward
@@ -304,7 +327,8 @@ def _partition_recomputing_casts(joint_module, joint_inputs, *, recompute_saved=
     the partitioner chooses, at no cost in peak memory (the MLP block: one launch fewer); and
     the casts a convolution reads (`_convolution_weight_casts`), saved too. With
     `recompute_saved`, saved pointwise functions of saved values are recomputed as well
-    (frontend/recompute_saved.py)."""
+    (frontend/recompute_saved.py). Never recomputed: what the forward computes from an input it
+    mutates (`_reading_mutated_inputs`)."""
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
     casts = [node for node in joint_module.graph.nodes
@@ -317,6 +341,8 @@ def _partition_recomputing_casts(joint_module, joint_inputs, *, recompute_saved=
     for node in casts:
         if node not in saved:
             node.meta["recompute"] = CheckpointPolicy.PREFER_RECOMPUTE
+    for node in _reading_mutated_inputs(joint_module.graph):
+        node.meta["recompute"] = CheckpointPolicy.MUST_SAVE
     if not recompute_saved:
         return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
     return partition_recomputing_saved(min_cut_rematerialization_partition, joint_module,
