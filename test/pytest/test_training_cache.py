@@ -3,6 +3,7 @@ its forward and backward from AOTAutograd's cache, without the joint trace or th
 and still runs ember's compiled programs with eager's values, gradients and in-place buffer
 updates; what changes ember's compile changes the key; graphs the cache cannot make again are
 traced as without it."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -20,6 +21,15 @@ from ember.frontend import training_cache
 
 pytestmark = pytest.mark.skipif(not training_cache.available(),
                                 reason="this torch has no bundled AOTAutograd cache")
+
+
+@pytest.fixture
+def functorch_patch():
+    """AOTAutograd's config patched for one test, as torch patches it (`config.patch`): pytest's
+    monkeypatch (9.2) restores a module attribute from the module's `__dict__`, where torch's
+    config entries do not live, and so deleted the entry for every later test."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(functorch_config.patch(**changes))
 
 
 @pytest.fixture
@@ -228,10 +238,10 @@ def test_new_process_skips_the_trace(tmp_path):
     assert cold_sums == warm_sums
 
 
-def test_strict_mode_keeps_no_entry(tmp_path, traces, monkeypatch):
+def test_strict_mode_keeps_no_entry(tmp_path, traces, functorch_patch):
     """In AOTAutograd's strict cache mode a declined entry raises: the backend then keeps
     nothing and traces as without the cache (the user's step still runs)."""
-    monkeypatch.setattr(functorch_config, "strict_autograd_cache", True)
+    functorch_patch(strict_autograd_cache=True)
     x = torch.randn(8, 16)
     for _ in range(2):
         losses, grads, _ = _steps(_model(), x, tmp_path, steps=1)
@@ -269,15 +279,17 @@ def test_dynamo_caching_precompile_declines_the_cache(tmp_path):
             for _ in range(2)]
     assert runs[0][0] == runs[1][0] == "0 ['compiled', 'compiled']", runs
     assert runs[0][1] == runs[1][1]
+
+
 @pytest.mark.parametrize("how", ["dynamic", "backward_in_the_call"])
-def test_bundled_flag_is_turned_back_when_the_backward_never_runs(tmp_path, traces, monkeypatch,
-                                                                   how):
+def test_bundled_flag_is_turned_back_when_the_backward_never_runs(tmp_path, traces,
+                                                                   functorch_patch, how):
     """A backward compiled inside the backend's call (symbolic sizes; AOTAutograd's
     `force_non_lazy_backward_lowering`) whose graph never runs backward leaves AOTAutograd's
     bundled flag as it found it: the process's later compiles (Inductor's too) and the user's
     own setting of the flag do not see ember's."""
     if how == "backward_in_the_call":
-        monkeypatch.setattr(functorch_config, "force_non_lazy_backward_lowering", True)
+        functorch_patch(force_non_lazy_backward_lowering=True)
     model, x = _model(), torch.randn(8, 16)
     f = torch.compile(model, backend="ember", dynamic=how == "dynamic", options={
         "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
@@ -298,12 +310,12 @@ def _no_grad_outputs(a):
 
 
 def test_inference_graph_of_a_training_frame_with_bundled_entries_on(tmp_path, traces,
-                                                                      monkeypatch):
+                                                                      functorch_patch):
     """With AOTAutograd's bundled entries on by the user, a graph whose inputs need gradients
     but none of whose outputs do (AOTAutograd compiles it as an inference graph, inside ember's
     training-cache scope) still compiles: its entry is declined, not an error that sends the
     graph to eager torch."""
-    monkeypatch.setattr(functorch_config, "bundled_autograd_cache", True)
+    functorch_patch(bundled_autograd_cache=True)
     clear_reports()
     a = torch.randn(4, 5, requires_grad=True)
     f = torch.compile(_no_grad_outputs, backend="ember", options={
