@@ -189,10 +189,25 @@ def _symbolic(value) -> bool:
     return False
 
 
-def _options():
-    from torch.fx._graph_pickler import Options
-    return Options(ops_filter=lambda name: name.startswith(("torch.ops.aten.",
-                                                            "torch.ops.prims.")))
+def dumps_graph(gm: fx.GraphModule) -> bytes:
+    """`gm` pickled as Inductor's caches pickle a graph (torch.fx._graph_pickler: node names and
+    metadata, fake values described; aten and prims ops by name). Raises where it does not
+    pickle."""
+    from torch.fx._graph_pickler import GraphPickler, Options
+    return GraphPickler.dumps(gm, Options(ops_filter=lambda name: name.startswith(
+        ("torch.ops.aten.", "torch.ops.prims."))))
+
+
+def loads_graph(data: bytes, mode) -> fx.GraphModule:
+    """A graph `dumps_graph` pickled, its fake values made in fake tensor mode `mode`, with its
+    `forward` (the pickler restores the graph, not the method: what runs where the graph falls
+    back to eager torch). Raises where the bytes are not such a graph."""
+    from torch.fx._graph_pickler import GraphPickler
+    gm = GraphPickler.loads(data, mode)
+    if not isinstance(gm, fx.GraphModule):
+        raise TypeError(f"not a graph: {type(gm).__name__}")
+    gm.recompile()
+    return gm
 
 
 def store(cache, key: str, traced: fx.GraphModule) -> None:
@@ -201,8 +216,7 @@ def store(cache, key: str, traced: fx.GraphModule) -> None:
     metadata, fake values described). A graph that cannot be pickled or a cache that cannot
     be written only means no entry."""
     try:
-        from torch.fx._graph_pickler import GraphPickler
-        data = GraphPickler.dumps(traced, _options())
+        data = dumps_graph(traced)
         # one writer per key: the same graph pickles to other bytes in another process, and two
         # cold processes writing at once could pair one's entry with the other's manifest
         with cache.lock(KIND, key):
@@ -220,14 +234,7 @@ def load(cache, key: str, example_inputs) -> fx.GraphModule | None:
         return None
     try:
         from torch._guards import detect_fake_mode
-        from torch.fx._graph_pickler import GraphPickler
         mode = detect_fake_mode(example_inputs)
-        if mode is None:
-            return None
-        gm = GraphPickler.loads(data, mode)
-        if not isinstance(gm, fx.GraphModule):
-            return None
-        gm.recompile()      # its `forward` (the pickler restores the graph, not the method):
-        return gm           # what runs where the graph falls back to eager torch
+        return None if mode is None else loads_graph(data, mode)
     except Exception:   # noqa: BLE001 -- a damaged or foreign entry: AOTAutograd traces
         return None

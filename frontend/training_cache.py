@@ -195,40 +195,30 @@ def _restore_bundled() -> None:
         functorch_config.bundled_autograd_cache = _BUNDLED_BEFORE.pop()
 
 
-def _pickle_options():
-    from torch.fx._graph_pickler import Options
-    return Options(ops_filter=lambda name: name.startswith(("torch.ops.aten.",
-                                                            "torch.ops.prims.")))
-
-
 def pickle_graph(fx_gm: fx.GraphModule) -> bytes | None:
     """The graph as ember's compiler was given it, before its build changes anything, or None
     (no entry then) where it does not pickle or has symbolic sizes."""
+    from .inference_cache import _symbolic, dumps_graph
     try:
-        from torch.fx._graph_pickler import GraphPickler
-        from .inference_cache import _symbolic
         if any(_symbolic(n.meta.get("val")) for n in fx_gm.graph.nodes):
             return None     # symbolic sizes: their shape environment is not kept
-        return GraphPickler.dumps(fx_gm, _pickle_options())
+        return dumps_graph(fx_gm)
     except Exception:   # noqa: BLE001 -- no entry
         return None
 
 
-def _unpickle_graph(data: bytes, example_inputs) -> fx.GraphModule:
+def _unpickle_graph(data: bytes, example_inputs) -> tuple[fx.GraphModule, Any]:
+    """The kept graph and the fake tensor mode its values were made in (the example inputs',
+    else the tracing context's)."""
     from torch._guards import TracingContext, detect_fake_mode
-    from torch.fx._graph_pickler import GraphPickler
+    from .inference_cache import loads_graph
     mode = detect_fake_mode(example_inputs)
     if mode is None:
-        ctx = TracingContext.try_get()
-        mode = getattr(ctx, "fake_mode", None)
+        mode = getattr(TracingContext.try_get(), "fake_mode", None)
     if mode is None:
         from torch._subclasses import FakeTensorMode
         mode = FakeTensorMode()
-    gm = GraphPickler.loads(data, mode)
-    if not isinstance(gm, fx.GraphModule):
-        raise TypeError(f"not a graph: {type(gm).__name__}")
-    gm.recompile()
-    return gm, mode
+    return loads_graph(data, mode), mode
 
 
 def _example_inputs(gm: fx.GraphModule, strides: list, mode) -> list:
