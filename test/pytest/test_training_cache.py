@@ -67,13 +67,19 @@ def _model(device="cpu"):
     return _Block().to(device)
 
 
+def _compile(fn, tmp_path, dynamic=None, **options):
+    """A fresh compile of `fn` (Dynamo reset: as a new process) with the program cache under
+    `tmp_path`, on the CPU unless `options` say otherwise."""
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="ember", dynamic=dynamic, options={
+        "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True, **options})
+
+
 def _steps(model, x, tmp_path, target="cpu", steps=2, **options):
     """`steps` training steps of a fresh compile of `model` (Dynamo reset: as a new process);
     the losses and, after the last, the gradients and buffers."""
-    torch._dynamo.reset()
     clear_reports()
-    f = torch.compile(model, backend="ember", options={
-        "target": target, "cache_dir": str(tmp_path), "program_cache": True, **options})
+    f = _compile(model, tmp_path, target=target, **options)
     losses = []
     for _ in range(steps):
         model.zero_grad(set_to_none=True)
@@ -166,31 +172,30 @@ def test_graph_running_in_eager_torch_is_not_kept(tmp_path, traces):
     it (its compiled form is not what runs), so the next compile traces it again."""
     x = torch.randn(4, 8, requires_grad=True)
     for _ in range(2):
-        torch._dynamo.reset()
-        f = torch.compile(_unlowered_only, backend="ember",
-                          options={"target": "cpu", "cache_dir": str(tmp_path),
-                                   "program_cache": True})
+        f = _compile(_unlowered_only, tmp_path)
         f(x).backward()
         x.grad = None
     assert counters["aot_autograd"]["autograd_cache_saved"] == 0
     assert counters["aot_autograd"]["autograd_cache_hit"] == 0
 
 
+def _two_backwards_over_one_graph(x, tmp_path):
+    """A compiled step whose loss goes backward twice (the first keeping the graph): twice
+    eager's gradients."""
+    model = _model()
+    loss = _compile(model, tmp_path)(x)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    for p, g in zip(model.parameters(), _eager(x, steps=1)[1]):
+        torch.testing.assert_close(p.grad, 2 * g, rtol=1e-4, atol=1e-5)
+
+
 def test_retain_graph_at_the_first_backward(tmp_path, traces):
     """A backward first run with retain_graph=True is compiled without donated inputs, and kept
     so: the warm start's two backwards over one graph give twice the gradients."""
     x = torch.randn(8, 16)
-    ref = _eager(x, steps=1)[1]
     for _ in range(2):
-        torch._dynamo.reset()
-        model = _model()
-        f = torch.compile(model, backend="ember", options={
-            "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
-        loss = f(x)
-        loss.backward(retain_graph=True)
-        loss.backward()
-        for p, g in zip(model.parameters(), ref):
-            torch.testing.assert_close(p.grad, 2 * g, rtol=1e-4, atol=1e-5)
+        _two_backwards_over_one_graph(x, tmp_path)
     assert len(traces) == 1 and counters["aot_autograd"]["autograd_cache_hit"] == 1
 
 
@@ -291,8 +296,7 @@ def test_bundled_flag_is_turned_back_when_the_backward_never_runs(tmp_path, trac
     if how == "backward_in_the_call":
         functorch_patch(force_non_lazy_backward_lowering=True)
     model, x = _model(), torch.randn(8, 16)
-    f = torch.compile(model, backend="ember", dynamic=how == "dynamic", options={
-        "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
+    f = _compile(model, tmp_path, dynamic=how == "dynamic")
     loss = f(x)     # no backward
     assert functorch_config.bundled_autograd_cache is False
     torch.testing.assert_close(loss, _model()(x), rtol=1e-4, atol=1e-5)
@@ -318,8 +322,7 @@ def test_inference_graph_of_a_training_frame_with_bundled_entries_on(tmp_path, t
     functorch_patch(bundled_autograd_cache=True)
     clear_reports()
     a = torch.randn(4, 5, requires_grad=True)
-    f = torch.compile(_no_grad_outputs, backend="ember", options={
-        "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
+    f = _compile(_no_grad_outputs, tmp_path)
     out = f(a)
     for o, r in zip(out, _no_grad_outputs(a)):
         torch.testing.assert_close(o, r)
@@ -369,15 +372,7 @@ def test_damaged_entry_traces_again_quietly(tmp_path, traces, damage):
 def test_first_backward_keeping_the_graph_after_a_plain_one_filled_the_cache(tmp_path, traces):
     x = torch.randn(8, 16)
     _steps(_model(), x, tmp_path, steps=1)      # a plain first backward: donated inputs
-    torch._dynamo.reset()
-    model = _model()
-    f = torch.compile(model, backend="ember", options={
-        "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
-    loss = f(x)
-    loss.backward(retain_graph=True)
-    loss.backward()
-    for p, g in zip(model.parameters(), _eager(x, steps=1)[1]):
-        torch.testing.assert_close(p.grad, 2 * g, rtol=1e-4, atol=1e-5)
+    _two_backwards_over_one_graph(x, tmp_path)
 
 
 def _attention_loss(q, k, v):
@@ -393,9 +388,7 @@ def test_global_flags_the_trace_reads_are_in_the_key(tmp_path, traces):
     q, k, v = (torch.randn(1, 2, 8, 16, requires_grad=True) for _ in range(3))
 
     def run():
-        torch._dynamo.reset()
-        f = torch.compile(_attention_loss, backend="ember", options={
-            "target": "cpu", "cache_dir": str(tmp_path), "program_cache": True})
+        f = _compile(_attention_loss, tmp_path)
         f(q, k, v).backward()
         grads = [t.grad for t in (q, k, v)]
         for t in (q, k, v):
