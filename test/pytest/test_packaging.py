@@ -197,10 +197,12 @@ def test_readme_opens_with_the_two_commands_ci_runs():
     main, tests = block
     assert main.startswith("pip install -e .") and main.endswith("python main.py")
     assert "+cpu" not in main + tests and ".ci/" not in main + tests
-    assert "'.[test]'" in tests and "lit -v test/" in tests and "pytest -q test/pytest" in tests
+    assert "'.[test]'" in tests and "lit -v test/" in tests
+    pytest_cmd = tests[tests.index("python -m pytest"):]
+    assert pytest_cmd.endswith(" test/pytest") and " -n auto " in pytest_cmd, pytest_cmd
     ci = (REPO / ".ci/run").read_text()
     assert "-c .ci/constraints.txt -e '.[test]'" in ci and "lit -v test/" in ci
-    assert "pytest -q test/pytest" in ci
+    assert pytest_cmd in ci      # the README's pytest command, with its worker processes
 
 
 def test_repository_cites_only_itself():
