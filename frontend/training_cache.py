@@ -55,6 +55,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import hashlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -221,6 +222,18 @@ def _unpickle_graph(data: bytes, example_inputs) -> tuple[fx.GraphModule, Any]:
     return loads_graph(data, mode), mode
 
 
+def _miss(reason: str) -> Exception:
+    """What a hit whose kept graph ember cannot read back raises: AOTAutograd's cache miss (its
+    FXGraphCacheMiss), so that the graph is traced and compiled again and the entry written
+    anew under the same key. Any other exception would make the load a bypass, which keeps
+    no entry: every later start would read the damaged one and compile again."""
+    try:
+        from torch._functorch._aot_autograd.autograd_cache import FXGraphCacheMiss
+    except ImportError:     # another torch: a bypass, as before
+        return RuntimeError(reason)
+    return FXGraphCacheMiss(reason)
+
+
 def _example_inputs(gm: fx.GraphModule, strides: list, mode) -> list:
     """The example inputs ember's compiler was given, made again from the graph's placeholders
     and the strides they had (AOTAutograd gives a backward its forward's output layouts)."""
@@ -256,16 +269,21 @@ def output_code_class():
         `graph`: the pickled graph ember's compiler was given (None: not kept); `facts`: what
         that compiler read besides the graph (compile_graph's `replay`: the forward's saved
         outputs it may lend, the backward's donated inputs, the example inputs' strides);
-        `keep`: whether the entry may be saved."""
+        `keep`: whether the entry may be saved; `digest`: the graph's sha256, checked when the
+        entry is read back (a damaged graph makes the entry file unreadable, which AOTAutograd
+        skips for the key's next file)."""
         kind: str = "forward"
         graph: bytes | None = None
         facts: dict | None = None
         keep: bool = True
         _boxed_call: bool = True
+        digest: str | None = None
 
         def __post_init__(self):
             self.fn = None
             self.ember_graph = None
+            if self.graph is not None and self.digest is None:
+                self.digest = hashlib.sha256(self.graph).hexdigest()
 
         def __call__(self, inputs):
             if self.kind == "backward" and _BUNDLED_BEFORE:
@@ -279,6 +297,11 @@ def output_code_class():
             return state
 
         def __setstate__(self, state):
+            graph, digest = state.get("graph"), state.get("digest")
+            if graph is not None and digest is not None and \
+                    hashlib.sha256(graph).hexdigest() != digest:
+                raise ValueError(f"ember: the {state.get('kind')} graph of a training-cache "
+                                 "entry is damaged")
             self.__dict__.update(state)
             self.fn = None
             self.ember_graph = None
@@ -296,8 +319,12 @@ def output_code_class():
             loading = _LOADING.get()
             if loading is None or self.graph is None:
                 raise RuntimeError("ember: a training graph loaded outside ember's backend")
-            gm, mode = _unpickle_graph(self.graph, example_inputs)
-            inputs = _example_inputs(gm, self.facts["strides"], mode)
+            try:
+                gm, mode = _unpickle_graph(self.graph, example_inputs)
+                inputs = _example_inputs(gm, self.facts["strides"], mode)
+            except Exception as err:    # noqa: BLE001 -- an entry ember cannot read back
+                raise _miss(f"ember: the {self.kind} graph of the entry does not load: "
+                            f"{type(err).__name__}: {err}") from err
             self.fn = loading["make_graph"](gm, inputs, self.kind, self.facts)
             self.ember_graph = getattr(self.fn, "ember_graph", None)
 

@@ -330,18 +330,40 @@ def test_inference_graph_of_a_training_frame_with_bundled_entries_on(tmp_path, t
     assert reports and all(r["status"] == "compiled" for r in reports), reports
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not_a_pickle"])
+def _damage_kept_graph(entry, kind: str, digest_matches: bool) -> None:
+    """The entry file with its `kind` graph's bytes replaced (the rest of the entry intact);
+    `digest_matches`: its digest made to match, so that only the graph's load fails."""
+    import hashlib
+    import pickle
+    bundled = pickle.loads(entry.read_bytes())
+    compiled = bundled.compiled_fw if kind == "forward" else bundled.compiled_bw
+    code = compiled.result
+    assert isinstance(code, training_cache.output_code_class()) and code.kind == kind
+    code.graph = b"ember" * 9
+    if digest_matches:
+        code.digest = hashlib.sha256(code.graph).hexdigest()
+    entry.write_bytes(pickle.dumps(bundled))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not_a_pickle", "forward_graph",
+                                    "backward_graph", "backward_graph_digest_matches"])
 def test_damaged_entry_traces_again_quietly(tmp_path, traces, damage):
     """An entry file that does not unpickle (a truncated write, another program's bytes) is a
     miss: the graph is traced and compiled again, with eager's results, and nothing is logged
-    above info level (torch's cache logs such a file as a warning with its traceback)."""
+    above info level (torch's cache logs such a file as a warning with its traceback). So is
+    an entry whose kept graph is damaged (its digest no longer matches: the file does not
+    unpickle) or does not load (a miss from post_compile): the entry is written again, and the
+    next start hits it (a bypass would keep no entry, and every start would compile)."""
     import logging
     x = torch.randn(8, 16)
     _steps(_model(), x, tmp_path, steps=1)
     entries = list((tmp_path / "inductor" / "aotautograd").glob("*/*"))
     assert len(entries) == 1
     data = entries[0].read_bytes()
-    entries[0].write_bytes(data[:len(data) // 2] if damage == "truncated" else b"ember" * 9)
+    if damage.endswith(("_graph", "_matches")):
+        _damage_kept_graph(entries[0], damage.split("_")[0], damage.endswith("_matches"))
+    else:
+        entries[0].write_bytes(data[:len(data) // 2] if damage == "truncated" else b"ember" * 9)
     logged = []
 
     class Keep(logging.Handler):
@@ -352,6 +374,7 @@ def test_damaged_entry_traces_again_quietly(tmp_path, traces, damage):
         "torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")]
     for logger in loggers:
         logger.addHandler(keep)
+    counters.clear()
     try:
         losses, grads, buffers = _steps(_model(), x, tmp_path, steps=1)
     finally:
@@ -359,9 +382,15 @@ def test_damaged_entry_traces_again_quietly(tmp_path, traces, damage):
             logger.removeHandler(keep)
     assert not logged, [r.getMessage() for r in logged]
     assert len(traces) == 2 and counters["aot_autograd"]["autograd_cache_hit"] == 0
+    assert counters["aot_autograd"]["autograd_cache_saved"] == 1, dict(counters["aot_autograd"])
     ref = _eager(x, steps=1)
     for a, b in zip([*losses, *grads, *buffers], [*ref[0], *ref[1], *ref[2]]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    if damage == "backward_graph_digest_matches":
+        return      # the same entry's file may be listed first again: a miss each start
+    counters.clear()
+    _steps(_model(), x, tmp_path, steps=1)          # the entry written again is read
+    assert len(traces) == 2 and counters["aot_autograd"]["autograd_cache_hit"] == 1
 
 
 @pytest.mark.xfail(strict=True, raises=RuntimeError,
