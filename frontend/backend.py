@@ -725,6 +725,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                 kind=kind, graph=kept, facts=training_cache.facts_of(inputs, **facts),
                 keep=kept is not None and wrap is None and "known_eager" not in state)
             code.fn, code.ember_graph = result, graph
+            if kind == "forward":
+                state["forward_code"] = code
+            elif kind == "backward":    # drops both pickled graphs once the entry is saved
+                code.partner = state.pop("forward_code", None)
             if kind == "backward" and code.keep:
                 training_cache.bundle_for_the_save()
             return code

@@ -282,18 +282,31 @@ def output_code_class():
         def __post_init__(self):
             self.fn = None
             self.ember_graph = None
+            self.partner = None     # a backward's: its forward's code, whose entry it saves
             if self.graph is not None and self.digest is None:
                 self.digest = hashlib.sha256(self.graph).hexdigest()
 
         def __call__(self, inputs):
-            if self.kind == "backward" and _BUNDLED_BEFORE:
-                _restore_bundled()      # AOTAutograd saved the entry, if it did
+            if self.kind == "backward":
+                if _BUNDLED_BEFORE:
+                    _restore_bundled()      # AOTAutograd saved the entry, if it did
+                if self.graph is not None or self.partner is not None:
+                    self._saved()
             return self.fn(inputs)
+
+        def _saved(self) -> None:
+            """The entry is written (or declined) by the backward's first call: the pickled
+            graphs of the forward and the backward are not kept in memory after it."""
+            for code in (self, self.partner):
+                if code is not None:
+                    code.graph = None
+            self.partner = None
 
         def __getstate__(self):
             state = dict(self.__dict__)
             state.pop("fn", None)
             state.pop("ember_graph", None)
+            state.pop("partner", None)
             return state
 
         def __setstate__(self, state):
@@ -305,6 +318,7 @@ def output_code_class():
             self.__dict__.update(state)
             self.fn = None
             self.ember_graph = None
+            self.partner = None
 
         def prepare_for_serialization(self) -> None:
             from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
@@ -327,6 +341,7 @@ def output_code_class():
                             f"{type(err).__name__}: {err}") from err
             self.fn = loading["make_graph"](gm, inputs, self.kind, self.facts)
             self.ember_graph = getattr(self.fn, "ember_graph", None)
+            self.graph = None       # read from the entry, which is not written again
 
         def set_triton_bundle(self, triton_bundle: Any) -> None:
             pass

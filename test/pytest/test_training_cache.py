@@ -125,6 +125,49 @@ def test_warm_start_skips_the_joint_trace(tmp_path, traces, target, device):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_pickled_graphs_are_not_kept_in_memory(tmp_path, traces, monkeypatch):
+    """A compiled training graph holds its pickled forward and backward only until the entry
+    is saved (the backward's first call), and a loaded one not after its build: the bytes are
+    the size of the graphs' metadata (megabytes for a transformer)."""
+    import weakref
+    cls = training_cache.output_code_class()
+    made = []
+    made_new, loaded = cls.__post_init__, cls.__setstate__
+
+    def record_new(self):
+        made_new(self)
+        made.append(weakref.ref(self))
+
+    def record_loaded(self, state):
+        loaded(self, state)
+        made.append(weakref.ref(self))
+    monkeypatch.setattr(cls, "__post_init__", record_new)
+    monkeypatch.setattr(cls, "__setstate__", record_loaded)
+    alive = []
+
+    def graphs():
+        codes = [r() for r in made]
+        alive.extend(c for c in codes if c is not None)
+        return {c.kind: c.graph for c in codes if c is not None}
+
+    x = torch.randn(8, 16)
+    model = _model()
+    f = _compile(model, tmp_path)
+    loss = f(x)
+    held = graphs()
+    assert set(held) == {"forward"} and held["forward"], "the forward's graph is not kept yet"
+    loss.backward()
+    assert counters["aot_autograd"]["autograd_cache_saved"] == 1
+    assert graphs() == {"forward": None, "backward": None}
+    made.clear()
+    warm = _steps(_model(), x, tmp_path, steps=1)     # a hit: both graphs loaded, then built
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1 and len(traces) == 1
+    assert graphs() == {"forward": None, "backward": None}
+    ref = _eager(x, steps=1)
+    for a, b in zip([*warm[0], *warm[1]], [*ref[0], *ref[1]]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_decomposition_table_is_not_built_on_a_hit(tmp_path, traces, monkeypatch):
     x = torch.randn(8, 16)
     _steps(_model(), x, tmp_path)
