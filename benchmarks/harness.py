@@ -36,6 +36,7 @@ import threading
 import time
 
 from . import models, report
+from .common import ensure_bytecode
 
 GPU_DEFAULT = ("resnet18", "resnet50", "efficientnet_b0", "swin_t", "bert", "gpt2", "llama", "mlp")
 CPU_DEFAULT = ("mlp", "transformer_block", "cnn")
@@ -339,6 +340,7 @@ def meta(args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    ensure_bytecode()       # every model's process then imports ember from bytecode
     if args.one:
         from .measure import main_child
         main_child(args)

@@ -207,3 +207,33 @@ def test_case_errors_against_eager_and_fp32(mode):
     fp32 = measure.Case("mlp", "fp32", mode, "cpu", small=True)
     step, check = fp32.make("eager")
     assert check(step()) == {"rel_err": 0.0}
+
+
+def test_ensure_bytecode_compiles_where_the_interpreter_writes_none(tmp_path):
+    """Under PYTHONDONTWRITEBYTECODE (the GPU machine) the benchmarks compile a package's
+    modules themselves: a child started with the flag then imports them from bytecode. Without
+    the flag, nothing is done (the interpreter writes its own)."""
+    from ember.benchmarks.common import ensure_bytecode
+    pkg = tmp_path / "pkg_b"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text("VALUE = 3\n")
+    assert ensure_bytecode([pkg]) == [] or sys.flags.dont_write_bytecode
+    assert not (pkg / "__pycache__").exists() or sys.flags.dont_write_bytecode
+    assert ensure_bytecode([pkg], force=True) == [str(pkg)]
+    assert sorted(p.name.split(".")[0] for p in (pkg / "__pycache__").iterdir()) == \
+        ["__init__", "mod"]
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(tmp_path))
+    # the child counts the modules it compiles from source
+    code = ("import importlib._bootstrap_external as b\n"
+            "compiled = []\n"
+            "real = b.SourceLoader.source_to_code\n"
+            "def count(self, data, path, **kw):\n"
+            "    compiled.append(path)\n"
+            "    return real(self, data, path, **kw)\n"
+            "b.SourceLoader.source_to_code = count\n"
+            "import pkg_b.mod as m\n"
+            "print(m.VALUE, len(compiled))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["3", "0"]
