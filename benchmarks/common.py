@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -35,7 +36,9 @@ def ensure_bytecode(roots=None, force: bool = False) -> list[str]:
     done = []
     for root in roots:
         try:
-            if compileall.compile_dir(str(root), quiet=2, workers=1):
+            # the package's own modules: not its tests, benchmarks' scratch trees or builds
+            if compileall.compile_dir(str(root), quiet=2, workers=1,
+                                      rx=re.compile(r"[/\\](test|scratch|build)[/\\]")):
                 done.append(str(root))
         except Exception:   # noqa: BLE001 -- a read-only tree: compiled per process as before
             pass

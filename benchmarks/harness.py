@@ -340,11 +340,11 @@ def meta(args) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    ensure_bytecode()       # every model's process then imports ember from bytecode
     if args.one:
         from .measure import main_child
         main_child(args)
         return 0
+    ensure_bytecode()       # once, here: every model's process then imports ember from bytecode
     rows = run(args)
     info = meta(args)
     timing = "CUDA events" if args.device == "cuda" else "perf_counter"
