@@ -10,7 +10,8 @@ from typing import Any
 import torch
 
 from .attention_masks import drop_visible_attention_masks
-from . import eager_rejects, inference_cache, saved_clones, saved_layouts, training_cache
+from . import (build_records, eager_rejects, inference_cache, saved_clones, saved_layouts,
+               training_cache)
 from .compile import donated_backward_inputs, gc_paused, saved_output_slice, EmberGraph
 from .decomp_layouts import keep_layout
 from .eager_semantics import int_pow, narrow_pow_exponent, table as eager_semantics_table
@@ -697,6 +698,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                 saved_clones.take_dense_input_strides(fx_gm, inputs)
             result = None
             if kind == "backward" and isinstance(out, (list, tuple)):
+                facts["outputs"] = len(out)
                 graph.lent_outputs = range(len(out))     # gradients
                 if opts.donate_saved and wrap is None:
                     saved = donated_backward_inputs() if live else frozenset(replay["donated"])
@@ -704,6 +706,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                     # none where torch donates none (a backward that keeps its graph)
                     tangents = _tangent_inputs(fx_gm) if saved and opts.donate_gradients \
                         else frozenset()
+                    facts["tangents"] = tuple(sorted(tangents))
                     graph.donated_inputs = saved | tangents
                     if tangents:
                         result = _donating_tangents(graph, sorted(tangents))
@@ -725,6 +728,14 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                 kind=kind, graph=kept, facts=training_cache.facts_of(inputs, **facts),
                 keep=kept is not None and wrap is None and "known_eager" not in state)
             code.fn, code.ember_graph = result, graph
+            if code.keep and kind in ("forward", "backward"):
+                # the first build writes its record, which the next process builds from
+                # without reading the graph (build_records.py)
+                from ..runtime.cache import as_cache
+                cache = as_cache(opts.cache_dir)
+                build_records.store_graph(cache, code.digest, kept)
+                graph.record_to = (cache, build_records.record_key(
+                    cache, code.digest, kind, code.facts, record_tag))
             if kind == "forward":
                 state["forward_code"] = code
             elif kind == "backward":    # drops both pickled graphs once the entry is saved
@@ -733,6 +744,27 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                 training_cache.bundle_for_the_save()
             return code
         return compile_graph
+
+    def recorded_graph(record, load_graph, kind, facts):
+        """compile_graph's warm start from a build record (training_cache): the graph, read
+        only if needed, is `load_graph()`'s."""
+        graph = EmberGraph.from_record(record, load_graph, opts, kind=kind,
+                                       decompositions=decomps, graph_id=f"{base}-{kind}",
+                                       on_eager=to_eager)
+        result = None
+        if kind == "forward" and facts.get("lent") is not None:
+            graph.lent_outputs = range(*facts["lent"])
+        if kind == "backward" and facts.get("outputs") is not None:
+            graph.lent_outputs = range(facts["outputs"])
+            if "donated" in facts:
+                tangents = frozenset(facts.get("tangents", ()))
+                graph.donated_inputs = frozenset(facts["donated"]) | tangents
+                if tangents:
+                    result = _donating_tangents(graph, sorted(tangents))
+        if result is None:
+            result = make_boxed_func(graph)
+        result.ember_graph = graph
+        return result
 
     flat_inputs = any(isinstance(x, (list, tuple, dict)) for x in example_inputs)
     cache_training = False
@@ -772,6 +804,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         # (training_cache): the table is built only where a trace needs it
         cache_training = not flat_inputs and training_cache.applies(opts, gm, example_inputs)
         decomps = training_cache.LazyTable(table) if cache_training else table()
+        # build records' part of their key (build_records.py): read before AOTAutograd's call
+        record_tag = training_cache.tag(opts, target) if cache_training else None
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = functools.partial(_partition_recomputing_casts,
@@ -782,7 +816,16 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         if cache_training:
             def make_graph(fx_gm, inputs, kind, facts):
                 return compiler(kind)(fx_gm, inputs, replay=facts)
-            loading = training_cache.scope(opts, target, make_graph)
+
+            def find_record(digest, kind, facts):
+                from ..runtime.cache import as_cache
+                cache = as_cache(opts.cache_dir)
+                record = build_records.load(cache, build_records.record_key(
+                    cache, digest, kind, facts, record_tag))
+                return (cache, record) if record is not None and \
+                    build_records.usable(cache, record, digest) else None
+            loading = training_cache.scope(opts, target, make_graph, find_record=find_record,
+                                           recorded_graph=recorded_graph)
             fw_compiler = training_cache.serializable(fw_compiler)
             bw_compiler = training_cache.serializable(bw_compiler)
         backend = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,

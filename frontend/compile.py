@@ -209,14 +209,21 @@ class EmberGraph:
     turns out to run wholly in eager torch (the backend then calls the user's Dynamo graph
     directly, without AOTAutograd's wrappers, so that a graph ember cannot compile at all costs
     what eager costs). `decompositions`: the table a graph with symbolic sizes is traced again
-    with (fx_prep.specialize), or a function that builds it then."""
+    with (fx_prep.specialize), or a function that builds it then.
+
+    `record_to`: (artifact cache, key) where the first build writes its build record
+    (build_records.py), which a later process's `from_record` makes the graph's call from
+    without reading the graph."""
 
     def __init__(self, gm: fx.GraphModule, options: CompileOptions, kind: str = "graph",
                  allow_partition: bool = True, decompositions=None,
                  graph_id: str | None = None, on_eager: Callable | None = None):
         # copy_ into inputs (kept by AOTAutograd) -> extra outputs, written back after each call
         self._mutations = lift_input_mutations(gm)
-        self.gm = gm
+        self._gm: fx.GraphModule | None = gm
+        self._load_graph: Callable[[], fx.GraphModule] | None = None
+        self._record = None         # a build record to build from (from_record)
+        self.record_to: tuple | None = None
         self.options = options
         self.kind = kind
         self.allow_partition = allow_partition
@@ -232,7 +239,7 @@ class EmberGraph:
         # what that cannot handle is compiled per input shape.
         self._try_symbolic = not self._static_graph and symbolic.has_symbols(gm)
         self._static: Callable | None = None
-        self._eager = _eager_call(gm)
+        self._eager = _eager_call(self)
         self._rejects: str | None | bool = False     # not judged yet (eager_rejects.py)
         # Outputs a CUDA-graphed program may hand out of its pool as guarded aliases
         # (compile._lend): a training forward's saved activations, a backward's gradients.
@@ -240,6 +247,48 @@ class EmberGraph:
         # Placeholders whose memory the program may reuse once read (a backward's donated
         # saved activations: donated_backward_inputs).
         self.donated_inputs: frozenset[int] = frozenset()
+
+    @classmethod
+    def from_record(cls, record, load_graph: Callable[[], fx.GraphModule],
+                    options: CompileOptions, kind: str, decompositions=None,
+                    graph_id: str | None = None, on_eager: Callable | None = None):
+        """The graph whose first build `record` describes (build_records.py): its build loads
+        the record's program and makes the call from the record; `load_graph()` gives the graph
+        (as `EmberGraph(gm)` holds it: input mutations lifted) only where something needs it:
+        the program is gone from the cache (built from the graph then), a failed call redone
+        eagerly, an eager fallback."""
+        self = cls.__new__(cls)
+        self._mutations = record.mutations
+        self._gm = None
+        self._load_graph = load_graph
+        self._record = record
+        self.record_to = None
+        self.options = options
+        self.kind = kind
+        self.allow_partition = True
+        self.decompositions = decompositions
+        self.graph_id = graph_id or new_graph_id(kind)
+        self.on_eager = on_eager
+        self._cache = {}
+        self.reports = []
+        self.eager_modules = []
+        self._static_graph = True       # (records are of static graphs only)
+        self._try_symbolic = False
+        self._static = None
+        self._eager = _eager_call(self)
+        self._rejects = None            # the recorded build passed eager's check
+        self.lent_outputs = None
+        self.donated_inputs = frozenset()
+        return self
+
+    @property
+    def gm(self) -> fx.GraphModule:
+        """The graph (input mutations lifted: `_mutations`); a build record's reads it when
+        first needed."""
+        if self._gm is None:
+            gm = self._load_graph()
+            self._gm, self._load_graph = gm, None
+        return self._gm
 
     def __call__(self, *args):
         out = self._call(args)
@@ -335,7 +384,8 @@ class EmberGraph:
             "num_kernels": 0, "num_externs": 0, "fused_groups": [], "eager_fallback_ops": [],
             "fallback_reasons": {}, "planned_peak_bytes": 0, "unplanned_peak_bytes": 0,
             "input_mutations": len(self._mutations.targets) if self._mutations else 0,
-            **_output_sizes(self.gm),
+            **(self._record.report_sizes if self._record is not None
+               else _output_sizes(self.gm)),
         }
         if self.kind == "forward" and self.lent_outputs is not None:
             report["saved_outputs"] = len(self.lent_outputs)
@@ -379,6 +429,12 @@ class EmberGraph:
         return self._eager
 
     def _compile(self, args, report: dict[str, Any], dump: DebugDump) -> Callable:
+        if self._record is not None:
+            record, self._record = self._record, None
+            try:
+                return self._compile_recorded(record, args, report, dump)
+            except Exception:   # noqa: BLE001 -- the program gone, a load failing: the graph
+                pass            # is read and built as without a record (and fails alike)
         t_prep = time.perf_counter()
         rejected = self._eager_rejects()
         if rejected is not None:
@@ -436,6 +492,8 @@ class EmberGraph:
                 if stages is not None:
                     stages["fx_prep"] = round(stages.get("fx_prep", 0.0) + t_prep, 4)
                 report["num_externs"] = report.get("num_externs", 0) + len(inline)
+                if self.record_to is not None and pos is None:
+                    self._write_record(prep, report, target, len(inline))
             except Exception as err:
                 if not self.options.fallback:
                     raise EmberCompileError(f"ember: compiling graph {report['graph_id']} "
@@ -445,7 +503,67 @@ class EmberGraph:
                                      inline)
         else:
             report["status"] = "host-only"
+        return self._calling(prep, run, pos)
 
+    def _write_record(self, prep, report: dict[str, Any], target: str, inline: int) -> None:
+        """The build record of this (first, whole, static) build: see build_records.py."""
+        import dataclasses
+        from . import build_records
+        from .compile_module import output_dtypes
+        key = report.get("program_key")
+        if key is None or report.get("status") != "compiled" or prep.gm is None:
+            return
+        try:
+            record = build_records.BuildRecord(
+                program_key=key, target=target, out_dtypes=output_dtypes(prep.gm),
+                prepared=dataclasses.replace(prep, gm=None,
+                                             in_geometry=host_calls.permuted_geometry(prep)),
+                mutations=self._mutations, inline_calls=inline,
+                report_sizes={k: report[k] for k in ("num_outputs", "output_bytes",
+                                                     "input_output_bytes")},
+                report={k: report[k] for k in ("folded_constants", "library_calls")
+                        if k in report})
+        except Exception:   # noqa: BLE001 -- no record: the next start reads the graph
+            return
+        build_records.store(*self.record_to, record)
+
+    def _compile_recorded(self, record, args, report: dict[str, Any],
+                          dump: DebugDump) -> Callable:
+        """The call of a build `record` describes (from_record): its program from the program
+        cache, loaded as compile_static loads it. Raises where that program is gone or does
+        not load; `report` is updated only once it has."""
+        from ..runtime.cache import as_cache
+        from . import program_cache
+        from .compile_module import load_static
+        t0 = time.perf_counter()
+        tensors = list(args)
+        target = resolve_target(self.options.target, _devices(tensors))
+        if target != record.target:
+            raise LookupError(f"ember: a build record for {record.target}, not {target}")
+        hit = program_cache.load(as_cache(self.options.cache_dir), record.program_key)
+        if hit is None:
+            raise LookupError("ember: the build record's program is not in the cache")
+        program, summary = hit
+        summary["program_cache"] = "hit"
+        summary["program_key"] = record.program_key
+        prep = record.prepared
+        seconds = {"program_cache": time.perf_counter() - t0}
+        run, summary = load_static(program, summary, fx_prep.program_args(prep, tensors),
+                                   record.out_dtypes, self.options, dump, self.kind, seconds)
+        _lend(run, prep, self._mutations, self.lent_outputs)
+        report["target"] = target
+        report.update(record.report)
+        report.update(summary)
+        report["num_externs"] = report.get("num_externs", 0) + record.inline_calls
+        report["build_record"] = True
+        if hasattr(run, "stats"):
+            run.stats = report
+        return self._calling(prep, run, None)
+
+    def _calling(self, prep, run: Callable | None, pos) -> Callable:
+        """The graph's call: the program's (`run`, or None for none), the host half's, the
+        outputs assembled; `pos`: the program's tensor inputs' placeholders where the graph
+        was specialized."""
         host = prep.host_gm
         # a training forward's saved activations: only ember's backward reads them
         private = self.lent_outputs if self.kind == "forward" and pos is None else ()
@@ -537,11 +655,11 @@ def _compute_ops(gm: fx.GraphModule) -> list[str]:
     return eager_ops(gm)
 
 
-def _eager_call(gm: fx.GraphModule) -> Callable:
+def _eager_call(graph: EmberGraph) -> Callable:
     """The graph as torch runs it, returning what a compiled call returns (a list, or the one
     value of a graph that returns a bare value)."""
     def call(*args):
-        out = gm(*args)
+        out = graph.gm(*args)
         return list(out) if isinstance(out, (tuple, list)) else out
     return call
 

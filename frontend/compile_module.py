@@ -242,6 +242,7 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
     seconds["program_cache"] = time.perf_counter() - t0
     if hit is not None:
         hit[1]["program_cache"] = "hit"
+        hit[1]["program_key"] = key     # (a build record names it: build_records.py)
         return hit
     if failed is not None:
         raise PipelineFailure(*failed)
@@ -257,6 +258,8 @@ def compile_module(gm: fx.GraphModule, pipeline: str, *, calls=(), symbolic: boo
         program_cache.store(cache, key, program, summary)
         seconds["program_cache"] += time.perf_counter() - t0
     summary["program_cache"] = "miss" if key is not None else "uncacheable"
+    if key is not None:
+        summary["program_key"] = key
     return program, summary
 
 
@@ -333,6 +336,14 @@ def outline_library(gm: fx.GraphModule, library) -> tuple[fx.GraphModule, list, 
     return gm, calls, strided
 
 
+def output_dtypes(gm: fx.GraphModule) -> list:
+    """The dtypes of a prepared graph's outputs (None for a non-tensor), which the program's
+    signedness is restored to (signedness.py)."""
+    outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    return [getattr(n.meta.get("val"), "dtype", None) if isinstance(n, fx.Node) else None
+            for n in (outs if isinstance(outs, (tuple, list)) else (outs,))]
+
+
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
                    dump: DebugDump, kind: str = "graph",
                    library=(), symbolic: bool = False,
@@ -342,13 +353,9 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
     (frontend/library_calls.py): library ops and ops ember cannot compile. Returns the runtime's
     callable and the report fields it knows."""
     from ..runtime.cache import as_cache
-    from ..runtime.executor import load
-    from .signedness import restore_signedness
 
     t_prep = time.perf_counter()
-    outs = next(n for n in gm.graph.nodes if n.op == "output").args[0]
-    out_dtypes = [getattr(n.meta.get("val"), "dtype", None) if isinstance(n, fx.Node) else None
-                  for n in (outs if isinstance(outs, (tuple, list)) else (outs,))]
+    out_dtypes = output_dtypes(gm)
     gm, calls, strided = outline_library(gm, library)
     # Wall seconds per stage (FX preparation, import, each pipeline element, export, build),
     # for the report.
@@ -382,6 +389,19 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
         warnings.warn(f"ember: {SPLIT_PASS} left this graph unlowerable, so it was compiled "
                       f"without it and its long reductions run unsplit (slower); this is an "
                       f"ember bug, please report it: {str(err)[:200]}", UserWarning, stacklevel=2)
+    return load_static(program, summary, tensors, out_dtypes, options, dump, kind, seconds)
+
+
+def load_static(program, summary: dict[str, Any], tensors, out_dtypes, options: CompileOptions,
+                dump, kind: str = "graph", seconds: dict[str, float] | None = None
+                ) -> tuple[Callable, dict[str, Any]]:
+    """compile_static's second half: the program compile_module returned (or the program cache
+    holds: a build record's, build_records.py) loaded for the devices of `tensors`, CUDA-graphed
+    where that pays off. `out_dtypes`: the graph's output dtypes (signedness.py)."""
+    from ..runtime.executor import load
+    from .signedness import restore_signedness
+
+    seconds = {} if seconds is None else seconds
     restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
     dump.write(backend_named(program.target).source_file, program.source)
     device = (_devices(tensors) or [torch.device("cpu")])[0]

@@ -420,6 +420,9 @@ class PreparedGraph:
     in_perms: dict[int, list[int]] = field(default_factory=dict)   # gm takes input i permuted
     # values computed from no input, made the last inputs of `gm` (const_fold.py)
     folded: list = field(default_factory=list)
+    # input -> (size, strides) it has in `gm` for the inputs in `in_perms`, where `gm` is not
+    # kept (a build record's: build_records.input_geometry); None: read from `gm`
+    in_geometry: dict[int, tuple] | None = None
 
 
 # Placement kwargs of factory ops: the compiled graph runs where its inputs are, and torch-mlir

@@ -34,6 +34,21 @@ def _static(xs) -> bool:
     return all(isinstance(x, int) for x in xs)
 
 
+def permuted_geometry(prep) -> dict[int, tuple]:
+    """For each input the program takes permuted (`prep.in_perms`) with static sizes, the size
+    and strides it has in the program (its placeholder's value, or `prep.in_geometry` where the
+    compiled graph is not kept: a build record's)."""
+    if prep.in_geometry is not None:
+        return prep.in_geometry
+    placeholders = [n for n in prep.gm.graph.nodes if n.op == "placeholder"]
+    geometry = {}
+    for i in prep.in_perms:
+        phys = placeholders[i].meta.get("val")      # the permuted (contiguous) value
+        if isinstance(phys, torch.Tensor) and _static(phys.shape) and _static(phys.stride()):
+            geometry[i] = (tuple(phys.shape), tuple(phys.stride()))
+    return geometry
+
+
 def input_taker(prep) -> Callable[[Sequence], list]:
     """`tensors -> fx_prep.compiled_inputs(prep, tensors)`."""
     folded = list(prep.folded)
@@ -41,14 +56,12 @@ def input_taker(prep) -> Callable[[Sequence], list]:
         if folded:
             return lambda tensors: list(tensors) + folded
         return lambda tensors: tensors
-    placeholders = [n for n in prep.gm.graph.nodes if n.op == "placeholder"]
+    geometry = permuted_geometry(prep)
     fast = {}
     for i, perm in prep.in_perms.items():
-        phys = placeholders[i].meta.get("val")      # the permuted (contiguous) value
-        if not isinstance(phys, torch.Tensor) or not _static(phys.shape) or \
-                not _static(phys.stride()):
+        if i not in geometry:
             continue
-        size, stride = tuple(phys.shape), tuple(phys.stride())
+        size, stride = geometry[i]
         logical_size = [0] * len(perm)
         logical_stride = [0] * len(perm)
         for k, p in enumerate(perm):

@@ -19,7 +19,7 @@ Invariants:
   the example inputs, the global and config state it reads, the system (GPU, versions); ember
   adds its own part through torch's `cache_key_tag` (`scope`): ember's code and options, the
   target, the cache's place, this module's FORMAT and the global flags the trace reads that
-  AOTAutograd's key leaves out (SDPA's backend flags among them: `_tag`). Graphs AOTAutograd's
+  AOTAutograd's key leaves out (SDPA's backend flags among them: `tag`). Graphs AOTAutograd's
   cache declines (unsafe nodes, higher-order ops, Inductor's FX cache off,
   `force_disable_caches`) bypass it and trace as before.
 - Only training graphs (`needs_grad`): inference graphs have their own cache
@@ -39,6 +39,10 @@ Invariants:
   output that does) is an EmberOutputCode that declines its entry: with the bundled form on
   by the user AOTAutograd would otherwise try to bundle a plain function and fail the
   compile.
+- A hit whose graph has a build record (build_records.py, written by the filling process's
+  first build of it) does not read the kept graph: `post_compile` makes ember's graph from
+  the record (`recorded_graph`), which reads the graph from ember's cache only if it needs
+  it; without a usable record it reads the kept graph as below.
 - A damaged entry is a miss: a file that does not unpickle is traced again (torch's warning
   about it logged at info level inside `scope`); one whose graph does not make ember's again
   fails the load, which AOTAutograd takes as a bypass (traced, at info level).
@@ -117,7 +121,7 @@ def needs_grad(gm: fx.GraphModule, example_inputs) -> bool:
     return any(p.requires_grad for p in gm.parameters())
 
 
-def _tag(options, target: str) -> str:
+def tag(options, target: str) -> str:
     """ember's part of the key: its code and options, the target, and the global flags
     AOTAutograd's trace reads that its own key leaves out (SDPA's backend choice and math-path
     reduction, mkldnn, opt_einsum, cuDNN's: inference_cache's list)."""
@@ -148,18 +152,21 @@ _UNREADABLE_AT_INFO = _UnreadableEntryAtInfo()
 def key_tag(options, target: str):
     """ember's part of AOTAutograd's cache key (torch's `cache_key_tag`) around one of the
     backend's AOTAutograd calls."""
-    tag = torch.compiler.config.cache_key_tag
-    with torch.compiler.config.patch(cache_key_tag=f"{tag}|{_tag(options, target)}"):
+    users = torch.compiler.config.cache_key_tag
+    with torch.compiler.config.patch(cache_key_tag=f"{users}|{tag(options, target)}"):
         yield
 
 
 @contextlib.contextmanager
-def scope(options, target: str, make_graph):
+def scope(options, target: str, make_graph, find_record=None, recorded_graph=None):
     """Around the backend's AOTAutograd call: ember's part of the key, and how a hit makes its
-    graphs (`make_graph(fx_gm, inputs, kind, facts)` -> the boxed callable); an unreadable
-    entry file is logged at info level (`_UnreadableEntryAtInfo`)."""
+    graphs (`make_graph(fx_gm, inputs, kind, facts)` -> the boxed callable; where
+    `find_record(digest, kind, facts)` gives (artifact cache, build record):
+    `recorded_graph(record, load_graph, kind, facts)`, build_records.py); an unreadable entry
+    file is logged at info level (`_UnreadableEntryAtInfo`)."""
     _restore_bundled()
-    token = _LOADING.set({"make_graph": make_graph})
+    token = _LOADING.set({"make_graph": make_graph, "find_record": find_record,
+                          "recorded_graph": recorded_graph})
     cache_log = logging.getLogger("torch._inductor.codecache")
     cache_log.addFilter(_UNREADABLE_AT_INFO)
     try:
@@ -220,6 +227,16 @@ def _unpickle_graph(data: bytes, example_inputs) -> tuple[fx.GraphModule, Any]:
         from torch._subclasses import FakeTensorMode
         mode = FakeTensorMode()
     return loads_graph(data, mode), mode
+
+
+def _recorded_graphs_graph(loading: dict, cache, digest: str, kind: str, facts: dict):
+    """The graph of an EmberGraph made from a build record, when it first needs it: read from
+    ember's cache by its digest and made into ember's graph as a hit without a record makes it
+    (`make_graph`), whose graph is then this one's."""
+    from .build_records import load_graph
+    gm, mode = _unpickle_graph(load_graph(cache, digest), [])
+    fn = loading["make_graph"](gm, _example_inputs(gm, facts["strides"], mode), kind, facts)
+    return fn.ember_graph.gm
 
 
 def _miss(reason: str) -> Exception:
@@ -333,6 +350,17 @@ def output_code_class():
             loading = _LOADING.get()
             if loading is None or self.graph is None:
                 raise RuntimeError("ember: a training graph loaded outside ember's backend")
+            found = None
+            if loading.get("find_record") is not None and self.digest is not None:
+                found = loading["find_record"](self.digest, self.kind, self.facts)
+            if found is not None:   # the graph itself read only if needed (build_records.py)
+                self.fn = loading["recorded_graph"](
+                    found[1], functools.partial(_recorded_graphs_graph, loading, found[0],
+                                                self.digest, self.kind, self.facts),
+                    self.kind, self.facts)
+                self.ember_graph = getattr(self.fn, "ember_graph", None)
+                self.graph = None
+                return
             try:
                 gm, mode = _unpickle_graph(self.graph, example_inputs)
                 inputs = _example_inputs(gm, self.facts["strides"], mode)

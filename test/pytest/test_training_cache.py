@@ -477,3 +477,168 @@ def test_global_flags_the_trace_reads_are_in_the_key(tmp_path, traces):
     for a, b in zip(grads, ref):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
+
+
+# -- build records (frontend/build_records.py): a hit's graphs built without reading them --
+
+def _files(tmp_path, kind: str) -> list:
+    return sorted((tmp_path / kind).glob("*/*.pkl"))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The EmberGraphs a hit made from build records, in order."""
+    from ember.frontend.compile import EmberGraph
+    made = []
+    real = EmberGraph.from_record.__func__
+
+    def from_record(cls, *args, **kwargs):
+        graph = real(cls, *args, **kwargs)
+        made.append(graph)
+        return graph
+    monkeypatch.setattr(EmberGraph, "from_record", classmethod(from_record))
+    return made
+
+
+def _graph_never_read(monkeypatch):
+    """A hit that reads a kept graph, or prepares one, fails the test."""
+    from ember.frontend import fx_prep
+
+    def never(*args, **kwargs):
+        raise AssertionError("a build record's hit read or prepared its graph")
+    monkeypatch.setattr(training_cache, "_unpickle_graph", never)
+    monkeypatch.setattr(fx_prep, "prepare", never)
+
+
+def test_hit_builds_from_records_without_the_graphs(tmp_path, traces, target, device, recorded,
+                                                    monkeypatch):
+    """The first process writes a build record per graph (and the graph, by its digest); a hit
+    loads the programs by the records' keys and makes both calls from the records: no kept
+    graph unpickled, none prepared, the programs' and the report's facts as the first
+    process's, and the same losses, gradients and BatchNorm statistics bit for bit."""
+    x = torch.randn(8, 16, device=device)
+    cold = _steps(_model(device), x, tmp_path, target)
+    cold_reports = {r["graph_id"].rsplit("-", 1)[1]: r for r in ember.last_reports()}
+    assert len(_files(tmp_path, "build-record")) == 2
+    assert len(_files(tmp_path, "training-graph")) == 2
+    assert recorded == []
+    _graph_never_read(monkeypatch)
+    warm = _steps(_model(device), x, tmp_path, target)
+    assert len(traces) == 1 and counters["aot_autograd"]["autograd_cache_hit"] == 1
+    assert sorted(g.kind for g in recorded) == ["backward", "forward"]
+    assert all(g._gm is None for g in recorded), "a recorded graph read its graph"
+    for r in ember.last_reports():
+        kind = r["graph_id"].rsplit("-", 1)[1]
+        assert r["build_record"] is True and r["program_cache"] == "hit", r
+        for key in ("status", "program_key", "num_kernels", "num_externs", "num_outputs",
+                    "output_bytes", "input_mutations", "planned_peak_bytes"):
+            assert r.get(key) == cold_reports[kind].get(key), (key, r, cold_reports[kind])
+    for a, b in zip([*cold[0], *cold[1], *cold[2]], [*warm[0], *warm[1], *warm[2]]):
+        assert torch.equal(a, b)
+
+
+def test_record_whose_program_is_gone_reads_the_graph(tmp_path, traces, recorded, monkeypatch):
+    """A record whose program is no longer in the program cache: a hit checks for it and builds
+    from the entry's graph (compiled again); one that finds the program gone only at its first
+    call (removed in between) reads its graph from ember's cache then and builds from it. Both
+    give eager's values."""
+    from ember.frontend import build_records
+    x = torch.randn(8, 16)
+    _steps(_model(), x, tmp_path)
+    ref = _eager(x)
+    for removed_late in (False, True):
+        for path in _files(tmp_path, "program"):
+            path.unlink()
+        if removed_late:
+            monkeypatch.setattr(build_records, "usable", lambda *args: True)
+        recorded.clear()
+        warm = _steps(_model(), x, tmp_path)
+        assert counters["aot_autograd"]["autograd_cache_hit"] == 1 + removed_late
+        assert len(recorded) == (2 if removed_late else 0)
+        assert all(g._gm is not None for g in recorded)
+        for r in ember.last_reports():
+            assert r["status"] == "compiled" and r["program_cache"] == "miss", r
+            assert "build_record" not in r
+        for a, b in zip([*warm[0], *warm[1], *warm[2]], [*ref[0], *ref[1], *ref[2]]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_recorded_graph_failing_at_run_time_is_redone_eagerly(tmp_path, traces, recorded):
+    """A compiled call of a graph made from a record that raises (ember's bug, not the
+    program's) is redone in eager torch on the graph, read from ember's cache then, with one
+    warning; the step's values are eager's."""
+    x = torch.randn(8, 16)
+    _steps(_model(), x, tmp_path, steps=1)
+    model = _model()
+    f = _compile(model, tmp_path)
+    f(x).backward()
+    (forward,) = [g for g in recorded if g.kind == "forward"]
+    assert forward._gm is None
+
+    def broken(*args):
+        raise RuntimeError("a launch failed")
+    forward._static = broken
+    model.zero_grad(set_to_none=True)
+    with pytest.warns(UserWarning, match="failed at run time"):
+        loss = f(x)
+    loss.backward()
+    assert forward._gm is not None
+    ref = _eager(x)
+    for a, b in zip([loss, *[p.grad for p in model.parameters()], *model.buffers()],
+                    [ref[0][1], *ref[1], *ref[2]]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("damage", ["record", "graph"])
+def test_damaged_record_or_graph_is_a_miss(tmp_path, traces, recorded, damage):
+    """A record file that no longer matches its manifest is not read (the entry's graph is
+    built, as without records); nor is a graph that does not: the record's hit then builds
+    from the entry's graph at the first call. Eager's values either way."""
+    x = torch.randn(8, 16)
+    _steps(_model(), x, tmp_path, steps=1)
+    for path in _files(tmp_path, "build-record" if damage == "record" else "program"):
+        path.write_bytes(b"ember" * 9)
+    losses, grads, buffers = _steps(_model(), x, tmp_path, steps=1)
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+    assert (recorded == []) if damage == "record" else len(recorded) == 2
+    assert not any(r.get("build_record") for r in ember.last_reports())
+    ref = _eager(x, steps=1)
+    for a, b in zip([*losses, *grads, *buffers], [*ref[0], *ref[1], *ref[2]]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def _sin_then_more(x):
+    return (torch.nn.functional.gelu(x) * 2).sin().square().sum()
+
+
+@pytest.mark.filterwarnings("ignore:ember. aten.sin.default runs in eager torch")
+def test_no_record_for_a_graph_that_is_not_one_program(tmp_path, traces, monkeypatch):
+    """A graph whose build is not one program made from the whole graph (here: `sin` made a
+    library call after the whole graph failed to compile) keeps no record: its hit builds it
+    from the entry's graph again, with eager's gradients."""
+    from ember.frontend import compile as comp, partition
+    real_compile, real_probe = comp.compile_static, partition.probe
+
+    def compile_static(gm, *args, library=(), **kwargs):
+        if not library and any(n.target is torch.ops.aten.sin.default for n in gm.graph.nodes):
+            raise RuntimeError("ember test: sin does not compile in this graph")
+        return real_compile(gm, *args, library=library, **kwargs)
+    monkeypatch.setattr(comp, "compile_static", compile_static)
+    monkeypatch.setattr(partition, "probe", lambda node, *args: "ember test" if node.target is
+                        torch.ops.aten.sin.default else real_probe(node, *args))
+    x = torch.randn(4, 8, requires_grad=True)
+    grads = []
+    for _ in range(2):
+        clear_reports()
+        f = _compile(_sin_then_more, tmp_path)
+        f(x).backward()
+        grads.append(x.grad)
+        x.grad = None
+        statuses = {r["graph_id"].rsplit("-", 1)[1]: r["status"] for r in ember.last_reports()}
+        assert statuses == {"forward": "partitioned", "backward": "partitioned"}, statuses
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1
+    assert not any(r.get("build_record") for r in ember.last_reports())
+    assert _files(tmp_path, "build-record") == []
+    ref = torch.autograd.grad(_sin_then_more(x), x)[0]
+    for g in grads:
+        torch.testing.assert_close(g, ref, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,146 @@
+"""Build records: a training graph's warm start that does not read its graph.
+
+A training graph's warm start (training_cache) read the graph ember's compiler was given back
+from AOTAutograd's entry (torch.fx's GraphPickler: every node's fake value made again), prepared
+it again (fx_prep: the same rewrites, the constant folding, the output plan, each ending in a
+`recompile` of Python code) and fingerprinted it again for the program cache's key. None of that
+changes the program the cache then gives: it was most of ember's own part of a warm start
+(BERT-base training on the CPU machine, under cProfile: 1.6 s of graph loads and 1.6 s of
+builds, the program's load 0.03 s of it).
+
+A build record keeps what a build made of its graph besides the program: the program cache's
+key, the output plan and the host half (fx_prep.PreparedGraph without the compiled graph), the
+geometry of the inputs the program takes permuted, the folded values, the input mutations the
+graph's copies became, the report's facts about the graph. The filling process writes it after
+the graph's first build (EmberGraph.record_to), with the graph itself (`store_graph`, keyed on
+its digest); a warm start whose entry names a record loads the program by the record's key and
+makes the call from the record alone. The graph is read only if something needs it: the
+program is no longer in the cache (the graph is then built as before), or a compiled call
+fails and is redone eagerly (compile.EmberGraph.gm).
+
+Invariants:
+- A record describes only a build that a rebuild from the graph makes again: a static graph
+  (no specialization, no symbolic sizes) compiled whole into one program (no node split off,
+  none run eagerly, no effect tokens), the program's cache key known, no debug dump.
+- The key covers everything such a build reads besides the graph: the graph's digest (the
+  training-cache entry's, `EmberOutputCode.digest`), its kind, the facts the backend read from
+  AOTAutograd (saved outputs lent, inputs donated, input strides), ember's code identity, this
+  module's FORMAT, the options, the target and the global flags training_cache's tag covers.
+- Nothing half-written: records and graphs are written atomically in ember's artifact cache
+  and verified against their manifests when read; one that is missing, damaged or does not
+  unpickle is a miss (the entry's own graph is then built, as without records).
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import pickle
+from typing import Any
+
+import torch
+
+KIND = "build-record"
+GRAPH_KIND = "training-graph"
+SUFFIX = ".pkl"
+# Bumped when BuildRecord's layout changes in a way sources do not show.
+FORMAT = 1
+
+
+@dataclasses.dataclass
+class BuildRecord:
+    """What `EmberGraph._compile` made of one graph besides the program (see the module
+    docstring). `prepared`: fx_prep.PreparedGraph with `gm` None and `in_geometry` set;
+    `report`: the report's other fields the graph decides (folded constants, library calls)."""
+    program_key: str
+    target: str
+    out_dtypes: list
+    prepared: Any
+    mutations: Any
+    inline_calls: int           # library calls inside the program (the report's num_externs)
+    report_sizes: dict[str, int]    # compile._output_sizes of the graph
+    report: dict[str, Any]
+
+
+def record_key(cache, digest: str, kind: str, facts: dict, tag: str) -> str:
+    """The record's key (see the module docstring's second invariant); `tag`: training_cache's
+    (ember's code, options, target and global flags), taken once before AOTAutograd's call
+    (inside it grad mode is off, in a hit's load on)."""
+    return cache.key(KIND, f"format-{FORMAT}", tag, digest, kind,
+                     repr(sorted((facts or {}).items())))
+
+
+def _op(name: str, overload: str):
+    namespace, op = name.split("::", 1)
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+
+
+class _Pickler(pickle.Pickler):
+    """pickle, with torch's operator overloads (a view step's op in an output plan, which
+    plain pickle refuses) by their names."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, torch._ops.OpOverload):
+            return _op, (obj._schema.name, obj._overloadname)
+        return NotImplemented
+
+
+def dumps(obj) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+def store(cache, key: str, record: BuildRecord) -> bool:
+    """Writes the record; one that does not pickle (a host half holding something pickle cannot
+    describe) or a cache that cannot be written only means the next start reads the graph."""
+    try:
+        data = dumps(record)
+    except Exception:   # noqa: BLE001 -- no record
+        return False
+    try:
+        cache.write(KIND, key, SUFFIX, data)
+    except OSError:
+        return False
+    return True
+
+
+def load(cache, key: str) -> BuildRecord | None:
+    """The record under `key`, or None (none, damaged, or of classes that moved)."""
+    try:
+        data = cache.read_verified(KIND, key, SUFFIX, warn=False)
+        if data is None:
+            return None
+        record = pickle.loads(data)
+    except Exception:   # noqa: BLE001 -- a miss
+        return None
+    return record if isinstance(record, BuildRecord) else None
+
+
+def store_graph(cache, digest: str, data: bytes) -> None:
+    """The pickled graph a record's EmberGraph reads when it needs it, under its digest (once:
+    a graph already there is not written again)."""
+    try:
+        if cache.verified(GRAPH_KIND, digest, SUFFIX, warn=False) is None:
+            cache.write(GRAPH_KIND, digest, SUFFIX, data)
+    except OSError:
+        pass
+
+
+def usable(cache, record: BuildRecord, digest: str) -> bool:
+    """Whether the record's program and its graph are in the cache (present: they are verified
+    when read)."""
+    from . import program_cache
+    try:
+        return (cache.path(GRAPH_KIND, digest, SUFFIX).exists() and
+                cache.path(program_cache.KIND, record.program_key, program_cache.SUFFIX).exists())
+    except OSError:
+        return False
+
+
+def load_graph(cache, digest: str) -> bytes:
+    """The pickled graph under `digest`; raises LookupError where it is gone or damaged."""
+    data = cache.read_verified(GRAPH_KIND, digest, SUFFIX, warn=False)
+    if data is None:
+        raise LookupError(f"ember: the training graph {digest[:12]} is no longer in the cache")
+    return data
+
