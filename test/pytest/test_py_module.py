@@ -101,8 +101,9 @@ def test_kernel_text_is_inspects(tmp_path, exported_sources):
 
     def f(x, y):
         return torch.softmax(x * y + 1, dim=-1).sum(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"     # (else the interpreter's)
     torch.compile(f, backend="ember", options={"target": "triton"})(
-        torch.randn(8, 32), torch.randn(8, 32))
+        torch.randn(8, 32, device=device), torch.randn(8, 32, device=device))
     assert exported_sources, "no Triton program was generated"
     paths = []
     for k, text in enumerate([HANDWRITTEN, *exported_sources]):
