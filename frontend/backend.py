@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 from typing import Any
 
 import torch
@@ -724,23 +725,21 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                 return result
             # (an inference graph here: inputs that need gradients, no output that does; an
             # OutputCode that declines its entry, which AOTAutograd's bundled form needs)
+            # the entry names the graph, which ember's cache keeps (not the entry: torch keeps
+            # a hit's entry bytes in memory), and the first build writes its record, which
+            # the next process builds from without reading the graph (build_records.py)
+            digest = hashlib.sha256(kept).hexdigest() if kept is not None else None
+            keep = (kept is not None and wrap is None and "known_eager" not in state
+                    and build_records.store_graph(artifacts, digest, kept))
+            del kept
             code = training_cache.output_code_class()(
-                kind=kind, graph=kept, facts=training_cache.facts_of(inputs, **facts),
-                keep=kept is not None and wrap is None and "known_eager" not in state)
+                kind=kind, digest=digest, facts=training_cache.facts_of(inputs, **facts),
+                keep=keep)
             code.fn, code.ember_graph = result, graph
-            if code.keep and kind in ("forward", "backward"):
-                # the first build writes its record, which the next process builds from
-                # without reading the graph (build_records.py)
-                from ..runtime.cache import as_cache
-                cache = as_cache(opts.cache_dir)
-                build_records.store_graph(cache, code.digest, kept)
-                graph.record_to = (cache, build_records.record_key(
-                    cache, code.digest, kind, code.facts, record_tag))
-            if kind == "forward":
-                state["forward_code"] = code
-            elif kind == "backward":    # drops both pickled graphs once the entry is saved
-                code.partner = state.pop("forward_code", None)
-            if kind == "backward" and code.keep:
+            if keep:
+                graph.record_to = (artifacts, build_records.record_key(
+                    artifacts, digest, kind, code.facts, record_tag))
+            if kind == "backward" and keep:
                 training_cache.bundle_for_the_save()
             return code
         return compile_graph
@@ -806,6 +805,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         decomps = training_cache.LazyTable(table) if cache_training else table()
         # build records' part of their key (build_records.py): read before AOTAutograd's call
         record_tag = training_cache.tag(opts, target) if cache_training else None
+        artifacts = None    # ember's artifact cache: the kept graphs and build records
+        if cache_training:
+            from ..runtime.cache import as_cache
+            artifacts = as_cache(opts.cache_dir)
         split = {}
         if opts.recompute:      # saves fewer values: recomputes cheap ones in the backward
             split["partition_fn"] = functools.partial(_partition_recomputing_casts,
@@ -818,13 +821,12 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                 return compiler(kind)(fx_gm, inputs, replay=facts)
 
             def find_record(digest, kind, facts):
-                from ..runtime.cache import as_cache
-                cache = as_cache(opts.cache_dir)
-                record = build_records.load(cache, build_records.record_key(
-                    cache, digest, kind, facts, record_tag))
-                return (cache, record) if record is not None and \
-                    build_records.usable(cache, record, digest) else None
-            loading = training_cache.scope(opts, target, make_graph, find_record=find_record,
+                record = build_records.load(artifacts, build_records.record_key(
+                    artifacts, digest, kind, facts, record_tag))
+                return (artifacts, record) if record is not None and \
+                    build_records.usable(artifacts, record, digest) else None
+            loading = training_cache.scope(opts, target, artifacts, make_graph,
+                                           find_record=find_record,
                                            recorded_graph=recorded_graph)
             fw_compiler = training_cache.serializable(fw_compiler)
             bw_compiler = training_cache.serializable(bw_compiler)

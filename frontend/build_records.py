@@ -33,6 +33,7 @@ Invariants:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import pickle
 from typing import Any
@@ -116,14 +117,17 @@ def load(cache, key: str) -> BuildRecord | None:
     return record if isinstance(record, BuildRecord) else None
 
 
-def store_graph(cache, digest: str, data: bytes) -> None:
-    """The pickled graph a record's EmberGraph reads when it needs it, under its digest (once:
-    a graph already there is not written again)."""
+def store_graph(cache, digest: str, data: bytes) -> bool:
+    """Keeps the pickled graph (`digest`: its sha256) in ember's cache, where a training-cache
+    entry names it (training_cache) and a record's EmberGraph reads it when it needs it; one
+    already there whole is not written again. Whether the cache holds it now."""
     try:
-        if cache.verified(GRAPH_KIND, digest, SUFFIX, warn=False) is None:
+        have = cache.read_verified(GRAPH_KIND, digest, SUFFIX, warn=False)
+        if have is None or hashlib.sha256(have).hexdigest() != digest:
             cache.write(GRAPH_KIND, digest, SUFFIX, data)
+        return True
     except OSError:
-        pass
+        return False
 
 
 def usable(cache, record: BuildRecord, digest: str) -> bool:
@@ -131,16 +135,32 @@ def usable(cache, record: BuildRecord, digest: str) -> bool:
     when read)."""
     from . import program_cache
     try:
-        return (cache.path(GRAPH_KIND, digest, SUFFIX).exists() and
-                cache.path(program_cache.KIND, record.program_key, program_cache.SUFFIX).exists())
+        return has_graph(cache, digest) and \
+            cache.path(program_cache.KIND, record.program_key, program_cache.SUFFIX).exists()
+    except OSError:
+        return False
+
+
+def has_graph(cache, digest: str) -> bool:
+    """Whether a graph is in the cache under `digest` (present: it is verified when read)."""
+    try:
+        return cache.path(GRAPH_KIND, digest, SUFFIX).exists()
     except OSError:
         return False
 
 
 def load_graph(cache, digest: str) -> bytes:
-    """The pickled graph under `digest`; raises LookupError where it is gone or damaged."""
+    """The pickled graph whose sha256 is `digest`; raises LookupError where it is gone, or
+    damaged (its bytes no longer hash to it, or its manifest does not match), which then goes
+    from the cache: the training-cache entries naming it are skipped from then on
+    (training_cache), and a compile that makes the same graph again writes it anew."""
     data = cache.read_verified(GRAPH_KIND, digest, SUFFIX, warn=False)
-    if data is None:
-        raise LookupError(f"ember: the training graph {digest[:12]} is no longer in the cache")
+    if data is None or hashlib.sha256(data).hexdigest() != digest:
+        path = cache.path(GRAPH_KIND, digest, SUFFIX)
+        for p in (path, path.with_name(path.name + ".manifest")):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+        raise LookupError(f"ember: the training graph {digest[:12]} is not in the cache whole")
     return data
-

@@ -8,11 +8,14 @@ cache skips them, took 0.7 s. With this cache GPT-2's warm first call went from 
 The cache is AOTAutograd's own (AOTAutogradCache, Inductor's), in its bundled form: an entry is
 AOTAutograd's runtime metadata and wrappers, from which it rebuilds the autograd function on a
 hit as it does for Inductor, and the two compiled graphs as `OutputCode` objects
-(`EmberOutputCode`): each holds the graph ember's compiler was given (pickled as Inductor's
-caches pickle a graph, torch.fx._graph_pickler, with the layouts ember's compiler chose in its
-metadata) and what that compiler read from AOTAutograd's tracing context (the saved outputs it
-may lend, the donated inputs, the gradients it may donate). On a hit `post_compile` makes the
-EmberGraph again from these, and ember's program cache, keyed on the graph, gives the program.
+(`EmberOutputCode`): each names the graph ember's compiler was given by its sha256 (the graph
+pickled as Inductor's caches pickle a graph, torch.fx._graph_pickler, with the layouts ember's
+compiler chose in its metadata, is kept in ember's artifact cache under it:
+build_records.store_graph) and holds what that compiler read from AOTAutograd's tracing
+context (the saved outputs it may lend, the donated inputs, the gradients it may donate). On a
+hit `post_compile` makes the EmberGraph again from these, and ember's program cache, keyed on
+the graph, gives the program. The entry holds no graph: torch keeps a hit's entry bytes for
+the process's life (its cache-artifact recorder), which were the graphs' megabytes.
 
 Invariants:
 - A hit gives the forward and backward a miss gives. AOTAutograd's key covers Dynamo's graph,
@@ -24,10 +27,10 @@ Invariants:
   `force_disable_caches`) bypass it and trace as before.
 - Only training graphs (`needs_grad`): inference graphs have their own cache
   (inference_cache), which skips AOTAutograd altogether.
-- Never an entry ember's compiler could not make again from what it holds: a graph with
+- Never an entry ember's compiler could not make again from what it names: a graph with
   effect tokens, one none of whose ops compiles (the backend returns Dynamo's graph for it)
-  or one without its pickled graph declines the save (`BypassAOTAutogradCache`, which
-  AOTAutograd reports at info level only).
+  or one whose pickled graph ember's cache did not take declines the save
+  (`BypassAOTAutogradCache`, which AOTAutograd reports at info level only).
 - The backward is compiled lazily, at the first backward, outside the backend's call: its
   compiler turns the bundled form on for the save AOTAutograd makes right after it
   (`bundle_for_the_save`, only for an entry that may be saved), and the backward's first
@@ -44,8 +47,11 @@ Invariants:
   the record (`recorded_graph`), which reads the graph from ember's cache only if it needs
   it; without a usable record it reads the kept graph as below.
 - A damaged entry is a miss: a file that does not unpickle is traced again (torch's warning
-  about it logged at info level inside `scope`); one whose graph does not make ember's again
-  fails the load, which AOTAutograd takes as a bypass (traced, at info level).
+  about it logged at info level inside `scope`), as is one whose graph is gone from ember's
+  cache (the file does not read: AOTAutograd tries the key's next file); one whose graph is
+  damaged (its bytes no longer hash to the digest: the graph then goes from the cache) or
+  does not make ember's graph again is a miss (`_miss`: traced, the entry and the graph
+  written anew).
 - Where this torch lacks a piece of the bundled cache (`available`), or AOTAutograd's cache is
   strict (a declined entry would raise), nothing changes.
 - As with Inductor's entries, a backward is kept as the process that filled the cache compiled
@@ -70,7 +76,7 @@ import torch.fx as fx
 from .program_cache import code_identity
 
 # Bumped when the entry's layout changes in a way sources do not show.
-FORMAT = 1
+FORMAT = 2
 
 # What a load (EmberOutputCode.post_compile, inside the backend's call) makes its graphs with:
 # the backend's options, decomposition table, eager fallback and graph ids.
@@ -158,14 +164,14 @@ def key_tag(options, target: str):
 
 
 @contextlib.contextmanager
-def scope(options, target: str, make_graph, find_record=None, recorded_graph=None):
+def scope(options, target: str, cache, make_graph, find_record=None, recorded_graph=None):
     """Around the backend's AOTAutograd call: ember's part of the key, and how a hit makes its
-    graphs (`make_graph(fx_gm, inputs, kind, facts)` -> the boxed callable; where
-    `find_record(digest, kind, facts)` gives (artifact cache, build record):
-    `recorded_graph(record, load_graph, kind, facts)`, build_records.py); an unreadable entry
-    file is logged at info level (`_UnreadableEntryAtInfo`)."""
+    graphs: from the graph kept in ember's artifact `cache` (`make_graph(fx_gm, inputs, kind,
+    facts)` -> the boxed callable) or, where `find_record(digest, kind, facts)` gives (artifact
+    cache, build record), `recorded_graph(record, load_graph, kind, facts)` (build_records.py);
+    an unreadable entry file is logged at info level (`_UnreadableEntryAtInfo`)."""
     _restore_bundled()
-    token = _LOADING.set({"make_graph": make_graph, "find_record": find_record,
+    token = _LOADING.set({"make_graph": make_graph, "cache": cache, "find_record": find_record,
                           "recorded_graph": recorded_graph})
     cache_log = logging.getLogger("torch._inductor.codecache")
     cache_log.addFilter(_UNREADABLE_AT_INFO)
@@ -283,63 +289,50 @@ def output_code_class():
     @dataclasses.dataclass
     class EmberOutputCode(OutputCode):
         """One graph of a training graph compiled by ember, as AOTAutograd's cache keeps it.
-        `graph`: the pickled graph ember's compiler was given (None: not kept); `facts`: what
-        that compiler read besides the graph (compile_graph's `replay`: the forward's saved
-        outputs it may lend, the backward's donated inputs, the example inputs' strides);
-        `keep`: whether the entry may be saved; `digest`: the graph's sha256, checked when the
-        entry is read back (a damaged graph makes the entry file unreadable, which AOTAutograd
-        skips for the key's next file)."""
+        `digest`: the sha256 of the pickled graph ember's compiler was given, which ember's
+        cache keeps under it (build_records.store_graph), not the entry; `facts`: what that
+        compiler read besides the graph (compile_graph's `replay`: the forward's saved outputs
+        it may lend, the backward's donated inputs, the example inputs' strides); `keep`:
+        whether the entry may be saved (the graph stored)."""
         kind: str = "forward"
-        graph: bytes | None = None
+        digest: str | None = None
         facts: dict | None = None
         keep: bool = True
         _boxed_call: bool = True
-        digest: str | None = None
 
         def __post_init__(self):
             self.fn = None
             self.ember_graph = None
-            self.partner = None     # a backward's: its forward's code, whose entry it saves
-            if self.graph is not None and self.digest is None:
-                self.digest = hashlib.sha256(self.graph).hexdigest()
 
         def __call__(self, inputs):
-            if self.kind == "backward":
-                if _BUNDLED_BEFORE:
-                    _restore_bundled()      # AOTAutograd saved the entry, if it did
-                if self.graph is not None or self.partner is not None:
-                    self._saved()
+            if self.kind == "backward" and _BUNDLED_BEFORE:
+                _restore_bundled()      # AOTAutograd saved the entry, if it did
             return self.fn(inputs)
-
-        def _saved(self) -> None:
-            """The entry is written (or declined) by the backward's first call: the pickled
-            graphs of the forward and the backward are not kept in memory after it."""
-            for code in (self, self.partner):
-                if code is not None:
-                    code.graph = None
-            self.partner = None
 
         def __getstate__(self):
             state = dict(self.__dict__)
             state.pop("fn", None)
             state.pop("ember_graph", None)
-            state.pop("partner", None)
             return state
 
         def __setstate__(self, state):
-            graph, digest = state.get("graph"), state.get("digest")
-            if graph is not None and digest is not None and \
-                    hashlib.sha256(graph).hexdigest() != digest:
-                raise ValueError(f"ember: the {state.get('kind')} graph of a training-cache "
-                                 "entry is damaged")
             self.__dict__.update(state)
             self.fn = None
             self.ember_graph = None
-            self.partner = None
+            loading = _LOADING.get()
+            if loading is not None and loading.get("cache") is not None and \
+                    self.digest is not None:
+                from .build_records import has_graph
+                if not has_graph(loading["cache"], self.digest):
+                    # an entry whose graph is gone does not read: AOTAutograd skips the file
+                    # for the key's next one (a miss raised on its load would retrace at
+                    # every start while the file is read first)
+                    raise ValueError(f"ember: the {self.kind} graph of a training-cache entry "
+                                     f"is not in ember's cache")
 
         def prepare_for_serialization(self) -> None:
             from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
-            if not self.keep or self.graph is None:
+            if not self.keep or self.digest is None:
                 raise BypassAOTAutogradCache(f"ember: the {self.kind} graph is not kept")
             self.fn = None
             self.ember_graph = None
@@ -348,10 +341,10 @@ def output_code_class():
             if self.fn is not None:
                 return
             loading = _LOADING.get()
-            if loading is None or self.graph is None:
+            if loading is None or self.digest is None:
                 raise RuntimeError("ember: a training graph loaded outside ember's backend")
             found = None
-            if loading.get("find_record") is not None and self.digest is not None:
+            if loading.get("find_record") is not None:
                 found = loading["find_record"](self.digest, self.kind, self.facts)
             if found is not None:   # the graph itself read only if needed (build_records.py)
                 self.fn = loading["recorded_graph"](
@@ -359,17 +352,17 @@ def output_code_class():
                                                 self.digest, self.kind, self.facts),
                     self.kind, self.facts)
                 self.ember_graph = getattr(self.fn, "ember_graph", None)
-                self.graph = None
                 return
             try:
-                gm, mode = _unpickle_graph(self.graph, example_inputs)
+                from .build_records import load_graph
+                data = load_graph(loading["cache"], self.digest)
+                gm, mode = _unpickle_graph(data, example_inputs)
                 inputs = _example_inputs(gm, self.facts["strides"], mode)
-            except Exception as err:    # noqa: BLE001 -- an entry ember cannot read back
+            except Exception as err:    # noqa: BLE001 -- a graph ember cannot read back
                 raise _miss(f"ember: the {self.kind} graph of the entry does not load: "
                             f"{type(err).__name__}: {err}") from err
             self.fn = loading["make_graph"](gm, inputs, self.kind, self.facts)
             self.ember_graph = getattr(self.fn, "ember_graph", None)
-            self.graph = None       # read from the entry, which is not written again
 
         def set_triton_bundle(self, triton_bundle: Any) -> None:
             pass

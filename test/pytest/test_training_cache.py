@@ -125,10 +125,11 @@ def test_warm_start_skips_the_joint_trace(tmp_path, traces, target, device):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-def test_pickled_graphs_are_not_kept_in_memory(tmp_path, traces, monkeypatch):
-    """A compiled training graph holds its pickled forward and backward only until the entry
-    is saved (the backward's first call), and a loaded one not after its build: the bytes are
-    the size of the graphs' metadata (megabytes for a transformer)."""
+def test_entries_name_their_graphs_which_embers_cache_keeps(tmp_path, traces, monkeypatch):
+    """A training-cache entry holds no graph, only its digest: the pickled graphs (megabytes
+    for a transformer) are in ember's cache under it, once (a hit writes none again), and no
+    compiled or loaded graph's code holds bytes; torch keeps a hit's entry bytes for the
+    process's life, which are small."""
     import weakref
     cls = training_cache.output_code_class()
     made = []
@@ -143,26 +144,29 @@ def test_pickled_graphs_are_not_kept_in_memory(tmp_path, traces, monkeypatch):
         made.append(weakref.ref(self))
     monkeypatch.setattr(cls, "__post_init__", record_new)
     monkeypatch.setattr(cls, "__setstate__", record_loaded)
-    alive = []
 
-    def graphs():
-        codes = [r() for r in made]
-        alive.extend(c for c in codes if c is not None)
-        return {c.kind: c.graph for c in codes if c is not None}
+    def held_bytes():
+        codes = [c for c in (r() for r in made) if c is not None]
+        assert codes
+        return [(c.kind, k) for c in codes for k, v in vars(c).items()
+                if isinstance(v, (bytes, bytearray))]
 
     x = torch.randn(8, 16)
     model = _model()
-    f = _compile(model, tmp_path)
-    loss = f(x)
-    held = graphs()
-    assert set(held) == {"forward"} and held["forward"], "the forward's graph is not kept yet"
+    loss = _compile(model, tmp_path)(x)
+    assert held_bytes() == []
     loss.backward()
     assert counters["aot_autograd"]["autograd_cache_saved"] == 1
-    assert graphs() == {"forward": None, "backward": None}
+    graphs = _files(tmp_path, "training-graph")
+    (entry,) = (tmp_path / "inductor" / "aotautograd").glob("*/*")
+    assert len(graphs) == 2
+    assert entry.stat().st_size < sum(g.stat().st_size for g in graphs), \
+        (entry.stat().st_size, [g.stat().st_size for g in graphs])
     made.clear()
-    warm = _steps(_model(), x, tmp_path, steps=1)     # a hit: both graphs loaded, then built
+    warm = _steps(_model(), x, tmp_path, steps=1)
     assert counters["aot_autograd"]["autograd_cache_hit"] == 1 and len(traces) == 1
-    assert graphs() == {"forward": None, "backward": None}
+    assert held_bytes() == []
+    assert _files(tmp_path, "training-graph") == graphs
     ref = _eager(x, steps=1)
     for a, b in zip([*warm[0], *warm[1]], [*ref[0], *ref[1]]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
@@ -373,38 +377,51 @@ def test_inference_graph_of_a_training_frame_with_bundled_entries_on(tmp_path, t
     assert reports and all(r["status"] == "compiled" for r in reports), reports
 
 
-def _damage_kept_graph(entry, kind: str, digest_matches: bool) -> None:
-    """The entry file with its `kind` graph's bytes replaced (the rest of the entry intact);
-    `digest_matches`: its digest made to match, so that only the graph's load fails."""
-    import hashlib
+def _damage_kept_graph(tmp_path, entry, kind: str, manifest_matches: bool) -> None:
+    """The `kind` graph the entry names, in ember's cache, with other bytes; its build records
+    removed (so that the hit reads the graph). `manifest_matches`: the file rewritten through
+    the cache with its manifest, so that only the bytes' digest tells."""
     import pickle
+    from ember.frontend import build_records
+    from ember.runtime.cache import ArtifactCache
     bundled = pickle.loads(entry.read_bytes())
-    compiled = bundled.compiled_fw if kind == "forward" else bundled.compiled_bw
-    code = compiled.result
+    code = (bundled.compiled_fw if kind == "forward" else bundled.compiled_bw).result
     assert isinstance(code, training_cache.output_code_class()) and code.kind == kind
-    code.graph = b"ember" * 9
-    if digest_matches:
-        code.digest = hashlib.sha256(code.graph).hexdigest()
-    entry.write_bytes(pickle.dumps(bundled))
+    path = ArtifactCache(tmp_path).path(build_records.GRAPH_KIND, code.digest,
+                                        build_records.SUFFIX)
+    assert path.exists()
+    if manifest_matches:
+        ArtifactCache(tmp_path).write(build_records.GRAPH_KIND, code.digest,
+                                      build_records.SUFFIX, b"ember" * 9)
+    else:
+        path.write_bytes(b"ember" * 9)
+    for record in _files(tmp_path, "build-record"):
+        record.unlink()
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not_a_pickle", "forward_graph",
-                                    "backward_graph", "backward_graph_digest_matches"])
+                                    "backward_graph", "backward_graph_manifest_matches",
+                                    "graphs_gone"])
 def test_damaged_entry_traces_again_quietly(tmp_path, traces, damage):
     """An entry file that does not unpickle (a truncated write, another program's bytes) is a
     miss: the graph is traced and compiled again, with eager's results, and nothing is logged
     above info level (torch's cache logs such a file as a warning with its traceback). So is
-    an entry whose kept graph is damaged (its digest no longer matches: the file does not
-    unpickle) or does not load (a miss from post_compile): the entry is written again, and the
-    next start hits it (a bypass would keep no entry, and every start would compile)."""
+    an entry whose graph in ember's cache is damaged (its manifest or its digest no longer
+    matches: a miss from post_compile, and the graph goes) or gone (the entry does not read):
+    the entry and the graph are written again, and the next start hits them, the old entry
+    skipped (a bypass would keep no entry, and every start would compile)."""
     import logging
     x = torch.randn(8, 16)
     _steps(_model(), x, tmp_path, steps=1)
     entries = list((tmp_path / "inductor" / "aotautograd").glob("*/*"))
     assert len(entries) == 1
     data = entries[0].read_bytes()
-    if damage.endswith(("_graph", "_matches")):
-        _damage_kept_graph(entries[0], damage.split("_")[0], damage.endswith("_matches"))
+    if damage == "graphs_gone":     # ember's cache cleared, Inductor's not
+        for path in _files(tmp_path, "training-graph") + _files(tmp_path, "build-record"):
+            path.unlink()
+    elif damage.endswith(("_graph", "_matches")):
+        _damage_kept_graph(tmp_path, entries[0], damage.split("_")[0],
+                           damage.endswith("_matches"))
     else:
         entries[0].write_bytes(data[:len(data) // 2] if damage == "truncated" else b"ember" * 9)
     logged = []
@@ -429,8 +446,6 @@ def test_damaged_entry_traces_again_quietly(tmp_path, traces, damage):
     ref = _eager(x, steps=1)
     for a, b in zip([*losses, *grads, *buffers], [*ref[0], *ref[1], *ref[2]]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    if damage == "backward_graph_digest_matches":
-        return      # the same entry's file may be listed first again: a miss each start
     counters.clear()
     _steps(_model(), x, tmp_path, steps=1)          # the entry written again is read
     assert len(traces) == 2 and counters["aot_autograd"]["autograd_cache_hit"] == 1
