@@ -176,6 +176,21 @@ def candidates(joint: fx.GraphModule, saved_names: list[str]) -> list[list[fx.No
     return out
 
 
+def _copy_graph(graph: fx.Graph) -> fx.Graph:
+    """`copy.deepcopy(graph)` (torch.fx's Graph.__deepcopy__: the nodes copied, their meta
+    shallowly) but for its code generator, shared: deep-copying a pytree code generator
+    rebuilds its TreeSpecs, whose LeafSpec torch deprecates with a FutureWarning the user saw
+    at every training compile on a GPU."""
+    g = fx.Graph(tracer_cls=graph._tracer_cls)
+    out = g.graph_copy(graph, {}, return_output_node=True)
+    g._codegen = copy.copy(graph._codegen)
+    if out is not None:
+        value, old_output = out
+        g.output(value, type_expr=getattr(old_output, "type", None)).meta = \
+            copy.copy(old_output.meta)
+    return g
+
+
 def partition_recomputing_saved(partition, joint_module, joint_inputs, **kwargs):
     """`partition` (a min-cut partition function) with the saved pointwise functions of saved
     values recomputed in the backward (module docstring)."""
@@ -183,7 +198,7 @@ def partition_recomputing_saved(partition, joint_module, joint_inputs, **kwargs)
     num_fwd_outputs = kwargs["num_fwd_outputs"]
     # the partitioner rewrites the joint graph it is given (CSE, its recompute tags): the first
     # split works on a copy
-    first = fx.GraphModule(joint_module, copy.deepcopy(joint_module.graph))
+    first = fx.GraphModule(joint_module, _copy_graph(joint_module.graph))
     fw, bw = partition(first, joint_inputs, **kwargs)
     chains = candidates(joint_module, _saved_names(fw, num_fwd_outputs))
     if not chains:
