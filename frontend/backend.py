@@ -718,6 +718,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                     # nothing of ember has changed the traced graph yet (its build is at the
                     # first call): the next process skips this trace
                     inference_cache.store(*aot_kept, fx_gm)
+                    graph.record_to = build_records.inference_record_to(*aot_kept)
             if result is None:
                 result = make_boxed_func(graph if wrap is None else wrap(graph))  # one list in
             result.ember_graph = graph       # reports: result.ember_graph.reports
@@ -791,12 +792,21 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             if key is not None:
                 from ..runtime.cache import as_cache
                 aot_kept = (as_cache(opts.cache_dir), key)
+                record = build_records.load_inference(*aot_kept)
+                if record is not None:      # a warm start that reads no graph
+                    graph = EmberGraph.from_record(
+                        record, functools.partial(_kept_inference_graph, aot_kept),
+                        opts, kind="inference", decompositions=table,
+                        graph_id=f"{base}-inference", on_eager=to_eager)
+                    state["fn"] = _grad_off_call(graph)
+                    return _calling_state(state)
                 traced = inference_cache.load(*aot_kept, example_inputs)
                 if traced is not None:      # a warm start: AOTAutograd's trace skipped
                     # (the decompositions: only were a piece of it to be traced again, which a
                     # static graph's never is; 0.1-0.25 s of a process's first compile)
                     graph = EmberGraph(traced, opts, kind="inference", decompositions=table,
                                        graph_id=f"{base}-inference", on_eager=to_eager)
+                    graph.record_to = build_records.inference_record_to(*aot_kept)
                     state["fn"] = _grad_off_call(graph)
                     return _calling_state(state)
         # a training graph's warm start skips AOTAutograd's trace through its own cache
@@ -862,6 +872,22 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
     if "direct" in state:
         state["fn"] = _skipping_aot_wrappers(state, compiled, state.pop("direct"))
     return _calling_state(state, compiled)
+
+
+def _kept_inference_graph(kept) -> torch.fx.GraphModule:
+    """The traced inference graph inference_cache keeps under `kept` (cache, key), as an
+    EmberGraph holds it, its values in a fake tensor mode of its own (Dynamo's is not there
+    after the compile): what a build record's EmberGraph reads when it needs its graph."""
+    from torch._subclasses import FakeTensorMode
+    from .input_mutations import lift_input_mutations
+    data = kept[0].read_verified(inference_cache.KIND, kept[1], inference_cache.SUFFIX,
+                                 warn=False)
+    if data is None:
+        raise LookupError("ember: the kept inference graph is gone from the cache")
+    gm = inference_cache.loads_graph(data, FakeTensorMode())
+    if lift_input_mutations(gm) is not None:    # (inference_cache keeps none with mutations)
+        raise LookupError("ember: the kept inference graph mutates its inputs")
+    return gm
 
 
 def _calling_state(state: dict, compiled=None):

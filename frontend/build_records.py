@@ -1,7 +1,7 @@
-"""Build records: a training graph's warm start that does not read its graph.
+"""Build records: warm starts that do not read their graphs.
 
 A training graph's warm start (training_cache) read the graph ember's compiler was given back
-from AOTAutograd's entry (torch.fx's GraphPickler: every node's fake value made again), prepared
+(torch.fx's GraphPickler: every node's fake value made again), prepared
 it again (fx_prep: the same rewrites, the constant folding, the output plan, each ending in a
 `recompile` of Python code) and fingerprinted it again for the program cache's key. None of that
 changes the program the cache then gives: it was most of ember's own part of a warm start
@@ -17,6 +17,11 @@ its digest); a warm start whose entry names a record loads the program by the re
 makes the call from the record alone. The graph is read only if something needs it: the
 program is no longer in the cache (the graph is then built as before), or a compiled call
 fails and is redone eagerly (compile.EmberGraph.gm).
+
+An inference graph that inference_cache keeps (AOTAutograd's traced graph, under a key that
+covers ember's code, options, global flags and devices) gets a record the same way
+(`inference_record_to`, `load_inference`): its warm start reads neither the kept graph nor
+prepares it (BERT-base inference on the CPU machine: the first call 4.46-4.62 -> 4.16-4.25 s).
 
 Invariants:
 - A record describes only a build that a rebuild from the graph makes again: a static graph
@@ -68,6 +73,28 @@ def record_key(cache, digest: str, kind: str, facts: dict, tag: str) -> str:
     (inside it grad mode is off, in a hit's load on)."""
     return cache.key(KIND, f"format-{FORMAT}", tag, digest, kind,
                      repr(sorted((facts or {}).items())))
+
+
+def inference_record_to(cache, key: str) -> tuple:
+    """`EmberGraph.record_to` for an inference graph inference_cache keeps under `key` (which
+    covers ember's code, options, global flags and devices, as `tag` does for training)."""
+    return cache, record_key(cache, key, "inference", {}, "inference-cache")
+
+
+def load_inference(cache, key: str) -> BuildRecord | None:
+    """The build record of the inference graph inference_cache keeps under `key`, where both it
+    and its program are in the cache; else None (the graph is read and built)."""
+    from . import inference_cache, program_cache
+    record = load(*inference_record_to(cache, key))
+    if record is None:
+        return None
+    try:
+        if cache.path(inference_cache.KIND, key, inference_cache.SUFFIX).exists() and \
+                cache.path(program_cache.KIND, record.program_key, program_cache.SUFFIX).exists():
+            return record
+    except OSError:
+        pass
+    return None
 
 
 def _op(name: str, overload: str):

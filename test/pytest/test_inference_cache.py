@@ -296,15 +296,98 @@ def test_safe_targets():
     assert not inference_cache._safe_target(lambda x: x)
 
 
+def _records(tmp_path):
+    from ember.frontend import build_records
+    return sorted((tmp_path / build_records.KIND).rglob(f"*{build_records.SUFFIX}"))
+
+
 @pytest.mark.filterwarnings("ignore::ember.runtime.cache.CacheWarning")
 def test_damaged_entry_traces_again(tmp_path, traces):
+    """A damaged kept graph whose build has no record (or whose record is gone) is traced
+    again."""
     x, w = torch.randn(8, 16), torch.randn(16, 16)
     _compile(_fn, tmp_path)(x, w)
     (entry,) = _entries(tmp_path)
     entry.write_bytes(entry.read_bytes()[:-7] + b"garbage")
+    for record in _records(tmp_path):
+        record.unlink()
     out = _compile(_fn, tmp_path)(x, w)
     assert len(traces) == 2
     torch.testing.assert_close(out, _fn(x, w), rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The EmberGraphs made from build records, in order."""
+    from ember.frontend.compile import EmberGraph
+    made = []
+    real = EmberGraph.from_record.__func__
+
+    def from_record(cls, *args, **kwargs):
+        graph = real(cls, *args, **kwargs)
+        made.append(graph)
+        return graph
+    monkeypatch.setattr(EmberGraph, "from_record", classmethod(from_record))
+    return made
+
+
+@pytest.mark.targets("cpu", "triton")
+def test_warm_start_builds_from_the_record(tmp_path, traces, target, recorded, monkeypatch):
+    """The first process's build of a kept graph writes its build record
+    (frontend/build_records.py); a warm start makes the call from it without reading the kept
+    graph or preparing it, with the first process's program and values bit for bit."""
+    from ember.frontend import fx_prep
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    with torch.no_grad():
+        out1 = _compile(_fn, tmp_path, target)(x, w)
+        cold = ember.last_reports()[-1]
+        assert len(_records(tmp_path)) == 1 and recorded == []
+
+        def never(*args, **kwargs):
+            raise AssertionError("a build record's warm start read or prepared its graph")
+        monkeypatch.setattr(inference_cache, "loads_graph", never)
+        monkeypatch.setattr(fx_prep, "prepare", never)
+        fn = _compile(_fn, tmp_path, target)
+        outs = [fn(x, w) for _ in range(2)]
+    assert len(traces) == 1 and len(recorded) == 1 and recorded[0]._gm is None
+    report = ember.last_reports()[-1]
+    assert report["build_record"] is True and report["program_cache"] == "hit"
+    for key in ("status", "program_key", "num_kernels", "num_outputs", "output_bytes"):
+        assert report.get(key) == cold.get(key), (key, report, cold)
+    assert all(torch.equal(out1, o) for o in outs)
+
+
+def test_record_reads_the_graph_where_it_needs_it(tmp_path, traces, recorded):
+    """A record whose program is gone from the cache is not used (the kept graph is built);
+    a graph made from a record whose compiled call then fails is redone in eager torch on the
+    kept graph, read then, with one warning; eager's values throughout."""
+    from ember.frontend import program_cache
+    x, w = torch.randn(8, 16), torch.randn(16, 16)
+    ref = _fn(x, w)
+    with torch.no_grad():
+        _compile(_fn, tmp_path)(x, w)
+        programs = sorted((tmp_path / program_cache.KIND).rglob(f"*{program_cache.SUFFIX}"))
+        saved = {p: p.read_bytes() for p in programs}
+        for p in programs:
+            p.unlink()
+        out = _compile(_fn, tmp_path)(x, w)
+        assert recorded == [] and ember.last_reports()[-1]["program_cache"] == "miss"
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        for p, data in saved.items():
+            if not p.exists():
+                p.write_bytes(data)
+        fn = _compile(_fn, tmp_path)
+        fn(x, w)
+        (graph,) = recorded
+        assert graph._gm is None
+
+        def broken(*args):
+            raise RuntimeError("a launch failed")
+        graph._static = broken
+        with pytest.warns(UserWarning, match="failed at run time"):
+            out = fn(x, w)
+    assert graph._gm is not None and len(traces) == 1
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
 
 
 def test_debug_dir_reads_no_kept_graph(tmp_path, traces):
