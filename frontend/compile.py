@@ -521,8 +521,8 @@ class EmberGraph:
                 mutations=self._mutations, inline_calls=inline,
                 report_sizes={k: report[k] for k in ("num_outputs", "output_bytes",
                                                      "input_output_bytes")},
-                report={k: report[k] for k in ("folded_constants", "library_calls")
-                        if k in report})
+                report={k: report[k] for k in ("folded_constants", "library_calls",
+                                               "split_reductions_off") if k in report})
         except Exception:   # noqa: BLE001 -- no record: the next start reads the graph
             return
         build_records.store(*self.record_to, record)
@@ -534,7 +534,7 @@ class EmberGraph:
         not load; `report` is updated only once it has."""
         from ..runtime.cache import as_cache
         from . import program_cache
-        from .compile_module import load_static
+        from .compile_module import load_static, warn_split_off
         t0 = time.perf_counter()
         tensors = list(args)
         target = resolve_target(self.options.target, _devices(tensors))
@@ -556,6 +556,8 @@ class EmberGraph:
         report.update(summary)
         report["num_externs"] = report.get("num_externs", 0) + record.inline_calls
         report["build_record"] = True
+        if "split_reductions_off" in record.report:     # (as compile_static warns)
+            warn_split_off(record.report["split_reductions_off"])
         if hasattr(run, "stats"):
             run.stats = report
         return self._calling(prep, run, None)

@@ -383,13 +383,19 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                           dump=dump, seconds=seconds, donate=donate, reuse=reuse,
                                           strided=strided, cache=cache)
         summary["split_reductions_off"] = str(err)[:300]
-        # correct, but its long reductions run unsplit (efficientnet_b0's training ran x0.19 of
-        # eager so, on an H200): an ember bug worth one line, not a silent slowdown
-        import warnings
-        warnings.warn(f"ember: {SPLIT_PASS} left this graph unlowerable, so it was compiled "
-                      f"without it and its long reductions run unsplit (slower); this is an "
-                      f"ember bug, please report it: {str(err)[:200]}", UserWarning, stacklevel=2)
+        warn_split_off(summary["split_reductions_off"])
     return load_static(program, summary, tensors, out_dtypes, options, dump, kind, seconds)
+
+
+def warn_split_off(why: str) -> None:
+    """The warning for a graph compiled without ember-split-reductions because that left it
+    unlowerable (`why`): correct, but its long reductions run unsplit (efficientnet_b0's
+    training ran x0.19 of eager so, on an H200): an ember bug worth one line, not a silent
+    slowdown. Also where a warm start builds such a graph from its build record."""
+    import warnings
+    warnings.warn(f"ember: {SPLIT_PASS} left this graph unlowerable, so it was compiled "
+                  f"without it and its long reductions run unsplit (slower); this is an "
+                  f"ember bug, please report it: {why[:200]}", UserWarning, stacklevel=3)
 
 
 def load_static(program, summary: dict[str, Any], tensors, out_dtypes, options: CompileOptions,
