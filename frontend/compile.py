@@ -215,14 +215,16 @@ class EmberGraph:
     (build_records.py), which a later process's `from_record` makes the graph's call from
     without reading the graph."""
 
-    def __init__(self, gm: fx.GraphModule, options: CompileOptions, kind: str = "graph",
+    def __init__(self, gm: fx.GraphModule | None, options: CompileOptions, kind: str = "graph",
                  allow_partition: bool = True, decompositions=None,
-                 graph_id: str | None = None, on_eager: Callable | None = None):
+                 graph_id: str | None = None, on_eager: Callable | None = None, *,
+                 record=None, load_graph: Callable[[], fx.GraphModule] | None = None):
         # copy_ into inputs (kept by AOTAutograd) -> extra outputs, written back after each call
-        self._mutations = lift_input_mutations(gm)
+        # (a build record's graph: as the record's build lifted them, `from_record`)
+        self._mutations = lift_input_mutations(gm) if gm is not None else record.mutations
         self._gm: fx.GraphModule | None = gm
-        self._load_graph: Callable[[], fx.GraphModule] | None = None
-        self._record = None         # a build record to build from (from_record)
+        self._load_graph = load_graph
+        self._record = record       # a build record to build from (from_record)
         self.record_to: tuple | None = None
         self.options = options
         self.kind = kind
@@ -234,13 +236,15 @@ class EmberGraph:
         self.reports: list[dict[str, Any]] = []
         self.eager_modules: list[fx.GraphModule] = []    # what runs in torch (tests, debugging)
         # Dynamo guards shapes, dtypes and strides of a static graph already: no per-call key.
-        self._static_graph = not fx_prep.needs_specialization(gm)
+        # (Records are of static graphs only.)
+        self._static_graph = gm is None or not fx_prep.needs_specialization(gm)
         # A graph with symbolic sizes is first compiled once with them (frontend/symbolic.py);
         # what that cannot handle is compiled per input shape.
         self._try_symbolic = not self._static_graph and symbolic.has_symbols(gm)
         self._static: Callable | None = None
         self._eager = _eager_call(self)
-        self._rejects: str | None | bool = False     # not judged yet (eager_rejects.py)
+        # not judged yet (eager_rejects.py); a record's build passed eager's check
+        self._rejects: str | None | bool = False if gm is not None else None
         # Outputs a CUDA-graphed program may hand out of its pool as guarded aliases
         # (compile._lend): a training forward's saved activations, a backward's gradients.
         self.lent_outputs: range | None = None
@@ -257,29 +261,8 @@ class EmberGraph:
         (as `EmberGraph(gm)` holds it: input mutations lifted) only where something needs it:
         the program is gone from the cache (built from the graph then), a failed call redone
         eagerly, an eager fallback."""
-        self = cls.__new__(cls)
-        self._mutations = record.mutations
-        self._gm = None
-        self._load_graph = load_graph
-        self._record = record
-        self.record_to = None
-        self.options = options
-        self.kind = kind
-        self.allow_partition = True
-        self.decompositions = decompositions
-        self.graph_id = graph_id or new_graph_id(kind)
-        self.on_eager = on_eager
-        self._cache = {}
-        self.reports = []
-        self.eager_modules = []
-        self._static_graph = True       # (records are of static graphs only)
-        self._try_symbolic = False
-        self._static = None
-        self._eager = _eager_call(self)
-        self._rejects = None            # the recorded build passed eager's check
-        self.lent_outputs = None
-        self.donated_inputs = frozenset()
-        return self
+        return cls(None, options, kind, decompositions=decompositions, graph_id=graph_id,
+                   on_eager=on_eager, record=record, load_graph=load_graph)
 
     @property
     def gm(self) -> fx.GraphModule:
