@@ -604,11 +604,12 @@ def test_recorded_graph_failing_at_run_time_is_redone_eagerly(tmp_path, traces, 
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("damage", ["record", "graph"])
-def test_damaged_record_or_graph_is_a_miss(tmp_path, traces, recorded, damage):
-    """A record file that no longer matches its manifest is not read (the entry's graph is
-    built, as without records); nor is a graph that does not: the record's hit then builds
-    from the entry's graph at the first call. Eager's values either way."""
+@pytest.mark.parametrize("damage", ["record", "program"])
+def test_damaged_record_or_program_is_a_miss(tmp_path, traces, recorded, damage):
+    """A record file that no longer matches its manifest is not read (the kept graph is built,
+    as without records); a record whose program file no longer does is made into a graph, whose
+    build then finds the program unreadable and builds from the kept graph at the first call
+    (the program compiled again). Eager's values either way."""
     x = torch.randn(8, 16)
     _steps(_model(), x, tmp_path, steps=1)
     for path in _files(tmp_path, "build-record" if damage == "record" else "program"):
