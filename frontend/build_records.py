@@ -56,7 +56,8 @@ FORMAT = 1
 class BuildRecord:
     """What `EmberGraph._compile` made of one graph besides the program (see the module
     docstring). `prepared`: fx_prep.PreparedGraph with `gm` None and `in_geometry` set;
-    `report`: the report's other fields the graph decides (folded constants, library calls)."""
+    `report`: the report's other fields the graph decides (folded constants, library calls,
+    why ember-split-reductions was left off)."""
     program_key: str
     target: str
     out_dtypes: list
@@ -84,17 +85,12 @@ def inference_record_to(cache, key: str) -> tuple:
 def load_inference(cache, key: str) -> BuildRecord | None:
     """The build record of the inference graph inference_cache keeps under `key`, where both it
     and its program are in the cache; else None (the graph is read and built)."""
-    from . import inference_cache, program_cache
+    from . import inference_cache
     record = load(*inference_record_to(cache, key))
-    if record is None:
+    if record is None or not _present(cache, record, inference_cache.KIND, key,
+                                      inference_cache.SUFFIX):
         return None
-    try:
-        if cache.path(inference_cache.KIND, key, inference_cache.SUFFIX).exists() and \
-                cache.path(program_cache.KIND, record.program_key, program_cache.SUFFIX).exists():
-            return record
-    except OSError:
-        pass
-    return None
+    return record
 
 
 def _op(name: str, overload: str):
@@ -157,15 +153,21 @@ def store_graph(cache, digest: str, data: bytes) -> bool:
         return False
 
 
-def usable(cache, record: BuildRecord, digest: str) -> bool:
-    """Whether the record's program and its graph are in the cache (present: they are verified
-    when read)."""
+def _present(cache, record: BuildRecord, graph_kind: str, graph_key: str,
+             graph_suffix: str = SUFFIX) -> bool:
+    """Whether the record's program and its graph (a training graph ember keeps, or
+    inference_cache's) are in the cache (present: they are verified when read)."""
     from . import program_cache
     try:
-        return has_graph(cache, digest) and \
+        return cache.path(graph_kind, graph_key, graph_suffix).exists() and \
             cache.path(program_cache.KIND, record.program_key, program_cache.SUFFIX).exists()
     except OSError:
         return False
+
+
+def usable(cache, record: BuildRecord, digest: str) -> bool:
+    """Whether the record's program and its training graph are in the cache."""
+    return _present(cache, record, GRAPH_KIND, digest)
 
 
 def has_graph(cache, digest: str) -> bool:
@@ -181,10 +183,11 @@ def load_graph(cache, digest: str) -> bytes:
     damaged (its bytes no longer hash to it, or its manifest does not match), which then goes
     from the cache: the training-cache entries naming it are skipped from then on
     (training_cache), and a compile that makes the same graph again writes it anew."""
+    from ..runtime.cache import MANIFEST_SUFFIX
     data = cache.read_verified(GRAPH_KIND, digest, SUFFIX, warn=False)
     if data is None or hashlib.sha256(data).hexdigest() != digest:
         path = cache.path(GRAPH_KIND, digest, SUFFIX)
-        for p in (path, path.with_name(path.name + ".manifest")):
+        for p in (path, path.with_name(path.name + MANIFEST_SUFFIX)):
             try:
                 p.unlink()
             except OSError:

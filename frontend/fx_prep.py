@@ -421,7 +421,7 @@ class PreparedGraph:
     # values computed from no input, made the last inputs of `gm` (const_fold.py)
     folded: list = field(default_factory=list)
     # input -> (size, strides) it has in `gm` for the inputs in `in_perms`, where `gm` is not
-    # kept (a build record's: build_records.input_geometry); None: read from `gm`
+    # kept (a build record's: host_calls.permuted_geometry); None: read from `gm`
     in_geometry: dict[int, tuple] | None = None
 
 

@@ -120,9 +120,7 @@ class _KnownSources(types.ModuleType):
 
     def getsourcelines(self, obj):
         known = self._known(obj)
-        if known is None:
-            return inspect.getsourcelines(obj)
-        return list(known[0]), known[1]
+        return inspect.getsourcelines(obj) if known is None else known
 
     def getsource(self, obj):
         known = self._known(obj)

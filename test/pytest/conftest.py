@@ -243,3 +243,19 @@ def _unlowered_setup(ctx, inputs, output):
 
 unlowered.register_autograd(lambda ctx, grad: unlowered_grad(ctx.saved_tensors[0], grad),
                             setup_context=_unlowered_setup)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """The EmberGraphs made from build records (frontend/build_records.py) during the test, in
+    order (EmberGraph.from_record spied on, restored after)."""
+    from ember.frontend.compile import EmberGraph
+    made = []
+    real = EmberGraph.from_record.__func__
+
+    def from_record(cls, *args, **kwargs):
+        graph = real(cls, *args, **kwargs)
+        made.append(graph)
+        return graph
+    monkeypatch.setattr(EmberGraph, "from_record", classmethod(from_record))
+    return made
