@@ -649,16 +649,25 @@ OVERLAP_SCRIPT = textwrap.dedent('''
     n_requests = len(triton_warm.compile_requests(mod, launches, "cuda"))
     pending = triton_warm.precompile(mod, launches, "cuda", overlap=True)
     assert isinstance(pending, triton_warm.PendingPrecompile), pending
-    cache = os.environ["TRITON_CACHE_DIR"]
+    # a miss is a cubin this process builds and puts into Triton's cache (the pool's workers
+    # put theirs from their own processes, possibly while a launch below runs)
+    from triton.runtime import cache as triton_cache
+    built = []
+    put = triton_cache.FileCacheManager.put
+
+    def counting_put(self, data, filename, binary=True):
+        built.extend([filename] if filename.endswith(".cubin") else [])
+        return put(self, data, filename, binary)
+    triton_cache.FileCacheManager.put = counting_put
     hits = []
     WAIT = pending.wait_launcher if sys.argv[3] == "wait" else (lambda name: None)
     # each launch as the first call makes it: after its own builds only
     for launch in launches:
         WAIT(launch[0])
-        before = len(glob.glob(cache + "/*/*.cubin"))
+        before = len(built)
         for jit, args, kw in triton_warm.launch_variants(mod, [launch], "cuda"):
             jit.run(*args, grid=None, warmup=True, **kw)
-        hits.append(len(glob.glob(cache + "/*/*.cubin")) == before)
+        hits.append(len(built) == before)
     res = pending.wait(600)
     again = triton_warm.precompile(mod, launches, "cuda", overlap=True)
     print(json.dumps({"hits": hits, "res": res, "again": again, "requests": n_requests}))
