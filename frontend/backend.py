@@ -389,6 +389,23 @@ def _donating_tangents(graph, tangents: list[int]):
     return call
 
 
+def _take_facts(graph, kind: str, facts: dict):
+    """Gives a training graph what its facts say (those compile_graph finds, which a training
+    cache entry and a build record keep): a forward's outputs saved for the backward (lent),
+    a backward's gradients (lent) and the inputs it may write over (donated: saved values and
+    tangents). Returns the call that donates the tangents where there are any, else None."""
+    if kind == "forward" and facts.get("lent") is not None:
+        graph.lent_outputs = range(*facts["lent"])
+    if kind == "backward" and facts.get("outputs") is not None:
+        graph.lent_outputs = range(facts["outputs"])     # gradients
+        if "donated" in facts:
+            tangents = frozenset(facts.get("tangents", ()))
+            graph.donated_inputs = frozenset(facts["donated"]) | tangents
+            if tangents:
+                return _donating_tangents(graph, sorted(tangents))
+    return None
+
+
 def _warmup_target(device: torch.device) -> str | None:
     """The Triton target ("cuda:90:32") the compile workers warm up for, on an NVIDIA GPU (its
     capability is known once a tensor is on it); None elsewhere (no warm-up)."""
@@ -679,10 +696,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             out = next(n for n in fx_gm.graph.nodes if n.op == "output").args[0]
             facts: dict[str, Any] = {}
             if kind == "forward":
-                graph.lent_outputs = saved_output_slice(len(out)) if live else \
+                lent = saved_output_slice(len(out)) if live else \
                     (range(*replay["lent"]) if replay["lent"] is not None else None)
-                lent = graph.lent_outputs
                 facts["lent"] = (lent.start, lent.stop) if lent is not None else None
+                _take_facts(graph, kind, facts)
                 strides = None
                 if wrap is None and graph.lent_outputs is not None and \
                         saved_layouts.applies(fx_gm, opts, inputs):
@@ -700,7 +717,6 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             result = None
             if kind == "backward" and isinstance(out, (list, tuple)):
                 facts["outputs"] = len(out)
-                graph.lent_outputs = range(len(out))     # gradients
                 if opts.donate_saved and wrap is None:
                     saved = donated_backward_inputs() if live else frozenset(replay["donated"])
                     facts["donated"] = tuple(sorted(saved))
@@ -708,9 +724,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
                     tangents = _tangent_inputs(fx_gm) if saved and opts.donate_gradients \
                         else frozenset()
                     facts["tangents"] = tuple(sorted(tangents))
-                    graph.donated_inputs = saved | tangents
-                    if tangents:
-                        result = _donating_tangents(graph, sorted(tangents))
+                result = _take_facts(graph, kind, facts)
             if kind == "inference" and wrap is None and not (gm_holds_tensors or amp) and \
                     _aot_wrappers_pass_through(fx_gm, len(example_inputs)):
                 state["direct"] = graph
@@ -751,16 +765,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
         graph = EmberGraph.from_record(record, load_graph, opts, kind=kind,
                                        decompositions=decomps, graph_id=f"{base}-{kind}",
                                        on_eager=to_eager)
-        result = None
-        if kind == "forward" and facts.get("lent") is not None:
-            graph.lent_outputs = range(*facts["lent"])
-        if kind == "backward" and facts.get("outputs") is not None:
-            graph.lent_outputs = range(facts["outputs"])
-            if "donated" in facts:
-                tangents = frozenset(facts.get("tangents", ()))
-                graph.donated_inputs = frozenset(facts["donated"]) | tangents
-                if tangents:
-                    result = _donating_tangents(graph, sorted(tangents))
+        result = _take_facts(graph, kind, facts)
         if result is None:
             result = make_boxed_func(graph)
         result.ember_graph = graph
