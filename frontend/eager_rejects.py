@@ -296,8 +296,14 @@ def _judge_exact(op, args, kwargs) -> str | None:
         meta = _run(op, args, kwargs, device="meta", exact=True)
     except Exception:  # noqa: BLE001 - the meta function refuses them: Dynamo raised already
         return None
-    if _numel(meta) > _MAX_PROBE_NUMEL or _runs(op, args, kwargs, exact=True):
+    if _numel(meta) > _MAX_PROBE_NUMEL:
         return None
+    for fill in (0, 1):
+        try:
+            out = _run(op, args, kwargs, fill=fill, exact=True)
+        except Exception:  # noqa: BLE001 - the other fill, then the checks below
+            continue
+        return _other_shapes(meta, out)
     as_eager = _statistics_as_eager(op, args)
     if as_eager is not None and _runs(op, as_eager, kwargs, exact=True):
         return None
@@ -307,6 +313,27 @@ def _judge_exact(op, args, kwargs) -> str | None:
         first = (str(err).strip().splitlines() or [""])[0]
         return f"{type(err).__name__}: {first[:200]}"
     return None
+
+
+def _shapes(out) -> list:
+    found = []
+    map_aggregate(out if isinstance(out, (tuple, list)) else (out,),
+                  lambda x: found.append(tuple(x.shape)) if isinstance(x, torch.Tensor) else x)
+    return found
+
+
+def _other_shapes(meta, out) -> str | None:
+    """Where eager's kernel returns other shapes than its meta function (which the trace
+    follows) for tensors without elements: `pixel_unshuffle` of a [0, 1, 6, 6] tensor is
+    eager's clone of it, [0, 1, 6, 6], where the meta function says [0, 9, 2, 2]. Such a graph
+    runs eagerly: a compiled one would return the meta function's shape."""
+    want, got = _shapes(meta), _shapes(out)
+    if want == got:
+        return None
+    return f"{_OTHER_SHAPES} {got} where its meta function says {want}"
+
+
+_OTHER_SHAPES = "eager returns shapes"
 
 
 def _has_typed_scalar(tree) -> bool:
@@ -502,7 +529,8 @@ def rejection(gm: fx.GraphModule) -> str | None:
                 dtypes = ", ".join(str(a.meta["val"].dtype).replace("torch.", "")
                                    for a in node.all_input_nodes
                                    if isinstance(a.meta.get("val"), torch.Tensor))
-                return f"eager rejects {node.target} for ({dtypes}): {why}"
+                verb = "differs on" if why.startswith(_OTHER_SHAPES) else "rejects"
+                return f"eager {verb} {node.target} for ({dtypes}): {why}"
         return None
     finally:
         flush_verdicts()

@@ -11,7 +11,8 @@ graph (static shapes) so that no compute node touches a zero-size tensor:
 * `cat` drops its operands without elements (they contribute nothing);
 * an `index_put` whose indices have no elements is a copy of its input;
 * a node reading integer indices with elements next to a tensor without elements stays (eager's
-  kernel checks the indices and may raise; partition makes it a library call), and so does a
+  kernel checks the indices and may raise; partition makes it a library call; not an `index`
+  whose result has no elements, which reads, so checks, no index), and so does a
   tensor folded from what reads it, as `new_empty_strided` of it (else the check is dead code);
   decompositions leave such calls whole (`keep_indexing_whole`), so the op is eager's own;
 * a node whose tensor operands all have no elements but whose result has some (a reduction over
@@ -132,6 +133,22 @@ def _reads_indices(node: fx.Node) -> bool:
                and v.dtype in (torch.int64, torch.int32) for n in node.all_input_nodes)
 
 
+# Ops that check an index only as they read the element it selects: a result without
+# elements reads none, so none is checked (`zeros(2, 0)[tensor([9]), :]` is a [1, 0] tensor in
+# eager, the 9 never read).
+_INDEXING_PER_ELEMENT = (aten.index.Tensor, aten._unsafe_index.Tensor)
+
+
+def _checks_indices(node: fx.Node) -> bool:
+    """Whether eager's kernel of `node` may raise on the values of integer indices it reads
+    (which then must run): an op with an index argument (reads_index_argument) reading
+    indices with elements, unless it is one that checks them per element read and its result
+    has no elements. Integer operands of other ops (a `where` of an empty float tensor and an
+    int64 one: fuzz seed 45 index 246) are values, checked by nobody."""
+    return (reads_index_argument(node.target) and _reads_indices(node)
+            and not (node.target in _INDEXING_PER_ELEMENT and is_empty(node.meta.get("val"))))
+
+
 def _static_empty(v) -> bool:
     """A tensor with a static size 0 (a symbolic size is not compared: that would guard on it)."""
     return isinstance(v, torch.Tensor) and any(type(d) is int and d == 0 for d in v.shape)
@@ -238,9 +255,9 @@ def fold_zero_size(gm: fx.GraphModule) -> bool:
             continue
         val = node.meta.get("val")
         after = next((n for n in node.all_input_nodes if n in checks), None)
-        if reads_index_argument(node.target) and _reads_indices(node) and touches_empty(node):
+        if _checks_indices(node) and touches_empty(node):
             checks.add(node)
-        if is_empty(val) and not _reads_indices(node):
+        if is_empty(val) and not _checks_indices(node):
             if _raises(node, raises):
                 # a reduction over an empty dim whose result has no elements either (`min(dim)`
                 # of a (0, 2, 0) tensor): eager raises, so it stays for eager to raise (fuzz

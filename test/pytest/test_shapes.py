@@ -164,6 +164,21 @@ CASES = {
                                  lambda: [torch.tensor([100.0, 3.0, -7.0])]),
     # huge: more than 2^31 elements through a broadcast
     "huge_broadcast_sum": (_huge, lambda: [torch.ones(1, 1, dtype=torch.int64)]),
+    # an integer operand with elements beside an empty one is a value, not an index to check
+    # (zero_size._checks_indices; fuzz seed 45 index 246 fell back)
+    "where_empty_with_int": (lambda x, i: torch.where(x > 0, x, i),
+                             lambda: [torch.zeros(4, 2, 0), torch.tensor([3, 2]).reshape(1, 2, 1)]),
+    # grid_sample without channels: its decomposition's `index` of the empty input by
+    # in-range indices with elements has no elements (the op-db zero sweep's fallback)
+    "grid_sample_no_channels": (lambda x, g: torch.nn.functional.grid_sample(
+        x, g, align_corners=False), lambda: [torch.randn(2, 0, 5, 5), torch.rand(2, 5, 5, 2) * 2 - 1]),
+    # an index past its dim selecting no element: eager reads, so checks, none ([1, 0])
+    "index_out_of_range_selecting_nothing": (lambda x, i: x[i, :] + 1,
+                                             lambda: [torch.zeros(2, 0), torch.tensor([9])]),
+    # eager's pixel_unshuffle of an empty batch is a clone of it ([0, 1, 6, 6]) where the meta
+    # function says [0, 9, 2, 2] (eager_rejects._other_shapes: the graph runs eagerly)
+    "pixel_unshuffle_empty_batch": (lambda x: torch.nn.functional.pixel_unshuffle(x, 3) * 2,
+                                    lambda: [torch.zeros(0, 1, 6, 6)]),
 }
 # Cases ember compiles (or makes on the host without a kernel): no eager fallback allowed.
 EXPECT_COMPILED = {
@@ -178,7 +193,8 @@ EXPECT_COMPILED = {
     "narrow_tensor_start", "index_add_into_empty", "index_add_into_empty_alpha",
     "zero_dim_index_select",
     "narrow_tensor_start_empty", "tensor_split_tensor_sections", "zero_dim_atan2", "to_int8_mul", "int8_add_scalar", "int8_remainder_scalar",
-    "int8_mul_wrapping_scalar", "huge_broadcast_sum",
+    "int8_mul_wrapping_scalar", "huge_broadcast_sum", "where_empty_with_int",
+    "grid_sample_no_channels", "index_out_of_range_selecting_nothing",
 }
 # Cases compiled on the CPU that fall back under target "triton" (its reductions of a one-element
 # dim with an index or a product: ember-lower-to-triton's reduction combiners).

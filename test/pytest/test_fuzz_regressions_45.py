@@ -1,0 +1,32 @@
+"""Fallbacks the fuzzer found in a seed-45 run (2026-11-28): graphs ember can compile that ran
+eagerly. Same comparator and helpers as test_fuzz_regressions.py; each asserts eager's results
+and no fallback."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz import graphs  # noqa: E402
+from test_fuzz_regressions import _assert_matches, _case  # noqa: E402
+
+
+# seed 45 index 46: `fmod(int64_t, 2)` fell back: torch-mlir fails to legalize an int64 fmod by
+# a number ("failed to legalize operation 'torch.constant.int'"). eager_semantics._fmod: by a
+# 0-dim tensor of the result type, the number wrapped to it as eager converts it.
+# seed 45 index 246: `where(empty > 0, empty, int64_t)` fell back: zero_size kept the node as
+# an index check for its int64 operand with elements (zero_size._checks_indices).
+@pytest.mark.parametrize("index", [46, 246])
+def test_fuzz_seed45_fallbacks(target, index):
+    _assert_matches(graphs.generate(45, index).source(), target)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "int8"])
+def test_integer_fmod_by_a_number_wraps_it_as_eager(target, dtype):
+    """The number converted to the tensor's type as eager converts it: int8 by 300 is by 44,
+    int32 by 2**32 + 3 by 3; negative operands and divisors keep fmod's sign rule (a's)."""
+    inputs = f"a0 = torch.tensor([100, -7, 5, -128], dtype=torch.{dtype})"
+    body = "return (torch.fmod(a0, 3), torch.fmod(a0, -4), torch.fmod(a0, 300), " \
+           "torch.fmod(a0, 2 ** 32 + 3), torch.fmod(a0[1], 2))"
+    _assert_matches(_case(inputs, body, exact=(True,) * 5), target)
