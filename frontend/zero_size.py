@@ -12,7 +12,7 @@ graph (static shapes) so that no compute node touches a zero-size tensor:
 * an `index_put` whose indices have no elements is a copy of its input;
 * a node reading integer indices with elements next to a tensor without elements stays (eager's
   kernel checks the indices and may raise; partition makes it a library call; not an `index`
-  whose result has no elements, which reads, so checks, no index), and so does a
+  with no element to read, whose indices eager cannot refuse), and so does a
   tensor folded from what reads it, as `new_empty_strided` of it (else the check is dead code);
   decompositions leave such calls whole (`keep_indexing_whole`), so the op is eager's own;
 * a node whose tensor operands all have no elements but whose result has some (a reduction over
@@ -133,20 +133,40 @@ def _reads_indices(node: fx.Node) -> bool:
                and v.dtype in (torch.int64, torch.int32) for n in node.all_input_nodes)
 
 
-# Ops that check an index only as they read the element it selects: a result without
-# elements reads none, so none is checked (`zeros(2, 0)[tensor([9]), :]` is a [1, 0] tensor in
-# eager, the 9 never read).
-_INDEXING_PER_ELEMENT = (aten.index.Tensor, aten._unsafe_index.Tensor)
+_INDEXING = (aten.index.Tensor, aten._unsafe_index.Tensor)
+
+
+def _index_reads_nothing(node: fx.Node) -> bool:
+    """An `index` (`x[i, j]`) that eager cannot make raise: its result has no elements, and
+    eager checks an index only as it reads the element it selects (`zeros(2, 0)[tensor([9]),
+    :]` is a [1, 0] tensor, the 9 never read), besides refusing an index with elements into a
+    dim of size 0 ("index is out of bounds for dimension with size 0": `zeros(0, 0, 3)[tensor(
+    [-1, 0])]` raises, fuzz seed 46 index 1471). Integer indices only (a mask covers dims of its
+    own)."""
+    if node.target not in _INDEXING or not is_empty(node.meta.get("val")) or \
+            len(node.args) < 2 or not isinstance(node.args[0], fx.Node):
+        return False
+    src = node.args[0].meta.get("val")
+    if not isinstance(src, torch.Tensor):
+        return False
+    for size, index in zip(src.shape, node.args[1]):
+        if index is None:
+            continue
+        v = index.meta.get("val") if isinstance(index, fx.Node) else None
+        if not isinstance(v, torch.Tensor) or v.dtype not in (torch.int64, torch.int32) or \
+                (size == 0 and v.numel() > 0):
+            return False
+    return True
 
 
 def _checks_indices(node: fx.Node) -> bool:
     """Whether eager's kernel of `node` may raise on the values of integer indices it reads
     (which then must run): an op with an index argument (reads_index_argument) reading
-    indices with elements, unless it is one that checks them per element read and its result
-    has no elements. Integer operands of other ops (a `where` of an empty float tensor and an
-    int64 one: fuzz seed 45 index 246) are values, checked by nobody."""
+    indices with elements, unless it is an `index` that reads none (_index_reads_nothing).
+    Integer operands of other ops (a `where` of an empty float tensor and an int64 one: fuzz
+    seed 45 index 246) are values, checked by nobody."""
     return (reads_index_argument(node.target) and _reads_indices(node)
-            and not (node.target in _INDEXING_PER_ELEMENT and is_empty(node.meta.get("val"))))
+            and not _index_reads_nothing(node))
 
 
 def _static_empty(v) -> bool:

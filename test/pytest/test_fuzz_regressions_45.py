@@ -1,6 +1,6 @@
-"""Fallbacks the fuzzer found in a seed-45 run (2026-11-28): graphs ember can compile that ran
-eagerly. Same comparator and helpers as test_fuzz_regressions.py; each asserts eager's results
-and no fallback."""
+"""What the fuzzer found in seed-45 and seed-46 runs (2026-11-28): graphs ember can compile that
+ran eagerly, and an error eager raises that the first fix for them lost. Same comparator and
+helpers as test_fuzz_regressions.py."""
 import sys
 from pathlib import Path
 
@@ -30,3 +30,12 @@ def test_integer_fmod_by_a_number_wraps_it_as_eager(target, dtype):
     body = "return (torch.fmod(a0, 3), torch.fmod(a0, -4), torch.fmod(a0, 300), " \
            "torch.fmod(a0, 2 ** 32 + 3), torch.fmod(a0[1], 2))"
     _assert_matches(_case(inputs, body, exact=(True,) * 5), target)
+
+
+# seed 46 index 1471: `log(zeros(0, 0, 3))[tensor([-1, 0])]` raises in eager ("index is out of
+# bounds for dimension with size 0", an index with elements into an empty dim) though its
+# result [2, 0, 3] has no elements; zero_size folded the index away when it first let an index
+# with no element to read fold (zero_size._index_reads_nothing).
+def test_fuzz_seed46_index_into_an_empty_dim_raises(target):
+    # (the comparator's pass here: both raised IndexError; the index runs as eager's kernel)
+    _assert_matches(graphs.generate(46, 1471).source(), target, allow_fallback=True)

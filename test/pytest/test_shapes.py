@@ -175,6 +175,10 @@ CASES = {
     # an index past its dim selecting no element: eager reads, so checks, none ([1, 0])
     "index_out_of_range_selecting_nothing": (lambda x, i: x[i, :] + 1,
                                              lambda: [torch.zeros(2, 0), torch.tensor([9])]),
+    # ... but an index with elements into a dim of size 0 raises in eager, whatever it selects
+    # (fuzz seed 46 index 1471: the result [2, 0, 3] came back)
+    "index_into_empty_dim": (lambda x, i: torch.log(x)[i],
+                             lambda: [torch.zeros(0, 0, 3), torch.tensor([-1, 0])]),
     # eager's pixel_unshuffle of an empty batch is a clone of it ([0, 1, 6, 6]) where the meta
     # function says [0, 9, 2, 2] (eager_rejects._other_shapes: the graph runs eagerly)
     "pixel_unshuffle_empty_batch": (lambda x: torch.nn.functional.pixel_unshuffle(x, 3) * 2,
