@@ -554,7 +554,10 @@ def _trunc_div_low(a, b, dt):
     torch-mlir rounds a Python number to the tensor's type first (cpu target: half
     `3.0 // 0.3` truncated gave 9, eager 10) and truncates the f32 quotient."""
     device = (a if isinstance(a, torch.Tensor) else b).device
-    fa = a.to(dt).float()
+    # a Python number as a dividend (`div(-1, half_t, rounding_mode="trunc")`: fuzz seed 46
+    # index 740, tracing failed) is converted to the result type, as eager's wrapped scalar
+    fa = (a if isinstance(a, torch.Tensor) else
+          torch.scalar_tensor(float(a), dtype=dt, device=device)).to(dt).float()
     if not isinstance(b, torch.Tensor):
         return torch.trunc(fa / torch.scalar_tensor(float(b), dtype=torch.float32,
                                                     device=device)).to(dt)

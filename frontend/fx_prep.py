@@ -542,6 +542,69 @@ def _fold_copy_into_empty(gm: fx.GraphModule) -> None:
         gm.recompile()
 
 
+_aten = torch.ops.aten
+# Ops whose result is their operand's value, dtype and shape kept: torch-mlir folds them away
+# (clone, alias, a cast to the same type; floor, ceil, round and trunc of integers).
+_SAME_VALUE = (_aten.clone.default, _aten.alias.default, torch.ops.prims.convert_element_type.default,
+               _aten._to_copy.default)
+_INTEGER_IDENTITY = (_aten.floor.default, _aten.ceil.default, _aten.round.default,
+                     _aten.trunc.default)
+_CONSTANTS = (_aten.scalar_tensor.default, _aten.full.default)
+
+
+def _value_root(node: fx.Node) -> fx.Node:
+    while node.op == "call_function" and node.args and isinstance(node.args[0], fx.Node):
+        src, v = node.args[0].meta.get("val"), node.meta.get("val")
+        if not (isinstance(src, torch.Tensor) and isinstance(v, torch.Tensor)
+                and src.dtype == v.dtype and src.shape == v.shape):
+            break
+        if node.target in _SAME_VALUE or (node.target in _INTEGER_IDENTITY
+                                          and not v.is_floating_point()):
+            node = node.args[0]
+            continue
+        break
+    return node
+
+
+def _maybe_one_value(a, b) -> bool:
+    """Whether torch-mlir may find the tensors `a` and `b` to be one value: the same node
+    once copies and identities are passed, or equal constants."""
+    if not (isinstance(a, fx.Node) and isinstance(b, fx.Node)):
+        return False
+    a, b = _value_root(a), _value_root(b)
+    return a is b or (a.op == b.op == "call_function" and a.target is b.target
+                      and a.target in _CONSTANTS and a.args == b.args and a.kwargs == b.kwargs)
+
+
+def _where_of_one_value_at_its_shape(gm: fx.GraphModule) -> None:
+    """`where(c, x, x)` -> `where(c, expand(x), expand(x))` at the result's shape, where the
+    condition broadcasts `x`. torch-mlir folds a `where` of one value into that value, its
+    shape unbroadcast: the import failed ("type of return operand ... doesn't match function
+    result type", fuzz seed 46 index 1363: `where(c, x, floor(x))` of integers; `where(c, 2.0,
+    2.0)`) and the graph fell back. An expand changes no value."""
+    changed = False
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not _aten.where.self or \
+                len(node.args) != 3 or not _maybe_one_value(node.args[1], node.args[2]):
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            continue
+        for i in (1, 2):
+            arg = node.args[i]
+            v = arg.meta.get("val")
+            if not isinstance(v, torch.Tensor) or v.shape == val.shape:
+                continue
+            with gm.graph.inserting_before(node):
+                wide = gm.graph.call_function(_aten.expand.default, (arg, list(val.shape)))
+            with v.fake_mode if getattr(v, "fake_mode", None) else _nullcontext():
+                wide.meta["val"] = v.expand(val.shape)
+            node.update_arg(i, wide)
+            changed = True
+    if changed:
+        gm.recompile()
+
+
 def _true_divide_as_div(gm: fx.GraphModule) -> None:
     """`aten.true_divide.Tensor` -> `aten.div.Tensor` (the same op; torch-mlir lowers only the
     latter). Dynamo's tensorified float sizes trace as true_divide: nearest upsampling's
@@ -573,6 +636,7 @@ def prepare(gm: fx.GraphModule, fold_constants: bool = False,
     _cast_operands_torch_mlir_mispromotes(gm)
     _float_compare_scalars(gm)
     _wide_rank_zero_operands(gm)
+    _where_of_one_value_at_its_shape(gm)
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out_node.args[0]
     single = not isinstance(outs, (tuple, list))

@@ -39,3 +39,35 @@ def test_integer_fmod_by_a_number_wraps_it_as_eager(target, dtype):
 def test_fuzz_seed46_index_into_an_empty_dim_raises(target):
     # (the comparator's pass here: both raised IndexError; the index runs as eager's kernel)
     _assert_matches(graphs.generate(46, 1471).source(), target, allow_fallback=True)
+
+
+# seed 46, graphs that fell back where they need not:
+# - 302, 740: `div(True, half_t, rounding_mode="trunc")`, `div(-1, ...)`: tracing failed in
+#   eager_semantics._trunc_div_low (a Python dividend has no `.to`);
+# - 378, 1091: an empty tensor that an index check inside the program reads (embedding,
+#   index_select) was an `empty_strided` with torch's strides for a size 0 ([1, 1, 1] for
+#   [1, 1, 0]), which torch-mlir's lowering refuses (zero_size._dense_stride);
+# - 1363: `where(c, x, floor(x))` of integers: torch-mlir folds a `where` of one value into
+#   that value without the condition's broadcast (fx_prep._where_of_one_value_at_its_shape).
+@pytest.mark.parametrize("index", [302, 378, 740, 1091, 1363])
+def test_fuzz_seed46_fallbacks(target, index):
+    _assert_matches(graphs.generate(46, index).source(), target)
+
+
+@pytest.mark.parametrize("expr", ["torch.where(a1, a0, a0)", "torch.where(a1, a0, a0.clone())",
+                                  "torch.where(a1, 2.0, 2.0) + a0",
+                                  "torch.where(a1, a2, torch.floor(a2))"])
+def test_where_of_one_value_broadcasts(target, expr):
+    inputs = ("a0 = torch.tensor([1.5, -2.0, 3.0])\n"
+              "a1 = torch.tensor([[True, False, True], [False, False, True]])\n"
+              "a2 = torch.tensor([4, -5, 6])")
+    _assert_matches(_case(inputs, f"return ({expr},)"), target)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("number", ["True", "-1", "2.5"])
+def test_trunc_division_of_a_number(target, dtype, number):
+    inputs = f"a0 = torch.tensor([-0.59, 1.74, -0.618, 3.0, 0.3, -7.5]).to(torch.{dtype})"
+    body = (f"return (torch.div({number}, a0, rounding_mode='trunc'), "
+            f"torch.div({number}, a0, rounding_mode='floor'))")
+    _assert_matches(_case(inputs, body, exact=(True, True)), target)
