@@ -316,11 +316,11 @@ def _fmod(a, b):
     index 180: fmod(x, inf) is x). Integer fmod: `_widened`."""
     dt = torch.result_type(a, b)
     if not dt.is_floating_point:
-        if isinstance(a, torch.Tensor) and type(b) is int and dt != torch.bool and \
-                not _uint8(a, b):
-            # torch-mlir fails to legalize an int64 fmod by a number (fuzz seed 45 index 46:
-            # the graph fell back): by a 0-dim tensor of the result type, the number wrapped as
-            # eager converts it (`fmod(int32_t, 2**32 + 3)` is by 3, by 2**40 a division by 0)
+        if isinstance(a, torch.Tensor) and isinstance(b, int) and dt != torch.bool:
+            # torch-mlir fails to legalize an integer fmod by a number (fuzz seed 45 index 46,
+            # int64 by 2; seed 47 index 258, int16 by True: the graph fell back): by a 0-dim
+            # tensor of the result type, the number wrapped as eager converts it
+            # (`fmod(int32_t, 2**32 + 3)` is by 3, by 2**40 a division by 0)
             return torch.fmod(a, torch.scalar_tensor(_wrap_int(b, dt), dtype=dt,
                                                      device=a.device))
         return _widened(torch.fmod)(a, b)

@@ -543,10 +543,12 @@ def _fold_copy_into_empty(gm: fx.GraphModule) -> None:
 
 
 _aten = torch.ops.aten
-# Ops whose result is their operand's value, dtype and shape kept: torch-mlir folds them away
-# (clone, alias, a cast to the same type; floor, ceil, round and trunc of integers).
+# Ops whose result is their operand's value where dtype and shape are kept: torch-mlir folds
+# them away (clone, alias, a cast to the same type, a slice, view or expand to the same shape;
+# floor, ceil, round and trunc of integers). Not a permutation: [2, 2] transposed is another.
 _SAME_VALUE = (_aten.clone.default, _aten.alias.default, torch.ops.prims.convert_element_type.default,
-               _aten._to_copy.default)
+               _aten._to_copy.default, _aten.slice.Tensor, _aten.view.default,
+               _aten._unsafe_view.default, _aten.reshape.default, _aten.expand.default)
 _INTEGER_IDENTITY = (_aten.floor.default, _aten.ceil.default, _aten.round.default,
                      _aten.trunc.default)
 _CONSTANTS = (_aten.scalar_tensor.default, _aten.full.default)

@@ -45,6 +45,8 @@ def _cast(v: str, ty: str) -> str:
     bare = v.strip()
     while bare.startswith("(") and bare.endswith(")"):
         bare = bare[1:-1].strip()
+    if bare in ("True", "False"):    # a bool literal (`isinf` of an integer: fuzz seed 47 index 1395)
+        bare = str(int(bare == "True"))
     if bare.lstrip("-").isdigit():
         return f"tl.full([], {bare}, {ty})"
     return f"({v}).to({ty})"

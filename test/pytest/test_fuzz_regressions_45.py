@@ -71,3 +71,12 @@ def test_trunc_division_of_a_number(target, dtype, number):
     body = (f"return (torch.div({number}, a0, rounding_mode='trunc'), "
             f"torch.div({number}, a0, rounding_mode='floor'))")
     _assert_matches(_case(inputs, body, exact=(True, True)), target)
+
+
+# seed 47: 258, `fmod(uint8_t, True)` (int16 by a bool, in eager_semantics' widened uint8
+# arithmetic) fell back as int64 by a number did; 751, `where(c, x[-2:3], x)`, a slice to the
+# same shape that torch-mlir folds away, then the `where` of one value; 1395 (triton), `isinf`
+# of an integer cast as the literal `(False).to(tl.int1)` (passes/triton_writer._cast).
+@pytest.mark.parametrize("index", [258, 751, 1395])
+def test_fuzz_seed47_fallbacks(target, index):
+    _assert_matches(graphs.generate(47, index).source(), target)

@@ -209,6 +209,22 @@ def test_count_of_ones_reduction_compiles(exported_sources, monkeypatch):
     assert results and not triton_aot.failures(results), results
 
 
+def test_bool_literal_cast_compiles(exported_sources, monkeypatch):
+    # `isinf` of an integer tensor is the literal False; a reduction's operand cast to int1 was
+    # written `(False).to(tl.int1)`, a constexpr without `.to`: the interpreter raised at run
+    # time (the graph fell back: fuzz seed 47 index 1395). Now `tl.full([], 0, tl.int1)`.
+    from conftest import check_fallbacks, ember_compile
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    a = torch.tensor([5, 2, 9, 0], dtype=torch.uint8)
+    f = lambda t: (torch.isinf(t).amin(), torch.isinf(t).amax())     # noqa: E731
+    out = ember_compile(f, "triton")(a)
+    assert [o.item() for o in out] == [o.item() for o in f(a)] == [False, False]
+    check_fallbacks()
+    source = next(s for s in exported_sources if "tl.full([], 0, tl.int1)" in s)
+    results = triton_aot.compile_isolated(source)
+    assert results and not triton_aot.failures(results), results
+
+
 def _launch_lines(source):
     return [ln.strip() for ln in source.splitlines()
             if "@_ember_autotune(configs=" in ln or "_kernel[grid](" in ln]
