@@ -157,8 +157,10 @@ def _index_reads_nothing(node: fx.Node) -> bool:
         if index is None:
             continue
         v = index.meta.get("val") if isinstance(index, fx.Node) else None
-        if not isinstance(v, torch.Tensor) or v.dtype not in (torch.int64, torch.int32) or \
-                (size == 0 and v.numel() > 0):
+        if not isinstance(v, torch.Tensor) or v.dtype not in (torch.int64, torch.int32):
+            return False
+        n = v.numel()       # (a symbolic size is not compared: that would guard on it)
+        if type(size) is not int or (size == 0 and (type(n) is not int or n > 0)):
             return False
     return True
 
