@@ -556,8 +556,8 @@ def _trunc_div_low(a, b, dt):
     device = (a if isinstance(a, torch.Tensor) else b).device
     # a Python number as a dividend (`div(-1, half_t, rounding_mode="trunc")`: fuzz seed 46
     # index 740, tracing failed) is converted to the result type, as eager's wrapped scalar
-    fa = (a if isinstance(a, torch.Tensor) else
-          torch.scalar_tensor(float(a), dtype=dt, device=device)).to(dt).float()
+    fa = (a.to(dt) if isinstance(a, torch.Tensor) else
+          torch.scalar_tensor(float(a), dtype=dt, device=device)).float()
     if not isinstance(b, torch.Tensor):
         return torch.trunc(fa / torch.scalar_tensor(float(b), dtype=torch.float32,
                                                     device=device)).to(dt)

@@ -554,18 +554,12 @@ _INTEGER_IDENTITY = (_aten.floor.default, _aten.ceil.default, _aten.round.defaul
 _CONSTANTS = (_aten.scalar_tensor.default, _aten.full.default)
 
 
-def _static_shape(v) -> tuple | None:
-    """`v`'s shape if every size is an int (comparing symbolic sizes would add guards)."""
-    shape = tuple(v.shape)
-    return shape if all(type(d) is int for d in shape) else None
-
-
 def _value_root(node: fx.Node) -> fx.Node:
     while node.op == "call_function" and node.args and isinstance(node.args[0], fx.Node):
         src, v = node.args[0].meta.get("val"), node.meta.get("val")
-        if not (isinstance(src, torch.Tensor) and isinstance(v, torch.Tensor)
-                and src.dtype == v.dtype and _static_shape(src) is not None
-                and _static_shape(src) == _static_shape(v)):
+        # (static sizes only: comparing symbolic ones would add guards)
+        if not (_val_is_static(src) and _val_is_static(v) and src.dtype == v.dtype
+                and src.shape == v.shape):
             break
         if node.target in _SAME_VALUE or (node.target in _INTEGER_IDENTITY
                                           and not v.is_floating_point()):
@@ -597,12 +591,12 @@ def _where_of_one_value_at_its_shape(gm: fx.GraphModule) -> None:
                 len(node.args) != 3 or not _maybe_one_value(node.args[1], node.args[2]):
             continue
         val = node.meta.get("val")
-        if not isinstance(val, torch.Tensor) or _static_shape(val) is None:
+        if not _val_is_static(val):
             continue    # (symbolic sizes: left as they are)
         for i in (1, 2):
             arg = node.args[i]
             v = arg.meta.get("val")
-            if not isinstance(v, torch.Tensor) or _static_shape(v) in (None, _static_shape(val)):
+            if not _val_is_static(v) or v.shape == val.shape:
                 continue
             with gm.graph.inserting_before(node):
                 wide = gm.graph.call_function(_aten.expand.default, (arg, list(val.shape)))
