@@ -79,7 +79,6 @@ _BINARY = {
     # Triton's integer // and % truncate like C, as arith.divsi/remsi do. A zero divisor
     # does not trap on a GPU (nor under the interpreter); eager's CUDA kernels do not raise.
     "arith.divsi": "//", "arith.remsi": "%",
-    "arith.remf": "%",
     "idx.add": "+", "idx.sub": "-", "idx.mul": "*", "idx.div": "//", "idx.rem": "%",
 }
 _CALLS = {
@@ -100,7 +99,16 @@ _FOLD = {"math.sqrt": math.sqrt, "math.exp": math.exp, "math.log": math.log,
          "math.rsqrt": lambda x: 1.0 / math.sqrt(x), "math.erf": math.erf,
          "math.tanh": math.tanh, "math.absf": abs, "arith.negf": lambda x: -x}
 _FOLD2 = {"arith.addf": float.__add__, "arith.subf": float.__sub__,
-          "arith.mulf": float.__mul__, "arith.divf": float.__truediv__}
+          "arith.mulf": float.__mul__, "arith.divf": float.__truediv__,
+          "arith.remf": lambda a, b: _fmod(a, b)}
+
+
+def _fmod(a: float, b: float) -> float:
+    """C's fmod: NaN for an infinite dividend, a zero divisor or a NaN."""
+    try:
+        return math.fmod(a, b)
+    except ValueError:
+        return math.nan
 
 
 # f32/f64 kernels: Triton's own (approximate on NVIDIA) spellings.
@@ -284,6 +292,16 @@ class TritonLang:
                 return f"({args[0]} / {args[1]})" if kind == "arith.divf" else f"tl.sqrt({args[0]})"
             return f"_ember_div({args[0]}, {args[1]})" if kind == "arith.divf" \
                 else f"_ember_sqrt({args[0]})"
+        if kind == "arith.remf":
+            # IEEE fmod, exact, as eager's kernels (fmodf): Triton's float `%` compiles to
+            # a - trunc(a / b) * b, which is off wherever the quotient rounds (beyond 2**24 or
+            # next to an integer) and NaN where it overflows. A literal operand is made a block
+            # of the other's shape (x - 0.0 is x, -0.0 included) for the helper's broadcast.
+            if all(isinstance(n, Const) for n in nodes):    # inf or NaN among them
+                return literal(_fmod(float(nodes[0].value), float(nodes[1].value)), rtype)
+            a, b = (f"({x} - tl.zeros_like({y}))" if isinstance(n, Const) else x
+                    for x, y, n in zip(args, args[::-1], nodes))
+            return f"_ember_fmod({a}, {b})"
         if kind in _CALLS:
             fn = _CALLS[kind] if self.precise else _FAST.get(_CALLS[kind], _CALLS[kind])
             return f"{fn}({', '.join(args)})"

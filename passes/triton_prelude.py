@@ -132,6 +132,11 @@ if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
     def _ember_div(a, b):
         return a / b
 
+    # IEEE fmod: the interpreter's float `%` is NumPy's fmod (exact)
+    @triton.jit
+    def _ember_fmod(a, b):
+        return a % b
+
     @triton.jit
     def _ember_sqrt(x):
         return tl.sqrt(x)
@@ -226,6 +231,18 @@ else:
     @triton.jit
     def _ember_div(a, b):
         return tl.math.div_rn(a, b)
+
+    # IEEE fmod (exact), as eager's CUDA/HIP kernels call it; 16-bit values in f32, where it is
+    # exact too. Broadcast by subtracting a zero block (as _ember_atan2, below).
+    @triton.jit
+    def _ember_fmod(a, b):
+        x = a - tl.zeros_like(b)
+        y = b - tl.zeros_like(a)
+        if x.dtype.primitive_bitwidth == 16:      # decided when compiling: one branch
+            r = libdevice.fmod(x.to(tl.float32), y.to(tl.float32)).to(x.dtype)
+        else:
+            r = libdevice.fmod(x, y)
+        return r
 
     @triton.jit
     def _ember_sqrt(x):

@@ -301,3 +301,33 @@ def test_launch_bound_reduction_and_rule():
                                    False) == tb.pointwise_configs(True, False)
     assert tb.launch_bound_configs(tb.pointwise_configs(True, False), {"xnumel": 8}, None,
                                    False) == tb.pointwise_configs(True, False)
+
+
+def test_float_remainder_is_exact_fmod(exported_sources, monkeypatch):
+    # Triton's float `%` compiles to a - trunc(a / b) * b on a GPU (sm_90: div.rn, cvt.rzi,
+    # fma): off by up to a whole divisor where the quotient rounds (beyond 2**24, or next to an
+    # integer) and NaN where it overflows, while eager's CUDA kernels call fmodf (exact); the
+    # interpreter's `%` is NumPy's fmod, so only a GPU saw it. Now the `_ember_fmod` helper:
+    # libdevice's fmod compiled, NumPy's fmod interpreted; a literal operand made a block.
+    from conftest import check_fallbacks, ember_compile
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    a = torch.tensor([4.0, 1e10, -7.5, 3e38, -0.0, 1e30, 5.0, float("inf")] * 4)
+    b = torch.tensor([2.0 ** -128, 2.9e-29, 2.0, 1e-3, 3.0, 3.0, -0.0, 1.5] * 4)
+    fns = [lambda x, y: torch.fmod(x, y), lambda x, y: torch.remainder(x, y),
+           lambda x, y: x % 0.7, lambda x, y: 1e20 % y,
+           lambda x, y: torch.fmod(x.bfloat16(), y.bfloat16())]
+    for f in fns:
+        out = ember_compile(f, "triton")(a, b)
+        # eager's own scalar loop is exact (its vectorized one is NaN where the quotient
+        # overflows): the reference is eager one element at a time
+        ref = torch.cat([f(a[i:i + 1], b[i:i + 1]) for i in range(len(a))])
+        assert torch.equal(out.isnan(), ref.isnan()), (out, ref)
+        keep = ~ref.isnan()
+        assert torch.equal(out[keep], ref[keep]), (out, ref)
+        assert torch.equal(out[keep].signbit(), ref[keep].signbit())
+    check_fallbacks()
+    sources = [s for s in exported_sources if "_ember_fmod(" in s]
+    assert sources and not any(" % " in ln for s in sources for ln in s.splitlines()
+                               if "_ember_fmod(" in ln)
+    results = triton_aot.compile_sources_isolated(sources)
+    assert results and not triton_aot.failures(results), results
