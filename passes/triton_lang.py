@@ -82,8 +82,8 @@ _BINARY = {
     "idx.add": "+", "idx.sub": "-", "idx.mul": "*", "idx.div": "//", "idx.rem": "%",
 }
 _CALLS = {
-    "math.exp": "_ember_exp", "math.exp2": "tl.exp2", "math.log": "_ember_log",
-    "math.log2": "tl.log2", "math.rsqrt": "tl.rsqrt",
+    "math.exp": "_ember_exp", "math.exp2": "_ember_exp2", "math.log": "_ember_log",
+    "math.log2": "tl.log2", "math.rsqrt": "_ember_rsqrt",
     "math.erf": "_ember_erf", "math.sin": "_ember_sin", "math.cos": "_ember_cos",
     "math.tanh": "_ember_tanh", "math.log1p": "_ember_log1p", "math.expm1": "_ember_expm1",
     "math.absf": "tl.abs", "math.absi": "tl.abs", "math.floor": "tl.floor", "math.ceil": "tl.ceil",

@@ -132,6 +132,14 @@ if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":
     def _ember_div(a, b):
         return a / b
 
+    @triton.jit
+    def _ember_rsqrt(x):
+        return tl.rsqrt(x)
+
+    @triton.jit
+    def _ember_exp2(x):
+        return tl.exp2(x)
+
     # IEEE fmod: the interpreter's float `%` is NumPy's fmod (exact)
     @triton.jit
     def _ember_fmod(a, b):
@@ -231,6 +239,18 @@ else:
     @triton.jit
     def _ember_div(a, b):
         return tl.math.div_rn(a, b)
+
+    # rsqrtf and exp2f as eager's kernels call them: tl.rsqrt and tl.exp2 compile to
+    # rsqrt.approx.ftz / ex2.approx.ftz on sm_90, which flush subnormals (rsqrt(1e-40) = inf,
+    # eager's 1e20; exp2(-140) = 0); libdevice's, linked without flush-to-zero (_EMBER_LAUNCH),
+    # are the same instructions without it
+    @triton.jit
+    def _ember_rsqrt(x):
+        return libdevice.rsqrt(x)
+
+    @triton.jit
+    def _ember_exp2(x):
+        return libdevice.exp2(x)
 
     # IEEE fmod (exact), as eager's CUDA/HIP kernels call it; 16-bit values in f32, where it is
     # exact too. Broadcast by subtracting a zero block (as _ember_atan2, below).

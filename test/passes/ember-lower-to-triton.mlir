@@ -355,6 +355,31 @@ func.func private @float_remainder(%arg0: tensor<64xf32>, %arg1: tensor<64xf32>)
 
 // -----
 
+// rsqrt and exp2 through the prelude's libdevice helpers (rsqrtf, exp2f, linked without
+// flush-to-zero as eager's kernels): tl.rsqrt / tl.exp2 compile to the .ftz instructions on
+// sm_90, which flush subnormals (rsqrt(1e-40) = inf where eager's is 1e20).
+// CHECK: ember.prelude = "import torch
+// CHECK-SAME: def _ember_rsqrt(x):\0A        return libdevice.rsqrt(x)
+// CHECK-SAME: def _ember_exp2(x):\0A        return libdevice.exp2(x)
+// CHECK-LABEL: func.func private @rsqrt_exp2
+// CHECK-SAME: _ember_rsqrt({{x[0-9]+}})
+// CHECK-SAME: _ember_exp2({{x[0-9]+}})
+// CHECK-NOT: = tl.rsqrt(
+func.func private @rsqrt_exp2(%arg0: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xf32>)
+    attributes {ember.kernel = "pointwise", ember.ops = ["rsqrt"]} {
+  %e = tensor.empty() : tensor<64xf32>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%arg0 : tensor<64xf32>) outs(%e, %e : tensor<64xf32>, tensor<64xf32>) {
+  ^bb0(%a: f32, %o: f32, %o2: f32):
+    %m = math.rsqrt %a : f32
+    %n = math.exp2 %a : f32
+    linalg.yield %m, %n : f32, f32
+  } -> (tensor<64xf32>, tensor<64xf32>)
+  return %r#0, %r#1 : tensor<64xf32>, tensor<64xf32>
+}
+
+// -----
+
 // An index read from data (an embedding) is checked: a device-side assert on a GPU, the error
 // record `err` (read by the host under the interpreter), and the load uses index 0 instead.
 // An index computed from loop indices only (nearest upsampling) needs no check.

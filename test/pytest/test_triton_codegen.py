@@ -7,6 +7,7 @@ then), so the module is executed with the variable set; triton_aot executes its 
 without it.
 """
 import os
+import re
 
 import pytest
 import torch
@@ -329,5 +330,30 @@ def test_float_remainder_is_exact_fmod(exported_sources, monkeypatch):
     sources = [s for s in exported_sources if "_ember_fmod(" in s]
     assert sources and not any(" % " in ln for s in sources for ln in s.splitlines()
                                if "_ember_fmod(" in ln)
+    results = triton_aot.compile_sources_isolated(sources)
+    assert results and not triton_aot.failures(results), results
+
+
+def test_rsqrt_and_exp2_keep_subnormals(exported_sources, monkeypatch):
+    # tl.rsqrt and tl.exp2 compile to rsqrt.approx.ftz / ex2.approx.ftz on sm_90: subnormal
+    # operands and results flush to zero (rsqrt(1e-40) = inf, eager's 1e20; exp2(-140) = 0,
+    # eager's 7e-43). The prelude's _ember_rsqrt / _ember_exp2 call libdevice's rsqrtf / exp2f,
+    # linked without flush-to-zero, as eager's kernels do; the interpreter's are NumPy's.
+    from conftest import check_fallbacks, ember_compile
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x = torch.tensor([1e-40, 4.0, 2.0 ** -140, 1e38, 0.5, 3e-39, 9.0, 1.0])
+    y = torch.tensor([-140.0, -127.5, 3.0, 0.5, -149.0, -126.0, 10.0, 0.0])
+    f = lambda a, b: (torch.rsqrt(a), torch.exp2(b))     # noqa: E731
+    out, ref = ember_compile(f, "triton")(x, y), f(x, y)
+    for o, r in zip(out, ref):
+        assert torch.allclose(o, r, rtol=1e-6, atol=0), (o, r)
+    assert out[1][0] > 0 and torch.isfinite(out[0][0])
+    check_fallbacks()
+    # (torch.exp2 arrives as pow(2, x): `_ember_pow`, libdevice's powf; math.exp2 from MLIR
+    # input: the lit test of ember-lower-to-triton)
+    sources = [s for s in exported_sources if "_ember_rsqrt(" in s]
+    kernels = [k for s in sources     # the kernels' bodies, not the prelude's helpers
+               for k in re.findall(r"^def \w+_kernel\(.*?(?=^\S|\Z)", s, re.M | re.S)]
+    assert kernels and all("_ember_rsqrt(" in k and "tl.rsqrt(" not in k for k in kernels)
     results = triton_aot.compile_sources_isolated(sources)
     assert results and not triton_aot.failures(results), results
