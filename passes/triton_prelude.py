@@ -332,7 +332,13 @@ else:
     # Triton links libdevice with flush-to-zero selected by default; eager's kernels are built
     # without, and its erff/tanhf/sinf then differ in the last place now and then (and on
     # subnormals). HIP has no such option (ocml keeps subnormals).
-    _EMBER_LAUNCH = {} if getattr(torch.version, "hip", None) else {"enable_reflect_ftz": False}
+    # Triton also contracts a multiply and an add into one fma (one rounding) by default,
+    # where eager runs them as two ops, each rounded: `a * b - c * d` of equal products is 0 in
+    # eager and the first product's rounding error in an fma (then `> 0`, a sign, 1 / x
+    # differ). Off (enable_fp_fusion): every f32 op rounds as eager's does; the kernels are
+    # memory-bound, and tl.dot is not affected.
+    _EMBER_LAUNCH = {"enable_fp_fusion": False} if getattr(torch.version, "hip", None) \
+        else {"enable_reflect_ftz": False, "enable_fp_fusion": False}
 
 
 if __import__("os").environ.get("TRITON_INTERPRET", "0") == "1":

@@ -79,8 +79,17 @@ def _target(spec):
     return spec if isinstance(spec, GPUTarget) else GPUTarget(*spec)
 
 
+def launch_options(module, target) -> dict:
+    """The compile options a generated module's launches pass (its `_EMBER_LAUNCH`), for
+    `target`'s backend (HIP has no flush-to-zero option)."""
+    opts = dict(getattr(module, "_EMBER_LAUNCH", None) or {})
+    if _target(target).backend == "hip":
+        opts.pop("enable_reflect_ftz", None)
+    return opts
+
+
 def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int = 4,
-                   divisible: bool = False):
+                   divisible: bool = False, options: dict | None = None):
     """Compiles one jit function for `target`; returns the CompiledKernel (raises on error).
     `divisible`: every pointer and integer argument 16-divisible, as Triton's JIT specializes
     them at run time for aligned tensors and sizes (what decides vector loads)."""
@@ -91,7 +100,8 @@ def compile_kernel(fn, signature: dict, constexprs: dict, target, num_warps: int
              if t != "constexpr"} if divisible else None
     src = ASTSource(fn=_jit_function(fn), signature=dict(signature), constexprs=dict(constexprs),
                     attrs=attrs)
-    return triton.compile(src, target=_target(target), options={"num_warps": num_warps})
+    return triton.compile(src, target=_target(target),
+                          options={"num_warps": num_warps, **(options or {})})
 
 
 def compile_isolated(source_text: str, names=None, targets=DEFAULT_TARGETS,
@@ -148,7 +158,7 @@ def compile_for_targets(source_text: str, names=None, targets=DEFAULT_TARGETS,
                     continue
                 try:
                     compiled = compile_kernel(fn, signature, constexprs, target, num_warps,
-                                              divisible)
+                                              divisible, launch_options(module, target))
                     binary = "cubin" if target.backend == "cuda" else "hsaco"
                     per_target[key] = "ok" if compiled.asm.get(binary) else f"no {binary} produced"
                     if asm and per_target[key] == "ok":
@@ -214,7 +224,9 @@ def compile_sources(sources, targets=DEFAULT_TARGETS, shard=(0, 1)) -> dict:
                     target = _target(spec)
                     tkey = f"{target.backend}:{target.arch}"
                     try:
-                        compiled = compile_kernel(fn, signature, constexprs, target, num_warps)
+                        compiled = compile_kernel(fn, signature, constexprs, target,
+                                                  num_warps,
+                                                  options=launch_options(module, target))
                         binary = "cubin" if target.backend == "cuda" else "hsaco"
                         per_target[tkey] = "ok" if compiled.asm.get(binary) else \
                             f"no {binary} produced"
