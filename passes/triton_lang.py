@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .kernel_ir import Const, Op
 
 
@@ -94,21 +96,16 @@ _CALLS = {
                                            "cosh", "sinh", "tan", "log10", "atan2")},
 }
 # Constant folding of scalar math on literals: tl.sqrt(2.0) is not valid Triton (it needs a
-# tensor), and torch-mlir's gelu computes sqrt(2) in the body.
-_FOLD = {"math.sqrt": math.sqrt, "math.exp": math.exp, "math.log": math.log,
-         "math.rsqrt": lambda x: 1.0 / math.sqrt(x), "math.erf": math.erf,
-         "math.tanh": math.tanh, "math.absf": abs, "arith.negf": lambda x: -x}
-_FOLD2 = {"arith.addf": float.__add__, "arith.subf": float.__sub__,
-          "arith.mulf": float.__mul__, "arith.divf": float.__truediv__,
-          "arith.remf": lambda a, b: _fmod(a, b)}
-
-
-def _fmod(a: float, b: float) -> float:
-    """C's fmod: NaN for an infinite dividend, a zero divisor or a NaN."""
-    try:
-        return math.fmod(a, b)
-    except ValueError:
-        return math.nan
+# tensor), and torch-mlir's gelu computes sqrt(2) in the body. In float64 with IEEE results
+# for every operand (0.001 / 0.0 is inf, fmod(x, 0) NaN, sqrt(-1) NaN), rounded once to the
+# result's type where Triton reads the literal: a division by a literal zero stayed
+# `_ember_div(0.001, 0.0)`, which the interpreter ran as Python's `/` (ZeroDivisionError: the
+# graph fell back, fuzz seed 51 index 618) and Triton rejects (div_rn wants tensors).
+_FOLD = {"math.sqrt": np.sqrt, "math.exp": np.exp, "math.log": np.log,
+         "math.rsqrt": lambda x: 1.0 / np.sqrt(x), "math.erf": math.erf,
+         "math.tanh": np.tanh, "math.absf": np.abs, "arith.negf": np.negative}
+_FOLD2 = {"arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply,
+          "arith.divf": np.divide, "arith.remf": np.fmod}
 
 
 # f32/f64 kernels: Triton's own (approximate on NVIDIA) spellings.
@@ -240,17 +237,16 @@ class TritonLang:
             # constant target. Signed extension of true is -1.
             v = _BOOL_CASTS[kind] if nodes[0].value else 0
             return Const(float(v) if rtype in FLOATS else v, rtype)
+        if rtype in FLOATS and nodes and all(isinstance(n, Const) and n.dtype in FLOATS
+                                             for n in nodes):
+            vals = [np.float64(n.value) for n in nodes]     # inf and NaN too
+            fn = _FOLD.get(kind) if len(nodes) == 1 else _FOLD2.get(kind)
+            if fn is not None:
+                with np.errstate(all="ignore"):
+                    return Const(float(fn(*vals)), rtype)
         lits = [_lit(n) for n in nodes]
         if not nodes or any(v is None for v in lits):
             return None
-        if rtype in FLOATS:
-            try:
-                if kind in _FOLD and len(nodes) == 1:
-                    return Const(_FOLD[kind](float(lits[0])), rtype)
-                if kind in _FOLD2:
-                    return Const(_FOLD2[kind](float(lits[0]), float(lits[1])), rtype)
-            except (ValueError, ZeroDivisionError, OverflowError):
-                pass
         if kind.startswith(_CASTS) and rtype in TYPES and atypes[0] in TYPES:
             return Const(float(lits[0]) if rtype in FLOATS else int(lits[0]), rtype)
         return None
@@ -297,8 +293,6 @@ class TritonLang:
             # a - trunc(a / b) * b, which is off wherever the quotient rounds (beyond 2**24 or
             # next to an integer) and NaN where it overflows. A literal operand is made a block
             # of the other's shape (x - 0.0 is x, -0.0 included) for the helper's broadcast.
-            if all(isinstance(n, Const) for n in nodes):    # inf or NaN among them
-                return literal(_fmod(float(nodes[0].value), float(nodes[1].value)), rtype)
             a, b = (f"({x} - tl.zeros_like({y}))" if isinstance(n, Const) else x
                     for x, y, n in zip(args, args[::-1], nodes))
             return f"_ember_fmod({a}, {b})"

@@ -327,30 +327,37 @@ func.func private @signed_zeros(%arg0: tensor<64xf32>) -> tensor<64xf32>
 // Float remainder is IEEE fmod through the prelude's `_ember_fmod` (libdevice's fmod compiled,
 // exact as eager's fmodf), never Triton's float `%` (a - trunc(a / b) * b on a GPU: off where the
 // quotient rounds, NaN where it overflows). A literal operand becomes a block of the other's
-// shape (`x - 0.0` keeps -0.0); two literals fold (fmod(7, 2.5) = 2).
+// shape (`x - 0.0` keeps -0.0); two literals fold (fmod(7, 2.5) = 2), with IEEE results for a
+// zero divisor (7 / 0 = inf, fmod(7, 0) = NaN: a division of two literals was left to Python's
+// `/`, ZeroDivisionError under the interpreter, fuzz seed 51 index 618).
 // CHECK: ember.prelude = "import torch
 // CHECK-SAME: def _ember_fmod(a, b):
 // CHECK-SAME: libdevice.fmod(x, y)
 // CHECK-LABEL: func.func private @float_remainder
 // CHECK-SAME: t{{[0-9]+}} = 2.0
+// CHECK-SAME: t{{[0-9]+}} = float(\22inf\22)
+// CHECK-SAME: t{{[0-9]+}} = float(\22nan\22)
 // CHECK-SAME: _ember_fmod([[X:x[0-9]+]], [[Y:x[0-9]+]])
 // CHECK-SAME: _ember_fmod([[X]], (0.75 - tl.zeros_like([[X]])))
 // CHECK-NOT: {{x[0-9]+}} % {{.*}}
-func.func private @float_remainder(%arg0: tensor<64xf32>, %arg1: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>)
+func.func private @float_remainder(%arg0: tensor<64xf32>, %arg1: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>)
     attributes {ember.kernel = "pointwise", ember.ops = ["remainder"]} {
   %c = arith.constant 0.75 : f32
   %seven = arith.constant 7.0 : f32
   %half = arith.constant 2.5 : f32
+  %zero = arith.constant 0.0 : f32
   %e = tensor.empty() : tensor<64xf32>
-  %r:3 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
-      ins(%arg0, %arg1 : tensor<64xf32>, tensor<64xf32>) outs(%e, %e, %e : tensor<64xf32>, tensor<64xf32>, tensor<64xf32>) {
-  ^bb0(%a: f32, %b: f32, %o: f32, %o2: f32, %o3: f32):
+  %r:5 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%arg0, %arg1 : tensor<64xf32>, tensor<64xf32>) outs(%e, %e, %e, %e, %e : tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32, %o2: f32, %o3: f32, %o4: f32, %o5: f32):
     %m = arith.remf %a, %b : f32
     %n = arith.remf %a, %c : f32
     %k = arith.remf %seven, %half : f32
-    linalg.yield %m, %n, %k : f32, f32, f32
-  } -> (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>)
-  return %r#0, %r#1, %r#2 : tensor<64xf32>, tensor<64xf32>, tensor<64xf32>
+    %i = arith.divf %seven, %zero : f32
+    %z = arith.remf %seven, %zero : f32
+    linalg.yield %m, %n, %k, %i, %z : f32, f32, f32, f32, f32
+  } -> (tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>)
+  return %r#0, %r#1, %r#2, %r#3, %r#4 : tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>, tensor<64xf32>
 }
 
 // -----

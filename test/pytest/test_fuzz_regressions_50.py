@@ -53,3 +53,23 @@ def test_fuzz_seed50_index287(target):
     from fuzz import graphs
     r = _assert_matches(graphs.generate(50, 287).source(), target)
     assert r["reason"].startswith("eager quirk cpu_remainder_quotient_overflow_nan"), r["reason"]
+
+
+# seed 51 index 618: `1e-3 // x.argmin()` (an argmin of 0) fell back on the triton target: the
+# division of two literals was left as `_ember_div(0.001, 0.0)`, which the interpreter ran as
+# Python's `/` (ZeroDivisionError) and Triton rejects (div_rn wants tensors). Literals now fold
+# with IEEE results (inf, NaN) for every operand, non-finite ones included.
+def test_fuzz_seed51_index618_literal_division_by_zero(target):
+    from fuzz import graphs
+    _assert_matches(graphs.generate(51, 618).source(), target)
+
+
+@pytest.mark.parametrize("body", [
+    "z = a1.argmin()\nreturn (1e-3 // z, -2.5 / z + a0, a0 * 0.0 + 7.5 % z)",
+    "z = a1.argmin()\nreturn (torch.sqrt(z - 1.0) + a0, torch.log(z * 1.0) + a0, -z / 0.0 + a0)",
+    "z = a1.argmin() * float('inf')\nreturn (z + a0, z * 0.0 + a0, torch.fmod(z, 2.0) + a0)",
+])
+def test_literal_math_folds_to_ieee_values(target, body):
+    # (the argmin of a 0-dim tensor is the literal 0)
+    _assert_matches(_case("a0 = torch.tensor([0.5, 3.0, 2.0])\na1 = torch.tensor(2.0)", body,
+                          exact=(True, True, True)), target)
