@@ -105,7 +105,8 @@ _FOLD = {"math.sqrt": np.sqrt, "math.exp": np.exp, "math.log": np.log,
          "math.rsqrt": lambda x: 1.0 / np.sqrt(x), "math.erf": math.erf,
          "math.tanh": np.tanh, "math.absf": np.abs, "arith.negf": np.negative}
 _FOLD2 = {"arith.addf": np.add, "arith.subf": np.subtract, "arith.mulf": np.multiply,
-          "arith.divf": np.divide, "arith.remf": np.fmod}
+          "arith.divf": np.divide, "arith.remf": np.fmod, "math.powf": np.power,
+          "math.fpowi": np.power}
 
 
 # f32/f64 kernels: Triton's own (approximate on NVIDIA) spellings.
@@ -237,8 +238,8 @@ class TritonLang:
             # constant target. Signed extension of true is -1.
             v = _BOOL_CASTS[kind] if nodes[0].value else 0
             return Const(float(v) if rtype in FLOATS else v, rtype)
-        if rtype in FLOATS and nodes and all(isinstance(n, Const) and n.dtype in FLOATS
-                                             for n in nodes):
+        if rtype in FLOATS and nodes and all(isinstance(n, Const) and (n.dtype in FLOATS or (
+                kind == "math.fpowi" and i == 1)) for i, n in enumerate(nodes)):
             vals = [np.float64(n.value) for n in nodes]     # inf and NaN too
             fn = _FOLD.get(kind) if len(nodes) == 1 else _FOLD2.get(kind)
             if fn is not None:
@@ -338,6 +339,10 @@ class TritonLang:
             x = args[0]
             if e is not None and float(e) in (1.0, 2.0, 3.0):
                 return "(" + " * ".join([x] * int(e)) + ")"
+            if isinstance(nodes[0], Const):
+                # a block of the exponent's shape: the helper's `1.0 / a` (the sign of a zero
+                # base) was Python's on a literal 0.0, ZeroDivisionError (fuzz seed 52 index 765)
+                x = f"({x} - tl.zeros_like({args[1]}))"
             return f"_ember_pow({x}, ({args[1]}) * 1.0)"
         if kind == "math.isnan":
             return f"({args[0]} != {args[0]})"

@@ -73,3 +73,19 @@ def test_literal_math_folds_to_ieee_values(target, body):
     # (the argmin of a 0-dim tensor is the literal 0)
     _assert_matches(_case("a0 = torch.tensor([0.5, 3.0, 2.0])\na1 = torch.tensor(2.0)", body,
                           exact=(True, True, True)), target)
+
+
+# seed 52 index 765: `torch.pow(0, x)` fell back on the triton target: the literal base 0.0
+# reached the prelude's _ember_pow, whose `1.0 / a` (the sign of a zero base) was Python's
+# division of the literal under the interpreter (ZeroDivisionError) and at compile time on a
+# GPU. A literal base is now a block of the exponent's shape; two literals fold.
+def test_fuzz_seed52_index765_pow_of_a_literal_zero(target):
+    from fuzz import graphs
+    _assert_matches(graphs.generate(52, 765).source(), target)
+
+
+def test_pow_of_literal_bases(target):
+    body = ("return (torch.pow(0, a0), torch.pow(-0.0, a0), torch.pow(2.5, a0), "
+            "torch.pow(-2.0, a1), a0 * 0 + torch.pow(torch.tensor(0.0), -1.5))")
+    _assert_matches(_case("a0 = torch.tensor([-1.0, 0.0, 0.5, 3.0, float('inf'), float('nan')])\n"
+                          "a1 = torch.tensor([-3, 0, 2, 5])", body, exact=(True,) * 5), target)
