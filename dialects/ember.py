@@ -80,7 +80,13 @@ class ExternOp(Ember.Operation, name="extern"):
 
     def verify_invariants(self) -> bool:
         op = self.operation
-        callee = ir.StringAttr(op.attributes["callee"]).value
+        attrs = op.attributes
+        if "callee" not in attrs or not isinstance(attrs["callee"], ir.StringAttr):
+            return _error(op, f"'{EXTERN_OP}' needs a string attribute 'callee' (the library "
+                              "kernel's name)")
+        if "params" in attrs and not isinstance(attrs["params"], ir.DictAttr):
+            return _error(op, f"'{EXTERN_OP}' attribute 'params' must be a dictionary")
+        callee = ir.StringAttr(attrs["callee"]).value
         if callee not in EXTERN_CALLEES:
             known = ", ".join(sorted(EXTERN_CALLEES))
             return _error(op, f"'{EXTERN_OP}' has unknown callee '{callee}' (known: {known})")

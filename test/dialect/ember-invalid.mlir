@@ -81,3 +81,21 @@ func.func private @lib_args(tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32> attri
 
 // expected-error @+1 {{library @lib_name: 'ember.library' must name an op overload (<namespace>.<op>.<overload>, e.g. aten.sort.default)}}
 func.func private @lib_name(tensor<4xf32>) -> tensor<4xf32> attributes {ember.library = "cumsum", ember.tensor_args = ["self"], ember.params = {}, ember.results = array<i64: 0>}
+
+// -----
+
+// A callee that is not a string (a mutation the ember-opt fuzzer made: the attribute's name and
+// value cut out) is a diagnostic, not an internal error.
+func.func @callee_not_a_string(%a: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = "ember.extern"(%a, %a) {callee = {groups = 2 : i64}} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  // expected-error @-1 {{'ember.extern' needs a string attribute 'callee'}}
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+func.func @params_not_a_dictionary(%a: tensor<4x4xf32>) -> tensor<4x4xf32> {
+  %0 = "ember.extern"(%a, %a) {callee = "aten.mm", params = [1, 2]} : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+  // expected-error @-1 {{'ember.extern' attribute 'params' must be a dictionary}}
+  return %0 : tensor<4x4xf32>
+}

@@ -123,9 +123,17 @@ def test_triton_folds_literals_on_the_tree():
     assert lang.fold("arith.sitofp", (Const(3, INT),), "f32", ["i64"]) == Const(3.0, "f32")
     # a cast of an i1 constant is its value (`True.to(tl.int64)` is rejected by Triton)
     assert lang.fold("arith.extui", (Const(True, "i1"),), "i64", ["i1"]) == Const(1, "i64")
-    # not literals: a variable, a NaN (spelled as expressions)
+    # not a literal: a variable
     assert lang.fold("math.sqrt", (Var("t"),), "f32", ["f32"]) is None
-    assert lang.fold("math.exp", (Const(float("nan"), "f32"),), "f32", ["f32"]) is None
+    # IEEE results for every literal operand, non-finite ones and zero divisors included (a
+    # division of two literals was left to Python's `/`: fuzz seed 51 index 618)
+    nan, inf, zero = (Const(float(v), "f32") for v in ("nan", "inf", 0.0))
+    assert math.isnan(lang.fold("math.exp", (nan,), "f32", ["f32"]).value)
+    assert lang.fold("arith.divf", (two, zero), "f32", ["f32"] * 2) == Const(inf.value, "f32")
+    assert math.isnan(lang.fold("arith.remf", (two, zero), "f32", ["f32"] * 2).value)
+    assert math.isnan(lang.fold("math.sqrt", (Const(-1.0, "f32"),), "f32", ["f32"]).value)
+    assert lang.fold("math.exp", (Const(-inf.value, "f32"),), "f32", ["f32"]) == \
+        Const(0.0, "f32")
     # pow with a literal exponent picks its spelling from the node
     show = Printer(lang)
     assert show(Op("math.powf", (Var("t"), Const(2.0, "f32")), "f32", ("f32", "f32"))) == "(t * t)"
