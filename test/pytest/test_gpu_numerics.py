@@ -1,6 +1,6 @@
 """What the compiled Triton kernels compute on a GPU, where the interpreter cannot tell: its float
 `%` is NumPy's fmod, it never contracts a multiply and an add into an fma, and it keeps
-subnormals. Each case is bit-exact with eager's CUDA kernels. Needs a GPU: skipped on the
+subnormals. Each case is bit-exact with eager's CUDA kernels (the multiply-add one not yet). Needs a GPU: skipped on the
 CPU-only CI; they run in the GPU machine's suite."""
 import pytest
 import torch
@@ -46,6 +46,9 @@ def test_rsqrt_keeps_subnormals():
     torch.testing.assert_close(out[1], ref[1], rtol=3e-7, atol=1.5e-45)
 
 
+@pytest.mark.xfail(strict=True, reason="Triton contracts a multiply and an add into an fma "
+                   "(enable_fp_fusion, on: turning it off changes libdevice's expf/erff/tanhf "
+                   "away from eager's); open")
 def test_multiply_add_rounds_each_op():
     # eager runs a * b, c * d and their difference as three kernels, each rounded; an fma
     # (Triton contracts by default) leaves the first product's rounding error
