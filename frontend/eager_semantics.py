@@ -381,6 +381,38 @@ def narrow_pow_exponent(x, exponent):
     return torch.pow(x, rounded)
 
 
+def _int_pow_of_number(base: int, exponent):
+    """`int ** integer tensor` as eager's integer kernel (powi): the number converted to the
+    tensor's type (wrapping: 300 ** int8 is 44 ** int8), squared once per exponent bit, the
+    product wrapping; a negative exponent gives 0 but for 1 (1) and -1 (+-1 by parity).
+    torch-mlir has no integer pow ("non-floating point dtype": it ran eagerly). The squares are
+    Python ints, so the loop stops where they turn 0 (an even base: every higher bit gives 0)
+    or 1; eager's result is contiguous whatever the exponent's layout."""
+    dt = exponent.dtype
+    e = exponent.contiguous()
+    c = first = _wrap_int(base, dt)
+    bits = dt.itemsize * 8 - (1 if dt.is_signed else 0)
+    result = torch.ones_like(e)
+    for i in range(bits):
+        if c == 1:
+            break
+        rest = torch.bitwise_right_shift(e, i) if i else e
+        if c == 0:          # base ** (2 ** i) wrapped to 0: so is every power from 2 ** i on
+            result = torch.where(rest != 0, 0, result)
+            break
+        result = torch.where(torch.bitwise_and(rest, 1) != 0, result * c, result)
+        c = _wrap_int(c * c, dt)
+    if dt.is_signed:
+        if first == 1:
+            negative = 1
+        elif first == -1:
+            negative = torch.where(torch.bitwise_and(e, 1) != 0, -1, 1).to(dt)
+        else:
+            negative = 0
+        result = torch.where(e < 0, negative, result)
+    return result
+
+
 def _pow_base_in_dtype(base, exponent):
     """`number ** bf16/f16 tensor` with the number rounded to the tensor's type: eager wraps it
     in a tensor that the kernel reads in the common dtype (2.1 ** x is 2.09375 ** x).
@@ -391,6 +423,9 @@ def _pow_base_in_dtype(base, exponent):
     from torch.fx.experimental.symbolic_shapes import statically_known_true
     if not isinstance(exponent, torch.Tensor):
         return NotImplemented
+    if type(base) is int and not (exponent.is_floating_point() or exponent.is_complex()
+                                  or exponent.dtype == torch.bool):
+        return _int_pow_of_number(base, exponent)
     rounded = base
     if exponent.dtype in _LOW and isinstance(base, float) and base == base:
         rounded = _round_to(base, exponent.dtype)

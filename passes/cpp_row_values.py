@@ -48,9 +48,15 @@ def _at(n, var: str):
 
 
 def _walk_canon(n):
-    work = [n]
+    """Every node of canonical tree `n` once: a shared subtree is walked once (a chain of
+    `where(bit, r * c, r)` reads each `r` twice, so a walk of the tree is exponential in its
+    depth: an integer pow's 31 squarings never finished lowering)."""
+    work, seen = [n], set()
     while work:
         x = work.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
         yield x
         if isinstance(x, Op):
             work.extend(x.args)

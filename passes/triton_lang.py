@@ -327,7 +327,14 @@ class TritonLang:
             return "True" if pred == "true" else "False"
         if kind == "arith.select":
             # i1 values loaded from memory arrive as integers; tl.where wants a boolean.
-            return f"tl.where(({args[0]}) != 0, {args[1]}, {args[2]})"
+            a, b = args[1], args[2]
+            if isinstance(nodes[1], Const) and isinstance(nodes[2], Const) and rtype in TYPES:
+                # two literals: Triton types the block by them (int32 for Python ints, f32 for
+                # floats), and what follows computes in that type: `where(t > 0, 2000000000,
+                # 1) * 2` of int64 wrapped at 32 bits (-294967296, eager 4000000000); one typed
+                # constant gives the result's type
+                a = f"tl.full([], {a}, {TYPES[rtype][1]})"
+            return f"tl.where(({args[0]}) != 0, {a}, {b})"
         if kind == "arith.floordivsi":
             a, b = args
             return (f"tl.where((({a} % {b}) != 0) & (({a} < 0) != ({b} < 0)), "
