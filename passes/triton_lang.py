@@ -333,7 +333,11 @@ class TritonLang:
                 # floats), and what follows computes in that type: `where(t > 0, 2000000000,
                 # 1) * 2` of int64 wrapped at 32 bits (-294967296, eager 4000000000); one typed
                 # constant gives the result's type
-                a = f"tl.full([], {a}, {TYPES[rtype][1]})"
+                # (tl.full wants a number: a literal spelled as an expression, -0.0's
+                # `_ember_neg_zero()`, is converted instead)
+                plain = _lit(nodes[1]) is not None and not a.startswith("_")
+                a = f"tl.full([], {a}, {TYPES[rtype][1]})" if plain else \
+                    f"({a}).to({TYPES[rtype][1]})"
             return f"tl.where(({args[0]}) != 0, {a}, {b})"
         if kind == "arith.floordivsi":
             a, b = args

@@ -134,6 +134,15 @@ def test_triton_folds_literals_on_the_tree():
     assert math.isnan(lang.fold("math.sqrt", (Const(-1.0, "f32"),), "f32", ["f32"]).value)
     assert lang.fold("math.exp", (Const(-inf.value, "f32"),), "f32", ["f32"]) == \
         Const(0.0, "f32")
+    # a select of two literals has the result's type (int64 `where(c, 2000000000, 1) * 2` wrapped
+    # at 32 bits); -0.0 is an expression, converted rather than given to tl.full
+    show0 = Printer(lang)
+    sel = Op("arith.select", (Var("c"), Const(2000000000, "i64"), Const(1, "i64")), "i64",
+             ("i1", "i64", "i64"))
+    assert show0(sel) == "tl.where((c) != 0, tl.full([], 2000000000, tl.int64), 1)"
+    sel = Op("arith.select", (Var("c"), Const(-0.0, "f64"), Const(1.0, "f64")), "f64",
+             ("i1", "f64", "f64"))
+    assert show0(sel) == "tl.where((c) != 0, (_ember_neg_zero()).to(tl.float64), 1.0)"
     # pow with a literal exponent picks its spelling from the node
     show = Printer(lang)
     assert show(Op("math.powf", (Var("t"), Const(2.0, "f32")), "f32", ("f32", "f32"))) == "(t * t)"
