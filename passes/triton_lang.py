@@ -335,7 +335,7 @@ class TritonLang:
                 # constant gives the result's type
                 # (tl.full wants a number: a literal spelled as an expression, -0.0's
                 # `_ember_neg_zero()`, is converted instead)
-                plain = _lit(nodes[1]) is not None and not a.startswith("_")
+                plain = not a.startswith("_")     # numbers, float("inf"), True
                 a = f"tl.full([], {a}, {TYPES[rtype][1]})" if plain else \
                     f"({a}).to({TYPES[rtype][1]})"
             return f"tl.where(({args[0]}) != 0, {a}, {b})"
