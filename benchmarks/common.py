@@ -293,6 +293,9 @@ def ember_summary() -> dict:
             # each capture's new bytes: a pool the graphs of a step share counts once
             "graph_pool_bytes": sum(r.get("graph_pool_bytes", 0) for r in reports),
             "ungraphed_calls": sum(r.get("ungraphed_calls", 0) for r in reports),
+            # graphs run without their CUDA graph for good (runtime/cuda_graphs.COPY_MAX_BYTES)
+            "graphs_dropped": sorted(r.get("graph_id", "?") for r in reports
+                                     if r.get("graph_dropped")),
             "eager_fallback_ops": sorted(set(ops))}
 
 

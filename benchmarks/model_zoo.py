@@ -261,7 +261,8 @@ def _measure(base, inputs, loss_fn, mode, be, device, repeats) -> dict:
             "fallback_ops": summary.get("eager_fallback_ops", []),
             "fallback_reasons": summary.get("fallback_reasons", {}),
             "stage_seconds": summary.get("stage_seconds", {}),
-            "kernels": summary.get("kernels")}
+            "kernels": summary.get("kernels"),
+            "graphs_dropped": summary.get("graphs_dropped", [])}
 
 
 def _timed(fns, repeats, device):

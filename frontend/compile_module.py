@@ -464,7 +464,8 @@ def load_static(program, summary: dict[str, Any], tensors, out_dtypes, options: 
                                   # a backward's gradients may come from its tail (new memory
                                   # per call: the embedding gradients, runtime/executor's
                                   # _fill_tail), not held in the pool between steps
-                                  tail_guarded=kind == "backward" and options.backward_tail)
+                                  tail_guarded=kind == "backward" and options.backward_tail,
+                                  copy_max_bytes=options.graph_copy_max_bytes)
         summary["cudagraphs"] = True
     return compiled, summary
 

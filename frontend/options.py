@@ -61,6 +61,14 @@ class CompileOptions:
       generated kernel, whose launch through Triton's Python launcher after a short graph's
       replay is what the call waits for (a 2 MB output after a 7-kernel graph: 131.6 -> 122.1
       us a call without the tail); 4 MiB for training graphs (not measured at 0 yet).
+    graph_copy_max_bytes: with `cudagraphs`, a graph that must be captured again with its
+      outputs cloned out of its pool or its inputs from another graph's pool copied in (its
+      lent outputs stay alive from call to call, or those inputs keep arriving elsewhere: one
+      program called several times per step, a layer loop's body) runs without its graph for
+      good when those replays would copy at least this many bytes per call: the copies are
+      device time on every call, the launches a graph saves host time. Default 32 MiB
+      (Whisper-tiny's encoder, one graph per layer called four times a step, copied 1.7 GB a
+      fp32 SGD step and ran x0.98 of eager on an H200). None: never.
     backward_tail: with `cudagraphs`, a training backward whose last steps make a large
       gradient from nothing (the embedding gradient: a fill and an in-place scatter_add) runs
       them after its replay into new memory, so that the gradient is not held in the shared
@@ -179,6 +187,7 @@ class CompileOptions:
     cudagraphs: bool = True
     shared_graph_pool: bool = True
     graph_tail_min_bytes: int | None = None
+    graph_copy_max_bytes: int | None = 32 << 20
     backward_tail: bool = False
     training_cudnn_attention: bool = False
     exact_low_precision: bool = True
@@ -219,6 +228,11 @@ class CompileOptions:
                 or isinstance(self.graph_tail_min_bytes, bool) or self.graph_tail_min_bytes < 0):
             raise OptionsError(f"ember: option 'graph_tail_min_bytes' must be None or an integer "
                                f">= 0; got {self.graph_tail_min_bytes!r}")
+        if self.graph_copy_max_bytes is not None and (
+                not isinstance(self.graph_copy_max_bytes, int)
+                or isinstance(self.graph_copy_max_bytes, bool) or self.graph_copy_max_bytes < 0):
+            raise OptionsError(f"ember: option 'graph_copy_max_bytes' must be None or an integer "
+                               f">= 0; got {self.graph_copy_max_bytes!r}")
         if self.target not in TARGETS:
             raise OptionsError(f"ember: option 'target' must be one of {', '.join(TARGETS)}; "
                                f"got {self.target!r}")

@@ -18,7 +18,10 @@ overwriting values still needed. A graph whose input is such an alias (the backw
 in place: no clone out of the forward's pool, no copy into the backward's; if such an input
 arrives elsewhere (its forward ran without the graph), that call runs without the graph.
 When either happens STREAK calls in a row (a loop that keeps what is lent, as an accumulating
-`.grad`), the graph is captured again without that optimisation (clones, copies).
+`.grad`), the graph is captured again without that optimisation (clones, copies) — unless
+those copies would come to `copy_max_bytes` or more per call (one program called several times
+per step: a layer loop's body, each call with its own weights and its saved activations alive
+until the backward): then it runs without its graph from then on, copying nothing.
 
 Inputs the program writes (`written_inputs`): an optimizer step's parameters, and a backward's
 donated saved activations, whose memory holds its later intermediates (ValueInfo.in_input) and,
@@ -122,13 +125,25 @@ class GraphedProgram:
     # that moves again is copied for good), and only before any other recapture. None: never.
     PROMOTE_MIN_BYTES: int | None = 4 << 20
     SETTLED = 3
+    # A graph about to be captured again with its outputs cloned out or its pooled inputs
+    # copied in (STREAK calls found an alias alive or a pooled input moved) whose replays would
+    # then copy at least this many bytes per call (copied inputs, cloned outputs) runs without
+    # its graph for good instead: copies are device time on every call, the launches a graph
+    # saves host time, hidden behind a program whose copies are this large. Whisper-tiny's
+    # encoder (transformers' layer loop, one graph per layer called four times a step: 1x
+    # H200, fp32 SGD step) copied 183 MiB per forward call and 218 MiB per backward call,
+    # 1.7 GB a step, and ran x0.98 of eager. None: never (the `graph_copy_max_bytes` option).
+    COPY_MAX_BYTES: int | None = 32 << 20
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset(),
                  written_inputs: frozenset[int] = frozenset(), share_pool: bool = True,
                  tail_min_bytes: int | None = None, tail_guarded: bool = False,
-                 tail_kernel_min_bytes: int | None = None):
+                 tail_kernel_min_bytes: int | None = None,
+                 copy_max_bytes: int | None = COPY_MAX_BYTES):
         self._run = run
+        self.COPY_MAX_BYTES = copy_max_bytes
+        self.dropped: str | None = None     # why it runs without its graph for good
         # whether the tail may write guarded outputs: a backward's gradients (autograd takes
         # them, nothing reads them in another graph's pool), which then take new memory per
         # call instead of lying in the pool between steps; not a forward's saved activations,
@@ -317,6 +332,11 @@ class GraphedProgram:
                 self._live += 1
                 if self._live < self.STREAK:
                     return self._run(*inputs)
+                cost = self._copy_bytes(inputs, clone_guarded=True)
+                if self._copies_too_much(cost):
+                    return self._drop(inputs, f"its outputs stay alive from call to call "
+                                              f"(cloned, {cost} bytes a call with the inputs "
+                                              f"it copies)")
                 # The caller keeps what this graph lends from call to call (a `.grad` that
                 # accumulates, gradients a loop keeps from autograd.grad): clone the outputs
                 # from now on, from a new capture; the old pool stays with the live aliases.
@@ -527,6 +547,53 @@ class GraphedProgram:
             return False
         return True
 
+    def _copy_bytes(self, inputs, clone_guarded: bool = False,
+                    copy_pooled: bool = False) -> int:
+        """Bytes a replay would copy per call after a recapture that clones the guarded
+        outputs (`clone_guarded`) or copies the pooled inputs in (`copy_pooled`): the inputs
+        copied now, the outputs cloned now, and those."""
+        def nbytes(t):
+            return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+        out = self._static_out
+        total = sum(map(nbytes, self._copied_dst))
+        total += sum(nbytes(out[j]) for j in self._fresh if j < len(out))
+        if clone_guarded:
+            tail = self._tail[1] if self._tail is not None else frozenset()
+            total += sum(nbytes(out[j]) for j in self._guarded
+                         if j < len(out) and j not in tail)
+        if copy_pooled:
+            total += sum(nbytes(inputs[i]) for i in self._pooled_idx)
+        return total
+
+    def _copies_too_much(self, nbytes: int) -> bool:
+        return self.COPY_MAX_BYTES is not None and nbytes >= self.COPY_MAX_BYTES
+
+    def _drop(self, inputs, why: str) -> list[torch.Tensor]:
+        """Runs without the graph from now on (see COPY_MAX_BYTES): the graph, its static
+        buffers and its place in a shared pool go; what earlier replays lent stays valid (the
+        pool's blocks live as long as their storages), guarded by the pool where it lies in
+        one. This call runs without the graph too."""
+        self._graph, self._failed, self.dropped = None, True, why
+        self._static_in, self._copied, self._inplace, self._static_out = [], [], [], []
+        self._tail = self._static_vals = None
+        self._tail_views = []
+        self._in_pool = {}
+        self._pooled, self._guard = [], []
+        self._lent = self._guarded = self._bare = frozenset()
+        _unpool(self._pool_ptrs)
+        self._pool_ptrs.clear()
+        if self._family is not None:
+            if self._reg is not None:
+                self._family.retire(self._reg)
+                self._reg = None
+            self._family, self._seq = None, -1
+        self._private = True
+        self._plan_replay()
+        if self.stats is not None:
+            self.stats["graph_dropped"] = why
+            self.stats["graph_static_input_bytes"] = self.stats["graph_static_output_bytes"] = 0
+        return self._run(*inputs)
+
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         if self._pooled_idx and list(map(torch.Tensor.data_ptr, map(
                 inputs.__getitem__, self._pooled_idx))) != self._pooled_ptrs:
@@ -534,6 +601,11 @@ class GraphedProgram:
             self._moved_pool += 1
             if self._moved_pool < self.STREAK:
                 return self._run(*inputs)
+            cost = self._copy_bytes(inputs, copy_pooled=True)
+            if self._copies_too_much(cost):
+                return self._drop(inputs, f"its inputs from another graph's pool arrive "
+                                          f"elsewhere (copied, {cost} bytes a call with its "
+                                          f"other copies)")
             self._no_pool = True    # it keeps arriving elsewhere: copy it in from now on
             if not self._recapture(inputs):
                 return self._run(*inputs)

@@ -536,3 +536,75 @@ def test_backward_runs_its_embedding_gradient_after_the_replay(graphs):
         step()
     for p, q in zip(model.parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=1e-4)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(d, 4 * d), torch.nn.Linear(4 * d, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        return x + self.norm(self.fc2(torch.nn.functional.gelu(self.fc1(x))))
+
+
+class _LoopedLayers(torch.nn.Module):
+    """Layers run by a Python loop with a graph break in it (transformers' encoder loop under
+    older versions' LayerDrop draw): Dynamo compiles the layer's forward as a frame of its own,
+    one graph for the first layer (an input without grad) and one for all the others, called
+    once per layer, each call with that layer's weights (a torch.nn container's forward would
+    not be compiled at all: Dynamo skips torch.nn's frames)."""
+
+    def __init__(self, d=256, layers=4):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Layer(d) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            torch._dynamo.graph_break()
+            x = layer(x)
+        return x
+
+
+@pytest.mark.parametrize("copy_max_bytes", [0, None])
+def test_a_graph_called_per_layer_runs_without_its_graph_or_copies(graphs, copy_max_bytes):
+    """The per-layer forward finds the previous layer's saved activations alive, and its weights
+    are other tensors each call; its backward finds its pooled inputs elsewhere. With
+    `graph_copy_max_bytes` 0 both run without their graphs after STREAK calls (the report says
+    why); with None they are captured again, cloning and copying. Gradients match eager's over
+    SGD steps either way."""
+    made = graphs
+    ember.clear_reports()
+    torch.manual_seed(0)
+    model, ref = _LoopedLayers().cuda(), _LoopedLayers().cuda()
+    ref.load_state_dict(model.state_dict())
+    f = torch.compile(model, backend="ember",
+                      options={"graph_copy_max_bytes": copy_max_bytes})
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=1e-2, momentum=0.9)
+    x = torch.randn(64, 32, 256, device="cuda")
+    for step in range(6):
+        for m, fn, o in ((model, f, opt), (ref, ref, ref_opt)):
+            o.zero_grad(set_to_none=True)
+            fn(x).square().mean().backward()
+        for p, q in zip(ref.parameters(), model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5)
+        opt.step()
+        ref_opt.step()
+    check_fallbacks()
+    kinds = {}
+    for r in ember.last_reports():
+        kinds.setdefault(r.get("graph_id", "").rsplit("-", 1)[-1], []).append(r)
+    assert len(kinds.get("forward", [])) == 2, kinds   # the first layer's, the others'
+    layered = [g for g in made if (g.stats or {}).get("graph_id", "").endswith(("forward",
+                                                                               "backward"))]
+    assert layered, kinds
+    if copy_max_bytes == 0:
+        dropped = [g for g in layered if g.dropped]
+        assert dropped and all(not g.captured for g in dropped)
+        assert any("alive from call to call" in g.dropped for g in dropped), \
+            [g.dropped for g in dropped]
+        assert all(g.stats["graph_dropped"] == g.dropped for g in dropped)
+    else:
+        assert not any(g.dropped for g in layered)
+        assert any(g._recaptures for g in layered)

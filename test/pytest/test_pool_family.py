@@ -615,3 +615,122 @@ def test_copied_input_in_another_pool_is_not_promoted(fake_cuda):
     finally:
         cg._POOLED.discard(x.untyped_storage().data_ptr())
     assert g._copied == [0] and g._recaptures == 0 and g._settle_idx == []
+
+
+# ---- a program called several times per step (a layer loop's body) ------------------------
+def _layer_programs(cg, copy_max_bytes):
+    """One graphed forward and one graphed backward for every layer of a loop (transformers'
+    layer loop with a graph break in it: one graph per layer, called once per layer, each call
+    with its own weight): fwd(x, w) -> (h, tanh saved, x saved) lends its saved activations
+    (guarded) to bwd(s, x, g, w) -> (grad_x, grad_w), which lends its gradients."""
+    programs = []
+    fwd = cg.GraphedProgram(_Prog(lambda x, w: [torch.tanh(x @ w), torch.tanh(x @ w) * 1, x * 1],
+                                  programs), copy_max_bytes=copy_max_bytes)
+    fwd.lend([], guarded=[1, 2])
+
+    def backward(s, x, g, w):
+        d = g * (1 - s * s)
+        return [d @ w.T, x.T @ d]
+    bwd = cg.GraphedProgram(_Prog(backward, programs), copy_max_bytes=copy_max_bytes)
+    bwd.lend([], guarded=[0, 1])
+    programs += [fwd, bwd]
+    fwd.stats, bwd.stats = {"graph_id": "g-fwd"}, {"graph_id": "g-bwd"}
+    return fwd, bwd
+
+
+def _layer_step(fwd, bwd, x, ws):
+    hs, saved = [x], []
+    for w in ws:
+        h, s, xs = fwd(hs[-1], w)
+        hs.append(h)
+        saved.append((s, xs))
+    g, grads = torch.ones_like(hs[-1]), [None] * len(ws)
+    for k in reversed(range(len(ws))):
+        g, grads[k] = bwd(*saved[k], g, ws[k])
+    del saved
+    # the reference, eagerly
+    xs, ref_g = [x], torch.ones_like(x)
+    for w in ws:
+        xs.append(torch.tanh(xs[-1] @ w))
+    for k in reversed(range(len(ws))):
+        d = ref_g * (1 - xs[k + 1] ** 2)
+        torch.testing.assert_close(grads[k], xs[k].T @ d)
+        ref_g = d @ ws[k].T
+    torch.testing.assert_close(g, ref_g)
+    return grads
+
+
+@pytest.mark.parametrize("copy_max_bytes", [0, None, 1 << 30])
+def test_a_program_called_per_layer_runs_without_its_graph_rather_than_copy(fake_cuda,
+                                                                             copy_max_bytes):
+    """One forward and one backward program called once per layer of a loop (whisper's
+    encoder under transformers' layer loop): a forward's saved activation is alive when it
+    runs for the next layer, and its weights are another tensor each call. Captured again
+    with its outputs cloned and its inputs copied, each replay would copy the layer's saved
+    activations out and its weights in (1.7 GB a step for Whisper-tiny on an H200, x0.98 of
+    eager); at `copy_max_bytes` or more a call, the program runs without its graph from then
+    on instead. Every step's gradients are right either way."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    ws = [torch.randn(4, 4) * 0.5 for _ in range(3)]
+    fwd, bwd = _layer_programs(fake_cuda, copy_max_bytes)
+    for _ in range(6):
+        _layer_step(fwd, bwd, x, ws)
+    if copy_max_bytes == 0:
+        for p in (fwd, bwd):
+            assert p.dropped and not p.captured and p._failed, p.dropped
+            assert p.stats["graph_dropped"] == p.dropped
+            assert p.stats["graph_static_input_bytes"] == 0
+            assert p._copied == [] and p._guard == [] and not p._pool_ptrs
+        assert "alive from call to call" in fwd.dropped
+        n = (fwd.ungraphed_calls, bwd.ungraphed_calls)
+        for _ in range(2):
+            _layer_step(fwd, bwd, x, ws)
+        assert (fwd.ungraphed_calls, bwd.ungraphed_calls) == n      # no graph to give up
+    else:
+        # below the bound (or none): captured again, cloning out and copying in as before
+        assert fwd.dropped is None and bwd.dropped is None
+        assert fwd.captured and fwd._recaptures >= 1 and not fwd._guarded
+        assert "graph_dropped" not in fwd.stats
+
+
+@pytest.mark.parametrize("copy_max_bytes", [0, None])
+def test_a_backward_whose_pooled_inputs_keep_moving_runs_without_its_graph(fake_cuda,
+                                                                           copy_max_bytes):
+    """A backward captured reading its forward's saved activation in place, whose forward then
+    stops replaying (the caller keeps each step's saved activation): the input arrives
+    elsewhere every call. Copied in from a new capture, each replay would copy the saved
+    activations; at `copy_max_bytes` or more it runs without its graph from then on."""
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    fwd, bwd = _training_programs(fake_cuda)
+    for p in (fwd, bwd):
+        p.COPY_MAX_BYTES = copy_max_bytes
+    for _ in range(4):
+        _step([fwd, bwd], x, w)
+    assert bwd.captured and bwd._pooled             # read in place
+    kept = []
+    for _ in range(5):
+        _, saved = fwd(x, w)
+        kept.append(saved)                          # the forward's aliases stay alive
+        (grad,) = bwd(saved, torch.ones(1))
+        torch.testing.assert_close(grad, (1 - torch.tanh(x @ w) ** 2).sum(0))
+        del grad
+    if copy_max_bytes == 0:
+        assert fwd.dropped and "alive from call to call" in fwd.dropped
+        assert bwd.dropped and "arrive elsewhere" in bwd.dropped, bwd.dropped
+        assert not bwd.captured and not bwd._pooled and bwd._copied == []
+    else:
+        assert bwd.dropped is None and bwd.captured and bwd._no_pool and bwd._copied
+    for t in kept:                                  # what earlier replays lent stayed intact
+        torch.testing.assert_close(t, torch.tanh(x @ w))
+
+
+def test_graph_copy_max_bytes_option():
+    from ember.frontend.options import CompileOptions, OptionsError
+    assert CompileOptions().graph_copy_max_bytes == 32 << 20
+    assert CompileOptions.from_user({"graph_copy_max_bytes": None}).graph_copy_max_bytes is None
+    assert CompileOptions.from_user({"graph_copy_max_bytes": 0}).graph_copy_max_bytes == 0
+    for bad in (-1, 1.5, True, "0"):
+        with pytest.raises(OptionsError, match="graph_copy_max_bytes"):
+            CompileOptions(graph_copy_max_bytes=bad)
