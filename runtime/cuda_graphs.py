@@ -153,6 +153,10 @@ class GraphedProgram:
             self.TAIL_MIN_BYTES = tail_min_bytes
         if tail_kernel_min_bytes is not None:
             self.TAIL_KERNEL_MIN_BYTES = tail_kernel_min_bytes
+        # the executor's own settings, which a graph changes below: back when it is dropped
+        self._run_settings = {k: getattr(run, k) for k in (
+            "outputs_in_inputs", "outputs_in_pools", "release_inputs", "release_arena")
+            if hasattr(run, k)}
         if hasattr(run, "outputs_in_inputs"):
             # A backward's gradients planned in its donated inputs' memory: in a static input
             # buffer or the caller's memory they would be held by this graph (and pin the
@@ -589,6 +593,10 @@ class GraphedProgram:
             self._family, self._seq = None, -1
         self._private = True
         self._plan_replay()
+        # from now on as without CUDA graphs: donated inputs freed after their last use, the
+        # arena after its last step, outputs planned in donated inputs' memory handed out there
+        for k, v in self._run_settings.items():
+            setattr(self._run, k, v)
         if self.stats is not None:
             self.stats["graph_dropped"] = why
             self.stats["graph_static_input_bytes"] = self.stats["graph_static_output_bytes"] = 0

@@ -139,6 +139,9 @@ class _FakeGraph:
 class _Prog:
     def __init__(self, fn, programs):
         self.fn, self.programs = fn, programs
+        # the executor's settings a graph changes (runtime/executor.py's defaults)
+        self.release_inputs = self.release_arena = self.outputs_in_inputs = True
+        self.outputs_in_pools = False
 
     def __call__(self, *ins):
         outs = self.fn(*ins)
@@ -683,12 +686,15 @@ def test_a_program_called_per_layer_runs_without_its_graph_rather_than_copy(fake
             assert p.stats["graph_static_input_bytes"] == 0
             assert p._copied == [] and p._guard == [] and not p._pool_ptrs
         assert "alive from call to call" in fwd.dropped
+        # the executor's own settings are back (as without CUDA graphs)
+        assert fwd._run.release_inputs and not fwd._run.outputs_in_pools
         n = (fwd.ungraphed_calls, bwd.ungraphed_calls)
         for _ in range(2):
             _layer_step(fwd, bwd, x, ws)
         assert (fwd.ungraphed_calls, bwd.ungraphed_calls) == n      # no graph to give up
     else:
         # below the bound (or none): captured again, cloning out and copying in as before
+        assert not fwd._run.release_inputs and fwd._run.outputs_in_pools
         assert fwd.dropped is None and bwd.dropped is None
         assert fwd.captured and fwd._recaptures >= 1 and not fwd._guarded
         assert "graph_dropped" not in fwd.stats
