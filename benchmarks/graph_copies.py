@@ -139,7 +139,7 @@ def main(argv=None) -> None:
     for g in made:
         print(f"  {(g.stats or {}).get('graph_id')}: captured {g.captured}, dropped "
               f"{g.dropped!r}, recaptures {g._recaptures}, calls without the graph "
-              f"{g.ungraphed_calls}, copies a replay "
+              f"{g.ungraphed_calls}, a replay {g.replay_s}, copies a replay "
               f"{(_nbytes(g._copied_dst) + _nbytes(g._static_out[j] for j in g._fresh)) / 2**20:.1f}"
               f" MiB")
     if args.repeats > 0:

@@ -161,12 +161,17 @@ def _unread_host_inputs(program) -> frozenset[int]:
     return frozenset(unread)
 
 
+def _launches(program) -> int:
+    """Kernels, externs and library calls a call of `program` launches without a graph."""
+    return sum(1 for s in program.steps if s.kind in ("kernel", "extern", "library"))
+
+
 def graph_pays_off(program, kind: str = "inference", device_bytes: int | None = None) -> bool:
     """Whether replaying `program` as one CUDA graph beats launching its steps one by one: the
     launches saved against the copies a replay adds (outputs cloned out of the graph's pool;
     a backward graph's inputs, the saved activations, copied into its static buffers; a
     forward's inputs are mostly parameters, read in place)."""
-    launches = sum(1 for s in program.steps if s.kind in ("kernel", "extern", "library"))
+    launches = _launches(program)
 
     def nbytes(vids) -> int:
         total = 0
@@ -465,7 +470,11 @@ def load_static(program, summary: dict[str, Any], tensors, out_dtypes, options: 
                                   # per call: the embedding gradients, runtime/executor's
                                   # _fill_tail), not held in the pool between steps
                                   tail_guarded=kind == "backward" and options.backward_tail,
-                                  copy_max_bytes=options.graph_copy_max_bytes)
+                                  copy_max_bytes=options.graph_copy_max_bytes,
+                                  # its launches' host time without the graph (its copies'
+                                  # cost: runtime/cuda_graphs.COPY_MAX_BYTES)
+                                  ungraphed_host_s=_launches(program) * LAUNCH_OVERHEAD_S,
+                                  copy_bytes_per_s=COPY_BYTES_PER_S)
         summary["cudagraphs"] = True
     return compiled, summary
 

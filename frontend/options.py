@@ -65,8 +65,10 @@ class CompileOptions:
       outputs cloned out of its pool or its inputs from another graph's pool copied in (its
       lent outputs stay alive from call to call, or those inputs keep arriving elsewhere: one
       program called several times per step, a layer loop's body) runs without its graph for
-      good when those replays would copy at least this many bytes per call: the copies are
-      device time on every call, the launches a graph saves host time. Default 32 MiB
+      good when those replays would copy at least this many bytes per call and its launches
+      without a graph take less host time than a replay's device time (CUDA events) plus the
+      copies: the copies are device time on every call, the launches a graph saves host time
+      that a long enough replay hides. Default 32 MiB
       (Whisper-tiny's encoder, one graph per layer called four times a step, copied 1.7 GB a
       fp32 SGD step and ran x0.98 of eager on an H200). None: never.
     backward_tail: with `cudagraphs`, a training backward whose last steps make a large

@@ -128,22 +128,34 @@ class GraphedProgram:
     # A graph about to be captured again with its outputs cloned out or its pooled inputs
     # copied in (STREAK calls found an alias alive or a pooled input moved) whose replays would
     # then copy at least this many bytes per call (copied inputs, cloned outputs) runs without
-    # its graph for good instead: copies are device time on every call, the launches a graph
-    # saves host time, hidden behind a program whose copies are this large. Whisper-tiny's
-    # encoder (transformers' layer loop, one graph per layer called four times a step: 1x
-    # H200, fp32 SGD step) copied 183 MiB per forward call and 218 MiB per backward call,
-    # 1.7 GB a step, and ran x0.98 of eager. None: never (the `graph_copy_max_bytes` option).
+    # its graph for good instead, where that is faster: where the host time of its launches
+    # without a graph (`ungraphed_host_s`, the frontend's estimate) is less than a replay's
+    # device time (measured with CUDA events on the first replays of each capture) plus the
+    # copies (`copy_bytes_per_s`, read and written): a program whose device time hides its
+    # launches loses only the copies. Whisper-tiny's encoder (transformers' layer loop, one
+    # graph per layer called four times a step: 1x H200, fp32 SGD step) copied 183 MiB per
+    # forward call and 218 MiB per backward call, 1.7 GB a step, and ran x0.98 of eager;
+    # gradient accumulation over a resnet50 backward (215 launches, ~8 ms of host time
+    # without its graph: the fifth session's H100) keeps its graph and clones. None: never
+    # (the `graph_copy_max_bytes` option).
     COPY_MAX_BYTES: int | None = 32 << 20
+    TIMED_REPLAYS = 2       # replays of each capture timed with CUDA events
 
     def __init__(self, run: Callable[..., list], warmup_calls: int = 2,
                  unread_host_inputs: frozenset[int] = frozenset(),
                  written_inputs: frozenset[int] = frozenset(), share_pool: bool = True,
                  tail_min_bytes: int | None = None, tail_guarded: bool = False,
                  tail_kernel_min_bytes: int | None = None,
-                 copy_max_bytes: int | None = COPY_MAX_BYTES):
+                 copy_max_bytes: int | None = COPY_MAX_BYTES,
+                 ungraphed_host_s: float | None = None, copy_bytes_per_s: float = 2e12):
         self._run = run
         self.COPY_MAX_BYTES = copy_max_bytes
         self.dropped: str | None = None     # why it runs without its graph for good
+        # the cost model of COPY_MAX_BYTES (None: the bytes alone decide, nothing is timed)
+        self._host_s, self._copy_bps = ungraphed_host_s, copy_bytes_per_s
+        self._timing_left = 0
+        self._replay_events = None
+        self.replay_s: float | None = None      # a timed replay's device seconds
         # whether the tail may write guarded outputs: a backward's gradients (autograd takes
         # them, nothing reads them in another graph's pool), which then take new memory per
         # call instead of lying in the pool between steps; not a forward's saved activations,
@@ -504,6 +516,7 @@ class GraphedProgram:
                                                     if p not in ins], weakref.ref(self))
             weakref.finalize(self, family.retire, self._reg)
         self._plan_replay()
+        self._timing_left = self.TIMED_REPLAYS if self._host_s is not None else 0
 
     def _pick_family(self, static) -> PoolFamily | None:
         """The shared pool this capture goes into: that of the graphs whose guarded outputs
@@ -535,6 +548,7 @@ class GraphedProgram:
         self._tail_views = []
         self._in_pool = {}
         self._pooled, self._guard = [], []
+        self._replay_events, self.replay_s = None, None
         _unpool(self._pool_ptrs)
         self._pool_ptrs.clear()
         if self._family is not None:
@@ -569,15 +583,40 @@ class GraphedProgram:
             total += sum(nbytes(inputs[i]) for i in self._pooled_idx)
         return total
 
+    def _device_s(self) -> float | None:
+        """A replay's device seconds (the last timed replay of the current capture)."""
+        if self._replay_events is not None:
+            start, end = self._replay_events
+            self._replay_events = None
+            try:
+                end.synchronize()
+                self.replay_s = start.elapsed_time(end) / 1e3
+            except RuntimeError:
+                pass
+        return self.replay_s
+
     def _copies_too_much(self, nbytes: int) -> bool:
-        return self.COPY_MAX_BYTES is not None and nbytes >= self.COPY_MAX_BYTES
+        """Whether replays copying `nbytes` a call lose to running without the graph (see
+        COPY_MAX_BYTES)."""
+        if self.COPY_MAX_BYTES is None or nbytes < self.COPY_MAX_BYTES:
+            return False
+        if self._host_s is None:
+            return True
+        device = self._device_s() or 0.0
+        if self.stats is not None:
+            self.stats["graph_replay_ms"] = round(device * 1e3, 4)
+        return self._host_s < device + 2 * nbytes / self._copy_bps
 
     def _drop(self, inputs, why: str) -> list[torch.Tensor]:
         """Runs without the graph from now on (see COPY_MAX_BYTES): the graph, its static
         buffers and its place in a shared pool go; what earlier replays lent stays valid (the
         pool's blocks live as long as their storages), guarded by the pool where it lies in
         one. This call runs without the graph too."""
+        if self._host_s is not None:
+            why += (f"; without the graph {self._host_s * 1e3:.3f} ms of launches against a "
+                    f"replay's {(self.replay_s or 0.0) * 1e3:.3f} ms")
         self._graph, self._failed, self.dropped = None, True, why
+        self._replay_events = None
         self._static_in, self._copied, self._inplace, self._static_out = [], [], [], []
         self._tail = self._static_vals = None
         self._tail_views = []
@@ -655,7 +694,15 @@ class GraphedProgram:
             if list(map(_SHAPE, srcs)) != self._copied_shapes:
                 return self._run(*inputs)   # raises the executor's clear shape error
             torch._foreach_copy_(self._copied_dst, srcs)
-        self._graph.replay()
+        if self._timing_left:
+            self._timing_left -= 1
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self._graph.replay()
+            end.record()
+            self._replay_events = (start, end)
+        else:
+            self._graph.replay()
         static_out = self._static_out
         outs = list(static_out)     # lent outputs as they are, bare ones included
         for j, i, off, shape, stride, dt, eoff in self._pool_views:

@@ -186,7 +186,26 @@ def fake_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: Stream())
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
     return cg
+
+
+class _FakeEvent:
+    """A CUDA event whose elapsed time is `ms` (a replay's device time, as the test says)."""
+    ms = 0.0
+    recorded = 0
+
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self):
+        _FakeEvent.recorded += 1
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return _FakeEvent.ms
 
 
 def _training_programs(cg, share=True, optimizer=False):
@@ -730,6 +749,33 @@ def test_a_backward_whose_pooled_inputs_keep_moving_runs_without_its_graph(fake_
         assert bwd.dropped is None and bwd.captured and bwd._no_pool and bwd._copied
     for t in kept:                                  # what earlier replays lent stayed intact
         torch.testing.assert_close(t, torch.tanh(x @ w))
+
+
+@pytest.mark.parametrize("device_ms, dropped", [(5.0, True), (0.01, False)])
+def test_dropping_a_graph_weighs_its_launches_against_its_device_time(fake_cuda, device_ms,
+                                                                      dropped):
+    """With the frontend's cost model (`ungraphed_host_s`: its launches' host time without a
+    graph), a graph whose copies pass the bound is dropped only where a replay's device time
+    (timed with CUDA events on its first replays) plus the copies exceeds that host time: a
+    layer whose device time hides its launches (5 ms against 1 ms) runs without its graph; a
+    short one (10 us) keeps its graph and clones, as a launch-bound gradient accumulation
+    must."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 4)
+    ws = [torch.randn(4, 4) * 0.5 for _ in range(3)]
+    fwd, bwd = _layer_programs(fake_cuda, 0)
+    for p in (fwd, bwd):
+        p._host_s = 1e-3
+    _FakeEvent.ms, _FakeEvent.recorded = device_ms, 0
+    for _ in range(6):
+        _layer_step(fwd, bwd, x, ws)
+    assert _FakeEvent.recorded > 0
+    assert bool(fwd.dropped) is dropped, fwd.dropped
+    if dropped:
+        assert "1.000 ms of launches" in fwd.dropped and "5.000 ms" in fwd.dropped
+    else:
+        assert fwd.captured and fwd._recaptures >= 1 and not fwd._guarded
+    assert fwd.stats["graph_replay_ms"] == device_ms
 
 
 def test_graph_copy_max_bytes_option():
