@@ -21,12 +21,14 @@ the dtypes whose torch-mlir lowering is already right, so the op goes on to torc
 * any/all of uint8: reductions of `x != 0` (torch-mlir's lowering does not import).
 * Float fmod: exact, from remainder of the magnitudes (torch-mlir's quotient formula rounds).
 * index_select of a size-1 dim by one index: not folded away with its bounds check.
+* uint8 full_like of a static shape: as `full` (torch-mlir's folded literal is typed si8).
 * Float trunc: floor towards zero from either side, so trunc(-0.0) keeps its sign (torch-mlir's
   sign(x) * floor(|x|) gives +0.0 there: rsqrt of the truncated quotient was +inf, eager -inf).
 """
 from __future__ import annotations
 
 import math
+import threading
 
 import torch
 
@@ -634,6 +636,41 @@ def _floor_divide(a, b):
     return _div_mode(a, b, "floor")
 
 
+def _full_like_uint8(x, fill_value, *, dtype=None, layout=None, device=None, pin_memory=None,
+                     memory_format=None):
+    """A uint8 `full_like` (`ones_like`, `zeros_like`) of a static shape as `full`:
+    torch-mlir folds the former into a literal typed `si8` that it then rejects for the `ui8`
+    result, so the op ran eagerly (`torch.ones_like(uint8)`, the graph partitioned around it).
+    Only where `full` gives eager's strides too: those in x's own dim order."""
+    dt = dtype if dtype is not None else x.dtype
+    if dt != torch.uint8 or (layout is not None and layout != torch.strided):
+        return NotImplemented
+    shape = tuple(x.shape)
+    if not all(isinstance(d, int) for d in shape):
+        return NotImplemented
+    if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
+        return NotImplemented
+    if memory_format != torch.contiguous_format:
+        # preserve_format: eager's strides follow x's dims' order (a strided view of a row
+        # gets contiguous ones, a transpose or channels-last input its own order)
+        perm, _ = torch._prims_common.compute_elementwise_output_logical_to_physical_perm(x)
+        if list(perm) != list(range(len(shape))):
+            return NotImplemented
+    if getattr(_FULL_LIKE, "inside", False):
+        return NotImplemented       # `full`'s own decomposition: a full_like of an empty
+    _FULL_LIKE.inside = True
+    try:
+        # (a full_like of a new empty tensor: input-free, folded into a value at compile time
+        # by fx_prep.fold_input_free, never imported)
+        return torch.full(shape, fill_value, dtype=dt, device=device if device is not None
+                          else x.device, pin_memory=bool(pin_memory))
+    finally:
+        _FULL_LIKE.inside = False
+
+
+_FULL_LIKE = threading.local()
+
+
 def _first_of(*decomps):
     """The first of `decomps` that applies (returns something other than NotImplemented)."""
     def decomp(*args, **kwargs):
@@ -677,6 +714,7 @@ def table() -> dict:
         aten.bitwise_xor.Scalar: _bitwise_scalar(torch.bitwise_xor),
         aten.fmod.Tensor: _fmod, aten.fmod.Scalar: _fmod, aten.trunc.default: _trunc,
         aten.index_select.default: _index_select_one,
+        aten.full_like.default: _full_like_uint8,
         aten.var.correction: _var_cpu, aten.std.correction: _std_cpu,
         **{op: _logical_reduction(op) for op in (
             aten.any.default, aten.any.dim, aten.any.dims,

@@ -120,10 +120,20 @@ def test_select_of_two_literals_has_the_result_type(target, dtype, body):
 ])
 @pytest.mark.parametrize("base", [0, 1, -1, 2, 3, 10, 300])
 def test_integer_pow_of_a_number(target, dtype, exps, base):
-    if base == 1 and dtype == "uint8":
-        # 1 ** x is ones_like(x): a uint8 constant alone, whose ui8 literal torch-mlir's
-        # importer rejects ("inferred type si8"): a known fallback of its own, not pow's
-        pytest.skip("a uint8 constant output falls back (torch-mlir's ui8 literal)")
     inputs = f"a0 = torch.tensor({exps}, dtype=torch.{dtype})"
     _assert_matches(_case(inputs, f"return (torch.pow({base}, a0), {base} ** a0[::2])",
                           exact=(True, True)), target)
+
+
+# A uint8 full_like (ones_like, zeros_like, 1 ** x) ran eagerly: torch-mlir folds it into a
+# literal typed si8 that it rejects for the ui8 result. eager_semantics._full_like_uint8 makes
+# it a full of a new tensor (folded by the host); a transposed input keeps eager's strides.
+@pytest.mark.parametrize("body", [
+    "return (torch.ones_like(a0),)",
+    "return (torch.full_like(a0, 7) + a0, torch.zeros_like(a0) * a0)",
+    "return (torch.ones_like(a0[::2]), torch.full_like(a0, 200, dtype=torch.uint8) - a0)",
+    "return (torch.ones_like(a0.reshape(2, 3).t()) + a0.reshape(2, 3).t(),)",
+])
+def test_uint8_full_like_compiles(target, body):
+    inputs = "a0 = torch.tensor([0, 1, 2, 7, 200, 255], dtype=torch.uint8)"
+    _assert_matches(_case(inputs, body, exact=(True, True)), target)
