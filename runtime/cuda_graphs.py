@@ -19,9 +19,10 @@ in place: no clone out of the forward's pool, no copy into the backward's; if su
 arrives elsewhere (its forward ran without the graph), that call runs without the graph.
 When either happens STREAK calls in a row (a loop that keeps what is lent, as an accumulating
 `.grad`), the graph is captured again without that optimisation (clones, copies) — unless
-those copies would come to `copy_max_bytes` or more per call (one program called several times
-per step: a layer loop's body, each call with its own weights and its saved activations alive
-until the backward): then it runs without its graph from then on, copying nothing.
+those copies would come to `copy_max_bytes` or more per call and a replay's device time hides
+the launches the program makes without its graph (one program called several times per step:
+a layer loop's body, each call with its own weights and its saved activations alive until the
+backward): then it runs without its graph from then on, copying nothing (COPY_MAX_BYTES).
 
 Inputs the program writes (`written_inputs`): an optimizer step's parameters, and a backward's
 donated saved activations, whose memory holds its later intermediates (ValueInfo.in_input) and,
