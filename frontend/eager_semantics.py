@@ -641,7 +641,7 @@ def _full_like_uint8(x, fill_value, *, dtype=None, layout=None, device=None, pin
     """A uint8 `full_like` (`ones_like`, `zeros_like`) of a static shape as `full`:
     torch-mlir folds the former into a literal typed `si8` that it then rejects for the `ui8`
     result, so the op ran eagerly (`torch.ones_like(uint8)`, the graph partitioned around it).
-    Only where `full` gives eager's strides too: those in x's own dim order."""
+    Made in x's own dim order and permuted back, so that its strides are eager's."""
     dt = dtype if dtype is not None else x.dtype
     if dt != torch.uint8 or (layout is not None and layout != torch.strided):
         return NotImplemented
@@ -650,20 +650,25 @@ def _full_like_uint8(x, fill_value, *, dtype=None, layout=None, device=None, pin
         return NotImplemented
     if memory_format not in (None, torch.preserve_format, torch.contiguous_format):
         return NotImplemented
+    perm = list(range(len(shape)))
     if memory_format != torch.contiguous_format:
         # preserve_format: eager's strides follow x's dims' order (a strided view of a row
-        # gets contiguous ones, a transpose or channels-last input its own order)
-        perm, _ = torch._prims_common.compute_elementwise_output_logical_to_physical_perm(x)
-        if list(perm) != list(range(len(shape))):
-            return NotImplemented
+        # gets contiguous ones, a transpose or channels-last input its own order): the full
+        # is made in that order and permuted back
+        perm = list(torch._prims_common.compute_elementwise_output_logical_to_physical_perm(
+            x)[0])
     if getattr(_FULL_LIKE, "inside", False):
         return NotImplemented       # `full`'s own decomposition: a full_like of an empty
     _FULL_LIKE.inside = True
     try:
         # (a full_like of a new empty tensor: input-free, folded into a value at compile time
         # by fx_prep.fold_input_free, never imported)
-        return torch.full(shape, fill_value, dtype=dt, device=device if device is not None
-                          else x.device, pin_memory=bool(pin_memory))
+        out = torch.full([shape[d] for d in perm], fill_value, dtype=dt,
+                         device=device if device is not None else x.device,
+                         pin_memory=bool(pin_memory))
+        if perm != sorted(perm):
+            out = out.permute([perm.index(d) for d in range(len(perm))])
+        return out
     finally:
         _FULL_LIKE.inside = False
 

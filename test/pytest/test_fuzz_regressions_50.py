@@ -133,6 +133,7 @@ def test_integer_pow_of_a_number(target, dtype, exps, base):
     "return (torch.full_like(a0, 7) + a0, torch.zeros_like(a0) * a0)",
     "return (torch.ones_like(a0[::2]), torch.full_like(a0, 200, dtype=torch.uint8) - a0)",
     "return (torch.ones_like(a0.reshape(2, 3).t()) + a0.reshape(2, 3).t(),)",
+    "return (torch.ones_like(a0.reshape(2, 3).t()) * 2, torch.zeros_like(a0.reshape(3, 2).t()))",
 ])
 def test_uint8_full_like_compiles(target, body):
     inputs = "a0 = torch.tensor([0, 1, 2, 7, 200, 255], dtype=torch.uint8)"
