@@ -289,13 +289,18 @@ class TritonLang:
                 return f"({args[0]} / {args[1]})" if kind == "arith.divf" else f"tl.sqrt({args[0]})"
             return f"_ember_div({args[0]}, {args[1]})" if kind == "arith.divf" \
                 else f"_ember_sqrt({args[0]})"
-        if kind == "arith.remf":
+        if kind in ("arith.remf", "math.atan2"):
             # IEEE fmod, exact, as eager's kernels (fmodf): Triton's float `%` compiles to
             # a - trunc(a / b) * b, which is off wherever the quotient rounds (beyond 2**24 or
             # next to an integer) and NaN where it overflows. A literal operand is made a block
             # of the other's shape (x - 0.0 is x, -0.0 included) for the helper's broadcast.
+            # atan2 likewise: its helper broadcasts two blocks (a NaN mean over an empty dim,
+            # folded to a literal, as atan2's first operand failed: fuzz seed 57 index 844)
             a, b = (f"({x} - tl.zeros_like({y}))" if isinstance(n, Const) else x
                     for x, y, n in zip(args, args[::-1], nodes))
+            if kind == "math.atan2":
+                fn = _CALLS[kind] if self.precise else _FAST.get(_CALLS[kind], _CALLS[kind])
+                return f"{fn}({a}, {b})"
             return f"_ember_fmod({a}, {b})"
         if kind in _CALLS:
             fn = _CALLS[kind] if self.precise else _FAST.get(_CALLS[kind], _CALLS[kind])

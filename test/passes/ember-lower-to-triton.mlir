@@ -387,6 +387,28 @@ func.func private @rsqrt_exp2(%arg0: tensor<64xf32>) -> (tensor<64xf32>, tensor<
 
 // -----
 
+// atan2 with a literal operand: the literal is made a block of the other operand's shape (its
+// helper broadcasts two blocks; a literal NaN there failed at run time: fuzz seed 57 index 844).
+// CHECK-LABEL: func.func private @atan2_literal
+// CHECK-SAME: _ember_atan2((float(\22nan\22) - tl.zeros_like([[X:x[0-9]+]])), [[X]])
+// CHECK-SAME: _ember_atan2([[X]], (2.0 - tl.zeros_like([[X]])))
+func.func private @atan2_literal(%arg0: tensor<64xf32>) -> (tensor<64xf32>, tensor<64xf32>)
+    attributes {ember.kernel = "pointwise", ember.ops = ["atan2"]} {
+  %nan = arith.constant 0x7FC00000 : f32
+  %two = arith.constant 2.0 : f32
+  %e = tensor.empty() : tensor<64xf32>
+  %r:2 = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%arg0 : tensor<64xf32>) outs(%e, %e : tensor<64xf32>, tensor<64xf32>) {
+  ^bb0(%a: f32, %o: f32, %o2: f32):
+    %m = math.atan2 %nan, %a : f32
+    %n = math.atan2 %a, %two : f32
+    linalg.yield %m, %n : f32, f32
+  } -> (tensor<64xf32>, tensor<64xf32>)
+  return %r#0, %r#1 : tensor<64xf32>, tensor<64xf32>
+}
+
+// -----
+
 // An index read from data (an embedding) is checked: a device-side assert on a GPU, the error
 // record `err` (read by the host under the interpreter), and the load uses index 0 instead.
 // An index computed from loop indices only (nearest upsampling) needs no check.

@@ -138,3 +138,21 @@ def test_integer_pow_of_a_number(target, dtype, exps, base):
 def test_uint8_full_like_compiles(target, body):
     inputs = "a0 = torch.tensor([0, 1, 2, 7, 200, 255], dtype=torch.uint8)"
     _assert_matches(_case(inputs, body, exact=(True, True)), target)
+
+
+# atan2 with a literal operand (a mean over an empty dim, NaN, folded to a literal) failed at run
+# time in Triton ('float' object has no attribute 'handle': the helper broadcasts two blocks)
+# and the graph ran eagerly: the literal is made a block of the other operand's shape, as for
+# the float remainder.
+def test_atan2_of_a_literal_compiles(target):
+    from fuzz import graphs
+    _assert_matches(graphs.generate(57, 844).source(), target)
+
+
+@pytest.mark.parametrize("body", [
+    "return (torch.atan2(torch.full_like(a0, -0.0), a0), torch.atan2(a0, torch.full_like(a0, 2.0)))",
+    "return (torch.atan2(a0.new_zeros(()) - 0.0, a0),)",
+])
+def test_atan2_literal_operands(target, body):
+    inputs = "a0 = torch.tensor([-1.0, -0.0, 0.0, 2.5, float('nan'), -float('inf')])"
+    _assert_matches(_case(inputs, body, exact=(True, True)), target)
