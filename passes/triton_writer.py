@@ -68,6 +68,11 @@ class TileBuilder(ExprBuilder):
                 # 0) is the same, in bounds, read for every lane: no mask; a block mask on a
                 # scalar pointer is an error)
                 masks += (self.load_guard.text,)
+                if len(masks) > 1 and not self.load_guard.deps & set(self.masks):
+                    # a guard of an unrolled window's index only is a Python bool there: the
+                    # interpreter types `xmask & True` int32, not a mask (fuzz seed 59 index
+                    # 1030 ran eagerly); compiled, the `!= 0` is folded
+                    masks = (f"(({' & '.join(masks)}) != 0)",)
             return self.bind(Load(self.buffers[v], off.node, ty, masks), deps, ty, "x")
         return super()._value_at(v, idx)
 

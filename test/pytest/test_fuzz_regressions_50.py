@@ -156,3 +156,11 @@ def test_atan2_of_a_literal_compiles(target):
 def test_atan2_literal_operands(target, body):
     inputs = "a0 = torch.tensor([-1.0, -0.0, 0.0, 2.5, float('nan'), -float('inf')])"
     _assert_matches(_case(inputs, body, exact=(True, True)), target)
+
+
+# A concat read inside an unrolled window reduction (`any` over a cat of a slice and the input):
+# the piece's guard is a Python bool there (the window index is a constexpr), and the
+# interpreter types `xmask & True` int32: "mask has unsupported dtype", the graph ran eagerly.
+def test_window_guard_mask_is_a_mask(target):
+    from fuzz import graphs
+    _assert_matches(graphs.generate(59, 1030).source(), target)
