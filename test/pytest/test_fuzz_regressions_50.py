@@ -164,3 +164,12 @@ def test_atan2_literal_operands(target, body):
 def test_window_guard_mask_is_a_mask(target):
     from fuzz import graphs
     _assert_matches(graphs.generate(59, 1030).source(), target)
+
+
+# `bool_tensor - True` was computed where eager refuses it ("Subtraction ... with two bool
+# tensors"): eager_rejects' controls kept the Python bool (a float32 tensor minus True is
+# refused too) and the meta probe of two bool tensors failed (no verdict). A control with
+# float32 tensors and the bool read as an int, and controls on the meta device, judge it.
+def test_bool_minus_true_raises_as_eager(target):
+    from fuzz import graphs
+    _assert_matches(graphs.generate(60, 1200).source(), target, allow_fallback=True)
