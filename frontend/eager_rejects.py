@@ -270,8 +270,12 @@ def _judge(op, args, kwargs) -> str | None:
     dtypes = [a.dtype for a in _specs(args, kwargs)]
     scalars = _has_typed_scalar((args, kwargs))
     for retype in (*_CONTROLS, _SAME, _BOTH):
-        changed = (scalars if retype is _SAME else scalars or dtypes != [torch.float32] * len(dtypes)
-                   if retype is _BOTH else [retype(d) for d in dtypes] != dtypes)
+        if retype is _SAME:
+            changed = scalars
+        elif retype is _BOTH:
+            changed = scalars or any(d != torch.float32 for d in dtypes)
+        else:
+            changed = [retype(d) for d in dtypes] != dtypes
         if changed and _runs(op, args, kwargs, retype):
             first = (str(error).strip().splitlines() or [""])[0]
             return f"{type(error).__name__}: {first[:200]}"

@@ -296,12 +296,10 @@ class TritonLang:
             # of the other's shape (x - 0.0 is x, -0.0 included) for the helper's broadcast.
             # atan2 likewise: its helper broadcasts two blocks (a NaN mean over an empty dim,
             # folded to a literal, as atan2's first operand failed: fuzz seed 57 index 844)
-            a, b = (f"({x} - tl.zeros_like({y}))" if isinstance(n, Const) else x
-                    for x, y, n in zip(args, args[::-1], nodes))
-            if kind == "math.atan2":
-                fn = _CALLS[kind] if self.precise else _FAST.get(_CALLS[kind], _CALLS[kind])
-                return f"{fn}({a}, {b})"
-            return f"_ember_fmod({a}, {b})"
+            args = [f"({x} - tl.zeros_like({y}))" if isinstance(n, Const) else x
+                    for x, y, n in zip(args, args[::-1], nodes)]
+            if kind == "arith.remf":
+                return f"_ember_fmod({args[0]}, {args[1]})"
         if kind in _CALLS:
             fn = _CALLS[kind] if self.precise else _FAST.get(_CALLS[kind], _CALLS[kind])
             return f"{fn}({', '.join(args)})"

@@ -71,7 +71,8 @@ class TileBuilder(ExprBuilder):
                 if len(masks) > 1 and not self.load_guard.deps & set(self.masks):
                     # a guard of an unrolled window's index only is a Python bool there: the
                     # interpreter types `xmask & True` int32, not a mask (fuzz seed 59 index
-                    # 1030 ran eagerly); compiled, the `!= 0` is folded
+                    # 1030 ran eagerly); compiled, one compare more per such load (a window's
+                    # unrolled loads only; a guard that moves with the tile keeps `xmask & g`)
                     masks = (f"(({' & '.join(masks)}) != 0)",)
             return self.bind(Load(self.buffers[v], off.node, ty, masks), deps, ty, "x")
         return super()._value_at(v, idx)

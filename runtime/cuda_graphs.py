@@ -544,6 +544,18 @@ class GraphedProgram:
         if self._recaptures >= self.MAX_RECAPTURES:
             return False
         self._recaptures += 1
+        self._let_go()
+        try:
+            self._capture(inputs)
+        except Exception:  # noqa: BLE001 - as in the first capture: run without the graph
+            self._graph, self._failed = None, True
+            return False
+        return True
+
+    def _let_go(self) -> None:
+        """Drops the current capture: its graph, static buffers and outputs, its guards and its
+        registration in the shared pool (the old outputs still lent stay guarded there); the
+        pool itself too where the graph is private."""
         self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
         self._tail = self._static_vals = None
         self._tail_views = []
@@ -553,18 +565,12 @@ class GraphedProgram:
         _unpool(self._pool_ptrs)
         self._pool_ptrs.clear()
         if self._family is not None:
-            if self._reg is not None:   # the old outputs still lent stay guarded there
+            if self._reg is not None:
                 self._family.retire(self._reg)
                 self._reg = None
             if self._private:
                 self._family = None
             self._seq = -1
-        try:
-            self._capture(inputs)
-        except Exception:  # noqa: BLE001 - as in the first capture: run without the graph
-            self._graph, self._failed = None, True
-            return False
-        return True
 
     def _copy_bytes(self, inputs, clone_guarded: bool = False,
                     copy_pooled: bool = False) -> int:
@@ -616,22 +622,10 @@ class GraphedProgram:
         if self._host_s is not None:
             why += (f"; without the graph {self._host_s * 1e3:.3f} ms of launches against a "
                     f"replay's {(self.replay_s or 0.0) * 1e3:.3f} ms")
-        self._graph, self._failed, self.dropped = None, True, why
-        self._replay_events = None
-        self._static_in, self._copied, self._inplace, self._static_out = [], [], [], []
-        self._tail = self._static_vals = None
-        self._tail_views = []
-        self._in_pool = {}
-        self._pooled, self._guard = [], []
+        self._private, self._failed, self.dropped = True, True, why
+        self._let_go()
+        self._static_in = []
         self._lent = self._guarded = self._bare = frozenset()
-        _unpool(self._pool_ptrs)
-        self._pool_ptrs.clear()
-        if self._family is not None:
-            if self._reg is not None:
-                self._family.retire(self._reg)
-                self._reg = None
-            self._family, self._seq = None, -1
-        self._private = True
         self._plan_replay()
         # from now on as without CUDA graphs: donated inputs freed after their last use, the
         # arena after its last step, outputs planned in donated inputs' memory handed out there
