@@ -13,6 +13,7 @@ AOTAutograd, given a functional graph, copies each mutated input back with its o
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -59,22 +60,33 @@ def lift_input_mutations(gm: fx.GraphModule) -> InputMutations | None:
     return InputMutations(n, targets)
 
 
+_KEY = (torch.Tensor.data_ptr, operator.attrgetter("shape"), torch.Tensor.stride,
+        operator.attrgetter("dtype"), operator.attrgetter("device"))
+
+
+def _keys(ts):
+    """Per tensor (data pointer, shape, strides, dtype, device), with C-level maps: a ResNet-50
+    step writes back 161 BatchNorm buffers, and a Python loop over their attributes cost 0.7 ms
+    of host time a step on the H200 (Inductor's whole step takes 6 ms of host)."""
+    return list(zip(*[map(f, ts) for f in _KEY]))
+
+
 def write_back(mutations: InputMutations, args, outs):
     """Copies the extra outputs into their inputs (one multi-tensor copy) and returns the
     graph's own outputs."""
     if not isinstance(outs, (list, tuple)):
         return outs
-    dsts, srcs, written = [], [], []
-    for i, k in mutations.targets:
-        d, s = args[i], outs[k]
-        if (d.data_ptr() == s.data_ptr() and d.shape == s.shape and d.stride() == s.stride()
-                and d.dtype == s.dtype and d.device == s.device):
-            written.append(d)   # the program wrote the new value in place (into_input)
-        else:
-            dsts.append(d)
-            srcs.append(s)
-    for d in written:   # as the copy would have: autograd sees the input modified
-        torch.autograd.graph.increment_version(d)
+    dsts = [args[i] for i, _ in mutations.targets]
+    srcs = [outs[k] for _, k in mutations.targets]
+    dkeys, skeys = _keys(dsts), _keys(srcs)
+    if dkeys == skeys:      # the program wrote every new value in place (into_input)
+        written, dsts, srcs = dsts, (), ()
+    else:
+        written = [d for d, a, b in zip(dsts, dkeys, skeys) if a == b]
+        pairs = [(d, s) for d, s, a, b in zip(dsts, srcs, dkeys, skeys) if a != b]
+        dsts, srcs = [d for d, _ in pairs], [s for _, s in pairs]
+    if written:     # as the copy would have: autograd sees the input modified
+        torch.autograd.graph.increment_version(written)
     if not dsts:
         return list(outs[:mutations.num_outputs])
     with torch.no_grad():

@@ -1001,6 +1001,11 @@ class CompiledProgram:
             if self.program.values[i].dtype == "index":
                 vals[i] = int(t)
                 continue
+            if isinstance(t, torch.Tensor) and t.device.type != dev_type and \
+                    self._host_scalar_ok and t.dim() == 0 and t.device.type == "cpu" and \
+                    t.dtype == dt and not shape:    # a host scalar, as _take_inputs takes it
+                vals[i] = t.to(self.device) if i in self._host_scalar_moves else t
+                continue
             if (not isinstance(t, torch.Tensor) or t.dim() != len(shape) or t.dtype != dt
                     or t.device.type != dev_type
                     or any(isinstance(d, int) and d != n for d, n in zip(shape, t.shape))):

@@ -14,6 +14,21 @@ import ember
 from conftest import check_fallbacks, clear_reports
 
 
+def _dev(target) -> str:
+    """Where a test's tensors and modules live: the GPU for a GPU target on a GPU machine."""
+    return "cuda" if target != "cpu" and torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    """Exact float32 on the GPU: eager's cuDNN convolutions may use TF32 by default, and
+    ember's in another layout (channels-last) takes another algorithm."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def rel_err(out, ref):
     out, ref = out.double(), ref.double()
     return ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
@@ -24,10 +39,13 @@ def _run(fn, target, make, sizes=(3, 5, 9), dynamic=True, train=False, tol=1e-4)
     and parameter gradients with `train`); returns the compile reports."""
     counters.clear()
     clear_reports()
+    dev = _dev(target)
+    if isinstance(fn, nn.Module):
+        fn.to(dev)
     cf = torch.compile(fn, backend="ember", options={"target": target}, dynamic=dynamic)
     params = list(fn.parameters()) if isinstance(fn, nn.Module) else []
     for n in sizes:
-        args = make(n)
+        args = tuple(a.to(dev) for a in make(n))
         if not train:
             with torch.no_grad():
                 out, ref = cf(*args), fn(*args)
@@ -39,7 +57,8 @@ def _run(fn, target, make, sizes=(3, 5, 9), dynamic=True, train=False, tol=1e-4)
             for p in params:
                 p.grad = None
             out = f(*xs)
-            (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+            (out * torch.linspace(-1, 1, out.numel(), device=dev).view(out.shape)).sum() \
+                .backward()
             grads.append([out] + [x.grad for x in xs if x.grad is not None]
                          + [p.grad.clone() for p in params])
         for got, want in zip(*grads):
@@ -48,7 +67,9 @@ def _run(fn, target, make, sizes=(3, 5, 9), dynamic=True, train=False, tol=1e-4)
 
 
 def _one_symbolic_compile(reports, graphs=1):
-    assert counters["stats"]["unique_graphs"] == graphs
+    assert counters["stats"]["unique_graphs"] == graphs, (
+        dict(counters["graph_break"]), [(r["graph_id"], r.get("symbolic"), r["input_shapes"])
+                                        for r in reports])
     symbolic = [r for r in reports if r.get("symbolic")]
     assert symbolic and len(reports) == len(symbolic), [
         (r["graph_id"], r.get("symbolic"), r["input_shapes"]) for r in reports]
@@ -81,12 +102,12 @@ def test_automatic_dynamic(target):
     torch.manual_seed(0)
     counters.clear()
     clear_reports()
-    m = MLP()
+    m = MLP().to(_dev(target))
     cf = torch.compile(m, backend="ember", options={"target": target})
     seen = []
     with torch.no_grad():
         for n in (3, 5, 9):
-            x = torch.randn(n, 8)
+            x = torch.randn(n, 8, device=_dev(target))
             assert rel_err(cf(x), m(x)) < 1e-3
             seen.append((counters["stats"]["unique_graphs"], len(ember.last_reports())))
     assert seen == [(1, 1), (2, 2), (2, 2)]
@@ -119,7 +140,8 @@ def test_pointwise_reduction_views(target, case):
         "concat_diff": (lambda x: torch.diff(x, prepend=x[:, :1] - 1, dim=-1) * 2,
                         lambda n: (torch.randn(n, n + 2),)),
         # a float size: arange's length ceil(end / step) computed on the host at run time
-        "arange_float": (lambda x: x * torch.arange(0, x.shape[0] * 3, 1.5)[: x.shape[0]],
+        "arange_float": (lambda x: x * torch.arange(0, x.shape[0] * 3, 1.5,
+                                                       device=x.device)[: x.shape[0]],
                          lambda n: (torch.randn(n),)),
     }
     fn, make = fns[case]
@@ -239,19 +261,21 @@ def test_cnn_training_dynamic_batch(target):
     factor n / (n - 1) is a float of the symbolic size) and every gradient as eager's."""
     import copy
     torch.manual_seed(0)
-    m = _cnn()
+    dev = _dev(target)
+    m = _cnn().to(dev)
     ref = copy.deepcopy(m)
     counters.clear()
     clear_reports()
     cm = torch.compile(m, backend="ember", options={"target": target}, dynamic=True)
     for n in (2, 3, 5):
-        x = torch.randn(n, 3, 12, 12)
+        x = torch.randn(n, 3, 12, 12, device=dev)
         outs = []
         for f, mod in ((cm, m), (ref, ref)):
             mod.zero_grad()
             xs = x.clone().requires_grad_()
             out = f(xs)
-            (out * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum().backward()
+            (out * torch.linspace(-1, 1, out.numel(), device=dev).view(out.shape)).sum() \
+                .backward()
             outs.append([out, xs.grad] + [p.grad for p in mod.parameters()] + list(mod.buffers()))
         for got, want in zip(*outs):
             # (the first conv's bias gradient is zero up to rounding: BatchNorm follows it)
@@ -267,12 +291,12 @@ def test_cnn_automatic_dynamic(target):
     torch.manual_seed(0)
     counters.clear()
     clear_reports()
-    m = _cnn().eval()
+    m = _cnn().eval().to(_dev(target))
     cm = torch.compile(m, backend="ember", options={"target": target})
     seen = []
     with torch.no_grad():
         for n in (2, 3, 5):
-            x = torch.randn(n, 3, 12, 12)
+            x = torch.randn(n, 3, 12, 12, device=_dev(target))
             assert rel_err(cm(x), m(x)) < 1e-4
             seen.append((counters["stats"]["unique_graphs"], len(ember.last_reports())))
     assert seen == [(1, 1), (2, 2), (2, 2)]
@@ -348,21 +372,23 @@ def test_transformer_encoder_fast_path(target, mask):
     torch.manual_seed(0)
     enc = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True,
                                      norm_first=mask == "causal",
-                                     activation="gelu" if mask == "padding" else "relu").eval()
+                                     activation="gelu" if mask == "padding" else "relu")
+    enc = enc.eval().to(_dev(target))
 
     def fn(x, pad):
         if mask == "padding":       # a key padding mask, as a data loader gives it
             return enc(x, src_key_padding_mask=pad)
         if mask == "causal":
-            return enc(x, src_mask=nn.Transformer.generate_square_subsequent_mask(x.shape[1]))
+            return enc(x, src_mask=nn.Transformer.generate_square_subsequent_mask(
+                x.shape[1], device=x.device))
         return enc(x)
 
     counters.clear()
     clear_reports()
     cf = torch.compile(fn, backend="ember", options={"target": target}, dynamic=True)
     for n in (2, 3, 5):
-        x = torch.randn(n, n + 3, 16)
-        pad = torch.zeros(n, n + 3, dtype=torch.bool)
+        x = torch.randn(n, n + 3, 16, device=_dev(target))
+        pad = torch.zeros(n, n + 3, dtype=torch.bool, device=_dev(target))
         pad[0, -2:] = True
         with torch.no_grad():
             out, ref = cf(x, pad), fn(x, pad)
@@ -413,6 +439,6 @@ def test_bf16_times_wide_rank_zero(target, dynamic):
     torch.manual_seed(0)
     cf = torch.compile(gelu_new, backend="ember", options={"target": target}, dynamic=dynamic)
     for n in (64, 96, 160):
-        x = torch.randn(n, 37).to(torch.bfloat16)
+        x = torch.randn(n, 37).to(_dev(target), torch.bfloat16)
         assert torch.equal(cf(x), gelu_new(x)), n
     check_fallbacks()

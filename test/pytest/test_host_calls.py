@@ -219,3 +219,26 @@ def test_executor_takes_inputs_as_its_per_input_loop(tmp_path):
         cp._take_inputs((x.double(), y), [None] * 5)
     (out,) = cp(xt, y)
     torch.testing.assert_close(out, (2 * (xt + y)).sum(1))
+
+
+def test_dynamic_program_takes_host_scalars_as_a_static_one_does():
+    """A symbolic GPU program's inputs (_bind_inputs) take a 0-dim CPU tensor where a scalar
+    of its dtype is expected, as the static path (_take_inputs) does: Dynamo lifts Python
+    scalars, and dropout's philox seed and offset, to CPU tensors under dynamic shapes too (a
+    GPU transformer block's backward refused its int64 seed on the H200). A CPU tensor of
+    another rank, or a scalar of another dtype, is still refused."""
+    from types import SimpleNamespace
+    from ember.runtime.executor import CompiledProgram
+    stub = SimpleNamespace(
+        _dev_type="cuda", device=torch.device("cuda"), _host_scalar_ok=True,
+        _host_scalar_moves=set(),       # read by library calls only: taken as they are
+        program=SimpleNamespace(values=[SimpleNamespace(dtype="i64")] * 2
+                                + [SimpleNamespace(dtype="f32")]),
+        _in_checks=[((), torch.int64), ((), torch.int64), (("v3",), torch.float32)])
+    seed, offset = torch.tensor(7), torch.tensor(9)
+    vals = [None] * 3
+    with pytest.raises(ValueError, match="input 2 must be torch.float32 .* on cuda"):
+        CompiledProgram._bind_inputs(stub, (seed, offset, torch.randn(4)), vals)
+    assert vals[0] is seed and vals[1] is offset
+    with pytest.raises(ValueError, match="input 1 must be torch.int64"):
+        CompiledProgram._bind_inputs(stub, (seed, offset.double(), torch.randn(4)), [None] * 3)
