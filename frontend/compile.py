@@ -33,7 +33,7 @@ from .compile_module import (COPY_BYTES_PER_S, LAUNCH_OVERHEAD_S, PipelineFailur
                              _devices, _unread_host_inputs, compile_static, format_error as _format,
                              graph_pays_off, import_graph, run_pipeline)
 from .input_mutations import lift_input_mutations, write_back
-from .options import CompileOptions, resolve_target
+from .options import CompileOptions, resolve_target, run_devices
 from .report import DebugDump, describe_error, new_graph_id, record, warn_once
 
 
@@ -429,7 +429,8 @@ class EmberGraph:
                 decompositions = self.decompositions = decompositions()
             gm, pos = fx_prep.specialize(gm, args, decompositions)
         tensors = list(args) if pos is None else [args[i] for i in pos]
-        target = resolve_target(self.options.target, _devices(tensors))
+        devices = run_devices(tensors, gm)
+        target = resolve_target(self.options.target, devices)
         report["target"] = target
         report["input_shapes"] = [list(t.shape) for t in tensors if isinstance(t, torch.Tensor)]
         if dump.dir is not None:    # (gm.code generates the graph's Python code)
@@ -466,7 +467,8 @@ class EmberGraph:
                     prep.gm, program_tensors, self.options, target, dump, self.kind,
                     library=inline,
                     donate=_donations(prep, self._mutations),
-                    reuse=_reused_inputs(prep, self._mutations, self.donated_inputs, pos))
+                    reuse=_reused_inputs(prep, self._mutations, self.donated_inputs, pos),
+                    devices=devices)
                 _lend(run, prep, self._mutations, self.lent_outputs)
                 if hasattr(run, "stats"):
                     run.stats = report

@@ -27,6 +27,21 @@ def _devices(tensors) -> list[torch.device]:
     return [t.device for t in tensors if isinstance(t, torch.Tensor)]
 
 
+def run_device(target: str, devices) -> torch.device:
+    """Where a program runs: the GPU among its tensors' devices (a graph's first input may be
+    a 0-dim CPU scalar beside GPU tensors), else their device, else (no tensor at all) the
+    GPU for a GPU target, the CPU otherwise."""
+    devices = list(devices)
+    for d in devices:
+        if d.type == "cuda":
+            return d
+    if devices:
+        return devices[0]
+    if target in ("cuda", "rocm", "triton") and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 class PipelineFailure(RuntimeError):
     """A pass failed; carries the diagnostics it emitted (`diagnostics`, in full). Its text
     gives each diagnostic's message first and its location shortened (report.
@@ -352,11 +367,12 @@ def output_dtypes(gm: fx.GraphModule) -> list:
 def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target: str,
                    dump: DebugDump, kind: str = "graph",
                    library=(), symbolic: bool = False,
-                   donate=(), reuse=()) -> tuple[Callable, dict[str, Any]]:
+                   donate=(), reuse=(), devices=None) -> tuple[Callable, dict[str, Any]]:
     """Compiles a prepared static graph (tensor inputs, unique tensor outputs); raises on any
     failure. `library`: nodes called as ATen kernels inside the program
-    (frontend/library_calls.py): library ops and ops ember cannot compile. Returns the runtime's
-    callable and the report fields it knows."""
+    (frontend/library_calls.py): library ops and ops ember cannot compile. `devices`: where
+    the graph's tensors live (options.run_devices; default: the tensor inputs'). Returns the
+    runtime's callable and the report fields it knows."""
     from ..runtime.cache import as_cache
 
     t_prep = time.perf_counter()
@@ -389,7 +405,8 @@ def compile_static(gm: fx.GraphModule, tensors, options: CompileOptions, target:
                                           strided=strided, cache=cache)
         summary["split_reductions_off"] = str(err)[:300]
         warn_split_off(summary["split_reductions_off"])
-    return load_static(program, summary, tensors, out_dtypes, options, dump, kind, seconds)
+    return load_static(program, summary, tensors, out_dtypes, options, dump, kind, seconds,
+                       devices=devices)
 
 
 def warn_split_off(why: str) -> None:
@@ -404,8 +421,8 @@ def warn_split_off(why: str) -> None:
 
 
 def load_static(program, summary: dict[str, Any], tensors, out_dtypes, options: CompileOptions,
-                dump, kind: str = "graph", seconds: dict[str, float] | None = None
-                ) -> tuple[Callable, dict[str, Any]]:
+                dump, kind: str = "graph", seconds: dict[str, float] | None = None,
+                devices=None) -> tuple[Callable, dict[str, Any]]:
     """compile_static's second half: the program compile_module returned (or the program cache
     holds: a build record's, build_records.py) loaded for the devices of `tensors`, CUDA-graphed
     where that pays off. `out_dtypes`: the graph's output dtypes (signedness.py)."""
@@ -415,7 +432,7 @@ def load_static(program, summary: dict[str, Any], tensors, out_dtypes, options: 
     seconds = {} if seconds is None else seconds
     restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
     dump.write(backend_named(program.target).source_file, program.source)
-    device = (_devices(tensors) or [torch.device("cpu")])[0]
+    device = run_device(program.target, _devices(tensors) if devices is None else devices)
     t0 = time.perf_counter()
     compiled = load(program, device, cache=options.cache_dir,
                     parallel_compile=options.parallel_compile,

@@ -321,6 +321,22 @@ def _check_dump_dir(path: str) -> None:
                            f"EMBER_DEBUG_DIR if it came from there")
 
 
+def run_devices(tensors, gm=None) -> list:
+    """The devices a graph's tensors live on: its tensor inputs', or where it has none (a
+    causal mask built from a size alone, under dynamic shapes) those of the values its FX
+    graph computes (their fake tensors' devices)."""
+    import torch
+    devices = [t.device for t in tensors if isinstance(t, torch.Tensor)]
+    if devices or gm is None:
+        return devices
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        for v in val if isinstance(val, (list, tuple)) else (val,):
+            if isinstance(v, torch.Tensor) and v.device.type != "meta":
+                devices.append(v.device)
+    return devices
+
+
 def resolve_target(target: str, devices) -> str:
     """The concrete target for tensors on `devices` (torch.device objects): cpu | cuda | rocm |
     triton."""

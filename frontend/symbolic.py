@@ -32,7 +32,7 @@ import torch
 import torch.fx as fx
 
 from . import fx_prep
-from .options import resolve_target
+from .options import resolve_target, run_devices
 from .report import DebugDump, describe_error, record, warn_once
 
 
@@ -116,8 +116,8 @@ def build(graph, args) -> Callable | None:
 def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
     from .compile_module import compile_static
     from .partition import library_nodes, op_name
-    target = resolve_target(graph.options.target,
-                            [a.device for a in args if isinstance(a, torch.Tensor)])
+    devices = run_devices(args, graph.gm)
+    target = resolve_target(graph.options.target, devices)
     report["target"] = target
     if dump.dir is not None:
         dump.write("fx_graph.txt", graph.gm.code)
@@ -134,7 +134,7 @@ def _compile(graph, args, report: dict[str, Any], dump: DebugDump) -> Callable:
     if library:
         report["library_calls"] = sorted(op_name(n) for n in library)
     run, summary = compile_static(prep.gm, list(args), graph.options, target, dump, graph.kind,
-                                  library=library, symbolic=True)
+                                  library=library, symbolic=True, devices=devices)
     report.update(summary)
     report["num_externs"] = report.get("num_externs", 0) + len(library)
     host = prep.host_gm

@@ -66,6 +66,23 @@ def _run(fn, target, make, sizes=(3, 5, 9), dynamic=True, train=False, tol=1e-4)
     return list(ember.last_reports())
 
 
+def _dynamo_graphs(fn, make, sizes, target) -> int:
+    """How many graphs Dynamo itself makes of `fn` over `sizes` (backend "eager", dynamic):
+    what its own guards need. On CUDA, torch's max_pool2d meta function guards the parity of
+    a ceil-mode output size (_meta_registrations div_rtn): Inductor recompiles there too (the
+    H200, 2026-11-28: two graphs for three sizes, either backend)."""
+    torch._dynamo.reset()
+    counters.clear()
+    cf = torch.compile(fn, backend="eager", dynamic=True)
+    with torch.no_grad():
+        for n in sizes:
+            cf(*[a.to(_dev(target)) for a in make(n)])
+    graphs = counters["stats"]["unique_graphs"]
+    torch._dynamo.reset()
+    assert graphs == 1 or _dev(target) == "cuda", graphs    # one on the CPU: nothing to excuse
+    return graphs
+
+
 def _one_symbolic_compile(reports, graphs=1):
     assert counters["stats"]["unique_graphs"] == graphs, (
         dict(counters["graph_break"]), [(r["graph_id"], r.get("symbolic"), r["input_shapes"])
@@ -73,7 +90,8 @@ def _one_symbolic_compile(reports, graphs=1):
     symbolic = [r for r in reports if r.get("symbolic")]
     assert symbolic and len(reports) == len(symbolic), [
         (r["graph_id"], r.get("symbolic"), r["input_shapes"]) for r in reports]
-    assert any(isinstance(d, str) for r in symbolic for s in r["input_shapes"] for d in s)
+    assert any(isinstance(d, str) for r in symbolic for s in r["input_shapes"] for d in s), [
+        (r["graph_id"], r.get("status"), r["input_shapes"]) for r in reports]
     check_fallbacks()
 
 
@@ -250,10 +268,11 @@ def test_cnn_bf16_dynamic_spatial(target):
     after the library call, made with run-time sizes) and pooling, batch, height and width
     symbolic."""
     torch.manual_seed(0)
-    m = _ConvZoo().eval().to(torch.bfloat16)
-    reports = _run(m, target, lambda n: (torch.randn(n, 3, 9 + n, 14 - n, dtype=torch.bfloat16),),
-                   sizes=(2, 3, 5), tol=1e-2)
-    _one_symbolic_compile(reports)
+    m = _ConvZoo().eval().to(_dev(target), torch.bfloat16)
+    make = lambda n: (torch.randn(n, 3, 9 + n, 14 - n, dtype=torch.bfloat16),)  # noqa: E731
+    graphs = _dynamo_graphs(m, make, (2, 3, 5), target)
+    reports = _run(m, target, make, sizes=(2, 3, 5), tol=1e-2)
+    _one_symbolic_compile(reports, graphs)
 
 
 def test_cnn_training_dynamic_batch(target):
@@ -330,9 +349,11 @@ class _ConvZoo(nn.Module):
 
 def test_conv_pool_upsample_dynamic_spatial(target):
     torch.manual_seed(0)
-    reports = _run(_ConvZoo().eval(), target, lambda n: (torch.randn(n, 3, 9 + n, 14 - n),),
-                   sizes=(2, 3, 5))
-    _one_symbolic_compile(reports)
+    m = _ConvZoo().eval().to(_dev(target))
+    make = lambda n: (torch.randn(n, 3, 9 + n, 14 - n),)     # noqa: E731
+    graphs = _dynamo_graphs(m, make, (2, 3, 5), target)
+    reports = _run(m, target, make, sizes=(2, 3, 5))
+    _one_symbolic_compile(reports, graphs)
 
 
 class _Block(nn.Module):
@@ -393,6 +414,16 @@ def test_transformer_encoder_fast_path(target, mask):
         with torch.no_grad():
             out, ref = cf(x, pad), fn(x, pad)
         assert out.shape == ref.shape and rel_err(out, ref) < 1e-4, n
+    if _dev(target) == "cuda" and any("fake tensors" in k for k in counters["graph_break"]):
+        # what did reach ember (the causal mask, made from a size alone: its one input an
+        # int) compiled, symbolic, on the GPU
+        reports = list(ember.last_reports())
+        assert len(reports) == (1 if mask == "causal" else 0), reports
+        assert all(r.get("symbolic") for r in reports)
+        check_fallbacks()
+        pytest.skip("Dynamo cannot trace torch's fused encoder op on CUDA "
+                    "(aten._transformer_encoder_layer_fwd has no fake-tensor kernel there): it "
+                    "runs eagerly before a graph of it reaches any backend")
     _one_symbolic_compile(list(ember.last_reports()))
 
 

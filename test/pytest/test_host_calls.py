@@ -242,3 +242,29 @@ def test_dynamic_program_takes_host_scalars_as_a_static_one_does():
     assert vals[0] is seed and vals[1] is offset
     with pytest.raises(ValueError, match="input 1 must be torch.int64"):
         CompiledProgram._bind_inputs(stub, (seed, offset.double(), torch.randn(4)), [None] * 3)
+
+
+def test_a_graph_without_tensor_inputs_runs_where_its_values_live():
+    """A graph whose only input is a size (a causal mask made on x's device from x.shape[1],
+    under dynamic shapes) runs on the device its FX values live on, not on the CPU for want of
+    a tensor input (on the H200 its Triton kernel was handed CPU buffers); among tensor inputs
+    a GPU one decides over a 0-dim CPU scalar that comes first."""
+    import torch.fx as fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from ember.frontend.compile_module import run_device
+    from ember.frontend.options import resolve_target, run_devices
+    with FakeTensorMode():
+        mask = torch.empty(3, 3, device="cuda")
+    g = fx.Graph()
+    n = g.placeholder("n")
+    out = g.call_function(torch.full, ((n, n), 1.0))
+    out.meta["val"] = mask
+    g.output(out)
+    gm = fx.GraphModule({}, g)
+    devices = run_devices([3], gm)
+    assert devices == [torch.device("cuda", 0)]
+    assert resolve_target("auto", devices) in ("cuda", "rocm")
+    assert run_device("triton", devices) == torch.device("cuda", 0)
+    assert run_devices([torch.zeros(2)], gm) == [torch.device("cpu")]   # inputs decide first
+    assert run_device("triton", [torch.device("cpu"), torch.device("cuda", 0)]).type == "cuda"
+    assert run_device("cpu", []) == torch.device("cpu")
