@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from torch_mlir import ir
 
@@ -17,7 +18,7 @@ from .backends import TRITON
 from .base import PassError
 from .ir_queries import indexing_maps, op_name, shape, type_name
 from .kernel_expr import INDEX_ONLY_OPS, Expr, ExprBuilder, Scope, const, var
-from .kernel_ir import (INT, Const, Load, Loop, Op, Raw, Store, Var, int_value, render_loop,
+from .kernel_ir import (INT, Const, Let, Load, Loop, Op, Raw, Store, Var, int_value, render_loop,
                         render_stmt)
 from .kernel_schedule import Unschedulable, tensor_args
 from .reduction_body import combiner, masked_combiner, needed_results
@@ -50,6 +51,35 @@ def _cast(v: str, ty: str) -> str:
     if bare.lstrip("-").isdigit():
         return f"tl.full([], {bare}, {ty})"
     return f"({v}).to({ty})"
+
+
+def _texts(x) -> list[str]:
+    """The spellings in a memo entry's value: an Expr's, or those of a list of them."""
+    if isinstance(x, Expr):
+        return [x.text]
+    if isinstance(x, (list, tuple)):
+        return [t for e in x for t in _texts(e)]
+    return []
+
+
+def _forget_after(b: ExprBuilder, root: Scope, scope: Scope) -> dict:
+    """Before a reduction joins the loop `scope` of an earlier one: values bound in `root`
+    after that loop (built since it closed, for another reduction still being built) lie
+    after the loop, out of its body's reach; their memo entries go, so that what the body
+    reads of them is built again, before the loop (a logsumexp whose max is reached from
+    another logsumexp's sum read a column value defined after the loop: fuzz seed 61 index
+    982). Returns the entries taken out: valid again once the loop is closed."""
+    at = next((k for k, st in enumerate(root.stmts) if st is scope), None)
+    if at is None:
+        return {}
+    names = [st.name for st in root.stmts[at + 1:] if isinstance(st, Let)]
+    if not names:
+        return {}
+    later = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b")
+    gone = {k: v for k, v in b.memo.items() if any(map(later.search, _texts(v[0])))}
+    for k in gone:
+        del b.memo[k]
+    return gone
 
 
 class TileBuilder(ExprBuilder):
@@ -417,6 +447,7 @@ class KernelWriter:
             # the rows (its accumulators' fills and its per-column values go before the loop,
             # open while its body is built; the values the loop computes already are reused)
             shared = scope, rvars = self._loop
+            hidden = _forget_after(b, root, scope)
             scope.open = True
             b.stack = [root, scope]
         elif self.window is not None:
@@ -526,6 +557,8 @@ class KernelWriter:
             kind_of[k] = kind
         if shared is not None:
             scope.open = False
+            for k, v in hidden.items():     # after the loop, what lay after it is in reach
+                b.memo.setdefault(k, v)
         elif scope is not None:   # before an output loop being built (a reduction it reads)
             b.emit_into(root, scope)
             self._loop = (scope, rvars)

@@ -173,3 +173,13 @@ def test_window_guard_mask_is_a_mask(target):
 def test_bool_minus_true_raises_as_eager(target):
     from fuzz import graphs
     _assert_matches(graphs.generate(60, 1200).source(), target, allow_fallback=True)
+
+
+# Two logsumexps over the same rows, the second's max reached while the first's sum was being
+# built: the max joined the first sum's loop (it reads no reduction), but the column values it
+# shares with that sum had been bound after the loop (the sum is built later), so the Triton
+# kernel read them before their definition (UnboundLocalError 't25'; the graph ran eagerly).
+# Such values are built again before the loop it joins (triton_writer._forget_after).
+def test_reduction_joining_a_loop_rebuilds_what_lies_after_it(target):
+    from fuzz import graphs
+    _assert_matches(graphs.generate(61, 982).source(), target)
