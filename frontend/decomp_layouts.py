@@ -166,7 +166,8 @@ def _eager_perms(op, args, kwargs) -> list | None:
         return a
 
     try:
-        if isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags:
+        if isinstance(op, torch._ops.OpOverload) and torch.Tag.pointwise in op.tags \
+                or op in _FOLLOWING:    # (a cat's pieces agree in every dim but the cat dim)
             at_least = _broadcast_sizes(_tensors((args, kwargs)))
         pargs = map_aggregate(args, spec)
         pkwargs = map_aggregate(dict(kwargs), spec)
@@ -278,6 +279,19 @@ def _pointwise_node(node) -> bool:
         not any(r.alias_info is not None for r in op._schema.returns)
 
 
+# Non-pointwise ops whose result's layout follows their operands' as eager lays them out:
+# `cat` suggests a memory format from its inputs' strides, size-1 dims' included (a uint8
+# comparison of a permuted (1, 5, 1, 5) is (5, 1, 25, 5) in eager and (25, 1, 25, 5) in the
+# graph, where Dynamo traced with symbolic sizes: the cat of two was channels-last in the
+# graph, contiguous in eager; fuzz seed 61 index 1236).
+_FOLLOWING = (torch.ops.aten.cat.default,)
+
+
+def _layout_node(node) -> bool:
+    """Whether EagerLayouts probes `node`: a pointwise op or one of _FOLLOWING."""
+    return _pointwise_node(node) or (node.op == "call_function" and node.target in _FOLLOWING)
+
+
 class EagerLayouts:
     """`layouts(node)`, for an FX node computing a pointwise op: a meta tensor laid out as
     eager's op lays out its result, when the graph's value (the fake tensor's meta kernel or
@@ -298,7 +312,7 @@ class EagerLayouts:
         self._memo: dict = {}
 
     def __call__(self, node) -> torch.Tensor | None:
-        if not _pointwise_node(node) or node.meta.get("ember_saved_channels_last"):
+        if not _layout_node(node) or node.meta.get("ember_saved_channels_last"):
             return None     # a saved activation handed over channels-last (saved_layouts.py)
         val = node.meta.get("val")
         eager = self.value(node)
@@ -321,7 +335,7 @@ class EagerLayouts:
             if n in self._memo:
                 stack.pop()
                 continue
-            if not _pointwise_node(n):
+            if not _layout_node(n):
                 self._memo[n] = n.meta.get("val")
                 stack.pop()
                 continue

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 from torch_mlir import ir
 
@@ -19,7 +18,7 @@ from .base import PassError
 from .ir_queries import indexing_maps, op_name, shape, type_name
 from .kernel_expr import INDEX_ONLY_OPS, Expr, ExprBuilder, Scope, const, var
 from .kernel_ir import (INT, Const, Let, Load, Loop, Op, Raw, Store, Var, int_value, render_loop,
-                        render_stmt)
+                        render_stmt, walk)
 from .kernel_schedule import Unschedulable, tensor_args
 from .reduction_body import combiner, masked_combiner, needed_results
 from .triton_blocks import (COLUMN_PERSISTENT_MAX, column_configs, is_column,
@@ -53,13 +52,13 @@ def _cast(v: str, ty: str) -> str:
     return f"({v}).to({ty})"
 
 
-def _texts(x) -> list[str]:
-    """The spellings in a memo entry's value: an Expr's, or those of a list of them."""
+def _names(x) -> set[str]:
+    """The variables a memo entry's value reads: an Expr's node's, or those of a list of them."""
     if isinstance(x, Expr):
-        return [x.text]
+        return {n.name for n in walk(x.node) if isinstance(n, Var)}
     if isinstance(x, (list, tuple)):
-        return [t for e in x for t in _texts(e)]
-    return []
+        return set().union(*map(_names, x)) if x else set()
+    return set()
 
 
 def _forget_after(b: ExprBuilder, root: Scope, scope: Scope) -> dict:
@@ -72,11 +71,10 @@ def _forget_after(b: ExprBuilder, root: Scope, scope: Scope) -> dict:
     at = next((k for k, st in enumerate(root.stmts) if st is scope), None)
     if at is None:
         return {}
-    names = [st.name for st in root.stmts[at + 1:] if isinstance(st, Let)]
-    if not names:
+    later = {st.name for st in root.stmts[at + 1:] if isinstance(st, Let)}
+    if not later:
         return {}
-    later = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b")
-    gone = {k: v for k, v in b.memo.items() if any(map(later.search, _texts(v[0])))}
+    gone = {k: v for k, v in b.memo.items() if _names(v[0]) & later}
     for k in gone:
         del b.memo[k]
     return gone

@@ -183,3 +183,13 @@ def test_bool_minus_true_raises_as_eager(target):
 def test_reduction_joining_a_loop_rebuilds_what_lies_after_it(target):
     from fuzz import graphs
     _assert_matches(graphs.generate(61, 982).source(), target)
+
+
+# A cat of a uint8 comparison of a permuted (1, 5, 1, 5) (strides (5, 1, 25, 5)) and a broadcast
+# row: eager's comparison keeps (5, 1, 25, 5), the graph's value (Dynamo traced it with
+# symbolic sizes) is (25, 1, 25, 5), and cat suggests its memory format from those size-1
+# strides: channels-last in the graph, contiguous in eager, and ember handed out the graph's.
+# EagerLayouts now probes a cat as it probes pointwise ops.
+def test_cat_keeps_eager_memory_format_over_size_one_strides(target):
+    from fuzz import graphs
+    _assert_matches(graphs.generate(61, 1236).source(), target)
