@@ -524,7 +524,11 @@ class KernelWriter:
             elif ty not in ("f16", "bf16", "f32", "f64"):
                 # loop indices are int32: the identity (2**62) needs the result's width
                 v = _cast(v, TYPES[ty][1])
-            masked = f"tl.where(xmask & rmask, {v}, {ident})"
+            # a narrow integer's identity as a literal would widen the where to int32 (Triton
+            # types a Python int as int32), and the reduction with it: `amax(x) ** 2` of an
+            # int8 ran in int32 where eager's wraps (fuzz seed 63 index 215: 16129, not 1)
+            fill = f"tl.full([], {ident}, {acc_ty})" if ty in ("i8", "i16") else ident
+            masked = f"tl.where(xmask & rmask, {v}, {fill})"
             if self.window is not None:
                 # combined in window order, from the identity (ATen's order for a sum: 0, then
                 # kh, kw); x lanes past the end are never stored, so need no identity
@@ -539,6 +543,12 @@ class KernelWriter:
                 b.emit_into(root, f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {acc_ty})")
                 scope.stmts.append(f"{acc} = " + comb.format(a=acc, b=masked))
                 total = f"{red}({acc}, 1)[:, None]"
+            if ty in ("i8", "i16") and kind not in ("maxui", "minui") and \
+                    self.window is None:
+                # tl.max / tl.min / tl.sum widen a narrow integer to int32 (triton's
+                # standard.py): the result is narrowed back, so that what follows wraps as
+                # eager's does
+                total = f"({total}).to({acc_ty})"
             if kind in ("maxui", "minui"):
                 # the initial value too is combined unsigned; the result truncated to the type
                 init = b.value_at(op.outputs[k], b.apply_map(

@@ -193,3 +193,21 @@ def test_reduction_joining_a_loop_rebuilds_what_lies_after_it(target):
 def test_cat_keeps_eager_memory_format_over_size_one_strides(target):
     from fuzz import graphs
     _assert_matches(graphs.generate(61, 1236).source(), target)
+
+
+# An int8 amax squared inside the kernel that reduces it (`where(a0 > 0, a0.amax() ** 2, f16)`):
+# Triton's tl.max widens int8 to int32, and so did the Python-int identity of the masked lanes,
+# so the square was 16129 where eager's int8 wraps to 1 (a wrong answer, triton target only).
+# The identity is an int8 and the reduction's result is narrowed back.
+def test_narrow_int_reduction_wraps_as_eager(target):
+    from fuzz import graphs
+    _assert_matches(graphs.generate(63, 215).source(), target)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int16])
+def test_narrow_int_amax_used_in_its_kernel(target, dtype):
+    inputs = (f"a0 = (torch.arange(3 * 700) % 251 - 120).to({dtype}).reshape(3, 700)\n"
+              f"a1 = torch.tensor([1, -1, 2], dtype={dtype})")
+    body = ("m = a0.amax(1)\n"
+            "return (m * m + a1, a0.amin(1) * 3 - a1, (a0 - a0.amax(1, keepdim=True)) * 5)")
+    _assert_matches(_case(inputs, body, exact=(True, True, True)), target)
