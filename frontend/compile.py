@@ -30,7 +30,7 @@ import torch.fx as fx
 
 from . import fx_prep, host_calls, symbolic
 from .compile_module import (COPY_BYTES_PER_S, LAUNCH_OVERHEAD_S, PipelineFailure,  # noqa: F401
-                             _devices, _unread_host_inputs, compile_static, format_error as _format,
+                             _unread_host_inputs, compile_static, format_error as _format,
                              graph_pays_off, import_graph, run_pipeline)
 from .input_mutations import lift_input_mutations, write_back
 from .options import CompileOptions, resolve_target, run_devices
@@ -522,7 +522,7 @@ class EmberGraph:
         from .compile_module import load_static, warn_split_off
         t0 = time.perf_counter()
         tensors = list(args)
-        target = resolve_target(self.options.target, _devices(tensors))
+        target = resolve_target(self.options.target, run_devices(tensors))
         if target != record.target:
             raise LookupError(f"ember: a build record for {record.target}, not {target}")
         hit = program_cache.load(as_cache(self.options.cache_dir), record.program_key)

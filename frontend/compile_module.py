@@ -19,12 +19,8 @@ import torch.fx as fx
 # cache and never loads torch-mlir's native libraries (test_program_cache.py).
 from ..passes.backends import backend_named
 from . import fx_prep
-from .options import SPLIT_PASS, CompileOptions, default_pipeline
+from .options import SPLIT_PASS, CompileOptions, default_pipeline, run_devices
 from .report import DebugDump, NativeOutput, compact_diagnostic, describe_error
-
-
-def _devices(tensors) -> list[torch.device]:
-    return [t.device for t in tensors if isinstance(t, torch.Tensor)]
 
 
 def run_device(target: str, devices) -> torch.device:
@@ -432,7 +428,7 @@ def load_static(program, summary: dict[str, Any], tensors, out_dtypes, options: 
     seconds = {} if seconds is None else seconds
     restore_signedness(program, [getattr(t, "dtype", None) for t in tensors], out_dtypes)
     dump.write(backend_named(program.target).source_file, program.source)
-    device = run_device(program.target, _devices(tensors) if devices is None else devices)
+    device = run_device(program.target, run_devices(tensors) if devices is None else devices)
     t0 = time.perf_counter()
     compiled = load(program, device, cache=options.cache_dir,
                     parallel_compile=options.parallel_compile,

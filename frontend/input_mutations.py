@@ -66,8 +66,8 @@ _KEY = (torch.Tensor.data_ptr, operator.attrgetter("shape"), torch.Tensor.stride
 
 def _keys(ts):
     """Per tensor (data pointer, shape, strides, dtype, device), with C-level maps: a ResNet-50
-    step writes back 161 BatchNorm buffers, and a Python loop over their attributes cost 0.7 ms
-    of host time a step on the H200 (Inductor's whole step takes 6 ms of host)."""
+    step writes back 161 BatchNorm buffers (the write-back showed 0.7 ms a step under cProfile
+    on the H200; timed alone on the CPU machine, 160 us a call before, 150 after)."""
     return list(zip(*[map(f, ts) for f in _KEY]))
 
 

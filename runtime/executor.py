@@ -992,6 +992,12 @@ class CompiledProgram:
                         base = typed[dt] = u8[:whole].view(dt)
                     vals[vid] = reinterpret(base, shape, stride, off // dt.itemsize)
 
+    def _is_host_scalar(self, t: torch.Tensor, dt, shape) -> bool:
+        """Whether input `t`, expected as a 0-dim `dt` on a GPU, is one on the host (see
+        _host_scalar_moves): taken as it is, or moved where a kernel reads it."""
+        return self._host_scalar_ok and not shape and t.dim() == 0 and \
+            t.device.type == "cpu" and t.dtype == dt
+
     def _bind_inputs(self, inputs: tuple, vals: list) -> None:
         """A dynamic program's inputs: symbolic ints as they are, tensors checked for their rank,
         dtype, device and static dims (Dynamo's guards hold the symbolic ones)."""
@@ -1001,9 +1007,7 @@ class CompiledProgram:
             if self.program.values[i].dtype == "index":
                 vals[i] = int(t)
                 continue
-            if isinstance(t, torch.Tensor) and t.device.type != dev_type and \
-                    self._host_scalar_ok and t.dim() == 0 and t.device.type == "cpu" and \
-                    t.dtype == dt and not shape:    # a host scalar, as _take_inputs takes it
+            if isinstance(t, torch.Tensor) and self._is_host_scalar(t, dt, shape):
                 vals[i] = t.to(self.device) if i in self._host_scalar_moves else t
                 continue
             if (not isinstance(t, torch.Tensor) or t.dim() != len(shape) or t.dtype != dt
@@ -1028,8 +1032,7 @@ class CompiledProgram:
         dev_type = self._dev_type
         for i, t in enumerate(inputs):
             shape, dt = self._in_checks[i]
-            if t.device.type != dev_type and self._host_scalar_ok and t.dim() == 0 \
-                    and t.device.type == "cpu" and t.dtype == dt and not shape:
+            if self._is_host_scalar(t, dt, shape):
                 vals[i] = t.to(self.device) if i in self._host_scalar_moves else t
                 continue
             if (t.shape != shape and i not in self._library_only) or t.dtype != dt \

@@ -235,6 +235,7 @@ def test_dynamic_program_takes_host_scalars_as_a_static_one_does():
         program=SimpleNamespace(values=[SimpleNamespace(dtype="i64")] * 2
                                 + [SimpleNamespace(dtype="f32")]),
         _in_checks=[((), torch.int64), ((), torch.int64), (("v3",), torch.float32)])
+    stub._is_host_scalar = lambda *a: CompiledProgram._is_host_scalar(stub, *a)
     seed, offset = torch.tensor(7), torch.tensor(9)
     vals = [None] * 3
     with pytest.raises(ValueError, match="input 2 must be torch.float32 .* on cuda"):
