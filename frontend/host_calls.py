@@ -30,6 +30,11 @@ from ..runtime.fast_views import reinterpret
 from .output_layouts import replay
 
 
+# constants handed out as they are (fx_prep.assemble copies the others per call)
+_IMMUTABLE = (bool, int, float, complex, str, torch.dtype, torch.device, torch.layout,
+              torch.memory_format)
+
+
 def _static(xs) -> bool:
     return all(isinstance(x, int) for x in xs)
 
@@ -94,13 +99,17 @@ def assembler(prep, private=(), gradients: bool = False) -> Callable[[Sequence, 
     for i, entry in enumerate(prep.plan):
         if entry[0] in ("compiled", "view"):
             users.setdefault(entry[1], set()).add(i)
-    makers = []
+    # per position: taken as is (compiled, host), a constant (filled in once), or made
+    template: list = [None] * len(prep.plan)
+    compiled, hosted, makers = [], [], []
     for i, entry in enumerate(prep.plan):
         kind, x = entry[0], entry[1]
         if kind == "compiled":
-            makers.append(lambda c, h, x=x: c[x])
+            compiled.append((i, x))
         elif kind == "host":
-            makers.append(lambda c, h, x=x: h[x])
+            hosted.append((i, x))
+        elif kind == "const" and (x is None or type(x) in _IMMUTABLE):
+            template[i] = x     # (a backward's None gradients: one per buffer)
         elif kind == "view" and entry[3] is not None:
             size, stride, offset = entry[3]
             steps = entry[2]
@@ -114,14 +123,30 @@ def assembler(prep, private=(), gradients: bool = False) -> Callable[[Sequence, 
                     t = c[x]
                     return (t.as_strided(size, stride, t.storage_offset() + offset)
                             if t.is_contiguous() else replay(t, steps))
-            makers.append(view)
+            makers.append((i, view))
         elif kind == "view":
-            makers.append(lambda c, h, x=x, steps=entry[2]: replay(c[x], steps))
+            makers.append((i, lambda c, h, x=x, steps=entry[2]: replay(c[x], steps)))
         elif kind == "value":       # computed once, copied per call (fx_prep.assemble)
-            makers.append(lambda c, h, x=x: x.clone())
+            makers.append((i, lambda c, h, x=x: x.clone()))
         else:
-            makers.append(lambda c, h, x=x: copy.copy(x))
+            makers.append((i, lambda c, h, x=x: copy.copy(x)))
     if prep.single:
-        (only,) = makers
-        return only
-    return lambda c, h: [make(c, h) for make in makers]
+        (kind, x) = prep.plan[0][:2]
+        if compiled:
+            return lambda c, h: c[x]
+        if hosted:
+            return lambda c, h: h[x]
+        if makers:
+            return makers[0][1]
+        return lambda c, h, x=x: x
+
+    def assemble(c, h):
+        out = template.copy()
+        for i, x in compiled:
+            out[i] = c[x]
+        for i, x in hosted:
+            out[i] = h[x]
+        for i, make in makers:
+            out[i] = make(c, h)
+        return out
+    return assemble

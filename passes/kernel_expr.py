@@ -105,7 +105,35 @@ INDEX_ONLY_OPS = ("linalg.transpose", "linalg.broadcast", "tensor.cast", "tensor
                   "tensor.collapse_shape", "tensor.extract_slice")
 
 
+def _slices_of_one(op, dim: int):
+    """(source, offsets, [(offset, extent) per operand along `dim`]) where every operand of
+    concat `op` is a static, unit-stride, full-rank extract_slice of one source taking the
+    same range of every other dim; else None."""
+    src, offsets, pieces = None, None, []
+    for v in op.operands:
+        owner = v.owner
+        if isinstance(owner, ir.Block) or op_name(owner) != "tensor.extract_slice" or \
+                len(owner.operands) != 1:
+            return None
+        offs = int_array(owner.attributes["static_offsets"])
+        sizes = int_array(owner.attributes["static_sizes"])
+        if any(x != 1 for x in int_array(owner.attributes["static_strides"])) or \
+                list(sizes) != list(shape(v)) or any(x < 0 for x in offs + sizes):
+            return None
+        if src is None:
+            src, offsets = owner.operands[0], offs
+        elif owner.operands[0] != src or any(
+                a != b for d, (a, b) in enumerate(zip(offs, offsets)) if d != dim):
+            return None
+        pieces.append((offs[dim], sizes[dim]))
+    return (src, offsets, pieces) if src is not None else None
+
+
 class ExprBuilder:
+    # Read a concat of slices of one value as that value at a piecewise index
+    # (`_concat_of_slices`); a target whose vectorizer wants affine offsets leaves it off.
+    concat_as_gather = False
+
     def __init__(self, sched: KernelSchedule, lang, buffers: dict,
                  reduce_hook: Optional[Callable] = None, reciprocal_sums: bool = False):
         self.sched, self.lang, self.buffers = sched, lang, buffers
@@ -371,6 +399,10 @@ class ExprBuilder:
 
     def _concat(self, op, idx, ty) -> Expr:
         dim = ir.IntegerAttr(op.attributes["dim"]).value
+        if self.concat_as_gather:
+            one = _slices_of_one(op, dim)
+            if one is not None:
+                return self._concat_of_slices(idx, dim, *one)
         start, pieces = const(0), []
         last = len(op.operands) - 1
         for j, v in enumerate(op.operands):
@@ -396,6 +428,28 @@ class ExprBuilder:
             c = self._cmp("lt", idx[dim], end)
             out = self.op("arith.select", [c, val, out], ty, ["i1", ty, ty])
         return self.bind(out, out.deps, ty)
+
+    def _concat_of_slices(self, idx, dim, src, offsets, pieces) -> Expr:
+        """A concat of static slices of one value `src` (roll: `cat([x[n - s:], x[:n - s]])`)
+        read as `src` at a piecewise index: `src`'s producers computed once, where one
+        select per piece would compute them once per piece (swin's shifted windows: a
+        rolled layer norm computed four times). `offsets`: the slices' common offsets (the
+        concat dim's is unused); `pieces`: (offset in `src`, extent) along the concat dim,
+        in order. Every index it makes is in range: no guard."""
+        sidx = [e if d == dim or not offsets[d] else self.iop("add", e, const(offsets[d]))
+                for d, e in enumerate(idx)]
+        starts, s = [], 0
+        for _, n in pieces:
+            starts.append(s)
+            s += n
+        (o, _), start = pieces[-1], starts[-1]
+        at = self.iop("add", idx[dim], const(o - start))
+        for (o, n), start in reversed(list(zip(pieces[:-1], starts[:-1]))):
+            inside = self._cmp("lt", idx[dim], const(start + n))
+            at = self.op("arith.select", [inside, self.iop("add", idx[dim], const(o - start)),
+                                          at], "index", ["i1", "index", "index"])
+        sidx[dim] = at
+        return self.value_at(src, sidx)
 
     def guarded_value_at(self, v: ir.Value, idx: list[Expr], bounds: dict, guard: Expr) -> Expr:
         """`v` at `idx` where `guard` holds; elsewhere any value (the caller selects another

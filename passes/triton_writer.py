@@ -84,6 +84,7 @@ class TileBuilder(ExprBuilder):
     """ExprBuilder whose loads are masked by the tiles their index depends on."""
 
     masks = {"x": "xmask", "r": "rmask"}
+    concat_as_gather = True
 
     def _value_at(self, v, idx):
         if v in self.buffers:
