@@ -13,6 +13,7 @@ AOTAutograd, given a functional graph, copies each mutated input back with its o
 """
 from __future__ import annotations
 
+import functools
 import operator
 from dataclasses import dataclass
 
@@ -24,6 +25,14 @@ import torch.fx as fx
 class InputMutations:
     num_outputs: int                        # the graph's own outputs (the extras follow)
     targets: tuple[tuple[int, int], ...]    # (input index, output index)
+
+    @functools.cached_property
+    def dst(self) -> tuple[int, ...]:
+        return tuple(i for i, _ in self.targets)
+
+    @functools.cached_property
+    def src(self) -> tuple[int, ...]:
+        return tuple(k for _, k in self.targets)
 
 
 def lift_input_mutations(gm: fx.GraphModule) -> InputMutations | None:
@@ -71,17 +80,31 @@ def _keys(ts):
     return list(zip(*[map(f, ts) for f in _KEY]))
 
 
+_PTR, _SHAPE, _DTYPE = (torch.Tensor.data_ptr, operator.attrgetter("shape"),
+                        operator.attrgetter("dtype"))
+
+
+def _in_place(dsts, srcs) -> bool:
+    """Whether every source is its destination's memory with its geometry (`_keys` equal;
+    one address holds one device's memory), compared a key at a time so that the first
+    mismatch ends it (a replayed CUDA graph hands back views of the buffers it wrote)."""
+    return (list(map(_PTR, dsts)) == list(map(_PTR, srcs))
+            and list(map(_SHAPE, dsts)) == list(map(_SHAPE, srcs))
+            and list(map(torch.Tensor.stride, dsts)) == list(map(torch.Tensor.stride, srcs))
+            and list(map(_DTYPE, dsts)) == list(map(_DTYPE, srcs)))
+
+
 def write_back(mutations: InputMutations, args, outs):
     """Copies the extra outputs into their inputs (one multi-tensor copy) and returns the
     graph's own outputs."""
     if not isinstance(outs, (list, tuple)):
         return outs
-    dsts = [args[i] for i, _ in mutations.targets]
-    srcs = [outs[k] for _, k in mutations.targets]
-    dkeys, skeys = _keys(dsts), _keys(srcs)
-    if dkeys == skeys:      # the program wrote every new value in place (into_input)
-        written, dsts, srcs = dsts, (), ()
+    dsts = list(map(args.__getitem__, mutations.dst))
+    srcs = list(map(outs.__getitem__, mutations.src))
+    if all(map(operator.is_, dsts, srcs)) or _in_place(dsts, srcs):
+        written, dsts, srcs = dsts, (), ()  # the program wrote every new value in place
     else:
+        dkeys, skeys = _keys(dsts), _keys(srcs)
         written = [d for d, a, b in zip(dsts, dkeys, skeys) if a == b]
         pairs = [(d, s) for d, s, a, b in zip(dsts, srcs, dkeys, skeys) if a != b]
         dsts, srcs = [d for d, _ in pairs], [s for _, s in pairs]
