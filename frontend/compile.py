@@ -92,7 +92,7 @@ def _plan_users(prep) -> dict[int, set[int]]:
     return users
 
 
-def _lend(run, prep, mutations, guarded: range | None) -> None:
+def _lend(run, prep, mutations, guarded: range | None, pos=None) -> None:
     """A CUDA-graphed program hands some outputs out of its pool uncloned
     (runtime/cuda_graphs.py):
       * the new values of mutated inputs: `write_back` copies them into the inputs before the
@@ -117,7 +117,31 @@ def _lend(run, prep, mutations, guarded: range | None) -> None:
     # are the aliases, the program's own tensor is not handed on
     bare = {j for j in aliases if all(prep.plan[i][0] == "view" for i in users[j])}
     if lent or aliases:
-        run.lend(lent, guarded=aliases, bare=bare)
+        run.lend(lent, guarded=aliases, bare=bare,
+                 write_into=_write_into(prep, mutations, lent, pos))
+
+
+def _write_into(prep, mutations, lent, pos) -> dict[int, int]:
+    """Program output -> program input for the lent new values of mutated inputs that a
+    CUDA graph may copy into their inputs itself (GraphedProgram.lend): inputs the program
+    takes as they are (not permuted) and no host-side view reads (it would read them after
+    the replay wrote them)."""
+    if mutations is None:
+        return {}
+    host_reads = set()
+    if prep.host_gm is not None:
+        host_reads = {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
+                                              if n.op == "placeholder") if n.users}
+    where = {a: b for b, a in enumerate(pos)} if pos is not None else None
+    pairs = {}
+    for i, k in mutations.targets:
+        entry = prep.plan[k]
+        if entry[0] != "compiled" or entry[1] not in lent or i in host_reads:
+            continue
+        j = i if where is None else where.get(i)
+        if j is not None and j not in prep.in_perms:
+            pairs[entry[1]] = j
+    return pairs
 
 
 def _donations(prep, mutations) -> list[tuple[int, int]]:
@@ -469,7 +493,7 @@ class EmberGraph:
                     donate=_donations(prep, self._mutations),
                     reuse=_reused_inputs(prep, self._mutations, self.donated_inputs, pos),
                     devices=devices)
-                _lend(run, prep, self._mutations, self.lent_outputs)
+                _lend(run, prep, self._mutations, self.lent_outputs, pos)
                 if hasattr(run, "stats"):
                     run.stats = report
                 report.update(summary)

@@ -216,6 +216,10 @@ class GraphedProgram:
         self._lent: frozenset[int] = frozenset()
         self._guarded: frozenset[int] = frozenset()
         self._bare: frozenset[int] = frozenset()
+        # lent outputs that are inputs' new values (`lend`'s write_into: output -> input), and
+        # those a capture writes into their input at its end, handed out as the input itself
+        self._write_into: dict[int, int] = {}
+        self._into: list[tuple[int, int]] = []
         self._guard: list[tuple[torch.UntypedStorage, int]] = []   # (storage, use count at rest)
         self._pooled: list[tuple[int, int]] = []    # (input index, data_ptr): another pool's
         self.ungraphed_calls = 0    # replays given up for a live alias or a moved pooled input
@@ -253,6 +257,10 @@ class GraphedProgram:
         self._pooled_ptrs = [ptr for _, ptr in self._pooled]
         self._inplace_idx = [i for i, _ in self._inplace]
         self._inplace_ptrs = [ptr for _, ptr in self._inplace]
+        # (aligned with the inputs, for _same_ptrs)
+        width = max(self._pooled_idx + self._inplace_idx, default=-1) + 1
+        self._pooled_at = _aligned(self._pooled, width)
+        self._inplace_at = _aligned(self._inplace, width)
         # large copied inputs watched for a settled address (PROMOTE_MIN_BYTES)
         big = self.PROMOTE_MIN_BYTES
         self._settle_idx = [] if big is None or self._recaptures >= self.MAX_RECAPTURES - 1 \
@@ -275,7 +283,7 @@ class GraphedProgram:
                              off // dt.itemsize if off % dt.itemsize == 0 else None)
                             for j, (i, off, shape, stride, dt) in self._in_pool.items()]
 
-    def lend(self, outputs, guarded=(), bare=()) -> None:
+    def lend(self, outputs, guarded=(), bare=(), write_into=None) -> None:
         """Outputs returned as the graph's own buffers, not cloned. `outputs`: the caller
         consumes them (copies them elsewhere) before it calls again. `guarded`: returned as
         aliases that may live until some later call; a replay while one is alive runs without
@@ -283,6 +291,12 @@ class GraphedProgram:
         `bare` (of `guarded`): the caller only makes views of them, never keeps them: handed
         out as the static tensors themselves, not a new alias each (each view holds the
         storage, which is what the liveness check counts)."""
+        # `write_into` (output -> input, of `outputs`): the output is the input's new value,
+        # which the caller copies into it after the call (input_mutations.write_back); where
+        # the input is read in place, the capture copies it there itself, at its end, and a
+        # replay hands the input out in its place (nothing left to copy: a ResNet-50 forward
+        # writes back 106 BatchNorm running statistics per step)
+        self._write_into = dict(write_into or {})
         self._guarded = frozenset(guarded)
         self._bare = frozenset(bare) & self._guarded
         self._lent = frozenset(outputs) | self._guarded
@@ -299,8 +313,7 @@ class GraphedProgram:
 
     def _pooled_placed(self, inputs) -> bool:
         """Whether the pooled inputs lie where they lay at the capture."""
-        return list(map(torch.Tensor.data_ptr, map(
-            inputs.__getitem__, self._pooled_idx))) == self._pooled_ptrs
+        return _same_ptrs(inputs, self._pooled_at, self._pooled_idx, self._pooled_ptrs)
 
     def _in_use(self) -> bool:
         """Whether an alias handed out by the previous replay is still alive."""
@@ -432,7 +445,9 @@ class GraphedProgram:
             reserved = torch.cuda.memory_reserved()   # after the cache was emptied on entry
             if self._tail is None:
                 self._static_out = self._run(*static)
+                self._into = self._copy_into_inputs(static)
             else:
+                self._into = []
                 self._static_vals = self._run.run_head(static, self._tail[0])
                 self._static_out = [None if j in self._tail[1] else self._static_vals[o]
                                     for j, o in enumerate(self._run.program.outputs)]
@@ -539,6 +554,24 @@ class GraphedProgram:
                 found.setdefault(id(f), [f, 0])[1] += st.nbytes()
         return max(found.values(), key=lambda e: e[1])[0] if found else None
 
+    def _copy_into_inputs(self, static) -> list[tuple[int, int]]:
+        """Inside a capture, after the program: copies the lent outputs that are inputs' new
+        values (`lend`'s write_into) into those inputs where they are read in place (their
+        address is checked per replay) and match them; returns the (output, input) pairs."""
+        inplace = {i for i, _ in self._inplace}
+        pairs = []
+        for j, i in sorted(self._write_into.items()):
+            o = self._static_out[j] if j < len(self._static_out) else None
+            t = static[i]
+            if (i in inplace and isinstance(o, torch.Tensor) and o.shape == t.shape
+                    and o.dtype == t.dtype and o.device == t.device
+                    and o.data_ptr() != t.data_ptr()):
+                pairs.append((j, i))
+        if pairs:
+            torch._foreach_copy_([static[i] for _, i in pairs],
+                                 [self._static_out[j] for j, _ in pairs])
+        return pairs
+
     def _recapture(self, inputs: Sequence[torch.Tensor]) -> bool:
         """A new capture (a few at most); False: run without the graph."""
         if self._recaptures >= self.MAX_RECAPTURES:
@@ -557,6 +590,7 @@ class GraphedProgram:
         registration in the shared pool (the old outputs still lent stay guarded there); the
         pool itself too where the graph is private."""
         self._graph, self._inplace, self._copied, self._static_out = None, [], [], []
+        self._into = []
         self._tail = self._static_vals = None
         self._tail_views = []
         self._in_pool = {}
@@ -637,8 +671,8 @@ class GraphedProgram:
         return self._run(*inputs)
 
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if self._pooled_idx and list(map(torch.Tensor.data_ptr, map(
-                inputs.__getitem__, self._pooled_idx))) != self._pooled_ptrs:
+        if self._pooled_idx and not _same_ptrs(inputs, self._pooled_at, self._pooled_idx,
+                                               self._pooled_ptrs):
             self._ungraphed()       # its producer ran without its graph (or stopped lending)
             self._moved_pool += 1
             if self._moved_pool < self.STREAK:
@@ -652,8 +686,8 @@ class GraphedProgram:
             if not self._recapture(inputs):
                 return self._run(*inputs)
         self._moved_pool = 0
-        if self._inplace_idx and list(map(torch.Tensor.data_ptr, map(
-                inputs.__getitem__, self._inplace_idx))) != self._inplace_ptrs:
+        if self._inplace_idx and not _same_ptrs(inputs, self._inplace_at, self._inplace_idx,
+                                                self._inplace_ptrs):
             moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
             # An input that kept its storage over the warm-up calls (by the caching allocator's
             # chance: a backward's saved activations) arrives elsewhere: from now on it is
@@ -700,6 +734,8 @@ class GraphedProgram:
             self._graph.replay()
         static_out = self._static_out
         outs = list(static_out)     # lent outputs as they are, bare ones included
+        for j, i in self._into:     # written into their inputs by the replay
+            outs[j] = inputs[i]
         for j, i, off, shape, stride, dt, eoff in self._pool_views:
             t = inputs[i]
             outs[j] = (reinterpret(t, shape, stride, eoff - t.storage_offset())
@@ -731,6 +767,29 @@ class GraphedProgram:
 
 
 _SHAPE = operator.attrgetter("shape")
+# torch's C++ check that Inductor's CUDA-graph trees use (CUDA builds): one call for the
+# hundreds of inputs a training graph reads in place, instead of a data_ptr call per input
+_PTRS_AT = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
+
+
+def _aligned(pairs, width: int) -> list:
+    """[(index, ptr)] -> a list of `width` with each ptr at its index (None elsewhere)."""
+    at = [None] * width
+    for i, ptr in pairs:
+        at[i] = ptr
+    return at
+
+
+def _same_ptrs(inputs, at: list, idx: list[int], ptrs: list[int]) -> bool:
+    """Whether inputs[idx[k]].data_ptr() == ptrs[k] for every k (`at`: ptrs aligned with the
+    inputs, see _aligned)."""
+    global _PTRS_AT
+    if _PTRS_AT is not None:
+        try:
+            return _PTRS_AT(inputs if isinstance(inputs, list) else list(inputs), at, idx)
+        except (TypeError, RuntimeError):   # another signature: the Python check from now on
+            _PTRS_AT = None
+    return list(map(torch.Tensor.data_ptr, map(inputs.__getitem__, idx))) == ptrs
 
 
 def _pool_views(outputs, pooled, indices) -> dict[int, tuple]:

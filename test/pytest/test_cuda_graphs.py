@@ -154,6 +154,45 @@ def test_optimizer_step_lends_written_back_outputs_and_matches_eager(graphs):
     assert graphed and any(len(g._lent) >= 3 * len(list(model.parameters())) for g in graphed)
 
 
+def test_batchnorm_statistics_are_written_back_inside_the_forwards_graph(graphs):
+    """A training forward's BatchNorm running statistics (new values of buffers the graph reads
+    in place) are copied into the buffers by the replay itself, at its end, and the buffers
+    handed out in their place: write_back finds nothing left to copy. They match eager's after
+    every step, read between steps as a user would."""
+    from ember.frontend import compile as ec
+    made = graphs
+    torch.manual_seed(0)
+
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+            torch.nn.Conv2d(8, 8, 3), torch.nn.BatchNorm2d(8)).cuda().train()
+    ref_model, model = net(), net()
+    compiled = torch.compile(model, backend="ember")
+    copied = []
+    orig = ec.write_back
+
+    def spy(mutations, args, outs):
+        copied.append(sum(args[i] is not outs[k] for i, k in mutations.targets))
+        return orig(mutations, args, outs)
+    ec.write_back = spy
+    try:
+        for step in range(6):
+            x = torch.randn(4, 3, 16, 16, device="cuda")
+            compiled(x).square().mean().backward()
+            ref_model(x).square().mean().backward()
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                for bn, ref_bn in ((model[1], ref_model[1]), (model[4], ref_model[4])):
+                    torch.testing.assert_close(getattr(bn, name), getattr(ref_bn, name),
+                                               rtol=1e-4, atol=1e-5, msg=f"{name} {step}")
+    finally:
+        ec.write_back = orig
+    into = [g for g in made if g.captured and g._into]
+    assert into and {len(g._into) for g in into} == {4}, [g._into for g in made]
+    assert copied[-1] == 0 and copied[0] == 4, copied
+
+
 def test_training_forward_outputs_that_are_views_alias_as_eager():
     """Training-forward outputs that are views (saved activations) come back as one as_strided
     of the computed base, with eager's strides, through the replays."""
