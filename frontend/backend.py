@@ -696,7 +696,10 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwar
             out = next(n for n in fx_gm.graph.nodes if n.op == "output").args[0]
             facts: dict[str, Any] = {}
             if kind == "forward":
-                lent = saved_output_slice(len(out)) if live else \
+                # (AOTAutograd's outputs: the new values of the inputs ember lifted out of the
+                # graph (input_mutations) follow them and are not saved for the backward)
+                own = len(out) if graph._mutations is None else graph._mutations.num_outputs
+                lent = saved_output_slice(own) if live else \
                     (range(*replay["lent"]) if replay["lent"] is not None else None)
                 facts["lent"] = (lent.start, lent.stop) if lent is not None else None
                 _take_facts(graph, kind, facts)

@@ -158,10 +158,14 @@ def test_batchnorm_statistics_are_written_back_inside_the_forwards_graph(graphs)
     """A training forward's BatchNorm running statistics (new values of buffers the graph reads
     in place) are copied into the buffers by the replay itself, at its end, and the buffers
     handed out in their place: write_back finds nothing left to copy. They match eager's after
-    every step, read between steps as a user would."""
+    every step, read between steps as a user would (a statistic not written, or written twice,
+    is off by about its step's change, 10% of the batch statistic: tens of percent here; TF32
+    off, so that rounding stays far below that)."""
     from ember.frontend import compile as ec
     made = graphs
     torch.manual_seed(0)
+    tf32 = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
 
     def net():
         torch.manual_seed(0)
@@ -184,10 +188,13 @@ def test_batchnorm_statistics_are_written_back_inside_the_forwards_graph(graphs)
             ref_model(x).square().mean().backward()
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 for bn, ref_bn in ((model[1], ref_model[1]), (model[4], ref_model[4])):
-                    torch.testing.assert_close(getattr(bn, name), getattr(ref_bn, name),
-                                               rtol=1e-4, atol=1e-5, msg=f"{name} {step}")
+                    got, want = getattr(bn, name), getattr(ref_bn, name)
+                    torch.testing.assert_close(
+                        got, want, rtol=1e-3, atol=1e-4,
+                        msg=lambda m: f"{name} after step {step}: {m}\n{got}\n{want}")
     finally:
         ec.write_back = orig
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = tf32
     into = [g for g in made if g.captured and g._into]
     assert into and {len(g._into) for g in into} == {4}, [g._into for g in made]
     assert copied[-1] == 0 and copied[0] == 4, copied
