@@ -157,7 +157,7 @@ def assembler(prep, private=(), gradients: bool = False) -> Callable[[Sequence, 
         else:
             makers.append((i, lambda c, h, x=x: copy.copy(x)))
     if prep.single:
-        (kind, x) = prep.plan[0][:2]
+        x = prep.plan[0][1]
         if compiled:
             return lambda c, h: c[x]
         if hosted:

@@ -48,3 +48,16 @@ func.func private @concat_of_two_values(%arg0: tensor<2x8xf32>, %arg1: tensor<2x
   %c0 = tensor.concat dim(1) %s0, %s1 : (tensor<2x5xf32>, tensor<2x3xf32>) -> tensor<2x8xf32>
   return %c0 : tensor<2x8xf32>
 }
+
+// Slices of one value that take different rows of the other dim: not one piecewise index (each
+// piece is read at its own rows), the general concat.
+// CHECK-LABEL: func.func private @concat_of_slices_of_other_rows
+// CHECK-SAME: mask=xmask & g{{[0-9]+}}, other=0
+// CHECK-SAME: mask=xmask & g{{[0-9]+}}, other=0
+// CHECK-SAME: tl.where(
+func.func private @concat_of_slices_of_other_rows(%arg0: tensor<4x8xf32>) -> tensor<2x8xf32> attributes {ember.kernel = "pointwise", ember.ops = ["extract_slice", "concat"]} {
+  %s0 = tensor.extract_slice %arg0[0, 3] [2, 5] [1, 1] : tensor<4x8xf32> to tensor<2x5xf32>
+  %s1 = tensor.extract_slice %arg0[2, 0] [2, 3] [1, 1] : tensor<4x8xf32> to tensor<2x3xf32>
+  %c0 = tensor.concat dim(1) %s0, %s1 : (tensor<2x5xf32>, tensor<2x3xf32>) -> tensor<2x8xf32>
+  return %c0 : tensor<2x8xf32>
+}

@@ -269,3 +269,71 @@ def test_a_graph_without_tensor_inputs_runs_where_its_values_live():
     assert run_devices([torch.zeros(2)], gm) == [torch.device("cpu")]   # inputs decide first
     assert run_device("triton", [torch.device("cpu"), torch.device("cuda", 0)]).type == "cuda"
     assert run_device("cpu", []) == torch.device("cpu")
+
+
+def test_replay_hands_out_the_inputs_its_graph_wrote_into():
+    """lend's write_into (on CPU tensors, the replay a no-op): an output whose value the capture
+    copied into its input is that input itself, and the capture copies only lent new values of
+    inputs read in place that match them."""
+    g, inputs, runs = _graphed_state()
+    g._into = [(4, 1)]
+    outs = g(*inputs)
+    assert not runs and outs[4] is inputs[1] and outs[5] is g._static_out[5]
+    static = [torch.zeros(16), torch.zeros(16), torch.zeros(16)]
+    h = cg.GraphedProgram(lambda *a: [])
+    h._inplace = [(0, static[0].data_ptr()), (1, static[1].data_ptr())]
+    h._static_out = [torch.ones(16), torch.ones(8), static[1], torch.full((16,), 2.0)]
+    # 1: another shape; 2: already the input's memory (written in place); 3: input 2 is
+    # copied in per call, not read in place
+    h._write_into = {0: 0, 1: 1, 2: 1, 3: 2}
+    assert h._copy_into_inputs(static) == [(0, 0)]
+    assert torch.equal(static[0], torch.ones(16)) and torch.equal(static[2], torch.zeros(16))
+
+
+def test_write_into_pairs_program_outputs_with_program_inputs():
+    """compile._write_into: lent compiled new values of inputs taken as they are, indexed as
+    the program sees them (`pos`: the program's inputs among the graph's)."""
+    from types import SimpleNamespace
+    from ember.frontend.compile import _write_into
+    from ember.frontend.input_mutations import InputMutations
+    prep = SimpleNamespace(plan=[("compiled", 0), ("compiled", 1), ("compiled", 2),
+                                 ("view", 2, [], None)],
+                           host_gm=None, in_perms={2: [1, 0]})
+    # input 0's new value: output 1 (lent); input 2's: output 2 (the input is permuted);
+    # input 1's: output 3 (a view)
+    mutations = InputMutations(1, ((0, 1), (2, 2), (1, 3)))
+    assert _write_into(prep, mutations, {1, 2}, None) == {1: 0}
+    assert _write_into(prep, mutations, {2}, None) == {}
+    assert _write_into(prep, mutations, {1, 2}, [1, 0, 2]) == {1: 1}
+    assert _write_into(prep, None, {1, 2}, None) == {}
+
+
+def test_saved_range_leaves_out_lifted_input_mutations(monkeypatch):
+    """A training forward's saved activations (AOTAutograd's slice of its outputs) do not
+    include the new values of the inputs ember lifts out of the graph (BatchNorm's running
+    statistics, appended after the graph's own outputs): those are written back, not lent to
+    the backward."""
+    from ember.frontend import compile as ec
+    made, init = [], ec.EmberGraph.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        made.append(self)
+    monkeypatch.setattr(ec.EmberGraph, "__init__", spy)
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                            torch.nn.ReLU()).train()
+    ref = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                              torch.nn.ReLU()).train()
+    ref.load_state_dict(m.state_dict())
+    torch._dynamo.reset()
+    x = torch.randn(4, 3, 10, 10)
+    torch.compile(m, backend="ember", options={"target": "cpu"})(x).sum().backward()
+    ref(x).sum().backward()
+    torch.testing.assert_close(m[1].running_mean, ref[1].running_mean)
+    torch.testing.assert_close(m[0].weight.grad, ref[0].weight.grad, rtol=1e-4, atol=1e-4)
+    (fwd,) = [g for g in made if g.kind == "forward"]
+    assert fwd._mutations is not None and len(fwd._mutations.targets) == 3
+    assert fwd.lent_outputs is not None and len(fwd.lent_outputs) > 0
+    assert fwd.lent_outputs.stop <= fwd._mutations.num_outputs, (
+        fwd.lent_outputs, fwd._mutations)

@@ -148,10 +148,13 @@ def test_bf16_layer_norm_saved_stats(target, device):
 
 
 def test_roll_variants(target, device):
-    """roll over one dim, two dims, negative and oversized shifts, and flattened (no dims)."""
+    """roll over one dim, two dims, negative and oversized shifts, and flattened (no dims); of
+    an input and of a value computed in the kernel (read once at a piecewise index: the
+    ember-lower-to-triton-roll lit case)."""
     def f(x):
         return (torch.roll(x, 3, 1) + torch.roll(x, (-2, 9), (0, 2))
-                + torch.roll(x, 5).sin() + torch.roll(x, 0, 1))
+                + torch.roll(x, 5).sin() + torch.roll(x, 0, 1)
+                + torch.roll((x * 1.5).exp(), (3, -4), (1, 2)))
     x = torch.randn(5, 6, 7, device=device, requires_grad=True)
     xc = x.detach().clone().requires_grad_()
     ref = f(x)
