@@ -166,6 +166,23 @@ def test_roll_variants(target, device):
     _assert_no_fallback()
 
 
+def test_concat_of_slices_of_one_value(target, device):
+    """A concat whose pieces are slices of one computed value (Triton: read once at a piecewise
+    index): three pieces out of order, a piece repeated, and slices that also start past 0 in
+    another dim (the same rows for every piece)."""
+    def f(x):
+        y = (x * 0.5).exp()
+        a = torch.cat([y[:, 5:], y[:, 2:5], y[:, :2]], 1)
+        b = torch.cat([y[:, 1:3], y[:, 1:3], y[:, 4:6]], 1)
+        c = torch.cat([y[1:3, 4:], y[1:3, :4]], 1)
+        return a * 2 + 1, b.sin(), c - 1
+    x = torch.randn(4, 7, device=device)
+    out = _compile(f, target)(x)
+    for o, r in zip(out, f(x)):
+        assert_close(o, r)
+    _assert_no_fallback()
+
+
 def test_strided_slice_backward(target, device):
     """The backward of strided slices (patch merging): slice_scatter with step 2 and 3, odd
     sizes, starts past 0."""
