@@ -92,6 +92,14 @@ def _plan_users(prep) -> dict[int, set[int]]:
     return users
 
 
+def _host_reads(prep) -> set[int]:
+    """The graph inputs the host half reads (placeholders of `prep.host_gm` with users)."""
+    if prep.host_gm is None:
+        return set()
+    return {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
+                                    if n.op == "placeholder") if n.users}
+
+
 def _lend(run, prep, mutations, guarded: range | None, pos=None) -> None:
     """A CUDA-graphed program hands some outputs out of its pool uncloned
     (runtime/cuda_graphs.py):
@@ -128,10 +136,7 @@ def _write_into(prep, mutations, lent, pos) -> dict[int, int]:
     the replay wrote them)."""
     if mutations is None:
         return {}
-    host_reads = set()
-    if prep.host_gm is not None:
-        host_reads = {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
-                                              if n.op == "placeholder") if n.users}
+    host_reads = _host_reads(prep)
     where = {a: b for b, a in enumerate(pos)} if pos is not None else None
     pairs = {}
     for i, k in mutations.targets:
@@ -152,10 +157,7 @@ def _donations(prep, mutations) -> list[tuple[int, int]]:
     if mutations is None or prep.single or prep.gm is None:
         return []
     users = _plan_users(prep)
-    host_reads = set()
-    if prep.host_gm is not None:
-        host_reads = {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
-                                              if n.op == "placeholder") if n.users}
+    host_reads = _host_reads(prep)
     pairs = []
     for i, k in mutations.targets:
         entry = prep.plan[k]
@@ -188,10 +190,7 @@ def _reused_inputs(prep, mutations, donated: frozenset[int], pos) -> list[int]:
     that are not mutated."""
     if not donated or prep.single or prep.gm is None:
         return []
-    host_reads = set()
-    if prep.host_gm is not None:
-        host_reads = {i for i, n in enumerate(n for n in prep.host_gm.graph.nodes
-                                              if n.op == "placeholder") if n.users}
+    host_reads = _host_reads(prep)
     mutated = {i for i, _ in mutations.targets} if mutations is not None else set()
     n = sum(1 for node in prep.gm.graph.nodes if node.op == "placeholder") - len(prep.folded)
     return [j for j in range(n)

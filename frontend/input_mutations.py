@@ -80,18 +80,10 @@ def _keys(ts):
     return list(zip(*[map(f, ts) for f in _KEY]))
 
 
-_PTR, _SHAPE, _DTYPE = (torch.Tensor.data_ptr, operator.attrgetter("shape"),
-                        operator.attrgetter("dtype"))
-
-
 def _in_place(dsts, srcs) -> bool:
-    """Whether every source is its destination's memory with its geometry (`_keys` equal;
-    one address holds one device's memory), compared a key at a time so that the first
-    mismatch ends it (a replayed CUDA graph hands back views of the buffers it wrote)."""
-    return (list(map(_PTR, dsts)) == list(map(_PTR, srcs))
-            and list(map(_SHAPE, dsts)) == list(map(_SHAPE, srcs))
-            and list(map(torch.Tensor.stride, dsts)) == list(map(torch.Tensor.stride, srcs))
-            and list(map(_DTYPE, dsts)) == list(map(_DTYPE, srcs)))
+    """`_keys(dsts) == _keys(srcs)`, compared a key at a time so that the first mismatch (the
+    data pointers, where the values were not written in place) ends it."""
+    return all(list(map(f, dsts)) == list(map(f, srcs)) for f in _KEY)
 
 
 def write_back(mutations: InputMutations, args, outs):

@@ -254,10 +254,8 @@ class GraphedProgram:
         self._copied_dst = [self._static_in[i] for i in self._copied]
         self._copied_shapes = [t.shape for t in self._copied_dst]
         self._pooled_idx = [i for i, _ in self._pooled]
-        self._pooled_ptrs = [ptr for _, ptr in self._pooled]
         self._inplace_idx = [i for i, _ in self._inplace]
-        self._inplace_ptrs = [ptr for _, ptr in self._inplace]
-        # (aligned with the inputs, for _same_ptrs)
+        # their addresses at the capture, aligned with the inputs (for _same_ptrs)
         width = max(self._pooled_idx + self._inplace_idx, default=-1) + 1
         self._pooled_at = _aligned(self._pooled, width)
         self._inplace_at = _aligned(self._inplace, width)
@@ -313,7 +311,7 @@ class GraphedProgram:
 
     def _pooled_placed(self, inputs) -> bool:
         """Whether the pooled inputs lie where they lay at the capture."""
-        return _same_ptrs(inputs, self._pooled_at, self._pooled_idx, self._pooled_ptrs)
+        return _same_ptrs(inputs, self._pooled_at, self._pooled_idx)
 
     def _in_use(self) -> bool:
         """Whether an alias handed out by the previous replay is still alive."""
@@ -671,8 +669,7 @@ class GraphedProgram:
         return self._run(*inputs)
 
     def _replay(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if self._pooled_idx and not _same_ptrs(inputs, self._pooled_at, self._pooled_idx,
-                                               self._pooled_ptrs):
+        if self._pooled_idx and not _same_ptrs(inputs, self._pooled_at, self._pooled_idx):
             self._ungraphed()       # its producer ran without its graph (or stopped lending)
             self._moved_pool += 1
             if self._moved_pool < self.STREAK:
@@ -686,8 +683,7 @@ class GraphedProgram:
             if not self._recapture(inputs):
                 return self._run(*inputs)
         self._moved_pool = 0
-        if self._inplace_idx and not _same_ptrs(inputs, self._inplace_at, self._inplace_idx,
-                                                self._inplace_ptrs):
+        if self._inplace_idx and not _same_ptrs(inputs, self._inplace_at, self._inplace_idx):
             moved = [i for i, ptr in self._inplace if inputs[i].data_ptr() != ptr]
             # An input that kept its storage over the warm-up calls (by the caching allocator's
             # chance: a backward's saved activations) arrives elsewhere: from now on it is
@@ -780,16 +776,15 @@ def _aligned(pairs, width: int) -> list:
     return at
 
 
-def _same_ptrs(inputs, at: list, idx: list[int], ptrs: list[int]) -> bool:
-    """Whether inputs[idx[k]].data_ptr() == ptrs[k] for every k (`at`: ptrs aligned with the
-    inputs, see _aligned)."""
+def _same_ptrs(inputs, at: list, idx: list[int]) -> bool:
+    """Whether inputs[i].data_ptr() == at[i] for every i in `idx` (`at`: see _aligned)."""
     global _PTRS_AT
     if _PTRS_AT is not None:
         try:
             return _PTRS_AT(inputs if isinstance(inputs, list) else list(inputs), at, idx)
         except (TypeError, RuntimeError):   # another signature: the Python check from now on
             _PTRS_AT = None
-    return list(map(torch.Tensor.data_ptr, map(inputs.__getitem__, idx))) == ptrs
+    return all(inputs[i].data_ptr() == at[i] for i in idx)
 
 
 def _pool_views(outputs, pooled, indices) -> dict[int, tuple]:
