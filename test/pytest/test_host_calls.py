@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import ember
+from conftest import check_fallbacks
 from ember.frontend import fx_prep, host_calls
 from ember.runtime import cuda_graphs as cg
 from ember.runtime.fast_views import reinterpret
@@ -327,6 +328,7 @@ def test_saved_range_leaves_out_lifted_input_mutations(monkeypatch):
                               torch.nn.ReLU()).train()
     ref.load_state_dict(m.state_dict())
     torch._dynamo.reset()
+    ember.clear_reports()
     x = torch.randn(4, 3, 10, 10)
     torch.compile(m, backend="ember", options={"target": "cpu"})(x).sum().backward()
     ref(x).sum().backward()
@@ -337,3 +339,4 @@ def test_saved_range_leaves_out_lifted_input_mutations(monkeypatch):
     assert fwd.lent_outputs is not None and len(fwd.lent_outputs) > 0
     assert fwd.lent_outputs.stop <= fwd._mutations.num_outputs, (
         fwd.lent_outputs, fwd._mutations)
+    check_fallbacks()
