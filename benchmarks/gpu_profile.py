@@ -20,28 +20,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from gpu_bench import _median_ms, _models, _rel_err  # noqa: E402
-
-
-def _busy_ms(fn, iters: int = 10) -> tuple[float, list[tuple[str, float, int]]]:
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    rows = []
-    total = 0.0
-    for e in prof.key_averages():
-        t = getattr(e, "self_device_time_total", None)
-        if t is None:
-            t = getattr(e, "self_cuda_time_total", 0.0)
-        if t and e.count:
-            rows.append((e.key, t / 1e3 / iters, e.count // iters))
-            total += t / 1e3 / iters
-    rows.sort(key=lambda r: -r[1])
-    return total, rows[:12]
+from gpu_bench import _busy_ms, _median_ms, _models, _rel_err  # noqa: E402
 
 
 def main(argv=None):
