@@ -111,7 +111,9 @@ def _run_case(name, fn, args, bytes_moved, reps, results, backends):
                 # the device's own time a call: do_bench's events also hold whatever host work
                 # a call takes beyond its L2 flush (tens of microseconds: a sizeable part of
                 # a 0.05 ms kernel's figure, for every backend)
-                row["kernel_ms"] = round(_busy_ms(lambda: compiled(*args), max(10, reps))[0], 4)
+                busy, top = _busy_ms(lambda: compiled(*args), max(10, reps))
+                row["kernel_ms"] = round(busy, 4)
+                row["busy_top"] = [(k[:90], round(ms, 4), n) for k, ms, n in top[:4]]
             if bytes_moved:
                 row["GB/s"] = round(bytes_moved / row["ms"] / 1e6, 1)
                 row["kernel GB/s"] = round(bytes_moved / row["kernel_ms"] / 1e6, 1)

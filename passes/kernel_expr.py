@@ -133,6 +133,10 @@ class ExprBuilder:
     # Read a concat of slices of one value as that value at a piecewise index
     # (`_concat_of_slices`); a target whose vectorizer wants affine offsets leaves it off.
     concat_as_gather = False
+    # An f32 sigmoid's reciprocal, `1 / (1 + exp(y))`, spelled with the target's fast division
+    # ("arith.divf.fast") where the kernel's transcendental functions are the fast ones anyway
+    # (the Triton target's f32 kernels: the exp is already not eager's bits); off elsewhere.
+    fast_sigmoid = False
 
     def __init__(self, sched: KernelSchedule, lang, buffers: dict,
                  reduce_hook: Optional[Callable] = None, reciprocal_sums: bool = False):
@@ -581,6 +585,8 @@ class ExprBuilder:
             return self.bind(self.op("arith.mulf", [x, inv], ty, [ty, ty]), x.deps | inv.deps, ty)
         args = [self.scalar(a, ctx) for a in op.operands]
         kind = name
+        if name == "arith.divf" and ty == "f32" and self.fast_sigmoid and sigmoid_reciprocal(op):
+            kind = "arith.divf.fast"
         if name in ("arith.cmpf", "arith.cmpi"):
             pred = ir.IntegerAttr(op.attributes["predicate"]).value
             kind = f"{name}.{(CMPF if name == 'arith.cmpf' else CMPI)[pred]}"
@@ -626,6 +632,27 @@ def _from_data(v: ir.Value, memo: dict) -> bool:
             r = any(_from_data(o, memo) for o in op.operands)
     memo[v] = r
     return r
+
+
+def _is_float_constant(v, value: float) -> bool:
+    owner = v.owner
+    if isinstance(owner, ir.Block) or op_name(owner) != "arith.constant":
+        return False
+    attr = owner.attributes["value"]
+    if isinstance(attr, ir.DenseElementsAttr):
+        attr = ir.DenseElementsAttr(attr).get_splat_value()
+    return isinstance(attr, ir.FloatAttr) and ir.FloatAttr(attr).value == value
+
+
+def sigmoid_reciprocal(op) -> bool:
+    """Whether `op` (an arith.divf) is `1 / (1 + exp(y))`: torch-mlir's sigmoid (and SiLU's)."""
+    one, den = op.operands
+    if not _is_float_constant(one, 1.0) or isinstance(den.owner, ir.Block) or \
+            op_name(den.owner) != "arith.addf":
+        return False
+    a, b = den.owner.operands
+    return any(_is_float_constant(k, 1.0) and not isinstance(e.owner, ir.Block)
+               and op_name(e.owner) == "math.exp" for k, e in ((a, b), (b, a)))
 
 
 def _py(attr):

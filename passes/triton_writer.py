@@ -86,6 +86,11 @@ class TileBuilder(ExprBuilder):
     masks = {"x": "xmask", "r": "rmask"}
     concat_as_gather = True
 
+    @property
+    def fast_sigmoid(self):
+        # where the kernel's exp is Triton's own (f32 kernels: TritonLang not `precise`)
+        return not self.lang.precise
+
     def _value_at(self, v, idx):
         if v in self.buffers:
             ty = type_name(v.type)
