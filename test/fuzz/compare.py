@@ -258,7 +258,8 @@ def _closer_than_eager(fn, make, refs, outs, ref_inputs, out_inputs, exact) -> s
     least as close to that reference as eager's is: no element is NaN/inf where the reference
     is not (or finite where it is not) unless eager's is too; where ember's is of the right
     class and eager's is not, ember's is within the dtype's tolerance of the reference; over
-    the elements finite in all three, ||ember - ref|| <= ||eager - ref||. Only outputs compared
+    the elements finite in all three, ||ember - ref|| <= ||eager - ref||, or ember's is within
+    the dtype's tolerance of the reference there. Only outputs compared
     by tolerance qualify: integer, bool and bit-exact outputs must still equal eager's, and
     dtypes, shapes, strides and aliasing are compared as always. Returns the distances (the
     mismatch's note) or None."""
@@ -295,7 +296,11 @@ def _closer_than_eager(fn, make, refs, outs, ref_inputs, out_inputs, exact) -> s
         common = torch.isfinite(o) & torch.isfinite(e) & torch.isfinite(ref)
         d_o = torch.linalg.vector_norm(o[common] - ref[common]).item()
         d_e = torch.linalg.vector_norm(e[common] - ref[common]).item()
-        if d_o > d_e:
+        # where ember is within the dtype's tolerance of the reference over those elements,
+        # which of two such errors is smaller does not decide (log(gelu(x)), x near -5.5:
+        # eager's -inf where the reference's and ember's are NaN, 7.6e-7 against 7.1e-7 over
+        # the finite rest: fuzz seed 71 index 530)
+        if d_o > d_e and value_diff(outs[i][common], rounded[common], exact[i]):
             return None
         notes.append(f"out[{i}] to the float64 reference: ember {d_o:.3g}, eager {d_e:.3g}"
                      + (f", {int(wrong_e.sum())} eager elements NaN/inf where it is not"
