@@ -299,3 +299,26 @@ def test_float64_rule_still_refuses_worse_values():
     worse = [refs[0] * torch.tensor([1.0, 1.1, 1.0, 1.0])]
     assert compare._closer_than_eager(ns["fn"], ns["make_inputs"], refs, worse,
                                       ns["make_inputs"](), ns["make_inputs"](), [False]) is None
+
+
+# seed 72 index 727, triton: ceil(minimum(x, False)).max(-1) over rows holding both +0.0 and
+# -0.0: eager's CPU scalar loop keeps each row's first zero (0.0 for [0.0, 0.0, 0.0, -0.0],
+# -0.0 for [-0.0, 0.0, 0.0, -inf]), ember's reduction under the interpreter the last; no one
+# sign for every tie explained it. The tie's sign is the op's to choose (eager's vectorized loop
+# takes its lanes' order).
+def test_fuzz_seed72_index727_max_zero_tie_by_position(target):
+    r = _assert_matches(graphs.generate(72, 727).source(), target)
+    assert r["status"] == "pass", r["reason"]
+
+
+def test_zero_ties_at_either_end():
+    x = torch.tensor([[0.0, 0.0, 0.0, -0.0], [-0.0, 0.0, 0.0, -math.inf], [0.0, -1.0, 2.0, -0.0],
+                      [-0.0, -0.0, -3.0, -0.0]])
+    for last, want in ((False, [False, True]), (True, [True, False])):
+        red = compare._zero_ties_at_end(True, last)(torch.Tensor.max)
+        vals = red(x.clone(), -1, keepdim=True).values.flatten()
+        assert torch.signbit(vals[:2]).tolist() == want
+        assert vals[2].item() == 2.0                          # no zero result: as it was
+        assert torch.signbit(vals[3]).item()                  # one sign only: no tie
+        mn = compare._zero_ties_at_end(False, last)(torch.amin)(-x.clone(), dim=1)
+        assert torch.signbit(mn[:2]).tolist() == [not w for w in want]
