@@ -22,7 +22,7 @@ whole as library calls (frontend/partition.py, `is_library_node`).
 from torch_mlir import ir
 
 from ..dialects import make_extern
-from .graph_utils import defining_op, is_zero_constant, op_name
+from .graph_utils import defining_op, is_float_constant, is_zero_constant, op_name
 
 _NARROW = ("bf16", "f16")
 
@@ -315,11 +315,7 @@ def conv_extern(op, bias_mode: str = "library"):
 # ----------------------------------------------------------------------------- pooling
 
 def neg_inf_constant(value) -> bool:
-    op = defining_op(value)
-    if op is None or op.name != "arith.constant":
-        return False
-    attr = op.attributes["value"]
-    return isinstance(attr, ir.FloatAttr) and attr.value == float("-inf")
+    return is_float_constant(value, float("-inf"))
 
 
 def _absorb_pool_pad(x, is_pad_value):

@@ -76,6 +76,17 @@ def is_zero_constant(value) -> bool:
     return False
 
 
+def is_float_constant(value, number: float) -> bool:
+    """Whether `value` is an arith.constant float (or a splat of one) equal to `number`."""
+    op = defining_op(value)
+    if op is None or op.name != "arith.constant":
+        return False
+    attr = op.attributes["value"]
+    if isinstance(attr, ir.DenseElementsAttr):
+        attr = ir.DenseElementsAttr(attr).get_splat_value()
+    return isinstance(attr, ir.FloatAttr) and ir.FloatAttr(attr).value == number
+
+
 def stable_topological_sort(block) -> None:
     """Reorders `block` so every op follows the producers of its operands (including operands
     used inside its regions), keeping the original order where it is already valid."""

@@ -55,6 +55,7 @@ from .ir_queries import (CMPF, CMPI, indexing_maps, int_array, is_reduction, op_
                          reassociation, shape, slice_dims, type_name)
 from .kernel_ir import (CHECK_INDEX, INT, Const, Let, Load, Op, Printer, Raw, Scope, Var,
                         deps_of, fold_index, int_value)
+from .graph_utils import is_float_constant
 from .kernel_schedule import KernelSchedule, Unschedulable
 from .softmax_sums import divides_by_own_sum
 
@@ -634,24 +635,14 @@ def _from_data(v: ir.Value, memo: dict) -> bool:
     return r
 
 
-def _is_float_constant(v, value: float) -> bool:
-    owner = v.owner
-    if isinstance(owner, ir.Block) or op_name(owner) != "arith.constant":
-        return False
-    attr = owner.attributes["value"]
-    if isinstance(attr, ir.DenseElementsAttr):
-        attr = ir.DenseElementsAttr(attr).get_splat_value()
-    return isinstance(attr, ir.FloatAttr) and ir.FloatAttr(attr).value == value
-
-
 def sigmoid_reciprocal(op) -> bool:
     """Whether `op` (an arith.divf) is `1 / (1 + exp(y))`: torch-mlir's sigmoid (and SiLU's)."""
     one, den = op.operands
-    if not _is_float_constant(one, 1.0) or isinstance(den.owner, ir.Block) or \
+    if not is_float_constant(one, 1.0) or isinstance(den.owner, ir.Block) or \
             op_name(den.owner) != "arith.addf":
         return False
     a, b = den.owner.operands
-    return any(_is_float_constant(k, 1.0) and not isinstance(e.owner, ir.Block)
+    return any(is_float_constant(k, 1.0) and not isinstance(e.owner, ir.Block)
                and op_name(e.owner) == "math.exp" for k, e in ((a, b), (b, a)))
 
 
