@@ -361,49 +361,11 @@ def _first_on_zero_ties(original):
     return _on_zero_ties(original, first=True)
 
 
-def _zero_ties_at_end(maximum: bool, last: bool):
-    """A max/min reduction whose result is a zero taken from a slice holding both +0.0 and -0.0
-    gets the sign of the slice's first (`last`: last) zero, row-major over the reduced dims.
-    Eager's CPU scalar loop keeps the first of a tie; ember's reduction under the Triton
-    interpreter the last: rows of [0.0, 0.0, 0.0, -0.0] and [-0.0, 0.0, 0.0, -inf] in one graph
-    gave eager 0.0 and -0.0, ember -0.0 and 0.0 (fuzz seed 72 index 727), which no one sign for
-    every tie explains."""
-    def wrap(original):
-        def red(x, *args, **kwargs):
-            r = original(x, *args, **kwargs)
-            vals = r[0] if isinstance(r, tuple) else r
-            if not isinstance(x, torch.Tensor) or not x.is_floating_point() or \
-                    not isinstance(vals, torch.Tensor) or vals.numel() == 0 or \
-                    (args and isinstance(args[0], torch.Tensor)):
-                return r
-            n = x.numel()
-            # each zero's key: n - its flat index (first) or its flat index + 1 (last), 0
-            # elsewhere; the same reduction over the same dims keeps each slice's end zero (the
-            # flat order within a slice is its order along the reduced dims)
-            pos = torch.arange(n, dtype=torch.float64).reshape(x.shape)
-            key = torch.where(x == 0, pos + 1.0 if last else float(n) - pos, torch.zeros_like(pos))
-            m = original(key, *args, **kwargs) if maximum else -original(-key, *args, **kwargs)
-            m = m[0] if isinstance(m, tuple) else m
-            at = (m - 1.0 if last else float(n) - m).clamp(0, n - 1).long()
-            negative = torch.signbit(x.reshape(-1)[at.reshape(-1)]).reshape(m.shape)
-            zero = x == 0
-
-            def has(mask):
-                h = original((mask if maximum else -mask.to(torch.int8)).to(x.dtype), *args,
-                             **kwargs)
-                return (h[0] if isinstance(h, tuple) else h) != 0
-            tie = (vals == 0) & (m > 0) & has(zero & torch.signbit(x)) & \
-                has(zero & ~torch.signbit(x))
-            vals.copy_(torch.where(tie, torch.where(negative, -0.0, 0.0).to(vals.dtype), vals))
-            return r
-        return red
-    return wrap
-
-
-def _zero_ties_to(sign: float, maximum: bool):
+def _zero_ties(maximum: bool, negative_at):
     """A max/min reduction (amax, amin, max, min: values) whose result is a zero taken from a
-    slice holding both +0.0 and -0.0 gets the zero of `sign`: which of the two eager's CPU
-    reduction returns depends on its loop (first of a tie in the scalar loop, the vector
+    slice holding both +0.0 and -0.0 gets the zero `negative_at(original, x, args, kwargs)`
+    chooses (a bool tensor of the result's shape: -0.0 where true). Which of the two eager's
+    CPU reduction returns depends on its loop (first of a tie in the scalar loop, the vector
     lanes' order otherwise): amax and max of the same [-0.0, 0.0] give -0.0 and 0.0."""
     def wrap(original):
         def red(x, *args, **kwargs):
@@ -420,10 +382,36 @@ def _zero_ties_to(sign: float, maximum: bool):
                 return (m[0] if isinstance(m, tuple) else m) != 0
             zero = x == 0
             tie = (vals == 0) & has(zero & torch.signbit(x)) & has(zero & ~torch.signbit(x))
-            vals.copy_(torch.where(tie, torch.full_like(vals, sign * 0.0), vals))
+            negative = negative_at(original, x, args, kwargs)     # broadcast to vals
+            vals.copy_(torch.where(tie, torch.where(negative, -0.0, 0.0).to(vals.dtype), vals))
             return r
         return red
     return wrap
+
+
+def _zero_ties_to(sign: float, maximum: bool):
+    """Every such tie gets the zero of `sign`."""
+    return _zero_ties(maximum, lambda original, x, args, kwargs: torch.tensor(sign < 0))
+
+
+def _zero_ties_at_end(maximum: bool, last: bool):
+    """Every such tie gets the sign of its slice's first (`last`: last) zero, row-major over
+    the reduced dims. Eager's CPU scalar loop keeps the first of a tie; ember's reduction under
+    the Triton interpreter the last: rows of [0.0, 0.0, 0.0, -0.0] and [-0.0, 0.0, 0.0, -inf]
+    in one graph gave eager 0.0 and -0.0, ember -0.0 and 0.0 (fuzz seed 72 index 727), which no
+    one sign for every tie explains."""
+    def negative_at(original, x, args, kwargs):
+        n = x.numel()
+        # each zero's key: n - its flat index (first) or its flat index + 1 (last), 0 elsewhere;
+        # the same reduction over the same dims keeps each slice's end zero (the flat order
+        # within a slice is its order along the reduced dims)
+        pos = torch.arange(n, dtype=torch.float64).reshape(x.shape)
+        key = torch.where(x == 0, pos + 1.0 if last else float(n) - pos, torch.zeros_like(pos))
+        m = original(key, *args, **kwargs) if maximum else -original(-key, *args, **kwargs)
+        m = m[0] if isinstance(m, tuple) else m
+        at = (m - 1.0 if last else float(n) - m).clamp(0, n - 1).long()
+        return torch.signbit(x.reshape(-1)[at.reshape(-1)]).reshape(m.shape)
+    return _zero_ties(maximum, negative_at)
 
 
 def _fmod(p: float, q: float) -> float:
