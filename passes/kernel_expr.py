@@ -586,7 +586,7 @@ class ExprBuilder:
             return self.bind(self.op("arith.mulf", [x, inv], ty, [ty, ty]), x.deps | inv.deps, ty)
         args = [self.scalar(a, ctx) for a in op.operands]
         kind = name
-        if name == "arith.divf" and ty == "f32" and self.fast_sigmoid and sigmoid_reciprocal(op):
+        if name == "arith.divf" and ty == "f32" and self.fast_sigmoid and _sigmoid_reciprocal(op):
             kind = "arith.divf.fast"
         if name in ("arith.cmpf", "arith.cmpi"):
             pred = ir.IntegerAttr(op.attributes["predicate"]).value
@@ -635,7 +635,7 @@ def _from_data(v: ir.Value, memo: dict) -> bool:
     return r
 
 
-def sigmoid_reciprocal(op) -> bool:
+def _sigmoid_reciprocal(op) -> bool:
     """Whether `op` (an arith.divf) is `1 / (1 + exp(y))`: torch-mlir's sigmoid (and SiLU's)."""
     one, den = op.operands
     if not is_float_constant(one, 1.0) or isinstance(den.owner, ir.Block) or \

@@ -286,6 +286,7 @@ def test_empty_reduction_with_an_empty_result_raises_as_eager(target, op):
 def test_fuzz_seed71_index530_float64_rule_within_tolerance(target):
     r = _assert_matches(graphs.generate(71, 530).source(), target)
     assert r["status"] == "pass", r["reason"]
+    _no_fallback(r)
 
 
 def test_float64_rule_still_refuses_worse_values():
@@ -309,6 +310,7 @@ def test_float64_rule_still_refuses_worse_values():
 def test_fuzz_seed72_index727_max_zero_tie_by_position(target):
     r = _assert_matches(graphs.generate(72, 727).source(), target)
     assert r["status"] == "pass", r["reason"]
+    _no_fallback(r)
 
 
 def test_zero_ties_at_either_end():
